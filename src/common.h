@@ -1,0 +1,127 @@
+/* common.h — small shared vocabulary of dspark: tensor types, half-float
+ * conversions, overflow-checked arithmetic and error-string helpers.
+ *
+ * Everything here is pure and stateless; no file owns global mutable state. */
+#ifndef DSPARK_COMMON_H
+#define DSPARK_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdarg.h>
+#include <string.h>
+
+/* ---- tensor element types: the numeric ids are ggml's, so GGUF files move
+ * both ways with llama.cpp. Only the four types dspark computes with are
+ * accepted by the loader; any other id is "unsupported tensor type". */
+typedef enum {
+    DS_TYPE_F32  = 0,
+    DS_TYPE_F16  = 1,
+    DS_TYPE_Q8_0 = 8,
+    DS_TYPE_BF16 = 30,
+} ds_type;
+
+#define DS_QK8_0 32                 /* elements per Q8_0 block               */
+typedef struct {
+    uint16_t d;                     /* fp16 scale                            */
+    int8_t   qs[DS_QK8_0];          /* quants: x = d * q                     */
+} ds_block_q8_0;                    /* 34 bytes, ggml's block_q8_0 layout    */
+
+/* 1 if t is a type dspark supports. */
+static inline int ds_type_valid(uint32_t t) {
+    return t == DS_TYPE_F32 || t == DS_TYPE_F16 || t == DS_TYPE_Q8_0 || t == DS_TYPE_BF16;
+}
+static inline const char *ds_type_name(uint32_t t) {
+    switch (t) {
+    case DS_TYPE_F32: return "F32";
+    case DS_TYPE_F16: return "F16";
+    case DS_TYPE_Q8_0: return "Q8_0";
+    case DS_TYPE_BF16: return "BF16";
+    default: return "unknown";
+    }
+}
+/* elements per block and bytes per block */
+static inline uint64_t ds_type_block_elems(uint32_t t) { return t == DS_TYPE_Q8_0 ? DS_QK8_0 : 1; }
+static inline uint64_t ds_type_block_bytes(uint32_t t) {
+    switch (t) {
+    case DS_TYPE_F32: return 4;
+    case DS_TYPE_F16: case DS_TYPE_BF16: return 2;
+    case DS_TYPE_Q8_0: return sizeof(ds_block_q8_0);
+    default: return 0;
+    }
+}
+
+/* ---- overflow-checked arithmetic: return 1 on overflow ---- */
+static inline int ds_mul_ovf(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_mul_overflow(a, b, out); }
+static inline int ds_add_ovf(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_add_overflow(a, b, out); }
+
+/* Bytes of a row of n elements of type t; 0 with *ok=0 if n is not a whole
+ * number of blocks or the size overflows. */
+static inline uint64_t ds_row_bytes(uint32_t t, uint64_t n, int *ok) {
+    uint64_t be = ds_type_block_elems(t), bb = ds_type_block_bytes(t), r;
+    *ok = 0;
+    if (bb == 0 || n % be) return 0;
+    if (ds_mul_ovf(n / be, bb, &r)) return 0;
+    *ok = 1;
+    return r;
+}
+
+/* ---- half-precision conversions, bit-exact and portable (no F16C needed).
+ * Round-to-nearest-even on the way down; NaN stays NaN. */
+static inline float ds_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t ds_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static inline float ds_fp16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) {
+        if (man == 0) return ds_bits_f32(sign);
+        /* subnormal: value = man * 2^-24 (exact in f32) */
+        float v = (float)man * 5.9604644775390625e-08f;
+        return sign ? -v : v;
+    }
+    if (exp == 31) return ds_bits_f32(sign | 0x7f800000u | (man << 13));
+    return ds_bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+static inline uint16_t ds_f32_to_fp16(float f) {
+    uint32_t x = ds_f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);          /* overflow -> inf */
+    if (ax < 0x38800000u) {                                           /* subnormal or zero */
+        if (ax < 0x33000000u) return (uint16_t)sign;                  /* < 2^-25 -> 0 (ties to even) */
+        uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
+        uint32_t shift = 126 - e;                                     /* 14..24 */
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t e = (ax >> 23) - 112, m = ax & 0x7fffff;
+    uint32_t q = (e << 10) | (m >> 13), rem = m & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (q & 1))) q++;
+    return (uint16_t)(sign | q);
+}
+static inline float ds_bf16_to_f32(uint16_t h) { return ds_bits_f32((uint32_t)h << 16); }
+static inline uint16_t ds_f32_to_bf16(float f) {
+    uint32_t x = ds_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+/* ---- error strings: every fallible API takes (char *err, size_t errlen)
+ * and writes one human line without a trailing newline. */
+static inline void ds_errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline void ds_errf(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+#define DS_ERRLEN 512
+
+#endif

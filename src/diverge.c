@@ -1,0 +1,367 @@
+/* diverge.c — batched-vs-sequential experiments (see diverge.h). */
+#include "diverge.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ========================================================================
+ * Probe adapter: model checkpoints -> capture arena, rows relative to S0
+ * ===================================================================== */
+
+typedef struct {
+    dsd_capture *cap;
+    int          pos0;
+} probe_ctx;
+
+static void probe_to_capture(void *user, int pos, int layer, int cp, int sub, const float *data, size_t n) {
+    probe_ctx *p = user;
+    /* the status is recorded in the capture's stats; dsd_report reports it */
+    (void)dsd_capture_put(p->cap, pos - p->pos0, layer, (uint32_t)cp, (uint32_t)sub, data, n);
+}
+
+/* Everything a pass leaves that the future can see, plus its logits. */
+typedef struct {
+    float *logits, *taps, *k, *v;
+    size_t n_logits, n_taps, n_kv;
+} pass_out;
+
+static int pass_alloc(pass_out *p, const ds_ctx *c, int M) {
+    const ds_hparams *hp = &c->m->hp;
+    p->n_logits = (size_t)M * hp->n_vocab;
+    p->n_taps = (size_t)M * c->n_taps * hp->n_embd;
+    p->n_kv = (size_t)hp->n_layer * M * hp->n_head_kv * hp->head_dim;
+    p->logits = malloc(p->n_logits * sizeof(float));
+    p->taps = malloc((p->n_taps + 1) * sizeof(float));
+    p->k = malloc(p->n_kv * sizeof(float));
+    p->v = malloc(p->n_kv * sizeof(float));
+    return p->logits && p->taps && p->k && p->v ? 0 : -1;
+}
+static void pass_free(pass_out *p) { free(p->logits); free(p->taps); free(p->k); free(p->v); }
+
+static void grab_kv(const ds_ctx *c, int pos0, int M, pass_out *p) {
+    const ds_hparams *hp = &c->m->hp;
+    size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    for (int l = 0; l < hp->n_layer; l++) {
+        memcpy(p->k + (size_t)l * M * kvd, c->k_cache + ((size_t)l * c->n_ctx + pos0) * kvd, (size_t)M * kvd * sizeof(float));
+        memcpy(p->v + (size_t)l * M * kvd, c->v_cache + ((size_t)l * c->n_ctx + pos0) * kvd, (size_t)M * kvd * sizeof(float));
+    }
+}
+
+static int same_state(const pass_out *a, const pass_out *b) {
+    return !memcmp(a->k, b->k, a->n_kv * sizeof(float)) && !memcmp(a->v, b->v, a->n_kv * sizeof(float)) &&
+           !memcmp(a->taps, b->taps, a->n_taps * sizeof(float));
+}
+static int same_logits(const pass_out *a, const pass_out *b) {
+    return !memcmp(a->logits, b->logits, a->n_logits * sizeof(float));
+}
+
+static int batch_pass(ds_ctx *c, const ds_diverge_opts *o, pass_out *p, char *err, size_t errlen) {
+    c->ks = o->ks;
+    if (ds_forward_batch(c, o->block, o->M, o->n_prompt, DS_LOGITS_ALL, p->logits, p->taps, err, errlen)) return -1;
+    grab_kv(c, o->n_prompt, o->M, p);
+    return 0;
+}
+
+static int decode_pass(ds_ctx *c, const ds_diverge_opts *o, pass_out *p, char *err, size_t errlen) {
+    const size_t V = (size_t)c->m->hp.n_vocab, T = (size_t)c->n_taps * c->m->hp.n_embd;
+    for (int r = 0; r < o->M; r++)
+        if (ds_decode(c, o->block[r], o->n_prompt + r, p->logits + r * V, p->taps + r * T, err, errlen)) return -1;
+    grab_kv(c, o->n_prompt, o->M, p);
+    return 0;
+}
+
+/* Arena sized for every checkpoint object of M rows. */
+static dsd_capture *capture_for(const ds_ctx *c, int M) {
+    const ds_hparams *hp = &c->m->hp;
+    size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    size_t per_layer = 6 * (size_t)hp->n_embd + 3 * qd + 6 * kvd + 3 * (size_t)hp->n_ff + qd;
+    size_t floats = (size_t)M * ((size_t)hp->n_layer * per_layer + (size_t)hp->n_vocab + 4 * (size_t)hp->n_embd);
+    size_t entries = (size_t)M * ((size_t)hp->n_layer * (24 + (size_t)hp->n_head) + 16);
+    return dsd_capture_new(floats * sizeof(float) + 4096, entries);
+}
+
+/* ========================================================================
+ * The experiment
+ * ===================================================================== */
+
+int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i < DSD_CHAIN_COUNT; i++) r->chain[i] = -1;
+    r->first_token_mismatch_row = -1;
+    if (o->M < 1 || o->n_prompt < 1) { ds_errf(err, errlen, "diverge: need a prompt and at least one block token"); return -1; }
+    if (o->n_prompt + o->M > c->n_ctx) {
+        ds_errf(err, errlen, "diverge: prompt (%d) + block (%d) exceed the context (%d)", o->n_prompt, o->M, c->n_ctx);
+        return -1;
+    }
+    ds_kernel_set saved_ks = c->ks;
+    ds_probe_fn saved_probe = c->probe;
+    void *saved_user = c->probe_user;
+    pass_out a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, b = { 0 };
+    dsd_capture *cap_h = NULL, *cap_a = NULL, *cap_b = NULL;
+    ds_state s0 = { 0 };
+    int rc = -1;
+
+    /* S0: the true state — canonical prefill of the prompt */
+    ds_kernel_set_all(&c->ks, DS_CANONICAL);
+    c->probe = NULL;
+    c->n_past = 0;
+    if (ds_forward_batch(c, o->prompt, o->n_prompt, 0, DS_LOGITS_NONE, NULL, NULL, err, errlen)) goto done;
+    if (ds_state_save(c, &s0)) { ds_errf(err, errlen, "diverge: out of memory saving S0"); goto done; }
+
+    if (pass_alloc(&a0, c, o->M) || pass_alloc(&a1, c, o->M) || pass_alloc(&a2, c, o->M) || pass_alloc(&b, c, o->M) ||
+        !(cap_h = capture_for(c, o->M)) || !(cap_a = capture_for(c, o->M)) || !(cap_b = capture_for(c, o->M))) {
+        ds_errf(err, errlen, "diverge: out of memory for the capture arenas");
+        goto done;
+    }
+    probe_ctx ph = { cap_h, o->n_prompt }, pa = { cap_a, o->n_prompt }, pb = { cap_b, o->n_prompt };
+
+    /* A0: no probe */
+    double t0 = now_s();
+    if (batch_pass(c, o, &a0, err, errlen)) goto done;
+    r->t_batch = now_s() - t0;
+    ds_state_restore(c, &s0);
+    /* A1: hooks armed, nothing copied */
+    dsd_capture_arm(cap_h, DSD_CAP_HOOKS);
+    c->probe = probe_to_capture; c->probe_user = &ph;
+    if (batch_pass(c, o, &a1, err, errlen)) goto done;
+    ds_state_restore(c, &s0);
+    /* A2: full copies — this is Pass A */
+    dsd_capture_arm(cap_a, DSD_CAP_COPY);
+    c->probe_user = &pa;
+    if (batch_pass(c, o, &a2, err, errlen)) goto done;
+    ds_state_restore(c, &s0);
+    r->gate_control = same_state(&a0, &a1) && same_logits(&a0, &a1);
+    r->gate_probe = same_state(&a0, &a2) && same_logits(&a0, &a2);
+
+    /* Pass B: the same ids through sequential decode, captured */
+    dsd_capture_arm(cap_b, DSD_CAP_COPY);
+    c->probe_user = &pb;
+    if (decode_pass(c, o, &b, err, errlen)) goto done;
+    c->probe = NULL;
+    ds_state_restore(c, &s0);
+    /* an unprobed decode pass, for timing only */
+    t0 = now_s();
+    if (decode_pass(c, o, &a1, err, errlen)) goto done;
+    r->t_decode = now_s() - t0;
+
+    dsd_capture_finalize(cap_a);
+    dsd_capture_finalize(cap_b);
+    if (dsd_diff(cap_a, cap_b, &r->report) != DSD_OK) { ds_errf(err, errlen, "diverge: diff failed (out of memory)"); goto done; }
+
+    /* the chain, from operators to bytes */
+    int op_ok = 1;
+    for (size_t i = 0; i < r->report.n_objects; i++)
+        if (r->report.objects[i].diverged && dsd_cp_chain(r->report.objects[i].key.cp) == DSD_CHAIN_OPERATOR) op_ok = 0;
+    r->chain[DSD_CHAIN_OPERATOR] = op_ok && dsd_report_identical(&r->report) ? 1 : op_ok;
+    r->chain[DSD_CHAIN_STATE] = same_state(&a2, &b);
+    r->chain[DSD_CHAIN_LOGITS] = same_logits(&a2, &b);
+    const int V = c->m->hp.n_vocab;
+    int greedy_ok = 1;
+    for (int row = 0; row < o->M; row++)
+        if (ds_argmax(a2.logits + (size_t)row * V, V) != ds_argmax(b.logits + (size_t)row * V, V)) {
+            greedy_ok = 0;
+            r->first_token_mismatch_row = row;
+            break;
+        }
+    r->chain[DSD_CHAIN_GREEDY_TOKEN] = greedy_ok;
+    /* bytes follow from tokens for a forced block of one step */
+    r->chain[DSD_CHAIN_BYTES] = greedy_ok;
+    rc = 0;
+done:
+    if (rc) { dsd_report_free(&r->report); }
+    c->probe = saved_probe;
+    c->probe_user = saved_user;
+    if (s0.k) { ds_state_restore(c, &s0); ds_state_free(&s0); }
+    c->ks = saved_ks;
+    pass_free(&a0); pass_free(&a1); pass_free(&a2); pass_free(&b);
+    dsd_capture_free(cap_h); dsd_capture_free(cap_a); dsd_capture_free(cap_b);
+    return rc;
+}
+
+void ds_diverge_result_free(ds_diverge_result *r) { dsd_report_free(&r->report); }
+
+/* ========================================================================
+ * Attribution: which families produce a checkpoint
+ * ===================================================================== */
+
+#define FAM(f) (1u << (f))
+
+unsigned ds_families_for_checkpoint(const ds_model *m, int layer, uint32_t cp, uint32_t sub) {
+    const ds_layer *L = layer >= 0 && layer < m->hp.n_layer ? &m->layers[layer] : NULL;
+    unsigned mm_attn = L ? FAM(ds_matmul_family(L->wq.type)) | FAM(ds_matmul_family(L->wk.type)) | FAM(ds_matmul_family(L->wv.type)) : 0;
+    /* the norm in front of layer l > 0 is fused into the previous layer's
+     * residual epilogue, so both families can produce it */
+    unsigned norm_in = FAM(DS_FAM_RMSNORM) | (layer > 0 ? FAM(DS_FAM_RESIDUAL) : 0);
+    switch (cp) {
+    case DSD_CP_ATTN_NORM: return norm_in;
+    case DSD_CP_QKV:
+    case DSD_CP_KV_WRITE:
+        if (sub == DSD_SUB_Q_NORM || sub == DSD_SUB_K_NORM) return FAM(DS_FAM_RMSNORM);
+        if (sub == DSD_SUB_Q_ROPE || sub == DSD_SUB_K_ROPE) return FAM(DS_FAM_ROPE);
+        if (cp == DSD_CP_KV_WRITE) return FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM) | mm_attn;
+        return mm_attn;
+    case DSD_CP_ATTN_HEADS: return FAM(DS_FAM_ATTENTION);
+    case DSD_CP_ATTN_OUT_PROJ: return L ? FAM(ds_matmul_family(L->wo.type)) : 0;
+    case DSD_CP_ATTN_RESIDUAL: return FAM(DS_FAM_RESIDUAL);
+    case DSD_CP_FFN_NORM: return FAM(DS_FAM_RESIDUAL) | FAM(DS_FAM_RMSNORM);
+    case DSD_CP_FFN_GATE_UP: return L ? FAM(ds_matmul_family(L->w_gate.type)) | FAM(ds_matmul_family(L->w_up.type)) : 0;
+    case DSD_CP_FFN_ACT: return FAM(DS_FAM_SWIGLU);
+    case DSD_CP_FFN_DOWN: return L ? FAM(ds_matmul_family(L->w_down.type)) : 0;
+    case DSD_CP_LAYER_OUT: return FAM(DS_FAM_RESIDUAL);
+    case DSD_CP_FINAL_NORM: return FAM(DS_FAM_RESIDUAL) | FAM(DS_FAM_RMSNORM);
+    case DSD_CP_LOGITS: return FAM(ds_matmul_family(m->output.type));
+    case DSD_CP_TAP: return FAM(DS_FAM_RESIDUAL);
+    default: return 0;
+    }
+}
+
+/* ========================================================================
+ * Isolated same-input A/B per family
+ * ===================================================================== */
+
+static uint64_t mix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static void fill(float *x, size_t n, uint64_t seed, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = ((float)(mix(&seed) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+}
+
+/* Find a weight of the given type in the model (largest input first). */
+static const ds_weight *model_weight_of_type(const ds_model *m, uint32_t type) {
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const ds_layer *L = &m->layers[l];
+        const ds_weight *ws[] = { &L->w_gate, &L->wq, &L->w_down, &L->wo, &L->wk, &L->wv, &L->w_up };
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) if (ws[i]->type == type) return ws[i];
+    }
+    if (m->output.type == type) return &m->output;
+    return NULL;
+}
+
+typedef struct {
+    float *in1, *in2, *ref, *out, *q;   /* scratch */
+} ab_bufs;
+
+int ds_family_ab_run(const ds_model *m, ds_pool *pool, int fam, ds_variant v, int m_max,
+                     ds_family_ab *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->family = fam;
+    out->variant = v;
+    out->worst.first_mismatch = -1;
+    const ds_hparams *hp = &m->hp;
+    const int d = hp->n_embd, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv, ff = hp->n_ff;
+    int K = d, N = d;
+    ds_weight synth = { 0 };
+    void *synth_data = NULL;
+    const ds_weight *W = NULL;
+    if (fam <= DS_FAM_MATMUL_Q8_0) {
+        static const uint32_t types[] = { DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_BF16, DS_TYPE_Q8_0 };
+        uint32_t t = types[fam];
+        W = model_weight_of_type(m, t);
+        if (!W) {
+            /* synthetic weight at the model's FFN shape */
+            K = d - d % 32 ? d - d % 32 : 32;
+            N = ff;
+            int ok;
+            uint64_t rb = ds_row_bytes(t, (uint64_t)K, &ok);
+            float *f = malloc((size_t)K * N * sizeof(float));
+            synth_data = malloc(rb * (uint64_t)N);
+            if (!f || !synth_data) { free(f); free(synth_data); ds_errf(err, errlen, "families: out of memory"); return -1; }
+            fill(f, (size_t)K * N, 99, 0.1f);
+            ds_f32_to_type(t, f, (int64_t)K * N, synth_data);
+            free(f);
+            synth = (ds_weight){ t, K, N, synth_data };
+            W = &synth;
+            out->synthetic = 1;
+        }
+        K = (int)W->n_in;
+        N = (int)W->n_out;
+    }
+    /* buffer sizes: the largest object any family touches, m_max rows */
+    const int n_kv = 160;                     /* cache positions for attention: spans two chunks */
+    size_t row_in = (size_t)(fam <= DS_FAM_MATMUL_Q8_0 ? K : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
+    size_t row_out = (size_t)(fam <= DS_FAM_MATMUL_Q8_0 ? N : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
+    size_t cache = (size_t)n_kv * Hkv * hd;
+    float *in1 = malloc((size_t)m_max * row_in * sizeof(float));
+    float *in2 = malloc(((size_t)m_max * row_in + 2 * cache) * sizeof(float));
+    float *ref = malloc((size_t)m_max * row_out * sizeof(float));
+    float *got = malloc((size_t)m_max * row_out * sizeof(float));
+    float *w = malloc((size_t)(d > hd ? d : hd) * sizeof(float));
+    float *tmp = malloc(((size_t)m_max * row_in + 1) * sizeof(float));
+    int *pos = malloc((size_t)m_max * sizeof(int));
+    if (!in1 || !in2 || !ref || !got || !w || !tmp || !pos) {
+        free(in1); free(in2); free(ref); free(got); free(w); free(tmp); free(pos); free(synth_data);
+        ds_errf(err, errlen, "families: out of memory");
+        return -1;
+    }
+    fill(w, (size_t)(d > hd ? d : hd), 5, 0.5f);
+    for (int i = 0; i < (d > hd ? d : hd); i++) w[i] += 1.0f;
+    double worst_frac = -1.0;
+    for (int M = 1; M <= m_max; M++) {
+        fill(in1, (size_t)M * row_in, 1000 + (uint64_t)M, fam == DS_FAM_SWIGLU ? 4.0f : 1.0f);
+        fill(in2, (size_t)M * row_in + 2 * cache, 2000 + (uint64_t)M, 1.0f);
+        for (int r = 0; r < M; r++) pos[r] = n_kv - M + r;
+        /* reference: the decode kernel row by row; got: the batched variant */
+        switch (fam) {
+        case DS_FAM_MATMUL_F32: case DS_FAM_MATMUL_F16: case DS_FAM_MATMUL_BF16: case DS_FAM_MATMUL_Q8_0:
+            for (int r = 0; r < M; r++) ds_matmul_decode(W, in1 + (size_t)r * K, ref + (size_t)r * N, pool);
+            ds_matmul(v, W, M, in1, got, pool);
+            break;
+        case DS_FAM_ATTENTION: {
+            ds_attn_shape s = { H, Hkv, hd, Hkv * hd, 1.0f / sqrtf((float)hd) };
+            const float *kc = in2 + (size_t)M * row_in, *vc = kc + cache;
+            int p0 = n_kv - M;
+            for (int r = 0; r < M; r++)
+                ds_attention(DS_CANONICAL, &s, 1, p0 + r, 1, p0 + r + 1, in1 + (size_t)r * H * hd, kc, vc, ref + (size_t)r * H * hd, pool);
+            ds_attention(v, &s, M, p0, 1, n_kv, in1, kc, vc, got, pool);
+            break;
+        }
+        case DS_FAM_RMSNORM:
+            for (int r = 0; r < M; r++) ds_rmsnorm(DS_CANONICAL, 1, d, in1 + (size_t)r * d, w, hp->norm_eps, ref + (size_t)r * d, pool);
+            ds_rmsnorm(v, M, d, in1, w, hp->norm_eps, got, pool);
+            break;
+        case DS_FAM_ROPE: {
+            ds_rope_mode mode = hp->arch == DS_ARCH_QWEN3 ? DS_ROPE_NEOX : DS_ROPE_NORMAL;
+            memcpy(ref, in1, (size_t)M * row_in * sizeof(float));
+            memcpy(got, in1, (size_t)M * row_in * sizeof(float));
+            for (int r = 0; r < M; r++) ds_rope(DS_CANONICAL, 1, H, hd, pos + r, hp->rope_base, mode, ref + (size_t)r * H * hd, pool);
+            ds_rope(v, M, H, hd, pos, hp->rope_base, mode, got, pool);
+            break;
+        }
+        case DS_FAM_SWIGLU:
+            for (int r = 0; r < M; r++) ds_swiglu(DS_CANONICAL, 1, ff, in1 + (size_t)r * ff, in2 + (size_t)r * ff, ref + (size_t)r * ff, pool);
+            ds_swiglu(v, M, ff, in1, in2, got, pool);
+            break;
+        case DS_FAM_RESIDUAL:
+            /* compare the epilogue's norm output: that is where it shows */
+            memcpy(tmp, in1, (size_t)M * d * sizeof(float));
+            for (int r = 0; r < M; r++)
+                ds_residual(DS_CANONICAL, DS_CANONICAL, 1, d, tmp + (size_t)r * d, in2 + (size_t)r * d, w, hp->norm_eps, ref + (size_t)r * d, pool);
+            memcpy(tmp, in1, (size_t)M * d * sizeof(float));
+            ds_residual(v, DS_CANONICAL, M, d, tmp, in2, w, hp->norm_eps, got, pool);
+            break;
+        default:
+            free(in1); free(in2); free(ref); free(got); free(w); free(tmp); free(pos); free(synth_data);
+            ds_errf(err, errlen, "families: unknown family %d", fam);
+            return -1;
+        }
+        dsd_metrics mt;
+        dsd_compare(got, ref, (size_t)M * row_out, &mt);
+        if (!mt.bit_exact) {
+            out->proven_different = 1;
+            out->differing_widths++;
+        }
+        if (mt.mismatch_fraction > worst_frac) { worst_frac = mt.mismatch_fraction; out->worst = mt; }
+    }
+    free(in1); free(in2); free(ref); free(got); free(w); free(tmp); free(pos); free(synth_data);
+    return 0;
+}

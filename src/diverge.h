@@ -1,0 +1,61 @@
+/* diverge.h — the batched-vs-sequential experiments behind `dspark diverge`,
+ * `dspark families` and `dspark sweep` (seed 000's method, made complete):
+ *
+ *   same true S0 (canonical prefill of a prompt)
+ *   -> Pass A: ds_forward_batch of a forced block with the kernel set under
+ *      test, every checkpoint copied into a preallocated capture arena
+ *   -> restore the full S0 (KV rows and n_past)
+ *   -> Pass B: the same token ids forced through ds_decode (never re-derived
+ *      by argmax), captured the same way
+ *   -> raw-bit comparison of every object, earliest divergence in canonical
+ *      (row, layer, checkpoint, subobject) order.
+ * The non-perturbation gate runs Pass A three times — no probe (A0), hooks
+ * armed without copies (A1), full copies (A2) — and requires the
+ * future-visible state (KV rows, taps) and logits to be bitwise identical. */
+#ifndef DSPARK_DIVERGE_H
+#define DSPARK_DIVERGE_H
+
+#include "model.h"
+#include "dspark_diag.h"
+
+typedef struct {
+    const int32_t *prompt;   int n_prompt;   /* S0 = canonical prefill        */
+    const int32_t *block;    int M;          /* forced tokens at n_prompt..   */
+    ds_kernel_set  ks;                       /* batched kernels under test    */
+} ds_diverge_opts;
+
+typedef struct {
+    int        gate_control, gate_probe;     /* 1 = PASS                      */
+    dsd_report report;                       /* A = batched, B = decode       */
+    int        chain[DSD_CHAIN_COUNT];       /* 1 PASS, 0 FAIL, -1 untested   */
+    int        first_token_mismatch_row;     /* greedy argmax A vs B, -1 none */
+    double     t_batch, t_decode;            /* seconds, unprobed passes      */
+} ds_diverge_result;
+
+/* Runs the gate and the experiment. The context's n_past and kernel set are
+ * restored afterwards. 0, or -1 with err. Free the result with
+ * ds_diverge_result_free. */
+int  ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, char *err, size_t errlen);
+void ds_diverge_result_free(ds_diverge_result *r);
+
+/* ---- isolated same-input A/B of one family -------------------------------
+ * The family's decode kernel (canonical at M=1, row by row) against the
+ * given batched variant on identical inputs at the model's shapes, for
+ * M = 1..m_max. Matmul families use a weight of that type from the model
+ * when it has one, else a deterministic synthetic one (synthetic = 1). */
+typedef struct {
+    int         family;
+    ds_variant  variant;
+    int         proven_different;            /* some bit differed             */
+    int         differing_widths;            /* how many M in 1..m_max         */
+    int         synthetic;
+    dsd_metrics worst;                       /* metrics of the worst width     */
+} ds_family_ab;
+int ds_family_ab_run(const ds_model *m, ds_pool *pool, int family, ds_variant v, int m_max,
+                     ds_family_ab *out, char *err, size_t errlen);
+
+/* Families whose kernels produce a checkpoint (the attribution map used by
+ * the sweep): bitmask of (1 << family). */
+unsigned ds_families_for_checkpoint(const ds_model *m, int layer, uint32_t cp, uint32_t sub);
+
+#endif

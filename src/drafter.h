@@ -1,0 +1,58 @@
+/* drafter.h — the DSpark block drafter (spec: ../shared/reference/dspark-spec.md
+ * §1-§3): target-feature taps -> fc -> hidden_norm -> per-layer K/V injected
+ * into the drafter's own KV cache ("context rows"), a block
+ * [anchor, MASK x (gamma-1)] run non-causally over context + block, final
+ * norm, the TARGET's LM head (shared memory, never copied), a Markov head
+ * (vanilla / gated / rnn), a confidence head, and an optional correction
+ * head. Loads mainline llama.cpp `dflash` files and PrismML legacy
+ * `dspark.dspark.*` files. */
+#ifndef DSPARK_DRAFTER_H
+#define DSPARK_DRAFTER_H
+
+#include "model.h"
+#include "sampler.h"
+
+typedef struct ds_drafter ds_drafter;
+typedef struct ds_dctx ds_dctx;
+
+/* Load and validate against the target (shared embedding/head, d, vocab,
+ * tap ids in range and increasing, fc width = n_taps*d, block size >= 1,
+ * MASK id inside the vocabulary, every tensor's shape). One error line. */
+ds_drafter *ds_drafter_load(const char *path, const ds_model *target, char *err, size_t errlen);
+void        ds_drafter_free(ds_drafter *d);
+
+int         ds_drafter_block_size(const ds_drafter *d);     /* gamma                      */
+int         ds_drafter_n_taps(const ds_drafter *d);
+const int  *ds_drafter_tap_layers(const ds_drafter *d);     /* HF ids for ds_set_taps     */
+int         ds_drafter_has_confidence(const ds_drafter *d);
+int32_t     ds_drafter_mask_id(const ds_drafter *d);
+const char *ds_drafter_describe(const ds_drafter *d);       /* one key=value line         */
+/* The LM head weight the drafter uses (== the target's output, same memory). */
+const ds_weight *ds_drafter_head(const ds_drafter *d);
+
+/* Runtime state: the drafter KV cache (context rows only; block rows are
+ * never persisted). Uses the target context's pool. */
+ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_pool *pool, char *err, size_t errlen);
+void     ds_dctx_free(ds_dctx *x);
+int      ds_dctx_len(const ds_dctx *x);                     /* context rows held          */
+int      ds_dctx_truncate(ds_dctx *x, int n_pos);
+/* Append context rows for positions pos0..pos0+n-1 (pos0 == current length)
+ * from target taps, n rows of n_taps*d floats. */
+int      ds_dctx_append(ds_dctx *x, const float *taps, int n, int pos0, char *err, size_t errlen);
+
+/* One drafting round: block [anchor, MASK...] at positions p..p+gamma-1
+ * (p == ds_dctx_len), always the full trained gamma rows. Selects n_keep
+ * (1..gamma) draft tokens left to right through the Markov chain: slot k
+ * gives the token for position p+k+1, chosen with ds_sample(samp, z_k, V,
+ * p+k+1). Outputs (any may be NULL): ids[n_keep], confidence[n_keep]
+ * (sigmoid per slot, conditional on the earlier slots), logits[n_keep*V]
+ * (the corrected z_k). Keeping k drafts yields exactly the first k of the
+ * full block's outputs (the block always runs all gamma rows). */
+typedef struct {
+    const ds_sampler *samp;
+    int   n_keep;
+} ds_draft_opts;
+int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t *ids, float *confidence,
+             float *logits, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,389 @@
+/* drafter_forward.c — the DSpark drafter at run time (spec §1.2-§1.7, §2,
+ * §3.1): context injection into the drafter's KV cache, the non-causal
+ * γ-row block forward, the shared LM head, the Markov chain (vanilla /
+ * gated / rnn), the confidence head and the optional correction head.
+ *
+ * Every kernel call is the canonical variant, so a row's bits depend only on
+ * that row's inputs (never on how many rows share the call). Two things
+ * follow and the tests check both bitwise: keeping n_keep < γ drafts gives
+ * exactly the first n_keep outputs of the full block (the block always runs
+ * all γ rows; only the LM head / chain stops early), and the layer-0
+ * projections of the MASK rows, which are functions of constant weights,
+ * can be computed once per context (ds_dctx_new) and reused every round.
+ *
+ * Per slot k (position p+k, predicting p+k+1), with h_k the post-output_norm
+ * hidden and prev_0 = anchor, prev_{k+1} = the token chosen at slot k:
+ *   plain:      z_k = W_lm h_k + B_k(prev_k [, h_k, rnn state])
+ *   corrected:  h'_k = h_k + W_down(silu(W_gate in) * W_up in),
+ *               in = [RMSNorm_hn(h_k); RMSNorm_en(E[prev_k])]  (eps 1e-6),
+ *               z_k = W_lm h'_k + W2 W1[ids_k]  with ids = [anchor, MASK...]
+ *               (PrismML graph-corrected order, "markov_deploy_exposure":
+ *               the Markov term uses the slot's own input id, so slots >= 1
+ *               share one constant MASK bias, cached).
+ *   both:       z_k[MASK] = -1e6 (every other logit untouched), then
+ *               token = argmax (greedy) or ds_sample(samp, z_k, V, p+k+1);
+ *   confidence: c_k = sigmoid(w . [h_k; W1[prev_k]] + b)  (h_k uncorrected).
+ * The LM head for the plain variant is one matmul over the kept rows; with a
+ * correction head the head input depends on prev_k, so it runs per slot. */
+#include "drafter_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define CANON DS_CANONICAL
+#define DS_MASK_LOGIT (-1e6f)
+#define DS_CORR_EPS 1e-6f
+#define DS_FEAT_MAX 65504.0f
+
+static uint64_t row_bytes(uint32_t type, int64_t n) {
+    int ok;
+    return ds_row_bytes(type, (uint64_t)n, &ok);
+}
+
+/* Row `id` of a [n_out][n_in] weight, converted to f32. */
+static void weight_row(const ds_weight *w, int64_t id, float *out) {
+    ds_row_to_f32(w->type, (const uint8_t *)w->data + (size_t)id * row_bytes(w->type, w->n_in), w->n_in, out);
+}
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* ---- context -------------------------------------------------------------- */
+
+void ds_dctx_free(ds_dctx *x) {
+    if (!x) return;
+    free(x->k_cache); free(x->v_cache);
+    free(x->feat); free(x->x); free(x->xn); free(x->o); free(x->q); free(x->att); free(x->k); free(x->v);
+    free(x->gate); free(x->up); free(x->hff); free(x->h); free(x->z); free(x->bias); free(x->samp_scratch);
+    free(x->vec); free(x->cw); free(x->hc); free(x->state); free(x->pos); free(x->chosen);
+    free(x->mask_x); free(x->mask_q); free(x->mask_k); free(x->mask_v); free(x->mask_bias);
+    free(x);
+}
+
+/* Layer-0 projections of rows whose input is the embedding row `id`:
+ * x0 = E[id], a = RMSNorm(x0), q/k/v (+ q/k norm), no RoPE. */
+static void layer0_proj_row(const ds_drafter *d, ds_pool *pool, const float *x0, float *a, float *q, float *k, float *v) {
+    const ds_dlayer *L = &d->layers[0];
+    ds_rmsnorm(CANON, 1, d->d, x0, L->attn_norm, d->eps, a, pool);
+    ds_matmul(CANON, &L->wq, 1, a, q, pool);
+    ds_matmul(CANON, &L->wk, 1, a, k, pool);
+    ds_matmul(CANON, &L->wv, 1, a, v, pool);
+    if (L->q_norm) {
+        ds_rmsnorm(CANON, d->n_head, d->head_dim, q, L->q_norm, d->eps, q, pool);
+        ds_rmsnorm(CANON, d->n_head_kv, d->head_dim, k, L->k_norm, d->eps, k, pool);
+    }
+}
+
+ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_pool *pool, char *err, size_t errlen) {
+    if (!d) { ds_errf(err, errlen, "drafter context: no drafter given"); return NULL; }
+    if (n_ctx < 1 || n_ctx > (1 << 24)) {
+        ds_errf(err, errlen, "drafter context: n_ctx %d is out of range [1, %d]", n_ctx, 1 << 24);
+        return NULL;
+    }
+    ds_dctx *x = calloc(1, sizeof *x);
+    if (!x) { ds_errf(err, errlen, "drafter context: out of memory"); return NULL; }
+    x->d = d;
+    x->pool = pool;
+    x->n_ctx = n_ctx;
+    x->cap = n_ctx + d->gamma;
+    x->rows = d->gamma > DS_DRAFT_CHUNK ? d->gamma : DS_DRAFT_CHUNK;
+    const size_t R = (size_t)x->rows, D = (size_t)d->d, hd = (size_t)d->head_dim;
+    const size_t qd = (size_t)d->n_head * hd, kvd = (size_t)d->n_head_kv * hd, V = (size_t)d->V;
+    const size_t r = (size_t)d->rank, G = (size_t)d->gamma, w = (size_t)(d->has_corr ? d->corr_w : 0);
+    const size_t cache = (size_t)d->n_layer * (size_t)x->cap * kvd;
+    x->k_cache = calloc(cache ? cache : 1, sizeof(float));
+    x->v_cache = calloc(cache ? cache : 1, sizeof(float));
+    x->feat = malloc(R * (size_t)d->n_taps * D * sizeof(float));
+    x->x = malloc(R * D * sizeof(float));
+    x->xn = malloc(R * D * sizeof(float));
+    x->o = malloc(R * D * sizeof(float));
+    x->q = malloc(R * qd * sizeof(float));
+    x->att = malloc(R * qd * sizeof(float));
+    x->k = malloc(R * kvd * sizeof(float));
+    x->v = malloc(R * kvd * sizeof(float));
+    x->gate = malloc(R * (size_t)d->n_ff * sizeof(float));
+    x->up = malloc(R * (size_t)d->n_ff * sizeof(float));
+    x->hff = malloc(R * (size_t)d->n_ff * sizeof(float));
+    x->h = malloc(G * D * sizeof(float));
+    x->z = malloc(G * V * sizeof(float));
+    x->bias = malloc(V * sizeof(float));
+    x->samp_scratch = malloc(2 * V * sizeof(float));
+    x->vec = malloc((7 * r + 4 * D + 16) * sizeof(float));
+    x->cw = malloc((3 * w + 1) * sizeof(float));
+    x->hc = malloc(D * sizeof(float));
+    x->state = malloc((r + 1) * sizeof(float));
+    x->pos = malloc(R * sizeof(int));
+    x->chosen = malloc(G * sizeof(int32_t));
+    x->mask_x = malloc(D * sizeof(float));
+    x->mask_q = malloc(qd * sizeof(float));
+    x->mask_k = malloc(kvd * sizeof(float));
+    x->mask_v = malloc(kvd * sizeof(float));
+    x->mask_bias = malloc(V * sizeof(float));
+    if (!x->k_cache || !x->v_cache || !x->feat || !x->x || !x->xn || !x->o || !x->q || !x->att || !x->k || !x->v ||
+        !x->gate || !x->up || !x->hff || !x->h || !x->z || !x->bias || !x->samp_scratch || !x->vec || !x->cw ||
+        !x->hc || !x->state || !x->pos || !x->chosen || !x->mask_x || !x->mask_q || !x->mask_k || !x->mask_v ||
+        !x->mask_bias) {
+        ds_errf(err, errlen, "drafter context: out of memory for n_ctx=%d (KV cache %.1f MiB)", n_ctx,
+                2.0 * (double)cache * sizeof(float) / 1048576.0);
+        ds_dctx_free(x);
+        return NULL;
+    }
+    /* MASK-row reuse cache (constant per drafter) */
+    weight_row(d->embd, d->mask_id, x->mask_x);
+    layer0_proj_row(d, pool, x->mask_x, x->o, x->mask_q, x->mask_k, x->mask_v);
+    if (d->has_corr && r > 0) {
+        weight_row(&d->w1, d->mask_id, x->vec);
+        ds_matmul(CANON, &d->w2, 1, x->vec, x->mask_bias, pool);
+    }
+    return x;
+}
+
+int ds_dctx_len(const ds_dctx *x) { return x->len; }
+
+int ds_dctx_truncate(ds_dctx *x, int n_pos) {
+    if (!x || n_pos < 0 || n_pos > x->len) return -1;
+    x->len = n_pos;
+    return 0;
+}
+
+/* ---- context injection (spec §1.3, §1.5 k_ctx / v_ctx, §1.7) ------------ */
+
+int ds_dctx_append(ds_dctx *x, const float *taps, int n, int pos0, char *err, size_t errlen) {
+    if (!x) { ds_errf(err, errlen, "drafter append: no context"); return -1; }
+    const ds_drafter *d = x->d;
+    if (n < 0) { ds_errf(err, errlen, "drafter append: %d rows (must be >= 0)", n); return -1; }
+    if (pos0 != x->len) {
+        ds_errf(err, errlen, "drafter append: rows start at position %d but the drafter context holds %d rows (must be equal)", pos0, x->len);
+        return -1;
+    }
+    if ((int64_t)pos0 + n > x->n_ctx) {
+        ds_errf(err, errlen, "drafter append: positions %d..%d exceed the drafter context size %d", pos0, pos0 + n - 1, x->n_ctx);
+        return -1;
+    }
+    if (n == 0) return 0;
+    if (!taps) { ds_errf(err, errlen, "drafter append: no tap rows given"); return -1; }
+    const int D = d->d, hd = d->head_dim, Hkv = d->n_head_kv, kvd = Hkv * hd;
+    const size_t fw = (size_t)d->n_taps * D;
+    for (int done = 0; done < n;) {
+        const int M = n - done < DS_DRAFT_CHUNK ? n - done : DS_DRAFT_CHUNK;
+        const int p0 = pos0 + done;
+        /* sanitize (spec §1.2): NaN -> 0, |x| > 65504 -> +-65504 */
+        const float *src = taps + (size_t)done * fw;
+        for (size_t i = 0; i < (size_t)M * fw; i++) {
+            float v = src[i];
+            if (v != v) v = 0.0f;
+            else if (v > DS_FEAT_MAX) v = DS_FEAT_MAX;
+            else if (v < -DS_FEAT_MAX) v = -DS_FEAT_MAX;
+            x->feat[i] = v;
+        }
+        for (int r = 0; r < M; r++) x->pos[r] = p0 + r;
+        /* ctx = RMSNorm_hidden_norm(W_fc feat) */
+        ds_matmul(CANON, &d->fc, M, x->feat, x->x, x->pool);
+        ds_rmsnorm(CANON, M, D, x->x, d->hidden_norm, d->eps, x->xn, x->pool);
+        for (int l = 0; l < d->n_layer; l++) {
+            const ds_dlayer *L = &d->layers[l];
+            /* context rows skip input_layernorm; same W_k / k_norm / W_v */
+            ds_matmul(CANON, &L->wk, M, x->xn, x->k, x->pool);
+            ds_matmul(CANON, &L->wv, M, x->xn, x->v, x->pool);
+            if (L->k_norm) ds_rmsnorm(CANON, M * Hkv, hd, x->k, L->k_norm, d->eps, x->k, x->pool);
+            ds_rope(CANON, M, Hkv, hd, x->pos, d->rope_base, d->rope_mode, x->k, x->pool);
+            float *kc = x->k_cache + (size_t)l * x->cap * kvd;
+            float *vc = x->v_cache + (size_t)l * x->cap * kvd;
+            memcpy(kc + (size_t)p0 * kvd, x->k, (size_t)M * kvd * sizeof(float));
+            memcpy(vc + (size_t)p0 * kvd, x->v, (size_t)M * kvd * sizeof(float));
+        }
+        done += M;
+    }
+    x->len = pos0 + n;
+    return 0;
+}
+
+/* ---- the block forward (spec §1.4-§1.6) ----------------------------------- */
+
+/* Runs the γ block rows [anchor, MASK...] at positions p..p+γ-1 through the
+ * trunk; leaves the post-output_norm hidden of every row in x->xn. Block K/V
+ * rows go to cache rows p..p+γ-1 (beyond the context length: scratch that
+ * the next append or round overwrites; never counted as context). */
+static void block_forward(ds_dctx *x, int32_t anchor, int p) {
+    const ds_drafter *d = x->d;
+    const int G = d->gamma, D = d->d, hd = d->head_dim, H = d->n_head, Hkv = d->n_head_kv;
+    const int qd = H * hd, kvd = Hkv * hd, ff = d->n_ff;
+    const float eps = d->eps;
+    ds_pool *pool = x->pool;
+    const int reuse = !x->no_mask_cache && G > 1;
+
+    for (int r = 0; r < G; r++) x->pos[r] = p + r;
+    weight_row(d->embd, anchor, x->x);
+    for (int r = 1; r < G; r++) {
+        if (reuse) memcpy(x->x + (size_t)r * D, x->mask_x, (size_t)D * sizeof(float));
+        else weight_row(d->embd, d->mask_id, x->x + (size_t)r * D);
+    }
+    for (int l = 0; l < d->n_layer; l++) {
+        const ds_dlayer *L = &d->layers[l];
+        if (l == 0 && reuse) {
+            /* anchor row computed; MASK rows copied from the per-context cache */
+            layer0_proj_row(d, pool, x->x, x->xn, x->q, x->k, x->v);
+            for (int r = 1; r < G; r++) {
+                memcpy(x->q + (size_t)r * qd, x->mask_q, (size_t)qd * sizeof(float));
+                memcpy(x->k + (size_t)r * kvd, x->mask_k, (size_t)kvd * sizeof(float));
+                memcpy(x->v + (size_t)r * kvd, x->mask_v, (size_t)kvd * sizeof(float));
+            }
+        } else {
+            if (l == 0) ds_rmsnorm(CANON, G, D, x->x, L->attn_norm, eps, x->xn, pool);
+            ds_matmul(CANON, &L->wq, G, x->xn, x->q, pool);
+            ds_matmul(CANON, &L->wk, G, x->xn, x->k, pool);
+            ds_matmul(CANON, &L->wv, G, x->xn, x->v, pool);
+            if (L->q_norm) {
+                ds_rmsnorm(CANON, G * H, hd, x->q, L->q_norm, eps, x->q, pool);
+                ds_rmsnorm(CANON, G * Hkv, hd, x->k, L->k_norm, eps, x->k, pool);
+            }
+        }
+        ds_rope(CANON, G, H, hd, x->pos, d->rope_base, d->rope_mode, x->q, pool);
+        ds_rope(CANON, G, Hkv, hd, x->pos, d->rope_base, d->rope_mode, x->k, pool);
+        float *kc = x->k_cache + (size_t)l * x->cap * kvd;
+        float *vc = x->v_cache + (size_t)l * x->cap * kvd;
+        memcpy(kc + (size_t)p * kvd, x->k, (size_t)G * kvd * sizeof(float));
+        memcpy(vc + (size_t)p * kvd, x->v, (size_t)G * kvd * sizeof(float));
+        ds_attn_shape as = { H, Hkv, hd, kvd, 1.0f / sqrtf((float)hd) };
+        ds_attention(CANON, &as, G, p, 0, p + G, x->q, kc, vc, x->att, pool);
+        ds_matmul(CANON, &L->wo, G, x->att, x->o, pool);
+        ds_residual(CANON, CANON, G, D, x->x, x->o, L->ffn_norm, eps, x->xn, pool);
+        ds_matmul(CANON, &L->w_gate, G, x->xn, x->gate, pool);
+        ds_matmul(CANON, &L->w_up, G, x->xn, x->up, pool);
+        ds_swiglu(CANON, G, ff, x->gate, x->up, x->hff, pool);
+        ds_matmul(CANON, &L->w_down, G, x->hff, x->o, pool);
+        const float *next = l + 1 < d->n_layer ? d->layers[l + 1].attn_norm : d->output_norm;
+        ds_residual(CANON, CANON, G, D, x->x, x->o, next, eps, x->xn, pool);
+    }
+    memcpy(x->h, x->xn, (size_t)G * D * sizeof(float));
+}
+
+/* ---- heads (spec §2, §2.5, §3.1) ----------------------------------------- */
+
+int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t *ids, float *confidence,
+             float *logits, char *err, size_t errlen) {
+    if (!x) { ds_errf(err, errlen, "draft: no drafter context"); return -1; }
+    const ds_drafter *d = x->d;
+    const int G = d->gamma, D = d->d, V = d->V, r = d->rank;
+    const ds_sampler *samp = o ? o->samp : NULL;
+    const int n_keep = o ? o->n_keep : G;
+    /* every contract is checked before anything is written */
+    if (n_keep < 1 || n_keep > G) {
+        ds_errf(err, errlen, "draft: n_keep %d is out of range [1, %d] (the block size)", n_keep, G);
+        return -1;
+    }
+    if (p != x->len) {
+        ds_errf(err, errlen, "draft: anchor position %d must equal the drafter context length %d", p, x->len);
+        return -1;
+    }
+    if (anchor < 0 || anchor >= V) {
+        ds_errf(err, errlen, "draft: anchor token %d is out of range [0, %d)", anchor, V);
+        return -1;
+    }
+    if (samp && samp->temp < 0.0f) {
+        ds_errf(err, errlen, "draft: sampler temperature %g is negative", samp->temp);
+        return -1;
+    }
+    const int greedy = !samp || samp->temp == 0.0f;
+    ds_pool *pool = x->pool;
+
+    block_forward(x, anchor, p);
+    if (x->dbg_hidden) memcpy(x->dbg_hidden, x->h, (size_t)G * D * sizeof(float));
+
+    /* scratch carve-up of x->vec: e[r] | in[max(2r+d, d+r, 2d)] | out[3r] | g[r] */
+    float *e = x->vec;
+    float *in = e + r;
+    float *out = in + 2 * (size_t)r + 2 * (size_t)D;
+    float *gv = out + 3 * (size_t)r;
+
+    if (!d->has_corr) {
+        /* base logits of every kept row in one LM-head matmul */
+        ds_matmul(CANON, d->head, n_keep, x->h, x->z, pool);
+    }
+    if (d->markov == DS_MARKOV_RNN) memset(x->state, 0, (size_t)r * sizeof(float));
+
+    int32_t prev = anchor;
+    for (int k = 0; k < n_keep; k++) {
+        const float *hk = x->h + (size_t)k * D;
+        float *zk = x->z + (size_t)k * V;
+        if (r > 0) weight_row(&d->w1, prev, e);       /* e_k = W1[prev_k] */
+
+        if (d->has_corr) {
+            /* h'_k = h_k + W_down(silu(W_gate in) * W_up in) */
+            const int w = d->corr_w;
+            float *cg = x->cw, *cu = cg + w, *ca = cu + w;
+            ds_rmsnorm(CANON, 1, D, hk, d->corr_hn, DS_CORR_EPS, in, pool);
+            weight_row(d->embd, prev, x->hc);
+            ds_rmsnorm(CANON, 1, D, x->hc, d->corr_en, DS_CORR_EPS, in + D, pool);
+            ds_matmul(CANON, &d->corr_gate, 1, in, cg, pool);
+            ds_matmul(CANON, &d->corr_up, 1, in, cu, pool);
+            ds_swiglu(CANON, 1, w, cg, cu, ca, pool);
+            ds_matmul(CANON, &d->corr_down, 1, ca, x->o, pool);
+            for (int i = 0; i < D; i++) x->hc[i] = hk[i] + x->o[i];
+            ds_matmul(CANON, d->head, 1, x->hc, zk, pool);
+            if (r > 0) {
+                /* deploy exposure: the slot's own input id (anchor, then MASK) */
+                const float *b;
+                if (k > 0 && !x->no_mask_cache) b = x->mask_bias;
+                else {
+                    weight_row(&d->w1, k == 0 ? anchor : d->mask_id, gv);
+                    ds_matmul(CANON, &d->w2, 1, gv, x->bias, pool);
+                    b = x->bias;
+                }
+                for (int i = 0; i < V; i++) zk[i] += b[i];
+            }
+        } else if (r > 0) {
+            const float *bsrc = e;
+            if (d->markov == DS_MARKOV_GATED) {
+                /* g = sigmoid(W_g [h; e] + b_g); B = W2 (g * e) */
+                memcpy(in, hk, (size_t)D * sizeof(float));
+                memcpy(in + D, e, (size_t)r * sizeof(float));
+                ds_matmul(CANON, &d->mgate, 1, in, out, pool);
+                for (int j = 0; j < r; j++) gv[j] = sigmoidf(out[j] + d->mgate_b[j]) * e[j];
+                bsrc = gv;
+            } else if (d->markov == DS_MARKOV_RNN) {
+                /* [gamma; cand; o] = W_j [s; e; h] + b_j; s = g s + (1-g) cand; B = W2 tanh(o) */
+                memcpy(in, x->state, (size_t)r * sizeof(float));
+                memcpy(in + r, e, (size_t)r * sizeof(float));
+                memcpy(in + 2 * r, hk, (size_t)D * sizeof(float));
+                ds_matmul(CANON, &d->mjoint, 1, in, out, pool);
+                for (int j = 0; j < r; j++) {
+                    float g = sigmoidf(out[j] + d->mjoint_b[j]);
+                    float c = tanhf(out[r + j] + d->mjoint_b[r + j]);
+                    x->state[j] = g * x->state[j] + (1.0f - g) * c;
+                    gv[j] = tanhf(out[2 * r + j] + d->mjoint_b[2 * r + j]);
+                }
+                bsrc = gv;
+            }
+            ds_matmul(CANON, &d->w2, 1, bsrc, x->bias, pool);
+            for (int i = 0; i < V; i++) zk[i] += x->bias[i];
+        }
+
+        if (x->dbg_unmasked) memcpy(x->dbg_unmasked + (size_t)k * V, zk, (size_t)V * sizeof(float));
+        zk[d->mask_id] = DS_MASK_LOGIT;
+
+        if (d->has_conf && confidence) {
+            float lc;
+            memcpy(in, hk, (size_t)D * sizeof(float));
+            if (d->conf_with_markov) memcpy(in + D, e, (size_t)r * sizeof(float));
+            ds_matmul(CANON, &d->conf_w, 1, in, &lc, pool);
+            confidence[k] = sigmoidf(lc + d->conf_b);
+        } else if (confidence) {
+            confidence[k] = 1.0f;
+        }
+
+        int32_t tok;
+        if (greedy) tok = (int32_t)ds_argmax(zk, V);
+        else {
+            tok = ds_sample(samp, zk, V, (int64_t)p + k + 1, x->samp_scratch);
+            if (tok < 0 || tok >= V) {
+                ds_errf(err, errlen, "draft: the sampler failed at slot %d", k);
+                return -1;
+            }
+        }
+        x->chosen[k] = tok;
+        prev = tok;
+    }
+    if (ids) memcpy(ids, x->chosen, (size_t)n_keep * sizeof(int32_t));
+    if (logits) memcpy(logits, x->z, (size_t)n_keep * V * sizeof(float));
+    return 0;
+}

@@ -1,0 +1,102 @@
+/* drafter_internal.h — the DSpark drafter's structures, shared by
+ * drafter.c (load + validation) and drafter_forward.c (context injection,
+ * block forward, heads). Tests include it for their debug hooks; nothing
+ * else should. */
+#ifndef DSPARK_DRAFTER_INTERNAL_H
+#define DSPARK_DRAFTER_INTERNAL_H
+
+#include "drafter.h"
+
+typedef enum { DS_MARKOV_NONE = 0, DS_MARKOV_VANILLA, DS_MARKOV_GATED, DS_MARKOV_RNN } ds_markov_type;
+typedef enum { DS_DLAYOUT_DFLASH = 0, DS_DLAYOUT_DSPARK = 1 } ds_drafter_layout;
+
+const char *ds_markov_type_name(int t);
+
+/* One drafter layer (Qwen3 flavour; q/k norms may be absent for a Llama
+ * trunk, then q_norm == k_norm == NULL). */
+typedef struct {
+    const float *attn_norm, *q_norm, *k_norm, *ffn_norm;   /* f32 views (arena) */
+    ds_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+} ds_dlayer;
+
+struct ds_drafter {
+    gguf_ctx       *g;              /* owns the mapping the weights point into   */
+    const ds_model *target;         /* borrowed: embedding + LM head             */
+    int   layout;                   /* ds_drafter_layout                         */
+    int   n_layer, d, n_head, n_head_kv, head_dim, n_ff, V;
+    float rope_base, eps;
+    ds_rope_mode rope_mode;
+    int   gamma;                    /* block size                                */
+    int   n_taps;
+    int   taps[DS_MAX_TAPS];        /* HF ids (layer outputs)                    */
+    int32_t mask_id;
+
+    ds_weight    fc;                /* {n_taps*d, d}                             */
+    const float *hidden_norm;       /* enc.output_norm / dspark.hidden_norm      */
+    const float *output_norm;
+    ds_dlayer   *layers;
+
+    int          markov;            /* ds_markov_type                            */
+    int          rank;              /* r; 0 = no Markov head                     */
+    ds_weight    w1, w2;            /* {r, V} each; W1 is a lookup table         */
+    ds_weight    mgate;             /* gated: {d+r, r}                           */
+    const float *mgate_b;           /* gated: [r]                                */
+    ds_weight    mjoint;            /* rnn: {2r+d, 3r}                           */
+    const float *mjoint_b;          /* rnn: [3r]                                 */
+
+    int          has_conf, conf_with_markov;
+    ds_weight    conf_w;            /* {d(+r), 1}                                */
+    float        conf_b;
+
+    int          has_corr, corr_w;  /* correction head and its width            */
+    const float *corr_hn, *corr_en; /* [d] each                                  */
+    ds_weight    corr_gate, corr_up;/* {2d, w}                                   */
+    ds_weight    corr_down;         /* {w, d}                                    */
+
+    const ds_weight *embd;          /* == &target->tok_embd                      */
+    const ds_weight *head;          /* == &target->output (same memory)          */
+    int   file_has_embd, file_has_output; /* legacy copies found (and ignored)   */
+
+    float *arena;                   /* norms and biases converted to f32         */
+    char   desc[640];
+};
+
+#define DS_DRAFT_CHUNK 64           /* context rows per internal append chunk    */
+
+struct ds_dctx {
+    const ds_drafter *d;
+    ds_pool *pool;
+    int   n_ctx;                    /* context rows capacity                     */
+    int   cap;                      /* cache rows = n_ctx + gamma (block rows)   */
+    int   len;                      /* context rows held                         */
+    float *k_cache, *v_cache;       /* [n_layer][cap][n_head_kv*head_dim]        */
+    int   rows;                     /* scratch rows = max(chunk, gamma)          */
+    /* scratch */
+    float *feat;                    /* [rows][n_taps*d] sanitized taps           */
+    float *x, *xn, *o;              /* [rows][d]                                 */
+    float *q, *att;                 /* [rows][H*hd]                              */
+    float *k, *v;                   /* [rows][Hkv*hd]                            */
+    float *gate, *up, *hff;         /* [rows][n_ff]                              */
+    float *h;                       /* [gamma][d] post-output_norm hidden        */
+    float *z;                       /* [gamma][V] logits                         */
+    float *bias;                    /* [V] Markov bias                           */
+    float *samp_scratch;            /* [2V]                                      */
+    float *vec;                     /* [max(2r+d, 2d, d+r) + 3r + ...] small     */
+    float *cw;                      /* correction: [2w]                          */
+    float *hc;                      /* correction: [d] corrected hidden          */
+    float *state;                   /* rnn state [r]                             */
+    int   *pos;                     /* [rows]                                    */
+    int32_t *chosen;                /* [gamma]                                   */
+    /* MASK-row reuse: layer-0 projections of E[MASK] (post q/k-norm, pre-RoPE),
+     * and for the graph-corrected mode the constant Markov bias of MASK. The
+     * MASK row is a function of constant weights only, so the cache is built
+     * once in ds_dctx_new and reused every round. */
+    float *mask_x, *mask_q, *mask_k, *mask_v;   /* [d], [H*hd], [Hkv*hd] x2      */
+    float *mask_bias;               /* [V] (correction mode with a Markov head)  */
+    /* test hooks (drafter_internal.h only) */
+    int    no_mask_cache;           /* 1: recompute MASK rows every round        */
+    float *dbg_unmasked;            /* if set: [n_keep][V] logits before z[MASK]=-1e6 */
+    float *dbg_hidden;              /* if set: [gamma][d] post-output_norm h     */
+};
+
+#endif

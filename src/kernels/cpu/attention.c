@@ -1,0 +1,296 @@
+/* attention.c — attention family: softmax(q·K^T * scale) · V against the KV
+ * cache, which ALREADY holds the rows of the current call.
+ *
+ * Query row m is at absolute position pos0 + m; causal rows see keys
+ * [0, pos0 + m], non-causal rows see [0, n_kv). GQA: query head h reads kv
+ * head h / (n_head / n_kv_head). q and out are [M][n_head][head_dim]; out may
+ * alias q (each (row, head) reads its q before writing its out).
+ *
+ *   decode     attn_row_head(): split-KV over chunks of DS_ATTN_CHUNK keys at
+ *              ABSOLUTE boundaries (0, 64, 128, ...). Per chunk: scores with
+ *              the 16-lane dot (ds_dot16) times scale, the chunk max,
+ *              p = expf(s - chunk_max) summed in key order, p·V accumulated in
+ *              key order; chunks folded left to right by the online-softmax
+ *              rescale (m, l, acc); one final divide. Every quantity is a
+ *              function of the row's own prefix only.
+ *   canonical  (row, head) pairs split over threads, each pair through
+ *              attn_row_head() — decode is canonical with M = 1.
+ *   fast       what a batch kernel does: per (kv head, tile of rows) the whole
+ *              prefix in one pass — all scores of the tile (8-lane dots, four
+ *              queries per K load), ONE global max, a vectorized polynomial
+ *              exp, one 8-lane sum, then P·V accumulated in key order into
+ *              the output with V loads shared by the whole tile, normalized
+ *              at the end by a reciprocal. Different dot order, different
+ *              max (global vs per chunk, so no rescale products), different
+ *              exp and different normalization: different bits. */
+#include "kernels/kernels.h"
+#include "kernels/cpu/ops_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define ATTN_STACK_HD 512   /* head_dim up to this keeps its accumulators on the stack */
+
+typedef struct {
+    const ds_attn_shape *s;
+    int M, pos0, causal, n_kv;
+    const float *q, *k, *v;
+    float *out;
+} attn_args;
+
+static inline int attn_len(const attn_args *a, int m) {
+    return a->causal ? a->pos0 + m + 1 : a->n_kv;
+}
+
+/* ========================================================================
+ * DECODE — one (query row, head): split-KV with fixed absolute chunks
+ * ======================================================================== */
+/* acc and cacc are head_dim floats of scratch. The chunking is at absolute
+ * positions, so a row's chunks (and therefore its bits) are the same whether
+ * it is decoded alone or is row m of a verify batch of any width. */
+static inline __attribute__((always_inline)) void attn_row_head(const ds_attn_shape *s, int L, const float *qv, const float *kb,
+                          const float *vb, float *out, float *acc, float *cacc) {
+    const int hd = s->head_dim;
+    const int64_t st = s->kv_stride;
+    if (L <= 0) { memset(out, 0, sizeof(float) * (size_t)hd); return; }
+    float m_run = -INFINITY, l_run = 0.0f;
+    for (int c0 = 0; c0 < L; c0 += DS_ATTN_CHUNK) {
+        const int cl = ds_imin(DS_ATTN_CHUNK, L - c0);
+        float sc[DS_ATTN_CHUNK];
+        /* scores and chunk max (strict >, key order) */
+        float cmax = -INFINITY;
+        for (int j = 0; j < cl; j++) {
+            float x = ds_dot16(qv, kb + (int64_t)(c0 + j) * st, hd) * s->scale;
+            sc[j] = x;
+            if (x > cmax) cmax = x;
+        }
+        /* exp-sum and p·V for the chunk; the first chunk writes acc directly */
+        float *ca = c0 == 0 ? acc : cacc;
+        float csum = 0.0f;
+        for (int d = 0; d < hd; d++) ca[d] = 0.0f;
+        for (int j = 0; j < cl; j++) {
+            const float p = expf(sc[j] - cmax);
+            const float *vr = vb + (int64_t)(c0 + j) * st;
+            csum += p;
+            for (int d = 0; d < hd; d++) ca[d] += p * vr[d];
+        }
+        /* fold the chunk into the running state, left to right */
+        if (c0 == 0) {
+            m_run = cmax;
+            l_run = csum;
+        } else {
+            const float mn = m_run > cmax ? m_run : cmax;
+            const float ea = expf(m_run - mn), eb = expf(cmax - mn);
+            l_run = l_run * ea + csum * eb;
+            for (int d = 0; d < hd; d++) acc[d] = acc[d] * ea + cacc[d] * eb;
+            m_run = mn;
+        }
+    }
+    for (int d = 0; d < hd; d++) out[d] = acc[d] / l_run;
+}
+
+/* ========================================================================
+ * CANONICAL — threads split (row, head) pairs; each runs attn_row_head()
+ * ======================================================================== */
+DS_OPS_CLONES static void attn_canon_range(void *arg, int64_t i0, int64_t i1) {
+    const attn_args *a = arg;
+    const ds_attn_shape *s = a->s;
+    const int hd = s->head_dim, group = s->n_head / s->n_kv_head;
+    float stack_buf[2 * ATTN_STACK_HD];
+    float *buf = stack_buf;
+    if (hd > ATTN_STACK_HD) {
+        buf = malloc(sizeof(float) * 2 * (size_t)hd);
+        if (!buf) {   /* cannot compute: make the failure loud, not silent */
+            for (int64_t i = i0; i < i1; i++)
+                for (int d = 0; d < hd; d++) a->out[i * hd + d] = NAN;
+            return;
+        }
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        const int m = (int)(i / s->n_head), h = (int)(i % s->n_head);
+        const int kvh = h / group;
+        attn_row_head(s, attn_len(a, m), a->q + i * hd, a->k + (int64_t)kvh * hd,
+                      a->v + (int64_t)kvh * hd, a->out + i * hd, buf, buf + hd);
+    }
+    if (buf != stack_buf) free(buf);
+}
+
+/* ========================================================================
+ * FAST — one pass over the whole prefix per tile of 8 queries of a kv head
+ * ======================================================================== */
+/* A tile is up to FAST_Q queries that share one kv head: the GQA heads of
+ * that kv head for consecutive rows (query index r*group + g). The tile's q
+ * vectors are transposed to Qt[d][q] so that every loop below runs across
+ * the 8 queries (or across head_dim) and vectorizes without a horizontal
+ * reduction; each K and V row is loaded once per tile, not once per query.
+ *
+ * WHY the bits differ from decode (each alone would suffice):
+ *  - dot: q·k accumulated sequentially over d (one accumulator per query),
+ *    vs the 16-lane tree;
+ *  - softmax: ONE max over the whole prefix, p = exp(s - global_max) — decode
+ *    uses exp(s - chunk_max) and rescales by exp(chunk_max - m) per chunk;
+ *  - exp: ds_exp_fast polynomial, vs libm expf;
+ *  - sum and P·V: over the whole prefix in key order, no per-chunk partial
+ *    sums, no rescale products; normalized by a reciprocal multiply, not a
+ *    divide. */
+#define FAST_Q 8     /* queries per tile: one AVX2 vector, two SSE/NEON vectors */
+#define FAST_KJ 4    /* keys per step of the score loop (independent chains) */
+#define FAST_DB 16   /* head_dim columns per register block of the P·V loop */
+
+typedef struct {
+    float *qt;       /* [head_dim][FAST_Q]              */
+    float *S;        /* [lmax][FAST_Q], scores then p    */
+    float **op;      /* [FAST_Q] output row per query    */
+} attn_tile_scratch;
+
+static inline __attribute__((always_inline)) void attn_fast_tile(const attn_args *a, int kvh, int t0, int nq, int64_t lmax_all,
+                           attn_tile_scratch *t) {
+    const ds_attn_shape *s = a->s;
+    const int hd = s->head_dim, group = s->n_head / s->n_kv_head;
+    const int64_t st = s->kv_stride;
+    const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
+    int len[FAST_Q];
+    int lmax = 0;
+    float *qt = t->qt, *S = t->S;
+    /* gather and transpose the tile's queries; unused slots are zero */
+    memset(qt, 0, sizeof(float) * (size_t)hd * FAST_Q);
+    for (int u = 0; u < FAST_Q; u++) {
+        len[u] = 0;
+        t->op[u] = NULL;
+        if (u >= nq) continue;
+        const int qi = t0 + u, r = qi / group, g = qi % group;
+        const int64_t row = (int64_t)r * s->n_head + (int64_t)kvh * group + g;
+        const float *qv = a->q + row * hd;
+        for (int d = 0; d < hd; d++) qt[d * FAST_Q + u] = qv[d];
+        t->op[u] = a->out + row * hd;
+        len[u] = attn_len(a, r) > 0 ? attn_len(a, r) : 0;
+        if (len[u] > lmax) lmax = len[u];
+    }
+    if (lmax > lmax_all) lmax = (int)lmax_all;
+
+    /* 1) scores S[j][u] = (q_u · k_j) * scale for every key of the tile's
+     *    longest prefix (rows j < pos0 + M are all in the cache) */
+    int j = 0;
+    for (; j + FAST_KJ <= lmax; j += FAST_KJ) {
+        float acc[FAST_KJ][FAST_Q];
+        memset(acc, 0, sizeof acc);
+        const float *k0 = kb + (int64_t)j * st;
+        for (int d = 0; d < hd; d++) {
+            const float *qd = qt + d * FAST_Q;
+            for (int kk = 0; kk < FAST_KJ; kk++) {
+                const float kv = k0[kk * st + d];
+                for (int u = 0; u < FAST_Q; u++) acc[kk][u] += qd[u] * kv;
+            }
+        }
+        for (int kk = 0; kk < FAST_KJ; kk++)
+            for (int u = 0; u < FAST_Q; u++) S[(int64_t)(j + kk) * FAST_Q + u] = acc[kk][u] * s->scale;
+    }
+    for (; j < lmax; j++) {
+        float acc[FAST_Q] = {0};
+        const float *kj = kb + (int64_t)j * st;
+        for (int d = 0; d < hd; d++)
+            for (int u = 0; u < FAST_Q; u++) acc[u] += qt[d * FAST_Q + u] * kj[d];
+        for (int u = 0; u < FAST_Q; u++) S[(int64_t)j * FAST_Q + u] = acc[u] * s->scale;
+    }
+
+    /* 2) one global max per query, exp, one sum — all across the 8 queries.
+     *    Keys past a query's own prefix are masked to -inf first (only the
+     *    ragged causal tail), so the exp loop is branch-free and vectorizes:
+     *    ds_exp_fast(-inf) is exactly +0. */
+    float mx[FAST_Q], l[FAST_Q], inv_l[FAST_Q];
+    for (int u = 0; u < FAST_Q; u++) {
+        const int lim = u < nq ? len[u] : lmax;
+        for (j = lim; j < lmax; j++) S[(int64_t)j * FAST_Q + u] = -INFINITY;
+        mx[u] = -INFINITY;
+        l[u] = 0.0f;
+    }
+    for (j = 0; j < lmax; j++)
+        for (int u = 0; u < FAST_Q; u++) {
+            const float x = S[(int64_t)j * FAST_Q + u];
+            mx[u] = x > mx[u] ? x : mx[u];
+        }
+    for (int u = 0; u < FAST_Q; u++) if (!(mx[u] > -INFINITY)) mx[u] = 0.0f;
+    for (j = 0; j < lmax; j++) {
+        float *sp = S + (int64_t)j * FAST_Q;
+        for (int u = 0; u < FAST_Q; u++) {
+            const float p = ds_exp_fast(sp[u] - mx[u]);
+            sp[u] = p;
+            l[u] += p;
+        }
+    }
+    for (int u = 0; u < FAST_Q; u++) inv_l[u] = len[u] > 0 ? 1.0f / l[u] : 0.0f;
+
+    /* 3) P·V in key order, register-blocked: for each block of FAST_DB
+     *    columns of head_dim, the tile's 8 accumulators stay in registers
+     *    over all keys (V row j loaded once for the tile). Every (query, d)
+     *    still sums p_j * v_j[d] over j in key order; the block shape only
+     *    changes which registers hold it. Written straight into out (q was
+     *    consumed in step 1, so out may alias q). */
+    int d0 = 0;
+    for (; d0 + FAST_DB <= hd; d0 += FAST_DB) {
+        float acc[FAST_Q][FAST_DB];
+        memset(acc, 0, sizeof acc);
+        for (j = 0; j < lmax; j++) {
+            const float *vj = vb + (int64_t)j * st + d0;
+            const float *pj = S + (int64_t)j * FAST_Q;
+            for (int u = 0; u < FAST_Q; u++)
+                for (int e = 0; e < FAST_DB; e++) acc[u][e] += pj[u] * vj[e];
+        }
+        for (int u = 0; u < nq; u++)
+            for (int e = 0; e < FAST_DB; e++) t->op[u][d0 + e] = acc[u][e] * inv_l[u];
+    }
+    for (; d0 < hd; d0++) {   /* head_dim % FAST_DB tail, one column at a time */
+        float acc[FAST_Q] = {0};
+        for (j = 0; j < lmax; j++)
+            for (int u = 0; u < FAST_Q; u++) acc[u] += S[(int64_t)j * FAST_Q + u] * vb[(int64_t)j * st + d0];
+        for (int u = 0; u < nq; u++) t->op[u][d0] = acc[u] * inv_l[u];
+    }
+}
+
+DS_OPS_CLONES static void attn_fast_range(void *arg, int64_t i0, int64_t i1) {
+    const attn_args *a = arg;
+    const ds_attn_shape *s = a->s;
+    const int hd = s->head_dim, group = s->n_head / s->n_kv_head;
+    const int tiles_per_kvh = (a->M * group + FAST_Q - 1) / FAST_Q;
+    /* the longest prefix any row of this call sees */
+    int64_t lmax_all = a->causal ? (int64_t)a->pos0 + a->M : a->n_kv;
+    if (lmax_all < 0) lmax_all = 0;
+    /* one allocation per range (not per tile) */
+    size_t nf = (size_t)hd * FAST_Q + (size_t)(lmax_all + 1) * FAST_Q;
+    float *mem = malloc(nf * sizeof(float));
+    if (!mem) {   /* out of memory: compute these tiles' pairs canonically */
+        for (int64_t i = i0; i < i1; i++) {
+            const int kvh = (int)(i / tiles_per_kvh), t0 = (int)(i % tiles_per_kvh) * FAST_Q;
+            for (int qi = t0; qi < t0 + FAST_Q && qi < a->M * group; qi++) {
+                int64_t p = (int64_t)(qi / group) * s->n_head + (int64_t)kvh * group + qi % group;
+                attn_canon_range((void *)a, p, p + 1);
+            }
+        }
+        return;
+    }
+    float *op[FAST_Q];
+    attn_tile_scratch t = { mem, mem + (size_t)hd * FAST_Q, op };
+    for (int64_t i = i0; i < i1; i++) {
+        const int kvh = (int)(i / tiles_per_kvh), t0 = (int)(i % tiles_per_kvh) * FAST_Q;
+        attn_fast_tile(a, kvh, t0, ds_imin(FAST_Q, a->M * group - t0), lmax_all, &t);
+    }
+    free(mem);
+}
+
+/* ========================================================================
+ * entry point
+ * ======================================================================== */
+void ds_attention(ds_variant v, const ds_attn_shape *s, int M, int pos0, int causal, int n_kv,
+                  const float *q, const float *kcache, const float *vcache, float *out,
+                  ds_pool *pool) {
+    if (M <= 0 || s->n_head <= 0 || s->n_kv_head <= 0 || s->head_dim <= 0) return;
+    attn_args a = { s, M, pos0, causal, n_kv, q, kcache, vcache, out };
+    if (v == DS_FAST) {
+        /* tiles of FAST_Q queries (row-major over (row, GQA head)) per kv head */
+        const int group = s->n_head / s->n_kv_head;
+        const int64_t tiles = ((int64_t)M * group + FAST_Q - 1) / FAST_Q;
+        ds_pool_for(pool, tiles * s->n_kv_head, 1, attn_fast_range, &a);
+        return;
+    }
+    ds_pool_for(pool, (int64_t)M * s->n_head, 1, attn_canon_range, &a);
+}

@@ -1,0 +1,39 @@
+/* matmul_f16.c — MATMUL_F16 family: y[m][n] = sum_k W[n][k] * x[m][k], f16 weights.
+ *
+ * IEEE half -> f32 is exact: branch-free over 16 lanes (ds_ld16_f16:
+ * rebias normals, scale subnormals by 2^-24, map inf/NaN). The weights are
+ * converted inside the tile, once per 16 k, and the
+ * converted vector is used for every activation row of the tile — so the
+ * arithmetic is exactly MATMUL_F32's on the converted values, and the
+ * conversion costs nothing per extra row.
+ *
+ *   decode     ds_matmul_decode -> the canonical kernel below with M = 1.
+ *   canonical  per (m, n): 16 lane accumulators over k (lane = k mod 16,
+ *              the K % 16 tail in the same lanes), product and sum rounded
+ *              separately, fixed tree 8-4-2-1; M rows share each weight tile.
+ *   fast       the same tiles with fused multiply-add and a left-to-right
+ *              lane sum: other bits.
+ * The tile engine is matmul_internal.h's, shared with F32 and BF16. */
+#include "kernels/cpu/matmul_internal.h"
+
+/* ==========================================================================
+ * DECODE == CANONICAL (M = 1 is just the narrowest tile)
+ * ========================================================================== */
+#define F16_CANON_TILE(c, m0, mv, n0, nv, MT, NT, lv) \
+    ds_dense_canon_tile(DS_TYPE_F16, c, m0, mv, n0, nv, MT, NT, lv)
+
+DS_INLINE void f16_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
+    DS_MM_WALK(F16_CANON_TILE, c, n0, n1, lv);
+}
+DS_MM_INSTANTIATE(ds_mm_f16_canonical, f16_canonical)
+
+/* ==========================================================================
+ * FAST
+ * ========================================================================== */
+#define F16_FAST_TILE(c, m0, mv, n0, nv, MT, NT, lv) \
+    ds_dense_fast_tile(DS_TYPE_F16, c, m0, mv, n0, nv, MT, NT, lv)
+
+DS_INLINE void f16_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
+    DS_MM_WALK(F16_FAST_TILE, c, n0, n1, lv);
+}
+DS_MM_INSTANTIATE(ds_mm_f16_fast, f16_fast)

@@ -1,0 +1,129 @@
+/* rope.c — rotary position embedding family, in place on
+ * x[rows][n_heads][head_dim]; row r is at absolute position pos[r].
+ *
+ *   NEOX   (Qwen3):       pairs (i, i + head_dim/2)
+ *   NORMAL (Llama, ggml): pairs (2i, 2i + 1)
+ *   theta_i = pos * freq_base^(-2i/head_dim),  i = 0 .. head_dim/2 - 1
+ *   (x0, x1) -> (x0*cos - x1*sin, x0*sin + x1*cos)
+ *
+ *   decode     rope_row(): inv_freq_i = powf(freq_base, -2i/head_dim) by the
+ *              one expression rope_inv_freq(), theta = (float)pos * inv_freq_i,
+ *              cosf/sinf of that float angle, shared by all heads of the row.
+ *   canonical  rows split over threads, each through rope_row().
+ *   fast       ggml's recurrence: theta_0 = pos, theta_{i+1} = theta_i * ratio
+ *              with ratio = powf(freq_base, -2/head_dim) — one powf per row
+ *              instead of head_dim/2. The repeated multiplication rounds at
+ *              every step, so the angles (and the bits) differ from decode. */
+#include "kernels/kernels.h"
+#include "kernels/cpu/ops_internal.h"
+
+#include <math.h>
+
+#define ROPE_BLOCK 256   /* pairs whose cos/sin are tabulated at once (stack) */
+
+typedef struct {
+    int n_heads, head_dim;
+    const int *pos;
+    float freq_base;
+    ds_rope_mode mode;
+    float *x;
+} rope_args;
+
+/* Rotate pairs [i0, i0+nb) of every head of one row by the tabulated angles. */
+static void rope_apply(int n_heads, int hd, ds_rope_mode mode, int i0, int nb,
+                       const float *c, const float *s, float *x) {
+    int half = hd / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *xh = x + (int64_t)h * hd;
+        if (mode == DS_ROPE_NEOX) {
+            float *a = xh + i0, *b = xh + half + i0;
+            for (int k = 0; k < nb; k++) {
+                float x0 = a[k], x1 = b[k];
+                a[k] = x0 * c[k] - x1 * s[k];
+                b[k] = x0 * s[k] + x1 * c[k];
+            }
+        } else {
+            float *a = xh + 2 * i0;
+            for (int k = 0; k < nb; k++) {
+                float x0 = a[2 * k], x1 = a[2 * k + 1];
+                a[2 * k]     = x0 * c[k] - x1 * s[k];
+                a[2 * k + 1] = x0 * s[k] + x1 * c[k];
+            }
+        }
+    }
+}
+
+/* ========================================================================
+ * DECODE — the one per-row instruction sequence
+ * ======================================================================== */
+/* The same expression for every pair, every row, every call: the inverse
+ * frequency is a pure function of (freq_base, i, head_dim). */
+static inline float rope_inv_freq(float freq_base, int i, int hd) {
+    return powf(freq_base, -2.0f * (float)i / (float)hd);
+}
+
+static void rope_row(int n_heads, int hd, int pos, float freq_base, ds_rope_mode mode, float *x) {
+    float c[ROPE_BLOCK], s[ROPE_BLOCK];
+    int half = hd / 2;
+    for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
+        int nb = ds_imin(ROPE_BLOCK, half - i0);
+        for (int k = 0; k < nb; k++) {
+            float theta = (float)pos * rope_inv_freq(freq_base, i0 + k, hd);
+            c[k] = cosf(theta);
+            s[k] = sinf(theta);
+        }
+        rope_apply(n_heads, hd, mode, i0, nb, c, s, x);
+    }
+}
+
+/* ========================================================================
+ * CANONICAL — threads split rows; every row runs rope_row()
+ * ======================================================================== */
+static void rope_canon_range(void *arg, int64_t r0, int64_t r1) {
+    const rope_args *a = arg;
+    int64_t row = (int64_t)a->n_heads * a->head_dim;
+    for (int64_t r = r0; r < r1; r++)
+        rope_row(a->n_heads, a->head_dim, a->pos[r], a->freq_base, a->mode, a->x + r * row);
+}
+
+/* ========================================================================
+ * FAST — ggml's angle recurrence (one powf per row)
+ * ======================================================================== */
+/* WHY the bits differ: theta_i = ((pos * r) * r) * ... * r accumulates one
+ * rounding per step, whereas decode computes pos * powf(base, -2i/hd)
+ * directly; from i = 2 on the float angles generally disagree in the last
+ * bits, and cosf/sinf pass that on. */
+static void rope_fast_row(int n_heads, int hd, int pos, float freq_base, ds_rope_mode mode,
+                          float *x) {
+    float c[ROPE_BLOCK], s[ROPE_BLOCK];
+    int half = hd / 2;
+    float ratio = powf(freq_base, -2.0f / (float)hd);
+    float theta = (float)pos;
+    for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
+        int nb = ds_imin(ROPE_BLOCK, half - i0);
+        for (int k = 0; k < nb; k++) {
+            c[k] = cosf(theta);
+            s[k] = sinf(theta);
+            theta *= ratio;
+        }
+        rope_apply(n_heads, hd, mode, i0, nb, c, s, x);
+    }
+}
+
+static void rope_fast_range(void *arg, int64_t r0, int64_t r1) {
+    const rope_args *a = arg;
+    int64_t row = (int64_t)a->n_heads * a->head_dim;
+    for (int64_t r = r0; r < r1; r++)
+        rope_fast_row(a->n_heads, a->head_dim, a->pos[r], a->freq_base, a->mode, a->x + r * row);
+}
+
+/* ========================================================================
+ * entry point
+ * ======================================================================== */
+void ds_rope(ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
+             float freq_base, ds_rope_mode mode, float *x, ds_pool *pool) {
+    if (rows <= 0 || n_heads <= 0 || head_dim < 2) return;
+    rope_args a = { n_heads, head_dim, pos, freq_base, mode, x };
+    int64_t grain = ds_grain((int64_t)n_heads * head_dim, 8192);
+    ds_pool_for(pool, rows, grain, v == DS_FAST ? rope_fast_range : rope_canon_range, &a);
+}

@@ -1,0 +1,163 @@
+/* simd.h — fixed-width lane vectors and run-time SIMD levels for the matmul
+ * families. Private to src/kernels/cpu.
+ *
+ * ==== Why GCC vector extensions =============================================
+ * A canonical reduction in dspark is a FIXED set of 16 independent lane
+ * accumulators. We write those lanes as one `ds_v16f` (GCC's generic vector
+ * extension, 16 x f32). Every operation on it is defined lane by lane with
+ * IEEE single rounding, so the compiler lowers it to 1 zmm (AVX-512), 2 ymm
+ * (AVX2), 4 xmm (SSE2 / NEON) or scalar code — and every lowering computes
+ * the same bits. There is no reassociation (never -ffast-math) and no
+ * contraction (-ffp-contract=off): `a + b * c` is a rounded product followed
+ * by a rounded add on every path. FMA only appears where a kernel asks for
+ * it explicitly with ds_fma16 (the fast variants), or where it provably
+ * cannot change a result (exact integer arithmetic, see matmul_q8_0.c).
+ *
+ * ==== Run-time levels =========================================================
+ * On x86-64 each kernel body is an always-inline function instantiated three
+ * times, with target("avx512...") / target("avx2,fma,f16c") / no attribute,
+ * and ds_simd_level() (registry.c; cached once, the one static the rules
+ * allow) picks the instance. This is GCC function multiversioning done by
+ * hand, so the AVX2 instance can require FMA+F16C and the tile shapes can be
+ * chosen per level. Tile shapes never change bits: every (m, n) output has
+ * its own accumulator vector and the same operation sequence in any tile. */
+#ifndef DSPARK_SIMD_H
+#define DSPARK_SIMD_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "common.h"
+
+#define DS_INLINE static inline __attribute__((always_inline))
+
+/* Every helper taking or returning a vector is always inlined, so the
+ * psABI note about passing 64-byte vectors without AVX-512 never applies. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+typedef float    ds_v16f __attribute__((vector_size(64)));
+typedef int32_t  ds_v16i __attribute__((vector_size(64)));
+typedef uint32_t ds_v16u __attribute__((vector_size(64)));
+typedef uint16_t ds_v16h __attribute__((vector_size(32)));
+typedef int8_t   ds_v16b __attribute__((vector_size(16)));
+
+/* ---- levels ---------------------------------------------------------------- */
+enum { DS_LVL_PORTABLE = 0, DS_LVL_AVX2 = 1, DS_LVL_AVX512 = 2, DS_LVL_COUNT = 3 };
+
+/* The level this process uses (registry.c): detected once with
+ * __builtin_cpu_supports, optionally capped by DSPARK_SIMD=portable|avx2|avx512
+ * so that the three paths can be compared end to end on one machine. */
+int ds_simd_level(void);
+/* 1 if level lv can run on this CPU (tests run every available level). */
+int ds_simd_level_ok(int lv);
+const char *ds_simd_level_name(int lv);
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DS_X86 1
+#define DS_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define DS_TARGET_AVX2   __attribute__((target("avx2,fma,f16c")))
+#else
+#define DS_X86 0
+#endif
+
+/* Hardware FMA at this level? (only used by fast kernels; a portable x86-64
+ * build would turn fmaf into a libm call, so it uses mul+add instead). */
+#if DS_X86
+#define DS_LVL_HAS_FMA(lv) ((lv) >= DS_LVL_AVX2)
+#elif defined(__aarch64__) || defined(__ARM_FEATURE_FMA)
+#define DS_LVL_HAS_FMA(lv) 1
+#else
+#define DS_LVL_HAS_FMA(lv) 0
+#endif
+
+/* ---- loads ------------------------------------------------------------------ */
+DS_INLINE ds_v16f ds_zero16(void) { ds_v16f z = {0}; return z; }
+
+DS_INLINE ds_v16f ds_ld16(const float *p) { ds_v16f v; memcpy(&v, p, sizeof v); return v; }
+
+/* Lanes 0..n-1 from p, the rest +0. Adding +0*+0 to an accumulator is the
+ * identity (accumulators start at +0 and round-to-nearest never yields -0
+ * from a sum that starts at +0), so a zero-padded tail step IS the masked
+ * tail "lane l += w[k+l]*x[k+l] for l < n". */
+DS_INLINE ds_v16f ds_ld16_part(const float *p, int n) {
+    float t[16] = {0};
+    memcpy(t, p, (size_t)n * sizeof(float));
+    return ds_ld16(t);
+}
+
+/* fp16 -> f32, exact, branch-free over 16 lanes (the same values as
+ * ds_fp16_to_f32, NaN payloads included; tests check all 65536 inputs).
+ * Normal: rebias the exponent (+112). Inf/NaN: exponent field 31 -> 255.
+ * Subnormal/zero: man * 2^-24, an exact int->float conversion and an exact
+ * power-of-two scaling (no denormal f32 operands, so no microcode assists). */
+DS_INLINE ds_v16f ds_ld16_f16(const uint16_t *p) {
+    ds_v16h h16;
+    memcpy(&h16, p, sizeof h16);
+    ds_v16u h    = __builtin_convertvector(h16, ds_v16u);
+    ds_v16u sign = (h & 0x8000u) << 16;
+    ds_v16u em   = h & 0x7fffu;
+    ds_v16u norm = (em << 13) + 0x38000000u;
+    ds_v16u isinf = (ds_v16u)(em >= 0x7c00u);                  /* all-ones where true */
+    norm += isinf & 0x38000000u;
+    ds_v16f sub  = __builtin_convertvector((ds_v16i)em, ds_v16f) * 5.9604644775390625e-08f;
+    ds_v16u issub = (ds_v16u)(em < 0x0400u);
+    ds_v16u bits = (issub & (ds_v16u)sub) | (~issub & norm);
+    return (ds_v16f)(bits | sign);
+}
+DS_INLINE ds_v16f ds_ld16_bf16(const uint16_t *p) {
+    ds_v16h h; memcpy(&h, p, sizeof h);
+    return (ds_v16f)(__builtin_convertvector(h, ds_v16u) << 16);
+}
+/* 16 int8 quants -> f32 (exact). */
+DS_INLINE ds_v16f ds_ld16_q8(const int8_t *p) {
+    ds_v16b b; memcpy(&b, p, sizeof b);
+    return __builtin_convertvector(__builtin_convertvector(b, ds_v16i), ds_v16f);
+}
+
+/* Weight row loaders by type (type is a compile-time constant after inlining). */
+DS_INLINE ds_v16f ds_ldw16(uint32_t type, const void *row, int64_t k) {
+    if (type == DS_TYPE_F16)  return ds_ld16_f16((const uint16_t *)row + k);
+    if (type == DS_TYPE_BF16) return ds_ld16_bf16((const uint16_t *)row + k);
+    return ds_ld16((const float *)row + k);
+}
+DS_INLINE ds_v16f ds_ldw16_part(uint32_t type, const void *row, int64_t k, int n) {
+    if (type == DS_TYPE_F32) return ds_ld16_part((const float *)row + k, n);
+    uint16_t t[16] = {0};                                       /* +0 in fp16 and bf16 */
+    memcpy(t, (const uint16_t *)row + k, (size_t)n * sizeof(uint16_t));
+    return type == DS_TYPE_F16 ? ds_ld16_f16(t) : ds_ld16_bf16(t);
+}
+
+/* ---- combines ------------------------------------------------------------------ */
+/* Canonical: lanes l and l+8, then +4, +2, +1 — the fixed tree. */
+DS_INLINE float ds_hsum16_tree(const ds_v16f *v) {
+    float a[16];
+    memcpy(a, v, sizeof a);
+    for (int l = 0; l < 8; l++) a[l] = a[l] + a[l + 8];
+    for (int l = 0; l < 4; l++) a[l] = a[l] + a[l + 4];
+    for (int l = 0; l < 2; l++) a[l] = a[l] + a[l + 2];
+    return a[0] + a[1];
+}
+/* Fast: plain left-to-right lane sum (what a scalar epilogue does). */
+DS_INLINE float ds_hsum16_seq(const ds_v16f *v) {
+    float a[16];
+    memcpy(a, v, sizeof a);
+    float s = a[0];
+    for (int l = 1; l < 16; l++) s = s + a[l];
+    return s;
+}
+
+/* ---- fused multiply-add, lane-wise: acc = a*b + acc with one rounding.
+ * Only used at levels with hardware FMA. A macro over whole-vector copies:
+ * GCC's SLP turns the 16 fmaf into one vfmadd per register, which it does
+ * not reliably do once the lanes are reached through a pointer (and a
+ * by-value function would draw GCC's 64-byte-vector psABI notes). */
+#define DS_FMA16(acc, a, b)                                                        \
+    do {                                                                           \
+        const ds_v16f a_ = (a), b_ = (b), c_ = (acc);                              \
+        ds_v16f r_;                                                                \
+        _Pragma("GCC unroll 16")                                                   \
+        for (int l_ = 0; l_ < 16; l_++) r_[l_] = __builtin_fmaf(a_[l_], b_[l_], c_[l_]); \
+        (acc) = r_;                                                                \
+    } while (0)
+
+#endif

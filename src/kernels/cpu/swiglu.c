@@ -1,0 +1,80 @@
+/* swiglu.c — SwiGLU family: out = silu(gate) * up, elementwise over rows x n.
+ *
+ *   decode     swiglu_row(): silu(g) = g / (1 + expf(-g)) with libm expf,
+ *              then * up. Elementwise, so there is no reduction to order;
+ *              what must match is the transcendental: one expf everywhere.
+ *   canonical  the rows x n elements split over threads in blocks of
+ *              SWIGLU_BLOCK (elementwise: every element is computed by the
+ *              same expression wherever the block boundary falls, so a
+ *              decode row of 14336 still uses all threads).
+ *   fast       the vectorizable form a throughput kernel uses: exp from a
+ *              branch-free range reduction + degree-6 polynomial
+ *              (ds_exp_fast, ~2e-7 relative) and a reciprocal multiply,
+ *              g * (1 / (1 + e)). Accurate, but not libm's bits. */
+#include "kernels/kernels.h"
+#include "kernels/cpu/ops_internal.h"
+
+#include <math.h>
+
+#define SWIGLU_BLOCK 4096
+
+typedef struct {
+    int64_t total;
+    const float *gate, *up;
+    float *out;
+} swiglu_args;
+
+/* ========================================================================
+ * DECODE — the one per-row instruction sequence
+ * ======================================================================== */
+static void swiglu_row(int64_t n, const float *g, const float *u, float *o) {
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        float silu = x / (1.0f + expf(-x));
+        o[i] = silu * u[i];
+    }
+}
+
+/* ========================================================================
+ * CANONICAL — threads split element blocks; every element runs swiglu_row()
+ * ======================================================================== */
+static void swiglu_canon_range(void *arg, int64_t b0, int64_t b1) {
+    const swiglu_args *a = arg;
+    int64_t e0 = b0 * SWIGLU_BLOCK, e1 = b1 * SWIGLU_BLOCK;
+    if (e1 > a->total) e1 = a->total;
+    swiglu_row(e1 - e0, a->gate + e0, a->up + e0, a->out + e0);
+}
+
+/* ========================================================================
+ * FAST — polynomial exp, vectorized across the row
+ * ======================================================================== */
+/* WHY the bits differ: libm expf is correctly rounded (or nearly) through a
+ * table; ds_exp_fast's polynomial is within ~2e-7 relative but rounds
+ * differently, and the reciprocal-multiply rounds twice where the division
+ * rounds once. The loop has no calls, so the compiler vectorizes it. */
+static void swiglu_fast_row(int64_t n, const float *g, const float *u, float *o) {
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        float e = ds_exp_fast(-x);
+        o[i] = (x * (1.0f / (1.0f + e))) * u[i];
+    }
+}
+
+static void swiglu_fast_range(void *arg, int64_t b0, int64_t b1) {
+    const swiglu_args *a = arg;
+    int64_t e0 = b0 * SWIGLU_BLOCK, e1 = b1 * SWIGLU_BLOCK;
+    if (e1 > a->total) e1 = a->total;
+    swiglu_fast_row(e1 - e0, a->gate + e0, a->up + e0, a->out + e0);
+}
+
+/* ========================================================================
+ * entry point
+ * ======================================================================== */
+void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up, float *out,
+               ds_pool *pool) {
+    if (rows <= 0 || n <= 0) return;
+    swiglu_args a = { (int64_t)rows * n, gate, up, out };
+    int64_t blocks = (a.total + SWIGLU_BLOCK - 1) / SWIGLU_BLOCK;
+    ds_pool_for(pool, blocks, 1,
+                v == DS_FAST ? swiglu_fast_range : swiglu_canon_range, &a);
+}

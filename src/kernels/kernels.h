@@ -1,0 +1,129 @@
+/* kernels.h — dspark's operator families and their three arithmetic variants.
+ *
+ * Every operator family has:
+ *   decode     the kernel sequential decode (one row) uses;
+ *   canonical  the batched kernel whose per-row arithmetic is bit-for-bit the
+ *              decode kernel's — decode IS its M=1 case (same function);
+ *   fast       the batched kernel a performance engineer would write, with its
+ *              own reduction order; its bits differ from decode.
+ * A ds_kernel_set picks canonical or fast per family for batched calls. The
+ * decode path always calls the canonical function with M=1.
+ *
+ * All activations are f32, row-major, rows contiguous. Weights are ggml
+ * layout: n_out rows of n_in elements (ne[0]=n_in, ne[1]=n_out). */
+#ifndef DSPARK_KERNELS_H
+#define DSPARK_KERNELS_H
+
+#include "common.h"
+#include "threadpool.h"
+
+/* ---- families and the registry ---------------------------------------- */
+typedef enum {
+    DS_FAM_MATMUL_F32 = 0,
+    DS_FAM_MATMUL_F16,
+    DS_FAM_MATMUL_BF16,
+    DS_FAM_MATMUL_Q8_0,
+    DS_FAM_ATTENTION,
+    DS_FAM_RMSNORM,
+    DS_FAM_ROPE,
+    DS_FAM_SWIGLU,
+    DS_FAM_RESIDUAL,
+    DS_FAM_COUNT
+} ds_family;
+
+typedef enum { DS_CANONICAL = 0, DS_FAST = 1 } ds_variant;
+
+typedef struct { uint8_t v[DS_FAM_COUNT]; } ds_kernel_set;
+
+/* "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "attention",
+ * "rmsnorm", "rope", "swiglu", "residual" — the one name used in CLI, code
+ * and reports. */
+const char *ds_family_name(int fam);
+int  ds_family_from_name(const char *name);          /* -1 if unknown */
+/* One line on what differs between the family's fast and canonical kernels. */
+const char *ds_family_describe(int fam);
+void ds_kernel_set_all(ds_kernel_set *ks, ds_variant v);
+/* kernels: NULL or "canonical" or "fast" (the base); fast_list / canon_list:
+ * NULL or comma-separated family names applied on top, in that order.
+ * Returns 0, or -1 with one error line naming the bad value. */
+int  ds_kernel_set_parse(ds_kernel_set *ks, const char *kernels, const char *fast_list,
+                         const char *canon_list, char *err, size_t errlen);
+/* "canonical", "fast", or "canonical fast=a,b" — for logs and reports. */
+void ds_kernel_set_str(const ds_kernel_set *ks, char *buf, size_t n);
+int  ds_matmul_family(uint32_t weight_type);          /* DS_FAM_MATMUL_* */
+
+/* Which SIMD path the process picked at run time: "avx512", "avx2", "neon"
+ * or "portable". Canonical and decode always share the path, so the
+ * canonical property holds on each. */
+const char *ds_simd_path(void);
+
+/* ---- weights ------------------------------------------------------------ */
+typedef struct {
+    uint32_t    type;      /* ds_type                                    */
+    int64_t     n_in;      /* K: elements per row (multiple of 32 for Q8_0) */
+    int64_t     n_out;     /* N: rows                                    */
+    const void *data;      /* n_out rows, each ds_row_bytes(type, n_in)  */
+} ds_weight;
+
+/* Dequantize/convert one row of n elements of any supported type to f32. */
+void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out);
+/* Quantize n f32 values (n % 32 == 0) to Q8_0 blocks (ggml's rounding). */
+void ds_quantize_row_q8_0(const float *x, int64_t n, ds_block_q8_0 *out);
+/* Convert a whole f32 matrix to the given type (make-model, convert). */
+void ds_f32_to_type(uint32_t type, const float *x, int64_t n, void *out);
+
+/* ---- matmul: y[m][n] = sum_k W[n][k] * x[m][k], m < M ------------------- */
+void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool);
+/* The decode kernel: exactly ds_matmul(DS_CANONICAL, W, 1, ...). */
+void ds_matmul_decode(const ds_weight *W, const float *x, float *y, ds_pool *pool);
+
+/* ---- attention ------------------------------------------------------------
+ * Query rows m = 0..M-1 at absolute positions pos0+m. The KV cache for this
+ * layer holds f32 rows [position][n_kv_head][head_dim] with stride kv_stride
+ * floats per position, and ALREADY contains the new rows (write K/V first).
+ * causal=1: row m attends to positions [0, pos0+m]; causal=0: every row
+ * attends to positions [0, n_kv) (the drafter's non-causal block).
+ * GQA: query head h uses kv head h / (n_head / n_kv_head).
+ * canonical/decode: split-KV over chunks of DS_ATTN_CHUNK positions at
+ * absolute boundaries (0, S, 2S, ...), online softmax per chunk, chunks
+ * combined left to right — a row's result depends only on its own prefix.
+ * q: [M][n_head][head_dim]; out: [M][n_head][head_dim]. */
+#define DS_ATTN_CHUNK 64
+typedef struct {
+    int   n_head, n_kv_head, head_dim;
+    int   kv_stride;       /* floats between consecutive positions         */
+    float scale;           /* usually 1/sqrt(head_dim)                     */
+} ds_attn_shape;
+void ds_attention(ds_variant v, const ds_attn_shape *s, int M, int pos0, int causal, int n_kv,
+                  const float *q, const float *kcache, const float *vcache, float *out,
+                  ds_pool *pool);
+
+/* ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * w, per row of n ------------
+ * Used for layer norms (rows = tokens) and QK-norm (rows = tokens x heads). */
+void ds_rmsnorm(ds_variant v, int rows, int n, const float *x, const float *w, float eps,
+                float *y, ds_pool *pool);
+
+/* ---- RoPE, in place on x[rows][n_heads][head_dim]; row r at position pos[r].
+ * NEOX (Qwen3): pairs (i, i + head_dim/2); NORMAL (Llama, ggml): (2i, 2i+1).
+ * theta_i = pos * freq_base^(-2i/head_dim). */
+typedef enum { DS_ROPE_NORMAL = 0, DS_ROPE_NEOX = 2 } ds_rope_mode;
+void ds_rope(ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
+             float freq_base, ds_rope_mode mode, float *x, ds_pool *pool);
+
+/* ---- SwiGLU: out = silu(gate) * up, elementwise over rows x n ------------ */
+void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up, float *out,
+               ds_pool *pool);
+
+/* ---- residual epilogue: x += y (rows x n), then, if w != NULL,
+ * xnorm = rmsnorm(x, w, eps) (the next sub-block's norm).
+ * canonical: the add, then ds_rmsnorm(vnorm, ...) exactly as a separate op.
+ * fast: one fused pass (add + sum of squares, vLLM's fused_add_rms_norm)
+ * whose sum-of-squares order is the fused loop's own. x is bitwise the same
+ * in both; the norm output is where the fast variant shows. */
+void ds_residual(ds_variant vres, ds_variant vnorm, int rows, int n, float *x, const float *y,
+                 const float *w, float eps, float *xnorm, ds_pool *pool);
+
+/* ---- argmax with ties to the lowest index (NaN never wins) --------------- */
+int64_t ds_argmax(const float *x, int64_t n);
+
+#endif

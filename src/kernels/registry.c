@@ -1,0 +1,285 @@
+/* registry.c — operator family names, kernel sets (canonical / fast per
+ * family), SIMD level detection, and the element conversions every family
+ * and tool shares (row -> f32, f32 -> Q8_0 / F16 / BF16). */
+#include "kernels/kernels.h"
+#include "kernels/cpu/simd.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==========================================================================
+ * families
+ * ========================================================================== */
+static const char *const fam_names[DS_FAM_COUNT] = {
+    "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0",
+    "attention",  "rmsnorm",    "rope",        "swiglu",      "residual",
+};
+
+/* What the fast kernel does differently from canonical (= decode). Kept in
+ * step with the comment block at the top of each family's file. */
+static const char *const fam_desc[DS_FAM_COUNT] = {
+    "fast: register-tiled FMA (one rounding per multiply-add) with a left-to-right lane sum; "
+    "canonical: 16 k-lanes, separate multiply and add, fixed 8-4-2-1 tree",
+    "fast: f16 weights converted on the fly, register-tiled FMA with a left-to-right lane sum; "
+    "canonical: 16 k-lanes, separate multiply and add, fixed 8-4-2-1 tree",
+    "fast: bf16 weights converted on the fly, register-tiled FMA with a left-to-right lane sum; "
+    "canonical: 16 k-lanes, separate multiply and add, fixed 8-4-2-1 tree",
+    "fast: weights dequantized to f32 and FMA with unquantized f32 activations; "
+    "canonical: activations quantized to Q8_0 per row, exact integer block dots scaled by "
+    "d_w*d_x into 16 fixed lanes, fixed tree",
+    "fast: one-pass softmax over the whole prefix with query tiles; canonical: fixed "
+    "64-position split-KV chunks at absolute positions, combined left to right",
+    "fast: 4-row interleaved sum of squares with 8 accumulators; canonical: 16-lane tree per row",
+    "fast: angle by repeated multiplication of the frequency; canonical: powf per pair",
+    "fast: polynomial exp approximation; canonical: libm expf",
+    "fast: add fused with the next norm's sum of squares; canonical: add then a separate norm",
+};
+
+const char *ds_family_name(int fam) {
+    return fam >= 0 && fam < DS_FAM_COUNT ? fam_names[fam] : "unknown";
+}
+
+int ds_family_from_name(const char *name) {
+    if (!name) return -1;
+    for (int f = 0; f < DS_FAM_COUNT; f++)
+        if (strcmp(name, fam_names[f]) == 0) return f;
+    return -1;
+}
+
+const char *ds_family_describe(int fam) {
+    return fam >= 0 && fam < DS_FAM_COUNT ? fam_desc[fam] : "unknown family";
+}
+
+int ds_matmul_family(uint32_t weight_type) {
+    switch (weight_type) {
+    case DS_TYPE_F32: return DS_FAM_MATMUL_F32;
+    case DS_TYPE_F16: return DS_FAM_MATMUL_F16;
+    case DS_TYPE_BF16: return DS_FAM_MATMUL_BF16;
+    case DS_TYPE_Q8_0: return DS_FAM_MATMUL_Q8_0;
+    default: return -1;
+    }
+}
+
+/* ==========================================================================
+ * kernel sets
+ * ========================================================================== */
+void ds_kernel_set_all(ds_kernel_set *ks, ds_variant v) {
+    for (int f = 0; f < DS_FAM_COUNT; f++) ks->v[f] = (uint8_t)v;
+}
+
+static void known_list(char *buf, size_t n) {
+    size_t off = 0;
+    buf[0] = 0;
+    for (int f = 0; f < DS_FAM_COUNT && off < n; f++) {
+        int w = snprintf(buf + off, n - off, "%s%s", f ? ", " : "", fam_names[f]);
+        if (w < 0) break;
+        off += (size_t)w;
+    }
+}
+
+/* Apply "a,b,c" (spaces around names allowed) with variant v. */
+static int apply_list(ds_kernel_set *ks, const char *list, ds_variant v, const char *what,
+                      char *err, size_t errlen) {
+    if (!list) return 0;
+    const char *s = list;
+    for (;;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        const char *a = s, *b = s + len;
+        while (a < b && (*a == ' ' || *a == '\t')) a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
+        if (a == b) {
+            ds_errf(err, errlen, "empty kernel family name in %s list '%s'", what, list);
+            return -1;
+        }
+        char name[64];
+        int fam = -1;
+        if ((size_t)(b - a) < sizeof name) {
+            memcpy(name, a, (size_t)(b - a));
+            name[b - a] = 0;
+            fam = ds_family_from_name(name);
+        }
+        if (fam < 0) {
+            char known[256];
+            known_list(known, sizeof known);
+            ds_errf(err, errlen, "unknown kernel family '%.*s' (known: %s)", (int)(b - a), a, known);
+            return -1;
+        }
+        ks->v[fam] = (uint8_t)v;
+        if (!e) return 0;
+        s = e + 1;
+    }
+}
+
+int ds_kernel_set_parse(ds_kernel_set *ks, const char *kernels, const char *fast_list,
+                        const char *canon_list, char *err, size_t errlen) {
+    ds_kernel_set t;
+    if (!kernels || strcmp(kernels, "canonical") == 0) {
+        ds_kernel_set_all(&t, DS_CANONICAL);
+    } else if (strcmp(kernels, "fast") == 0) {
+        ds_kernel_set_all(&t, DS_FAST);
+    } else {
+        ds_errf(err, errlen, "unknown kernel set '%s' (expected canonical or fast)", kernels);
+        return -1;
+    }
+    if (apply_list(&t, fast_list, DS_FAST, "fast", err, errlen)) return -1;
+    if (apply_list(&t, canon_list, DS_CANONICAL, "canonical", err, errlen)) return -1;
+    *ks = t;
+    return 0;
+}
+
+void ds_kernel_set_str(const ds_kernel_set *ks, char *buf, size_t n) {
+    if (!buf || !n) return;
+    int nfast = 0;
+    for (int f = 0; f < DS_FAM_COUNT; f++) nfast += ks->v[f] == DS_FAST;
+    if (nfast == 0) { snprintf(buf, n, "canonical"); return; }
+    if (nfast == DS_FAM_COUNT) { snprintf(buf, n, "fast"); return; }
+    /* base = the majority; list the exceptions in family order */
+    int base_fast = nfast * 2 > DS_FAM_COUNT;
+    size_t off = 0;
+    int w = snprintf(buf, n, "%s %s=", base_fast ? "fast" : "canonical",
+                     base_fast ? "canonical" : "fast");
+    if (w < 0 || (size_t)w >= n) return;
+    off = (size_t)w;
+    int first = 1;
+    for (int f = 0; f < DS_FAM_COUNT; f++) {
+        if ((ks->v[f] == DS_FAST) == base_fast) continue;
+        w = snprintf(buf + off, n - off, "%s%s", first ? "" : ",", fam_names[f]);
+        if (w < 0 || (size_t)w >= n - off) return;
+        off += (size_t)w;
+        first = 0;
+    }
+}
+
+/* ==========================================================================
+ * SIMD level: detected once (the one cached static the rules allow)
+ * ========================================================================== */
+static int detect_level(void) {
+    int lv = DS_LVL_PORTABLE;
+#if DS_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        lv = DS_LVL_AVX2;
+    if (lv == DS_LVL_AVX2 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
+        lv = DS_LVL_AVX512;
+#endif
+    return lv;
+}
+
+int ds_simd_level_ok(int lv) { return lv >= 0 && lv <= detect_level(); }
+
+int ds_simd_level(void) {
+    static atomic_int cached = -1;
+    int lv = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (lv >= 0) return lv;
+    lv = detect_level();
+    /* DSPARK_SIMD caps the level (compare paths end to end on one machine) */
+    const char *env = getenv("DSPARK_SIMD");
+    if (env) {
+        int cap = lv;
+        if (strcmp(env, "portable") == 0) cap = DS_LVL_PORTABLE;
+        else if (strcmp(env, "avx2") == 0) cap = DS_LVL_AVX2;
+        else if (strcmp(env, "avx512") == 0) cap = DS_LVL_AVX512;
+        if (cap < lv) lv = cap;
+    }
+    atomic_store_explicit(&cached, lv, memory_order_relaxed);
+    return lv;
+}
+
+const char *ds_simd_level_name(int lv) {
+    switch (lv) {
+    case DS_LVL_AVX512: return "avx512";
+    case DS_LVL_AVX2: return "avx2";
+    default:
+#if defined(__aarch64__) && defined(__ARM_NEON)
+        return "neon";
+#else
+        return "portable";
+#endif
+    }
+}
+
+const char *ds_simd_path(void) { return ds_simd_level_name(ds_simd_level()); }
+
+/* ==========================================================================
+ * conversions
+ * ========================================================================== */
+void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out) {
+    switch (type) {
+    case DS_TYPE_F32:
+        memcpy(out, row, (size_t)n * sizeof(float));
+        break;
+    case DS_TYPE_F16: {
+        const uint16_t *h = row;
+        for (int64_t i = 0; i < n; i++) out[i] = ds_fp16_to_f32(h[i]);
+        break;
+    }
+    case DS_TYPE_BF16: {
+        const uint16_t *h = row;
+        for (int64_t i = 0; i < n; i++) out[i] = ds_bf16_to_f32(h[i]);
+        break;
+    }
+    case DS_TYPE_Q8_0: {
+        const ds_block_q8_0 *b = row;
+        for (int64_t i = 0; i < n / DS_QK8_0; i++) {
+            float d = ds_fp16_to_f32(b[i].d);
+            for (int j = 0; j < DS_QK8_0; j++) out[i * DS_QK8_0 + j] = d * (float)b[i].qs[j];
+        }
+        break;
+    }
+    default:
+        memset(out, 0, (size_t)n * sizeof(float));
+        break;
+    }
+}
+
+/* ggml's quantize_row_q8_0_ref: d = amax/127, id = d ? 1/d : 0,
+ * q = roundf(x * id) (halves away from zero), d stored as fp16. Note that q
+ * uses the f32 id while the dot uses the fp16-rounded d — exactly as ggml.
+ * Non-finite inputs (which ggml leaves undefined) give q = 0 / clamp. */
+void ds_quantize_row_q8_0(const float *x, int64_t n, ds_block_q8_0 *out) {
+    for (int64_t i = 0; i < n / DS_QK8_0; i++) {
+        const float *xb = x + i * DS_QK8_0;
+        float amax = 0.0f;
+        for (int j = 0; j < DS_QK8_0; j++) {
+            float v = fabsf(xb[j]);
+            amax = amax > v ? amax : v;
+        }
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        out[i].d = ds_f32_to_fp16(d);
+        for (int j = 0; j < DS_QK8_0; j++) {
+            float q = roundf(xb[j] * id);
+            q = q != q ? 0.0f : q > 127.0f ? 127.0f : q < -128.0f ? -128.0f : q;
+            out[i].qs[j] = (int8_t)q;
+        }
+    }
+}
+
+void ds_f32_to_type(uint32_t type, const float *x, int64_t n, void *out) {
+    switch (type) {
+    case DS_TYPE_F32:
+        memcpy(out, x, (size_t)n * sizeof(float));
+        break;
+    case DS_TYPE_F16: {
+        uint16_t *h = out;
+        for (int64_t i = 0; i < n; i++) h[i] = ds_f32_to_fp16(x[i]);
+        break;
+    }
+    case DS_TYPE_BF16: {
+        uint16_t *h = out;
+        for (int64_t i = 0; i < n; i++) h[i] = ds_f32_to_bf16(x[i]);
+        break;
+    }
+    case DS_TYPE_Q8_0:
+        ds_quantize_row_q8_0(x, n, out);
+        break;
+    default:
+        break;
+    }
+}

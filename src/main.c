@@ -1,0 +1,40 @@
+/* main.c — the dspark command line: one dispatcher, one file per
+ * subcommand in tools/cmd_*.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../tools/cli.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    { "generate",   cmd_generate,   "greedy generation (plain, or speculative with -md)" },
+    { "bench",      cmd_bench,      "decode / batched-forward / prefill timings, canonical vs fast" },
+    { "make-model", cmd_make_model, "write a deterministic random Qwen3/Llama GGUF with a tokenizer" },
+    { "inspect",    cmd_inspect,    "print a GGUF file's metadata and tensor table" },
+    { "perplexity", cmd_perplexity, "perplexity of a text file over fixed windows" },
+    { "convert",    cmd_convert,    "HF safetensors + config.json -> GGUF (targets and DSpark drafters)" },
+    { "make-drafter", cmd_make_drafter, "write a deterministic random DSpark drafter GGUF for a target" },
+    { "diverge",    cmd_diverge,    "batched vs sequential: gate, earliest bitwise divergence, metrics" },
+    { "families",   cmd_families,   "per-family isolated A/B and where each lands on the identity chain" },
+    { "sweep",      cmd_sweep,      "canonicalize family by family to a sufficient set, then C_min" },
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dspark COMMAND [options]   (dspark COMMAND --help for details)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-13s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return DS_EXIT_USAGE; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "dspark: error: unknown command '%s' (try dspark --help)\n", argv[1]);
+    return DS_EXIT_USAGE;
+}

@@ -1,0 +1,162 @@
+/* model_make.c — deterministic random-weight Qwen3 / Llama GGUF files with a
+ * small byte-level BPE tokenizer trained on built-in text. Same options ->
+ * same bytes. Used by `dspark make-model`, tests (every weight type) and
+ * benchmarks (a fixed parameter count). */
+#include "model_make.h"
+#include "gguf.h"
+#include "tokenizer.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Training text for the tokenizer: plain prose written for dspark. */
+static const char k_text[] =
+    "The speculative decoder drafts a block of tokens, and the target model checks them all at once. "
+    "When the draft agrees with the target, several tokens are committed for the price of one pass. "
+    "When it does not, the first disagreement is replaced by the target's own choice, and the loop goes on. "
+    "A careful engine must give the same text whether it decodes one token at a time or verifies a block. "
+    "That promise is only as good as the arithmetic underneath it: the order in which numbers are added, "
+    "the way a matrix is split between threads, and the rounding of every intermediate value. "
+    "If the batched kernel adds in a different order than the single-row kernel, the last bits differ, "
+    "a near tie between two words can flip, and from then on the two stories never meet again. "
+    "So every operator here has a canonical batched form whose rows are computed exactly as decode computes them. "
+    "The diagnostics capture named checkpoints in both passes and report the first place where the bits part. "
+    "In the morning the river was quiet, and the boats waited by the old stone bridge. "
+    "She opened the window, looked at the hills, and said that the weather would turn before noon. "
+    "He counted the coins twice, wrote the number in the book, and closed it with a sigh. "
+    "Numbers such as 3, 14, 159, 2653 and 58979 appear in tables; dates like 1811-10-30 appear in letters. "
+    "def forward(self, x):\n    h = self.norm(x)\n    return x + self.mlp(h)\n\n"
+    "for i in range(10):\n    print(i * i)\n\n"
+    "Questions? Answers! Lists: apples, pears, plums; and quotes \"like this\" or 'like that'.\n";
+
+typedef struct { uint64_t s; } rng;
+static uint64_t rng_next(rng *r) {                    /* splitmix64 */
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rng_uniform(rng *r) { return (float)((rng_next(r) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
+
+typedef struct {
+    gguf_writer *w;
+    rng r;
+    uint32_t type;
+    int failed;
+} builder;
+
+/* A 2-D weight [n_out][n_in] with uniform values of the given scale, stored
+ * in the requested type (norms and 1-D tensors stay F32). */
+static void add_matrix(builder *b, const char *name, int64_t n_in, int64_t n_out, float scale, uint32_t type) {
+    size_t n = (size_t)n_in * (size_t)n_out;
+    float *f = malloc(n * sizeof(float));
+    if (!f) { b->failed = 1; return; }
+    for (size_t i = 0; i < n; i++) f[i] = rng_uniform(&b->r) * scale;
+    int ok;
+    uint64_t rb = ds_row_bytes(type, (uint64_t)n_in, &ok);
+    void *data = ok ? malloc(rb * (uint64_t)n_out) : NULL;
+    if (!data) { free(f); b->failed = 1; return; }
+    ds_f32_to_type(type, f, (int64_t)n, data);
+    uint64_t ne[2] = { (uint64_t)n_in, (uint64_t)n_out };
+    if (gguf_add_tensor(b->w, name, type, 2, ne, data, rb * (uint64_t)n_out)) b->failed = 1;
+    free(data);
+    free(f);
+}
+
+static void add_norm(builder *b, const char *name, int64_t n) {
+    float *f = malloc((size_t)n * sizeof(float));
+    if (!f) { b->failed = 1; return; }
+    for (int64_t i = 0; i < n; i++) f[i] = 1.0f + 0.1f * rng_uniform(&b->r);
+    uint64_t ne[1] = { (uint64_t)n };
+    if (gguf_add_tensor(b->w, name, DS_TYPE_F32, 1, ne, f, (uint64_t)n * 4)) b->failed = 1;
+    free(f);
+}
+
+int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_t errlen) {
+    const char *arch = o->arch;
+    const uint32_t type = o->type;
+    const long n_embd = o->n_embd, n_layer = o->n_layer, n_head = o->n_head, n_head_kv = o->n_head_kv,
+               n_ff = o->n_ff, n_vocab = o->n_vocab, n_ctx = o->n_ctx, seed = o->seed;
+    const long head_dim = o->head_dim ? o->head_dim : o->n_embd / o->n_head;
+    const float rope_base = o->rope_base, eps = o->norm_eps;
+    if (strcmp(arch, "qwen3") && strcmp(arch, "llama")) { ds_errf(err, errlen, "make-model: arch must be qwen3 or llama, got '%s'", arch); return -1; }
+    if (n_embd < 1 || n_layer < 1 || n_head < 1 || n_head_kv < 1 || n_ff < 1 || n_vocab < 260 || head_dim < 2) {
+        ds_errf(err, errlen, "make-model: every dimension must be positive (and n_vocab >= 260)");
+        return -1;
+    }
+    if (head_dim % 2) { ds_errf(err, errlen, "make-model: head dim %ld must be even", head_dim); return -1; }
+    if (n_head % n_head_kv) { ds_errf(err, errlen, "make-model: n_head %ld must be a multiple of n_head_kv %ld", n_head, n_head_kv); return -1; }
+    if (type == DS_TYPE_Q8_0 && (n_embd % 32 || n_ff % 32 || (n_head * head_dim) % 32)) {
+        ds_errf(err, errlen, "make-model: q8_0 needs n_embd, n_ff and n_head*head_dim to be multiples of 32");
+        return -1;
+    }
+    builder b = { gguf_writer_new(), { (uint64_t)seed * 0x2545F4914F6CDD1Dull + 1 }, type, 0 };
+    if (!b.w) { ds_errf(err, errlen, "make-model: out of memory"); return -1; };
+    char key[128];
+#define KEY(s) (snprintf(key, sizeof key, "%s." s, arch), key)
+    gguf_set_str(b.w, "general.architecture", arch);
+    gguf_set_str(b.w, "general.name", "dspark-random");
+    gguf_set_u32(b.w, KEY("block_count"), (uint32_t)n_layer);
+    gguf_set_u32(b.w, KEY("context_length"), (uint32_t)n_ctx);
+    gguf_set_u32(b.w, KEY("embedding_length"), (uint32_t)n_embd);
+    gguf_set_u32(b.w, KEY("feed_forward_length"), (uint32_t)n_ff);
+    gguf_set_u32(b.w, KEY("attention.head_count"), (uint32_t)n_head);
+    gguf_set_u32(b.w, KEY("attention.head_count_kv"), (uint32_t)n_head_kv);
+    gguf_set_u32(b.w, KEY("attention.key_length"), (uint32_t)head_dim);
+    gguf_set_u32(b.w, KEY("attention.value_length"), (uint32_t)head_dim);
+    gguf_set_f32(b.w, KEY("rope.freq_base"), rope_base);
+    gguf_set_f32(b.w, KEY("attention.layer_norm_rms_epsilon"), eps);
+    gguf_set_u32(b.w, KEY("vocab_size"), (uint32_t)n_vocab);
+#undef KEY
+    gguf_set_u32(b.w, "general.file_type", type);
+    if (ds_tokenizer_build_bpe(b.w, k_text, sizeof k_text - 1, (int32_t)(n_vocab < 1024 ? n_vocab : 1024), err, errlen)) {
+        gguf_writer_free(b.w);
+        return -1;
+    }
+
+    /* Scales keep activations O(1) through the random network so that
+     * generations are varied rather than collapsing to one token. */
+    const long qd = n_head * head_dim, kvd = n_head_kv * head_dim;
+    uint32_t emb_type = type;
+    add_matrix(&b, "token_embd.weight", n_embd, n_vocab, 1.0f, emb_type);
+    add_norm(&b, "output_norm.weight", n_embd);
+    for (long l = 0; l < n_layer && !b.failed; l++) {
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%ld." s ".weight", l), n)
+        add_norm(&b, NAME("attn_norm"), n_embd);
+        add_matrix(&b, NAME("attn_q"), n_embd, qd, sqrtf(3.0f / (float)n_embd), type);
+        add_matrix(&b, NAME("attn_k"), n_embd, kvd, sqrtf(3.0f / (float)n_embd), type);
+        add_matrix(&b, NAME("attn_v"), n_embd, kvd, sqrtf(3.0f / (float)n_embd), type);
+        if (!strcmp(arch, "qwen3")) {
+            add_norm(&b, NAME("attn_q_norm"), head_dim);
+            add_norm(&b, NAME("attn_k_norm"), head_dim);
+        }
+        add_matrix(&b, NAME("attn_output"), qd, n_embd, sqrtf(3.0f / (float)qd) * 0.5f, type);
+        add_norm(&b, NAME("ffn_norm"), n_embd);
+        add_matrix(&b, NAME("ffn_gate"), n_embd, n_ff, sqrtf(3.0f / (float)n_embd), type);
+        add_matrix(&b, NAME("ffn_up"), n_embd, n_ff, sqrtf(3.0f / (float)n_embd), type);
+        add_matrix(&b, NAME("ffn_down"), n_ff, n_embd, sqrtf(3.0f / (float)n_ff) * 0.5f, type);
+#undef NAME
+    }
+    if (b.failed) {
+        const char *we = gguf_writer_error(b.w);
+        ds_errf(err, errlen, "make-model: building the model failed: %s", we ? we : "out of memory");
+        gguf_writer_free(b.w);
+        return -1;
+    }
+    int rc = gguf_writer_write(b.w, out, err, errlen);
+    gguf_writer_free(b.w);
+    if (rc) return -1;
+    return 0;
+}
+
+void ds_make_model_defaults(ds_make_model_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->arch = "qwen3";
+    o->type = DS_TYPE_F32;
+    o->n_embd = 256; o->n_layer = 4; o->n_head = 4; o->n_head_kv = 2; o->head_dim = 0;
+    o->n_ff = 768; o->n_vocab = 512; o->n_ctx = 2048; o->seed = 1;
+    o->rope_base = 10000.0f; o->norm_eps = 1e-6f;
+}

@@ -1,0 +1,18 @@
+/* model_make.h — deterministic random-weight target models (make-model). */
+#ifndef DSPARK_MODEL_MAKE_H
+#define DSPARK_MODEL_MAKE_H
+
+#include "common.h"
+
+typedef struct {
+    const char *arch;          /* "qwen3" or "llama"                          */
+    uint32_t    type;          /* weight type of the 2-D tensors              */
+    long n_embd, n_layer, n_head, n_head_kv, head_dim /* 0 = n_embd/n_head */, n_ff, n_vocab, n_ctx, seed;
+    float rope_base, norm_eps;
+} ds_make_model_opts;
+
+void ds_make_model_defaults(ds_make_model_opts *o);
+/* Write the model to `out`. 0, or -1 with one error line. */
+int  ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,41 @@
+/* sampler.h — token selection as a deterministic function of the logits.
+ *
+ * temp == 0: greedy argmax (ties to the lowest id).
+ * temp  > 0: Gumbel-max. The token at absolute position `pos` is
+ *     argmax_i ( processed_logit_i / temp + g_i ),  g_i = -log(-log(u_i)),
+ * with u_i from a counter-based RNG (Philox-4x32-10) keyed on (seed, pos, i).
+ * Tokens removed by top-k / top-p get -inf. Processing order (HF's): divide
+ * by temp, keep the top_k largest (ties: lower id first), then keep the
+ * smallest set of most probable tokens (sorted by probability, ties by lower
+ * id) whose softmax mass reaches top_p. NaN logits count as -inf. Because the noise depends only
+ * on (seed, pos, i), plain decoding and speculative decoding draw the same
+ * token from the same logits: speculative sampling then emits the same bytes
+ * as plain sampling for the same seed, and a drafter that uses the same
+ * noise on its own logits (Gumbel coupling) proposes the target's sample
+ * whenever its distribution is close. */
+#ifndef DSPARK_SAMPLER_H
+#define DSPARK_SAMPLER_H
+
+#include <stdint.h>
+
+typedef struct {
+    float    temp;      /* 0 = greedy                                  */
+    int      top_k;     /* 0 = off                                     */
+    float    top_p;     /* 1 = off; (0, 1]                             */
+    uint64_t seed;
+} ds_sampler;
+
+/* scratch: at least 2*V floats (top-k/top-p sorting) or NULL to allocate
+ * internally. Returns the chosen token id, or -1 on allocation failure. */
+int32_t ds_sample(const ds_sampler *s, const float *logits, int V, int64_t pos, float *scratch);
+
+/* The uniform (0,1) draw for (seed, pos, i) — exposed for tests.
+ * key = (seed lo32, seed hi32); counter = (pos lo32, pos hi32, i >> 1, 0);
+ * one Philox block gives two draws: even i uses output words (0, 1), odd i
+ * words (2, 3); u = (top 53 bits of (w_hi << 32 | w_lo) + 0.5) * 2^-53. */
+double ds_philox_uniform(uint64_t seed, int64_t pos, uint32_t i);
+
+/* The raw Philox-4x32-10 block function (Random123 layout): for KAT tests. */
+void ds_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+#endif

@@ -1,0 +1,308 @@
+/* spec.c — the speculative loop (dspark-spec.md §5.4), the single-stream
+ * verify-length scheduler (§3.2 / §3.3) and the SPS table helpers. */
+#include "spec.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *ds_commit_name(ds_commit_mode m) { return m == DS_COMMIT_REPLAY ? "replay" : "direct"; }
+const char *ds_sched_name(ds_sched_mode m) {
+    return m == DS_SCHED_PMIN ? "pmin" : m == DS_SCHED_TABLE ? "table" : "none";
+}
+
+void ds_spec_opts_default(ds_spec_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = 128;
+    o->prefill = DS_PREFILL_BATCH;
+    o->stop_at_eog = 1;
+    o->samp.temp = 0.0f;
+    o->samp.top_k = 0;
+    o->samp.top_p = 1.0f;
+    o->draft_max = 0;
+    o->sched = DS_SCHED_NONE;
+    o->commit = DS_COMMIT_DIRECT;
+}
+
+/* ---- scheduler ------------------------------------------------------------ */
+int ds_spec_choose_len(ds_sched_mode mode, const float *conf, int n, float p_min, const double *sps_sec,
+                       int n_sps) {
+    if (n <= 0) return 0;
+    if (mode == DS_SCHED_NONE || !conf) return n;
+    int cap = n;
+    if (mode == DS_SCHED_PMIN || p_min > 0.0f)
+        for (int k = 0; k < n; k++)
+            if (!(conf[k] >= p_min)) { cap = k; break; }   /* NaN confidence stops too */
+    if (mode == DS_SCHED_PMIN) return cap;
+    /* TABLE: Alg. 1 with one stream; Theta(ell) = (1 + sum_{j<=ell} a_j) * SPS(1+ell) */
+    if (!sps_sec || n_sps < 1 || !(sps_sec[0] > 0.0)) return cap;
+    double best = 1.0 / sps_sec[0], tau = 1.0, a = 1.0;
+    int ell_best = 0;
+    for (int ell = 1; ell <= cap && ell + 1 <= n_sps; ell++) {
+        double c = conf[ell - 1];
+        if (!(c > 0.0)) break;
+        a *= c > 1.0 ? 1.0 : c;
+        tau += a;
+        if (!(sps_sec[ell] > 0.0)) break;
+        double th = tau / sps_sec[ell];
+        if (th > best) { best = th; ell_best = ell; }
+        else break;                                   /* early stop: required for losslessness */
+    }
+    return ell_best;
+}
+
+/* ---- SPS table ------------------------------------------------------------ */
+int ds_spec_load_sps(const char *path, int max_width, double *sec, char *err, size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f) { ds_errf(err, errlen, "cannot open SPS table '%s': %s", path, strerror(errno)); return -1; }
+    for (int w = 0; w < max_width; w++) sec[w] = 0.0;
+    char line[512];
+    int ln = 0;
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        char *s = line;
+        while (*s == ' ' || *s == '\t') s++;
+        if (*s == '#' || *s == '\n' || *s == '\r' || *s == 0) continue;
+        char *end;
+        errno = 0;
+        long w = strtol(s, &end, 10);
+        if (errno || end == s || (*end != ' ' && *end != '\t')) {
+            fclose(f);
+            ds_errf(err, errlen, "SPS table '%s' line %d: expected 'width seconds_per_pass'", path, ln);
+            return -1;
+        }
+        s = end;
+        double v = strtod(s, &end);
+        while (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n') end++;
+        if (end == s || *end || !isfinite(v) || v <= 0.0) {
+            fclose(f);
+            ds_errf(err, errlen, "SPS table '%s' line %d: seconds per pass must be a positive number", path, ln);
+            return -1;
+        }
+        if (w < 1) {
+            fclose(f);
+            ds_errf(err, errlen, "SPS table '%s' line %d: width %ld must be >= 1", path, ln, w);
+            return -1;
+        }
+        if (w <= max_width) sec[w - 1] = v;
+    }
+    fclose(f);
+    for (int w = 1; w <= max_width; w++)
+        if (!(sec[w - 1] > 0.0)) {
+            ds_errf(err, errlen, "SPS table '%s' has no entry for verify width %d (needs widths 1..%d)", path, w, max_width);
+            return -1;
+        }
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int ds_spec_measure_sps(ds_ctx *c, int max_width, int reps, double *sec, char *err, size_t errlen) {
+    if (max_width < 1 || max_width > c->n_ctx) {
+        ds_errf(err, errlen, "SPS measurement: width %d does not fit the context (%d)", max_width, c->n_ctx);
+        return -1;
+    }
+    if (reps < 1) reps = 1;
+    const size_t V = (size_t)c->m->hp.n_vocab, T = (size_t)c->n_taps * c->m->hp.n_embd;
+    float *lg = malloc((size_t)max_width * V * sizeof(float));
+    float *tp = T ? malloc((size_t)max_width * T * sizeof(float)) : NULL;
+    int32_t *tok = malloc((size_t)max_width * sizeof(int32_t));
+    double *t = malloc((size_t)reps * sizeof(double));
+    int rc = -1;
+    if (!lg || (T && !tp) || !tok || !t) { ds_errf(err, errlen, "SPS measurement: out of memory"); goto done; }
+    for (int i = 0; i < max_width; i++) tok[i] = (int32_t)((i * 7 + 1) % (int)V);
+    for (int w = 1; w <= max_width; w++) {
+        for (int r = -1; r < reps; r++) {
+            c->n_past = 0;
+            double t0 = now_s();
+            if (ds_forward_batch(c, tok, w, 0, DS_LOGITS_ALL, lg, tp, err, errlen)) goto done;
+            if (r >= 0) t[r] = now_s() - t0;
+        }
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        sec[w - 1] = t[reps / 2];
+    }
+    rc = 0;
+done:
+    c->n_past = 0;
+    free(lg); free(tp); free(tok); free(t);
+    return rc;
+}
+
+/* ---- the loop ------------------------------------------------------------- */
+typedef struct {
+    const ds_spec_opts *o;
+    const ds_tokenizer *tok;
+    int32_t *out;
+    ds_spec_stats *st;
+} emitter;
+
+/* Emit one token exactly as plain generation does: an EOG stops before it
+ * is emitted; reaching n_predict stops after. 1 = stop. */
+static int emit(emitter *e, int32_t t) {
+    if (e->o->stop_at_eog && e->tok && ds_tokenizer_is_eog(e->tok, t)) { e->st->stop = "eog"; return 1; }
+    e->out[e->st->n_gen++] = t;
+    if (e->o->on_token) e->o->on_token(e->o->user, t);
+    if (e->st->n_gen >= e->o->n_predict) { e->st->stop = "length"; return 1; }
+    return 0;
+}
+
+int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int n_prompt,
+                     const ds_spec_opts *o, int32_t *out, ds_spec_stats *st, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    st->n_prompt = n_prompt;
+    st->stop = "length";
+    const int V = c->m->hp.n_vocab;
+    const int gamma = ds_drafter_block_size(d);
+    if (o->n_predict < 1) { ds_errf(err, errlen, "spec: n_predict must be >= 1"); return -1; }
+    if (gamma < 1 || gamma > DS_SPEC_MAX_GAMMA) {
+        ds_errf(err, errlen, "spec: drafter block size %d is outside 1..%d", gamma, DS_SPEC_MAX_GAMMA);
+        return -1;
+    }
+    const int draft_max = o->draft_max == 0 ? gamma : o->draft_max;
+    if (draft_max < 1 || draft_max > gamma) {
+        ds_errf(err, errlen, "spec: draft_max %d is outside 1..%d (n_max inconsistent with the drafter's block size)",
+                o->draft_max, gamma);
+        return -1;
+    }
+    const int has_conf = ds_drafter_has_confidence(d);
+    if (o->sched != DS_SCHED_NONE && !has_conf) {
+        ds_errf(err, errlen, "spec: scheduler '%s' needs a drafter with a confidence head", ds_sched_name(o->sched));
+        return -1;
+    }
+    if (o->sched == DS_SCHED_TABLE && (!o->sps_sec || o->n_sps < draft_max + 1)) {
+        ds_errf(err, errlen, "spec: the table scheduler needs seconds per pass for widths 1..%d", draft_max + 1);
+        return -1;
+    }
+    if (o->commit != DS_COMMIT_DIRECT && o->commit != DS_COMMIT_REPLAY) {
+        ds_errf(err, errlen, "spec: unknown commit mode %d", (int)o->commit);
+        return -1;
+    }
+    st->gamma = gamma;
+    st->draft_max = draft_max;
+    if (ds_set_taps(c, ds_drafter_tap_layers(d), ds_drafter_n_taps(d), err, errlen)) return -1;
+    const size_t T = (size_t)c->n_taps * c->m->hp.n_embd;
+    const size_t Vz = (size_t)V;
+
+    /* buffers */
+    float *ptaps = malloc((size_t)n_prompt * T * sizeof(float) + 1);
+    float *vlog = malloc(((size_t)(gamma + 1) + 2) * Vz * sizeof(float));   /* verify rows + sampler scratch */
+    float *vtaps = malloc((size_t)(gamma + 1) * T * sizeof(float) + 1);
+    float *rlog = malloc(Vz * sizeof(float));
+    float *conf = malloc((size_t)gamma * sizeof(float));
+    int32_t *ids = malloc((size_t)gamma * sizeof(int32_t));
+    int32_t *vtok = malloc((size_t)(gamma + 1) * sizeof(int32_t));
+    ds_dctx *dx = NULL;
+    int rc = -1;
+    if (!ptaps || !vlog || !vtaps || !rlog || !conf || !ids || !vtok) { ds_errf(err, errlen, "spec: out of memory"); goto done; }
+    float *scratch = vlog + (size_t)(gamma + 1) * Vz;
+    dx = ds_dctx_new(d, c->n_ctx + gamma, c->pool, err, errlen);
+    if (!dx) goto done;
+
+    emitter em = { o, c->m->tok, out, st };
+    const ds_sampler *samp = &o->samp;
+    double t0 = now_s();
+    /* prefill: target (all prompt taps) -> drafter context rows -> first token */
+    if (ds_prefill(c, prompt, n_prompt, o->prefill, vlog, ptaps, err, errlen)) goto done;
+    if (ds_dctx_append(dx, ptaps, n_prompt, 0, err, errlen)) goto done;
+    int p = n_prompt;
+    int32_t anchor = ds_sample(samp, vlog, V, p, scratch);
+    double t1 = now_s();
+    st->t_prefill = t1 - t0;
+    if (emit(&em, anchor)) goto finish;
+
+    for (;;) {
+        if (p >= c->n_ctx) { st->stop = "context"; break; }
+        /* how many drafts may this round verify: block, context, budget */
+        int cap = draft_max;
+        if (cap > c->n_ctx - 1 - p) cap = c->n_ctx - 1 - p;            /* p + ell < n_ctx      */
+        if (cap > o->n_predict - st->n_gen - 1) cap = o->n_predict - st->n_gen - 1;
+        if (cap < 0) cap = 0;
+        int ell = 0;
+        double ta = now_s();
+        if (cap > 0) {
+            ds_draft_opts dop = { samp, cap };
+            if (ds_draft(dx, anchor, p, &dop, ids, has_conf ? conf : NULL, NULL, err, errlen)) goto done;
+            ell = ds_spec_choose_len(o->sched, has_conf ? conf : NULL, cap, o->p_min, o->sps_sec, o->n_sps);
+        }
+        double tb = now_s();
+        st->t_draft += tb - ta;
+
+        /* verify [anchor, d_1..d_ell] at p..p+ell in ONE batched pass */
+        vtok[0] = anchor;
+        for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
+        if (ds_forward_batch(c, vtok, ell + 1, p, DS_LOGITS_ALL, vlog, vtaps, err, errlen)) goto done;
+        double tc = now_s();
+        st->t_verify += tc - tb;
+
+        /* accept: longest prefix with d_{i+1} == sample(row i, p+i+1); bonus */
+        int a = 0;
+        int32_t bonus = -1;
+        for (; a <= ell; a++) {
+            int32_t y = ds_sample(samp, vlog + (size_t)a * Vz, V, p + a + 1, scratch);
+            if (a == ell || y != ids[a]) { bonus = y; break; }
+        }
+        double td = now_s();
+        st->t_accept += td - tc;
+
+        /* commit */
+        if (o->commit == DS_COMMIT_DIRECT) {
+            if (ds_kv_truncate(c, p + a + 1)) { ds_errf(err, errlen, "spec: KV truncate to %d failed", p + a + 1); goto done; }
+        } else {
+            if (ds_kv_truncate(c, p)) { ds_errf(err, errlen, "spec: KV truncate to %d failed", p); goto done; }
+            int a2 = a;
+            for (int j = 0; j <= a; j++) {
+                if (ds_decode(c, vtok[j], p + j, rlog, vtaps + (size_t)j * T, err, errlen)) goto done;
+                int32_t y = ds_sample(samp, rlog, V, p + j + 1, scratch);
+                if (j < a && y != ids[j]) { a2 = j; bonus = y; st->replay_fixups++; break; }
+                if (j == a) {
+                    if (y != bonus) st->replay_fixups++;
+                    bonus = y;
+                }
+            }
+            a = a2;
+        }
+        if (ds_dctx_truncate(dx, p)) { ds_errf(err, errlen, "spec: drafter truncate to %d failed", p); goto done; }
+        if (ds_dctx_append(dx, vtaps, a + 1, p, err, errlen)) goto done;
+        st->t_commit += now_s() - td;
+
+        /* stats */
+        st->rounds++;
+        st->drafted += ell;
+        st->accepted += a;
+        for (int k = 0; k < a; k++) st->accept_hist[k]++;
+        st->len_hist[a]++;
+        st->width_hist[ell]++;
+
+        /* emit d_1..d_a then the bonus; an accepted EOG truncates the round */
+        int stop = 0, before = st->n_gen;
+        for (int k = 0; k < a && !stop; k++) stop = emit(&em, ids[k]);
+        if (!stop) stop = emit(&em, bonus);
+        st->emitted_in_rounds += st->n_gen - before;
+        if (stop) break;
+        p += a + 1;
+        anchor = bonus;
+    }
+finish:
+    st->t_total = now_s() - t0;
+    st->mean_accepted_len = st->rounds ? (double)(st->accepted + st->rounds) / st->rounds : 0.0;
+    {
+        double tg = st->t_total - st->t_prefill;
+        st->tok_s = tg > 0 && st->n_gen > 1 ? (st->n_gen - 1) / tg : 0.0;
+    }
+    rc = 0;
+done:
+    if (dx) ds_dctx_free(dx);
+    free(ptaps); free(vlog); free(vtaps); free(rlog); free(conf); free(ids); free(vtok);
+    return rc;
+}

@@ -1,0 +1,108 @@
+/* spec.h — the speculative loop (dspark-spec.md §5.4) for one sequence:
+ * a DSpark block drafter proposes, the target verifies the block in ONE
+ * ds_forward_batch, the longest prefix that matches the target's own
+ * samples is accepted plus one bonus token, and the verifier's KV rows are
+ * committed directly (or replayed through ds_decode).
+ *
+ * Tokens are chosen with ds_sample (sampler.h): greedy, or Gumbel-max with
+ * noise keyed on (seed, absolute position, token id). A draft token is
+ * accepted iff it equals the target's sample at that position, so with
+ * canonical kernels and direct commit the output is byte-identical to plain
+ * generation (ds_generate) with the same sampler. With fast kernels the
+ * verifier's bits differ from decode's and the output may differ; replay
+ * commit re-decodes the accepted tokens, re-checks every acceptance on the
+ * decode logits and takes the decode sample on a mismatch ("fixup"), so
+ * replay output equals plain generation with ANY kernel set. */
+#ifndef DSPARK_SPEC_H
+#define DSPARK_SPEC_H
+
+#include "drafter.h"
+#include "generate.h"
+#include "model.h"
+#include "sampler.h"
+
+#define DS_SPEC_MAX_GAMMA 64        /* largest block size the loop handles   */
+
+typedef enum { DS_COMMIT_DIRECT = 0, DS_COMMIT_REPLAY = 1 } ds_commit_mode;
+
+/* How many of the drafted tokens are verified each round (ell):
+ *   NONE   ell = draft_max;
+ *   PMIN   confidence truncation: the first slot k with c_k < p_min stops
+ *          the draft (ell = k - 1, possibly 0);
+ *   TABLE  single-stream cost-table scheduler (paper Alg. 1 with one
+ *          stream): a_j = prod_{i<=j} c_i; ell maximises
+ *          (1 + sum_{j<=ell} a_j) * SPS(1 + ell), scanning ell = 1.. and
+ *          stopping at the first non-improvement. SPS(B) = 1/seconds per
+ *          verify pass of width B. When p_min > 0 the p_min truncation caps
+ *          the scan first.
+ * PMIN and TABLE need a drafter with a confidence head. */
+typedef enum { DS_SCHED_NONE = 0, DS_SCHED_PMIN = 1, DS_SCHED_TABLE = 2 } ds_sched_mode;
+
+typedef struct {
+    int             n_predict;      /* max new tokens (>= 1)                          */
+    ds_prefill_mode prefill;        /* batched prefill or token by token              */
+    int             stop_at_eog;    /* stop at the tokenizer's end-of-generation      */
+    ds_sampler      samp;           /* temp 0 = greedy; the drafter uses it too       */
+    int             draft_max;      /* drafts kept per round, 1..gamma; 0 = gamma     */
+    ds_sched_mode   sched;
+    float           p_min;          /* PMIN threshold (and TABLE cap when > 0)        */
+    const double   *sps_sec;        /* TABLE: sps_sec[w-1] = seconds per verify pass  */
+    int             n_sps;          /*   of width w, for w = 1..n_sps (>= draft_max+1) */
+    ds_commit_mode  commit;
+    void          (*on_token)(void *user, int32_t token);   /* may be NULL            */
+    void           *user;
+} ds_spec_opts;
+
+/* Defaults: n_predict 128, batched prefill, stop at EOG, greedy, draft_max =
+ * gamma, no scheduler, direct commit. */
+void ds_spec_opts_default(ds_spec_opts *o);
+
+typedef struct {
+    int    n_prompt, n_gen;
+    int    gamma, draft_max;
+    int    rounds;                  /* verify passes after the prefill              */
+    long   drafted;                 /* sum of ell (tokens sent to verification)     */
+    long   accepted;                /* sum of a (draft tokens accepted)             */
+    long   emitted_in_rounds;       /* tokens emitted by rounds (accepted + bonus, after stop truncation) */
+    double mean_accepted_len;       /* (accepted + rounds) / rounds: a+1 incl. bonus */
+    long   accept_hist[DS_SPEC_MAX_GAMMA];     /* [k-1]: rounds that accepted slot k */
+    long   len_hist[DS_SPEC_MAX_GAMMA + 1];    /* [a]: rounds that accepted exactly a */
+    long   width_hist[DS_SPEC_MAX_GAMMA + 1];  /* [ell]: rounds that verified ell drafts */
+    long   replay_fixups;           /* REPLAY: acceptances overturned by decode logits */
+    double t_prefill, t_draft, t_verify, t_accept, t_commit, t_total;   /* seconds      */
+    double tok_s;                   /* n_gen / (t_total - t_prefill)                */
+    const char *stop;               /* "length", "eog", "context"                   */
+} ds_spec_stats;
+
+/* Speculative generation for one sequence from an empty target context.
+ * The target's tap list is set to the drafter's tap layers (ds_set_taps) and
+ * left that way. The drafter KV cache is created and freed inside (n_ctx of
+ * the target plus gamma). out must hold o->n_predict tokens. Never writes a
+ * target KV row at or past target->n_ctx: each round's verify width is
+ * clamped so p + ell < n_ctx, and generation stops ("context") once the next
+ * anchor's position reaches n_ctx — exactly where plain generation stops.
+ * Returns 0, or -1 with one error line. */
+int ds_spec_generate(ds_ctx *target, const ds_drafter *d, const int32_t *prompt, int n_prompt,
+                     const ds_spec_opts *o, int32_t *out, ds_spec_stats *st, char *err, size_t errlen);
+
+/* Measure seconds per ds_forward_batch pass at widths 1..max_width on the
+ * target (median of `reps` timed runs after one warm-up, at positions
+ * 0..w-1 of an emptied context, logits ALL + the current taps, as verify
+ * does). Leaves the context empty (n_past 0). sec[w-1] receives the value. */
+int ds_spec_measure_sps(ds_ctx *target, int max_width, int reps, double *sec, char *err, size_t errlen);
+
+/* Read an SPS table file: lines "width seconds_per_pass" ('#' comments and
+ * blank lines allowed); every width 1..max_width must be present, values
+ * positive and finite. 0, or -1 with one error line naming the file/line. */
+int ds_spec_load_sps(const char *path, int max_width, double *sec, char *err, size_t errlen);
+
+/* The scheduler alone (exposed for tests): the ell chosen from confidences
+ * conf[0..n) for the given mode; sps_sec as in ds_spec_opts. */
+int ds_spec_choose_len(ds_sched_mode mode, const float *conf, int n, float p_min, const double *sps_sec,
+                       int n_sps);
+
+/* "direct" / "replay", "none" / "pmin" / "table" */
+const char *ds_commit_name(ds_commit_mode m);
+const char *ds_sched_name(ds_sched_mode m);
+
+#endif

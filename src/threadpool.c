@@ -1,0 +1,217 @@
+/* threadpool.c — a fixed pool of persistent pthreads for data-parallel loops.
+ *
+ * One pattern only: ds_pool_for(n, grain, fn) cuts [0, n) into at most
+ * n_threads contiguous chunks of at least `grain` items, worker t runs chunk
+ * t, the calling thread runs chunk 0, and the call returns when every chunk
+ * is done. The split is a pure function of (n, grain, n_threads) and each
+ * item is processed by exactly one fn call — which items share a call never
+ * matters to the kernels, because they only split independent outputs.
+ *
+ * ==== Hand-off =================================================================
+ * A decode step issues hundreds of short ds_pool_for calls (tens of
+ * microseconds each), so waking sleeping threads through the kernel every
+ * time would dominate. The pool therefore spins first and sleeps second:
+ *   start:  the caller publishes the job, bumps `gen` (release) and
+ *           broadcasts cv_go under the mutex; workers spin on `gen` for a
+ *           while, then sleep on cv_go (checking `gen` under the mutex, so a
+ *           wake-up can never be lost).
+ *   finish: every worker decrements `pending`; the caller spins on it, then
+ *           sleeps on cv_done; the worker that brings it to zero signals
+ *           cv_done under the mutex.
+ * Every worker takes part in every generation (workers without a chunk just
+ * check in), so a job's fields are never overwritten while a late worker
+ * could still read them. */
+#include "threadpool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DS_POOL_SCRATCH 4
+#define DS_POOL_MAX_THREADS 512
+#define DS_POOL_SPIN 4096       /* relax iterations before sleeping (~10-500 us) */
+
+typedef struct {
+    struct ds_pool *pool;
+    int id;
+} ds_worker;
+
+struct ds_pool {
+    int n_threads;
+    pthread_t *threads;
+    ds_worker *workers;
+    int n_started;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv_go, cv_done;
+    atomic_uint_fast64_t gen;       /* job generation; bumped to start a job  */
+    atomic_int pending;             /* workers still inside this generation   */
+    atomic_int stop;
+
+    /* the current job; written by the caller before `gen` is bumped */
+    ds_range_fn fn;
+    void *arg;
+    int64_t n;
+    int chunks;
+
+    struct { void *p; size_t cap; } scratch[DS_POOL_SCRATCH];
+};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Chunk t of c over [0, n): [n*t/c, n*(t+1)/c). With c <= n/grain every
+ * chunk holds at least `grain` items. */
+static inline void run_chunk(struct ds_pool *p, int t) {
+    int64_t b = p->n * t / p->chunks, e = p->n * (t + 1) / p->chunks;
+    if (e > b) p->fn(p->arg, b, e);
+}
+
+static void *worker_main(void *vp) {
+    ds_worker *w = vp;
+    struct ds_pool *p = w->pool;
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        for (int s = 0; g == seen && s < DS_POOL_SPIN; s++) {
+            cpu_relax();
+            g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen)
+                pthread_cond_wait(&p->cv_go, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        seen = g;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+        if (w->id < p->chunks) run_chunk(p, w->id);
+        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->cv_done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    return NULL;
+}
+
+/* Bump the generation and wake everyone (job fields already written). */
+static void publish(struct ds_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv_go);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void shutdown_workers(struct ds_pool *p) {
+    if (p->n_started == 0) return;
+    atomic_store_explicit(&p->stop, 1, memory_order_release);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv_go);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
+    p->n_started = 0;
+}
+
+/* ==========================================================================
+ * public API
+ * ========================================================================== */
+ds_pool *ds_pool_new(int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > DS_POOL_MAX_THREADS) n_threads = DS_POOL_MAX_THREADS;
+    struct ds_pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n_threads = n_threads;
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->stop, 0);
+    if (pthread_mutex_init(&p->mu, NULL)) { free(p); return NULL; }
+    if (pthread_cond_init(&p->cv_go, NULL)) goto fail_mu;
+    if (pthread_cond_init(&p->cv_done, NULL)) goto fail_go;
+    if (n_threads > 1) {
+        p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
+        p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
+        if (!p->threads || !p->workers) goto fail_all;
+        for (int i = 0; i < n_threads - 1; i++) {
+            p->workers[i].pool = p;
+            p->workers[i].id = i + 1;
+            if (pthread_create(&p->threads[i], NULL, worker_main, &p->workers[i])) goto fail_all;
+            p->n_started++;
+        }
+    }
+    return p;
+fail_all:
+    shutdown_workers(p);
+    free(p->threads);
+    free(p->workers);
+    pthread_cond_destroy(&p->cv_done);
+fail_go:
+    pthread_cond_destroy(&p->cv_go);
+fail_mu:
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+    return NULL;
+}
+
+void ds_pool_free(ds_pool *p) {
+    if (!p) return;
+    shutdown_workers(p);
+    free(p->threads);
+    free(p->workers);
+    pthread_cond_destroy(&p->cv_done);
+    pthread_cond_destroy(&p->cv_go);
+    pthread_mutex_destroy(&p->mu);
+    for (int s = 0; s < DS_POOL_SCRATCH; s++) free(p->scratch[s].p);
+    free(p);
+}
+
+int ds_pool_threads(const ds_pool *p) { return p ? p->n_threads : 1; }
+
+void ds_pool_for(ds_pool *p, int64_t n, int64_t grain, ds_range_fn fn, void *arg) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    int64_t c = n / grain;
+    if (c < 1) c = 1;
+    if (!p || c == 1 || p->n_threads == 1) {
+        fn(arg, 0, n);
+        return;
+    }
+    if (c > p->n_threads) c = p->n_threads;
+    p->fn = fn;
+    p->arg = arg;
+    p->n = n;
+    p->chunks = (int)c;
+    publish(p);
+    run_chunk(p, 0);
+    for (int s = 0; s < DS_POOL_SPIN; s++) {
+        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
+        pthread_cond_wait(&p->cv_done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void *ds_pool_scratch(ds_pool *p, int slot, size_t bytes) {
+    if (!p || slot < 0 || slot >= DS_POOL_SCRATCH) return NULL;
+    if (bytes == 0) bytes = 1;
+    if (bytes > p->scratch[slot].cap || !p->scratch[slot].p) {
+        if (bytes > SIZE_MAX - 63) return NULL;
+        size_t cap = (bytes + 63) & ~(size_t)63;
+        void *np = aligned_alloc(64, cap);
+        if (!np) return NULL;
+        free(p->scratch[slot].p);
+        p->scratch[slot].p = np;
+        p->scratch[slot].cap = cap;
+    }
+    return p->scratch[slot].p;
+}

@@ -1,0 +1,360 @@
+/* test_matmul.c — the four matmul families, their exactness contract, the
+ * conversions they rest on, and the kernel-set registry.
+ *
+ *   accuracy     every type x variant against a double-precision reference
+ *   canonical    row m of ds_matmul(CANONICAL, M) == ds_matmul_decode(row m),
+ *                memcmp, M = 1..16, threads 1/2/3, every type
+ *   counter      ds_matmul(FAST, M) differs from decode somewhere, M = 2,4,8,16
+ *                (so the memcmp above is shown able to fail)
+ *   threads      1 vs 2 vs 3 threads bit-identical for both variants
+ *   simd levels  canonical bits identical on every SIMD level the CPU has
+ *   conversions  Q8_0 quantization by hand, all 65536 fp16/bf16 values */
+#include "kernels/kernels.h"
+#include "kernels/cpu/matmul_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int n_pass, n_fail;
+#define CHECK(cond, ...)                                                                   \
+    do {                                                                                   \
+        if (cond) { n_pass++; } else {                                                     \
+            n_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__);     \
+            printf("\n");                                                                  \
+        }                                                                                  \
+    } while (0)
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_u64(void) {                     /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rng_f(void) { return (float)((double)(rng_u64() >> 11) * 0x1p-53 * 2.0 - 1.0); }
+
+static const uint32_t types[4] = {DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_BF16, DS_TYPE_Q8_0};
+
+/* A weight of type t with n rows of k random values in [-1, 1). */
+typedef struct { ds_weight w; void *data; } tw;
+static tw make_weight(uint32_t t, int64_t k, int64_t n) {
+    tw r;
+    int ok;
+    size_t rb = (size_t)ds_row_bytes(t, (uint64_t)k, &ok);
+    float *tmp = malloc((size_t)(k * n) * sizeof(float) + 1);
+    for (int64_t i = 0; i < k * n; i++) tmp[i] = rng_f();
+    r.data = malloc(rb * (size_t)n + 1);
+    for (int64_t j = 0; j < n; j++)
+        ds_f32_to_type(t, tmp + j * k, k, (char *)r.data + rb * (size_t)j);
+    free(tmp);
+    r.w = (ds_weight){.type = t, .n_in = k, .n_out = n, .data = r.data};
+    return r;
+}
+static float *make_x(int m, int64_t k) {
+    float *x = malloc((size_t)(m * k) * sizeof(float) + 1);
+    for (int64_t i = 0; i < m * k; i++) x[i] = rng_f();
+    return x;
+}
+
+/* ==========================================================================
+ * accuracy against a double-precision reference
+ * ========================================================================== */
+static void test_accuracy(ds_pool *pool) {
+    static const int64_t Ks_dense[] = {1, 15, 16, 17, 100, 257}, Ks_q8[] = {32, 96, 256};
+    static const int64_t Ns[] = {1, 7, 33};
+    static const int Ms[] = {1, 3, 5, 8};
+    int bad = 0, total = 0;
+    double worst = 0;
+    for (int ti = 0; ti < 4; ti++) {
+        uint32_t t = types[ti];
+        const int64_t *Ks = t == DS_TYPE_Q8_0 ? Ks_q8 : Ks_dense;
+        int nk = t == DS_TYPE_Q8_0 ? 3 : 6;
+        for (int ki = 0; ki < nk; ki++)
+            for (int ni = 0; ni < 3; ni++)
+                for (int mi = 0; mi < 4; mi++)
+                    for (int v = 0; v < 2; v++) {
+                        int64_t K = Ks[ki], N = Ns[ni];
+                        int M = Ms[mi];
+                        tw W = make_weight(t, K, N);
+                        float *x = make_x(M, K), *y = malloc((size_t)(M * N) * sizeof(float));
+                        float *wf = malloc((size_t)K * sizeof(float)), *xf = malloc((size_t)K * sizeof(float));
+                        ds_matmul((ds_variant)v, &W.w, M, x, y, pool);
+                        int ok;
+                        size_t rb = (size_t)ds_row_bytes(t, (uint64_t)K, &ok);
+                        for (int m = 0; m < M; m++) {
+                            /* Q8_0 canonical multiplies the quantized activation */
+                            if (t == DS_TYPE_Q8_0 && v == DS_CANONICAL) {
+                                ds_block_q8_0 *qb = malloc((size_t)(K / 32) * sizeof *qb);
+                                ds_quantize_row_q8_0(x + m * K, K, qb);
+                                ds_row_to_f32(DS_TYPE_Q8_0, qb, K, xf);
+                                free(qb);
+                            } else {
+                                memcpy(xf, x + m * K, (size_t)K * sizeof(float));
+                            }
+                            for (int64_t n = 0; n < N; n++) {
+                                ds_row_to_f32(t, (const char *)W.data + rb * (size_t)n, K, wf);
+                                double ref = 0, mag = 0;
+                                for (int64_t k = 0; k < K; k++) {
+                                    ref += (double)wf[k] * xf[k];
+                                    mag += fabs((double)wf[k] * xf[k]);
+                                }
+                                /* recursive-summation bound over a lane chain of
+                                 * K/16 adds plus the tree and the scaling steps */
+                                double tol = ((double)K / 16 + 8) * 0x1p-23 * mag + 1e-30;
+                                double err = fabs((double)y[m * N + n] - ref);
+                                total++;
+                                if (mag > 0 && err / mag > worst) worst = err / mag;
+                                if (!(err <= tol)) {
+                                    if (bad < 5)
+                                        printf("  %s %s K=%lld N=%lld M=%d [%d][%lld]: %.9g vs %.9g\n",
+                                               ds_type_name(t), v ? "fast" : "canonical",
+                                               (long long)K, (long long)N, M, m, (long long)n,
+                                               y[m * N + n], ref);
+                                    bad++;
+                                }
+                            }
+                        }
+                        free(W.data); free(x); free(y); free(wf); free(xf);
+                    }
+    }
+    CHECK(bad == 0, "accuracy: %d of %d outputs outside the bound", bad, total);
+    printf("%s accuracy vs double reference (%d outputs, worst |err|/sum|wx| = %.3g)\n",
+           bad ? "FAIL" : "PASS", total, worst);
+}
+
+/* ==========================================================================
+ * the canonical property, the counter-test and thread invariance
+ * ========================================================================== */
+static int rows_equal(const float *a, const float *b, int64_t n) {
+    return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+}
+
+static void test_exactness(ds_pool *pools[4]) {
+    for (int ti = 0; ti < 4; ti++) {
+        uint32_t t = types[ti];
+        /* K: not a multiple of 16 (dense) / odd block count (Q8_0); N odd and
+         * large enough that 2 and 3 threads really split it */
+        int64_t K = t == DS_TYPE_Q8_0 ? 288 : 259, N = 1001;
+        tw W = make_weight(t, K, N);
+        float *x = make_x(16, K);
+        float *dec = malloc((size_t)(16 * N) * sizeof(float));
+        float *y = malloc((size_t)(16 * N) * sizeof(float));
+        float *y2 = malloc((size_t)(16 * N) * sizeof(float));
+        for (int m = 0; m < 16; m++) ds_matmul_decode(&W.w, x + m * K, dec + m * N, pools[1]);
+
+        /* decode itself is thread-count invariant */
+        int dec_ok = 1;
+        for (int th = 2; th <= 3; th++)
+            for (int m = 0; m < 16; m++) {
+                ds_matmul_decode(&W.w, x + m * K, y, pools[th]);
+                dec_ok &= rows_equal(y, dec + m * N, N);
+            }
+        CHECK(dec_ok, "%s: decode differs across thread counts", ds_type_name(t));
+
+        /* canonical(M) row m == decode(row m), M = 1..16, threads 1, 2, 3 */
+        int canon_bad = 0;
+        for (int th = 1; th <= 3; th++)
+            for (int M = 1; M <= 16; M++) {
+                ds_matmul(DS_CANONICAL, &W.w, M, x, y, pools[th]);
+                for (int m = 0; m < M; m++)
+                    if (!rows_equal(y + m * N, dec + m * N, N)) {
+                        if (canon_bad < 3)
+                            printf("  %s canonical M=%d threads=%d row %d != decode\n",
+                                   ds_type_name(t), M, th, m);
+                        canon_bad++;
+                    }
+            }
+        CHECK(canon_bad == 0, "%s: canonical rows differ from decode", ds_type_name(t));
+        printf("%s canonical == decode (memcmp) %s M=1..16 threads 1,2,3 K=%lld N=%lld\n",
+               canon_bad ? "FAIL" : "PASS", ds_type_name(t), (long long)K, (long long)N);
+
+        /* counter-test: fast differs from decode somewhere, for each width */
+        static const int widths[] = {2, 4, 8, 16};
+        for (int wi = 0; wi < 4; wi++) {
+            int M = widths[wi];
+            ds_matmul(DS_FAST, &W.w, M, x, y, pools[1]);
+            int64_t ndiff = 0;
+            for (int64_t i = 0; i < (int64_t)M * N; i++)
+                ndiff += memcmp(&y[i], &dec[i], sizeof(float)) != 0;
+            CHECK(ndiff > 0, "%s: fast M=%d is bit-identical to decode (counter-test)",
+                  ds_type_name(t), M);
+            printf("%s counter-test %s fast M=%d differs from decode in %lld of %lld outputs\n",
+                   ndiff ? "PASS" : "FAIL", ds_type_name(t), M, (long long)ndiff,
+                   (long long)(M * N));
+        }
+
+        /* thread invariance, both variants, several widths */
+        static const int tmw[] = {1, 5, 8, 16};
+        int inv_ok = 1;
+        for (int v = 0; v < 2; v++)
+            for (int wi = 0; wi < 4; wi++) {
+                int M = tmw[wi];
+                ds_matmul((ds_variant)v, &W.w, M, x, y, pools[1]);
+                for (int th = 2; th <= 3; th++) {
+                    ds_matmul((ds_variant)v, &W.w, M, x, y2, pools[th]);
+                    inv_ok &= rows_equal(y, y2, (int64_t)M * N);
+                }
+            }
+        CHECK(inv_ok, "%s: results depend on the thread count", ds_type_name(t));
+        printf("%s thread invariance %s canonical+fast threads 1,2,3\n", inv_ok ? "PASS" : "FAIL",
+               ds_type_name(t));
+
+        /* canonical bits identical on every SIMD level this CPU can run */
+        int lv_ok = 1, nlv = 0;
+        for (int lv = 0; lv < DS_LVL_COUNT; lv++) {
+            if (!ds_simd_level_ok(lv)) continue;
+            nlv++;
+            for (int M = 1; M <= 16; M += 3) {
+                ds_matmul_at_level(lv, DS_CANONICAL, &W.w, M, x, y, pools[2]);
+                lv_ok &= rows_equal(y, dec, (int64_t)M * N);
+            }
+        }
+        CHECK(lv_ok, "%s: canonical bits depend on the SIMD level", ds_type_name(t));
+        printf("%s canonical identical on %d SIMD level(s) %s\n", lv_ok ? "PASS" : "FAIL", nlv,
+               ds_type_name(t));
+
+        free(W.data); free(x); free(dec); free(y); free(y2);
+    }
+}
+
+/* ==========================================================================
+ * conversions
+ * ========================================================================== */
+static void test_quantize(void) {
+    /* block 0: amax 127 -> d = 1, id = 1, q = roundf(x) (halves away from 0)
+     * block 1: all zero -> d = 0, id = 0, q = 0
+     * block 2: amax 254 -> d = 2, id = 0.5 */
+    float x[96] = {0};
+    x[0] = 127.0f; x[1] = -63.5f; x[2] = 0.49f; x[3] = 2.5f; x[4] = -127.0f; x[5] = 0.5f;
+    x[64] = 254.0f; x[65] = 3.0f; x[66] = -5.0f; x[67] = 1.0f; x[68] = -1.0f; x[69] = 100.2f;
+    ds_block_q8_0 b[3];
+    memset(b, 0x55, sizeof b);
+    ds_quantize_row_q8_0(x, 96, b);
+    int ok = b[0].d == 0x3c00 && b[0].qs[0] == 127 && b[0].qs[1] == -64 && b[0].qs[2] == 0 &&
+             b[0].qs[3] == 3 && b[0].qs[4] == -127 && b[0].qs[5] == 1 && b[0].qs[6] == 0;
+    ok &= b[1].d == 0;
+    for (int j = 0; j < 32; j++) ok &= b[1].qs[j] == 0;
+    ok &= b[2].d == 0x4000 && b[2].qs[0] == 127 && b[2].qs[1] == 2 && b[2].qs[2] == -3 &&
+          b[2].qs[3] == 1 && b[2].qs[4] == -1 && b[2].qs[5] == 50 && b[2].qs[31] == 0;
+    CHECK(ok, "quantize_row_q8_0 hand example");
+    /* a d that is not exact in fp16: amax 1 -> d = 1/127 -> fp16 0x2008 */
+    float z[32] = {0};
+    z[0] = 1.0f; z[1] = 0.5f;
+    ds_quantize_row_q8_0(z, 32, b);
+    CHECK(b[0].d == ds_f32_to_fp16(1.0f / 127.0f) && b[0].qs[0] == 127 && b[0].qs[1] == 64,
+          "quantize_row_q8_0 d=1/127 (d=%04x q=%d,%d)", b[0].d, b[0].qs[0], b[0].qs[1]);
+    float back[32];
+    ds_row_to_f32(DS_TYPE_Q8_0, b, 32, back);
+    CHECK(back[0] == ds_fp16_to_f32(b[0].d) * 127.0f, "Q8_0 row_to_f32 is d*q");
+    printf("%s quantize_row_q8_0 hand-checked blocks\n", ok ? "PASS" : "FAIL");
+}
+
+static void test_half_conversions(void) {
+    int f16_bad = 0, bf16_bad = 0, lane_bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = ds_fp16_to_f32((uint16_t)h);
+        uint16_t back = ds_f32_to_fp16(f);
+        if (f != f) { if ((back & 0x7c00) != 0x7c00 || !(back & 0x3ff)) f16_bad++; }
+        else if (back != h) f16_bad++;
+        float g = ds_bf16_to_f32((uint16_t)h);
+        uint16_t gb = ds_f32_to_bf16(g);
+        if (g != g) { if ((gb & 0x7f80) != 0x7f80 || !(gb & 0x7f)) bf16_bad++; }
+        else if (gb != h) bf16_bad++;
+    }
+    /* the 16-lane converters the kernels use == the scalar ones, bit for bit
+     * (NaN payloads included) */
+    for (uint32_t h0 = 0; h0 < 65536; h0 += 16) {
+        uint16_t hs[16];
+        for (int l = 0; l < 16; l++) hs[l] = (uint16_t)(h0 + (uint32_t)l);
+        ds_v16f a = ds_ld16_f16(hs), b = ds_ld16_bf16(hs);
+        for (int l = 0; l < 16; l++) {
+            uint32_t s1 = ds_f32_bits(ds_fp16_to_f32(hs[l])), s2 = ds_f32_bits(ds_bf16_to_f32(hs[l]));
+            lane_bad += ds_f32_bits(a[l]) != s1 || ds_f32_bits(b[l]) != s2;
+        }
+    }
+    int8_t q[16];
+    for (int l = 0; l < 16; l++) q[l] = (int8_t)(l * 17 - 128);
+    ds_v16f qv = ds_ld16_q8(q);
+    for (int l = 0; l < 16; l++) lane_bad += qv[l] != (float)q[l];
+    CHECK(f16_bad == 0, "fp16 round trip: %d values", f16_bad);
+    CHECK(bf16_bad == 0, "bf16 round trip: %d values", bf16_bad);
+    CHECK(lane_bad == 0, "16-lane converters differ in %d values", lane_bad);
+    printf("%s fp16/bf16 round trip of all 65536 values, lane converters bit-exact\n",
+           f16_bad || bf16_bad || lane_bad ? "FAIL" : "PASS");
+
+    /* ds_f32_to_type / ds_row_to_f32 agree with the scalar helpers */
+    float v[64];
+    uint16_t h[64], hb[64];
+    float r1[64], r2[64];
+    for (int i = 0; i < 64; i++) v[i] = rng_f() * 1000.0f;
+    ds_f32_to_type(DS_TYPE_F16, v, 64, h);
+    ds_f32_to_type(DS_TYPE_BF16, v, 64, hb);
+    ds_row_to_f32(DS_TYPE_F16, h, 64, r1);
+    ds_row_to_f32(DS_TYPE_BF16, hb, 64, r2);
+    int ok = 1;
+    for (int i = 0; i < 64; i++)
+        ok &= h[i] == ds_f32_to_fp16(v[i]) && hb[i] == ds_f32_to_bf16(v[i]) &&
+              r1[i] == ds_fp16_to_f32(h[i]) && r2[i] == ds_bf16_to_f32(hb[i]);
+    CHECK(ok, "f32_to_type/row_to_f32 for F16/BF16");
+}
+
+/* ==========================================================================
+ * registry
+ * ========================================================================== */
+static void test_registry(void) {
+    char err[DS_ERRLEN], buf[256];
+    ds_kernel_set ks;
+    const int fail0 = n_fail;
+    int ok = 1;
+    for (int f = 0; f < DS_FAM_COUNT; f++) {
+        ok &= ds_family_from_name(ds_family_name(f)) == f;
+        ok &= strlen(ds_family_describe(f)) > 10;
+    }
+    ok &= ds_family_from_name("nope") == -1;
+    ok &= ds_matmul_family(DS_TYPE_Q8_0) == DS_FAM_MATMUL_Q8_0 &&
+          ds_matmul_family(DS_TYPE_BF16) == DS_FAM_MATMUL_BF16 && ds_matmul_family(7) == -1;
+    CHECK(ok, "family names/describe/matmul_family");
+
+    CHECK(ds_kernel_set_parse(&ks, NULL, NULL, NULL, err, sizeof err) == 0, "parse NULL");
+    ds_kernel_set_str(&ks, buf, sizeof buf);
+    CHECK(strcmp(buf, "canonical") == 0, "str canonical: '%s'", buf);
+    CHECK(ds_kernel_set_parse(&ks, "fast", NULL, NULL, err, sizeof err) == 0, "parse fast");
+    ds_kernel_set_str(&ks, buf, sizeof buf);
+    CHECK(strcmp(buf, "fast") == 0, "str fast: '%s'", buf);
+    CHECK(ds_kernel_set_parse(&ks, "canonical", "matmul_q8_0, attention", NULL, err, sizeof err) == 0,
+          "parse fast list: %s", err);
+    ds_kernel_set_str(&ks, buf, sizeof buf);
+    CHECK(strcmp(buf, "canonical fast=matmul_q8_0,attention") == 0, "str: '%s'", buf);
+    CHECK(ds_kernel_set_parse(&ks, "fast", "rope", "rope", err, sizeof err) == 0, "parse canon list");
+    ds_kernel_set_str(&ks, buf, sizeof buf);
+    CHECK(strcmp(buf, "fast canonical=rope") == 0, "str: '%s'", buf);
+
+    ds_kernel_set before = ks;
+    CHECK(ds_kernel_set_parse(&ks, "fast", "matmul_f32,xyz", NULL, err, sizeof err) == -1 &&
+              strstr(err, "'xyz'") && strstr(err, "known: matmul_f32") &&
+              memcmp(&ks, &before, sizeof ks) == 0,
+          "unknown family error: '%s'", err);
+    CHECK(ds_kernel_set_parse(&ks, "quick", NULL, NULL, err, sizeof err) == -1 &&
+              strstr(err, "'quick'"), "bad base error: '%s'", err);
+    CHECK(ds_kernel_set_parse(&ks, NULL, "rope,,swiglu", NULL, err, sizeof err) == -1 &&
+              strstr(err, "empty"), "empty item error: '%s'", err);
+    CHECK(ds_kernel_set_parse(&ks, NULL, NULL, "", err, sizeof err) == -1, "empty list rejected");
+    const char *p = ds_simd_path();
+    CHECK(!strcmp(p, "avx512") || !strcmp(p, "avx2") || !strcmp(p, "neon") || !strcmp(p, "portable"),
+          "simd path '%s'", p);
+    printf("%s registry checks (simd path: %s)\n", n_fail == fail0 ? "PASS" : "FAIL", p);
+}
+
+int main(void) {
+    ds_pool *pools[4] = {NULL, ds_pool_new(1), ds_pool_new(2), ds_pool_new(3)};
+    test_half_conversions();
+    test_quantize();
+    test_registry();
+    test_accuracy(pools[2]);
+    test_exactness(pools);
+    for (int i = 1; i < 4; i++) ds_pool_free(pools[i]);
+    printf("%d checks passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}

@@ -1,0 +1,110 @@
+/* test_model_load.c — the model loader rejects bad files with one clear line:
+ * unknown architecture, missing hyper-parameters, missing tensors, shape and
+ * type mismatches, inconsistent heads. Each bad file is derived from a valid
+ * make-model file by copying it through the GGUF writer with one change. */
+#include "testutil.h"
+#include "gguf.h"
+#include "model.h"
+#include "model_make.h"
+
+typedef struct {
+    const char *skip_key;      /* metadata key to drop (NULL: none)         */
+    const char *set_arch;      /* replace general.architecture              */
+    const char *drop_tensor;   /* tensor to leave out                       */
+    const char *reshape;       /* tensor whose ne[1] gets +1 row           */
+    const char *set_u32_key;   /* set a u32 key to a value                  */
+    uint32_t    set_u32_val;
+} mutation;
+
+static int derive(const char *src, const char *dst, const mutation *mu) {
+    char err[DS_ERRLEN];
+    gguf_ctx *g = gguf_open(src, err, sizeof err);
+    if (!g) return -1;
+    gguf_writer *w = gguf_writer_new();
+    const char *skip[4] = { NULL, NULL, NULL, NULL };
+    int ns = 0;
+    if (mu->skip_key) skip[ns++] = mu->skip_key;
+    if (mu->set_arch) skip[ns++] = "general.architecture";
+    if (mu->set_u32_key) skip[ns++] = mu->set_u32_key;
+    gguf_copy_kv(w, g, skip);
+    if (mu->set_arch) gguf_set_str(w, "general.architecture", mu->set_arch);
+    if (mu->set_u32_key) gguf_set_u32(w, mu->set_u32_key, mu->set_u32_val);
+    for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if (mu->drop_tensor && !strcmp(t->name, mu->drop_tensor)) continue;
+        if (mu->reshape && !strcmp(t->name, mu->reshape)) {
+            uint64_t ne[4] = { t->ne[0], t->ne[1] + 1, 1, 1 };
+            int ok;
+            uint64_t rb = ds_row_bytes(t->type, ne[0], &ok);
+            void *buf = calloc(1, rb * ne[1]);
+            memcpy(buf, t->data, t->nbytes);
+            gguf_add_tensor(w, t->name, t->type, t->n_dims, ne, buf, rb * ne[1]);
+            free(buf);
+            continue;
+        }
+        gguf_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes);
+    }
+    int rc = gguf_writer_write(w, dst, err, sizeof err);
+    gguf_writer_free(w);
+    gguf_close(g);
+    return rc;
+}
+
+static void expect_fail(const char *dir, const char *src, const char *name, const mutation *mu, const char *keyword) {
+    char dst[512], err[DS_ERRLEN] = "";
+    snprintf(dst, sizeof dst, "%s/%s.gguf", dir, name);
+    if (derive(src, dst, mu)) { CHECK(0, "%s: could not derive the bad file", name); return; }
+    ds_model *m = ds_model_load(dst, err, sizeof err);
+    int ok = m == NULL && strstr(err, keyword) && !strchr(err, '\n');
+    CHECK(ok, "%s: expected an error containing '%s', got %s '%s'", name, keyword, m ? "a model" : "error", err);
+    printf("%s %s: %s\n", ok ? "PASS" : "FAIL", name, err);
+    ds_model_free(m);
+}
+
+int main(void) {
+    char dir[256], src[512], err[DS_ERRLEN];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(src, sizeof src, "%s/good.gguf", dir);
+    ds_make_model_opts o;
+    ds_make_model_defaults(&o);
+    o.n_embd = 64; o.n_layer = 2; o.n_head = 4; o.n_head_kv = 2; o.n_ff = 128; o.n_vocab = 300;
+    CHECK(ds_make_model(&o, src, err, sizeof err) == 0, "make: %s", err);
+    ds_model *m = ds_model_load(src, err, sizeof err);
+    CHECK(m != NULL, "good model fails to load: %s", err);
+    CHECK(m && m->output_tied && m->output.data == m->tok_embd.data, "tied output must share token_embd's memory");
+    ds_model_free(m);
+
+    mutation mu;
+#define MU(...) (mu = (mutation){ __VA_ARGS__ }, &mu)
+    expect_fail(dir, src, "unknown_arch", MU(.set_arch = "gpt-neox"), "unknown architecture");
+    expect_fail(dir, src, "no_arch", MU(.skip_key = "general.architecture"), "general.architecture");
+    expect_fail(dir, src, "no_block_count", MU(.skip_key = "qwen3.block_count"), "block_count");
+    expect_fail(dir, src, "missing_tensor", MU(.drop_tensor = "blk.1.ffn_up.weight"), "missing tensor 'blk.1.ffn_up.weight'");
+    expect_fail(dir, src, "missing_qnorm", MU(.drop_tensor = "blk.0.attn_q_norm.weight"), "attn_q_norm");
+    expect_fail(dir, src, "missing_embd", MU(.drop_tensor = "token_embd.weight"), "token_embd");
+    expect_fail(dir, src, "shape_mismatch", MU(.reshape = "blk.0.attn_k.weight"), "has shape");
+    expect_fail(dir, src, "heads_not_multiple", MU(.set_u32_key = "qwen3.attention.head_count_kv", .set_u32_val = 3), "multiple");
+    expect_fail(dir, src, "zero_layers", MU(.set_u32_key = "qwen3.block_count", .set_u32_val = 0), "positive");
+    expect_fail(dir, src, "huge_embd", MU(.set_u32_key = "qwen3.embedding_length", .set_u32_val = 0xfffffff0u), "out of range");
+    expect_fail(dir, src, "extra_layers", MU(.set_u32_key = "qwen3.block_count", .set_u32_val = 3), "missing tensor 'blk.2");
+
+    /* taps validation keeps the previous list on error */
+    m = ds_model_load(src, err, sizeof err);
+    ds_ctx *c = m ? ds_ctx_new(m, 32, 1, err, sizeof err) : NULL;
+    if (c) {
+        int good[2] = { 0, 1 }, bad_order[2] = { 1, 0 }, bad_range[1] = { 2 };
+        CHECK(ds_set_taps(c, good, 2, err, sizeof err) == 0, "valid taps rejected: %s", err);
+        CHECK(ds_set_taps(c, bad_order, 2, err, sizeof err) != 0 && strstr(err, "increasing"), "non-increasing taps accepted");
+        CHECK(ds_set_taps(c, bad_range, 1, err, sizeof err) != 0 && strstr(err, "range"), "out-of-range tap accepted");
+        CHECK(c->n_taps == 2 && c->tap_layers[0] == 0 && c->tap_layers[1] == 1, "invalid tap list changed the previous one");
+        CHECK(ds_ctx_new(m, 100000, 1, err, sizeof err) == NULL && strstr(err, "-c"), "n_ctx beyond the model's context accepted");
+        int32_t bad_tok = 100000;
+        CHECK(ds_decode(c, bad_tok, 0, NULL, NULL, err, sizeof err) != 0 && strstr(err, "token id"), "out-of-range token accepted");
+        CHECK(ds_decode(c, 1, 5, NULL, NULL, err, sizeof err) != 0 && strstr(err, "position"), "position beyond n_past accepted");
+        printf("PASS taps and run-argument validation\n");
+    }
+    ds_ctx_free(c);
+    ds_model_free(m);
+    tu_rmdir(dir);
+    return tu_finish("test_model_load");
+}

@@ -1,0 +1,125 @@
+/* cmd_bench.c — `dspark bench`: the engine-core measurements, side by side
+ * in one run, reported as medians of --reps repetitions:
+ *   decode      ms per token (and tok/s) of sequential decode;
+ *   verify M    forward_batch of M rows (M = 1,2,4,8,16) on top of a prefix,
+ *               canonical and fast interleaved rep by rep, and their ratio;
+ *   prefill     tok/s of a batched prefill of --prefill-len tokens.
+ * A table goes to stdout; --json FILE writes the same numbers as JSON. */
+#include "cli.h"
+#include "model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define N_WIDTHS 5
+static const int k_widths[N_WIDTHS] = { 1, 2, 4, 8, 16 };
+
+int cmd_bench(int argc, char **argv) {
+    const char *C = "bench";
+    const char *model_path = NULL, *json = NULL;
+    long n_threads = 2, reps = 5, prefix = 64, n_decode = 32, prefill_len = 128;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help")) {
+            printf("usage: dspark bench -m MODEL.gguf [-t N] [--reps N] [--prefix N] [--decode N] [--prefill-len N] [--json FILE]\n");
+            return 0;
+        }
+        else if (!strcmp(a, "-m")) model_path = cli_value(C, argc, argv, &i);
+        else if (!strcmp(a, "-t")) n_threads = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
+        else if (!strcmp(a, "--reps")) reps = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1000);
+        else if (!strcmp(a, "--prefix")) prefix = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
+        else if (!strcmp(a, "--decode")) n_decode = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
+        else if (!strcmp(a, "--prefill-len")) prefill_len = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
+        else if (!strcmp(a, "--json")) json = cli_value(C, argc, argv, &i);
+        else cli_die(C, "unknown flag '%s' (see dspark bench --help)", a);
+    }
+    if (!model_path) cli_die(C, "no model given (-m MODEL.gguf)");
+    char err[DS_ERRLEN];
+    ds_model *m = ds_model_load(model_path, err, sizeof err);
+    if (!m) cli_die(C, "%s: %s", model_path, err);
+    long need = prefix + n_decode + 16;
+    if (prefill_len > need) need = prefill_len;
+    if (m->hp.n_ctx_train > 0 && need > m->hp.n_ctx_train) { ds_model_free(m); cli_die(C, "--prefix/--decode/--prefill-len need %ld positions, the model has %d", need, m->hp.n_ctx_train); }
+    ds_ctx *c = ds_ctx_new(m, (int)need, (int)n_threads, err, sizeof err);
+    if (!c) { ds_model_free(m); cli_die(C, "%s", err); }
+    const int V = m->hp.n_vocab;
+    int32_t *toks = malloc((size_t)need * sizeof(int32_t));
+    float *logits = malloc((size_t)16 * V * sizeof(float));
+    double *t_dec = malloc((size_t)reps * sizeof(double)), *t_pre = malloc((size_t)reps * sizeof(double));
+    double *t_ver[2][N_WIDTHS];
+    for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) t_ver[v][w] = malloc((size_t)reps * sizeof(double));
+    if (!toks || !logits || !t_dec || !t_pre) cli_die(C, "out of memory");
+    for (long i = 0; i < need; i++) toks[i] = (int32_t)((i * 7919 + 13) % V);   /* fixed pseudo-text */
+
+    ds_kernel_set canon, fast;
+    ds_kernel_set_all(&canon, DS_CANONICAL);
+    ds_kernel_set_all(&fast, DS_FAST);
+#define CHECK(x) do { if (x) cli_die(C, "%s", err); } while (0)
+    /* warm-up: touch every weight once */
+    c->ks = canon;
+    CHECK(ds_forward_batch(c, toks, (int)prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
+    for (long r = 0; r < reps; r++) {
+        /* decode: n_decode steps after the prefix */
+        c->ks = canon;
+        CHECK(ds_kv_truncate(c, (int)prefix));
+        double t0 = cli_now();
+        for (long i = 0; i < n_decode; i++) CHECK(ds_decode(c, toks[prefix + i], (int)(prefix + i), logits, NULL, err, sizeof err));
+        t_dec[r] = (cli_now() - t0) / (double)n_decode;
+        /* verify widths, canonical and fast interleaved */
+        for (int w = 0; w < N_WIDTHS; w++)
+            for (int v = 0; v < 2; v++) {
+                c->ks = v ? fast : canon;
+                CHECK(ds_kv_truncate(c, (int)prefix));
+                t0 = cli_now();
+                CHECK(ds_forward_batch(c, toks + prefix, k_widths[w], (int)prefix, DS_LOGITS_ALL, logits, NULL, err, sizeof err));
+                t_ver[v][w][r] = cli_now() - t0;
+            }
+        /* prefill */
+        c->ks = canon;
+        c->n_past = 0;
+        t0 = cli_now();
+        CHECK(ds_forward_batch(c, toks, (int)prefill_len, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
+        t_pre[r] = cli_now() - t0;
+        c->n_past = 0;
+        CHECK(ds_forward_batch(c, toks, (int)prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
+    }
+#undef CHECK
+    double dec = median(t_dec, (int)reps), pre = median(t_pre, (int)reps), ver[2][N_WIDTHS];
+    for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) ver[v][w] = median(t_ver[v][w], (int)reps);
+
+    printf("model=%s arch=%s weights=%s params=%llu threads=%ld simd=%s reps=%ld prefix=%ld\n", model_path,
+           ds_arch_name(m->hp.arch), ds_type_name(m->weight_type), (unsigned long long)m->n_params, n_threads,
+           ds_simd_path(), reps, prefix);
+    printf("decode: %.3f ms/token  %.1f tok/s\n", dec * 1e3, 1.0 / dec);
+    printf("prefill(%ld): %.1f tok/s (canonical)\n", prefill_len, (double)prefill_len / pre);
+    printf("%-4s %14s %14s %16s %18s\n", "M", "canonical_ms", "fast_ms", "canonical/fast", "canonical/decode");
+    for (int w = 0; w < N_WIDTHS; w++)
+        printf("%-4d %14.3f %14.3f %16.3f %18.3f\n", k_widths[w], ver[0][w] * 1e3, ver[1][w] * 1e3, ver[0][w] / ver[1][w], ver[0][w] / dec);
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (!f) cli_die(C, "cannot write '%s'", json);
+        fprintf(f, "{\n  \"model\": \"%s\", \"weights\": \"%s\", \"params\": %llu, \"threads\": %ld, \"simd\": \"%s\", \"reps\": %ld, \"prefix\": %ld,\n",
+                model_path, ds_type_name(m->weight_type), (unsigned long long)m->n_params, n_threads, ds_simd_path(), reps, prefix);
+        fprintf(f, "  \"decode_ms\": %.6f, \"decode_tok_s\": %.3f, \"prefill_len\": %ld, \"prefill_tok_s\": %.3f,\n  \"verify\": [\n",
+                dec * 1e3, 1.0 / dec, prefill_len, (double)prefill_len / pre);
+        for (int w = 0; w < N_WIDTHS; w++)
+            fprintf(f, "    {\"M\": %d, \"canonical_ms\": %.6f, \"fast_ms\": %.6f, \"canonical_over_fast\": %.4f, \"canonical_over_decode\": %.4f}%s\n",
+                    k_widths[w], ver[0][w] * 1e3, ver[1][w] * 1e3, ver[0][w] / ver[1][w], ver[0][w] / dec, w + 1 < N_WIDTHS ? "," : "");
+        fprintf(f, "  ]\n}\n");
+        fclose(f);
+    }
+    for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) free(t_ver[v][w]);
+    free(t_dec); free(t_pre); free(toks); free(logits);
+    ds_ctx_free(c);
+    ds_model_free(m);
+    return 0;
+}

@@ -1,0 +1,51 @@
+/* cmd_make_model.c — `dspark make-model`: flags -> ds_make_model(). */
+#include "cli.h"
+#include "model_make.h"
+
+#include <string.h>
+
+static uint32_t parse_type(const char *C, const char *s) {
+    if (!strcmp(s, "f32")) return DS_TYPE_F32;
+    if (!strcmp(s, "f16")) return DS_TYPE_F16;
+    if (!strcmp(s, "bf16")) return DS_TYPE_BF16;
+    if (!strcmp(s, "q8_0")) return DS_TYPE_Q8_0;
+    cli_die(C, "--type must be f32, f16, bf16 or q8_0, got '%s'", s);
+}
+
+int cmd_make_model(int argc, char **argv) {
+    const char *C = "make-model";
+    const char *out = NULL;
+    ds_make_model_opts o;
+    ds_make_model_defaults(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help")) {
+            printf("usage: dspark make-model -o OUT.gguf [--arch qwen3|llama] [--type f32|f16|bf16|q8_0]\n"
+                   "       [--n-embd N] [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N] [--n-ff N]\n"
+                   "       [--n-vocab N] [--n-ctx N] [--rope-base F] [--norm-eps F] [--seed N]\n");
+            return 0;
+        }
+        else if (!strcmp(a, "-o")) out = cli_value(C, argc, argv, &i);
+        else if (!strcmp(a, "--arch")) {
+            o.arch = cli_value(C, argc, argv, &i);
+            if (strcmp(o.arch, "qwen3") && strcmp(o.arch, "llama")) cli_die(C, "--arch must be qwen3 or llama, got '%s'", o.arch);
+        }
+        else if (!strcmp(a, "--type")) o.type = parse_type(C, cli_value(C, argc, argv, &i));
+        else if (!strcmp(a, "--n-embd")) o.n_embd = cli_int(C, a, cli_value(C, argc, argv, &i), 32, 16384);
+        else if (!strcmp(a, "--n-layer")) o.n_layer = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
+        else if (!strcmp(a, "--n-head")) o.n_head = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
+        else if (!strcmp(a, "--n-head-kv")) o.n_head_kv = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
+        else if (!strcmp(a, "--head-dim")) o.head_dim = cli_int(C, a, cli_value(C, argc, argv, &i), 2, 1024);
+        else if (!strcmp(a, "--n-ff")) o.n_ff = cli_int(C, a, cli_value(C, argc, argv, &i), 32, 1 << 17);
+        else if (!strcmp(a, "--n-vocab")) o.n_vocab = cli_int(C, a, cli_value(C, argc, argv, &i), 260, 1 << 18);
+        else if (!strcmp(a, "--n-ctx")) o.n_ctx = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--rope-base")) o.rope_base = cli_float(C, a, cli_value(C, argc, argv, &i), 2.0f, 1e9f);
+        else if (!strcmp(a, "--norm-eps")) o.norm_eps = cli_float(C, a, cli_value(C, argc, argv, &i), 1e-12f, 0.1f);
+        else if (!strcmp(a, "--seed")) o.seed = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 0x7fffffffL);
+        else cli_die(C, "unknown flag '%s' (see dspark make-model --help)", a);
+    }
+    if (!out) cli_die(C, "no output file given (-o OUT.gguf)");
+    char err[DS_ERRLEN];
+    if (ds_make_model(&o, out, err, sizeof err)) cli_die(C, "%s", err);
+    return 0;
+}
