@@ -23,7 +23,7 @@ CFLAGS  += $(SAN) $(CSTD) $(OPT) -g $(WARN) $(FPFLAGS) -pthread -Iinclude -Isrc 
 LDLIBS  += $(SAN) $(PCRE_LIBS) $(CJSON_LIBS) -lm -pthread
 
 BUILD   ?= build
-LIB_SRC := $(sort $(wildcard src/*.c src/kernels/cpu/*.c src/diag/*.c src/tokenizer/*.c src/drafter/*.c src/spec/*.c))
+LIB_SRC := $(sort $(wildcard src/*.c src/kernels/*.c src/kernels/cpu/*.c src/diag/*.c src/tokenizer/*.c src/drafter/*.c src/spec/*.c))
 LIB_SRC := $(filter-out src/main.c,$(LIB_SRC))
 TOOL_SRC:= $(sort $(wildcard tools/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)

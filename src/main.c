@@ -31,7 +31,10 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { usage(stderr); return DS_EXIT_USAGE; }
+    if (argc < 2) {
+        fprintf(stderr, "dspark: error: no command given (usage: dspark COMMAND [options]; dspark --help lists commands)\n");
+        return DS_EXIT_USAGE;
+    }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);

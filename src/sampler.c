@@ -138,15 +138,31 @@ int32_t ds_sample(const ds_sampler *s, const float *logits, int V, int64_t pos, 
     int32_t best = -1;
     double best_score = -INFINITY;
     if (!use_k && !use_p) {
-        /* every token competes: one Philox block per pair of ids */
+        /* every token competes: one Philox block per pair of ids. A token
+         * whose x is more than G_SPAN below the best x can never win (the
+         * noise lies in [-3.62, 37.43] for u in [2^-54, 1 - 2^-54]), so its
+         * draw is skipped: the result is unchanged, only faster. */
+        const double G_SPAN = 42.0;
+        float xmax = -INFINITY;
+        for (int i = 0; i < V; i++) {
+            float l = logits[i];
+            if (l == l && l / t > xmax) xmax = l / t;
+        }
+        const double lim = (double)xmax - G_SPAN;
         for (int i = 0; i < V; i += 2) {
+            int live = 0;
+            for (int j = 0; j < 2 && i + j < V; j++) {
+                float l = logits[i + j];
+                live |= l == l && (double)(l / t) >= lim;
+            }
+            if (!live) continue;
             double ue, uo;
             philox_pair(s->seed, pos, (uint32_t)i >> 1, &ue, &uo);
             for (int j = 0; j < 2 && i + j < V; j++) {
                 float l = logits[i + j];
                 if (l != l) continue;                                  /* NaN never wins */
                 float x = l / t;
-                if (x == -INFINITY) continue;
+                if (x == -INFINITY || (double)x < lim) continue;
                 double sc = (double)x + gumbel(j ? uo : ue);
                 if (sc > best_score) { best_score = sc; best = i + j; }
             }

@@ -228,12 +228,15 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         if (cap > c->n_ctx - 1 - p) cap = c->n_ctx - 1 - p;            /* p + ell < n_ctx      */
         if (cap > o->n_predict - st->n_gen - 1) cap = o->n_predict - st->n_gen - 1;
         if (cap < 0) cap = 0;
-        int ell = 0;
+        int ell = 0, n_draft = 0;
         double ta = now_s();
         if (cap > 0) {
-            ds_draft_opts dop = { samp, cap };
+            ds_draft_opts dop = { samp, draft_max };
             if (ds_draft(dx, anchor, p, &dop, ids, has_conf ? conf : NULL, NULL, err, errlen)) goto done;
-            ell = ds_spec_choose_len(o->sched, has_conf ? conf : NULL, cap, o->p_min, o->sps_sec, o->n_sps);
+            n_draft = draft_max;
+            if (o->draft_override) o->draft_override(o->override_user, p, anchor, n_draft, ids, has_conf ? conf : NULL);
+            ell = ds_spec_choose_len(o->sched, has_conf ? conf : NULL, draft_max, o->p_min, o->sps_sec, o->n_sps);
+            if (ell > cap) ell = cap;
         }
         double tb = now_s();
         st->t_draft += tb - ta;
@@ -276,6 +279,10 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         if (ds_dctx_append(dx, vtaps, a + 1, p, err, errlen)) goto done;
         st->t_commit += now_s() - td;
 
+        if (o->on_round) {
+            ds_spec_round r = { st->rounds, p, anchor, n_draft, ids, has_conf && n_draft ? conf : NULL, ell, a, bonus };
+            o->on_round(o->round_user, &r);
+        }
         /* stats */
         st->rounds++;
         st->drafted += ell;

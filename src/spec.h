@@ -38,6 +38,19 @@ typedef enum { DS_COMMIT_DIRECT = 0, DS_COMMIT_REPLAY = 1 } ds_commit_mode;
  * PMIN and TABLE need a drafter with a confidence head. */
 typedef enum { DS_SCHED_NONE = 0, DS_SCHED_PMIN = 1, DS_SCHED_TABLE = 2 } ds_sched_mode;
 
+/* One round as seen by an observer (diagnostics, --dump-block). */
+typedef struct {
+    int            round;           /* 0-based                                        */
+    int            p;               /* anchor position                                */
+    int32_t        anchor;
+    int            n_draft;         /* drafts computed (draft_max; 0 when the round    */
+    const int32_t *ids;             /*   could verify nothing and skipped the drafter) */
+    const float   *conf;            /* n_draft confidences or NULL (no head)          */
+    int            ell;             /* drafts verified                                */
+    int            accepted;        /* a (after replay fix-ups)                       */
+    int32_t        bonus;
+} ds_spec_round;
+
 typedef struct {
     int             n_predict;      /* max new tokens (>= 1)                          */
     ds_prefill_mode prefill;        /* batched prefill or token by token              */
@@ -51,6 +64,16 @@ typedef struct {
     ds_commit_mode  commit;
     void          (*on_token)(void *user, int32_t token);   /* may be NULL            */
     void           *user;
+    void          (*on_round)(void *round_user, const ds_spec_round *r); /* may be  */
+    void           *round_user;     /* NULL; called after each round's commit, before */
+                                    /* that round's tokens are emitted                */
+    /* Testing / diagnostics only (NULL in normal use): called after ds_draft
+     * with the n drafted ids and confidences (conf NULL without a head); it
+     * may overwrite them, e.g. an oracle proposing known continuations so
+     * that long accepts, accepted EOGs and full-block commits are exercised
+     * on random weights. The drafter's own state is unaffected. */
+    void          (*draft_override)(void *user, int p, int32_t anchor, int n, int32_t *ids, float *conf);
+    void           *override_user;
 } ds_spec_opts;
 
 /* Defaults: n_predict 128, batched prefill, stop at EOG, greedy, draft_max =
@@ -75,6 +98,10 @@ typedef struct {
 } ds_spec_stats;
 
 /* Speculative generation for one sequence from an empty target context.
+ * Each round drafts draft_max tokens (the drafter always runs its full
+ * gamma-row block), the scheduler picks ell, and ell is then clamped by the
+ * context (p + ell < n_ctx) and by the remaining budget (ell <= n_predict -
+ * n_gen - 1); a round whose clamp is 0 verifies the anchor alone.
  * The target's tap list is set to the drafter's tap layers (ds_set_taps) and
  * left that way. The drafter KV cache is created and freed inside (n_ctx of
  * the target plus gamma). out must hold o->n_predict tokens. Never writes a

@@ -24,13 +24,15 @@
 #include "threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define DS_POOL_SCRATCH 4
 #define DS_POOL_MAX_THREADS 512
-#define DS_POOL_SPIN 4096       /* relax iterations before sleeping (~10-500 us) */
+#define DS_POOL_SPIN 8192       /* polls before sleeping (~0.1-2 ms)                */
+#define DS_POOL_SPIN_PURE 1024  /* of which pure pause; the rest also yield the CPU  */
 
 typedef struct {
     struct ds_pool *pool;
@@ -48,6 +50,7 @@ struct ds_pool {
     atomic_uint_fast64_t gen;       /* job generation; bumped to start a job  */
     atomic_int pending;             /* workers still inside this generation   */
     atomic_int stop;
+    atomic_int busy;                /* a job is in flight                     */
 
     /* the current job; written by the caller before `gen` is bumped */
     ds_range_fn fn;
@@ -58,7 +61,15 @@ struct ds_pool {
     struct { void *p; size_t cap; } scratch[DS_POOL_SCRATCH];
 };
 
-static inline void cpu_relax(void) {
+/* Poll number s of a spin: pause, and after the first few hundred also give
+ * the core away — with more threads than free cores (a loaded machine, or
+ * -t above the core count) a pure spin would burn the time slice the
+ * thread we are waiting for needs. */
+static inline void cpu_relax(int s) {
+    if (s >= DS_POOL_SPIN_PURE) {
+        sched_yield();
+        return;
+    }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -80,7 +91,7 @@ static void *worker_main(void *vp) {
     for (;;) {
         uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
         for (int s = 0; g == seen && s < DS_POOL_SPIN; s++) {
-            cpu_relax();
+            cpu_relax(s);
             g = atomic_load_explicit(&p->gen, memory_order_acquire);
         }
         if (g == seen) {
@@ -133,6 +144,7 @@ ds_pool *ds_pool_new(int n_threads) {
     atomic_init(&p->gen, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->busy, 0);
     if (pthread_mutex_init(&p->mu, NULL)) { free(p); return NULL; }
     if (pthread_cond_init(&p->cv_go, NULL)) goto fail_mu;
     if (pthread_cond_init(&p->cv_done, NULL)) goto fail_go;
@@ -185,20 +197,30 @@ void ds_pool_for(ds_pool *p, int64_t n, int64_t grain, ds_range_fn fn, void *arg
         return;
     }
     if (c > p->n_threads) c = p->n_threads;
+    /* A ds_pool_for from inside a callback (or from a second thread while a
+     * job runs) cannot use the workers: run it inline instead of deadlocking. */
+    if (atomic_exchange_explicit(&p->busy, 1, memory_order_acquire)) {
+        fn(arg, 0, n);
+        return;
+    }
     p->fn = fn;
     p->arg = arg;
     p->n = n;
     p->chunks = (int)c;
     publish(p);
     run_chunk(p, 0);
+    int done = 0;
     for (int s = 0; s < DS_POOL_SPIN; s++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
-        cpu_relax();
+        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) { done = 1; break; }
+        cpu_relax(s);
     }
-    pthread_mutex_lock(&p->mu);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
-        pthread_cond_wait(&p->cv_done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    if (!done) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
+            pthread_cond_wait(&p->cv_done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
+    atomic_store_explicit(&p->busy, 0, memory_order_release);
 }
 
 void *ds_pool_scratch(ds_pool *p, int slot, size_t bytes) {

@@ -15,7 +15,7 @@ expect_err() {   # expect_err "description" "stderr keyword" cmd...
 }
 $D make-model -o "$T/m.gguf" --n-embd 64 --n-layer 2 --n-head 2 --n-head-kv 1 --n-ff 128 --n-vocab 300 --n-ctx 64 --type q8_0 \
     || { echo "FAIL make-model"; exit 1; }
-expect_err "no command"            "usage"            $D
+expect_err "no command"            "no command"          $D
 expect_err "unknown command"       "unknown command"  $D frobnicate
 expect_err "missing model file"    "cannot open\|no such" $D generate -m "$T/nope.gguf" -p hi
 expect_err "unknown flag"          "unknown flag"     $D generate -m "$T/m.gguf" -p hi --bogus
@@ -23,7 +23,7 @@ expect_err "-n 0"                  "-n 0"             $D generate -m "$T/m.gguf"
 expect_err "-n not a number"       "integer"          $D generate -m "$T/m.gguf" -p hi -n ten
 expect_err "flag without value"    "needs a value"    $D generate -m "$T/m.gguf" -p
 expect_err "no prompt"             "no prompt"        $D generate -m "$T/m.gguf"
-expect_err "temp not supported"    "temp"             $D generate -m "$T/m.gguf" -p hi --temp 0.7
+expect_err "negative temp"         "temp"             $D generate -m "$T/m.gguf" -p hi --temp -0.5
 expect_err "bad kernel set"        "kernel"           $D generate -m "$T/m.gguf" -p hi --kernels turbo
 expect_err "unknown family"        "unknown kernel family" $D generate -m "$T/m.gguf" -p hi --fast matmul_q4
 expect_err "bad -t"                "out of range"     $D generate -m "$T/m.gguf" -p hi -t 0

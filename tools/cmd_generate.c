@@ -1,11 +1,19 @@
-/* cmd_generate.c — `dspark generate`: greedy text from a prompt.
+/* cmd_generate.c — `dspark generate`: text from a prompt, plain or
+ * speculative (-md DRAFTER.gguf), greedy or seeded Gumbel-max sampling.
  *
- * llama.cpp habits: -m -p -f -n -t -c --seed -v. Output goes to stdout as it
- * is produced; a key=value stats line goes to stderr at the end. */
+ * llama.cpp habits: -m -md -p -f -n -t -c --seed --temp --top-k --top-p
+ * --draft-max --draft-p-min -v. Output goes to stdout as it is produced; a
+ * key=value stats line goes to stderr at the end. Speculative output is
+ * byte-identical to plain output for the same sampler when every kernel
+ * family is canonical (direct commit) or with any kernels (replay commit). */
 #include "cli.h"
+#include "drafter.h"
 #include "generate.h"
 #include "model.h"
+#include "sampler.h"
+#include "spec.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,33 +30,98 @@ static void print_token(void *user, int32_t token) {
     fflush(p->out);
 }
 
+/* --dump-block: one line per round with the full drafted block */
+static void dump_round(void *user, const ds_spec_round *r) {
+    FILE *f = user;
+    fprintf(f, "round=%d p=%d anchor=%d n_draft=%d ell=%d accepted=%d bonus=%d drafts=", r->round, r->p, r->anchor,
+            r->n_draft, r->ell, r->accepted, r->bonus);
+    for (int i = 0; i < r->n_draft; i++) fprintf(f, "%s%d", i ? "," : "", r->ids[i]);
+    if (r->conf) {
+        fprintf(f, " conf=");
+        for (int i = 0; i < r->n_draft; i++) fprintf(f, "%s%.6f", i ? "," : "", r->conf[i]);
+    }
+    fputc('\n', f);
+}
+
 static void usage(void) {
     printf("usage: dspark generate -m MODEL.gguf (-p TEXT | -f FILE) [options]\n"
            "  -n N              tokens to generate (default 128)\n"
            "  -c N              context size in tokens (default 2048, capped by the model)\n"
            "  -t N              threads (default 2); output bits do not depend on it\n"
+           "  --temp T          temperature (default 0 = greedy); T > 0: Gumbel-max with\n"
+           "                    Philox noise keyed on (seed, position, token id)\n"
+           "  --top-k K         keep the K most likely tokens (0 = off)\n"
+           "  --top-p P         nucleus: smallest set with mass >= P, in (0, 1] (1 = off)\n"
            "  --seed N          sampling seed (greedy ignores it)\n"
-           "  --temp T          temperature; only 0 (greedy) is supported yet\n"
            "  --prefill MODE    batch (default) or decode\n"
            "  --kernels SET     canonical (default) or fast, for the batched path\n"
            "  --fast F,..       families to run fast on top of the base set\n"
            "  --canonical F,..  families to run canonical on top of the base set\n"
+           "  --parallel N      sequences; only 1 is supported\n"
            "  --echo            print the prompt before the generated text\n"
-           "  -v                verbose: model and kernel lines on stderr\n");
+           "  -v                verbose: model and kernel lines on stderr\n"
+           "speculative decoding (DSpark block drafter):\n"
+           "  -md FILE          drafter GGUF (mainline dflash or legacy dspark layout)\n"
+           "  --draft-max N     drafts kept per round, 1..gamma (default gamma)\n"
+           "  --draft-p-min P   stop the draft at the first slot with confidence < P\n"
+           "                    (needs a confidence head; implies --draft-sched pmin)\n"
+           "  --draft-sched S   none | pmin | table (cost-table scheduler, paper Alg. 1)\n"
+           "  --sps-table FILE  lines 'width seconds_per_pass' for --draft-sched table\n"
+           "                    (default: measured at start-up, widths 1..draft-max+1)\n"
+           "  --commit MODE     direct (keep the verifier's KV rows, default) or replay\n"
+           "                    (re-decode accepted tokens; exact with any kernels)\n"
+           "  --dump-block FILE one line per round: the full drafted block, confidences,\n"
+           "                    verify width, accepted count (needs --draft-max = gamma)\n");
+}
+
+/* Everything that must be freed before exiting on an error (LeakSanitizer
+ * checks exit(2) paths too). */
+typedef struct {
+    char *file_buf;
+    int32_t *toks, *out;
+    ds_model *m;
+    ds_ctx *ctx;
+    ds_drafter *dr;
+    double *sps;
+    FILE *dump;
+} res_t;
+
+static void res_free(res_t *r) {
+    free(r->out); free(r->toks); free(r->file_buf); free(r->sps);
+    if (r->dump) fclose(r->dump);
+    if (r->dr) ds_drafter_free(r->dr);
+    if (r->ctx) ds_ctx_free(r->ctx);
+    if (r->m) ds_model_free(r->m);
+    memset(r, 0, sizeof *r);
+}
+
+static void die_free(res_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void die_free(res_t *r, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    res_free(r);
+    cli_die("generate", "%s", buf);
 }
 
 int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
-    long n_predict = 128, n_ctx = 2048, n_threads = 2, seed = 0;
-    int verbose = 0, echo = 0;
-    float temp = 0.0f;
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL;
+    const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL;
+    long n_predict = 128, n_ctx = 2048, n_threads = 2, seed = 0, top_k = 0, draft_max = 0, parallel = 1;
+    int verbose = 0, echo = 0, have_pmin = 0;
+    float temp = 0.0f, top_p = 1.0f, p_min = 0.0f;
+    ds_commit_mode commit = DS_COMMIT_DIRECT;
     ds_prefill_mode prefill = DS_PREFILL_BATCH;
     cli_kernel_flags kf = { 0 };
+    const char *spec_flag = NULL;     /* first speculative-only flag seen */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = cli_value(C, argc, argv, &i);
+        else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) draft_path = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) prompt_file = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) n_predict = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 24);
@@ -56,6 +129,40 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) n_threads = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
         else if (!strcmp(a, "--seed")) seed = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 0x7fffffffL);
         else if (!strcmp(a, "--temp")) temp = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 100.0f);
+        else if (!strcmp(a, "--top-k")) top_k = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 24);
+        else if (!strcmp(a, "--top-p")) {
+            const char *v = cli_value(C, argc, argv, &i);
+            top_p = cli_float(C, a, v, 0.0f, 1.0f);
+            if (!(top_p > 0.0f)) cli_die(C, "--top-p %s is out of range (0, 1]", v);
+        }
+        else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) {
+            parallel = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
+            if (parallel != 1) cli_die(C, "%s %ld: only one sequence is supported", a, parallel);
+        }
+        else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft")) {
+            spec_flag = spec_flag ? spec_flag : a;
+            draft_max = cli_int(C, a, cli_value(C, argc, argv, &i), 1, DS_SPEC_MAX_GAMMA);
+        }
+        else if (!strcmp(a, "--draft-p-min")) {
+            spec_flag = spec_flag ? spec_flag : a;
+            p_min = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 1.0f);
+            have_pmin = 1;
+        }
+        else if (!strcmp(a, "--draft-sched")) {
+            spec_flag = spec_flag ? spec_flag : a;
+            sched_s = cli_value(C, argc, argv, &i);
+            if (strcmp(sched_s, "none") && strcmp(sched_s, "pmin") && strcmp(sched_s, "table"))
+                cli_die(C, "--draft-sched must be none, pmin or table, got '%s'", sched_s);
+        }
+        else if (!strcmp(a, "--sps-table")) { spec_flag = spec_flag ? spec_flag : a; sps_path = cli_value(C, argc, argv, &i); }
+        else if (!strcmp(a, "--dump-block")) { spec_flag = spec_flag ? spec_flag : a; dump_path = cli_value(C, argc, argv, &i); }
+        else if (!strcmp(a, "--commit")) {
+            spec_flag = spec_flag ? spec_flag : a;
+            const char *v = cli_value(C, argc, argv, &i);
+            if (!strcmp(v, "direct")) commit = DS_COMMIT_DIRECT;
+            else if (!strcmp(v, "replay")) commit = DS_COMMIT_REPLAY;
+            else cli_die(C, "--commit must be direct or replay, got '%s'", v);
+        }
         else if (!strcmp(a, "--prefill")) {
             const char *v = cli_value(C, argc, argv, &i);
             if (!strcmp(v, "batch")) prefill = DS_PREFILL_BATCH;
@@ -67,66 +174,147 @@ int cmd_generate(int argc, char **argv) {
         else if (cli_kernel_flag(C, argc, argv, &i, &kf)) {}
         else cli_die(C, "unknown flag '%s' (see dspark generate --help)", a);
     }
-    (void)seed;
     if (!model_path) cli_die(C, "no model given (-m MODEL.gguf)");
     if (prompt && prompt_file) cli_die(C, "give either -p or -f, not both");
     if (!prompt && !prompt_file) cli_die(C, "no prompt given (-p TEXT or -f FILE)");
-    if (temp != 0.0f) cli_die(C, "--temp %g: only greedy decoding (--temp 0) is supported", temp);
+    if (spec_flag && !draft_path) cli_die(C, "%s needs a drafter (-md DRAFTER.gguf)", spec_flag);
+    /* the verify-length scheduler */
+    ds_sched_mode sched = have_pmin ? DS_SCHED_PMIN : DS_SCHED_NONE;
+    if (sched_s) {
+        if (!strcmp(sched_s, "none")) {
+            if (have_pmin) cli_die(C, "--draft-p-min conflicts with --draft-sched none");
+            sched = DS_SCHED_NONE;
+        } else if (!strcmp(sched_s, "pmin")) {
+            if (!have_pmin) cli_die(C, "--draft-sched pmin needs --draft-p-min P");
+            sched = DS_SCHED_PMIN;
+        } else sched = DS_SCHED_TABLE;
+    }
+    if (sps_path && sched != DS_SCHED_TABLE) cli_die(C, "--sps-table only applies to --draft-sched table");
     ds_kernel_set ks;
     cli_kernel_set(C, &kf, &ks);
 
+    res_t R = { 0 };
     size_t prompt_len = 0;
-    char *file_buf = NULL;
-    if (prompt_file) prompt = file_buf = cli_read_file(C, prompt_file, &prompt_len);
+    if (prompt_file) prompt = R.file_buf = cli_read_file(C, prompt_file, &prompt_len);
     else prompt_len = strlen(prompt);
 
     char err[DS_ERRLEN];
-    ds_model *m = ds_model_load(model_path, err, sizeof err);
-    if (!m) { free(file_buf); cli_die(C, "%s: %s", model_path, err); }
-    if (!m->tok) { ds_model_free(m); free(file_buf); cli_die(C, "%s has no tokenizer (tokenizer.ggml.model missing)", model_path); }
+    R.m = ds_model_load(model_path, err, sizeof err);
+    if (!R.m) die_free(&R, "%s: %s", model_path, err);
+    ds_model *m = R.m;
+    if (!m->tok) die_free(&R, "%s has no tokenizer (tokenizer.ggml.model missing)", model_path);
+    if (top_k > m->hp.n_vocab) die_free(&R, "--top-k %ld is out of range [0, %d] (the vocabulary)", top_k, m->hp.n_vocab);
     if (m->hp.n_ctx_train > 0 && n_ctx > m->hp.n_ctx_train) n_ctx = m->hp.n_ctx_train;
 
-    int32_t *toks = NULL;
+    /* the drafter and its contracts */
+    int gamma = 0;
+    if (draft_path) {
+        R.dr = ds_drafter_load(draft_path, m, err, sizeof err);
+        if (!R.dr) die_free(&R, "%s: %s", draft_path, err);
+        gamma = ds_drafter_block_size(R.dr);
+        if (draft_max > gamma)
+            die_free(&R, "--draft-max %ld: n_max inconsistent with the drafter (block size gamma = %d)", draft_max, gamma);
+        if (draft_max == 0) draft_max = gamma;
+        if (sched != DS_SCHED_NONE && !ds_drafter_has_confidence(R.dr))
+            die_free(&R, "%s needs a drafter with a confidence head; %s has none",
+                     sched == DS_SCHED_TABLE ? "--draft-sched table" : "--draft-p-min", draft_path);
+        if (dump_path && draft_max < gamma)
+            die_free(&R, "--dump-block writes the full block of %d drafts but --draft-max %ld keeps only a prefix", gamma, draft_max);
+    }
+
     size_t n_toks = 0;
     int add_bos = ds_tokenizer_bos(m->tok) >= 0 && !strcmp(ds_tokenizer_model(m->tok), "llama");
-    if (ds_tokenize(m->tok, prompt, prompt_len, add_bos, &toks, &n_toks, err, sizeof err)) {
-        ds_model_free(m); free(file_buf);
-        cli_die(C, "tokenizer: %s", err);
-    }
-    if (n_toks == 0) { free(toks); ds_model_free(m); free(file_buf); cli_die(C, "the prompt is empty after tokenization"); }
-    if ((long)n_toks >= n_ctx) {
-        long nt = (long)n_toks;
-        free(toks); ds_model_free(m); free(file_buf);
-        cli_die(C, "the prompt has %ld tokens but the context holds %ld (-c); need room for at least one new token", nt, n_ctx);
-    }
-    ds_ctx *ctx = ds_ctx_new(m, (int)n_ctx, (int)n_threads, err, sizeof err);
-    if (!ctx) { free(toks); ds_model_free(m); free(file_buf); cli_die(C, "%s", err); }
+    if (ds_tokenize(m->tok, prompt, prompt_len, add_bos, &R.toks, &n_toks, err, sizeof err))
+        die_free(&R, "tokenizer: %s", err);
+    if (n_toks == 0) die_free(&R, "the prompt is empty after tokenization");
+    if ((long)n_toks >= n_ctx)
+        die_free(&R, "the prompt has %zu tokens but the context holds %ld (-c); need room for at least one new token", n_toks, n_ctx);
+    R.ctx = ds_ctx_new(m, (int)n_ctx, (int)n_threads, err, sizeof err);
+    if (!R.ctx) die_free(&R, "%s", err);
+    ds_ctx *ctx = R.ctx;
     ctx->ks = ks;
+    char kbuf[256];
+    ds_kernel_set_str(&ks, kbuf, sizeof kbuf);
     if (verbose) {
-        char kbuf[256];
-        ds_kernel_set_str(&ks, kbuf, sizeof kbuf);
         fprintf(stderr, "model=%s arch=%s n_layer=%d n_embd=%d n_head=%d n_head_kv=%d n_ff=%d n_vocab=%d weights=%s params=%llu\n",
                 model_path, ds_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
                 m->hp.n_ff, m->hp.n_vocab, ds_type_name(m->weight_type), (unsigned long long)m->n_params);
         fprintf(stderr, "kernels=\"%s\" simd=%s threads=%ld n_ctx=%ld n_prompt=%zu\n", kbuf, ds_simd_path(), n_threads, n_ctx, n_toks);
+        if (R.dr) fprintf(stderr, "drafter=%s %s\n", draft_path, ds_drafter_describe(R.dr));
+    }
+    for (char *s = kbuf; *s; s++) if (*s == ' ') *s = '+';   /* one token in the stats line */
+
+    ds_sampler samp = { temp, (int)top_k, top_p, (uint64_t)seed };
+    int n_sps = 0;
+    if (R.dr && sched == DS_SCHED_TABLE) {
+        n_sps = (int)draft_max + 1;
+        R.sps = malloc((size_t)n_sps * sizeof(double));
+        if (!R.sps) die_free(&R, "out of memory");
+        if (sps_path) {
+            if (ds_spec_load_sps(sps_path, n_sps, R.sps, err, sizeof err)) die_free(&R, "%s", err);
+        } else {
+            if (n_sps >= ctx->n_ctx) die_free(&R, "the context (%ld) is too small to measure verify widths 1..%d", n_ctx, n_sps);
+            if (ds_set_taps(ctx, ds_drafter_tap_layers(R.dr), ds_drafter_n_taps(R.dr), err, sizeof err) ||
+                ds_spec_measure_sps(ctx, n_sps, 5, R.sps, err, sizeof err))
+                die_free(&R, "SPS measurement: %s", err);
+        }
+        if (verbose) {
+            fprintf(stderr, "sps_table%s:", sps_path ? "" : "(measured)");
+            for (int w = 1; w <= n_sps; w++) fprintf(stderr, " %d:%.6f", w, R.sps[w - 1]);
+            fputc('\n', stderr);
+        }
+    }
+    if (dump_path) {
+        R.dump = fopen(dump_path, "w");
+        if (!R.dump) die_free(&R, "cannot open '%s' for writing", dump_path);
     }
 
     printer pr = { m->tok, stdout };
     if (echo) fwrite(prompt, 1, prompt_len, stdout);
-    int32_t *out = malloc((size_t)n_predict * sizeof(int32_t));
-    ds_gen_opts o = { (int)n_predict, prefill, 1, print_token, &pr };
-    ds_gen_stats st;
-    int rc = out ? ds_generate_greedy(ctx, toks, (int)n_toks, &o, out, &st, err, sizeof err) : -1;
-    if (rc == 0) {
-        fputc('\n', stdout);
-        fprintf(stderr, "mode=plain n_prompt=%d n_gen=%d stop=%s prefill_s=%.4f decode_s=%.4f prefill_tok_s=%.1f decode_tok_s=%.1f\n",
-                st.n_prompt, st.n_gen, st.stop, st.t_prefill, st.t_decode,
-                st.t_prefill > 0 ? st.n_prompt / st.t_prefill : 0.0,
-                st.t_decode > 0 && st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0.0);
+    R.out = malloc((size_t)n_predict * sizeof(int32_t));
+    if (!R.out) die_free(&R, "out of memory");
+    int rc;
+    if (!R.dr) {
+        ds_gen_opts o = { (int)n_predict, prefill, 1, print_token, &pr };
+        ds_gen_stats st;
+        rc = ds_generate(ctx, R.toks, (int)n_toks, &o, &samp, R.out, &st, err, sizeof err);
+        if (rc == 0) {
+            fputc('\n', stdout);
+            fprintf(stderr, "mode=plain n_prompt=%d n_gen=%d stop=%s prefill_s=%.4f decode_s=%.4f prefill_tok_s=%.1f decode_tok_s=%.1f\n",
+                    st.n_prompt, st.n_gen, st.stop, st.t_prefill, st.t_decode,
+                    st.t_prefill > 0 ? st.n_prompt / st.t_prefill : 0.0,
+                    st.t_decode > 0 && st.n_gen > 1 ? (st.n_gen - 1) / st.t_decode : 0.0);
+        }
+    } else {
+        ds_spec_opts o;
+        ds_spec_opts_default(&o);
+        o.n_predict = (int)n_predict;
+        o.prefill = prefill;
+        o.stop_at_eog = 1;
+        o.samp = samp;
+        o.draft_max = (int)draft_max;
+        o.sched = sched;
+        o.p_min = p_min;
+        o.sps_sec = R.sps;
+        o.n_sps = n_sps;
+        o.commit = commit;
+        o.on_token = print_token;
+        o.user = &pr;
+        if (R.dump) { o.on_round = dump_round; o.round_user = R.dump; }
+        ds_spec_stats st;
+        rc = ds_spec_generate(ctx, R.dr, R.toks, (int)n_toks, &o, R.out, &st, err, sizeof err);
+        if (rc == 0) {
+            fputc('\n', stdout);
+            fprintf(stderr, "mode=spec commit=%s kernels=%s sched=%s gamma=%d draft_max=%d temp=%g n_prompt=%d n_gen=%d stop=%s "
+                    "rounds=%d drafted=%ld accepted=%ld mean_accepted_len=%.4f accept_hist=",
+                    ds_commit_name(commit), kbuf, ds_sched_name(sched), st.gamma, st.draft_max, temp, st.n_prompt, st.n_gen,
+                    st.stop, st.rounds, st.drafted, st.accepted, st.mean_accepted_len);
+            for (int k = 0; k < st.draft_max; k++) fprintf(stderr, "%s%ld", k ? "," : "", st.accept_hist[k]);
+            fprintf(stderr, " prefill_s=%.4f draft_s=%.4f verify_s=%.4f accept_s=%.4f commit_s=%.4f total_s=%.4f replay_fixups=%ld tok_s=%.1f\n",
+                    st.t_prefill, st.t_draft, st.t_verify, st.t_accept, st.t_commit, st.t_total, st.replay_fixups, st.tok_s);
+        }
     }
-    free(out); free(toks); free(file_buf);
-    ds_ctx_free(ctx);
-    ds_model_free(m);
-    if (rc) cli_die(C, "%s", out ? err : "out of memory");
+    if (rc) die_free(&R, "%s", err);
+    res_free(&R);
     return 0;
 }

@@ -15,14 +15,17 @@
  *              function of the row's own prefix only.
  *   canonical  (row, head) pairs split over threads, each pair through
  *              attn_row_head() — decode is canonical with M = 1.
- *   fast       what a batch kernel does: per (kv head, tile of rows) the whole
- *              prefix in one pass — all scores of the tile (8-lane dots, four
- *              queries per K load), ONE global max, a vectorized polynomial
- *              exp, one 8-lane sum, then P·V accumulated in key order into
- *              the output with V loads shared by the whole tile, normalized
- *              at the end by a reciprocal. Different dot order, different
- *              max (global vs per chunk, so no rescale products), different
- *              exp and different normalization: different bits. */
+ *   fast       what a batch kernel does: per tile of 8 queries sharing a kv
+ *              head (GQA heads x rows), the whole prefix in one pass — all
+ *              scores of the tile (dots vectorized across the 8 queries, so
+ *              each K row is loaded once per tile), ONE global max, a
+ *              vectorized polynomial exp, one sum, then P·V accumulated in key
+ *              order in registers with V loads shared by the tile, normalized
+ *              by a reciprocal. Different dot order, different max (global vs
+ *              per chunk, so no rescale products), different exp and different
+ *              normalization: different bits.
+ * Both heavy loops are compiled per SIMD level (DS_OPS_CLONES); canonical's
+ * bits are the same on every level (plain lane arithmetic, no contraction). */
 #include "kernels/kernels.h"
 #include "kernels/cpu/ops_internal.h"
 
@@ -48,8 +51,10 @@ static inline int attn_len(const attn_args *a, int m) {
 /* acc and cacc are head_dim floats of scratch. The chunking is at absolute
  * positions, so a row's chunks (and therefore its bits) are the same whether
  * it is decoded alone or is row m of a verify batch of any width. */
-static inline __attribute__((always_inline)) void attn_row_head(const ds_attn_shape *s, int L, const float *qv, const float *kb,
-                          const float *vb, float *out, float *acc, float *cacc) {
+#define ATTN_INLINE static inline __attribute__((always_inline))
+
+ATTN_INLINE void attn_row_head(const ds_attn_shape *s, int L, const float *qv, const float *kb,
+                               const float *vb, float *out, float *acc, float *cacc) {
     const int hd = s->head_dim;
     const int64_t st = s->kv_stride;
     if (L <= 0) { memset(out, 0, sizeof(float) * (size_t)hd); return; }
@@ -134,8 +139,19 @@ DS_OPS_CLONES static void attn_canon_range(void *arg, int64_t i0, int64_t i1) {
  *    sums, no rescale products; normalized by a reciprocal multiply, not a
  *    divide. */
 #define FAST_Q 8     /* queries per tile: one AVX2 vector, two SSE/NEON vectors */
-#define FAST_KJ 4    /* keys per step of the score loop (independent chains) */
-#define FAST_DB 16   /* head_dim columns per register block of the P·V loop */
+
+/* GCC vector extensions: lane-wise IEEE ops, lowered to whatever registers
+ * the clone has (2 x SSE, 1 x AVX2, ...). x * scalar broadcasts. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float   v8f  __attribute__((vector_size(32)));
+typedef int32_t v8i  __attribute__((vector_size(32)));
+typedef float   v16f __attribute__((vector_size(64)));
+#define st8(p, v) do { v8f st_tmp_ = (v); st8p((p), &st_tmp_); } while (0)
+#define st16(p, v) do { v16f st_tmp_ = (v); st16p((p), &st_tmp_); } while (0)
+ATTN_INLINE v8f ld8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
+ATTN_INLINE void st8p(float *p, const v8f *v) { memcpy(p, v, sizeof *v); }
+ATTN_INLINE v16f ld16(const float *p) { v16f v; memcpy(&v, p, sizeof v); return v; }
+ATTN_INLINE void st16p(float *p, const v16f *v) { memcpy(p, v, sizeof *v); }
 
 typedef struct {
     float *qt;       /* [head_dim][FAST_Q]              */
@@ -143,8 +159,8 @@ typedef struct {
     float **op;      /* [FAST_Q] output row per query    */
 } attn_tile_scratch;
 
-static inline __attribute__((always_inline)) void attn_fast_tile(const attn_args *a, int kvh, int t0, int nq, int64_t lmax_all,
-                           attn_tile_scratch *t) {
+ATTN_INLINE void attn_fast_tile(const attn_args *a, int kvh, int t0, int nq, int64_t lmax_all,
+                                attn_tile_scratch *t) {
     const ds_attn_shape *s = a->s;
     const int hd = s->head_dim, group = s->n_head / s->n_kv_head;
     const int64_t st = s->kv_stride;
@@ -169,81 +185,82 @@ static inline __attribute__((always_inline)) void attn_fast_tile(const attn_args
     if (lmax > lmax_all) lmax = (int)lmax_all;
 
     /* 1) scores S[j][u] = (q_u · k_j) * scale for every key of the tile's
-     *    longest prefix (rows j < pos0 + M are all in the cache) */
+     *    longest prefix (rows j < pos0 + M are all in the cache); one vector
+     *    holds the 8 queries, 4 keys give 4 independent chains */
+    const v8f zero8 = {0}, scale8 = zero8 + s->scale;
     int j = 0;
-    for (; j + FAST_KJ <= lmax; j += FAST_KJ) {
-        float acc[FAST_KJ][FAST_Q];
-        memset(acc, 0, sizeof acc);
-        const float *k0 = kb + (int64_t)j * st;
+    for (; j + 4 <= lmax; j += 4) {
+        v8f a0 = zero8, a1 = zero8, a2 = zero8, a3 = zero8;
+        const float *k0 = kb + (int64_t)j * st, *k1 = k0 + st, *k2 = k1 + st, *k3 = k2 + st;
         for (int d = 0; d < hd; d++) {
-            const float *qd = qt + d * FAST_Q;
-            for (int kk = 0; kk < FAST_KJ; kk++) {
-                const float kv = k0[kk * st + d];
-                for (int u = 0; u < FAST_Q; u++) acc[kk][u] += qd[u] * kv;
-            }
+            const v8f qd = ld8(qt + d * FAST_Q);
+            a0 += qd * k0[d];
+            a1 += qd * k1[d];
+            a2 += qd * k2[d];
+            a3 += qd * k3[d];
         }
-        for (int kk = 0; kk < FAST_KJ; kk++)
-            for (int u = 0; u < FAST_Q; u++) S[(int64_t)(j + kk) * FAST_Q + u] = acc[kk][u] * s->scale;
+        st8(S + (int64_t)(j + 0) * FAST_Q, a0 * scale8);
+        st8(S + (int64_t)(j + 1) * FAST_Q, a1 * scale8);
+        st8(S + (int64_t)(j + 2) * FAST_Q, a2 * scale8);
+        st8(S + (int64_t)(j + 3) * FAST_Q, a3 * scale8);
     }
     for (; j < lmax; j++) {
-        float acc[FAST_Q] = {0};
-        const float *kj = kb + (int64_t)j * st;
-        for (int d = 0; d < hd; d++)
-            for (int u = 0; u < FAST_Q; u++) acc[u] += qt[d * FAST_Q + u] * kj[d];
-        for (int u = 0; u < FAST_Q; u++) S[(int64_t)j * FAST_Q + u] = acc[u] * s->scale;
+        v8f a0 = zero8;
+        const float *k0 = kb + (int64_t)j * st;
+        for (int d = 0; d < hd; d++) a0 += ld8(qt + d * FAST_Q) * k0[d];
+        st8(S + (int64_t)j * FAST_Q, a0 * scale8);
     }
 
     /* 2) one global max per query, exp, one sum — all across the 8 queries.
      *    Keys past a query's own prefix are masked to -inf first (only the
      *    ragged causal tail), so the exp loop is branch-free and vectorizes:
      *    ds_exp_fast(-inf) is exactly +0. */
-    float mx[FAST_Q], l[FAST_Q], inv_l[FAST_Q];
+    float mx[FAST_Q], inv_l[FAST_Q];
     for (int u = 0; u < FAST_Q; u++) {
         const int lim = u < nq ? len[u] : lmax;
         for (j = lim; j < lmax; j++) S[(int64_t)j * FAST_Q + u] = -INFINITY;
-        mx[u] = -INFINITY;
-        l[u] = 0.0f;
     }
-    for (j = 0; j < lmax; j++)
-        for (int u = 0; u < FAST_Q; u++) {
-            const float x = S[(int64_t)j * FAST_Q + u];
-            mx[u] = x > mx[u] ? x : mx[u];
-        }
+    v8f m8 = zero8 - INFINITY;
+    for (j = 0; j < lmax; j++) {
+        const v8f x = ld8(S + (int64_t)j * FAST_Q);
+        const v8i gt = x > m8;
+        m8 = (v8f)(((v8i)x & gt) | ((v8i)m8 & ~gt));
+    }
+    memcpy(mx, &m8, sizeof mx);
     for (int u = 0; u < FAST_Q; u++) if (!(mx[u] > -INFINITY)) mx[u] = 0.0f;
     for (j = 0; j < lmax; j++) {
         float *sp = S + (int64_t)j * FAST_Q;
-        for (int u = 0; u < FAST_Q; u++) {
-            const float p = ds_exp_fast(sp[u] - mx[u]);
-            sp[u] = p;
-            l[u] += p;
-        }
+        for (int u = 0; u < FAST_Q; u++) sp[u] = ds_exp_fast(sp[u] - mx[u]);
     }
+    v8f l8 = zero8;
+    for (j = 0; j < lmax; j++) l8 += ld8(S + (int64_t)j * FAST_Q);
+    float l[FAST_Q];
+    memcpy(l, &l8, sizeof l);
     for (int u = 0; u < FAST_Q; u++) inv_l[u] = len[u] > 0 ? 1.0f / l[u] : 0.0f;
 
-    /* 3) P·V in key order, register-blocked: for each block of FAST_DB
-     *    columns of head_dim, the tile's 8 accumulators stay in registers
-     *    over all keys (V row j loaded once for the tile). Every (query, d)
-     *    still sums p_j * v_j[d] over j in key order; the block shape only
-     *    changes which registers hold it. Written straight into out (q was
+    /* 3) P·V in key order, register-blocked: for each block of 16 columns of
+     *    head_dim, the tile's 8 accumulators stay in registers over all keys
+     *    and V row j is loaded once for the tile. Every (query, d) still sums
+     *    p_j * v_j[d] over j in key order. Written straight into out (q was
      *    consumed in step 1, so out may alias q). */
     int d0 = 0;
-    for (; d0 + FAST_DB <= hd; d0 += FAST_DB) {
-        float acc[FAST_Q][FAST_DB];
-        memset(acc, 0, sizeof acc);
+    for (; d0 + 16 <= hd; d0 += 16) {
+        v16f acc[FAST_Q];
+        const v16f zero16 = {0};
+        for (int u = 0; u < FAST_Q; u++) acc[u] = zero16;
         for (j = 0; j < lmax; j++) {
-            const float *vj = vb + (int64_t)j * st + d0;
+            const v16f vj = ld16(vb + (int64_t)j * st + d0);
             const float *pj = S + (int64_t)j * FAST_Q;
-            for (int u = 0; u < FAST_Q; u++)
-                for (int e = 0; e < FAST_DB; e++) acc[u][e] += pj[u] * vj[e];
+            for (int u = 0; u < FAST_Q; u++) acc[u] += vj * pj[u];
         }
-        for (int u = 0; u < nq; u++)
-            for (int e = 0; e < FAST_DB; e++) t->op[u][d0 + e] = acc[u][e] * inv_l[u];
+        for (int u = 0; u < nq; u++) st16(t->op[u] + d0, acc[u] * inv_l[u]);
     }
-    for (; d0 < hd; d0++) {   /* head_dim % FAST_DB tail, one column at a time */
-        float acc[FAST_Q] = {0};
-        for (j = 0; j < lmax; j++)
-            for (int u = 0; u < FAST_Q; u++) acc[u] += S[(int64_t)j * FAST_Q + u] * vb[(int64_t)j * st + d0];
-        for (int u = 0; u < nq; u++) t->op[u][d0] = acc[u] * inv_l[u];
+    for (; d0 < hd; d0++) {   /* head_dim % 16 tail, one column at a time */
+        v8f acc = zero8;
+        for (j = 0; j < lmax; j++) acc += ld8(S + (int64_t)j * FAST_Q) * vb[(int64_t)j * st + d0];
+        float r[FAST_Q];
+        memcpy(r, &acc, sizeof r);
+        for (int u = 0; u < nq; u++) t->op[u][d0] = r[u] * inv_l[u];
     }
 }
 

@@ -16,6 +16,9 @@
 
 #define DS_MM_GROUP 16          /* output columns per work item            */
 #define DS_MM_MIN_WORK 65536    /* weight elements per chunk, at least     */
+/* The pool scratch slot ds_matmul owns (Q8_0 canonical activations). Other
+ * operators must not hold a pointer from this slot across a ds_matmul. */
+#define DS_MM_SCRATCH_SLOT 0
 
 typedef struct {
     const ds_mm_ctx *ctx;
@@ -59,18 +62,12 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
         const int64_t nb = K / DS_QK8_0;
         size_t bq = (size_t)M * (size_t)K * sizeof(float), bd = (size_t)M * (size_t)nb * sizeof(float);
         size_t bt = (size_t)nb * sizeof(ds_block_q8_0);
-        float *xq, *xd;
-        ds_block_q8_0 *tmp;
-        if (pool) {
-            xq = ds_pool_scratch(pool, 0, bq);
-            xd = ds_pool_scratch(pool, 1, bd);
-            tmp = ds_pool_scratch(pool, 2, bt);
-        } else {
-            owned = malloc(bq + bd + bt);
-            xq = owned;
-            xd = owned ? (float *)((char *)owned + bq) : NULL;
-            tmp = owned ? (ds_block_q8_0 *)((char *)owned + bq + bd) : NULL;
-        }
+        /* one buffer: [xq: M*K f32 | xd: M*K/32 f32 | tmp: K/32 blocks] */
+        char *buf = pool ? ds_pool_scratch(pool, DS_MM_SCRATCH_SLOT, bq + bd + bt)
+                         : (char *)(owned = malloc(bq + bd + bt));
+        float *xq = (float *)buf;
+        float *xd = buf ? (float *)(buf + bq) : NULL;
+        ds_block_q8_0 *tmp = buf ? (ds_block_q8_0 *)(buf + bq + bd) : NULL;
         if (!xq || !xd || !tmp) {
             fprintf(stderr, "ds_matmul: out of memory for Q8_0 activations\n");
             abort();

@@ -61,22 +61,25 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
  * only reuse is of x, and more independent accumulators hide add latency. */
 #define DS_MT_MAX 4
 #define DS_NT_MAX 8
-#define DS_TILE_MT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : 2)
-#define DS_TILE_NT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : 2)
-#define DS_TILE_NT_ONE(lv) ((lv) == DS_LVL_AVX512 ? 8 : (lv) == DS_LVL_AVX2 ? 4 : 2)
+/* SLIM = 1 halves NT for families whose weight conversion needs registers of
+ * its own (F16's bit manipulation; Q8_0's two vectors per block). */
+#define DS_TILE_MT(lv)           ((lv) == DS_LVL_AVX512 ? 4 : 2)
+#define DS_TILE_NT(lv, slim)     (((lv) == DS_LVL_AVX512 ? 4 : 2) >> (slim))
+#define DS_TILE_NT_ONE(lv, slim) (((lv) == DS_LVL_AVX512 ? 8 : (lv) == DS_LVL_AVX2 ? 4 : 2) >> (slim))
 
 /* ---- per-level instantiation -----------------------------------------------------
  * BODY(c, n0, n1, level) is an always-inline function; NAME becomes the
- * exported range kernel that switches on c->level. */
+ * exported range kernel that switches on c->level. ATTR is empty for the
+ * canonical kernels and DS_FAST_FN (contraction on) for the fast ones. */
 #if DS_X86
-#define DS_MM_INSTANTIATE(NAME, BODY)                                                       \
-    DS_TARGET_AVX512 static void NAME##_avx512(const ds_mm_ctx *c, int64_t a, int64_t b) {  \
+#define DS_MM_INSTANTIATE(NAME, BODY, ATTR)                                                 \
+    DS_TARGET_AVX512 ATTR static void NAME##_avx512(const ds_mm_ctx *c, int64_t a, int64_t b) { \
         BODY(c, a, b, DS_LVL_AVX512);                                                       \
     }                                                                                       \
-    DS_TARGET_AVX2 static void NAME##_avx2(const ds_mm_ctx *c, int64_t a, int64_t b) {      \
+    DS_TARGET_AVX2 ATTR static void NAME##_avx2(const ds_mm_ctx *c, int64_t a, int64_t b) { \
         BODY(c, a, b, DS_LVL_AVX2);                                                         \
     }                                                                                       \
-    static void NAME##_portable(const ds_mm_ctx *c, int64_t a, int64_t b) {                 \
+    ATTR static void NAME##_portable(const ds_mm_ctx *c, int64_t a, int64_t b) {            \
         BODY(c, a, b, DS_LVL_PORTABLE);                                                     \
     }                                                                                       \
     void NAME(const ds_mm_ctx *c, int64_t a, int64_t b) {                                   \
@@ -87,8 +90,11 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
         }                                                                                   \
     }
 #else
-#define DS_MM_INSTANTIATE(NAME, BODY)                                                       \
-    void NAME(const ds_mm_ctx *c, int64_t a, int64_t b) { BODY(c, a, b, DS_LVL_PORTABLE); }
+#define DS_MM_INSTANTIATE(NAME, BODY, ATTR)                                                 \
+    ATTR static void NAME##_portable(const ds_mm_ctx *c, int64_t a, int64_t b) {            \
+        BODY(c, a, b, DS_LVL_PORTABLE);                                                     \
+    }                                                                                       \
+    void NAME(const ds_mm_ctx *c, int64_t a, int64_t b) { NAME##_portable(c, a, b); }
 #endif
 
 /* ---- the range walker -------------------------------------------------------------
@@ -96,30 +102,30 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
  * rows at a time (outer, so each weight tile is fetched from memory once),
  * then all M activation rows in tiles of MT (inner, hitting cache). mv/nv
  * are the valid counts (<= MT/NT); the tile pads by repeating the last row. */
-#define DS_MM_WALK(TILE, c, n0, n1, lv)                                                     \
+#define DS_MM_WALK(TILE, c, n0, n1, lv, SLIM)                                                    \
     do {                                                                                    \
         const int M_ = (c)->M, MT_ = DS_TILE_MT(lv);                                        \
         if (M_ == 1) {                                                                      \
-            const int NT1_ = DS_TILE_NT_ONE(lv);                                            \
+            const int NT1_ = DS_TILE_NT_ONE(lv, SLIM);                                            \
             for (int64_t n_ = (n0); n_ < (n1); n_ += NT1_) {                                \
                 int nv_ = (int)((n1) - n_ < NT1_ ? (n1) - n_ : NT1_);                       \
-                TILE(c, 0, 1, n_, nv_, 1, DS_TILE_NT_ONE(lv), lv);                          \
+                TILE(c, 0, 1, n_, nv_, 1, DS_TILE_NT_ONE(lv, SLIM), lv);                          \
             }                                                                               \
             break;                                                                          \
         }                                                                                   \
-        const int NT_ = DS_TILE_NT(lv);                                                     \
+        const int NT_ = DS_TILE_NT(lv, SLIM);                                                     \
         for (int64_t n_ = (n0); n_ < (n1); n_ += NT_) {                                     \
             int nv_ = (int)((n1) - n_ < NT_ ? (n1) - n_ : NT_);                             \
             int m_ = 0;                                                                     \
             for (; m_ + MT_ <= M_; m_ += MT_)                                               \
-                TILE(c, m_, MT_, n_, nv_, DS_TILE_MT(lv), DS_TILE_NT(lv), lv);              \
+                TILE(c, m_, MT_, n_, nv_, DS_TILE_MT(lv), DS_TILE_NT(lv, SLIM), lv);              \
             int r_ = M_ - m_;                                                               \
             if (r_ == 1)                                                                    \
-                TILE(c, m_, 1, n_, nv_, 1, DS_TILE_NT(lv), lv);                             \
+                TILE(c, m_, 1, n_, nv_, 1, DS_TILE_NT(lv, SLIM), lv);                             \
             else if (r_ == 2)                                                               \
-                TILE(c, m_, 2, n_, nv_, 2, DS_TILE_NT(lv), lv);                             \
+                TILE(c, m_, 2, n_, nv_, 2, DS_TILE_NT(lv, SLIM), lv);                             \
             else if (MT_ == 4 && r_ == 3)                                                   \
-                TILE(c, m_, 3, n_, nv_, 4, DS_TILE_NT(lv), lv);                             \
+                TILE(c, m_, 3, n_, nv_, 4, DS_TILE_NT(lv, SLIM), lv);                             \
         }                                                                                   \
     } while (0)
 
@@ -144,21 +150,33 @@ DS_INLINE void ds_tile_store(float *y, int64_t N, int m0, int mv, int64_t n0, in
  * Dense tile engine (F32 / F16 / BF16 weights; type is a constant after inlining)
  * ==================================================================================== */
 
-/* CANONICAL (and decode). For every (m, n):
+/* CANONICAL (and decode), fast = 0. For every (m, n):
  *   acc[l] = +0                            for l < 16
  *   for k in steps of 16:   acc[l] = acc[l] + w[n][k+l] * x[m][k+l]
  *   tail (K % 16 = r > 0):  acc[l] = acc[l] + w[n][k+l] * x[m][k+l]   for l < r
  *   y = tree(acc): (l, l+8) -> (l, l+4) -> (l, l+2) -> (l, l+1)
  * Products and sums are separately rounded (no FMA). w is the weight
  * converted to f32, which is exact for F16 and BF16. Nothing here depends
- * on M, on the tile shape, on the thread or on the vector width. */
-DS_INLINE void ds_dense_canon_tile(uint32_t type, const ds_mm_ctx *c, int m0, int mv, int64_t n0,
-                                   int nv, int MT, int NT, int lv) {
-    const int64_t K = c->W->n_in;
-    int ok;
-    const size_t rb = (size_t)ds_row_bytes(type, (uint64_t)K, &ok);
+ * on M, on the tile shape, on the thread or on the vector width.
+ *
+ * FAST, fast = 1. What a GEMM writer does: the same register tiles, but
+ * each step is a fused multiply-add (one rounding instead of two) where the
+ * CPU has FMA, and the 16 lanes are summed left to right at the end (a
+ * scalar epilogue) instead of the tree. Still a function of K only, so
+ * thread counts and M do not change its bits; it simply is not the decode
+ * sequence. Without hardware FMA (portable x86-64) only the combine differs.
+ *
+ * The tail is run as one more full-width step on zero-padded copies of the
+ * last K % 16 elements: adding +0 * +0 leaves an accumulator unchanged (it
+ * starts at +0 and round-to-nearest never turns a sum starting at +0 into
+ * -0), so this IS "lanes l < r only" — and it keeps a single, fully
+ * vectorized step body for the compiler. */
+DS_INLINE void ds_dense_tile(uint32_t type, int fast, const ds_mm_ctx *c, int m0, int mv,
+                             int64_t n0, int nv, int MT, int NT, int lv) {
+    const int64_t K = c->W->n_in, Kf = K & ~(int64_t)15;
+    const size_t es = type == DS_TYPE_F32 ? 4 : 2;
     const void *wr[DS_NT_MAX], *xr[DS_MT_MAX];
-    ds_tile_rows(c->W->data, rb, n0, nv, NT, wr);
+    ds_tile_rows(c->W->data, (size_t)K * es, n0, nv, NT, wr);
     ds_tile_rows(c->x, (size_t)K * sizeof(float), m0, mv, MT, xr);
 
     ds_v16f acc[DS_MT_MAX][DS_NT_MAX];
@@ -166,92 +184,47 @@ DS_INLINE void ds_dense_canon_tile(uint32_t type, const ds_mm_ctx *c, int m0, in
     for (int i = 0; i < MT; i++)
         DS_UNROLL
         for (int j = 0; j < NT; j++) acc[i][j] = ds_zero16();
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        ds_v16f w[DS_NT_MAX];
+
+#define DS_DENSE_STEP(WPTR, WK, XPTR)                                                       \
+    do {                                                                                    \
+        ds_v16f w_[DS_NT_MAX];                                                              \
+        DS_UNROLL                                                                           \
+        for (int j = 0; j < NT; j++) w_[j] = ds_ldw16(type, WPTR, WK);                      \
+        DS_UNROLL                                                                           \
+        for (int i = 0; i < MT; i++) {                                                      \
+            const ds_v16f xv_ = ds_ld16(XPTR);                                              \
+            DS_UNROLL                                                                       \
+            for (int j = 0; j < NT; j++) {                                                  \
+                acc[i][j] = acc[i][j] + w_[j] * xv_;                                        \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
+
+    for (int64_t k = 0; k < Kf; k += 16) DS_DENSE_STEP(wr[j], k, (const float *)xr[i] + k);
+    if (Kf < K) {
+        const size_t r = (size_t)(K - Kf);
+        _Alignas(64) unsigned char wpad[DS_NT_MAX][64];
+        _Alignas(64) float xpad[DS_MT_MAX][16];
         DS_UNROLL
-        for (int j = 0; j < NT; j++) w[j] = ds_ldw16(type, wr[j], k);
+        for (int j = 0; j < NT; j++) {
+            memset(wpad[j], 0, 64);                             /* +0 in f32, f16, bf16 */
+            memcpy(wpad[j], (const char *)wr[j] + (size_t)Kf * es, r * es);
+        }
         DS_UNROLL
         for (int i = 0; i < MT; i++) {
-            ds_v16f xv = ds_ld16((const float *)xr[i] + k);
-            DS_UNROLL
-            for (int j = 0; j < NT; j++) acc[i][j] = acc[i][j] + w[j] * xv;
+            memset(xpad[i], 0, 64);
+            memcpy(xpad[i], (const float *)xr[i] + Kf, r * sizeof(float));
         }
+        DS_DENSE_STEP(wpad[j], 0, xpad[i]);
     }
-    if (k < K) {
-        int r = (int)(K - k);
-        ds_v16f w[DS_NT_MAX];
-        DS_UNROLL
-        for (int j = 0; j < NT; j++) w[j] = ds_ldw16_part(type, wr[j], k, r);
-        DS_UNROLL
-        for (int i = 0; i < MT; i++) {
-            ds_v16f xv = ds_ld16_part((const float *)xr[i] + k, r);
-            DS_UNROLL
-            for (int j = 0; j < NT; j++) acc[i][j] = acc[i][j] + w[j] * xv;
-        }
-    }
+#undef DS_DENSE_STEP
+
     float out[DS_MT_MAX][DS_NT_MAX];
     DS_UNROLL
     for (int i = 0; i < MT; i++)
         DS_UNROLL
-        for (int j = 0; j < NT; j++) out[i][j] = ds_hsum16_tree(&acc[i][j]);
-    ds_tile_store(c->y, c->W->n_out, m0, mv, n0, nv, out);
-}
-
-/* FAST. What a GEMM writer does: the same register tiles, but each step is
- * a fused multiply-add (one rounding instead of two) where the CPU has FMA,
- * and the 16 lanes are summed left to right at the end (a scalar epilogue)
- * instead of the tree. Still a function of K only, so thread counts and M
- * do not change its bits; it simply is not the decode sequence. Without
- * hardware FMA (portable x86-64) only the combine order differs. */
-DS_INLINE void ds_dense_fast_tile(uint32_t type, const ds_mm_ctx *c, int m0, int mv, int64_t n0,
-                                  int nv, int MT, int NT, int lv) {
-    const int64_t K = c->W->n_in;
-    int ok;
-    const size_t rb = (size_t)ds_row_bytes(type, (uint64_t)K, &ok);
-    const void *wr[DS_NT_MAX], *xr[DS_MT_MAX];
-    ds_tile_rows(c->W->data, rb, n0, nv, NT, wr);
-    ds_tile_rows(c->x, (size_t)K * sizeof(float), m0, mv, MT, xr);
-    const int fma = DS_LVL_HAS_FMA(lv);
-
-    ds_v16f acc[DS_MT_MAX][DS_NT_MAX];
-    DS_UNROLL
-    for (int i = 0; i < MT; i++)
-        DS_UNROLL
-        for (int j = 0; j < NT; j++) acc[i][j] = ds_zero16();
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        ds_v16f w[DS_NT_MAX];
-        DS_UNROLL
-        for (int j = 0; j < NT; j++) w[j] = ds_ldw16(type, wr[j], k);
-        DS_UNROLL
-        for (int i = 0; i < MT; i++) {
-            ds_v16f xv = ds_ld16((const float *)xr[i] + k);
-            DS_UNROLL
-            for (int j = 0; j < NT; j++)
-                if (fma) DS_FMA16(acc[i][j], w[j], xv);
-                else acc[i][j] = acc[i][j] + w[j] * xv;
-        }
-    }
-    if (k < K) {
-        int r = (int)(K - k);
-        ds_v16f w[DS_NT_MAX];
-        DS_UNROLL
-        for (int j = 0; j < NT; j++) w[j] = ds_ldw16_part(type, wr[j], k, r);
-        DS_UNROLL
-        for (int i = 0; i < MT; i++) {
-            ds_v16f xv = ds_ld16_part((const float *)xr[i] + k, r);
-            DS_UNROLL
-            for (int j = 0; j < NT; j++)
-                if (fma) DS_FMA16(acc[i][j], w[j], xv);
-                else acc[i][j] = acc[i][j] + w[j] * xv;
-        }
-    }
-    float out[DS_MT_MAX][DS_NT_MAX];
-    DS_UNROLL
-    for (int i = 0; i < MT; i++)
-        DS_UNROLL
-        for (int j = 0; j < NT; j++) out[i][j] = ds_hsum16_seq(&acc[i][j]);
+        for (int j = 0; j < NT; j++)
+            out[i][j] = fast ? ds_hsum16_seq(&acc[i][j]) : ds_hsum16_tree(&acc[i][j]);
     ds_tile_store(c->y, c->W->n_out, m0, mv, n0, nv, out);
 }
 

@@ -51,7 +51,6 @@ void ds_mm_q8_0_prepare(const float *x, int M, int64_t K, ds_block_q8_0 *tmp, fl
 DS_INLINE void q8_canon_tile(const ds_mm_ctx *c, int m0, int mv, int64_t n0, int nv, int MT,
                              int NT, int lv) {
     const int64_t K = c->W->n_in, nb = K / DS_QK8_0;
-    const int exact_fma = DS_LVL_HAS_FMA(lv);   /* exact either way; see top */
     const void *wr[DS_NT_MAX], *xr[DS_MT_MAX], *dr[DS_MT_MAX];
     ds_tile_rows(c->W->data, (size_t)nb * sizeof(ds_block_q8_0), n0, nv, NT, wr);
     ds_tile_rows(c->xq, (size_t)K * sizeof(float), m0, mv, MT, xr);
@@ -79,9 +78,7 @@ DS_INLINE void q8_canon_tile(const ds_mm_ctx *c, int m0, int mv, int64_t n0, int
             const float dx = ((const float *)dr[i])[b];
             DS_UNROLL
             for (int j = 0; j < NT; j++) {
-                ds_v16f p = xl * wl[j];
-                if (exact_fma) DS_FMA16(p, xh, wh[j]);
-                else p = p + xh * wh[j];
+                const ds_v16f p = xl * wl[j] + xh * wh[j];         /* exact */
                 float s = dw[j] * dx;
                 acc[i][j] = acc[i][j] + p * s;
             }
@@ -96,9 +93,9 @@ DS_INLINE void q8_canon_tile(const ds_mm_ctx *c, int m0, int mv, int64_t n0, int
 }
 
 DS_INLINE void q8_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
-    DS_MM_WALK(q8_canon_tile, c, n0, n1, lv);
+    DS_MM_WALK(q8_canon_tile, c, n0, n1, lv, 1);
 }
-DS_MM_INSTANTIATE(ds_mm_q8_0_canonical, q8_canonical)
+DS_MM_INSTANTIATE(ds_mm_q8_0_canonical, q8_canonical, /* contraction off */)
 
 /* ==========================================================================
  * FAST — dequantize the weight block once per tile, FMA against f32 x
@@ -106,7 +103,6 @@ DS_MM_INSTANTIATE(ds_mm_q8_0_canonical, q8_canonical)
 DS_INLINE void q8_fast_tile(const ds_mm_ctx *c, int m0, int mv, int64_t n0, int nv, int MT,
                             int NT, int lv) {
     const int64_t K = c->W->n_in, nb = K / DS_QK8_0;
-    const int fma = DS_LVL_HAS_FMA(lv);
     const void *wr[DS_NT_MAX], *xr[DS_MT_MAX];
     ds_tile_rows(c->W->data, (size_t)nb * sizeof(ds_block_q8_0), n0, nv, NT, wr);
     ds_tile_rows(c->x, (size_t)K * sizeof(float), m0, mv, MT, xr);
@@ -131,13 +127,8 @@ DS_INLINE void q8_fast_tile(const ds_mm_ctx *c, int m0, int mv, int64_t n0, int 
             const ds_v16f xl = ds_ld16(xb), xh = ds_ld16(xb + 16);
             DS_UNROLL
             for (int j = 0; j < NT; j++) {
-                if (fma) {
-                    DS_FMA16(acc[i][j], wl[j], xl);
-                    DS_FMA16(acc[i][j], wh[j], xh);
-                } else {
-                    acc[i][j] = acc[i][j] + wl[j] * xl;
-                    acc[i][j] = acc[i][j] + wh[j] * xh;
-                }
+                acc[i][j] = acc[i][j] + wl[j] * xl;        /* FMA: DS_FAST_FN */
+                acc[i][j] = acc[i][j] + wh[j] * xh;
             }
         }
     }
@@ -150,6 +141,6 @@ DS_INLINE void q8_fast_tile(const ds_mm_ctx *c, int m0, int mv, int64_t n0, int 
 }
 
 DS_INLINE void q8_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
-    DS_MM_WALK(q8_fast_tile, c, n0, n1, lv);
+    DS_MM_WALK(q8_fast_tile, c, n0, n1, lv, 1);
 }
-DS_MM_INSTANTIATE(ds_mm_q8_0_fast, q8_fast)
+DS_MM_INSTANTIATE(ds_mm_q8_0_fast, q8_fast, DS_FAST_FN)

@@ -95,8 +95,10 @@ static inline float ds_exp_fast(float x) {
  * lets the loader pick one per process (GCC target_clones / ifunc). The code
  * is plain C with fixed lane arrays and no contraction, so every clone
  * computes the same bits — only the register width differs. Decode and
- * canonical are the same function, so they always share the clone anyway. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+ * canonical are the same function, so they always share the clone anyway.
+ * -DDS_OPS_NO_CLONES builds the baseline only (tests compare the digests). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && \
+    !defined(DS_OPS_NO_CLONES)
 #define DS_OPS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DS_OPS_CLONES

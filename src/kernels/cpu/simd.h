@@ -39,6 +39,7 @@ typedef float    ds_v16f __attribute__((vector_size(64)));
 typedef int32_t  ds_v16i __attribute__((vector_size(64)));
 typedef uint32_t ds_v16u __attribute__((vector_size(64)));
 typedef uint16_t ds_v16h __attribute__((vector_size(32)));
+typedef int16_t  ds_v16s __attribute__((vector_size(32)));
 typedef int8_t   ds_v16b __attribute__((vector_size(16)));
 
 /* ---- levels ---------------------------------------------------------------- */
@@ -93,15 +94,17 @@ DS_INLINE ds_v16f ds_ld16_part(const float *p, int n) {
 DS_INLINE ds_v16f ds_ld16_f16(const uint16_t *p) {
     ds_v16h h16;
     memcpy(&h16, p, sizeof h16);
-    ds_v16u h    = __builtin_convertvector(h16, ds_v16u);
-    ds_v16u sign = (h & 0x8000u) << 16;
-    ds_v16u em   = h & 0x7fffu;
-    ds_v16u norm = (em << 13) + 0x38000000u;
-    ds_v16u isinf = (ds_v16u)(em >= 0x7c00u);                  /* all-ones where true */
-    norm += isinf & 0x38000000u;
-    ds_v16f sub  = __builtin_convertvector((ds_v16i)em, ds_v16f) * 5.9604644775390625e-08f;
-    ds_v16u issub = (ds_v16u)(em < 0x0400u);
-    ds_v16u bits = (issub & (ds_v16u)sub) | (~issub & norm);
+    /* Masks come from arithmetic shifts, not compares: GCC splits a 16-lane
+     * vector compare into scalar code where the target lacks 512-bit
+     * registers, while shifts and logic ops split into 2 x ymm / 4 x xmm. */
+    ds_v16i h    = __builtin_convertvector(h16, ds_v16i);
+    ds_v16i sign = (ds_v16i)((ds_v16u)(h & 0x8000) << 16);
+    ds_v16i em   = h & 0x7fff;
+    ds_v16i isinf = (ds_v16i)((ds_v16u)(em + 0x0400) << 16) >> 31;   /* em >= 0x7c00 */
+    ds_v16i issub = (em - 0x0400) >> 31;                              /* em <  0x0400 */
+    ds_v16i norm = (em << 13) + 0x38000000 + (isinf & 0x38000000);
+    ds_v16f sub  = __builtin_convertvector(em, ds_v16f) * 5.9604644775390625e-08f;
+    ds_v16i bits = (issub & (ds_v16i)sub) | (~issub & norm);
     return (ds_v16f)(bits | sign);
 }
 DS_INLINE ds_v16f ds_ld16_bf16(const uint16_t *p) {
@@ -111,7 +114,9 @@ DS_INLINE ds_v16f ds_ld16_bf16(const uint16_t *p) {
 /* 16 int8 quants -> f32 (exact). */
 DS_INLINE ds_v16f ds_ld16_q8(const int8_t *p) {
     ds_v16b b; memcpy(&b, p, sizeof b);
-    return __builtin_convertvector(__builtin_convertvector(b, ds_v16i), ds_v16f);
+    /* via int16: GCC 12 lowers a direct int8 -> int32 conversion byte by byte */
+    ds_v16s s = __builtin_convertvector(b, ds_v16s);
+    return __builtin_convertvector(__builtin_convertvector(s, ds_v16i), ds_v16f);
 }
 
 /* Weight row loaders by type (type is a compile-time constant after inlining). */
@@ -146,18 +151,16 @@ DS_INLINE float ds_hsum16_seq(const ds_v16f *v) {
     return s;
 }
 
-/* ---- fused multiply-add, lane-wise: acc = a*b + acc with one rounding.
- * Only used at levels with hardware FMA. A macro over whole-vector copies:
- * GCC's SLP turns the 16 fmaf into one vfmadd per register, which it does
- * not reliably do once the lanes are reached through a pointer (and a
- * by-value function would draw GCC's 64-byte-vector psABI notes). */
-#define DS_FMA16(acc, a, b)                                                        \
-    do {                                                                           \
-        const ds_v16f a_ = (a), b_ = (b), c_ = (acc);                              \
-        ds_v16f r_;                                                                \
-        _Pragma("GCC unroll 16")                                                   \
-        for (int l_ = 0; l_ < 16; l_++) r_[l_] = __builtin_fmaf(a_[l_], b_[l_], c_[l_]); \
-        (acc) = r_;                                                                \
-    } while (0)
+/* ---- fused multiply-add for the FAST kernels --------------------------------
+ * The fast instances are compiled with floating-point contraction on
+ * (DS_FAST_FN), so `acc + a * b` on whole vectors becomes one vfmadd per
+ * register wherever the level has FMA (AVX2, AVX-512, AArch64) and stays
+ * mul+add where it does not. This is FMA asked for explicitly, per function:
+ * a lane loop of fmaf() would rely on GCC's SLP vectorizer to put the lanes
+ * back together, which it does not do reliably inside large register tiles,
+ * and the x86 FMA intrinsics cannot be inlined into the shared,
+ * default-target tile bodies. Canonical instances never get this
+ * attribute: the global -ffp-contract=off holds for them. */
+#define DS_FAST_FN __attribute__((optimize("fp-contract=fast")))
 
 #endif

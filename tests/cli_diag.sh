@@ -1,0 +1,38 @@
+#!/bin/sh
+# The diagnostics CLI end to end on a generated model: diverge (canonical ->
+# NONE, one family fast -> a named first divergence), its JSON and SVG,
+# families, and sweep down to C_min.
+set -u
+D=${BUILD:-build}/dspark
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail=0
+ok()  { echo "PASS $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+$D make-model -o "$T/m.gguf" --type q8_0 --n-embd 128 --n-layer 3 --n-head 4 --n-head-kv 2 --n-ff 256 --n-vocab 400 --seed 3 || exit 1
+P="The river was quiet in the morning, and the boats waited by the old stone bridge while she counted the coins twice and wrote the number in the book."
+
+$D diverge -m "$T/m.gguf" -p "$P" --block-greedy 8 --json "$T/r.json" --svg "$T/r.svg" >"$T/canon" 2>&1 || bad "diverge canonical exit"
+grep -q '^GATE_RESULT PASS' "$T/canon" && ok "gate passes" || bad "gate"
+grep -q '^FIRST_DIVERGENCE NONE compared_objects=' "$T/canon" && ok "canonical: FIRST_DIVERGENCE NONE" || { bad "canonical diverged"; cat "$T/canon"; }
+grep -q '^CHAIN .*first_break=NONE' "$T/canon" && ok "chain intact" || bad "chain"
+python3 -m json.tool "$T/r.json" >/dev/null 2>&1 && ok "json parses" || bad "json"
+python3 -c "import xml.etree.ElementTree as E,sys; E.parse(sys.argv[1])" "$T/r.svg" 2>/dev/null && ok "svg parses" || bad "svg"
+
+$D diverge -m "$T/m.gguf" -p "$P" --block-greedy 8 --fast matmul_q8_0 --table diverged >"$T/fast" 2>&1 || bad "diverge fast exit"
+grep -q '^FIRST_DIVERGENCE row=[0-9]* layer=[0-9-]* checkpoint=' "$T/fast" && ok "fast matmul: $(grep '^FIRST_DIVERGENCE' "$T/fast")" || { bad "fast matmul not detected"; cat "$T/fast"; }
+grep -q '^METRICS ' "$T/fast" && ok "metrics line" || bad "metrics"
+
+$D diverge -m "$T/m.gguf" -p "$P" --tokens 1,2,3,4 >"$T/tok" 2>&1 && grep -q 'BLOCK rows=4 ids=1,2,3,4' "$T/tok" && ok "--tokens block" || bad "--tokens"
+$D diverge -m "$T/m.gguf" -p "$P" --tokens 1,x >"$T/e1" 2>&1; [ $? -eq 2 ] && ok "bad --tokens rejected: $(cat "$T/e1")" || bad "bad --tokens"
+$D diverge -m "$T/m.gguf" -p "$P" >"$T/e2" 2>&1; [ $? -eq 2 ] && ok "missing block source rejected" || bad "no block source"
+
+$D families -m "$T/m.gguf" -p "$P" --block-greedy 6 >"$T/fam" 2>&1 || bad "families exit"
+[ "$(grep -c '^FAMILY ' "$T/fam")" -eq 9 ] && ok "families: 9 FAMILY lines" || { bad "families lines"; cat "$T/fam"; }
+grep -q '^FAMILY name=matmul_q8_0 verdict=PROVEN_DIFFERENT' "$T/fam" && ok "matmul_q8_0 PROVEN_DIFFERENT" || bad "matmul_q8_0 verdict"
+
+$D sweep -m "$T/m.gguf" -p "$P" --block-greedy 6 --reps 3 >"$T/sweep" 2>&1 || { bad "sweep exit"; cat "$T/sweep"; }
+grep -q '^SWEEP step=0 sources_tested=0 sources_fully_canonicalized=0 partial_causal_families=none first_divergence=row' "$T/sweep" && ok "sweep starts all-fast and diverges" || bad "sweep start"
+grep -q 'first_divergence=NONE' "$T/sweep" && ok "sweep reaches a sufficient set" || bad "sweep sufficient"
+grep -q '^C_MIN ' "$T/sweep" && ok "$(grep '^C_MIN' "$T/sweep")" || bad "C_MIN"
+grep -q '^COST config=c_min' "$T/sweep" && ok "cost table" || bad "cost table"
+exit $fail
