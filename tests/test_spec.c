@@ -198,13 +198,15 @@ static void oracle_fn(void *u, int p, int32_t anchor, int n, int32_t *ids, float
     }
 }
 
-static void oracle_runs(ds_ctx *c, const ds_drafter *d, int pi, ds_spec_opts *o, const run_out *ref, int gamma, tally *t) {
+/* light: error rates {0, 3} and draft_max {1, gamma} only */
+static void oracle_runs(ds_ctx *c, const ds_drafter *d, int pi, ds_spec_opts *o, const run_out *ref, int gamma, tally *t,
+                        int light) {
     oracle orc = { ref, prompt_len[pi], c->m->hp.n_vocab, 0, c->m->tok ? ds_tokenizer_eos(c->m->tok) : -1, 0 };
-    static const int rates[] = { 0, 2, 3, 5 };
+    static const int rates[] = { 0, 3, 2, 5 };
     o->draft_override = oracle_fn;
     o->override_user = &orc;
-    for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++)
-        for (int dm = 1; dm <= gamma; dm++) {
+    for (size_t r = 0; r < (light ? 2u : sizeof rates / sizeof rates[0]); r++)
+        for (int dm = 1; dm <= gamma; dm += light ? gamma - 1 : 1) {
             orc.err_rate = rates[r];
             orc.salt = (uint32_t)(dm * 31 + pi);
             o->draft_max = dm;
@@ -229,7 +231,10 @@ int main(void) {
      * (high acceptance: multi-token accepts and long commits) */
     static const uint32_t types[] = { DS_TYPE_Q8_0, DS_TYPE_F32, DS_TYPE_Q8_0 };
     static const char *const tnames[] = { "Q8_0", "F32", "Q8_0_tied" };
-    for (int ti = 0; ti < 3; ti++) {
+    /* under the sanitizer pass (DSPARK_SAN set by tests/run.sh) the same
+     * paths run with fewer repetitions: no tied config, fewer seeds */
+    const int light = getenv("DSPARK_SAN") != NULL;
+    for (int ti = 0; ti < (light ? 2 : 3); ti++) {
         const char *tn = tnames[ti];
         char name[64];
         snprintf(name, sizeof name, "target_%s", tn);
@@ -237,7 +242,7 @@ int main(void) {
         snprintf(name, sizeof name, "drafter_%s", tn);
         const int gamma = 5;
         ds_drafter *d = make_drafter(dir, name, m, gamma, 1, 3 + ti);
-        ds_ctx *c = ds_ctx_new(m, 256, 2, err, sizeof err);
+        ds_ctx *c = ds_ctx_new(m, 256, 1, err, sizeof err);
         CHECK(c != NULL, "ctx: %s", err);
         ds_kernel_set_all(&c->ks, DS_CANONICAL);
 
@@ -303,7 +308,7 @@ int main(void) {
         /* oracle drafts: long accepts, full blocks, replay of long prefixes */
         {
             tally t = { 0 };
-            for (int p = 0; p < N_PROMPTS; p++) oracle_runs(c, d, p, &o, &ref[p], gamma, &t);
+            for (int p = 0; p < N_PROMPTS; p++) oracle_runs(c, d, p, &o, &ref[p], gamma, &t, 0);
             CHECK(t.multi > 0, "the oracle never produced a multi-token accept");
             snprintf(label, sizeof label, "greedy_%s_canonical_oracle_drafts", tn);
             report(label, &t);
@@ -315,7 +320,7 @@ int main(void) {
                 { 1.0f, 0, 1.0f, 0 }, { 0.7f, 0, 1.0f, 0 }, { 1.5f, 40, 1.0f, 0 }, { 1.0f, 0, 0.9f, 0 }, { 0.8f, 20, 0.95f, 0 },
             };
             for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++)
-                for (uint64_t seed = 1; seed <= (ti == 0 ? 8u : 4u); seed++)
+                for (uint64_t seed = 1; seed <= (light ? 2u : ti == 0 ? 8u : 4u); seed++)
                     for (int p = 0; p < N_PROMPTS; p++) {
                         ds_sampler s = cfg[k];
                         s.seed = seed * 7919 + k;
@@ -327,10 +332,10 @@ int main(void) {
                         o.sched = (seed % 2) ? DS_SCHED_PMIN : DS_SCHED_NONE;
                         o.p_min = 0.4f;
                         one(c, d, p, &o, &r, &t);
-                        if (seed <= 2) {             /* oracle proposing the sampled stream */
+                        if (seed == 1) {             /* oracle proposing the sampled stream */
                             ds_sched_mode sm = o.sched;
                             o.sched = DS_SCHED_NONE;
-                            oracle_runs(c, d, p, &o, &r, gamma, &t);
+                            oracle_runs(c, d, p, &o, &r, gamma, &t, 1);
                             o.sched = sm;
                         }
                     }
@@ -357,7 +362,7 @@ int main(void) {
                         one(cs, d, p, &o, &r, &t);
                         CHECK(cs->n_past <= cs->n_ctx, "n_past %d past n_ctx %d", cs->n_past, cs->n_ctx);
                     }
-                    oracle_runs(cs, d, p, &o, &r, gamma, &t);
+                    oracle_runs(cs, d, p, &o, &r, gamma, &t, 1);
                     CHECK(cs->n_past <= cs->n_ctx, "n_past %d past n_ctx %d", cs->n_past, cs->n_ctx);
                     if (r.n < N_PRED) CHECK(!strcmp(r.stop, "context") || !strcmp(r.stop, "eog"), "plain stopped with '%s' before n_predict", r.stop);
                     n_ctx_stops += !strcmp(r.stop, "context");
@@ -375,6 +380,7 @@ int main(void) {
             ds_kernel_set_all(&c->ks, DS_FAST);
             for (int p = 0; p < N_PROMPTS; p++) plain(c, p, N_PRED, NULL, &fref[p]);
             tally td = { 0 }, tr = { 0 };
+            long fixups = 0;
             for (int dm = 1; dm <= gamma; dm++)
                 for (int p = 0; p < N_PROMPTS; p++) {
                     o.draft_max = dm;
@@ -383,7 +389,28 @@ int main(void) {
                     o.commit = DS_COMMIT_REPLAY;
                     one(c, d, p, &o, &fref[p], &tr);
                 }
-            printf("INFO fast_direct_%s differ=%ld of %ld runs (random weights; informative, not a failure)\n", tn, td.differ, td.runs);
+            /* oracle drafts under fast kernels: long accepts, so replay re-checks
+             * many acceptances on decode logits (fix-ups when fast != decode) */
+            for (int p = 0; p < N_PROMPTS; p++) {
+                tally tmp = { 0 };
+                o.sched = DS_SCHED_NONE;
+                oracle orc = { &fref[p], prompt_len[p], m->hp.n_vocab, 0, ds_tokenizer_eos(m->tok), 9 };
+                o.draft_override = oracle_fn; o.override_user = &orc; o.draft_max = gamma;
+                o.commit = DS_COMMIT_DIRECT;
+                one(c, d, p, &o, &fref[p], &td);
+                o.commit = DS_COMMIT_REPLAY;
+                run_out rr;
+                ds_spec_stats sst;
+                spec(c, d, p, &o, &rr, &sst);
+                fixups += sst.replay_fixups;
+                tr.runs++;
+                if (first_diff(&rr, &fref[p]) >= 0) tr.differ++;
+                if (!stats_ok(&sst, "fast replay oracle")) tr.stats_bad++;
+                (void)tmp;
+                o.draft_override = NULL; o.override_user = NULL;
+            }
+            printf("INFO fast_direct_%s differ=%ld of %ld runs (random weights; informative, not a failure); replay fix-ups=%ld\n",
+                   tn, td.differ, td.runs, fixups);
             CHECK(td.stats_bad == 0, "fast direct stats inconsistent");
             snprintf(label, sizeof label, "fast_%s_replay_spec_equals_plain", tn);
             report(label, &tr);
@@ -420,7 +447,7 @@ int main(void) {
                     snprintf(dpath, sizeof dpath, "%s/drafter_%s.gguf", dir, tn);
                     ds_drafter *de = ds_drafter_load(dpath, me, err, sizeof err);
                     CHECK(de != NULL, "load drafter on eos model: %s", err);
-                    ds_ctx *ce = ds_ctx_new(me, 256, 2, err, sizeof err);
+                    ds_ctx *ce = ds_ctx_new(me, 256, 1, err, sizeof err);
                     run_out r;
                     plain(ce, p, N_PRED, NULL, &r);
                     stopped_eog += !strcmp(r.stop, "eog");
@@ -429,7 +456,7 @@ int main(void) {
                         o.commit = dm == 2 ? DS_COMMIT_REPLAY : DS_COMMIT_DIRECT;
                         one(ce, de, p, &o, &r, &t);
                     }
-                    oracle_runs(ce, de, p, &o, &r, gamma, &t);   /* accepted EOG inside a block */
+                    oracle_runs(ce, de, p, &o, &r, gamma, &t, 1);   /* accepted EOG inside a block */
                     ds_ctx_free(ce);
                     ds_drafter_free(de);
                     ds_model_free(me);
@@ -502,7 +529,7 @@ int main(void) {
         FILE *f = fopen(path, "w");
         fprintf(f, "# width seconds\n1 0.010\n2 0.011\n\n3 0.013\n4 0.02\n");
         fclose(f);
-        double sec[4];
+        double sec[8];
         int pr = ds_spec_load_sps(path, 4, sec, err, sizeof err);
         CHECK(pr == 0 && sec[2] == 0.013, "SPS table parse: %s", err);
         int pr2 = ds_spec_load_sps(path, 5, sec, err, sizeof err);

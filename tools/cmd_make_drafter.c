@@ -78,6 +78,6 @@ int cmd_make_drafter(int argc, char **argv) {
     if (!m) cli_die(C, "%s", err);
     int rc = ds_make_drafter(&o, m, out, err, sizeof err);
     ds_model_free(m);
-    if (rc) cli_die(C, "%s", err);
+    if (rc) cli_die(C, "%s", strncmp(err, "make-drafter: ", 14) ? err : err + 14);
     return 0;
 }

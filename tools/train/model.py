@@ -168,7 +168,9 @@ class Qwen3(nn.Module):
         feats = []
         for i, layer in enumerate(self.layers):
             if caches is not None:
-                x = layer(x, cos, sin, causal=True, cache=caches[i], cache_pos=pos0,
+                # NOTE: never use is_causal with a KV cache: SDPA's is_causal is top-left aligned, so
+                # a 1-row query would only see key 0.  One new row attends to every cached row.
+                x = layer(x, cos, sin, causal=False, cache=caches[i], cache_pos=pos0,
                           mask=(None if T == 1 else
                                 torch.ones(T, pos0 + T, dtype=torch.bool, device=ids.device).tril(pos0)))
             else:

@@ -166,7 +166,7 @@ def main():
     ap.add_argument('--anchor-min', type=int, default=16)
     ap.add_argument('--lr', type=float, default=1.5e-3)
     ap.add_argument('--warmup', type=int, default=100)
-    ap.add_argument('--max-steps', type=int, default=6000)
+    ap.add_argument('--max-steps', type=int, default=8000)
     ap.add_argument('--time-budget', type=float, default=300.0)
     ap.add_argument('--eval-prompts', type=int, default=64)
     ap.add_argument('--seed', type=int, default=4321)
@@ -186,6 +186,14 @@ def main():
     V = cfg['vocab_size']
     mask_id = V - 1
     log('target loaded; train tokens %d; device %s' % (len(tr), dev))
+
+    # ---- (0) check: KV-cached greedy generation == argmax of a full forward (fp32, SDPA path)
+    with torch.no_grad():
+        chk = tgt.generate_greedy(torch.from_numpy(np.stack([tr[o:o + 32] for o in (0, 1000, 50000, 90000)])).to(dev), 24)
+        ref = tgt(chk[:, :-1]).float().argmax(-1)[:, 31:]
+        agree = (ref == chk[:, 32:]).float().mean().item()
+        log('cached-generation check: agreement with full forward %.4f' % agree)
+        assert agree > 0.95, 'KV-cached generation disagrees with the full forward'
 
     # ---- (1) distillation data
     t0 = time.time()

@@ -19,11 +19,12 @@
  *              left-to-right lane sum. Fewer instructions per block, more
  *              accurate, and (by construction) other bits.
  *
- * ==== Why the integer part may use any instruction ================================
+ * ==== Why the integer part is safe in f32 =========================================
  * |q| <= 128, so every partial integer sum in a block is below 2^24 and is
- * exact in f32 however it is formed — mul+add on the portable path, FMA on
- * AVX2/AVX-512, any order. Only the float steps (s, the scaling and the lane
- * accumulation) are rounded, and those are written once, in a fixed order.
+ * exact in f32 however it is formed (f32 mul+add here; any order, FMA or
+ * integer SIMD would give the same values). Only the float steps (s, the
+ * scaling and the lane accumulation) are rounded, and those are written
+ * once, in a fixed order.
  * Two products per lane (rather than ggml's scalar per-block sum) keeps the
  * block dot free of horizontal reductions; llama.cpp's own SIMD path also
  * scales per-lane partial sums rather than one block sum. */

@@ -9,9 +9,8 @@
  * (AVX2), 4 xmm (SSE2 / NEON) or scalar code — and every lowering computes
  * the same bits. There is no reassociation (never -ffast-math) and no
  * contraction (-ffp-contract=off): `a + b * c` is a rounded product followed
- * by a rounded add on every path. FMA only appears where a kernel asks for
- * it explicitly with ds_fma16 (the fast variants), or where it provably
- * cannot change a result (exact integer arithmetic, see matmul_q8_0.c).
+ * by a rounded add on every path. FMA only appears in the fast variants,
+ * whose instances ask for it explicitly (DS_FAST_FN, below).
  *
  * ==== Run-time levels =========================================================
  * On x86-64 each kernel body is an always-inline function instantiated three
@@ -32,7 +31,9 @@
 #define DS_INLINE static inline __attribute__((always_inline))
 
 /* Every helper taking or returning a vector is always inlined, so the
- * psABI note about passing 64-byte vectors without AVX-512 never applies. */
+ * psABI warning about returning 64-byte vectors without AVX-512 never
+ * applies. (It fires at call sites too, so it stays off for the including
+ * file; only the matmul files and test_matmul include this header.) */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 typedef float    ds_v16f __attribute__((vector_size(64)));
@@ -61,30 +62,10 @@ const char *ds_simd_level_name(int lv);
 #define DS_X86 0
 #endif
 
-/* Hardware FMA at this level? (only used by fast kernels; a portable x86-64
- * build would turn fmaf into a libm call, so it uses mul+add instead). */
-#if DS_X86
-#define DS_LVL_HAS_FMA(lv) ((lv) >= DS_LVL_AVX2)
-#elif defined(__aarch64__) || defined(__ARM_FEATURE_FMA)
-#define DS_LVL_HAS_FMA(lv) 1
-#else
-#define DS_LVL_HAS_FMA(lv) 0
-#endif
-
 /* ---- loads ------------------------------------------------------------------ */
 DS_INLINE ds_v16f ds_zero16(void) { ds_v16f z = {0}; return z; }
 
 DS_INLINE ds_v16f ds_ld16(const float *p) { ds_v16f v; memcpy(&v, p, sizeof v); return v; }
-
-/* Lanes 0..n-1 from p, the rest +0. Adding +0*+0 to an accumulator is the
- * identity (accumulators start at +0 and round-to-nearest never yields -0
- * from a sum that starts at +0), so a zero-padded tail step IS the masked
- * tail "lane l += w[k+l]*x[k+l] for l < n". */
-DS_INLINE ds_v16f ds_ld16_part(const float *p, int n) {
-    float t[16] = {0};
-    memcpy(t, p, (size_t)n * sizeof(float));
-    return ds_ld16(t);
-}
 
 /* fp16 -> f32, exact, branch-free over 16 lanes (the same values as
  * ds_fp16_to_f32, NaN payloads included; tests check all 65536 inputs).
@@ -125,13 +106,6 @@ DS_INLINE ds_v16f ds_ldw16(uint32_t type, const void *row, int64_t k) {
     if (type == DS_TYPE_BF16) return ds_ld16_bf16((const uint16_t *)row + k);
     return ds_ld16((const float *)row + k);
 }
-DS_INLINE ds_v16f ds_ldw16_part(uint32_t type, const void *row, int64_t k, int n) {
-    if (type == DS_TYPE_F32) return ds_ld16_part((const float *)row + k, n);
-    uint16_t t[16] = {0};                                       /* +0 in fp16 and bf16 */
-    memcpy(t, (const uint16_t *)row + k, (size_t)n * sizeof(uint16_t));
-    return type == DS_TYPE_F16 ? ds_ld16_f16(t) : ds_ld16_bf16(t);
-}
-
 /* ---- combines ------------------------------------------------------------------ */
 /* Canonical: lanes l and l+8, then +4, +2, +1 — the fixed tree. */
 DS_INLINE float ds_hsum16_tree(const ds_v16f *v) {
