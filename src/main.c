@@ -21,6 +21,7 @@ static const command commands[] = {
     { "make-drafter", cmd_make_drafter, "write a deterministic random DSpark drafter GGUF for a target" },
     { "diverge",    cmd_diverge,    "batched vs sequential: gate, earliest bitwise divergence, metrics" },
     { "families",   cmd_families,   "per-family isolated A/B and where each lands on the identity chain" },
+    { "surface",    cmd_surface,    "speculative run teacher-forced through plain decode: divergence rate" },
     { "sweep",      cmd_sweep,      "canonicalize family by family to a sufficient set, then C_min" },
 };
 

@@ -140,6 +140,37 @@ done:
 }
 
 /* ---- the loop ------------------------------------------------------------- */
+
+/* Prefill the target and the drafter context together, in chunks of whole
+ * internal batches (a multiple of m_max rows) so that the target's bits equal
+ * one ds_prefill call of the whole prompt with ANY kernel set, while the taps
+ * buffer holds one chunk instead of the whole prompt. */
+static int spec_prefill(ds_ctx *c, ds_dctx *dx, const int32_t *prompt, int n, ds_prefill_mode mode, int chunk,
+                        float *logits, float *taps, char *err, size_t errlen) {
+    if (n < 1) { ds_errf(err, errlen, "prefill: the prompt is empty"); return -1; }
+    if (n >= c->n_ctx) {
+        ds_errf(err, errlen, "prefill: the prompt has %d tokens but the context holds %d (need room for at least one new token)",
+                n, c->n_ctx);
+        return -1;
+    }
+    const size_t T = (size_t)c->n_taps * c->m->hp.n_embd;
+    c->n_past = 0;
+    for (int off = 0; off < n;) {
+        int m = n - off < chunk ? n - off : chunk;
+        const int last = off + m == n;
+        if (mode == DS_PREFILL_BATCH) {
+            if (ds_forward_batch(c, prompt + off, m, off, last ? DS_LOGITS_LAST : DS_LOGITS_NONE, logits, taps, err, errlen))
+                return -1;
+        } else {
+            for (int i = 0; i < m; i++)
+                if (ds_decode(c, prompt[off + i], off + i, last && i == m - 1 ? logits : NULL, taps + (size_t)i * T, err, errlen))
+                    return -1;
+        }
+        if (ds_dctx_append(dx, taps, m, off, err, errlen)) return -1;
+        off += m;
+    }
+    return 0;
+}
 typedef struct {
     const ds_spec_opts *o;
     const ds_tokenizer *tok;
@@ -195,7 +226,9 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     const size_t Vz = (size_t)V;
 
     /* buffers */
-    float *ptaps = malloc((size_t)n_prompt * T * sizeof(float) + 1);
+    const int mm = c->m_max > 0 ? c->m_max : 1;
+    const int chunk = mm * (mm < 512 ? 512 / mm : 1);                 /* whole internal batches */
+    float *ptaps = malloc((size_t)chunk * T * sizeof(float) + 1);
     float *vlog = malloc(((size_t)(gamma + 1) + 2) * Vz * sizeof(float));   /* verify rows + sampler scratch */
     float *vtaps = malloc((size_t)(gamma + 1) * T * sizeof(float) + 1);
     float *rlog = malloc(Vz * sizeof(float));
@@ -213,8 +246,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     const ds_sampler *samp = &o->samp;
     double t0 = now_s();
     /* prefill: target (all prompt taps) -> drafter context rows -> first token */
-    if (ds_prefill(c, prompt, n_prompt, o->prefill, vlog, ptaps, err, errlen)) goto done;
-    if (ds_dctx_append(dx, ptaps, n_prompt, 0, err, errlen)) goto done;
+    if (spec_prefill(c, dx, prompt, n_prompt, o->prefill, chunk, vlog, ptaps, err, errlen)) goto done;
     int p = n_prompt;
     int32_t anchor = ds_sample(samp, vlog, V, p, scratch);
     double t1 = now_s();

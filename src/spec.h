@@ -92,8 +92,10 @@ typedef struct {
     long   len_hist[DS_SPEC_MAX_GAMMA + 1];    /* [a]: rounds that accepted exactly a */
     long   width_hist[DS_SPEC_MAX_GAMMA + 1];  /* [ell]: rounds that verified ell drafts */
     long   replay_fixups;           /* REPLAY: acceptances overturned by decode logits */
-    double t_prefill, t_draft, t_verify, t_accept, t_commit, t_total;   /* seconds      */
-    double tok_s;                   /* n_gen / (t_total - t_prefill)                */
+    double t_prefill;               /* target prefill + drafter context rows + first sample */
+    double t_draft, t_verify, t_accept, t_commit, t_total;   /* seconds; accept = sampling */
+    double tok_s;                   /* (n_gen - 1) / (t_total - t_prefill): like plain's
+                                       decode_tok_s (the first token comes from the prefill) */
     const char *stop;               /* "length", "eog", "context"                   */
 } ds_spec_stats;
 

@@ -8,7 +8,8 @@
  *                (so the memcmp above is shown able to fail)
  *   threads      1 vs 2 vs 3 threads bit-identical for both variants
  *   simd levels  canonical bits identical on every SIMD level the CPU has
- *   conversions  Q8_0 quantization by hand, all 65536 fp16/bf16 values */
+ *   conversions  Q8_0 quantization by hand, all 65536 fp16/bf16 values through
+ *                every lane width's converter, hardware fp16 per level */
 #include "kernels/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 
@@ -84,15 +85,8 @@ static void test_accuracy(ds_pool *pool) {
                         int ok;
                         size_t rb = (size_t)ds_row_bytes(t, (uint64_t)K, &ok);
                         for (int m = 0; m < M; m++) {
-                            /* Q8_0 canonical multiplies the quantized activation */
-                            if (t == DS_TYPE_Q8_0 && v == DS_CANONICAL) {
-                                ds_block_q8_0 *qb = malloc((size_t)(K / 32) * sizeof *qb);
-                                ds_quantize_row_q8_0(x + m * K, K, qb);
-                                ds_row_to_f32(DS_TYPE_Q8_0, qb, K, xf);
-                                free(qb);
-                            } else {
-                                memcpy(xf, x + m * K, (size_t)K * sizeof(float));
-                            }
+                            /* every variant multiplies the f32 activation */
+                            memcpy(xf, x + m * K, (size_t)K * sizeof(float));
                             for (int64_t n = 0; n < N; n++) {
                                 ds_row_to_f32(t, (const char *)W.data + rb * (size_t)n, K, wf);
                                 double ref = 0, mag = 0;
@@ -263,21 +257,34 @@ static void test_half_conversions(void) {
         if (g != g) { if ((gb & 0x7f80) != 0x7f80 || !(gb & 0x7f)) bf16_bad++; }
         else if (gb != h) bf16_bad++;
     }
-    /* the 16-lane converters the kernels use == the scalar ones, bit for bit
-     * (NaN payloads included) */
+    /* the W-lane converters the kernels use (W = 16, 8, 4) == the scalar
+     * ones, bit for bit (NaN payloads included) */
     for (uint32_t h0 = 0; h0 < 65536; h0 += 16) {
         uint16_t hs[16];
         for (int l = 0; l < 16; l++) hs[l] = (uint16_t)(h0 + (uint32_t)l);
-        ds_v16f a = ds_ld16_f16(hs), b = ds_ld16_bf16(hs);
+        float a[3][16], b[3][16];
+        ds_v16f a16 = ds_ld16_f16sw(hs), b16 = ds_ld16_bf16(hs);
+        memcpy(a[0], &a16, 64); memcpy(b[0], &b16, 64);
+        for (int c = 0; c < 2; c++) {
+            ds_v8f a8 = ds_ld8_f16sw(hs + 8 * c), b8 = ds_ld8_bf16(hs + 8 * c);
+            memcpy(a[1] + 8 * c, &a8, 32); memcpy(b[1] + 8 * c, &b8, 32);
+        }
+        for (int c = 0; c < 4; c++) {
+            ds_v4f a4 = ds_ld4_f16(hs + 4 * c), b4 = ds_ld4_bf16(hs + 4 * c);
+            memcpy(a[2] + 4 * c, &a4, 16); memcpy(b[2] + 4 * c, &b4, 16);
+        }
         for (int l = 0; l < 16; l++) {
             uint32_t s1 = ds_f32_bits(ds_fp16_to_f32(hs[l])), s2 = ds_f32_bits(ds_bf16_to_f32(hs[l]));
-            lane_bad += ds_f32_bits(a[l]) != s1 || ds_f32_bits(b[l]) != s2;
+            for (int w = 0; w < 3; w++)
+                lane_bad += ds_f32_bits(a[w][l]) != s1 || ds_f32_bits(b[w][l]) != s2;
         }
     }
     int8_t q[16];
     for (int l = 0; l < 16; l++) q[l] = (int8_t)(l * 17 - 128);
-    ds_v16f qv = ds_ld16_q8(q);
-    for (int l = 0; l < 16; l++) lane_bad += qv[l] != (float)q[l];
+    for (int c = 0; c < 4; c++) {              /* W = 16 and 8: test_hw_conversions */
+        ds_v4f qv4 = ds_ld4_q8(q + 4 * c);
+        for (int l = 0; l < 4; l++) lane_bad += qv4[l] != (float)q[4 * c + l];
+    }
     CHECK(f16_bad == 0, "fp16 round trip: %d values", f16_bad);
     CHECK(bf16_bad == 0, "bf16 round trip: %d values", bf16_bad);
     CHECK(lane_bad == 0, "16-lane converters differ in %d values", lane_bad);
@@ -298,6 +305,58 @@ static void test_half_conversions(void) {
         ok &= h[i] == ds_f32_to_fp16(v[i]) && hb[i] == ds_f32_to_bf16(v[i]) &&
               r1[i] == ds_fp16_to_f32(h[i]) && r2[i] == ds_bf16_to_f32(hb[i]);
     CHECK(ok, "f32_to_type/row_to_f32 for F16/BF16");
+}
+
+/* The W = 16 / W = 8 loaders at the levels that use them (they may use
+ * x86 conversion instructions, so they run in target instances): fp16 via
+ * VCVTPH2PS is exact for all non-NaN inputs, and a NaN keeps its sign and
+ * payload with the quiet bit set (the software converter keeps a signalling
+ * NaN signalling; a multiply quiets it the same way); the scalar scale
+ * converter likewise; int8 -> f32 exact for all 256 values. */
+#if DS_X86
+DS_TARGET_AVX512 static void cvt_avx512(const uint16_t *h, const int8_t *q, float *o) {
+    ds_v16f v = ds_ld16_f16(h), w = ds_ld16_q8(q);
+    memcpy(o, &v, 64);
+    memcpy(o + 32, &w, 64);
+    for (int l = 0; l < 16; l++) o[16 + l] = ds_ld16_f16s(h[l]);
+}
+DS_TARGET_AVX2 static void cvt_avx2(const uint16_t *h, const int8_t *q, float *o) {
+    for (int c = 0; c < 2; c++) {
+        ds_v8f v = ds_ld8_f16(h + 8 * c), w = ds_ld8_q8(q + 8 * c);
+        memcpy(o + 8 * c, &v, 32);
+        memcpy(o + 32 + 8 * c, &w, 32);
+    }
+    for (int l = 0; l < 16; l++) o[16 + l] = ds_ld8_f16s(h[l]);
+}
+#endif
+static void test_hw_conversions(void) {
+#if DS_X86
+    int bad = 0, nlv = 0;
+    for (int lv = DS_LVL_AVX2; lv <= DS_LVL_AVX512; lv++) {
+        if (!ds_simd_level_ok(lv)) continue;
+        nlv++;
+        for (uint32_t h0 = 0; h0 < 65536; h0 += 16) {
+            uint16_t hs[16];
+            int8_t qs[16];
+            float o[48];
+            for (int l = 0; l < 16; l++) {
+                hs[l] = (uint16_t)(h0 + (uint32_t)l);
+                qs[l] = (int8_t)(uint8_t)((h0 >> 4) + (uint32_t)l * 16);   /* all 256 */
+            }
+            if (lv == DS_LVL_AVX512) cvt_avx512(hs, qs, o); else cvt_avx2(hs, qs, o);
+            for (int l = 0; l < 16; l++) {
+                bad += o[32 + l] != (float)qs[l];
+                float s = ds_fp16_to_f32(hs[l]);
+                uint32_t want = ds_f32_bits(s);
+                if (s != s) want |= 0x00400000u;                 /* quieted */
+                bad += ds_f32_bits(o[l]) != want || ds_f32_bits(o[16 + l]) != want;
+            }
+        }
+    }
+    CHECK(bad == 0, "per-level converters differ in %d values", bad);
+    printf("%s per-level fp16/int8 -> f32 (x86 instructions %s) on %d level(s), all 65536 / 256 values\n",
+           bad ? "FAIL" : "PASS", DS_X86_BUILTINS ? "on" : "off: software", nlv);
+#endif
 }
 
 /* ==========================================================================
@@ -350,6 +409,7 @@ static void test_registry(void) {
 int main(void) {
     ds_pool *pools[4] = {NULL, ds_pool_new(1), ds_pool_new(2), ds_pool_new(3)};
     test_half_conversions();
+    test_hw_conversions();
     test_quantize();
     test_registry();
     test_accuracy(pools[2]);

@@ -40,7 +40,7 @@ static ds_model *make_target(const char *dir, const char *name, uint32_t type, l
     ds_make_model_defaults(&o);
     o.arch = "qwen3"; o.type = type;
     o.n_embd = 64; o.n_layer = 3; o.n_head = 4; o.n_head_kv = 2; o.head_dim = 16; o.n_ff = 128;
-    o.n_vocab = 300; o.n_ctx = 512; o.seed = seed;
+    o.n_vocab = 300; o.n_ctx = 1024; o.seed = seed;
     if (ds_make_model(&o, tied, err, sizeof err)) { printf("FAIL make-model: %s\n", err); exit(1); }
     rewrite(tied, path, -1, untie ? (uint32_t)seed * 2654435761u + 1 : 0);
     ds_model *m = ds_model_load(path, err, sizeof err);
@@ -465,6 +465,34 @@ int main(void) {
             snprintf(label, sizeof label, "eog_stop_spec_equals_plain (plain eog stops: %d)", stopped_eog);
             report(label, &t);
             o.draft_max = 0; o.commit = DS_COMMIT_DIRECT;
+        }
+        /* a prompt longer than one prefill chunk (target + drafter prefill
+         * run chunk by chunk): canonical direct and fast replay == plain */
+        if (ti == 0) {
+            static int32_t longp[700];
+            for (int i = 0; i < 700; i++) longp[i] = (int32_t)((i * 7919 + 13) % 299);
+            ds_ctx *cl = ds_ctx_new(m, 720, 1, err, sizeof err);
+            if (!cl) { printf("FAIL long-prompt ctx: %s\n", err); exit(1); }
+            int ok = 1;
+            for (int fast = 0; fast < 2; fast++) {
+                ds_kernel_set_all(&cl->ks, fast ? DS_FAST : DS_CANONICAL);
+                run_out r, s2;
+                ds_gen_opts go = { 16, DS_PREFILL_BATCH, 1, NULL, NULL };
+                ds_gen_stats gs;
+                ok &= ds_generate(cl, longp, 700, &go, NULL, r.tok, &gs, err, sizeof err) == 0;
+                r.n = gs.n_gen; r.stop = gs.stop;
+                ds_spec_opts ol;
+                ds_spec_opts_default(&ol);
+                ol.n_predict = 16;
+                ol.commit = fast ? DS_COMMIT_REPLAY : DS_COMMIT_DIRECT;
+                ds_spec_stats sl;
+                ok &= ds_spec_generate(cl, d, longp, 700, &ol, s2.tok, &sl, err, sizeof err) == 0;
+                s2.n = sl.n_gen; s2.stop = sl.stop;
+                ok &= first_diff(&r, &s2) < 0;
+            }
+            CHECK(ok, "long prompt (chunked prefill): spec != plain (%s)", err);
+            printf("%s long_prompt_chunked_prefill n_prompt=700 canonical_direct+fast_replay\n", ok ? "PASS" : "FAIL");
+            ds_ctx_free(cl);
         }
         /* error contracts */
         {

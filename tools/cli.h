@@ -44,5 +44,6 @@ int cmd_make_drafter(int argc, char **argv);
 int cmd_diverge(int argc, char **argv);
 int cmd_families(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
+int cmd_surface(int argc, char **argv);
 
 #endif

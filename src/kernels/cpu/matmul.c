@@ -1,8 +1,8 @@
 /* matmul.c — the ds_matmul / ds_matmul_decode dispatcher.
  *
- * Picks the family's range kernel for (weight type, variant), prepares what
- * the kernel needs once per call (Q8_0 canonical: the quantized activation
- * rows), and splits the OUTPUT columns N over the pool. Threads never split
+ * Picks the family's range kernel for (weight type, variant) and splits the
+ * OUTPUT columns N over the pool (no per-call preparation: every family
+ * reads the f32 activations directly). Threads never split
  * K, so each y[m][n] is produced by one thread running the one sequence
  * defined in its family file — the result is the same for any thread count.
  *
@@ -16,9 +16,6 @@
 
 #define DS_MM_GROUP 16          /* output columns per work item            */
 #define DS_MM_MIN_WORK 65536    /* weight elements per chunk, at least     */
-/* The pool scratch slot ds_matmul owns (Q8_0 canonical activations). Other
- * operators must not hold a pointer from this slot across a ds_matmul. */
-#define DS_MM_SCRATCH_SLOT 0
 
 typedef struct {
     const ds_mm_ctx *ctx;
@@ -55,31 +52,8 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
     }
     ds_mm_ctx ctx = {.W = W, .M = M, .x = x, .y = y, .level = level};
 
-    /* Q8_0 canonical: quantize every activation row once, with the one
-     * routine (ds_quantize_row_q8_0) used for every M. */
-    void *owned = NULL;
-    if (W->type == DS_TYPE_Q8_0 && v == DS_CANONICAL && K > 0) {
-        const int64_t nb = K / DS_QK8_0;
-        size_t bq = (size_t)M * (size_t)K * sizeof(float), bd = (size_t)M * (size_t)nb * sizeof(float);
-        size_t bt = (size_t)nb * sizeof(ds_block_q8_0);
-        /* one buffer: [xq: M*K f32 | xd: M*K/32 f32 | tmp: K/32 blocks] */
-        char *buf = pool ? ds_pool_scratch(pool, DS_MM_SCRATCH_SLOT, bq + bd + bt)
-                         : (char *)(owned = malloc(bq + bd + bt));
-        float *xq = (float *)buf;
-        float *xd = buf ? (float *)(buf + bq) : NULL;
-        ds_block_q8_0 *tmp = buf ? (ds_block_q8_0 *)(buf + bq + bd) : NULL;
-        if (!xq || !xd || !tmp) {
-            fprintf(stderr, "ds_matmul: out of memory for Q8_0 activations\n");
-            abort();
-        }
-        ds_mm_q8_0_prepare(x, M, K, tmp, xq, xd);
-        ctx.xq = xq;
-        ctx.xd = xd;
-    }
-
     if (K == 0) {                               /* empty sums: +0 everywhere */
         for (int64_t i = 0; i < (int64_t)M * N; i++) y[i] = 0.0f;
-        free(owned);
         return;
     }
     mm_job job = {.ctx = &ctx, .fn = fn};
@@ -87,7 +61,6 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
     int64_t per_group = K * DS_MM_GROUP;
     int64_t grain = (DS_MM_MIN_WORK + per_group - 1) / per_group;
     ds_pool_for(pool, groups, grain, mm_range, &job);
-    free(owned);
 }
 
 void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool) {

@@ -22,7 +22,7 @@
     ds_dense_tile(DS_TYPE_BF16, 0, c, m0, mv, n0, nv, MT, NT, lv)
 
 DS_INLINE void bf16_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
-    DS_MM_WALK(BF16_CANON_TILE, c, n0, n1, lv, 0);
+    DS_MM_WALK(BF16_CANON_TILE, c, n0, n1, lv);
 }
 DS_MM_INSTANTIATE(ds_mm_bf16_canonical, bf16_canonical, /* contraction off */)
 
@@ -33,6 +33,6 @@ DS_MM_INSTANTIATE(ds_mm_bf16_canonical, bf16_canonical, /* contraction off */)
     ds_dense_tile(DS_TYPE_BF16, 1, c, m0, mv, n0, nv, MT, NT, lv)
 
 DS_INLINE void bf16_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
-    DS_MM_WALK(BF16_FAST_TILE, c, n0, n1, lv, 0);
+    DS_MM_WALK(BF16_FAST_TILE, c, n0, n1, lv);
 }
 DS_MM_INSTANTIATE(ds_mm_bf16_fast, bf16_fast, DS_FAST_FN)

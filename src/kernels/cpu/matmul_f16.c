@@ -23,7 +23,7 @@
     ds_dense_tile(DS_TYPE_F16, 0, c, m0, mv, n0, nv, MT, NT, lv)
 
 DS_INLINE void f16_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
-    DS_MM_WALK(F16_CANON_TILE, c, n0, n1, lv, 1);
+    DS_MM_WALK(F16_CANON_TILE, c, n0, n1, lv);
 }
 DS_MM_INSTANTIATE(ds_mm_f16_canonical, f16_canonical, /* contraction off */)
 
@@ -34,6 +34,6 @@ DS_MM_INSTANTIATE(ds_mm_f16_canonical, f16_canonical, /* contraction off */)
     ds_dense_tile(DS_TYPE_F16, 1, c, m0, mv, n0, nv, MT, NT, lv)
 
 DS_INLINE void f16_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
-    DS_MM_WALK(F16_FAST_TILE, c, n0, n1, lv, 1);
+    DS_MM_WALK(F16_FAST_TILE, c, n0, n1, lv);
 }
 DS_MM_INSTANTIATE(ds_mm_f16_fast, f16_fast, DS_FAST_FN)

@@ -21,7 +21,7 @@
     ds_dense_tile(DS_TYPE_F32, 0, c, m0, mv, n0, nv, MT, NT, lv)
 
 DS_INLINE void f32_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
-    DS_MM_WALK(F32_CANON_TILE, c, n0, n1, lv, 0);
+    DS_MM_WALK(F32_CANON_TILE, c, n0, n1, lv);
 }
 DS_MM_INSTANTIATE(ds_mm_f32_canonical, f32_canonical, /* contraction off */)
 
@@ -32,6 +32,6 @@ DS_MM_INSTANTIATE(ds_mm_f32_canonical, f32_canonical, /* contraction off */)
     ds_dense_tile(DS_TYPE_F32, 1, c, m0, mv, n0, nv, MT, NT, lv)
 
 DS_INLINE void f32_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
-    DS_MM_WALK(F32_FAST_TILE, c, n0, n1, lv, 0);
+    DS_MM_WALK(F32_FAST_TILE, c, n0, n1, lv);
 }
 DS_MM_INSTANTIATE(ds_mm_f32_fast, f32_fast, DS_FAST_FN)

@@ -3,8 +3,10 @@
  *
  *   ds_mm_ctx              one matmul call, as the per-thread range kernels see it
  *   ds_mm_<fam>_<variant>  range kernels: compute y[0..M)[n0..n1) (matmul_<fam>.c)
- *   ds_dense_*             the tile engine F32, F16 and BF16 share (weights
- *                          converted to f32 on the fly, exactly)
+ *   ds_dense_tile          the tile engine all four families share (weights
+ *                          converted to f32 on the fly, exactly; Q8_0: d * q),
+ *                          written once in matmul_tile.h over the level's
+ *                          native vector width
  *
  * ==== The tile rule =============================================================
  * A range kernel walks its output columns n in tiles of NT weight rows and
@@ -27,8 +29,6 @@ typedef struct {
     int          M;
     const float *x;      /* M x K activations                                   */
     float       *y;      /* M x N outputs                                       */
-    const float *xq;     /* Q8_0 canonical: M x K quantized activations, as f32 */
-    const float *xd;     /* Q8_0 canonical: M x K/32 block scales (from fp16)   */
     int          level;  /* DS_LVL_*                                           */
 } ds_mm_ctx;
 
@@ -43,29 +43,28 @@ void ds_mm_bf16_fast     (const ds_mm_ctx *c, int64_t n0, int64_t n1);
 void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1);
 void ds_mm_q8_0_fast     (const ds_mm_ctx *c, int64_t n0, int64_t n1);
 
-/* Q8_0 canonical activation side: each of the M rows through
- * ds_quantize_row_q8_0 (into tmp, K/32 blocks), expanded to xq (M x K
- * quants as f32) and xd (M x K/32 scales as f32). */
-void ds_mm_q8_0_prepare(const float *x, int M, int64_t K, ds_block_q8_0 *tmp, float *xq,
-                        float *xd);
-
 /* ds_matmul at an explicit SIMD level (tests compare the levels bit for bit;
  * level must satisfy ds_simd_level_ok). ds_matmul uses ds_simd_level(). */
 void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, const float *x,
                         float *y, ds_pool *pool);
 
 /* ---- tile shapes per level -----------------------------------------------------
- * MT x NT accumulator vectors must fit the register file: 32 zmm (AVX-512),
- * 16 ymm holding half a ds_v16f each (AVX2), 16 xmm holding a quarter (SSE2).
- * The one-row (decode) tile is wider in N: with a single activation row the
- * only reuse is of x, and more independent accumulators hide add latency. */
+ * An accumulator is 16 lanes = 16/W registers of the level's width W (1 zmm
+ * on AVX-512, 2 ymm on AVX2, 4 xmm on SSE2/NEON). A 16-element step runs
+ * chunk by chunk, so what is live is MT x NT x 16/W accumulator registers
+ * plus NT weight chunks and one activation chunk; that must fit 32 zmm /
+ * 16 ymm / 16 xmm without spilling:
+ *   AVX-512  4 x 4 (16 + 4 + 1 = 21 zmm)      one row: 1 x 8 (8 + 8 + 1)
+ *   AVX2     2 x 2 (8 + 2 + 1 = 11 ymm)       one row: 1 x 4 (8 + 4 + 1)
+ *   SSE2     2 x 1 (8 + 1 + 2 = 11 xmm)       one row: 1 x 2 (8 + 2 + 1)
+ * (the spare registers hold the weight conversion: Q8_0 scales, software
+ * fp16). The one-row (decode) tile is wider in N: with a single activation
+ * row the only reuse is of x, and more accumulators hide add latency. */
 #define DS_MT_MAX 4
 #define DS_NT_MAX 8
-/* SLIM = 1 halves NT for families whose weight conversion needs registers of
- * its own (F16's bit manipulation; Q8_0's two vectors per block). */
-#define DS_TILE_MT(lv)           ((lv) == DS_LVL_AVX512 ? 4 : 2)
-#define DS_TILE_NT(lv, slim)     (((lv) == DS_LVL_AVX512 ? 4 : 2) >> (slim))
-#define DS_TILE_NT_ONE(lv, slim) (((lv) == DS_LVL_AVX512 ? 8 : (lv) == DS_LVL_AVX2 ? 4 : 2) >> (slim))
+#define DS_TILE_MT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : 2)
+#define DS_TILE_NT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : (lv) == DS_LVL_AVX2 ? 2 : 1)
+#define DS_TILE_NT_ONE(lv) ((lv) == DS_LVL_AVX512 ? 8 : (lv) == DS_LVL_AVX2 ? 4 : 2)
 
 /* ---- per-level instantiation -----------------------------------------------------
  * BODY(c, n0, n1, level) is an always-inline function; NAME becomes the
@@ -102,30 +101,30 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
  * rows at a time (outer, so each weight tile is fetched from memory once),
  * then all M activation rows in tiles of MT (inner, hitting cache). mv/nv
  * are the valid counts (<= MT/NT); the tile pads by repeating the last row. */
-#define DS_MM_WALK(TILE, c, n0, n1, lv, SLIM)                                                    \
+#define DS_MM_WALK(TILE, c, n0, n1, lv)                                                 \
     do {                                                                                    \
         const int M_ = (c)->M, MT_ = DS_TILE_MT(lv);                                        \
         if (M_ == 1) {                                                                      \
-            const int NT1_ = DS_TILE_NT_ONE(lv, SLIM);                                            \
+            const int NT1_ = DS_TILE_NT_ONE(lv);                                            \
             for (int64_t n_ = (n0); n_ < (n1); n_ += NT1_) {                                \
                 int nv_ = (int)((n1) - n_ < NT1_ ? (n1) - n_ : NT1_);                       \
-                TILE(c, 0, 1, n_, nv_, 1, DS_TILE_NT_ONE(lv, SLIM), lv);                          \
+                TILE(c, 0, 1, n_, nv_, 1, DS_TILE_NT_ONE(lv), lv);                          \
             }                                                                               \
             break;                                                                          \
         }                                                                                   \
-        const int NT_ = DS_TILE_NT(lv, SLIM);                                                     \
+        const int NT_ = DS_TILE_NT(lv);                                                     \
         for (int64_t n_ = (n0); n_ < (n1); n_ += NT_) {                                     \
             int nv_ = (int)((n1) - n_ < NT_ ? (n1) - n_ : NT_);                             \
             int m_ = 0;                                                                     \
             for (; m_ + MT_ <= M_; m_ += MT_)                                               \
-                TILE(c, m_, MT_, n_, nv_, DS_TILE_MT(lv), DS_TILE_NT(lv, SLIM), lv);              \
+                TILE(c, m_, MT_, n_, nv_, DS_TILE_MT(lv), DS_TILE_NT(lv), lv);              \
             int r_ = M_ - m_;                                                               \
             if (r_ == 1)                                                                    \
-                TILE(c, m_, 1, n_, nv_, 1, DS_TILE_NT(lv, SLIM), lv);                             \
+                TILE(c, m_, 1, n_, nv_, 1, DS_TILE_NT(lv), lv);                             \
             else if (r_ == 2)                                                               \
-                TILE(c, m_, 2, n_, nv_, 2, DS_TILE_NT(lv, SLIM), lv);                             \
+                TILE(c, m_, 2, n_, nv_, 2, DS_TILE_NT(lv), lv);                             \
             else if (MT_ == 4 && r_ == 3)                                                   \
-                TILE(c, m_, 3, n_, nv_, 4, DS_TILE_NT(lv, SLIM), lv);                             \
+                TILE(c, m_, 3, n_, nv_, 4, DS_TILE_NT(lv), lv);                             \
         }                                                                                   \
     } while (0)
 
@@ -147,7 +146,7 @@ DS_INLINE void ds_tile_store(float *y, int64_t N, int m0, int mv, int64_t n0, in
 }
 
 /* ====================================================================================
- * Dense tile engine (F32 / F16 / BF16 weights; type is a constant after inlining)
+ * Tile engine (F32 / F16 / BF16 / Q8_0 weights; type is a constant after inlining)
  * ==================================================================================== */
 
 /* CANONICAL (and decode), fast = 0. For every (m, n):
@@ -171,61 +170,22 @@ DS_INLINE void ds_tile_store(float *y, int64_t N, int m0, int mv, int64_t n0, in
  * starts at +0 and round-to-nearest never turns a sum starting at +0 into
  * -0), so this IS "lanes l < r only" — and it keeps a single, fully
  * vectorized step body for the compiler. */
+#define DS_W 16
+#include "kernels/cpu/matmul_tile.h"
+#undef DS_W
+#define DS_W 8
+#include "kernels/cpu/matmul_tile.h"
+#undef DS_W
+#define DS_W 4
+#include "kernels/cpu/matmul_tile.h"
+#undef DS_W
+
+/* The tile at the level's native width (lv is a constant after inlining). */
 DS_INLINE void ds_dense_tile(uint32_t type, int fast, const ds_mm_ctx *c, int m0, int mv,
                              int64_t n0, int nv, int MT, int NT, int lv) {
-    const int64_t K = c->W->n_in, Kf = K & ~(int64_t)15;
-    const size_t es = type == DS_TYPE_F32 ? 4 : 2;
-    const void *wr[DS_NT_MAX], *xr[DS_MT_MAX];
-    ds_tile_rows(c->W->data, (size_t)K * es, n0, nv, NT, wr);
-    ds_tile_rows(c->x, (size_t)K * sizeof(float), m0, mv, MT, xr);
-
-    ds_v16f acc[DS_MT_MAX][DS_NT_MAX];
-    DS_UNROLL
-    for (int i = 0; i < MT; i++)
-        DS_UNROLL
-        for (int j = 0; j < NT; j++) acc[i][j] = ds_zero16();
-
-#define DS_DENSE_STEP(WPTR, WK, XPTR)                                                       \
-    do {                                                                                    \
-        ds_v16f w_[DS_NT_MAX];                                                              \
-        DS_UNROLL                                                                           \
-        for (int j = 0; j < NT; j++) w_[j] = ds_ldw16(type, WPTR, WK);                      \
-        DS_UNROLL                                                                           \
-        for (int i = 0; i < MT; i++) {                                                      \
-            const ds_v16f xv_ = ds_ld16(XPTR);                                              \
-            DS_UNROLL                                                                       \
-            for (int j = 0; j < NT; j++) {                                                  \
-                acc[i][j] = acc[i][j] + w_[j] * xv_;                                        \
-            }                                                                               \
-        }                                                                                   \
-    } while (0)
-
-    for (int64_t k = 0; k < Kf; k += 16) DS_DENSE_STEP(wr[j], k, (const float *)xr[i] + k);
-    if (Kf < K) {
-        const size_t r = (size_t)(K - Kf);
-        _Alignas(64) unsigned char wpad[DS_NT_MAX][64];
-        _Alignas(64) float xpad[DS_MT_MAX][16];
-        DS_UNROLL
-        for (int j = 0; j < NT; j++) {
-            memset(wpad[j], 0, 64);                             /* +0 in f32, f16, bf16 */
-            memcpy(wpad[j], (const char *)wr[j] + (size_t)Kf * es, r * es);
-        }
-        DS_UNROLL
-        for (int i = 0; i < MT; i++) {
-            memset(xpad[i], 0, 64);
-            memcpy(xpad[i], (const float *)xr[i] + Kf, r * sizeof(float));
-        }
-        DS_DENSE_STEP(wpad[j], 0, xpad[i]);
-    }
-#undef DS_DENSE_STEP
-
-    float out[DS_MT_MAX][DS_NT_MAX];
-    DS_UNROLL
-    for (int i = 0; i < MT; i++)
-        DS_UNROLL
-        for (int j = 0; j < NT; j++)
-            out[i][j] = fast ? ds_hsum16_seq(&acc[i][j]) : ds_hsum16_tree(&acc[i][j]);
-    ds_tile_store(c->y, c->W->n_out, m0, mv, n0, nv, out);
+    if (lv == DS_LVL_AVX512) ds_tile16(type, fast, c, m0, mv, n0, nv, MT, NT);
+    else if (lv == DS_LVL_AVX2) ds_tile8(type, fast, c, m0, mv, n0, nv, MT, NT);
+    else ds_tile4(type, fast, c, m0, mv, n0, nv, MT, NT);
 }
 
 #endif

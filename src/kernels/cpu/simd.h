@@ -36,12 +36,27 @@
  * file; only the matmul files and test_matmul include this header.) */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+/* Lane vectors of 16 (one zmm), 8 (one ymm) and 4 (one xmm / NEON q) lanes.
+ * A canonical accumulator is always 16 lanes; a tile holds it as 16/W
+ * chunks of W lanes, W picked per level (matmul_tile.h says why). */
 typedef float    ds_v16f __attribute__((vector_size(64)));
 typedef int32_t  ds_v16i __attribute__((vector_size(64)));
 typedef uint32_t ds_v16u __attribute__((vector_size(64)));
 typedef uint16_t ds_v16h __attribute__((vector_size(32)));
 typedef int16_t  ds_v16s __attribute__((vector_size(32)));
 typedef int8_t   ds_v16b __attribute__((vector_size(16)));
+typedef float    ds_v8f  __attribute__((vector_size(32)));
+typedef int32_t  ds_v8i  __attribute__((vector_size(32)));
+typedef uint32_t ds_v8u  __attribute__((vector_size(32)));
+typedef uint16_t ds_v8h  __attribute__((vector_size(16)));
+typedef int16_t  ds_v8s  __attribute__((vector_size(16)));
+typedef int8_t   ds_v8b  __attribute__((vector_size(8)));
+typedef float    ds_v4f  __attribute__((vector_size(16)));
+typedef int32_t  ds_v4i  __attribute__((vector_size(16)));
+typedef uint32_t ds_v4u  __attribute__((vector_size(16)));
+typedef uint16_t ds_v4h  __attribute__((vector_size(8)));
+typedef int16_t  ds_v4s  __attribute__((vector_size(8)));
+typedef int8_t   ds_v4b  __attribute__((vector_size(4)));
 
 /* ---- levels ---------------------------------------------------------------- */
 enum { DS_LVL_PORTABLE = 0, DS_LVL_AVX2 = 1, DS_LVL_AVX512 = 2, DS_LVL_COUNT = 3 };
@@ -62,64 +77,41 @@ const char *ds_simd_level_name(int lv);
 #define DS_X86 0
 #endif
 
-/* ---- loads ------------------------------------------------------------------ */
-DS_INLINE ds_v16f ds_zero16(void) { ds_v16f z = {0}; return z; }
+/* ---- x86 conversion instructions in the shared tile bodies -------------------------
+ * Two weight conversions have one-instruction forms that GCC's generic
+ * vector code does not find: fp16 -> f32 (VCVTPH2PS, F16C / AVX-512F) and
+ * int8 -> int32 (VPMOVSXBD; GCC 12 goes through int16 and lane shuffles).
+ * Both are exact. VCVTPH2PS equals the software converter for every non-NaN
+ * input (subnormals included) and keeps a NaN's sign and payload, but sets
+ * the quiet bit of a signalling NaN where the software converter keeps it
+ * signalling; the only consumer is a multiply, which quiets a signalling NaN
+ * the same way, so the matmul results agree (test_matmul checks all 65536
+ * inputs per level). They are emitted through GCC's builtins, whose ISA check
+ * runs when a function is expanded, i.e. in the target("avx2,fma,f16c") /
+ * target("avx512...") instances the W = 8 / W = 16 loaders are inlined into
+ * (the intrinsics' own always_inline wrappers would be refused in the shared
+ * default-target tile bodies). That needs the optimizer to have removed the
+ * other levels' branches first, hence __OPTIMIZE__; clang checks builtins
+ * earlier, so it (and -O0) use the generic code. */
+#if DS_X86 && defined(__OPTIMIZE__) && !defined(__clang__)
+#define DS_X86_BUILTINS 1
+/* GCC declares the builtins of an ISA the command line lacks only once a
+ * target pragma enables it; immintrin.h's headers do that. */
+#include <immintrin.h>
+#else
+#define DS_X86_BUILTINS 0
+#endif
 
-DS_INLINE ds_v16f ds_ld16(const float *p) { ds_v16f v; memcpy(&v, p, sizeof v); return v; }
-
-/* fp16 -> f32, exact, branch-free over 16 lanes (the same values as
- * ds_fp16_to_f32, NaN payloads included; tests check all 65536 inputs).
- * Normal: rebias the exponent (+112). Inf/NaN: exponent field 31 -> 255.
- * Subnormal/zero: man * 2^-24, an exact int->float conversion and an exact
- * power-of-two scaling (no denormal f32 operands, so no microcode assists). */
-DS_INLINE ds_v16f ds_ld16_f16(const uint16_t *p) {
-    ds_v16h h16;
-    memcpy(&h16, p, sizeof h16);
-    /* Masks come from arithmetic shifts, not compares: GCC splits a 16-lane
-     * vector compare into scalar code where the target lacks 512-bit
-     * registers, while shifts and logic ops split into 2 x ymm / 4 x xmm. */
-    ds_v16i h    = __builtin_convertvector(h16, ds_v16i);
-    ds_v16i sign = (ds_v16i)((ds_v16u)(h & 0x8000) << 16);
-    ds_v16i em   = h & 0x7fff;
-    ds_v16i isinf = (ds_v16i)((ds_v16u)(em + 0x0400) << 16) >> 31;   /* em >= 0x7c00 */
-    ds_v16i issub = (em - 0x0400) >> 31;                              /* em <  0x0400 */
-    ds_v16i norm = (em << 13) + 0x38000000 + (isinf & 0x38000000);
-    ds_v16f sub  = __builtin_convertvector(em, ds_v16f) * 5.9604644775390625e-08f;
-    ds_v16i bits = (issub & (ds_v16i)sub) | (~issub & norm);
-    return (ds_v16f)(bits | sign);
-}
-DS_INLINE ds_v16f ds_ld16_bf16(const uint16_t *p) {
-    ds_v16h h; memcpy(&h, p, sizeof h);
-    return (ds_v16f)(__builtin_convertvector(h, ds_v16u) << 16);
-}
-/* 16 int8 quants -> f32 (exact). */
-DS_INLINE ds_v16f ds_ld16_q8(const int8_t *p) {
-    ds_v16b b; memcpy(&b, p, sizeof b);
-    /* via int16: GCC 12 lowers a direct int8 -> int32 conversion byte by byte */
-    ds_v16s s = __builtin_convertvector(b, ds_v16s);
-    return __builtin_convertvector(__builtin_convertvector(s, ds_v16i), ds_v16f);
-}
-
-/* Weight row loaders by type (type is a compile-time constant after inlining). */
-DS_INLINE ds_v16f ds_ldw16(uint32_t type, const void *row, int64_t k) {
-    if (type == DS_TYPE_F16)  return ds_ld16_f16((const uint16_t *)row + k);
-    if (type == DS_TYPE_BF16) return ds_ld16_bf16((const uint16_t *)row + k);
-    return ds_ld16((const float *)row + k);
-}
-/* ---- combines ------------------------------------------------------------------ */
+/* ---- combines (over the 16 lanes of one accumulator, lane order) ---------------- */
 /* Canonical: lanes l and l+8, then +4, +2, +1 — the fixed tree. */
-DS_INLINE float ds_hsum16_tree(const ds_v16f *v) {
-    float a[16];
-    memcpy(a, v, sizeof a);
+DS_INLINE float ds_hsum16_tree(float a[16]) {
     for (int l = 0; l < 8; l++) a[l] = a[l] + a[l + 8];
     for (int l = 0; l < 4; l++) a[l] = a[l] + a[l + 4];
     for (int l = 0; l < 2; l++) a[l] = a[l] + a[l + 2];
     return a[0] + a[1];
 }
 /* Fast: plain left-to-right lane sum (what a scalar epilogue does). */
-DS_INLINE float ds_hsum16_seq(const ds_v16f *v) {
-    float a[16];
-    memcpy(a, v, sizeof a);
+DS_INLINE float ds_hsum16_seq(const float a[16]) {
     float s = a[0];
     for (int l = 1; l < 16; l++) s = s + a[l];
     return s;
