@@ -60,10 +60,10 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
  * (the spare registers hold the weight conversion: Q8_0 scales, software
  * fp16). The one-row (decode) tile is wider in N: with a single activation
  * row the only reuse is of x, and more accumulators hide add latency. */
-#define DS_MT_MAX 4
+#define DS_MT_MAX 8
 #define DS_NT_MAX 8
-#define DS_TILE_MT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : 2)
-#define DS_TILE_NT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : (lv) == DS_LVL_AVX2 ? 2 : 1)
+#define DS_TILE_MT(lv)     ((lv) == DS_LVL_AVX512 ? 8 : 2)
+#define DS_TILE_NT(lv)     ((lv) == DS_LVL_AVX512 ? 2 : (lv) == DS_LVL_AVX2 ? 2 : 1)
 #define DS_TILE_NT_ONE(lv) ((lv) == DS_LVL_AVX512 ? 8 : (lv) == DS_LVL_AVX2 ? 4 : 2)
 
 /* ---- per-level instantiation -----------------------------------------------------
@@ -123,8 +123,10 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
                 TILE(c, m_, 1, n_, nv_, 1, DS_TILE_NT(lv), lv);                             \
             else if (r_ == 2)                                                               \
                 TILE(c, m_, 2, n_, nv_, 2, DS_TILE_NT(lv), lv);                             \
-            else if (MT_ == 4 && r_ == 3)                                                   \
-                TILE(c, m_, 3, n_, nv_, 4, DS_TILE_NT(lv), lv);                             \
+            else if (MT_ >= 4 && r_ <= 4)                                                   \
+                TILE(c, m_, r_, n_, nv_, 4, DS_TILE_NT(lv), lv);                            \
+            else if (MT_ == 8 && r_ > 4)                                                    \
+                TILE(c, m_, r_, n_, nv_, 8, DS_TILE_NT(lv), lv);                            \
         }                                                                                   \
     } while (0)
 

@@ -114,9 +114,11 @@ DS_INLINE DS_VF DS_WFN(ds_ld, _q8)(const int8_t *p) {
                                    DS_VF);
 #elif DS_X86_BUILTINS && DS_W == 8
     typedef char v16qi_ __attribute__((vector_size(16)));
-    v16qi_ b = {0};
-    memcpy(&b, p, 8);
-    return __builtin_convertvector(__builtin_ia32_pmovsxbd256(b), DS_VF);
+    typedef long long v2di_ __attribute__((vector_size(16)));
+    long long lo;                               /* 8 bytes -> low half: one vmovq */
+    memcpy(&lo, p, sizeof lo);
+    const v2di_ b = {lo, 0};
+    return __builtin_convertvector(__builtin_ia32_pmovsxbd256((v16qi_)b), DS_VF);
 #else
     DS_VB b;
     memcpy(&b, p, sizeof b);
