@@ -18,6 +18,7 @@ static const command commands[] = {
     { "inspect",    cmd_inspect,    "print a GGUF file's metadata and tensor table" },
     { "perplexity", cmd_perplexity, "perplexity of a text file over fixed windows" },
     { "convert",    cmd_convert,    "HF safetensors + config.json -> GGUF (targets and DSpark drafters)" },
+    { "quantize",   cmd_quantize,   "re-encode a GGUF's 2-D weights (f32, f16, bf16, q8_0)" },
     { "make-drafter", cmd_make_drafter, "write a deterministic random DSpark drafter GGUF for a target" },
     { "diverge",    cmd_diverge,    "batched vs sequential: gate, earliest bitwise divergence, metrics" },
     { "families",   cmd_families,   "per-family isolated A/B and where each lands on the identity chain" },

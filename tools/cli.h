@@ -45,5 +45,6 @@ int cmd_diverge(int argc, char **argv);
 int cmd_families(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_surface(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 #endif

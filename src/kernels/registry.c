@@ -26,9 +26,9 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "canonical: 16 k-lanes, separate multiply and add, fixed 8-4-2-1 tree",
     "fast: bf16 weights converted on the fly, register-tiled FMA with a left-to-right lane sum; "
     "canonical: 16 k-lanes, separate multiply and add, fixed 8-4-2-1 tree",
-    "fast: weights dequantized to f32 and FMA with unquantized f32 activations; "
-    "canonical: activations quantized to Q8_0 per row, exact integer block dots scaled by "
-    "d_w*d_x into 16 fixed lanes, fixed tree",
+    "fast: weights dequantized to f32, register-tiled FMA with a left-to-right lane sum; "
+    "canonical: weights dequantized on the fly (exact), separate multiply and add with the f32 "
+    "activations in 16 fixed lanes, fixed 8-4-2-1 tree",
     "fast: one-pass softmax over the whole prefix with query tiles; canonical: fixed "
     "64-position split-KV chunks at absolute positions, combined left to right",
     "fast: 4-row interleaved sum of squares with 8 accumulators; canonical: 16-lane tree per row",

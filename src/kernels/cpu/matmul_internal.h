@@ -60,10 +60,10 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
  * (the spare registers hold the weight conversion: Q8_0 scales, software
  * fp16). The one-row (decode) tile is wider in N: with a single activation
  * row the only reuse is of x, and more accumulators hide add latency. */
-#define DS_MT_MAX 8
+#define DS_MT_MAX 4
 #define DS_NT_MAX 8
-#define DS_TILE_MT(lv)     ((lv) == DS_LVL_AVX512 ? 8 : 2)
-#define DS_TILE_NT(lv)     ((lv) == DS_LVL_AVX512 ? 2 : (lv) == DS_LVL_AVX2 ? 2 : 1)
+#define DS_TILE_MT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : 2)
+#define DS_TILE_NT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : (lv) == DS_LVL_AVX2 ? 2 : 1)
 #define DS_TILE_NT_ONE(lv) ((lv) == DS_LVL_AVX512 ? 8 : (lv) == DS_LVL_AVX2 ? 4 : 2)
 
 /* ---- per-level instantiation -----------------------------------------------------
@@ -123,10 +123,8 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
                 TILE(c, m_, 1, n_, nv_, 1, DS_TILE_NT(lv), lv);                             \
             else if (r_ == 2)                                                               \
                 TILE(c, m_, 2, n_, nv_, 2, DS_TILE_NT(lv), lv);                             \
-            else if (MT_ >= 4 && r_ <= 4)                                                   \
-                TILE(c, m_, r_, n_, nv_, 4, DS_TILE_NT(lv), lv);                            \
-            else if (MT_ == 8 && r_ > 4)                                                    \
-                TILE(c, m_, r_, n_, nv_, 8, DS_TILE_NT(lv), lv);                            \
+            else if (MT_ == 4 && r_ == 3)                                                   \
+                TILE(c, m_, 3, n_, nv_, 4, DS_TILE_NT(lv), lv);                             \
         }                                                                                   \
     } while (0)
 
@@ -157,8 +155,10 @@ DS_INLINE void ds_tile_store(float *y, int64_t N, int m0, int mv, int64_t n0, in
  *   tail (K % 16 = r > 0):  acc[l] = acc[l] + w[n][k+l] * x[m][k+l]   for l < r
  *   y = tree(acc): (l, l+8) -> (l, l+4) -> (l, l+2) -> (l, l+1)
  * Products and sums are separately rounded (no FMA). w is the weight
- * converted to f32, which is exact for F16 and BF16. Nothing here depends
- * on M, on the tile shape, on the thread or on the vector width.
+ * converted to f32, which is exact for F16, BF16 and Q8_0 (d * q: at most
+ * 19 significant bits). Nothing here depends on M, on the tile shape, on the
+ * thread or on the vector width (a 16-lane accumulator is 1 zmm, 2 ymm or
+ * 4 xmm chunks, lane for lane the same operations: matmul_tile.h).
  *
  * FAST, fast = 1. What a GEMM writer does: the same register tiles, but
  * each step is a fused multiply-add (one rounding instead of two) where the

@@ -3,13 +3,15 @@
  *
  * ==== Why GCC vector extensions =============================================
  * A canonical reduction in dspark is a FIXED set of 16 independent lane
- * accumulators. We write those lanes as one `ds_v16f` (GCC's generic vector
- * extension, 16 x f32). Every operation on it is defined lane by lane with
- * IEEE single rounding, so the compiler lowers it to 1 zmm (AVX-512), 2 ymm
- * (AVX2), 4 xmm (SSE2 / NEON) or scalar code — and every lowering computes
- * the same bits. There is no reassociation (never -ffast-math) and no
- * contraction (-ffp-contract=off): `a + b * c` is a rounded product followed
- * by a rounded add on every path. FMA only appears in the fast variants,
+ * accumulators. The tiles hold those 16 lanes as chunks of GCC generic
+ * vectors in the level's native width: one ds_v16f (AVX-512), two ds_v8f
+ * (AVX2) or four ds_v4f (SSE2 / NEON / scalar). Every operation on them is
+ * defined lane by lane with IEEE single rounding, so every width computes
+ * the same bits. (One 64-byte vector *variable* would give the same bits on
+ * AVX2 too, but GCC keeps it in memory there; see matmul_tile.h.) There is
+ * no reassociation (never -ffast-math) and no contraction
+ * (-ffp-contract=off): `a + b * c` is a rounded product followed by a
+ * rounded add on every path. FMA only appears in the fast variants,
  * whose instances ask for it explicitly (DS_FAST_FN, below).
  *
  * ==== Run-time levels =========================================================
@@ -17,9 +19,11 @@
  * times, with target("avx512...") / target("avx2,fma,f16c") / no attribute,
  * and ds_simd_level() (registry.c; cached once, the one static the rules
  * allow) picks the instance. This is GCC function multiversioning done by
- * hand, so the AVX2 instance can require FMA+F16C and the tile shapes can be
- * chosen per level. Tile shapes never change bits: every (m, n) output has
- * its own accumulator vector and the same operation sequence in any tile. */
+ * hand, so the AVX2 instance can require FMA+F16C, the tile shapes and lane
+ * widths can be chosen per level, and the weight loaders can use the level's
+ * conversion instructions (DS_X86_BUILTINS below). Tile shapes never change
+ * bits: every (m, n) output has its own accumulator and the same operation
+ * sequence in any tile. */
 #ifndef DSPARK_SIMD_H
 #define DSPARK_SIMD_H
 
