@@ -1,44 +1,70 @@
 # dspark — build, test, bench.
 #
-#   make            build/dspark (CLI) and build/libdspark.a
-#   make test       every unit test + CLI error tests + the sanitizer suite
-#   make test-san   the malformed-input and exactness suites under ASan/UBSan
+#   make deps       install the Debian packages the build needs
+#   make            build/dspark (CLI), build/libdspark.a, tests, benchmarks
+#   make models     the Q8_0 target made from the committed F16 one
+#   make run        the main job: speculative generation on the shipped pair
+#   make test       every unit test + CLI tests, then the suites in
+#                   tests/SAN_SUITES again under ASan/UBSan (make test-san)
 #   make bench      bench/ (medians and ratios, JSON under bench/results/)
 #
 # Floating point: -ffp-contract=off everywhere and never -ffast-math. The
 # exactness contract depends on the compiler not fusing a*b+c into an FMA in
-# one kernel and not in its twin; kernels that want FMA call fmaf() explicitly.
+# one kernel and not in its twin; kernels that want FMA ask for it explicitly
+# and identically in decode and canonical.
 
 CC      ?= cc
 OPT     ?= -O3
+SAN     ?=
 CSTD    := -std=c11 -D_GNU_SOURCE
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
 FPFLAGS := -ffp-contract=off -fno-fast-math
-PCRE_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
-PCRE_LIBS   := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
+PCRE_CFLAGS  := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
+PCRE_LIBS    := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
 CJSON_CFLAGS := $(shell pkg-config --cflags libcjson 2>/dev/null)
 CJSON_LIBS   := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson)
-SAN     ?=
 CFLAGS  += $(SAN) $(CSTD) $(OPT) -g $(WARN) $(FPFLAGS) -pthread -Iinclude -Isrc $(PCRE_CFLAGS) $(CJSON_CFLAGS)
 LDLIBS  += $(SAN) $(PCRE_LIBS) $(CJSON_LIBS) -lm -pthread
 
-BUILD   ?= build
-LIB_SRC := $(sort $(wildcard src/*.c src/kernels/*.c src/kernels/cpu/*.c src/diag/*.c src/tokenizer/*.c src/drafter/*.c src/spec/*.c))
-LIB_SRC := $(filter-out src/main.c,$(LIB_SRC))
-TOOL_SRC:= $(sort $(wildcard tools/*.c))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
-TEST_SRC:= $(sort $(wildcard tests/test_*.c))
-TEST_BIN:= $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BUILD    ?= build
+LIB_SRC  := $(filter-out src/main.c,$(sort $(wildcard src/*.c src/kernels/*.c src/kernels/cpu/*.c src/diag/*.c)))
+TOOL_SRC := $(sort $(wildcard tools/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+HEADERS  := $(wildcard src/*.h src/*/*.h src/*/*/*.h include/*.h tools/*.h)
+
+.PHONY: all test test-san bench clean deps run models
+
+all: $(BUILD)/dspark $(TEST_BIN) $(BENCH_BIN)
 
 # The comparator must be exact IEEE-754 whatever the project flags are.
 $(BUILD)/src/diag/%.o: CFLAGS += -fno-finite-math-only -fsignaling-nans
 
-.PHONY: all test test-san bench clean deps run models
+$(BUILD)/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libdspark.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/dspark: $(BUILD)/src/main.o $(TOOL_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libdspark.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libdspark.a $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libdspark.a -o $@ $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libdspark.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdspark.a -o $@ $(LDLIBS)
 
 # Debian packages the build and tests need (PCRE2 for the gpt2 pre-tokenizer,
-# cJSON for `dspark convert`). Idempotent; uses sudo when not root.
+# cJSON for `dspark convert`, xz for the validation data). Idempotent; uses
+# sudo when not root.
 APT_PKGS := gcc make pkg-config libpcre2-dev libcjson-dev xz-utils python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 deps:
@@ -54,8 +80,8 @@ models: $(TARGET_Q8)
 $(TARGET_Q8): $(TARGET_F16) $(BUILD)/dspark
 	$(BUILD)/dspark quantize $(TARGET_F16) $@ q8_0
 
-# The main job: speculative generation on the shipped pair, with the stats
-# line, then the same prompt decoded plainly, and a byte comparison.
+# The main job: speculative generation on the shipped pair (stats line on
+# stderr), then the same prompt decoded plainly, and a byte comparison.
 PROMPT ?= It is a truth universally acknowledged, that
 N ?= 128
 run: all $(TARGET_Q8)
@@ -65,8 +91,19 @@ run: all $(TARGET_Q8)
 	@$(BUILD)/dspark generate -m $(TARGET_Q8) -p "$(PROMPT)" -n $(N) -t 2 | tee $(BUILD)/run-plain.txt
 	@cmp -s $(BUILD)/run-spec.txt $(BUILD)/run-plain.txt && echo "identical bytes: yes" || { echo "identical bytes: NO"; exit 1; }
 
-bench: all
-	@sh bench/run.sh
+test: all $(TARGET_Q8)
+	@BUILD=$(BUILD) sh tests/run.sh
+	@$(MAKE) --no-print-directory test-san
+
+# Sanitizer build in its own tree so objects never mix.
+test-san: $(TARGET_Q8)
+	@$(MAKE) --no-print-directory BUILD=build-san OPT=-O1 \
+	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" all
+	@BUILD=build-san DSPARK_SAN=1 sh tests/run.sh
+
+bench: all $(TARGET_Q8)
+	@BUILD=$(BUILD) sh bench/run.sh
+	@BUILD=$(BUILD) sh bench/bench_spec.sh
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san $(TARGET_Q8)
