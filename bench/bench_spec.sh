@@ -8,8 +8,8 @@
 # speed ratio to plain side by side, and whether each mode's text equals the
 # plain text. Table on stdout, JSON in bench/results/spec.json.
 #
-#   TARGET=... DRAFTER=...   the pair (default: models/target.gguf +
-#                            models/drafter.gguf when both exist, else a
+#   TARGET=... DRAFTER=...   the pair (default: the shipped pair models/dspark-tiny-q8_0.gguf +
+#                            models/dspark-tiny-drafter-f16.gguf, else a
 #                            generated random ~25M Q8_0 pair)
 #   REPS=5 N=128 THREADS=2 CTX=2048 EXTRA="--temp 0.8 --seed 1"
 # Uses only `dspark generate` and its stats lines.
@@ -28,8 +28,8 @@ EXTRA=${EXTRA:-}
 
 TARGET=${TARGET:-}
 DRAFTER=${DRAFTER:-}
-if [ -z "$TARGET" ] && [ -f models/target.gguf ] && [ -f models/drafter.gguf ]; then
-    TARGET=models/target.gguf; DRAFTER=models/drafter.gguf
+if [ -z "$TARGET" ] && [ -f models/dspark-tiny-q8_0.gguf ] && [ -f models/dspark-tiny-drafter-f16.gguf ]; then
+    TARGET=models/dspark-tiny-q8_0.gguf; DRAFTER=models/dspark-tiny-drafter-f16.gguf
 fi
 if [ -z "$TARGET" ] || [ -z "$DRAFTER" ]; then
     echo "bench_spec: no pair given and none shipped under models/: generating a random pair" >&2
