@@ -20,15 +20,15 @@ static const char *const fam_names[DS_FAM_COUNT] = {
 /* What the fast kernel does differently from canonical (= decode). Kept in
  * step with the comment block at the top of each family's file. */
 static const char *const fam_desc[DS_FAM_COUNT] = {
-    "fast: register-tiled FMA (one rounding per multiply-add) with a left-to-right lane sum; "
-    "canonical: 16 k-lanes, separate multiply and add, fixed 8-4-2-1 tree",
-    "fast: f16 weights converted on the fly, register-tiled FMA with a left-to-right lane sum; "
-    "canonical: 16 k-lanes, separate multiply and add, fixed 8-4-2-1 tree",
-    "fast: bf16 weights converted on the fly, register-tiled FMA with a left-to-right lane sum; "
-    "canonical: 16 k-lanes, separate multiply and add, fixed 8-4-2-1 tree",
-    "fast: weights dequantized to f32, register-tiled FMA with a left-to-right lane sum; "
-    "canonical: weights dequantized on the fly (exact), separate multiply and add with the f32 "
-    "activations in 16 fixed lanes, fixed 8-4-2-1 tree",
+    "fast: register-tiled FMA with K split in two halves (split-K) and a left-to-right lane sum; "
+    "canonical: 16 k-lanes, one fused multiply-add per step, fixed 8-4-2-1 tree",
+    "fast: f16 weights converted on the fly, FMA with split-K and a left-to-right lane sum; "
+    "canonical: 16 k-lanes, one fused multiply-add per step, fixed 8-4-2-1 tree",
+    "fast: bf16 weights converted on the fly, FMA with split-K and a left-to-right lane sum; "
+    "canonical: 16 k-lanes, one fused multiply-add per step, fixed 8-4-2-1 tree",
+    "fast: weights dequantized to f32, FMA with split-K and a left-to-right lane sum; "
+    "canonical: weights dequantized exactly (once per batch), one fused multiply-add per step "
+    "with the f32 activations in 16 fixed lanes, fixed 8-4-2-1 tree",
     "fast: one-pass softmax over the whole prefix with query tiles; canonical: fixed "
     "64-position split-KV chunks at absolute positions, combined left to right",
     "fast: 4-row interleaved sum of squares with 8 accumulators; canonical: 16-lane tree per row",

@@ -8,31 +8,27 @@
  *
  *   decode     ds_matmul_decode -> the canonical kernel below with M = 1.
  *   canonical  per (m, n): 16 lane accumulators over k (lane = k mod 16,
- *              the K % 16 tail in the same lanes), product and sum rounded
- *              separately, fixed tree 8-4-2-1; M rows share each weight tile.
- *   fast       the same tiles with fused multiply-add and a left-to-right
- *              lane sum: other bits.
+ *              the K % 16 tail in the same lanes), each step one fused
+ *              multiply-add, fixed tree 8-4-2-1; M rows share each weight
+ *              tile, and for M > MT the tile is converted once into an f32
+ *              buffer shared by all row tiles (matmul_internal.h).
+ *   fast       the same tiles with split-K (two halves of K accumulated
+ *              separately) and a left-to-right lane sum: other bits.
  * The tile engine is matmul_internal.h's, shared with F32 and F16. */
 #include "kernels/cpu/matmul_internal.h"
 
 /* ==========================================================================
  * DECODE == CANONICAL (M = 1 is just the narrowest tile)
  * ========================================================================== */
-#define BF16_CANON_TILE(c, m0, mv, n0, nv, MT, NT, lv) \
-    ds_dense_tile(DS_TYPE_BF16, 0, c, m0, mv, n0, nv, MT, NT, lv)
-
 DS_INLINE void bf16_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
-    DS_MM_WALK(BF16_CANON_TILE, c, n0, n1, lv);
+    ds_mm_walk(DS_TYPE_BF16, 0, c, n0, n1, lv);
 }
 DS_MM_INSTANTIATE(ds_mm_bf16_canonical, bf16_canonical, /* contraction off */)
 
 /* ==========================================================================
  * FAST
  * ========================================================================== */
-#define BF16_FAST_TILE(c, m0, mv, n0, nv, MT, NT, lv) \
-    ds_dense_tile(DS_TYPE_BF16, 1, c, m0, mv, n0, nv, MT, NT, lv)
-
 DS_INLINE void bf16_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
-    DS_MM_WALK(BF16_FAST_TILE, c, n0, n1, lv);
+    ds_mm_walk(DS_TYPE_BF16, 1, c, n0, n1, lv);
 }
 DS_MM_INSTANTIATE(ds_mm_bf16_fast, bf16_fast, DS_FAST_FN)

@@ -7,6 +7,8 @@
  *                          converted to f32 on the fly, exactly; Q8_0: d * q),
  *                          written once in matmul_tile.h over the level's
  *                          native vector width
+ *   ds_mm_walk             the range walker: tiles over y[0..M)[n0..n1), and
+ *                          the dequantization buffer for batched calls
  *
  * ==== The tile rule =============================================================
  * A range kernel walks its output columns n in tiles of NT weight rows and
@@ -17,12 +19,27 @@
  * (remainder rows are padded by repeating the last row and discarding its
  * results): they change speed, never bits. This is what lets the canonical
  * kernel load each weight tile once and use it for all M rows while every
- * row keeps the decode sequence. */
+ * row keeps the decode sequence.
+ *
+ * ==== The dequantization buffer ===================================================
+ * Converting a weight (Q8_0: sign-extend, int -> float, times d; F16:
+ * VCVTPH2PS) costs as much as the FMAs it feeds when a tile has few rows,
+ * and those conversions compete with the FMAs for the same FP pipes (AMD
+ * Zen). A register tile converts each weight chunk once for its MT rows, but
+ * a batch of M > MT rows has several row tiles, and each would convert the
+ * same weights again. So for M > MT the walker converts each NT-row weight
+ * tile ONCE into a small f32 buffer (NT x K floats, L1/L2-resident) and runs
+ * every row tile of the batch on it as F32 weights. Every conversion is
+ * exact, so the buffer holds the very values the converting tile would form
+ * in registers: same operands, same FMA sequence, same bits (test_matmul
+ * compares canonical(M) with decode, which never uses the buffer). */
 #ifndef DSPARK_MATMUL_INTERNAL_H
 #define DSPARK_MATMUL_INTERNAL_H
 
 #include "kernels/kernels.h"
 #include "kernels/cpu/simd.h"
+
+#include <stdlib.h>
 
 typedef struct {
     const ds_weight *W;
@@ -96,38 +113,6 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
     void NAME(const ds_mm_ctx *c, int64_t a, int64_t b) { NAME##_portable(c, a, b); }
 #endif
 
-/* ---- the range walker -------------------------------------------------------------
- * Calls TILE(c, m0, mv, n0, nv, MT, NT, lv) over y[0..M)[n0..n1): NT weight
- * rows at a time (outer, so each weight tile is fetched from memory once),
- * then all M activation rows in tiles of MT (inner, hitting cache). mv/nv
- * are the valid counts (<= MT/NT); the tile pads by repeating the last row. */
-#define DS_MM_WALK(TILE, c, n0, n1, lv)                                                 \
-    do {                                                                                    \
-        const int M_ = (c)->M, MT_ = DS_TILE_MT(lv);                                        \
-        if (M_ == 1) {                                                                      \
-            const int NT1_ = DS_TILE_NT_ONE(lv);                                            \
-            for (int64_t n_ = (n0); n_ < (n1); n_ += NT1_) {                                \
-                int nv_ = (int)((n1) - n_ < NT1_ ? (n1) - n_ : NT1_);                       \
-                TILE(c, 0, 1, n_, nv_, 1, DS_TILE_NT_ONE(lv), lv);                          \
-            }                                                                               \
-            break;                                                                          \
-        }                                                                                   \
-        const int NT_ = DS_TILE_NT(lv);                                                     \
-        for (int64_t n_ = (n0); n_ < (n1); n_ += NT_) {                                     \
-            int nv_ = (int)((n1) - n_ < NT_ ? (n1) - n_ : NT_);                             \
-            int m_ = 0;                                                                     \
-            for (; m_ + MT_ <= M_; m_ += MT_)                                               \
-                TILE(c, m_, MT_, n_, nv_, DS_TILE_MT(lv), DS_TILE_NT(lv), lv);              \
-            int r_ = M_ - m_;                                                               \
-            if (r_ == 1)                                                                    \
-                TILE(c, m_, 1, n_, nv_, 1, DS_TILE_NT(lv), lv);                             \
-            else if (r_ == 2)                                                               \
-                TILE(c, m_, 2, n_, nv_, 2, DS_TILE_NT(lv), lv);                             \
-            else if (MT_ == 4 && r_ == 3)                                                   \
-                TILE(c, m_, 3, n_, nv_, 4, DS_TILE_NT(lv), lv);                             \
-        }                                                                                   \
-    } while (0)
-
 /* Tile loops must be fully unrolled so that every accumulator is a register. */
 #define DS_UNROLL _Pragma("GCC unroll 8")
 
@@ -151,27 +136,31 @@ DS_INLINE void ds_tile_store(float *y, int64_t N, int m0, int mv, int64_t n0, in
 
 /* CANONICAL (and decode), fast = 0. For every (m, n):
  *   acc[l] = +0                            for l < 16
- *   for k in steps of 16:   acc[l] = acc[l] + w[n][k+l] * x[m][k+l]
- *   tail (K % 16 = r > 0):  acc[l] = acc[l] + w[n][k+l] * x[m][k+l]   for l < r
+ *   for k in steps of 16:   acc[l] = fma(w[n][k+l], x[m][k+l], acc[l])
+ *   tail (K % 16 = r > 0):  acc[l] = fma(w[n][k+l], x[m][k+l], acc[l])   for l < r
  *   y = tree(acc): (l, l+8) -> (l, l+4) -> (l, l+2) -> (l, l+1)
- * Products and sums are separately rounded (no FMA). w is the weight
+ * fma is IEEE fusedMultiplyAdd (one rounding), written explicitly per level
+ * (VFMADD, FMLA, or fmaf() on the portable level; simd.h says why all give
+ * the same bits). w is the weight
  * converted to f32, which is exact for F16, BF16 and Q8_0 (d * q: at most
  * 19 significant bits). Nothing here depends on M, on the tile shape, on the
  * thread or on the vector width (a 16-lane accumulator is 1 zmm, 2 ymm or
  * 4 xmm chunks, lane for lane the same operations: matmul_tile.h).
  *
- * FAST, fast = 1. What a GEMM writer does: the same register tiles, but
- * each step is a fused multiply-add (one rounding instead of two) where the
- * CPU has FMA, and the 16 lanes are summed left to right at the end (a
- * scalar epilogue) instead of the tree. Still a function of K only, so
- * thread counts and M do not change its bits; it simply is not the decode
- * sequence. Without hardware FMA (portable x86-64) only the combine differs.
+ * FAST, fast = 1. What a GEMM writer does: the same register tiles, with
+ * `acc + w * x` left to the compiler's contraction (an FMA where the level
+ * has one, a plain multiply and add on portable x86-64, so no libm call),
+ * and the 16 lanes summed left to right at the end (a scalar epilogue)
+ * instead of the tree. Still a function of K (and the level) only, so thread
+ * counts and M do not change its bits; it simply is not the decode
+ * sequence: the combine differs everywhere, the rounding of the products
+ * too on portable x86-64.
  *
  * The tail is run as one more full-width step on zero-padded copies of the
- * last K % 16 elements: adding +0 * +0 leaves an accumulator unchanged (it
- * starts at +0 and round-to-nearest never turns a sum starting at +0 into
- * -0), so this IS "lanes l < r only" — and it keeps a single, fully
- * vectorized step body for the compiler. */
+ * last K % 16 elements: fma(+0, +0, acc) = acc + (+0) exactly, which leaves
+ * an accumulator unchanged (it starts at +0 and round-to-nearest never turns
+ * a sum starting at +0 into -0), so this IS "lanes l < r only" — and it
+ * keeps a single, fully vectorized step body for the compiler. */
 #define DS_W 16
 #include "kernels/cpu/matmul_tile.h"
 #undef DS_W
@@ -183,11 +172,75 @@ DS_INLINE void ds_tile_store(float *y, int64_t N, int m0, int mv, int64_t n0, in
 #undef DS_W
 
 /* The tile at the level's native width (lv is a constant after inlining). */
-DS_INLINE void ds_dense_tile(uint32_t type, int fast, const ds_mm_ctx *c, int m0, int mv,
-                             int64_t n0, int nv, int MT, int NT, int lv) {
-    if (lv == DS_LVL_AVX512) ds_tile16(type, fast, c, m0, mv, n0, nv, MT, NT);
-    else if (lv == DS_LVL_AVX2) ds_tile8(type, fast, c, m0, mv, n0, nv, MT, NT);
-    else ds_tile4(type, fast, c, m0, mv, n0, nv, MT, NT);
+DS_INLINE void ds_dense_tile(uint32_t type, int fast, int64_t K, const void *const wr[],
+                             const float *x, int m0, int mv, float *y, int64_t N, int64_t n0,
+                             int nv, int MT, int NT, int lv) {
+    if (lv == DS_LVL_AVX512) ds_tile16(type, fast, K, wr, x, m0, mv, y, N, n0, nv, MT, NT);
+    else if (lv == DS_LVL_AVX2) ds_tile8(type, fast, K, wr, x, m0, mv, y, N, n0, nv, MT, NT);
+    else ds_tile4(type, fast, K, wr, x, m0, mv, y, N, n0, nv, MT, NT);
+}
+DS_INLINE void ds_cvt_row(uint32_t type, const void *row, int64_t K, float *out, int lv) {
+    if (lv == DS_LVL_AVX512) ds_cvt_row16(type, row, K, out);
+    else if (lv == DS_LVL_AVX2) ds_cvt_row8(type, row, K, out);
+    else ds_cvt_row4(type, row, K, out);
+}
+
+/* All M activation rows against weight rows wr[0..NT) (nv valid): row
+ * tiles of MT, the remainder as a narrower tile (3 rows: the 4-row tile
+ * with a repeated row). */
+DS_INLINE void ds_mm_rows(uint32_t type, int fast, const ds_mm_ctx *c, const void *const wr[],
+                          int64_t n, int nv, int NT, int lv) {
+    const int M = c->M, MT = DS_TILE_MT(lv);
+    const int64_t K = c->W->n_in, N = c->W->n_out;
+    int m = 0;
+    for (; m + MT <= M; m += MT)
+        ds_dense_tile(type, fast, K, wr, c->x, m, MT, c->y, N, n, nv, DS_TILE_MT(lv), NT, lv);
+    const int r = M - m;
+    if (r == 1) ds_dense_tile(type, fast, K, wr, c->x, m, 1, c->y, N, n, nv, 1, NT, lv);
+    else if (r == 2) ds_dense_tile(type, fast, K, wr, c->x, m, 2, c->y, N, n, nv, 2, NT, lv);
+    else if (MT == 4 && r == 3)
+        ds_dense_tile(type, fast, K, wr, c->x, m, 3, c->y, N, n, nv, 4, NT, lv);
+}
+
+/* ---- the range walker -------------------------------------------------------------
+ * y[0..M)[n0..n1): NT weight rows at a time (outer, so each weight tile is
+ * fetched from memory once), then all M activation rows in tiles of MT
+ * (inner, hitting cache). M = 1 (decode) uses the wider one-row tile and
+ * converts in registers. M > MT with converted weights goes through the
+ * dequantization buffer (top of this file); if it cannot be allocated, the
+ * tiles convert in registers — the same bits either way. */
+DS_INLINE void ds_mm_walk(uint32_t type, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1,
+                          int lv) {
+    const int64_t K = c->W->n_in;
+    const size_t wrow = type == DS_TYPE_Q8_0 ? (size_t)(K / DS_QK8_0) * sizeof(ds_block_q8_0)
+                                             : (size_t)K * (type == DS_TYPE_F32 ? 4 : 2);
+    const void *wr[DS_NT_MAX];
+    if (c->M == 1) {
+        const int NT1 = DS_TILE_NT_ONE(lv);
+        for (int64_t n = n0; n < n1; n += NT1) {
+            const int nv = (int)(n1 - n < NT1 ? n1 - n : NT1);
+            ds_tile_rows(c->W->data, wrow, n, nv, NT1, wr);
+            ds_dense_tile(type, fast, K, wr, c->x, 0, 1, c->y, c->W->n_out, n, nv, 1,
+                          DS_TILE_NT_ONE(lv), lv);
+        }
+        return;
+    }
+    const int NT = DS_TILE_NT(lv);
+    float *buf = NULL;
+    if (type != DS_TYPE_F32 && c->M > DS_TILE_MT(lv))
+        buf = aligned_alloc(64, ((size_t)NT * (size_t)K * sizeof(float) + 63) & ~(size_t)63);
+    for (int64_t n = n0; n < n1; n += NT) {
+        const int nv = (int)(n1 - n < NT ? n1 - n : NT);
+        ds_tile_rows(c->W->data, wrow, n, nv, NT, wr);
+        if (buf) {
+            for (int j = 0; j < nv; j++) ds_cvt_row(type, wr[j], K, buf + (size_t)j * (size_t)K, lv);
+            ds_tile_rows(buf, (size_t)K * sizeof(float), 0, nv, NT, wr);
+            ds_mm_rows(DS_TYPE_F32, fast, c, wr, n, nv, DS_TILE_NT(lv), lv);
+        } else {
+            ds_mm_rows(type, fast, c, wr, n, nv, DS_TILE_NT(lv), lv);
+        }
+    }
+    free(buf);
 }
 
 #endif

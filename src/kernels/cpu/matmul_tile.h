@@ -17,6 +17,8 @@
  *
  * Defines, with S = DS_W (16, 8 or 4):
  *   ds_ldS_f32 / _bf16 / _f16 / _f16sw / _q8   W lanes of a row -> f32 (exact)
+ *   ds_fmaS(a, b, c)                          a * b + c, one rounding per lane
+ *   ds_cvt_rowS(type, row, K, out)            one weight row -> f32 (exact)
  *   ds_tileS(type, fast, ...)                 one MT x NT register tile */
 
 #define DS_CAT_(a, b) a##b
@@ -143,23 +145,72 @@ DS_INLINE DS_VF DS_WFN(ds_ld, _w)(uint32_t type, const void *row, int64_t k) {
     return DS_WFN(ds_ld, _f32)((const float *)row + k);
 }
 
+/* ---- fused multiply-add: a * b + c with ONE rounding, lane by lane ------------
+ * The canonical lane update. Every form below is IEEE fusedMultiplyAdd, so
+ * they all give the same bits: VFMADD (W = 16: AVX-512F, W = 8: the AVX2
+ * instance, which requires FMA), FMLA (AArch64 NEON), and elsewhere C's
+ * fmaf() lane by lane (correctly rounded by definition; glibc computes it
+ * with hardware FMA where the CPU has it and exactly in software where not —
+ * slow, but the same bits). The x86 forms go through GCC's builtins for the
+ * reason the loaders above do (DS_X86_BUILTINS in simd.h). */
+DS_INLINE DS_VF DS_CAT(ds_fma, DS_W)(DS_VF a, DS_VF b, DS_VF c) {
+#if DS_X86_BUILTINS && DS_W == 16
+    return __builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)0xffff, 4 /* current rounding */);
+#elif DS_X86_BUILTINS && DS_W == 8
+    return __builtin_ia32_vfmaddps256(a, b, c);
+#elif DS_NEON_FMA && DS_W == 4
+    return (DS_VF)vfmaq_f32((float32x4_t)c, (float32x4_t)a, (float32x4_t)b);
+#else
+    DS_VF r;
+    for (int l = 0; l < DS_W; l++) r[l] = fmaf(a[l], b[l], c[l]);
+    return r;
+#endif
+}
+
+/* ---- one weight row -> f32 (the dequantization buffer, matmul_internal.h) ------
+ * Exactly the values the tile's loaders produce (every conversion is exact),
+ * so a tile reading this row as F32 computes the same bits as one converting
+ * on the fly. */
+DS_INLINE void DS_CAT(ds_cvt_row, DS_W)(uint32_t type, const void *row, int64_t K, float *out) {
+    if (type == DS_TYPE_Q8_0) {
+        const ds_block_q8_0 *blk = row;
+        for (int64_t b = 0; b < K / DS_QK8_0; b++) {
+            const float d = DS_WFN(ds_ld, _f16s)(blk[b].d);
+            DS_UNROLL
+            for (int h = 0; h < DS_QK8_0 / DS_W; h++) {
+                const DS_VF w = DS_WFN(ds_ld, _q8)(blk[b].qs + h * DS_W) * d;
+                memcpy(out + b * DS_QK8_0 + h * DS_W, &w, sizeof w);
+            }
+        }
+        return;
+    }
+    int64_t k = 0;
+    for (; k + DS_W <= K; k += DS_W) {
+        const DS_VF w = DS_WFN(ds_ld, _w)(type, row, k);
+        memcpy(out + k, &w, sizeof w);
+    }
+    for (; k < K; k++)
+        out[k] = type == DS_TYPE_F16 ? ds_fp16_to_f32(((const uint16_t *)row)[k])
+                                     : ds_bf16_to_f32(((const uint16_t *)row)[k]);
+}
+
 /* ---- the tile ------------------------------------------------------------------------
- * y[m0 .. m0+mv)[n0 .. n0+nv) for weight type `type` (F32, F16, BF16 or
- * Q8_0); MT x NT accumulators of 16 lanes. The per-(m, n) sequence is the
- * one matmul_internal.h (dense) and matmul_q8_0.c (Q8_0) define: for every
- * 16-element step k, acc[l] = acc[l] + w[k+l] * x[k+l], where w is the
+ * y[m0 .. m0+mv)[n0 .. n0+nv) (y has N columns) from the NT weight rows wr[]
+ * (type F32, F16, BF16 or Q8_0; padding rows repeat a valid one) and the
+ * activation rows x[m0 ..] (K floats each); MT x NT accumulators of 16 lanes.
+ * The per-(m, n) sequence is the one matmul_internal.h defines: for every
+ * 16-element step k, acc[l] = fma(w[k+l], x[k+l], acc[l]), where w is the
  * weight converted to f32 exactly (Q8_0: d * q, an exact product), then the
- * 16-lane combine. fast = 1 is the same code in a DS_FAST_FN instance (so
- * `acc + w * x` contracts to FMA) with the left-to-right lane sum. */
-DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, const ds_mm_ctx *c, int m0,
-                                     int mv, int64_t n0, int nv, int MT, int NT) {
-    const int64_t K = c->W->n_in;
+ * 16-lane tree. fast = 1 writes `acc + w * x` in a DS_FAST_FN instance (so
+ * it contracts to FMA where the level has one) with the left-to-right lane
+ * sum. */
+DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, int64_t K, const void *const wr[],
+                                     const float *x, int m0, int mv, float *y, int64_t N,
+                                     int64_t n0, int nv, int MT, int NT) {
     const int q8 = type == DS_TYPE_Q8_0;
     const size_t es = type == DS_TYPE_F32 ? 4 : 2;
-    const size_t wrow = q8 ? (size_t)(K / DS_QK8_0) * sizeof(ds_block_q8_0) : (size_t)K * es;
-    const void *wr[DS_NT_MAX], *xr[DS_MT_MAX];
-    ds_tile_rows(c->W->data, wrow, n0, nv, NT, wr);
-    ds_tile_rows(c->x, (size_t)K * sizeof(float), m0, mv, MT, xr);
+    const void *xr[DS_MT_MAX];
+    ds_tile_rows(x, (size_t)K * sizeof(float), m0, mv, MT, xr);
 
     DS_VF acc[DS_MT_MAX][DS_NT_MAX][DS_NC];
     DS_UNROLL
@@ -183,14 +234,35 @@ DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, const ds_mm_ctx *c
             for (int i = 0; i < MT; i++) {                                                  \
                 const DS_VF xv_ = DS_WFN(ds_ld, _f32)((XPTR(i)) + h_ * DS_W);               \
                 DS_UNROLL                                                                   \
-                for (int j = 0; j < NT; j++) acc[i][j][h_] = acc[i][j][h_] + w_[j] * xv_;   \
+                for (int j = 0; j < NT; j++)                                                \
+                    acc[i][j][h_] = fast ? acc[i][j][h_] + w_[j] * xv_                      \
+                                         : DS_CAT(ds_fma, DS_W)(w_[j], xv_, acc[i][j][h_]); \
             }                                                                               \
         }                                                                                   \
     } while (0)
 
+    /* FAST splits K in two (split-K, as a GEMM does for parallelism): the
+     * first half's accumulators are set aside at the split point and the
+     * second half starts again from +0; the halves are added lane-wise at the
+     * end. Canonical has no split (ksplit = end: phase 1 is empty). */
+    DS_VF acc_lo[DS_MT_MAX][DS_NT_MAX][DS_NC];
+#define DS_TILE_SPLIT()                                                                     \
+    do {                                                                                    \
+        DS_UNROLL                                                                           \
+        for (int i = 0; i < MT; i++)                                                        \
+            DS_UNROLL                                                                       \
+            for (int j = 0; j < NT; j++)                                                    \
+                DS_UNROLL                                                                   \
+                for (int h = 0; h < DS_NC; h++) {                                           \
+                    acc_lo[i][j][h] = acc[i][j][h];                                         \
+                    acc[i][j][h] = (DS_VF){0};                                              \
+                }                                                                           \
+    } while (0)
+
     if (q8) {
-        const int64_t nb = K / DS_QK8_0;
+        const int64_t nb = K / DS_QK8_0, bsplit = fast ? nb / 2 : nb;
         for (int64_t b = 0; b < nb; b++) {
+            if (fast && b == bsplit) DS_TILE_SPLIT();
             const int8_t *qs[DS_NT_MAX];
             float d[DS_NT_MAX];
             DS_UNROLL
@@ -212,16 +284,17 @@ DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, const ds_mm_ctx *c
 #undef DS_X_HI
         }
     } else {
-        const int64_t Kf = K & ~(int64_t)15;
+        const int64_t Kf = K & ~(int64_t)15, ksplit = fast ? (Kf / 32) * 16 : Kf;
         for (int64_t k = 0; k < Kf; k += 16) {
+            if (fast && k == ksplit) DS_TILE_SPLIT();
 #define DS_D_W(j, h) DS_WFN(ds_ld, _w)(type, wr[j], k + (h) * DS_W)
 #define DS_D_X(i) ((const float *)xr[i] + k)
             DS_TILE_STEP(DS_D_W, DS_D_X);
 #undef DS_D_W
 #undef DS_D_X
         }
-        /* The K % 16 tail as one more step on zero-padded copies: adding
-         * +0 * +0 leaves an accumulator unchanged (see matmul_internal.h). */
+        /* The K % 16 tail as one more step on zero-padded copies: fma(+0, +0,
+         * acc) leaves an accumulator unchanged (see matmul_internal.h). */
         if (Kf < K) {
             const size_t r = (size_t)(K - Kf);
             _Alignas(64) unsigned char wpad[DS_NT_MAX][64];
@@ -244,6 +317,19 @@ DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, const ds_mm_ctx *c
         }
     }
 #undef DS_TILE_STEP
+#undef DS_TILE_SPLIT
+    /* fast: add the halves (a K < 32 dense or one-block Q8_0 fast tile never
+     * split: its first half is the +0 it started from) */
+    if (fast) {
+        const int split_done = q8 ? K / DS_QK8_0 / 2 > 0 : (K & ~(int64_t)15) / 32 > 0;
+        if (split_done)
+            DS_UNROLL
+            for (int i = 0; i < MT; i++)
+                DS_UNROLL
+                for (int j = 0; j < NT; j++)
+                    DS_UNROLL
+                    for (int h = 0; h < DS_NC; h++) acc[i][j][h] = acc_lo[i][j][h] + acc[i][j][h];
+    }
 
     float out[DS_MT_MAX][DS_NT_MAX];
     DS_UNROLL
@@ -254,7 +340,7 @@ DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, const ds_mm_ctx *c
             memcpy(a, acc[i][j], sizeof a);
             out[i][j] = fast ? ds_hsum16_seq(a) : ds_hsum16_tree(a);
         }
-    ds_tile_store(c->y, c->W->n_out, m0, mv, n0, nv, out);
+    ds_tile_store(y, N, m0, mv, n0, nv, out);
 }
 
 #undef DS_VF

@@ -9,10 +9,24 @@
  * defined lane by lane with IEEE single rounding, so every width computes
  * the same bits. (One 64-byte vector *variable* would give the same bits on
  * AVX2 too, but GCC keeps it in memory there; see matmul_tile.h.) There is
- * no reassociation (never -ffast-math) and no contraction
- * (-ffp-contract=off): `a + b * c` is a rounded product followed by a
- * rounded add on every path. FMA only appears in the fast variants,
- * whose instances ask for it explicitly (DS_FAST_FN, below).
+ * no reassociation (never -ffast-math) and no implicit contraction
+ * (-ffp-contract=off): the compiler never decides where an FMA goes.
+ *
+ * ==== Why the canonical lane update is a fused multiply-add ====================
+ * The canonical step is acc[l] = fma(w[l], x[l], acc[l]): ONE rounding, the
+ * IEEE-754 fusedMultiplyAdd, which every implementation computes to the same
+ * bits: VFMADD on AVX2+FMA and AVX-512, FMLA on NEON, and C's fmaf() on the
+ * portable level (correctly rounded by the standard; glibc uses the
+ * hardware instruction where the CPU has one and an exact software
+ * algorithm where not). So the fixed-lane rule still holds: the 16 lanes,
+ * the k -> lane map and the combine tree fix every rounding, and FMA
+ * changes none of that — it only removes the product's rounding, which
+ * halves the floating-point instructions of the compute-bound batched
+ * verify and decode (and is more accurate). The FMA is written explicitly
+ * (ds_fmaW in matmul_tile.h), never left to contraction, so the canonical
+ * sequence does not depend on what the compiler chooses to fuse. The fast
+ * variants write `acc + w * x` and let contraction fuse it (DS_FAST_FN,
+ * below); they differ from canonical in the lane combine.
  *
  * ==== Run-time levels =========================================================
  * On x86-64 each kernel body is an always-inline function instantiated three
@@ -27,6 +41,7 @@
 #ifndef DSPARK_SIMD_H
 #define DSPARK_SIMD_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -105,6 +120,13 @@ const char *ds_simd_level_name(int lv);
 #else
 #define DS_X86_BUILTINS 0
 #endif
+/* AArch64: the 4-lane FMA is NEON's FMLA (vfmaq_f32), part of the base ISA. */
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define DS_NEON_FMA 1
+#include <arm_neon.h>
+#else
+#define DS_NEON_FMA 0
+#endif
 
 /* ---- combines (over the 16 lanes of one accumulator, lane order) ---------------- */
 /* Canonical: lanes l and l+8, then +4, +2, +1 — the fixed tree. */
@@ -121,16 +143,13 @@ DS_INLINE float ds_hsum16_seq(const float a[16]) {
     return s;
 }
 
-/* ---- fused multiply-add for the FAST kernels --------------------------------
+/* ---- contraction for the FAST kernels --------------------------------------
  * The fast instances are compiled with floating-point contraction on
  * (DS_FAST_FN), so `acc + a * b` on whole vectors becomes one vfmadd per
- * register wherever the level has FMA (AVX2, AVX-512, AArch64) and stays
- * mul+add where it does not. This is FMA asked for explicitly, per function:
- * a lane loop of fmaf() would rely on GCC's SLP vectorizer to put the lanes
- * back together, which it does not do reliably inside large register tiles,
- * and the x86 FMA intrinsics cannot be inlined into the shared,
- * default-target tile bodies. Canonical instances never get this
- * attribute: the global -ffp-contract=off holds for them. */
+ * register wherever the level has FMA (AVX2, AVX-512, AArch64) and stays a
+ * plain mul+add where it does not (portable x86-64: no libm call in the
+ * fast path). Canonical instances never get this attribute: the global
+ * -ffp-contract=off holds for them and their FMA is explicit (ds_fmaW). */
 #define DS_FAST_FN __attribute__((optimize("fp-contract=fast")))
 
 #endif
