@@ -2,6 +2,10 @@
  * conversions they rest on, and the kernel-set registry.
  *
  *   accuracy     every type x variant against a double-precision reference
+ *                (fast Q8_0: with the activation-quantization bound)
+ *   fast Q8_0    == a scalar reference of its definition (activations through
+ *                ds_quantize_row_q8_0, exact int32 block dots, one fma per
+ *                block), memcmp, on every SIMD level, threads 1/3, M = 1..17
  *   canonical    row m of ds_matmul(CANONICAL, M) == ds_matmul_decode(row m),
  *                memcmp, M = 1..16, threads 1/2/3, every type
  *   counter      ds_matmul(FAST, M) differs from decode somewhere, M = 2,4,8,16
@@ -97,6 +101,23 @@ static void test_accuracy(ds_pool *pool) {
                                 /* recursive-summation bound over a lane chain of
                                  * K/16 adds plus the tree and the scaling steps */
                                 double tol = ((double)K / 16 + 8) * 0x1p-23 * mag + 1e-30;
+                                if (t == DS_TYPE_Q8_0 && v == DS_FAST) {
+                                    /* fast Q8_0 quantizes the activation: per element
+                                     * |x - e*p| <= e/2 (rounding) + 127.5 e (2^-11 + 2^-22)
+                                     * (e stored as fp16, p computed with the f32 1/e),
+                                     * e = amax/127 of the block: <= 0.57 amax / 127;
+                                     * then one rounding per block add */
+                                    double qerr = 0;
+                                    for (int64_t b0 = 0; b0 < K; b0 += 32) {
+                                        double amax = 0, wsum = 0;
+                                        for (int64_t k = b0; k < b0 + 32; k++) {
+                                            amax = fmax(amax, fabs((double)xf[k]));
+                                            wsum += fabs((double)wf[k]);
+                                        }
+                                        qerr += 0.57 / 127 * amax * wsum;
+                                    }
+                                    tol = qerr + ((double)K / 32 + 8) * 0x1p-23 * (mag + qerr) + 1e-30;
+                                }
                                 double err = fabs((double)y[m * N + n] - ref);
                                 total++;
                                 if (mag > 0 && err / mag > worst) worst = err / mag;
@@ -214,6 +235,61 @@ static void test_exactness(ds_pool *pools[4]) {
 }
 
 /* ==========================================================================
+ * fast Q8_0 against the scalar definition of its arithmetic (matmul_q8_0.c)
+ * ========================================================================== */
+static void test_fast_q8(ds_pool *pools[4]) {
+    static const int64_t Ks[] = {32, 288, 1024};
+    const int64_t N = 53;                       /* 3 x 16 + 5: tile tails on every level */
+    int bad = 0, nlv = 0, runs = 0;
+    for (int ki = 0; ki < 3; ki++) {
+        const int64_t K = Ks[ki], nb = K / 32;
+        tw W = make_weight(DS_TYPE_Q8_0, K, N);
+        /* the extreme quant -128 in some weight blocks (any GGUF may hold it) */
+        ds_block_q8_0 *wb = W.data;
+        for (int64_t i = 0; i < N * nb; i += 7) wb[i].qs[i % 32] = -128;
+        const int Mmax = 17;
+        float *x = make_x(Mmax, K);
+        for (int64_t k = 0; k < 32; k++) x[k] = 0.0f;          /* an all-zero block: e = 0 */
+        for (int64_t k = K; k < K + 32 && k < 2 * K; k++) x[k] *= 1e4f;
+        float *ref = malloc((size_t)(Mmax * N) * sizeof(float));
+        float *y = malloc((size_t)(Mmax * N) * sizeof(float));
+        ds_block_q8_0 *xq = malloc((size_t)nb * sizeof *xq);
+        for (int m = 0; m < Mmax; m++) {
+            ds_quantize_row_q8_0(x + m * K, K, xq);
+            for (int64_t n = 0; n < N; n++) {
+                const ds_block_q8_0 *w = wb + n * nb;
+                float acc = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    int32_t D = 0;
+                    for (int l = 0; l < 32; l++) D += (int32_t)w[b].qs[l] * xq[b].qs[l];
+                    acc = fmaf((float)D, ds_fp16_to_f32(w[b].d) * ds_fp16_to_f32(xq[b].d), acc);
+                }
+                ref[m * N + n] = acc;
+            }
+        }
+        for (int lv = 0; lv < DS_LVL_COUNT; lv++) {
+            if (!ds_simd_level_ok(lv)) continue;
+            if (ki == 0) nlv++;
+            for (int M = 1; M <= Mmax; M++)
+                for (int th = 1; th <= 3; th += 2) {
+                    ds_matmul_at_level(lv, DS_FAST, &W.w, M, x, y, pools[th]);
+                    runs++;
+                    if (!rows_equal(y, ref, (int64_t)M * N)) {
+                        if (bad < 3)
+                            printf("  fast Q8_0 %s K=%lld M=%d threads=%d != reference\n",
+                                   ds_simd_level_name(lv), (long long)K, M, th);
+                        bad++;
+                    }
+                }
+        }
+        free(W.data); free(x); free(ref); free(y); free(xq);
+    }
+    CHECK(bad == 0, "fast Q8_0 differs from its scalar definition in %d of %d runs", bad, runs);
+    printf("%s fast Q8_0 == scalar int8 x int8 definition (memcmp) on %d SIMD level(s), "
+           "K=32,288,1024 M=1..17 threads 1,3\n", bad ? "FAIL" : "PASS", nlv);
+}
+
+/* ==========================================================================
  * conversions
  * ========================================================================== */
 static void test_quantize(void) {
@@ -243,6 +319,35 @@ static void test_quantize(void) {
     ds_row_to_f32(DS_TYPE_Q8_0, b, 32, back);
     CHECK(back[0] == ds_fp16_to_f32(b[0].d) * 127.0f, "Q8_0 row_to_f32 is d*q");
     printf("%s quantize_row_q8_0 hand-checked blocks\n", ok ? "PASS" : "FAIL");
+
+    /* against ggml's reference formula with libm roundf: random blocks of
+     * several magnitudes, blocks of exact halves (ties), non-finite inputs */
+    int qbad = 0;
+    for (int it = 0; it < 4000; it++) {
+        float v[32];
+        const float scale = it % 4 == 0 ? 1e-3f : it % 4 == 1 ? 1.0f : it % 4 == 2 ? 300.0f : 1e30f;
+        for (int j = 0; j < 32; j++) v[j] = rng_f() * scale;
+        if (it % 5 == 0) {                                 /* d = 1: every x.5 is a tie */
+            v[0] = 127.0f;
+            for (int j = 1; j < 32; j++) v[j] = (float)((int)(rng_u64() % 255) - 127) + 0.5f * (float)(j & 1);
+        }
+        if (it == 7) v[3] = NAN;
+        if (it == 11) v[5] = INFINITY;
+        ds_block_q8_0 qb;
+        ds_quantize_row_q8_0(v, 32, &qb);
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) { float a = fabsf(v[j]); amax = amax > a ? amax : a; }
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        qbad += qb.d != ds_f32_to_fp16(d);
+        for (int j = 0; j < 32; j++) {
+            float q = roundf(v[j] * id);
+            q = q != q ? 0.0f : q > 127.0f ? 127.0f : q < -128.0f ? -128.0f : q;
+            qbad += qb.qs[j] != (int8_t)q;
+        }
+    }
+    CHECK(qbad == 0, "quantize_row_q8_0 differs from the roundf formula in %d values", qbad);
+    printf("%s quantize_row_q8_0 == ggml's roundf formula (4000 blocks, ties, non-finite)\n",
+           qbad ? "FAIL" : "PASS");
 }
 
 static void test_half_conversions(void) {
@@ -414,6 +519,7 @@ int main(void) {
     test_registry();
     test_accuracy(pools[2]);
     test_exactness(pools);
+    test_fast_q8(pools);
     for (int i = 1; i < 4; i++) ds_pool_free(pools[i]);
     printf("%d checks passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

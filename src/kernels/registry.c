@@ -26,8 +26,9 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "canonical: 16 k-lanes, one fused multiply-add per step, fixed 8-4-2-1 tree",
     "fast: bf16 weights converted on the fly, FMA with split-K and a left-to-right lane sum; "
     "canonical: 16 k-lanes, one fused multiply-add per step, fixed 8-4-2-1 tree",
-    "fast: weights dequantized to f32, FMA with split-K and a left-to-right lane sum; "
-    "canonical: weights dequantized exactly (once per batch), one fused multiply-add per step "
+    "fast: activation rows quantized to Q8_0 (ds_quantize_row_q8_0), exact int8 x int8 block "
+    "dots (AVX512-VNNI / AVX2 maddubs), one f32 fma per block with d_w*d_x (llama.cpp's "
+    "q8_0 x q8_0); canonical: weights dequantized exactly (once per batch), one fused multiply-add per step "
     "with the f32 activations in 16 fixed lanes, fixed 8-4-2-1 tree",
     "fast: one-pass softmax over the whole prefix with query tiles; canonical: fixed "
     "64-position split-KV chunks at absolute positions, combined left to right",
@@ -253,10 +254,19 @@ void ds_quantize_row_q8_0(const float *x, int64_t n, ds_block_q8_0 *out) {
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         out[i].d = ds_f32_to_fp16(d);
+        /* q = clamp(roundf(v), -128, 127) with NaN -> 0, computed as
+         * roundf(clamp(v)) (the same: roundf is monotonic and the bounds are
+         * integers) with roundf spelled out — truncate, then step away from
+         * zero when the exact remainder is at least one half — so that the
+         * loop vectorizes instead of calling libm per element (fast Q8_0
+         * quantizes every activation row per call). Same bits as roundf on
+         * [-128, 127] (test_matmul checks ties and random values). */
         for (int j = 0; j < DS_QK8_0; j++) {
-            float q = roundf(xb[j] * id);
-            q = q != q ? 0.0f : q > 127.0f ? 127.0f : q < -128.0f ? -128.0f : q;
-            out[i].qs[j] = (int8_t)q;
+            float v = xb[j] * id;
+            v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v;
+            const int32_t t = (int32_t)v;          /* toward zero, exact */
+            const float r = v - (float)t;          /* exact: |v| < 2^23 */
+            out[i].qs[j] = (int8_t)(t + (r >= 0.5f) - (r <= -0.5f));
         }
     }
 }

@@ -1,8 +1,9 @@
 /* matmul.c — the ds_matmul / ds_matmul_decode dispatcher.
  *
  * Picks the family's range kernel for (weight type, variant) and splits the
- * OUTPUT columns N over the pool (no per-call preparation: every family
- * reads the f32 activations directly). Threads never split
+ * OUTPUT columns N over the pool. The one per-call preparation is fast Q8_0's:
+ * it quantizes the activation rows once (below) before the split; every
+ * other kernel reads the f32 activations directly. Threads never split
  * K, so each y[m][n] is produced by one thread running the one sequence
  * defined in its family file — the result is the same for any thread count.
  *
@@ -28,6 +29,51 @@ static void mm_range(void *arg, int64_t g0, int64_t g1) {
     int64_t n0 = g0 * DS_MM_GROUP, n1 = g1 * DS_MM_GROUP;
     if (n1 > N) n1 = N;
     if (n0 < n1) j->fn(j->ctx, n0, n1);
+}
+
+/* ---- fast Q8_0: the activation rows quantized once per call ---------------------
+ * ds_quantize_row_q8_0 per row (ggml's quantize_row_q8_0), plus each block's
+ * scale as f32 and -128 * (sum of its quants), the correction the VNNI tile
+ * needs (matmul_q8_0.c). Rows are independent, so they are spread over the
+ * pool; the arrays live in the pool's scratch slot DS_MM_SCRATCH_SLOT (no
+ * allocation in steady state) or, without a pool, in one malloc per call. */
+#define DS_MM_SCRATCH_SLOT 3
+
+typedef struct {
+    const float *x;
+    int64_t K;
+    ds_block_q8_0 *q;
+    float *d;
+    int32_t *nsum;
+} q8_quant_job;
+
+static void q8_quant_range(void *arg, int64_t m0, int64_t m1) {
+    const q8_quant_job *j = arg;
+    const int64_t nb = j->K / DS_QK8_0;
+    for (int64_t m = m0; m < m1; m++) {
+        ds_quantize_row_q8_0(j->x + m * j->K, j->K, j->q + m * nb);
+        for (int64_t b = m * nb; b < (m + 1) * nb; b++) {
+            int32_t s = 0;
+            for (int l = 0; l < DS_QK8_0; l++) s += j->q[b].qs[l];
+            j->d[b] = ds_fp16_to_f32(j->q[b].d);
+            j->nsum[b] = -128 * s;
+        }
+    }
+}
+
+static int q8_quantize_acts(const ds_weight *W, int M, const float *x, ds_pool *pool,
+                            ds_q8_act *act, void **owned) {
+    const int64_t K = W->n_in, nq = (int64_t)M * (K / DS_QK8_0);
+    const size_t qb = ((size_t)nq * sizeof(ds_block_q8_0) + 63) & ~(size_t)63;
+    const size_t bytes = qb + (size_t)nq * (sizeof(float) + sizeof(int32_t));
+    char *mem = ds_pool_scratch(pool, DS_MM_SCRATCH_SLOT, bytes);
+    if (!mem) mem = *owned = malloc(bytes);
+    if (!mem) return -1;
+    q8_quant_job j = {.x = x, .K = K, .q = (ds_block_q8_0 *)mem, .d = (float *)(mem + qb),
+                      .nsum = (int32_t *)(mem + qb + (size_t)nq * sizeof(float))};
+    ds_pool_for(pool, M, (4096 + K - 1) / K, q8_quant_range, &j);
+    *act = (ds_q8_act){.q = j.q, .d = j.d, .nsum = j.nsum};
+    return 0;
 }
 
 static ds_mm_range_fn pick(uint32_t type, ds_variant v) {
@@ -56,11 +102,23 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
         for (int64_t i = 0; i < (int64_t)M * N; i++) y[i] = 0.0f;
         return;
     }
+    /* fast Q8_0 multiplies quantized activations: quantize x once, here,
+     * before the columns are split (matmul_q8_0.c) */
+    ds_q8_act act;
+    void *owned = NULL;
+    if (W->type == DS_TYPE_Q8_0 && v == DS_FAST) {
+        if (q8_quantize_acts(W, M, x, pool, &act, &owned)) {
+            fprintf(stderr, "ds_matmul: out of memory quantizing %d activation rows\n", M);
+            abort();
+        }
+        ctx.xq = &act;
+    }
     mm_job job = {.ctx = &ctx, .fn = fn};
     int64_t groups = (N + DS_MM_GROUP - 1) / DS_MM_GROUP;
     int64_t per_group = K * DS_MM_GROUP;
     int64_t grain = (DS_MM_MIN_WORK + per_group - 1) / per_group;
     ds_pool_for(pool, groups, grain, mm_range, &job);
+    free(owned);
 }
 
 void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool) {

@@ -41,12 +41,22 @@
 
 #include <stdlib.h>
 
+/* The activations of a fast Q8_0 call, quantized once per call by matmul.c
+ * (ds_quantize_row_q8_0 per row) before the columns are split over threads;
+ * row m's block b is entry m * (K / 32) + b of each array. */
+typedef struct {
+    const ds_block_q8_0 *q;     /* M x nb blocks: ds_quantize_row_q8_0 of each row */
+    const float         *d;     /* M x nb: the block scale q[].d as f32 (exact)    */
+    const int32_t       *nsum;  /* M x nb: -128 * (sum of the block's 32 quants)   */
+} ds_q8_act;
+
 typedef struct {
     const ds_weight *W;
     int          M;
     const float *x;      /* M x K activations                                   */
     float       *y;      /* M x N outputs                                       */
     int          level;  /* DS_LVL_*                                           */
+    const ds_q8_act *xq; /* fast Q8_0 only: x quantized (else NULL)             */
 } ds_mm_ctx;
 
 typedef void (*ds_mm_range_fn)(const ds_mm_ctx *c, int64_t n0, int64_t n1);
@@ -147,7 +157,8 @@ DS_INLINE void ds_tile_store(float *y, int64_t N, int m0, int mv, int64_t n0, in
  * thread or on the vector width (a 16-lane accumulator is 1 zmm, 2 ymm or
  * 4 xmm chunks, lane for lane the same operations: matmul_tile.h).
  *
- * FAST, fast = 1. What a GEMM writer does: the same register tiles, with
+ * FAST, fast = 1 (F32 / F16 / BF16; fast Q8_0 is its own integer kernel in
+ * matmul_q8_0.c, on quantized activations). What a GEMM writer does: the same register tiles, with
  * `acc + w * x` left to the compiler's contraction (an FMA where the level
  * has one, a plain multiply and add on portable x86-64, so no libm call),
  * and the 16 lanes summed left to right at the end (a scalar epilogue)
