@@ -26,10 +26,11 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "canonical: 16 k-lanes, one fused multiply-add per step, fixed 8-4-2-1 tree",
     "fast: bf16 weights converted on the fly, FMA with split-K and a left-to-right lane sum; "
     "canonical: 16 k-lanes, one fused multiply-add per step, fixed 8-4-2-1 tree",
-    "fast: activation rows quantized to Q8_0 (ds_quantize_row_q8_0), exact int8 x int8 block "
-    "dots (AVX512-VNNI / AVX2 maddubs), one f32 fma per block with d_w*d_x (llama.cpp's "
-    "q8_0 x q8_0); canonical: weights dequantized exactly (once per batch), one fused multiply-add per step "
-    "with the f32 activations in 16 fixed lanes, fixed 8-4-2-1 tree",
+    "fast: weights dequantized to f32 (once per batch), FMA with the unquantized f32 "
+    "activations, split-K and a left-to-right lane sum (an f32 GEMM); canonical (= decode): "
+    "activation rows quantized to Q8_0 (ds_quantize_row_q8_0), exact int8 x int8 block dots "
+    "(AVX512-VNNI repacked or per row / AVX2 maddubs / scalar), one f32 fma per block with "
+    "d_w*d_x in block order (llama.cpp's q8_0 x q8_0)",
     "fast: one-pass softmax over the whole prefix with query tiles; canonical: fixed "
     "64-position split-KV chunks at absolute positions, combined left to right",
     "fast: 4-row interleaved sum of squares with 8 accumulators; canonical: 16-lane tree per row",
@@ -258,8 +259,8 @@ void ds_quantize_row_q8_0(const float *x, int64_t n, ds_block_q8_0 *out) {
          * roundf(clamp(v)) (the same: roundf is monotonic and the bounds are
          * integers) with roundf spelled out — truncate, then step away from
          * zero when the exact remainder is at least one half — so that the
-         * loop vectorizes instead of calling libm per element (fast Q8_0
-         * quantizes every activation row per call). Same bits as roundf on
+         * loop vectorizes instead of calling libm per element (canonical
+         * Q8_0 quantizes every activation row per call). Same bits as roundf on
          * [-128, 127] (test_matmul checks ties and random values). */
         for (int j = 0; j < DS_QK8_0; j++) {
             float v = xb[j] * id;

@@ -1,8 +1,9 @@
 /* matmul.c — the ds_matmul / ds_matmul_decode dispatcher.
  *
  * Picks the family's range kernel for (weight type, variant) and splits the
- * OUTPUT columns N over the pool. The one per-call preparation is fast Q8_0's:
- * it quantizes the activation rows once (below) before the split; every
+ * OUTPUT columns N over the pool. The one per-call preparation is canonical
+ * (= decode) Q8_0's: it quantizes the activation rows once (below) before the
+ * split; every
  * other kernel reads the f32 activations directly. Threads never split
  * K, so each y[m][n] is produced by one thread running the one sequence
  * defined in its family file — the result is the same for any thread count.
@@ -31,7 +32,7 @@ static void mm_range(void *arg, int64_t g0, int64_t g1) {
     if (n0 < n1) j->fn(j->ctx, n0, n1);
 }
 
-/* ---- fast Q8_0: the activation rows quantized once per call ---------------------
+/* ---- canonical Q8_0: the activation rows quantized once per call ---------------------
  * ds_quantize_row_q8_0 per row (ggml's quantize_row_q8_0), plus each block's
  * scale as f32 and -128 * (sum of its quants), the correction the VNNI tile
  * needs (matmul_q8_0.c). Rows are independent, so they are spread over the
@@ -102,11 +103,11 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
         for (int64_t i = 0; i < (int64_t)M * N; i++) y[i] = 0.0f;
         return;
     }
-    /* fast Q8_0 multiplies quantized activations: quantize x once, here,
-     * before the columns are split (matmul_q8_0.c) */
+    /* canonical (= decode) Q8_0 multiplies quantized activations: quantize
+     * x once, here, before the columns are split (matmul_q8_0.c) */
     ds_q8_act act;
     void *owned = NULL;
-    if (W->type == DS_TYPE_Q8_0 && v == DS_FAST) {
+    if (W->type == DS_TYPE_Q8_0 && v == DS_CANONICAL) {
         if (q8_quantize_acts(W, M, x, pool, &act, &owned)) {
             fprintf(stderr, "ds_matmul: out of memory quantizing %d activation rows\n", M);
             abort();

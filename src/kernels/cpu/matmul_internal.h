@@ -41,9 +41,9 @@
 
 #include <stdlib.h>
 
-/* The activations of a fast Q8_0 call, quantized once per call by matmul.c
- * (ds_quantize_row_q8_0 per row) before the columns are split over threads;
- * row m's block b is entry m * (K / 32) + b of each array. */
+/* The activations of a canonical (= decode) Q8_0 call, quantized once per
+ * call by matmul.c (ds_quantize_row_q8_0 per row) before the columns are
+ * split over threads; row m's block b is entry m * (K / 32) + b of each array. */
 typedef struct {
     const ds_block_q8_0 *q;     /* M x nb blocks: ds_quantize_row_q8_0 of each row */
     const float         *d;     /* M x nb: the block scale q[].d as f32 (exact)    */
@@ -56,8 +56,13 @@ typedef struct {
     const float *x;      /* M x K activations                                   */
     float       *y;      /* M x N outputs                                       */
     int          level;  /* DS_LVL_*                                           */
-    const ds_q8_act *xq; /* fast Q8_0 only: x quantized (else NULL)             */
+    const ds_q8_act *xq; /* canonical Q8_0 only: x quantized (else NULL)        */
+    int          q8_path;/* canonical Q8_0: 0 = by M, else DS_Q8_PATH_* (tests)  */
 } ds_mm_ctx;
+
+/* Canonical Q8_0 paths (matmul_q8_0.c), all with the same bits: the
+ * non-repacked one-activation-row kernels or the repacked / 2 x 2 tiles. */
+enum { DS_Q8_PATH_AUTO = 0, DS_Q8_PATH_ROWS = 1, DS_Q8_PATH_REPACKED = 2 };
 
 typedef void (*ds_mm_range_fn)(const ds_mm_ctx *c, int64_t n0, int64_t n1);
 
@@ -157,8 +162,10 @@ DS_INLINE void ds_tile_store(float *y, int64_t N, int m0, int mv, int64_t n0, in
  * thread or on the vector width (a 16-lane accumulator is 1 zmm, 2 ymm or
  * 4 xmm chunks, lane for lane the same operations: matmul_tile.h).
  *
- * FAST, fast = 1 (F32 / F16 / BF16; fast Q8_0 is its own integer kernel in
- * matmul_q8_0.c, on quantized activations). What a GEMM writer does: the same register tiles, with
+ * (Canonical Q8_0 is not this engine: it is its own integer kernel on
+ * quantized activations, matmul_q8_0.c. Fast Q8_0 is, below.)
+ *
+ * FAST, fast = 1. What a GEMM writer does: the same register tiles, with
  * `acc + w * x` left to the compiler's contraction (an FMA where the level
  * has one, a plain multiply and add on portable x86-64, so no libm call),
  * and the 16 lanes summed left to right at the end (a scalar epilogue)

@@ -1,89 +1,63 @@
 /* matmul_q8_0.c — MATMUL_Q8_0 family: y[m][n] = sum_k W[n][k] * x[m][k] with
  * Q8_0 weights (blocks of 32 int8 quants q and one fp16 scale d).
  *
- *   decode     ds_matmul_decode -> the canonical kernel below with M = 1.
- *   canonical  weight dequantized on the fly, f32 activations as they are.
- *              Per (m, n), for every block b and half h (k = 32b + 16h):
- *                  w_l   = d_w * q[16h + l]                     (exact)
- *                  acc_l = fma(w_l, x[k + l], acc_l)       (one rounding)
- *              for lane l < 16 (lane = k mod 16), then y = the fixed tree
- *              8-4-2-1 over the 16 lanes. This is exactly MATMUL_F32's
- *              canonical kernel applied to the dequantized weight row.
- *              Decode (M = 1) and small batches dequantize in registers;
- *              for M > MT each weight tile is dequantized ONCE into a small
- *              f32 buffer that all row tiles of the batch read
- *              (matmul_internal.h): the same values, so the same bits.
- *   fast       what llama.cpp's CPU Q8_0 path does (ggml_vec_dot_q8_0_q8_0
- *              and its repacked GEMM): each activation row is QUANTIZED to
- *              Q8_0 once per call (ds_quantize_row_q8_0, in matmul.c), every
- *              32-block contributes the exact int32 dot of weight quants and
- *              activation quants, and that is scaled by d_w * d_x and
- *              accumulated in f32, one fma per block in block order (the
- *              FAST section below). AVX512-VNNI (VPDPBUSD on a repacked
- *              16-row weight tile), AVX2 (maddubs + madd) and scalar paths,
- *              all with the same bits. It differs from canonical by the
- *              activation's rounding to 8 bits (relative ~1e-3 per block,
- *              not an ulp), so batched verification with it really drifts
- *              from decode — as llama.cpp's does — and `dspark surface
- *              --kernels fast` finds greedy flips on the trained model.
+ *   decode     ds_matmul_decode = ds_matmul(DS_CANONICAL, W, 1, ...): the
+ *              canonical kernel below with M = 1 (matmul.c).
+ *   canonical  the int8 definition (llama.cpp's Q8_0 x Q8_0 dot): each
+ *              activation row is QUANTIZED to Q8_0 once per call
+ *              (ds_quantize_row_q8_0, matmul.c: quants p, fp16 scales e),
+ *              and for every (m, n), with the weight row's quants q and
+ *              fp16 scales d:
+ *                  acc = +0
+ *                  for b = 0 .. K/32 - 1:                     (block order)
+ *                      D   = sum_{l<32} q[32b + l] * p[32b + l]  (int32, exact)
+ *                      acc = fma((float)D, d_b * e_b, acc)       (one rounding)
+ *                  y = acc
+ *   fast       the f32 GEMM an engine calls for a batch after dequantizing
+ *              the weights once: w = d * q (exact) against the UNQUANTIZED
+ *              f32 activations, register tiles with FMA, split-K (the two
+ *              halves of the blocks accumulated separately, then added) and
+ *              the 16 lanes summed left to right (the shared tile engine,
+ *              matmul_internal.h, fast = 1).
  *
- * ==== Why this is canonical =========================================================
- * d_w is an fp16 (11-bit significand) and q an int8 (at most 8 bits), so
- * d_w * q has at most 19 significant bits and is exact in f32: the weight
- * vector a tile computes is the same value however, wherever and by whichever
- * instruction it is formed (in a register or through the buffer). After it,
- * every rounded operation — the fused multiply-add into lane k mod 16, the
- * combine tree — is written once, in one order that depends only on K, and
- * fusedMultiplyAdd is correctly rounded on every level (simd.h). Nothing depends on M, on the tile shape,
- * on the thread that owns the column or on the SIMD width (a lane is a lane
- * in a zmm, two ymm or four xmm), so canonical(M) row m is bit for bit
- * decode(row m), and decode is literally canonical with M = 1.
+ * ==== Why the int8 definition is canonical ==========================================
+ * The activation quantization is a function of the activation row alone,
+ * computed once per row by the same ds_quantize_row_q8_0 whatever M is.
+ * After it, D is an exact integer (|D| <= 32 * 128 * 127 < 2^24, so (float)D
+ * is exact too) and d_b * e_b is exact (two 11-bit significands): the
+ * block's contribution is the same VALUE however the 32 products are
+ * summed. Only the fma into acc rounds, once per block, in block order — one
+ * sequence per output that depends on K alone. So every way of computing D
+ * gives the same bits: the repacked AVX512-VNNI tile (VPDPBUSD, 16 outputs
+ * per vector), the non-repacked one-activation-row kernels (VPDPBUSD or
+ * AVX2 maddubs per row block, exact horizontal integer reduce), the AVX2
+ * 2 x 2 tile and the portable scalar loop. M, the tile shape, the thread
+ * that owns a column and the SIMD level choose between them and never change
+ * a bit (test_matmul compares every path and level with a scalar reference
+ * of the definition), so canonical(M) row m is bit for bit decode(row m), and
+ * decode is literally canonical with M = 1.
  *
- * ==== Why canonical does not quantize the activations ===============================
- * The previous canonical kernel was llama.cpp's Q8_0 x Q8_0 scheme: each
- * activation row quantized with ds_quantize_row_q8_0, exact integer block
- * dots, scaled by d_w * d_x. That is also canonical (the quantization is a
- * per-row function; the fast kernel is that scheme again, now with integer
- * dot instructions), but on f32 SIMD it is slower, not faster: a pass over
- * the activations per call, two integer->float conversions per block and
- * row, a scalar d_w * d_x and a vector broadcast per (m, n, block), and an
- * extra rounding of the activation that costs accuracy. Dequantizing the
- * weight instead costs one conversion per block *per weight row*, shared by
- * every activation row of the tile (of the batch, through the buffer), and
- * leaves the inner loop the F32 kernel's fused multiply-add, and it keeps
- * decode at f32 activation accuracy.
+ * It is also the fast way to run Q8_0 on a CPU, for decode as for batches:
+ * 32 weights cost one integer dot instruction (or three on AVX2) instead
+ * of 32 conversions and two f32 FMAs per row, and the weight bytes are
+ * read as they are stored.
  *
- * The canonical tile engine is matmul_internal.h / matmul_tile.h, shared with
- * the dense families; each weight tile is read once for all M rows. The fast
- * kernel has its own tiles below; it too reads each weight tile once for all
- * M rows. */
+ * ==== Why fast differs ================================================================
+ * Fast multiplies the f32 activations themselves (no 8-bit rounding of x,
+ * relative ~1e-3 per block) and sums in another order (split-K, lane sum):
+ * what "dequantize the weights once, call an f32 GEMM" gives a batched
+ * verifier. Its results are close to canonical's but not the decode bits —
+ * the difference is the activation quantization, not an ulp — so batched
+ * verification with it visibly drifts from decode, and `dspark surface
+ * --kernels fast` finds greedy flips on the trained model. */
 #include "kernels/cpu/matmul_internal.h"
 
 /* ==========================================================================
- * DECODE == CANONICAL (M = 1 is just the narrowest tile)
- * ========================================================================== */
-DS_INLINE void q8_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
-    ds_mm_walk(DS_TYPE_Q8_0, 0, c, n0, n1, lv);
-}
-DS_MM_INSTANTIATE(ds_mm_q8_0_canonical, q8_canonical, /* contraction off */)
-
-/* ==========================================================================
- * FAST — quantized activations, exact int8 x int8 block dots
+ * CANONICAL (= decode) — quantized activations, exact int8 x int8 block dots
  * ==========================================================================
- * For every (m, n), with the activation row quantized by matmul.c
- * (ds_quantize_row_q8_0: quants p, fp16 scales e) and the weight row's
- * quants q and fp16 scales d:
- *     acc = +0
- *     for b = 0 .. K/32 - 1:
- *         D   = sum_{l<32} q[32b + l] * p[32b + l]         (int32, exact)
- *         acc = fma((float)D, d_b * e_b, acc)               (one rounding)
- *     y = acc
- * (float)D is exact (|D| <= 32 * 128 * 127 < 2^24) and so is d_b * e_b (two
- * 11-bit significands), so the block's contribution is exact and each block
- * adds ONE rounding, in block order. Every path below computes exactly this,
- * so fast too gives the same bits on every SIMD level and thread count
- * (test_matmul compares each level with a scalar reference). */
-static void q8f_portable(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+ * The portable path is the definition, literally: a scalar integer dot per
+ * block and C's fmaf. */
+static void q8c_portable(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
     const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
     const ds_q8_act *a = c->xq;
     for (int64_t n = n0; n < n1; n++) {
@@ -110,8 +84,8 @@ static void q8f_portable(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
  * [-127, 127]), madd to int32, then the four (m, n) dots of the tile reduced
  * together with hadd; the four sums are exact integers, so the reduction
  * order is immaterial. */
-#define Q8F_TGT_AVX2 __attribute__((target("avx2,fma,f16c")))
-Q8F_TGT_AVX2 static void q8f_avx2(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+#define Q8C_TGT_AVX2 __attribute__((target("avx2,fma,f16c")))
+Q8C_TGT_AVX2 static void q8c_avx2(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
     const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
     const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
     const ds_q8_act *a = c->xq;
@@ -132,10 +106,10 @@ Q8F_TGT_AVX2 static void q8f_avx2(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
                 const __m256i p0 = _mm256_loadu_si256((const __m256i *)a->q[r0 + b].qs);
                 const __m256i p1 = _mm256_loadu_si256((const __m256i *)a->q[r1 + b].qs);
                 const __m256i u0 = _mm256_sign_epi8(q0, q0), u1 = _mm256_sign_epi8(q1, q1);
-#define Q8F_DOT(u, q, p) _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(p, q)), ones)
-                const __m256i d00 = Q8F_DOT(u0, q0, p0), d01 = Q8F_DOT(u1, q1, p0);
-                const __m256i d10 = Q8F_DOT(u0, q0, p1), d11 = Q8F_DOT(u1, q1, p1);
-#undef Q8F_DOT
+#define Q8C_DOT(u, q, p) _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(p, q)), ones)
+                const __m256i d00 = Q8C_DOT(u0, q0, p0), d01 = Q8C_DOT(u1, q1, p0);
+                const __m256i d10 = Q8C_DOT(u0, q0, p1), d11 = Q8C_DOT(u1, q1, p1);
+#undef Q8C_DOT
                 const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(d00, d01),
                                                     _mm256_hadd_epi32(d10, d11));
                 const __m128i D = _mm_add_epi32(_mm256_castsi256_si128(h),
@@ -167,11 +141,11 @@ Q8F_TGT_AVX2 static void q8f_avx2(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
  * is one convert, one multiply (the scales) and one FMA for 16 outputs.
  * Rows run in register tiles of 8 (then 4, 2, 1): 8 weight vectors, 8 int32
  * and 8 f32 accumulators live; each repacked tile is read by all M rows. */
-#define Q8F_TGT_VNNI \
+#define Q8C_TGT_VNNI \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#define Q8F_BLK 576                             /* bytes per repacked block */
+#define Q8C_BLK 576                             /* bytes per repacked block */
 
-Q8F_TGT_VNNI static void q8f_pack16(const void *const wr[16], int64_t nb, unsigned char *buf) {
+Q8C_TGT_VNNI static void q8c_pack16(const void *const wr[16], int64_t nb, unsigned char *buf) {
     const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
     const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
     const __m512i bias = _mm512_set1_epi8((char)0x80);
@@ -199,7 +173,7 @@ Q8F_TGT_VNNI static void q8f_pack16(const void *const wr[16], int64_t nb, unsign
             u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);   /* 2 | 6 */
             u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);   /* 3 | 7 */
         }
-        unsigned char *o = buf + b * Q8F_BLK;
+        unsigned char *o = buf + b * Q8C_BLK;
         for (int s = 0; s < 4; s++) {
             _mm512_store_si512(o + 64 * s,
                                _mm512_xor_si512(_mm512_permutex2var_epi64(u[s], lo, u[4 + s]), bias));
@@ -210,13 +184,13 @@ Q8F_TGT_VNNI static void q8f_pack16(const void *const wr[16], int64_t nb, unsign
     }
 }
 
-static inline __attribute__((always_inline)) Q8F_TGT_VNNI void
-q8f_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int MT, float *y,
+static inline __attribute__((always_inline)) Q8C_TGT_VNNI void
+q8c_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int MT, float *y,
            int64_t N, int64_t n0, __mmask16 km) {
     __m512 acc[8];
     for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const unsigned char *o = buf + b * Q8F_BLK;
+        const unsigned char *o = buf + b * Q8C_BLK;
         __m512i T[8];
         for (int s = 0; s < 8; s++) T[s] = _mm512_load_si512(o + 64 * s);
         const __m512 dw = _mm512_load_ps(o + 512);
@@ -237,46 +211,157 @@ q8f_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int
         _mm512_mask_storeu_ps(y + (size_t)(m0 + i) * (size_t)N + (size_t)n0, km, acc[i]);
 }
 
-Q8F_TGT_VNNI static void q8f_vnni(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+Q8C_TGT_VNNI static void q8c_vnni_rows(const ds_mm_ctx *c, int64_t n0, int64_t n1);
+
+Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
     const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
     const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
     const int M = c->M;
-    unsigned char *buf = aligned_alloc(64, (size_t)nb * Q8F_BLK);
+    unsigned char *buf = aligned_alloc(64, (size_t)nb * Q8C_BLK);
     if (!buf) {                                 /* same bits, without the repacking */
-        q8f_avx2(c, n0, n1);
+        q8c_vnni_rows(c, n0, n1);
         return;
     }
     for (int64_t n = n0; n < n1; n += 16) {
         const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
         const void *wr[16];
         ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
-        q8f_pack16(wr, nb, buf);
+        q8c_pack16(wr, nb, buf);
         const __mmask16 km = (__mmask16)((1u << nv) - 1u);
         int m = 0;
-        for (; m + 8 <= M; m += 8) q8f_rows16(buf, nb, c->xq, m, 8, c->y, N, n, km);
-        if (m + 4 <= M) { q8f_rows16(buf, nb, c->xq, m, 4, c->y, N, n, km); m += 4; }
-        if (m + 2 <= M) { q8f_rows16(buf, nb, c->xq, m, 2, c->y, N, n, km); m += 2; }
-        if (m < M) q8f_rows16(buf, nb, c->xq, m, 1, c->y, N, n, km);
+        for (; m + 8 <= M; m += 8) q8c_rows16(buf, nb, c->xq, m, 8, c->y, N, n, km);
+        if (m + 4 <= M) { q8c_rows16(buf, nb, c->xq, m, 4, c->y, N, n, km); m += 4; }
+        if (m + 2 <= M) { q8c_rows16(buf, nb, c->xq, m, 2, c->y, N, n, km); m += 2; }
+        if (m < M) q8c_rows16(buf, nb, c->xq, m, 1, c->y, N, n, km);
     }
     free(buf);
 }
 
-static int q8f_have_vnni(void) {
+/* ---- one activation row, weight rows as stored (decode, small M) -------------------
+ * Repacking a 16-row tile costs about as much as one pass of VPDPBUSD over
+ * it, so for few activation rows the weights are read as stored instead:
+ * 8 weight rows at a time, per block one 256-bit integer dot per row (8
+ * int32 partial sums), the 8 x 8 partial sums reduced to the 8 exact D's
+ * with a hadd tree (integers: the order is immaterial), then the 8 outputs'
+ * fma in one vector, lane j = weight row j: the definition's sequence. The
+ * 8 weight scales come in with one gather (dword at the scale: the fp16 and
+ * the block's first two quants, which are masked off). The activation
+ * rows run one after the other over the L1-resident 8-row weight slab. */
+#define Q8C_TGT_ROW_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define Q8C_TGT_ROW_VNNI \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+
+/* 8 vectors of 8 int32 -> one vector of their 8 totals (exact) */
+#define Q8C_HSUM8(v, out)                                                                   \
+    do {                                                                                    \
+        const __m256i e_ = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]),                 \
+                                             _mm256_hadd_epi32(v[2], v[3]));                \
+        const __m256i f_ = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]),                 \
+                                             _mm256_hadd_epi32(v[6], v[7]));                \
+        out = _mm256_add_epi32(_mm256_permute2x128_si256(e_, f_, 0x20),                     \
+                               _mm256_permute2x128_si256(e_, f_, 0x31));                    \
+    } while (0)
+
+/* vnni = 1: VPDPBUSD of (q ^ 0x80) (= q + 128, unsigned) with p, plus the
+ * row's -128 * sum(p); vnni = 0: AVX2 maddubs of |q| with p signed by q. */
+#define Q8C_ROW8_BODY(vnni)                                                                 \
+    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;                       \
+    const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);                                 \
+    const ds_q8_act *a = c->xq;                                                             \
+    const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);         \
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);                                         \
+    (void)bias; (void)ones;                                                                 \
+    for (int64_t n = n0; n < n1; n += 8) {                                                  \
+        const int nv = (int)(n1 - n < 8 ? n1 - n : 8);                                      \
+        const void *wr[8];                                                                  \
+        ds_tile_rows(c->W->data, wrow, n, nv, 8, wr);                                       \
+        const ds_block_q8_0 *w[8];                                                          \
+        int32_t off[8];                                                                     \
+        for (int j = 0; j < 8; j++) {                                                       \
+            w[j] = wr[j];                                                                   \
+            off[j] = (int32_t)((const char *)wr[j] - (const char *)wr[0]);                  \
+        }                                                                                   \
+        const __m256i vidx = _mm256_loadu_si256((const __m256i *)off);                      \
+        for (int m = 0; m < c->M; m++) {                                                    \
+            const ds_block_q8_0 *xb = a->q + (int64_t)m * nb;                               \
+            const float *xd = a->d + (int64_t)m * nb;                                       \
+            const int32_t *xs = a->nsum + (int64_t)m * nb;                                  \
+            __m256 acc = _mm256_setzero_ps();                                               \
+            for (int64_t b = 0; b < nb; b++) {                                              \
+                const __m256i p = _mm256_loadu_si256((const __m256i *)xb[b].qs);            \
+                __m256i v[8], D;                                                            \
+                for (int j = 0; j < 8; j++) {                                               \
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)w[j][b].qs);      \
+                    v[j] = Q8C_ROW_DOT(vnni, q, p);                                         \
+                }                                                                           \
+                Q8C_HSUM8(v, D);                                                            \
+                if (vnni) D = _mm256_add_epi32(D, _mm256_set1_epi32(xs[b]));                \
+                const __m256i g = _mm256_and_si256(                                         \
+                    _mm256_i32gather_epi32((const int *)&w[0][b].d, vidx, 1), lo16);       \
+                const __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(g),               \
+                                                   _mm256_extracti128_si256(g, 1));         \
+                const __m256 sc = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(xd[b])); \
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D), sc, acc);                      \
+            }                                                                               \
+            float o[8];                                                                     \
+            _mm256_storeu_ps(o, acc);                                                       \
+            for (int j = 0; j < nv; j++) c->y[(size_t)m * (size_t)N + (size_t)(n + j)] = o[j]; \
+        }                                                                                   \
+    }
+
+#define Q8C_ROW_DOT(vnni, q, p)                                                             \
+    ((vnni) ? Q8C_DOT_VNNI(q, p)                                                            \
+            : _mm256_madd_epi16(                                                            \
+                  _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(p, q)), ones))
+
+#define Q8C_DOT_VNNI(q, p) _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(q, bias), p)
+Q8C_TGT_ROW_VNNI static void q8c_vnni_rows(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+    Q8C_ROW8_BODY(1)
+}
+#undef Q8C_DOT_VNNI
+#define Q8C_DOT_VNNI(q, p) _mm256_setzero_si256()          /* not taken on AVX2 */
+Q8C_TGT_ROW_AVX2 static void q8c_avx2_rows(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+    Q8C_ROW8_BODY(0)
+}
+#undef Q8C_DOT_VNNI
+#undef Q8C_ROW_DOT
+#undef Q8C_ROW8_BODY
+#undef Q8C_HSUM8
+
+static int q8c_have_vnni(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512vnni");
 }
 #endif
 
-void ds_mm_q8_0_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+/* Path choice: M < Q8C_REPACK_MIN_M runs the non-repacked one-row kernels
+ * (AVX512-VNNI / AVX2), larger M the repacked VNNI tile / the AVX2 2 x 2
+ * tile. c->q8_path forces one (tests). All give the definition's bits. */
+#define Q8C_REPACK_MIN_M 2
+
+void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
 #if DS_X86
-    if (c->level == DS_LVL_AVX512 && q8f_have_vnni()) {
-        q8f_vnni(c, n0, n1);
+    const int repack = c->q8_path ? c->q8_path == DS_Q8_PATH_REPACKED : c->M >= Q8C_REPACK_MIN_M;
+    if (c->level == DS_LVL_AVX512 && q8c_have_vnni()) {
+        if (repack) q8c_vnni_repacked(c, n0, n1);
+        else q8c_vnni_rows(c, n0, n1);
         return;
     }
     if (c->level >= DS_LVL_AVX2) {
-        q8f_avx2(c, n0, n1);
+        if (repack) q8c_avx2(c, n0, n1);
+        else q8c_avx2_rows(c, n0, n1);
         return;
     }
 #endif
-    q8f_portable(c, n0, n1);
+    q8c_portable(c, n0, n1);
 }
+
+/* ==========================================================================
+ * FAST — dequantized weights, f32 activations: FMA tiles with split-K and a
+ * left-to-right lane sum (the shared tile engine; contraction on)
+ * ========================================================================== */
+DS_INLINE void q8_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
+    ds_mm_walk(DS_TYPE_Q8_0, 1, c, n0, n1, lv);
+}
+DS_MM_INSTANTIATE(ds_mm_q8_0_fast, q8_fast, DS_FAST_FN)
+
