@@ -36,6 +36,12 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_pool *pool, char *err, s
 void     ds_dctx_free(ds_dctx *x);
 int      ds_dctx_len(const ds_dctx *x);                     /* context rows held          */
 int      ds_dctx_truncate(ds_dctx *x, int n_pos);
+/* Fix the retained depth (drafts kept per round, 1..gamma) for the rest of
+ * this context's life. A later call with another value fails with "settings
+ * changed after initialisation", and ds_draft then rejects any other n_keep
+ * before writing anything: a runner set up for k drafts can never hand out a
+ * block of another length. Unset (the default), every n_keep is allowed. */
+int      ds_dctx_set_retained(ds_dctx *x, int n_keep, char *err, size_t errlen);
 /* Append context rows for positions pos0..pos0+n-1 (pos0 == current length)
  * from target taps, n rows of n_taps*d floats. */
 int      ds_dctx_append(ds_dctx *x, const float *taps, int n, int pos0, char *err, size_t errlen);

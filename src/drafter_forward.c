@@ -259,6 +259,21 @@ static void block_forward(ds_dctx *x, int32_t anchor, int p) {
 
 /* ---- heads (spec §2, §2.5, §3.1) ----------------------------------------- */
 
+int ds_dctx_set_retained(ds_dctx *x, int n_keep, char *err, size_t errlen) {
+    if (!x) { ds_errf(err, errlen, "draft: no drafter context"); return -1; }
+    if (n_keep < 1 || n_keep > x->d->gamma) {
+        ds_errf(err, errlen, "draft: retained depth %d is out of range [1, %d] (the block size)", n_keep, x->d->gamma);
+        return -1;
+    }
+    if (x->retained && x->retained != n_keep) {
+        ds_errf(err, errlen, "draft: retained depth %d was fixed at initialisation; %d requested (settings changed after initialisation)",
+                x->retained, n_keep);
+        return -1;
+    }
+    x->retained = n_keep;
+    return 0;
+}
+
 int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t *ids, float *confidence,
              float *logits, char *err, size_t errlen) {
     if (!x) { ds_errf(err, errlen, "draft: no drafter context"); return -1; }
@@ -269,6 +284,11 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
     /* every contract is checked before anything is written */
     if (n_keep < 1 || n_keep > G) {
         ds_errf(err, errlen, "draft: n_keep %d is out of range [1, %d] (the block size)", n_keep, G);
+        return -1;
+    }
+    if (x->retained && n_keep != x->retained) {
+        ds_errf(err, errlen, "draft: n_keep %d differs from the retained depth %d fixed at initialisation (settings changed after initialisation)",
+                n_keep, x->retained);
         return -1;
     }
     if (p != x->len) {

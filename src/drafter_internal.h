@@ -69,6 +69,7 @@ struct ds_dctx {
     int   n_ctx;                    /* context rows capacity                     */
     int   cap;                      /* cache rows = n_ctx + gamma (block rows)   */
     int   len;                      /* context rows held                         */
+    int   retained;                 /* fixed n_keep (ds_dctx_set_retained), 0 = any */
     float *k_cache, *v_cache;       /* [n_layer][cap][n_head_kv*head_dim]        */
     int   rows;                     /* scratch rows = max(chunk, gamma)          */
     /* scratch */

@@ -240,7 +240,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     if (!ptaps || !vlog || !vtaps || !rlog || !conf || !ids || !vtok) { ds_errf(err, errlen, "spec: out of memory"); goto done; }
     float *scratch = vlog + (size_t)(gamma + 1) * Vz;
     dx = ds_dctx_new(d, c->n_ctx + gamma, c->pool, err, errlen);
-    if (!dx) goto done;
+    if (!dx || ds_dctx_set_retained(dx, draft_max, err, errlen)) goto done;
 
     emitter em = { o, c->m->tok, out, st };
     const ds_sampler *samp = &o->samp;

@@ -498,6 +498,31 @@ static void test_calls(const char *path) {
     int32_t ids[300], ids2[300];
     CHECK(ds_dctx_append(x, feat, NCTX, 0, err, sizeof err) == 0, "append: %s", err);
 
+    /* retained depth fixed at initialisation: another value is rejected
+     * ("settings changed after initialisation"), before anything is written */
+    {
+        ds_dctx *y = ds_dctx_new(d, 32, NULL, err, sizeof err);
+        CHECK(y && ds_dctx_append(y, feat, NCTX, 0, err, sizeof err) == 0, "append: %s", err);
+        int keep = G > 1 ? G - 1 : 1;
+        CHECK(ds_dctx_set_retained(y, 0, err, sizeof err) != 0 && strstr(err, "out of range"), "retained depth 0 accepted");
+        CHECK(ds_dctx_set_retained(y, G + 1, err, sizeof err) != 0 && strstr(err, "out of range"), "retained depth > gamma accepted");
+        CHECK(ds_dctx_set_retained(y, keep, err, sizeof err) == 0, "retained depth %d rejected: %s", keep, err);
+        CHECK(ds_dctx_set_retained(y, keep, err, sizeof err) == 0, "setting the same retained depth again rejected");
+        if (G > 1) {
+            CHECK(ds_dctx_set_retained(y, G, err, sizeof err) != 0 && strstr(err, "settings changed after initialisation"),
+                  "retained depth changed after initialisation accepted: '%s'", err);
+            memset(ids, 0x5a, sizeof ids);
+            ds_draft_opts full = { NULL, G };
+            int rc = ds_draft(y, ANCHOR, NCTX, &full, ids, NULL, NULL, err, sizeof err);
+            CHECK(rc == -1 && strstr(err, "settings changed after initialisation") && ((unsigned char *)ids)[0] == 0x5a,
+                  "a full-block request on a runner fixed to %d drafts was accepted", keep);
+        }
+        ds_draft_opts ok_o = { NULL, keep };
+        CHECK(ds_draft(y, ANCHOR, NCTX, &ok_o, ids, NULL, NULL, err, sizeof err) == 0, "draft at the retained depth: %s", err);
+        printf("PASS retained depth fixed at initialisation (keep=%d, gamma=%d)\n", keep, G);
+        ds_dctx_free(y);
+    }
+
     /* rejected calls leave every output untouched */
     struct { const char *what; int32_t anchor; int p, n_keep; const char *want; } cases[] = {
         { "n_keep 0", ANCHOR, NCTX, 0, "n_keep" },
