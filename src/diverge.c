@@ -279,7 +279,7 @@ int ds_family_ab_run(const ds_model *m, ds_pool *pool, int fam, ds_variant v, in
             fill(f, (size_t)K * N, 99, 0.1f);
             ds_f32_to_type(t, f, (int64_t)K * N, synth_data);
             free(f);
-            synth = (ds_weight){ t, K, N, synth_data };
+            synth = (ds_weight){ t, K, N, synth_data, NULL };
             W = &synth;
             out->synthetic = 1;
         }

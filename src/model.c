@@ -91,6 +91,42 @@ static int load_norm(const gguf_ctx *g, const char *name, int64_t n, float **cur
     return 0;
 }
 
+/* Pre-repack every Q8_0 matrix the matmuls read (the layers' seven and the
+ * output / LM head; a tied head is packed once, and the drafter reuses it
+ * through &m->output) into one owned arena, when the canonical kernel would
+ * otherwise repack them on every batched call (ds_q8_0_packed_bytes > 0 only
+ * on AVX-512 with VNNI). Same bits as unpacked (kernels.h). Returns -1 only
+ * when the arena cannot be allocated. */
+static int pack_weights(ds_model *m) {
+    const int nl = m->hp.n_layer;
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t off = 0;
+        for (int i = 0; i < 7 * nl + 1; i++) {
+            ds_layer *L = i < 7 * nl ? &m->layers[i / 7] : NULL;
+            ds_weight *w = !L ? &m->output
+                         : (ds_weight *[]){&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                           &L->w_down}[i % 7];
+            const size_t b = ds_q8_0_packed_bytes(w);
+            if (!b) continue;
+            if (pass == 1) {
+                if (!ds_q8_0_pack(w, (char *)m->packed_arena + off))
+                    w->packed = (char *)m->packed_arena + off;
+            }
+            off += (b + 63) & ~(size_t)63;
+        }
+        if (pass == 0) {
+            if (!off) return 0;
+            total = off;
+            m->packed_arena = aligned_alloc(64, total);
+            if (!m->packed_arena) return -1;
+            m->packed_bytes = total;
+        }
+    }
+    if (m->output_tied) m->tok_embd.packed = m->output.packed;
+    return 0;
+}
+
 ds_model *ds_model_load(const char *path, char *err, size_t errlen) {
     char e2[DS_ERRLEN];
     gguf_ctx *g = gguf_open(path, e2, sizeof e2);
@@ -202,6 +238,7 @@ ds_model *ds_model_load(const char *path, char *err, size_t errlen) {
 #undef NAME
     }
     m->weight_type = m->layers[0].wq.type;
+    if (pack_weights(m)) { ds_errf(err, errlen, "model: out of memory packing Q8_0 weights"); goto fail; }
     for (uint64_t i = 0; i < gguf_n_tensors(g); i++) m->n_params += gguf_tensor_nelements(gguf_tensor_at(g, i));
 
     if (gguf_find_kv(g, "tokenizer.ggml.model")) {
@@ -221,6 +258,7 @@ fail:
 
 void ds_model_free(ds_model *m) {
     if (!m) return;
+    free(m->packed_arena);
     ds_tokenizer_free(m->tok);
     free(m->layers);
     free(m->f32_arena);

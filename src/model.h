@@ -52,6 +52,9 @@ typedef struct ds_model {
     float        *f32_arena;     /* norm weights converted to f32 (owned)     */
     uint64_t      n_params;
     uint32_t      weight_type;   /* type of attn_q of layer 0, for reports    */
+    void         *packed_arena;  /* Q8_0 weights pre-repacked for the VNNI
+                                    tile (ds_q8_0_pack), owned; NULL if none  */
+    size_t        packed_bytes;  /* its size: the memory packing costs       */
 } ds_model;
 
 /* Load and validate (architecture, hyper-parameters, every tensor's presence,

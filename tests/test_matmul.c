@@ -566,6 +566,68 @@ static void test_registry(void) {
     printf("%s registry checks (simd path: %s)\n", n_fail == fail0 ? "PASS" : "FAIL", p);
 }
 
+/* Pre-packed Q8_0 weights (W->packed, ds_q8_0_pack, as the model loader does
+ * on AVX-512 VNNI): canonical with and without them memcmp-identical for
+ * M = 1..16 and 1 / 3 threads, and decode(packed) == decode(unpacked) ==
+ * canonical row m. N not a multiple of 16 (a padded last tile). */
+static void test_packed_q8(ds_pool *pools[4]) {
+    static const int64_t Ks[] = {32, 288, 1024}, Ns[] = {7, 37, 100};
+    int bad = 0, runs = 0, used = 0;
+    for (int ki = 0; ki < 3; ki++)
+        for (int ni = 0; ni < 3; ni++) {
+            const int64_t K = Ks[ki], N = Ns[ni];
+            const int Mmax = 16;
+            tw W = make_weight(DS_TYPE_Q8_0, K, N);
+            const size_t pb = ds_q8_0_packed_bytes(&W.w);
+            if (!pb) {
+                CHECK(ds_q8_0_pack(&W.w, NULL) == -1, "pack refused where packing is unused");
+                free(W.data);
+                continue;
+            }
+            used = 1;
+            void *pk = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+            CHECK(pk && ds_q8_0_pack(&W.w, pk) == 0, "ds_q8_0_pack K=%lld N=%lld", (long long)K,
+                  (long long)N);
+            ds_weight Wp = W.w;
+            Wp.packed = pk;
+            float *x = make_x(Mmax, K);
+            float *y0 = malloc((size_t)(Mmax * N) * sizeof(float));
+            float *y1 = malloc((size_t)(Mmax * N) * sizeof(float));
+            float *d0 = malloc((size_t)N * sizeof(float)), *d1 = malloc((size_t)N * sizeof(float));
+            for (int M = 1; M <= Mmax; M++)
+                for (int th = 1; th <= 3; th += 2) {
+                    ds_matmul(DS_CANONICAL, &W.w, M, x, y0, pools[th]);
+                    ds_matmul(DS_CANONICAL, &Wp, M, x, y1, pools[th]);
+                    runs++;
+                    if (memcmp(y0, y1, (size_t)(M * N) * sizeof(float))) {
+                        if (bad < 3)
+                            printf("  packed Q8_0 K=%lld N=%lld M=%d threads=%d != unpacked\n",
+                                   (long long)K, (long long)N, M, th);
+                        bad++;
+                    }
+                    for (int m = 0; m < M; m++) {
+                        ds_matmul_decode(&W.w, x + m * K, d0, pools[th]);
+                        ds_matmul_decode(&Wp, x + m * K, d1, pools[th]);
+                        runs++;
+                        if (memcmp(d0, d1, (size_t)N * sizeof(float)) ||
+                            memcmp(d1, y1 + (size_t)m * N, (size_t)N * sizeof(float))) {
+                            if (bad < 3)
+                                printf("  packed Q8_0 decode K=%lld N=%lld M=%d row %d differs\n",
+                                       (long long)K, (long long)N, M, m);
+                            bad++;
+                        }
+                    }
+                }
+            free(pk); free(W.data); free(x); free(y0); free(y1); free(d0); free(d1);
+        }
+    CHECK(bad == 0, "packed Q8_0 differs from unpacked in %d of %d runs", bad, runs);
+    if (used)
+        printf("%s canonical/decode Q8_0 with pre-packed weights == unpacked (memcmp), "
+               "M=1..16 threads 1,3, %d runs\n", bad ? "FAIL" : "PASS", runs);
+    else
+        printf("PASS pre-packed Q8_0: packing not used at this SIMD level (ds_q8_0_packed_bytes = 0)\n");
+}
+
 int main(void) {
     ds_pool *pools[4] = {NULL, ds_pool_new(1), ds_pool_new(2), ds_pool_new(3)};
     test_half_conversions();
@@ -575,6 +637,7 @@ int main(void) {
     test_accuracy(pools[2]);
     test_exactness(pools);
     test_canonical_q8(pools);
+    test_packed_q8(pools);
     for (int i = 1; i < 4; i++) ds_pool_free(pools[i]);
     printf("%d checks passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

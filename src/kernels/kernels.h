@@ -63,7 +63,22 @@ typedef struct {
     int64_t     n_in;      /* K: elements per row (multiple of 32 for Q8_0) */
     int64_t     n_out;     /* N: rows                                    */
     const void *data;      /* n_out rows, each ds_row_bytes(type, n_in)  */
+    /* NULL, or (Q8_0 only) the same weights pre-repacked by ds_q8_0_pack
+     * into the AVX512-VNNI tile layout, 64-byte aligned, not owned. When set,
+     * the canonical Q8_0 kernel reads it instead of repacking per call; the
+     * results are bit-identical either way (matmul_q8_0.c). data stays
+     * required (embedding lookup, other paths and levels read it). */
+    const void *packed;
 } ds_weight;
+
+/* Pre-packing of Q8_0 weights for the AVX512-VNNI canonical tile
+ * (matmul_q8_0.c). ds_q8_0_packed_bytes: the bytes ds_q8_0_pack writes for
+ * W, or 0 when packing is not used (W not Q8_0, empty, or the run-time SIMD
+ * level is not AVX-512 with VNNI) — then leave W->packed NULL.
+ * ds_q8_0_pack: writes that layout into dst (64-byte aligned, at least
+ * ds_q8_0_packed_bytes(W) bytes); returns 0, or -1 if packing is not used. */
+size_t ds_q8_0_packed_bytes(const ds_weight *W);
+int    ds_q8_0_pack(const ds_weight *W, void *dst);
 
 /* Dequantize/convert one row of n elements of any supported type to f32. */
 void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out);

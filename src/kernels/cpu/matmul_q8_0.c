@@ -140,7 +140,9 @@ Q8C_TGT_AVX2 static void q8c_avx2(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
  * lane j the exact D of (m, n + j) — no horizontal sums, and the f32 update
  * is one convert, one multiply (the scales) and one FMA for 16 outputs.
  * Rows run in register tiles of 8 (then 4, 2, 1): 8 weight vectors, 8 int32
- * and 8 f32 accumulators live; each repacked tile is read by all M rows. */
+ * and 8 f32 accumulators live; each repacked tile is read by all M rows.
+ * When W->packed is set (ds_q8_0_pack, once at load time) the tiles are
+ * read from there instead of being rebuilt on every call. */
 #define Q8C_TGT_VNNI \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define Q8C_BLK 576                             /* bytes per repacked block */
@@ -217,22 +219,35 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
     const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
     const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
     const int M = c->M;
-    unsigned char *buf = aligned_alloc(64, (size_t)nb * Q8C_BLK);
-    if (!buf) {                                 /* same bits, without the repacking */
-        q8c_vnni_rows(c, n0, n1);
-        return;
+    /* pre-packed weights (ds_q8_0_pack, at load time): tile t = rows 16t ..
+     * 16t + 15 is at t * nb * Q8C_BLK, exactly what q8c_pack16 builds here.
+     * Ranges start on 16-column groups (matmul.c); any other start repacks. */
+    const unsigned char *pk = n0 % 16 == 0 ? c->W->packed : NULL;
+    unsigned char *buf = NULL;
+    if (!pk) {
+        buf = aligned_alloc(64, (size_t)nb * Q8C_BLK);
+        if (!buf) {                             /* same bits, without the repacking */
+            q8c_vnni_rows(c, n0, n1);
+            return;
+        }
     }
     for (int64_t n = n0; n < n1; n += 16) {
         const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
-        const void *wr[16];
-        ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
-        q8c_pack16(wr, nb, buf);
+        const unsigned char *tile;
+        if (pk) {
+            tile = pk + (size_t)(n / 16) * (size_t)nb * Q8C_BLK;
+        } else {
+            const void *wr[16];
+            ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
+            q8c_pack16(wr, nb, buf);
+            tile = buf;
+        }
         const __mmask16 km = (__mmask16)((1u << nv) - 1u);
         int m = 0;
-        for (; m + 8 <= M; m += 8) q8c_rows16(buf, nb, c->xq, m, 8, c->y, N, n, km);
-        if (m + 4 <= M) { q8c_rows16(buf, nb, c->xq, m, 4, c->y, N, n, km); m += 4; }
-        if (m + 2 <= M) { q8c_rows16(buf, nb, c->xq, m, 2, c->y, N, n, km); m += 2; }
-        if (m < M) q8c_rows16(buf, nb, c->xq, m, 1, c->y, N, n, km);
+        for (; m + 8 <= M; m += 8) q8c_rows16(tile, nb, c->xq, m, 8, c->y, N, n, km);
+        if (m + 4 <= M) { q8c_rows16(tile, nb, c->xq, m, 4, c->y, N, n, km); m += 4; }
+        if (m + 2 <= M) { q8c_rows16(tile, nb, c->xq, m, 2, c->y, N, n, km); m += 2; }
+        if (m < M) q8c_rows16(tile, nb, c->xq, m, 1, c->y, N, n, km);
     }
     free(buf);
 }
@@ -334,14 +349,63 @@ static int q8c_have_vnni(void) {
 }
 #endif
 
+/* ---- pre-packing at load time (kernels.h) ---------------------------------------------
+ * The whole weight as consecutive repacked 16-row tiles, tile t at
+ * t * nb * Q8C_BLK bytes, the last tile padded by repeating row N - 1 (as
+ * ds_tile_rows does per call). Only where the VNNI tile runs: AVX-512 level
+ * with VNNI. */
+size_t ds_q8_0_packed_bytes(const ds_weight *W) {
+#if DS_X86
+    if (W->type != DS_TYPE_Q8_0 || W->n_in <= 0 || W->n_in % DS_QK8_0 || W->n_out <= 0) return 0;
+    if (ds_simd_level() != DS_LVL_AVX512 || !q8c_have_vnni()) return 0;
+    const uint64_t tiles = (uint64_t)(W->n_out + 15) / 16, nb = (uint64_t)(W->n_in / DS_QK8_0);
+    if (tiles > SIZE_MAX / Q8C_BLK / nb) return 0;
+    return (size_t)(tiles * nb * Q8C_BLK);
+#else
+    (void)W;
+    return 0;
+#endif
+}
+
+#if DS_X86
+Q8C_TGT_VNNI static void q8c_pack_all(const ds_weight *W, unsigned char *dst) {
+    const int64_t nb = W->n_in / DS_QK8_0, N = W->n_out;
+    const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
+    for (int64_t n = 0; n < N; n += 16) {
+        const int nv = (int)(N - n < 16 ? N - n : 16);
+        const void *wr[16];
+        ds_tile_rows(W->data, wrow, n, nv, 16, wr);
+        q8c_pack16(wr, nb, dst + (size_t)(n / 16) * (size_t)nb * Q8C_BLK);
+    }
+}
+#endif
+
+int ds_q8_0_pack(const ds_weight *W, void *dst) {
+    if (!ds_q8_0_packed_bytes(W) || ((uintptr_t)dst & 63)) return -1;
+#if DS_X86
+    q8c_pack_all(W, dst);
+    return 0;
+#else
+    return -1;
+#endif
+}
+
 /* Path choice: M < Q8C_REPACK_MIN_M runs the non-repacked one-row kernels
  * (AVX512-VNNI / AVX2), larger M the repacked VNNI tile / the AVX2 2 x 2
- * tile. c->q8_path forces one (tests). All give the definition's bits. */
+ * tile. With pre-packed weights (W->packed, set by the model loader on
+ * AVX-512 VNNI) the VNNI tile costs no repacking and is the faster path from
+ * M = 1 (decode included: ~2x over the one-row kernel on the tiny model).
+ * c->q8_path forces one (tests). All give the definition's bits. */
 #define Q8C_REPACK_MIN_M 2
+/* With pre-packed weights (W->packed) the tile costs no repacking: */
+#ifndef Q8C_PACKED_MIN_M
+#define Q8C_PACKED_MIN_M 1
+#endif
 
 void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
 #if DS_X86
-    const int repack = c->q8_path ? c->q8_path == DS_Q8_PATH_REPACKED : c->M >= Q8C_REPACK_MIN_M;
+    const int repack = c->q8_path ? c->q8_path == DS_Q8_PATH_REPACKED
+                                  : c->M >= (c->W->packed ? Q8C_PACKED_MIN_M : Q8C_REPACK_MIN_M);
     if (c->level == DS_LVL_AVX512 && q8c_have_vnni()) {
         if (repack) q8c_vnni_repacked(c, n0, n1);
         else q8c_vnni_rows(c, n0, n1);
