@@ -244,7 +244,62 @@ void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out) {
  * q = roundf(x * id) (halves away from zero), d stored as fp16. Note that q
  * uses the f32 id while the dot uses the fp16-rounded d — exactly as ggml.
  * Non-finite inputs (which ggml leaves undefined) give q = 0 / clamp. */
+static void q8_quant_scalar(const float *x, int64_t n, ds_block_q8_0 *out);
+
+#if DS_X86
+#include <immintrin.h>
+/* AVX-512 form of the loop below, same bits: every step is the same IEEE
+ * operation per element (mul, compare, truncating convert, exact subtract),
+ * and the max of |x| over a NaN-free block is the same value in any order
+ * (fabs leaves no -0). A block holding a NaN takes the scalar loop, whose
+ * NaN handling depends on the element order. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+static void q8_quant_avx512(const float *x, int64_t n, ds_block_q8_0 *out) {
+    const __m512 c127 = _mm512_set1_ps(127.0f), cm128 = _mm512_set1_ps(-128.0f);
+    const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f);
+    const __m512i one = _mm512_set1_epi32(1);
+    for (int64_t i = 0; i < n / DS_QK8_0; i++) {
+        const float *xb = x + i * DS_QK8_0;
+        const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+        if ((__mmask16)(_mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) |
+                        _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q))) {
+            q8_quant_scalar(xb, DS_QK8_0, out + i);
+            continue;
+        }
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        out[i].d = ds_f32_to_fp16(d);
+        const __m512 vid = _mm512_set1_ps(id);
+        __m512i q[2];
+        for (int h = 0; h < 2; h++) {
+            __m512 v = _mm512_mul_ps(h ? x1 : x0, vid);
+            v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);   /* NaN (inf * 0) -> 0 */
+            v = _mm512_max_ps(_mm512_min_ps(v, c127), cm128);
+            const __m512i t = _mm512_cvttps_epi32(v);
+            const __m512 r = _mm512_sub_ps(v, _mm512_cvtepi32_ps(t));
+            __m512i u = _mm512_mask_add_epi32(t, _mm512_cmp_ps_mask(r, half, _CMP_GE_OQ), t, one);
+            q[h] = _mm512_mask_sub_epi32(u, _mm512_cmp_ps_mask(r, mhalf, _CMP_LE_OQ), u, one);
+        }
+        _mm_storeu_si128((__m128i *)out[i].qs, _mm512_cvtepi32_epi8(q[0]));
+        _mm_storeu_si128((__m128i *)(out[i].qs + 16), _mm512_cvtepi32_epi8(q[1]));
+    }
+}
+#endif
+
 void ds_quantize_row_q8_0(const float *x, int64_t n, ds_block_q8_0 *out) {
+#if DS_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+        q8_quant_avx512(x, n, out);
+        return;
+    }
+#endif
+    q8_quant_scalar(x, n, out);
+}
+
+static void q8_quant_scalar(const float *x, int64_t n, ds_block_q8_0 *out) {
     for (int64_t i = 0; i < n / DS_QK8_0; i++) {
         const float *xb = x + i * DS_QK8_0;
         float amax = 0.0f;

@@ -196,17 +196,19 @@ q8c_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int
         __m512i T[8];
         for (int s = 0; s < 8; s++) T[s] = _mm512_load_si512(o + 64 * s);
         const __m512 dw = _mm512_load_ps(o + 512);
+        /* the MT rows' integer chains interleaved (independent: ILP) */
+        __m512i D[8];
+        for (int i = 0; i < MT; i++) D[i] = _mm512_set1_epi32(a->nsum[(int64_t)(m0 + i) * nb + b]);
+        for (int s = 0; s < 8; s++)
+            for (int i = 0; i < MT; i++) {
+                int32_t ps;
+                memcpy(&ps, a->q[(int64_t)(m0 + i) * nb + b].qs + 4 * s, sizeof ps);
+                D[i] = _mm512_dpbusd_epi32(D[i], T[s], _mm512_set1_epi32(ps));
+            }
         for (int i = 0; i < MT; i++) {
             const int64_t ib = (int64_t)(m0 + i) * nb + b;
-            const int8_t *p = a->q[ib].qs;
-            __m512i D = _mm512_set1_epi32(a->nsum[ib]);
-            for (int s = 0; s < 8; s++) {
-                int32_t ps;
-                memcpy(&ps, p + 4 * s, sizeof ps);
-                D = _mm512_dpbusd_epi32(D, T[s], _mm512_set1_epi32(ps));
-            }
             const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[ib]));
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D), sc, acc[i]);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[i]), sc, acc[i]);
         }
     }
     for (int i = 0; i < MT; i++)
