@@ -8,14 +8,7 @@ set -u
 D=${BUILD:-build}/dspark
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail=0
-expect_err() {   # expect_err "description" "stderr keyword" cmd...
-    desc=$1; kw=$2; shift 2
-    "$@" >"$T/out" 2>"$T/err"; rc=$?
-    lines=$(wc -l <"$T/err")
-    if [ "$rc" -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -qi -- "$kw" "$T/err"; then
-        echo "FAIL $desc: rc=$rc lines=$lines stderr: $(head -c 300 "$T/err")"; fail=1
-    else echo "PASS $desc: $(cat "$T/err")"; fi
-}
+. tests/lib_cli.sh   # expect_err
 $D make-model -o "$T/m.gguf" --n-embd 64 --n-layer 3 --n-head 4 --n-head-kv 2 --n-ff 128 --n-vocab 300 --n-ctx 256 --type q8_0 --seed 5 \
     || { echo "FAIL make-model"; exit 1; }
 $D make-drafter -m "$T/m.gguf" -o "$T/d.gguf" --block-size 4 --seed 2 || { echo "FAIL make-drafter"; exit 1; }

@@ -327,18 +327,24 @@ def save_sharded(out_dir, tensors, max_shard_bytes=12 << 20):
     return files
 
 
+def layer_hf_tensors(t, p, L):
+    """Add one Qwen3 decoder layer's HF tensors under prefix p (shared by the
+    target's and the drafter's exporters)."""
+    t[p + 'input_layernorm.weight'] = L.input_layernorm.weight
+    t[p + 'post_attention_layernorm.weight'] = L.post_attention_layernorm.weight
+    for n in ('q_proj', 'k_proj', 'v_proj', 'o_proj'):
+        t[p + 'self_attn.%s.weight' % n] = getattr(L.self_attn, n).weight
+    t[p + 'self_attn.q_norm.weight'] = L.self_attn.q_norm.weight
+    t[p + 'self_attn.k_norm.weight'] = L.self_attn.k_norm.weight
+    for n in ('gate_proj', 'up_proj', 'down_proj'):
+        t[p + 'mlp.%s.weight' % n] = getattr(L.mlp, n).weight
+    return t
+
+
 def target_hf_tensors(m):
     t = {'model.embed_tokens.weight': m.embed_tokens.weight, 'model.norm.weight': m.norm.weight}
     for i, L in enumerate(m.layers):
-        p = 'model.layers.%d.' % i
-        t[p + 'input_layernorm.weight'] = L.input_layernorm.weight
-        t[p + 'post_attention_layernorm.weight'] = L.post_attention_layernorm.weight
-        for n in ('q_proj', 'k_proj', 'v_proj', 'o_proj'):
-            t[p + 'self_attn.%s.weight' % n] = getattr(L.self_attn, n).weight
-        t[p + 'self_attn.q_norm.weight'] = L.self_attn.q_norm.weight
-        t[p + 'self_attn.k_norm.weight'] = L.self_attn.k_norm.weight
-        for n in ('gate_proj', 'up_proj', 'down_proj'):
-            t[p + 'mlp.%s.weight' % n] = getattr(L.mlp, n).weight
+        layer_hf_tensors(t, 'model.layers.%d.' % i, L)
     return t
 
 

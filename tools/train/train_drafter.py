@@ -77,15 +77,7 @@ def drafter_hf_tensors(dr):
          'markov_head.markov_w1.weight': dr.markov_w1.weight, 'markov_head.markov_w2.weight': dr.markov_w2.weight,
          'confidence_head.proj.weight': dr.conf.weight, 'confidence_head.proj.bias': dr.conf.bias}
     for i, L in enumerate(dr.layers):
-        p = 'layers.%d.' % i
-        t[p + 'input_layernorm.weight'] = L.input_layernorm.weight
-        t[p + 'post_attention_layernorm.weight'] = L.post_attention_layernorm.weight
-        for n in ('q_proj', 'k_proj', 'v_proj', 'o_proj'):
-            t[p + 'self_attn.%s.weight' % n] = getattr(L.self_attn, n).weight
-        t[p + 'self_attn.q_norm.weight'] = L.self_attn.q_norm.weight
-        t[p + 'self_attn.k_norm.weight'] = L.self_attn.k_norm.weight
-        for n in ('gate_proj', 'up_proj', 'down_proj'):
-            t[p + 'mlp.%s.weight' % n] = getattr(L.mlp, n).weight
+        M.layer_hf_tensors(t, 'layers.%d.' % i, L)
     return t
 
 
