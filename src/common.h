@@ -110,6 +110,19 @@ static inline uint16_t ds_f32_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
+/* ---- deterministic pseudo-random numbers for generated weights and test
+ * inputs: splitmix64 over a caller-owned state, and a uniform float in
+ * [-1, 1) built from its top 24 bits (exact in f32). */
+static inline uint64_t ds_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline float ds_uniform_pm1(uint64_t *state) {
+    return (float)((ds_splitmix64(state) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
 /* ---- error strings: every fallible API takes (char *err, size_t errlen)
  * and writes one human line without a trailing newline. */
 static inline void ds_errf(char *err, size_t errlen, const char *fmt, ...)

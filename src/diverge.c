@@ -226,14 +226,8 @@ unsigned ds_families_for_checkpoint(const ds_model *m, int layer, uint32_t cp, u
  * Isolated same-input A/B per family
  * ===================================================================== */
 
-static uint64_t mix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 static void fill(float *x, size_t n, uint64_t seed, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = ((float)(mix(&seed) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+    for (size_t i = 0; i < n; i++) x[i] = ds_uniform_pm1(&seed) * scale;
 }
 
 /* Find a weight of the given type in the model (largest input first). */

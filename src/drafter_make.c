@@ -11,18 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { uint64_t s; } mk_rng;
-static uint64_t mk_next(mk_rng *r) {                    /* splitmix64 */
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static float mk_uniform(mk_rng *r) { return (float)((mk_next(r) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
-
 typedef struct {
     gguf_writer *w;
-    mk_rng r;
+    uint64_t r;                 /* ds_splitmix64 state */
     int failed;
 } mk_builder;
 
@@ -37,7 +28,7 @@ static void mk_matrix(mk_builder *b, const char *name, int64_t n_in, int64_t n_o
     uint64_t rb = ds_row_bytes(type, (uint64_t)n_in, &ok);
     void *data = ok && f ? malloc(rb * (uint64_t)n_out) : NULL;
     if (!data) { free(f); b->failed = 1; return; }
-    for (size_t i = 0; i < n; i++) f[i] = mk_uniform(&b->r) * scale;
+    for (size_t i = 0; i < n; i++) f[i] = ds_uniform_pm1(&b->r) * scale;
     ds_f32_to_type(type, f, (int64_t)n, data);
     uint64_t ne[2] = { (uint64_t)n_in, (uint64_t)n_out };
     if (gguf_add_tensor(b->w, name, type, 2, ne, data, rb * (uint64_t)n_out)) b->failed = 1;
@@ -50,7 +41,7 @@ static void mk_vec(mk_builder *b, const char *name, int64_t n, float base, float
     if (b->failed) return;
     float *f = malloc((size_t)n * sizeof(float));
     if (!f) { b->failed = 1; return; }
-    for (int64_t i = 0; i < n; i++) f[i] = base + scale * mk_uniform(&b->r);
+    for (int64_t i = 0; i < n; i++) f[i] = base + scale * ds_uniform_pm1(&b->r);
     uint64_t ne[1] = { (uint64_t)n };
     if (gguf_add_tensor(b->w, name, DS_TYPE_F32, 1, ne, f, (uint64_t)n * 4)) b->failed = 1;
     free(f);
@@ -129,7 +120,7 @@ int ds_make_drafter(const ds_make_drafter_opts *o, const ds_model *target, const
     }
     const int conf = o->confidence ? 1 : 0, conf_wm = conf && r > 0;
 
-    mk_builder b = { gguf_writer_new(), { (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 0xD5A7C0FFEEull }, 0 };
+    mk_builder b = { gguf_writer_new(), (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 0xD5A7C0FFEEull, 0 };
     if (!b.w) { ds_errf(err, errlen, "%s: out of memory", C); return -1; }
     gguf_writer *W = b.w;
     char key[160];

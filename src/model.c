@@ -400,9 +400,8 @@ static void forward_chunk(ds_ctx *c, int decode, const int32_t *tokens, int M, i
 
     /* token embeddings */
     for (int r = 0; r < M; r++) {
-        size_t rb = m->tok_embd.type == DS_TYPE_F32 ? (size_t)d * 4
-                  : m->tok_embd.type == DS_TYPE_Q8_0 ? (size_t)(d / DS_QK8_0) * sizeof(ds_block_q8_0)
-                  : (size_t)d * 2;
+        int ok;
+        size_t rb = (size_t)ds_row_bytes(m->tok_embd.type, (uint64_t)d, &ok);   /* validated at load */
         ds_row_to_f32(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[r] * rb, d, c->x + (size_t)r * d);
     }
     

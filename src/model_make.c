@@ -31,18 +31,9 @@ static const char k_text[] =
     "for i in range(10):\n    print(i * i)\n\n"
     "Questions? Answers! Lists: apples, pears, plums; and quotes \"like this\" or 'like that'.\n";
 
-typedef struct { uint64_t s; } rng;
-static uint64_t rng_next(rng *r) {                    /* splitmix64 */
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static float rng_uniform(rng *r) { return (float)((rng_next(r) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
-
 typedef struct {
     gguf_writer *w;
-    rng r;
+    uint64_t r;                 /* ds_splitmix64 state */
     uint32_t type;
     int failed;
 } builder;
@@ -53,7 +44,7 @@ static void add_matrix(builder *b, const char *name, int64_t n_in, int64_t n_out
     size_t n = (size_t)n_in * (size_t)n_out;
     float *f = malloc(n * sizeof(float));
     if (!f) { b->failed = 1; return; }
-    for (size_t i = 0; i < n; i++) f[i] = rng_uniform(&b->r) * scale;
+    for (size_t i = 0; i < n; i++) f[i] = ds_uniform_pm1(&b->r) * scale;
     int ok;
     uint64_t rb = ds_row_bytes(type, (uint64_t)n_in, &ok);
     void *data = ok ? malloc(rb * (uint64_t)n_out) : NULL;
@@ -68,7 +59,7 @@ static void add_matrix(builder *b, const char *name, int64_t n_in, int64_t n_out
 static void add_norm(builder *b, const char *name, int64_t n) {
     float *f = malloc((size_t)n * sizeof(float));
     if (!f) { b->failed = 1; return; }
-    for (int64_t i = 0; i < n; i++) f[i] = 1.0f + 0.1f * rng_uniform(&b->r);
+    for (int64_t i = 0; i < n; i++) f[i] = 1.0f + 0.1f * ds_uniform_pm1(&b->r);
     uint64_t ne[1] = { (uint64_t)n };
     if (gguf_add_tensor(b->w, name, DS_TYPE_F32, 1, ne, f, (uint64_t)n * 4)) b->failed = 1;
     free(f);
@@ -92,7 +83,7 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
         ds_errf(err, errlen, "make-model: q8_0 needs n_embd, n_ff and n_head*head_dim to be multiples of 32");
         return -1;
     }
-    builder b = { gguf_writer_new(), { (uint64_t)seed * 0x2545F4914F6CDD1Dull + 1 }, type, 0 };
+    builder b = { gguf_writer_new(), (uint64_t)seed * 0x2545F4914F6CDD1Dull + 1, type, 0 };
     if (!b.w) { ds_errf(err, errlen, "make-model: out of memory"); return -1; };
     char key[128];
 #define KEY(s) (snprintf(key, sizeof key, "%s." s, arch), key)

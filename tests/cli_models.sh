@@ -53,4 +53,7 @@ if [ -z "${DSPARK_SAN:-}" ]; then
     $D surface -m "$TQ" -md "$DR" --prompts tests/data/prompts.txt -n 96 --kernels fast >"$T/sf" 2>&1 || bad "surface fast exit"
     grep -q '^SURFACE_RESULT .* divergent=[1-9]' "$T/sf" && ok "surface fast: $(grep -o 'divergent=[^ ]* divergence_rate=[^ ]*' "$T/sf" | tail -1) $(grep -o 'prompts_text_differing=[^ ]*' "$T/sf")" || { bad "surface fast found no divergence"; cat "$T/sf"; }
 fi
+# diverge with the drafter's own proposal as the forced block (gamma + 1 rows)
+$D diverge -m "$TQ" -md "$DR" -p "It is a truth universally acknowledged, that" >"$T/dv" 2>&1 || bad "diverge -md exit"
+grep -q '^BLOCK rows=8 ' "$T/dv" && grep -q '^FIRST_DIVERGENCE NONE' "$T/dv" && ok "diverge -md: drafter block of 8 rows, FIRST_DIVERGENCE NONE" || { bad "diverge -md"; cat "$T/dv"; }
 exit $fail

@@ -104,22 +104,20 @@ static void setup(const char *C, const diag_args *a, diag_setup *s) {
             else if (*p) cli_die(C, "--tokens: expected comma-separated ids, got '%s'", p);
         }
     } else {
-        /* the model's own greedy continuation from the prompt: row 0 is the
-         * token plain decoding would emit first (the anchor) */
-        int want = a->block_greedy ? (int)a->block_greedy : 0;
-        ds_drafter *dr = NULL;
-        if (a->drafter_path) {
-            dr = ds_drafter_load(a->drafter_path, s->m, err, sizeof err);
+        /* row 0 is the token plain decoding would emit first (the anchor);
+         * the rest is the model's own greedy continuation, or the drafter's
+         * proposal from S0 */
+        if (!a->drafter_path) {
+            int32_t out[64];
+            ds_gen_stats st;
+            ds_gen_opts go = { (int)a->block_greedy, DS_PREFILL_BATCH, 0, NULL, NULL };
+            if (ds_generate_greedy(s->c, s->prompt, s->n_prompt, &go, out, &st, err, sizeof err)) cli_die(C, "%s", err);
+            for (int i = 0; i < st.n_gen; i++) s->block[s->M++] = out[i];
+        } else {
+            /* one prefill gives both the anchor (its last logits) and the
+             * tap features the drafter needs for its context rows */
+            ds_drafter *dr = ds_drafter_load(a->drafter_path, s->m, err, sizeof err);
             if (!dr) cli_die(C, "%s: %s", a->drafter_path, err);
-            want = 1;
-        }
-        int32_t out[64];
-        ds_gen_stats st;
-        ds_gen_opts go = { want, DS_PREFILL_BATCH, 0, NULL, NULL };
-        if (ds_generate_greedy(s->c, s->prompt, s->n_prompt, &go, out, &st, err, sizeof err)) cli_die(C, "%s", err);
-        for (int i = 0; i < st.n_gen; i++) s->block[s->M++] = out[i];
-        if (dr) {
-            /* the drafter proposes gamma tokens after the anchor, from S0 */
             int taps_n = ds_drafter_n_taps(dr);
             if (ds_set_taps(s->c, ds_drafter_tap_layers(dr), taps_n, err, sizeof err)) cli_die(C, "%s", err);
             float *taps = malloc((size_t)s->n_prompt * taps_n * s->m->hp.n_embd * sizeof(float));
@@ -129,6 +127,7 @@ static void setup(const char *C, const diag_args *a, diag_setup *s) {
             if (ds_prefill(s->c, s->prompt, s->n_prompt, DS_PREFILL_BATCH, lg, taps, err, sizeof err) ||
                 ds_dctx_append(x, taps, s->n_prompt, 0, err, sizeof err))
                 cli_die(C, "%s", err);
+            s->block[0] = (int32_t)ds_argmax(lg, V);
             int gamma = ds_drafter_block_size(dr);
             ds_draft_opts dopt = { NULL, gamma };
             if (ds_draft(x, s->block[0], s->n_prompt, &dopt, s->block + 1, NULL, NULL, err, sizeof err)) cli_die(C, "%s", err);
