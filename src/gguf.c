@@ -13,6 +13,7 @@
  *
  * The host must be little-endian: raw array/tensor bytes are used in place. */
 #include "gguf.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1125,36 +1126,16 @@ int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen
     const wkv *ak = writer_find_kv(w, "general.alignment");
     if (ak) { uint32_t a; memcpy(&a, ak->payload, 4); align = a; }   /* validated at set time */
 
-    size_t pl = strlen(path);
-    char *tmp = malloc(pl + 16);
-    if (!tmp) { ds_errf(err, errlen, "gguf writer: out of memory"); return -1; }
-    memcpy(tmp, path, pl);
-    memcpy(tmp + pl, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        ds_errf(err, errlen, "gguf writer: cannot create temp file for '%s': %s", path, strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        ds_errf(err, errlen, "gguf writer: cannot write '%s': %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return -1;
-    }
-    int rc = write_body(w, f, align);
-    int saved = errno;
-    if (rc == 0 && fflush(f) != 0) { rc = -1; saved = errno; }
-    if (rc == 0 && fchmod(fd, 0644) != 0) { rc = -1; saved = errno; }
-    if (rc == 0 && fsync(fd) != 0) { rc = -1; saved = errno; }
-    if (fclose(f) != 0 && rc == 0) { rc = -1; saved = errno; }
-    if (rc == 0 && rename(tmp, path) != 0) { rc = -1; saved = errno; }
-    if (rc != 0) {
+    /* temp file + rename, clean-up on failure and on signals: outfile.c */
+    char e2[DS_ERRLEN];
+    ds_outfile *o = ds_out_open(path, e2, sizeof e2);
+    if (!o) { ds_errf(err, errlen, "gguf writer: %s", e2); return -1; }
+    if (write_body(w, ds_out_fp(o), align) != 0) {
+        int saved = errno;
+        ds_out_abort(o);
         ds_errf(err, errlen, "gguf writer: cannot write '%s': %s", path, strerror(saved ? saved : EIO));
-        unlink(tmp);
+        return -1;
     }
-    free(tmp);
-    return rc;
+    if (ds_out_commit(o, e2, sizeof e2)) { ds_errf(err, errlen, "gguf writer: %s", e2); return -1; }
+    return 0;
 }

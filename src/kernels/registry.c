@@ -175,20 +175,38 @@ static int detect_level(void) {
 
 int ds_simd_level_ok(int lv) { return lv >= 0 && lv <= detect_level(); }
 
+int ds_simd_parse(const char *v, int *cap, char *err, size_t errlen) {
+    *cap = DS_LVL_COUNT;            /* unset or empty: no cap */
+    if (!v || !*v) return 0;
+    if (strcmp(v, "portable") == 0) *cap = DS_LVL_PORTABLE;
+    else if (strcmp(v, "avx2") == 0) *cap = DS_LVL_AVX2;
+    else if (strcmp(v, "avx512") == 0) *cap = DS_LVL_AVX512;
+    else {
+        ds_errf(err, errlen, "DSPARK_SIMD='%.40s' is not a SIMD level (use portable, avx2 or avx512; "
+                "names are lower-case)", v);
+        return -1;
+    }
+    return 0;
+}
+
+int ds_simd_check_env(char *err, size_t errlen) {
+    int cap;
+    return ds_simd_parse(getenv("DSPARK_SIMD"), &cap, err, errlen);
+}
+
+/* The ONE place the SIMD level is decided: every SIMD choice in the CPU
+ * kernels (matmul paths, the attention loops, Q8_0 activation quantizing,
+ * VNNI packing) asks this function. DSPARK_SIMD caps the level (compare
+ * paths end to end on one machine); an unknown value is refused at CLI
+ * start (ds_simd_check_env) and ignored by library callers that skip the
+ * check. */
 int ds_simd_level(void) {
     static atomic_int cached = -1;
     int lv = atomic_load_explicit(&cached, memory_order_relaxed);
     if (lv >= 0) return lv;
     lv = detect_level();
-    /* DSPARK_SIMD caps the level (compare paths end to end on one machine) */
-    const char *env = getenv("DSPARK_SIMD");
-    if (env) {
-        int cap = lv;
-        if (strcmp(env, "portable") == 0) cap = DS_LVL_PORTABLE;
-        else if (strcmp(env, "avx2") == 0) cap = DS_LVL_AVX2;
-        else if (strcmp(env, "avx512") == 0) cap = DS_LVL_AVX512;
-        if (cap < lv) lv = cap;
-    }
+    int cap;
+    if (ds_simd_parse(getenv("DSPARK_SIMD"), &cap, NULL, 0) == 0 && cap < lv) lv = cap;
     atomic_store_explicit(&cached, lv, memory_order_relaxed);
     return lv;
 }
@@ -289,9 +307,7 @@ static void q8_quant_avx512(const float *x, int64_t n, ds_block_q8_0 *out) {
 
 void ds_quantize_row_q8_0(const float *x, int64_t n, ds_block_q8_0 *out) {
 #if DS_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    if (ds_simd_level() >= DS_LVL_AVX512) {
         q8_quant_avx512(x, n, out);
         return;
     }
