@@ -157,6 +157,11 @@ ds_outfile *ds_out_open(const char *path, char *err, size_t errlen) {
 
 FILE *ds_out_fp(ds_outfile *o) { return o ? o->f : NULL; }
 
+const char *ds_out_tmp_path(const ds_outfile *o) {
+    if (!o || o->is_stdout) return NULL;
+    return o->tmp ? o->tmp : o->path;
+}
+
 int ds_out_commit(ds_outfile *o, char *err, size_t errlen) {
     if (!o) { ds_errf(err, errlen, "no output file"); return -1; }
     const char *shown = o->is_stdout ? "standard output" : o->path;

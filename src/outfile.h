@@ -39,6 +39,10 @@ int ds_out_check_inputs(const char *out, const char *const *inputs, size_t n, ch
 /* Open path for writing as described above. NULL with one line in err. */
 ds_outfile *ds_out_open(const char *path, char *err, size_t errlen);
 FILE *ds_out_fp(ds_outfile *o);
+/* Where the bytes are going now: the temp file (or the target itself when it
+ * is written directly; NULL for stdout). Lets a caller re-read and validate
+ * what it wrote before ds_out_commit makes it visible. */
+const char *ds_out_tmp_path(const ds_outfile *o);
 /* Flush, check, close and rename into place; frees o. 0 on success, -1 with
  * one line in err (the temp file is removed, the target untouched). */
 int ds_out_commit(ds_outfile *o, char *err, size_t errlen);

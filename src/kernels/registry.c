@@ -234,21 +234,25 @@ void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out) {
     case DS_TYPE_F32:
         memcpy(out, row, (size_t)n * sizeof(float));
         break;
+    /* memcpy loads: rows come from files (a safetensors buffer, a GGUF of
+     * any alignment) and need not be aligned */
     case DS_TYPE_F16: {
-        const uint16_t *h = row;
-        for (int64_t i = 0; i < n; i++) out[i] = ds_fp16_to_f32(h[i]);
+        const unsigned char *h = row;
+        for (int64_t i = 0; i < n; i++) { uint16_t u; memcpy(&u, h + 2 * i, 2); out[i] = ds_fp16_to_f32(u); }
         break;
     }
     case DS_TYPE_BF16: {
-        const uint16_t *h = row;
-        for (int64_t i = 0; i < n; i++) out[i] = ds_bf16_to_f32(h[i]);
+        const unsigned char *h = row;
+        for (int64_t i = 0; i < n; i++) { uint16_t u; memcpy(&u, h + 2 * i, 2); out[i] = ds_bf16_to_f32(u); }
         break;
     }
     case DS_TYPE_Q8_0: {
-        const ds_block_q8_0 *b = row;
+        const unsigned char *b = row;
         for (int64_t i = 0; i < n / DS_QK8_0; i++) {
-            float d = ds_fp16_to_f32(b[i].d);
-            for (int j = 0; j < DS_QK8_0; j++) out[i * DS_QK8_0 + j] = d * (float)b[i].qs[j];
+            ds_block_q8_0 blk;
+            memcpy(&blk, b + (size_t)i * sizeof blk, sizeof blk);
+            float d = ds_fp16_to_f32(blk.d);
+            for (int j = 0; j < DS_QK8_0; j++) out[i * DS_QK8_0 + j] = d * (float)blk.qs[j];
         }
         break;
     }
