@@ -191,6 +191,18 @@ ds_model *ds_model_load(const char *path, char *err, size_t errlen) {
         goto fail;
     }
 
+    /* counts against the file before anything is sized by them: each layer
+     * needs at least 9 tensors, and the head products must fit an int */
+    if ((uint64_t)hp->n_layer * 9 > gguf_n_tensors(g)) {
+        ds_errf(err, errlen, "model: block_count %d needs at least %lld tensors, the file has %llu", hp->n_layer,
+                (long long)hp->n_layer * 9, (unsigned long long)gguf_n_tensors(g));
+        goto fail;
+    }
+    if ((int64_t)hp->n_head * hp->head_dim > (1 << 30)) {
+        ds_errf(err, errlen, "model: head_count %d x key_length %d is out of range", hp->n_head, hp->head_dim);
+        goto fail;
+    }
+
     /* vocabulary width from the embedding table */
     const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
     if (!te) { ds_errf(err, errlen, "model: missing tensor 'token_embd.weight'"); goto fail; }

@@ -6,6 +6,7 @@
  * make the shipped Q8_0 target from the committed F16 one at build time. */
 #include "cli.h"
 #include "gguf.h"
+#include "outfile.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,8 @@ int cmd_quantize(int argc, char **argv) {
     else if (!strcmp(tname, "q8_0")) type = DS_TYPE_Q8_0;
     else cli_die(C, "type must be f32, f16, bf16 or q8_0, got '%s'", tname);
     char err[DS_ERRLEN];
+    /* writing over the input would truncate the mapping being read */
+    if (ds_out_check_inputs(out, &in, 1, err, sizeof err)) cli_die(C, "%s", err);
     gguf_ctx *g = gguf_open(in, err, sizeof err);
     if (!g) cli_die(C, "%s: %s", in, err);
     gguf_writer *w = gguf_writer_new();
