@@ -859,6 +859,12 @@ static void test_errors(suite_t *su) {
          "'model.norm.weight' has unknown dtype 'Q4'", NULL},
         {"err_broken_header_json", 0, "{\"model.norm.weight\": {\"dtype\": \"F32\" \"shape\": [64]}}", 0,
          "invalid safetensors header JSON", "byte"},
+        /* a space-padded header declared one byte short: the JSON still
+         * parses, but every tensor would be read one byte off */
+        {"err_header_one_byte_short", 81, "{\"model.norm.weight\": {\"dtype\": \"F32\", \"shape\": [64], \"data_offsets\": [0, 256]}}  ", 256,
+         "cover 256 bytes but the data section is 257", NULL},
+        {"err_tensors_overlap", 0, "{\"a\": {\"dtype\": \"F32\", \"shape\": [64], \"data_offsets\": [0, 256]}, "
+         "\"b\": {\"dtype\": \"F32\", \"shape\": [64], \"data_offsets\": [128, 384]}}", 384, "overlaps", NULL},
     };
     for (size_t i = 0; i < sizeof R / sizeof *R; i++) {
         snprintf(dir, sizeof dir, "%s/e_raw%zu", su->root, i);
@@ -870,6 +876,59 @@ static void test_errors(suite_t *su) {
         write_raw_st(p, R[i].decl ? R[i].decl : strlen(R[i].hdr), R[i].hdr, R[i].data);
         free(p);
         err_case(su, R[i].name, dir, R[i].w1, R[i].w2);
+    }
+    /* numbers the loader would refuse are refused at conversion (and none
+     * reaches an out-of-range float -> int cast) */
+    {
+        struct { const char *name, *key; double v; const char *want; } C[] = {
+            {"err_layers_2p31", "num_hidden_layers", 2147483648.0, "'num_hidden_layers' must be an integer in [1, 1073741824]"},
+            {"err_layers_vs_tensors", "num_hidden_layers", 1000, "num_hidden_layers 1000 needs at least 9000 tensors"},
+            {"err_rope_theta_huge", "rope_theta", 1e300, "'rope_theta' must be a number in"},
+            {"err_eps_tiny", "rms_norm_eps", 1e-300, "'rms_norm_eps' must be a number in"},
+            {"err_ctx_2p31", "max_position_embeddings", 2147483648.0, "'max_position_embeddings' must be an integer"},
+            {"err_hidden_1e300", "hidden_size", 1e300, "'hidden_size' must be an integer"},
+        };
+        tset_t S = {0};
+        make_target(&S, &QWEN, "F32");
+        for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
+            cJSON *c2 = make_config(&QWEN);
+            cJSON_DeleteItemFromObject(c2, C[i].key);
+            cJSON_AddNumberToObject(c2, C[i].key, C[i].v);
+            snprintf(dir, sizeof dir, "%s/e_num%zu", su->root, i);
+            write_ckpt(dir, c2, &S);
+            cJSON_Delete(c2);
+            err_case(su, C[i].name, dir, C[i].want, NULL);
+        }
+        tset_free(&S);
+    }
+    /* an output that is an input is refused, and the input is untouched */
+    {
+        tc_t tc = {0};
+        tset_t S = {0};
+        make_target(&S, &QWEN, "F32");
+        snprintf(dir, sizeof dir, "%s/e_inout", su->root);
+        write_ckpt(dir, cfg, &S);
+        char tok[320], err[1024];
+        snprintf(tok, sizeof tok, "%s/donor.gguf", su->root);
+        const char *names[] = { "config.json", "model.safetensors" };
+        for (int i = 0; i < 2; i++) {
+            char *in = pj(dir, names[i]);
+            struct stat before, after;
+            stat(in, &before);
+            int rc = do_convert(dir, in, DS_TYPE_F32, DS_CONV_KIND_AUTO, DS_CONV_LAYOUT_DEFAULT, tok, NULL, err, sizeof err);
+            stat(in, &after);
+            EXPECT(&tc, rc != 0 && strstr(err, "refusing to write"), "--out %s: %s", names[i], rc ? err : "accepted");
+            EXPECT(&tc, before.st_size == after.st_size && before.st_ino == after.st_ino, "%s was modified", names[i]);
+            free(in);
+        }
+        /* the tokenizer source too, through a symlink */
+        char link[340];
+        snprintf(link, sizeof link, "%s/tok_link.gguf", su->root);
+        symlink(tok, link);
+        int rc = do_convert(dir, link, DS_TYPE_F32, DS_CONV_KIND_AUTO, DS_CONV_LAYOUT_DEFAULT, tok, NULL, err, sizeof err);
+        EXPECT(&tc, rc != 0 && strstr(err, "same file as the input"), "--out symlink to the tokenizer: %s", rc ? err : "accepted");
+        report(su, "err_output_is_input", &tc);
+        tset_free(&S);
     }
     /* reader robustness: every prefix of a valid file fails cleanly (no crash) */
     {
