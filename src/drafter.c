@@ -268,6 +268,12 @@ ds_drafter *ds_drafter_load(const char *path, const ds_model *target, char *err,
         goto fail;
     }
     d->V = thp->n_vocab;
+    /* a tokenizer of its own must be the target's: same model, same token
+     * list byte for byte (the drafter proposes ids the target reads as its
+     * own tokens; a different vocabulary would draft nonsense), and a
+     * vocabulary size, where stated, must be the target's. Checked before
+     * any shape, so the refusal names the real cause. */
+    if (check_same_vocab(g, target, d->V, err, errlen)) goto fail;
 
     /* ---- drafter keys ---- */
     if (kv_u32(g, DK("block_size"), 1, 0, 1u << 30, &u, err, errlen)) goto fail;
@@ -537,11 +543,7 @@ ds_drafter *ds_drafter_load(const char *path, const ds_model *target, char *err,
     }
     d->embd = &target->tok_embd;
     d->head = &target->output;
-    /* a tokenizer of its own must be the target's: same model, same token
-     * list byte for byte (the drafter proposes ids the target reads as its
-     * own tokens; a different vocabulary would draft nonsense), and a
-     * vocabulary size, where stated, must be the target's */
-    if (check_same_vocab(g, target, d->V, err, errlen)) goto fail;
+
 #undef HK
 #undef DK
 

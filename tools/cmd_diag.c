@@ -18,6 +18,7 @@
 #include "model.h"
 #include "outfile.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -245,9 +246,13 @@ int cmd_diverge(int argc, char **argv) {
         cJSON_AddItemToObject(j, "chain", chain);
         cJSON_AddItemToObject(j, "report", dsd_report_cjson(&r.report));
         ds_outfile *o = cli_out_open(C, a.json, NULL, 0);
-        int bad = dsd_cjson_write(ds_out_fp(o), j);
+        errno = 0;
+        int bad = dsd_cjson_write(ds_out_fp(o), j), saved = errno;
         cJSON_Delete(j);
-        if (bad) { ds_out_abort(o); cli_die(C, "--json: out of memory or write error"); }
+        if (bad) {
+            ds_out_abort(o);
+            cli_die(C, "writing '%s' failed: %s", a.json, saved ? strerror(saved) : "out of memory");
+        }
         cli_out_commit(C, o);
     }
     if (a.svg) {

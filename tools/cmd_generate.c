@@ -345,6 +345,12 @@ int cmd_generate(int argc, char **argv) {
         if (R.dump) { o.on_round = dump_round; o.round_user = ds_out_fp(R.dump); }
         ds_spec_stats st;
         rc = ds_spec_generate(ctx, R.dr, R.toks, (int)n_toks, &o, R.out, &st, err, sizeof err);
+        if (rc == 0 && R.dump) {      /* the dump is complete: make it visible (or fail) before the stats */
+            char e[DS_ERRLEN];
+            ds_outfile *d = R.dump;
+            R.dump = NULL;
+            if (ds_out_commit(d, e, sizeof e)) { fputc('\n', stdout); die_free(&R, "--dump-block: %s", e); }
+        }
         if (rc == 0 && !pr.failed) {
             end_text(&pr);
             fprintf(stderr, "mode=spec commit=%s kernels=%s sched=%s gamma=%d draft_max=%d temp=%g n_prompt=%d n_gen=%d stop=%s "
@@ -363,12 +369,6 @@ int cmd_generate(int argc, char **argv) {
     if (pr.failed) {
         clearerr(stdout);
         die_free(&R, "writing the generated text to standard output failed: %s", strerror(pr.failed));
-    }
-    if (R.dump) {
-        char e[DS_ERRLEN];
-        ds_outfile *d = R.dump;
-        R.dump = NULL;
-        if (ds_out_commit(d, e, sizeof e)) die_free(&R, "--dump-block: %s", e);
     }
     res_free(&R);
     return 0;
