@@ -101,7 +101,16 @@ $D generate -m "$M" -md "$DR" -p hi -n 4 --draft-min 2 >/dev/null 2>&1 && ok "--
 expect_err "--draft-min > gamma"   "draft-max"      $D generate -m "$M" -md "$DR" -p hi --draft-min 9
 expect_err "--draft-min with p-min" "draft-max"     $D generate -m "$M" -md "$DR" -p hi --draft-min 2 --draft-p-min 0.3
 
-# ---- 7. one set of model-flag defaults ---------------------------------------
+# ---- 7. perplexity shows progress on a terminal, stays quiet in a pipe --------
+for i in 1 2 3 4 5 6 7 8; do echo "The river ran past the mill and the old house by the hill, and the rain fell."; done >"$T/text.txt"
+if command -v script >/dev/null 2>&1; then
+    script -qec "$D perplexity -m $M -f $T/text.txt -c 16" /dev/null >"$T/tty" 2>&1
+    grep -q "eta=" "$T/tty" && ok "perplexity progress line on a TTY" || bad "no progress line on a TTY: $(tail -c 200 "$T/tty")"
+fi
+$D perplexity -m "$M" -f "$T/text.txt" -c 16 >"$T/pp" 2>"$T/pe"
+[ ! -s "$T/pe" ] && grep -q '^ppl=' "$T/pp" && ok "perplexity quiet on a pipe" || bad "perplexity stderr on a pipe: $(head -c 200 "$T/pe")"
+
+# ---- 8. one set of model-flag defaults ---------------------------------------
 for c in generate bench perplexity diverge families sweep surface; do
     $D $c --help >"$T/h" 2>&1
     grep -q "default 2048" "$T/h" && grep -q -- "--device" "$T/h" || bad "$c --help does not state -c default 2048 / --device"
