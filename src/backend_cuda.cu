@@ -352,6 +352,10 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
         int rt = 0, drv = 0;
         cudaRuntimeGetVersion(&rt);
         cudaDriverGetVersion(&drv);
+        if (drv == 0) {
+            ds_errf(err, errlen, "cuda: no NVIDIA driver found (no GPU on this machine?)");
+            return NULL;
+        }
         ds_errf(err, errlen,
                 "cuda: the NVIDIA driver (CUDA %d.%d) is older than this build's CUDA runtime (%d.%d)",
                 drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
