@@ -578,6 +578,7 @@ static void bench_small(T *t) {
 
 int main(int argc, char **argv) {
     const int bench = argc > 1 && !strcmp(argv[1], "--bench");
+    setvbuf(stdout, NULL, _IOLBF, 0);      /* lines survive a timeout or a hang */
     char err[DS_ERRLEN];
     test_dsmath();
     T t = {0};

@@ -80,16 +80,21 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
         const int c = base + warp;
         if (c < nch) {
             const int c0 = c * ATT_CHUNK, cl = min(ATT_CHUNK, L - c0);
-            /* scores: a half-warp per key, lane l16 = the 16-lane dot's lane */
-            for (int j = half; j < cl; j += 2) {
-                const float *kr = kb + (int64_t)(c0 + j) * st;
+            /* scores: a half-warp per key, lane l16 = the 16-lane dot's lane.
+             * The loop bound is the same for the whole warp (the shuffles
+             * need all 32 lanes): with an odd chunk the second half-warp
+             * computes a duplicate of the last key and does not store it. */
+            for (int jj = 0; jj < cl; jj += 2) {
+                const int j = jj + half;
+                const bool valid = j < cl;
+                const float *kr = kb + (int64_t)(c0 + (valid ? j : jj)) * st;
                 float a = 0.0f;
                 int i = 0;
                 for (; i + 16 <= hd; i += 16) a = __fadd_rn(a, __fmul_rn(qs[i + l16], kr[i + l16]));
                 if (i + l16 < hd) a = __fadd_rn(a, __fmul_rn(qs[i + l16], kr[i + l16]));
 #pragma unroll
                 for (int s = 8; s >= 1; s /= 2) a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s, 16));
-                if (l16 == 0) ps[warp][j] = __fmul_rn(a, scale);
+                if (valid && l16 == 0) ps[warp][j] = __fmul_rn(a, scale);
             }
             __syncwarp();
             /* chunk max (NaN never wins; the value is order-free) */
