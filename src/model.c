@@ -573,3 +573,14 @@ void ds_state_free(ds_state *s) {
     free(s->k); free(s->v);
     s->k = s->v = NULL;
 }
+
+/* ========================================================================
+ * Accessors (the context is opaque to callers)
+ * ===================================================================== */
+
+const ds_model *ds_ctx_model(const ds_ctx *c) { return c->m; }
+int  ds_ctx_n_ctx(const ds_ctx *c) { return c->n_ctx; }
+int  ds_ctx_n_past(const ds_ctx *c) { return c->n_past; }
+int  ds_ctx_n_taps(const ds_ctx *c) { return c->n_taps; }
+void ds_ctx_set_kernels(ds_ctx *c, const ds_kernel_set *ks) { c->ks = *ks; }
+void ds_ctx_get_kernels(const ds_ctx *c, ds_kernel_set *ks) { *ks = c->ks; }

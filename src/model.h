@@ -103,6 +103,14 @@ void    ds_ctx_free(ds_ctx *c);
  * previous list is kept unchanged. n = 0 clears it. */
 int ds_set_taps(ds_ctx *c, const int *layers, int n, char *err, size_t errlen);
 
+/* ---- accessors ------------------------------------------------------- */
+const ds_model *ds_ctx_model(const ds_ctx *c);
+int  ds_ctx_n_ctx(const ds_ctx *c);          /* KV capacity in positions     */
+int  ds_ctx_n_past(const ds_ctx *c);         /* valid rows: [0, n_past)      */
+int  ds_ctx_n_taps(const ds_ctx *c);
+void ds_ctx_set_kernels(ds_ctx *c, const ds_kernel_set *ks);   /* batched path */
+void ds_ctx_get_kernels(const ds_ctx *c, ds_kernel_set *ks);
+
 /* Drop KV rows at positions >= n_pos (used to discard rejected draft rows). */
 int ds_kv_truncate(ds_ctx *c, int n_pos);
 
