@@ -252,7 +252,7 @@ int cmd_generate(int argc, char **argv) {
     R.ctx = ds_ctx_new(m, (int)n_ctx, (int)n_threads, err, sizeof err);
     if (!R.ctx) die_free(&R, "%s", err);
     ds_ctx *ctx = R.ctx;
-    ctx->ks = ks;
+    ds_ctx_set_kernels(ctx, &(ks));
     char kbuf[256];
     ds_kernel_set_str(&ks, kbuf, sizeof kbuf);
     if (verbose) {
@@ -260,8 +260,7 @@ int cmd_generate(int argc, char **argv) {
                 model_path, ds_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
                 m->hp.n_ff, m->hp.n_vocab, ds_type_name(m->weight_type), (unsigned long long)m->n_params);
         fprintf(stderr, "kernels=\"%s\" simd=%s threads=%ld n_ctx=%ld n_prompt=%zu\n", kbuf, ds_simd_path(), n_threads, n_ctx, n_toks);
-        if (m->packed_bytes)
-            fprintf(stderr, "packed_q8_0=%zu bytes (weights pre-repacked for the VNNI tile)\n", m->packed_bytes);
+        fprintf(stderr, "device=%s\n", m->be->i->name);
         if (R.dr) fprintf(stderr, "drafter=%s %s\n", draft_path, ds_drafter_describe(R.dr));
     }
     for (char *s = kbuf; *s; s++) if (*s == ' ') *s = '+';   /* one token in the stats line */
@@ -275,7 +274,7 @@ int cmd_generate(int argc, char **argv) {
         if (sps_path) {
             if (ds_spec_load_sps(sps_path, n_sps, R.sps, err, sizeof err)) die_free(&R, "%s", err);
         } else {
-            if (n_sps >= ctx->n_ctx) die_free(&R, "the context (%ld) is too small to measure verify widths 1..%d", n_ctx, n_sps);
+            if (n_sps >= ds_ctx_n_ctx(ctx)) die_free(&R, "the context (%ld) is too small to measure verify widths 1..%d", n_ctx, n_sps);
             if (ds_set_taps(ctx, ds_drafter_tap_layers(R.dr), ds_drafter_n_taps(R.dr), err, sizeof err) ||
                 ds_spec_measure_sps(ctx, n_sps, 5, R.sps, err, sizeof err))
                 die_free(&R, "SPS measurement: %s", err);
