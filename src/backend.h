@@ -49,6 +49,8 @@ typedef struct ds_backend_i {
     int host_memory;                     /* 1: buffers are host memory          */
 
     void (*destroy)(ds_backend *be);
+    /* One line for logs: what this device is (key=value pairs). */
+    void (*describe)(ds_backend *be, char *buf, size_t n);
 
     /* execution contexts: CPU = thread pool + scratch; CUDA = stream +
      * scratch. n_threads is the CPU's -t (a device backend may ignore it). */
