@@ -60,19 +60,20 @@ $(BUILD)/%.o: %.cu $(HEADERS) $(wildcard src/kernels/cuda/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-# kernel tests + benchmark (tests/cuda): `make test-cuda`, `BENCH=1 make test-cuda`
+# the kernel harness (tests/cuda/test_cuda_ops.c), run by tests/cuda/run.sh;
+# `make bench-cuda`: its kernel benchmark (--bench)
+CUDA_TESTS := $(BUILD)/tests/cuda/test_cuda_ops
 $(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/libdspark.a $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests $< $(BUILD)/libdspark.a -o $@ $(LDLIBS)
-test-cuda: $(BUILD)/tests/cuda/test_cuda_ops
-	@$(BUILD)/tests/cuda/test_cuda_ops $(if $(BENCH),--bench)
-else
-test-cuda:
-	@echo "test-cuda: built without CUDA (no nvcc; CUDA=0): nothing to run"
-	@echo "0 passed, 0 failed"
+bench-cuda: $(CUDA_TESTS)
+	@$(BUILD)/tests/cuda/test_cuda_ops --bench
 endif
 
-.PHONY: all test test-san test-cuda bench clean deps run models
+test-cuda: all $(CUDA_TESTS)
+	@BUILD=$(BUILD) sh tests/cuda/run.sh
+
+.PHONY: all test test-san test-cuda bench-cuda bench clean deps run models
 
 all: $(BUILD)/dspark $(TEST_BIN) $(BENCH_BIN)
 

@@ -58,7 +58,7 @@ typedef struct {
  * backend uses the `packed` slot (a weight is prepared for one backend
  * only; the CPU kernels never see a CUDA-prepared weight). One line to
  * change when `extra` exists. */
-#define DSC_WEIGHT_SLOT packed
+#define DSC_WEIGHT_SLOT extra
 static inline const dsc_weight *dsc_w(const ds_weight *W) {
     return (const dsc_weight *)W->DSC_WEIGHT_SLOT;
 }
