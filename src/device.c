@@ -1,5 +1,8 @@
-/* device.c — the device names this build knows (see device.h). */
+/* device.c — the device names this build knows (see device.h). The names
+ * are the backend registry's (backend.c); this only answers "known?" so the
+ * CLI can refuse an unknown --device before loading anything. */
 #include "device.h"
+#include "backend.h"
 
 #include <string.h>
 
@@ -12,10 +15,4 @@ int ds_device_known(const char *name) {
     return 0;
 }
 
-const char *ds_device_list(void) {
-#ifdef DS_HAVE_CUDA
-    return "cpu, cuda";
-#else
-    return "cpu";
-#endif
-}
+const char *ds_device_list(void) { return ds_backend_names(); }

@@ -55,7 +55,7 @@ int cmd_perplexity(int argc, char **argv) {
     size_t len;
     char *text = cli_read_file(C, file, &len);
     char err[DS_ERRLEN];
-    ds_model *m = ds_model_load(model_path, err, sizeof err);
+    ds_model *m = ds_model_load_on(model_path, mf.device, err, sizeof err);
     if (!m) { free(text); cli_die(C, "%s: %s", model_path, err); }
     if (!m->tok) { ds_model_free(m); free(text); cli_die(C, "%s has no tokenizer", model_path); }
     if (!mf.n_ctx_given) n_ctx = cli_ctx_for_model(&mf, m->hp.n_ctx_train);
@@ -81,7 +81,7 @@ int cmd_perplexity(int argc, char **argv) {
     const int V = m->hp.n_vocab;
     float *logits = malloc((size_t)n_ctx * V * sizeof(float));
     if (!ctx || !logits) { free(logits); free(toks); ds_ctx_free(ctx); ds_model_free(m); cli_die(C, "%s", ctx ? "out of memory" : err); }
-    ctx->ks = ks;
+    ds_ctx_set_kernels(ctx, &(ks));
     double nll = 0.0;
     long scored = 0;
     double t0 = cli_now();
@@ -89,7 +89,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (tty) progress(0, n_chunks, 0.0, 0, 0.0);
     for (long ch = 0; ch < n_chunks; ch++) {
         const int32_t *w = toks + (size_t)ch * n_ctx;
-        ctx->n_past = 0;
+        ds_kv_truncate(ctx, 0);
         if (ds_forward_batch(ctx, w, (int)n_ctx, 0, DS_LOGITS_ALL, logits, NULL, err, sizeof err)) {
             free(logits); free(toks); ds_ctx_free(ctx); ds_model_free(m);
             cli_die(C, "%s", err);

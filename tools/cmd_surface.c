@@ -71,7 +71,7 @@ int cmd_surface(int argc, char **argv) {
     if (n_lines == 0) cli_die(C, "%s holds no prompt", prompts_file);
 
     char err[DS_ERRLEN];
-    ds_model *m = ds_model_load(model_path, err, sizeof err);
+    ds_model *m = ds_model_load_on(model_path, mf.device, err, sizeof err);
     if (!m) cli_die(C, "%s: %s", model_path, err);
     if (!m->tok) cli_die(C, "%s has no tokenizer", model_path);
     ds_drafter *dr = ds_drafter_load(drafter_path, m, err, sizeof err);
@@ -103,11 +103,11 @@ int cmd_surface(int argc, char **argv) {
         so.commit = DS_COMMIT_DIRECT;
         so.draft_max = (int)draft_max;
         ds_spec_stats ss;
-        c->ks = ks;
+        ds_ctx_set_kernels(c, &(ks));
         if (ds_spec_generate(c, dr, toks, (int)nt, &so, spec_out, &ss, err, sizeof err)) cli_die(C, "%s", err);
         int n_spec = ss.n_gen;
         /* 2. plain greedy, canonical */
-        ds_kernel_set_all(&c->ks, DS_CANONICAL);
+        ds_ctx_set_variant(c, DS_CANONICAL);
         ds_set_taps(c, NULL, 0, err, sizeof err);
         ds_gen_opts go = { (int)n_predict, DS_PREFILL_BATCH, 1, NULL, NULL };
         ds_gen_stats gs;
