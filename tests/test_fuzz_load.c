@@ -12,7 +12,7 @@
  * flips and truncations. The contract: no crash, no sanitizer report, and a
  * refusal is one non-empty line. Deterministic mutation stream; the run
  * stops at DSPARK_FUZZ_ITERS iterations or DSPARK_FUZZ_SECONDS seconds per
- * path, whichever comes first (defaults 2000 / 12 s), so it fits the
+ * path, whichever comes first (defaults 1000 / 6 s), so it fits the
  * make-test budget on two cores. tests/fuzz_gguf.c is the libFuzzer harness
  * for longer, coverage-guided runs of the reader alone. */
 #include "testutil.h"
@@ -155,8 +155,8 @@ int main(void) {
     snprintf(tpath, sizeof tpath, "%s/t.gguf", dir);
     snprintf(dpath, sizeof dpath, "%s/d.gguf", dir);
     snprintf(mpath, sizeof mpath, "%s/mut.gguf", dir);
-    const long iters = env_long("DSPARK_FUZZ_ITERS", 2000);
-    const double secs = (double)env_long("DSPARK_FUZZ_SECONDS", 12);
+    const long iters = env_long("DSPARK_FUZZ_ITERS", 1000);
+    const double secs = (double)env_long("DSPARK_FUZZ_SECONDS", 6);
 
     ds_make_model_opts mo;
     ds_make_model_defaults(&mo);

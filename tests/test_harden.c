@@ -11,6 +11,7 @@
 #include "device.h"
 #include "gguf.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/kernels.h"
 #include "outfile.h"
 #include "tokenizer.h"
 
@@ -196,6 +197,40 @@ static void test_long_token(const char *dir) {
     PASS("long_token");
 }
 
+/* general.alignment 1 lets tensors start anywhere: the reader refuses data
+ * the kernels would load misaligned, and the row converter reads any
+ * address (memcpy loads; UBSan in test-san would flag a cast load). */
+static void test_alignment(const char *dir) {
+    char path[512], err[DS_ERRLEN];
+    snprintf(path, sizeof path, "%s/align1.gguf", dir);
+    gguf_writer *w = gguf_writer_new();
+    gguf_set_u32(w, "general.alignment", 1);
+    gguf_set_str(w, "x", "abc");
+    uint16_t h[3] = { 0x3c00, 0x4000, 0x4200 };       /* 1, 2, 3 in fp16 */
+    float f[2] = { 1.0f, 2.0f };
+    uint64_t ne3[1] = { 3 }, ne2[1] = { 2 };
+    gguf_add_tensor(w, "a", DS_TYPE_F16, 1, ne3, h, sizeof h);
+    gguf_add_tensor(w, "b", DS_TYPE_F32, 1, ne2, f, sizeof f);
+    CHECK(gguf_writer_write(w, path, err, sizeof err) == 0, "write: %s", err);
+    gguf_writer_free(w);
+    gguf_ctx *g = gguf_open(path, err, sizeof err);
+    CHECK(g == NULL && strstr(err, "aligned") && !strchr(err, '\n'), "misaligned tensor data accepted: %s", g ? "(opened)" : err);
+    gguf_close(g);
+    unlink(path);
+
+    unsigned char buf[1 + 3 * 2 + 1 + sizeof(ds_block_q8_0)];
+    memcpy(buf + 1, h, sizeof h);                      /* odd address */
+    float out[32];
+    ds_row_to_f32(DS_TYPE_F16, buf + 1, 3, out);
+    CHECK(out[0] == 1.0f && out[1] == 2.0f && out[2] == 3.0f, "misaligned f16 row");
+    ds_block_q8_0 blk = { 0x3c00, { 0 } };
+    blk.qs[5] = 7;
+    memcpy(buf + 1, &blk, sizeof blk);
+    ds_row_to_f32(DS_TYPE_Q8_0, buf + 1, 32, out);
+    CHECK(out[5] == 7.0f && out[0] == 0.0f, "misaligned q8_0 row");
+    PASS("alignment");
+}
+
 int main(void) {
     char dir[256];
     tu_tmpdir(dir, sizeof dir);
@@ -206,6 +241,7 @@ int main(void) {
     test_sanitize();
     test_simd_device();
     test_long_token(dir);
+    test_alignment(dir);
     tu_rmdir(dir);
     return tu_finish("test_harden");
 }

@@ -97,7 +97,8 @@ static inline float ds_exp_fast(float x) {
  * The caller writes the body as `DS_OPS_BODY(name) { ... }`; it is plain C
  * with fixed lane arrays and no contraction, inlined into each instance, so
  * every level computes the same bits — only the register width differs
- * (test_canonical and test_matmul run under each DSPARK_SIMD value). This
+ * (tests/cli_simd.sh compares outputs and runs test_ops under each
+ * DSPARK_SIMD value; test_matmul walks every level itself). This
  * replaces GCC's target_clones, whose ifunc resolver chose by CPU alone and
  * ignored DSPARK_SIMD. */
 #include "kernels/cpu/simd.h"
