@@ -123,11 +123,15 @@ struct ds_backend {
     void *priv;
 };
 
-/* Every backend's execution context starts with this header (its own
- * struct embeds it as the first member). */
+/* Every backend's execution context starts with this header: the engine
+ * reads only ->be. A backend in another language (the CUDA C++ files)
+ * defines its own `struct ds_exec` with the same first member and sets
+ * DS_EXEC_DEFINED before including this header. */
+#ifndef DS_EXEC_DEFINED
 struct ds_exec {
     ds_backend *be;
 };
+#endif
 
 /* ---- the registry --------------------------------------------------------
  * "cpu" always; "cuda" when built with CUDA (make CUDA=1). An unknown or

@@ -175,7 +175,7 @@ static void dsc_release_weight(ds_backend *be, ds_weight *w) {
 
 #define DSC_STAGE_BYTES (64u << 20)   /* host staging for the Q8_0 split */
 
-static int dsc_prepare_weight(ds_backend *be, ds_weight *w, char *err, size_t errlen) {
+static int dsc_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, size_t errlen) {
     (void)be;
     if (dsc_w(w)) return 0;
     int ok = 0;
@@ -316,10 +316,21 @@ static void dsc_destroy(ds_backend *be) {
     free(be);
 }
 
+static void dsc_describe(ds_backend *be, char *buf, size_t n) {
+    const dsc_backend *b = (const dsc_backend *)be->priv;
+    cudaDeviceProp p;
+    size_t free_b = 0, total_b = 0;
+    if (cudaGetDeviceProperties(&p, b->device) != cudaSuccess) { snprintf(buf, n, "gpu=unknown"); return; }
+    cudaMemGetInfo(&free_b, &total_b);
+    snprintf(buf, n, "gpu=\"%s\" sm=%d.%d sms=%d mem_total_mib=%zu mem_free_mib=%zu", p.name, p.major, p.minor,
+             p.multiProcessorCount, total_b >> 20, free_b >> 20);
+}
+
 static const ds_backend_i dsc_iface = {
     /* name */ "cuda",
     /* host_memory */ 0,
     dsc_destroy,
+    dsc_describe,
     dsc_exec_new,
     dsc_exec_free,
     dsc_sync,

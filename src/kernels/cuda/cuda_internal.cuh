@@ -17,6 +17,9 @@
 #include <stdint.h>
 
 extern "C" {
+/* This backend's execution context is its own `struct ds_exec` (below),
+ * whose first member is the engine-visible `be` (backend.h). */
+#define DS_EXEC_DEFINED 1
 #include "backend.h"
 #include "backend_cuda.h"
 }
@@ -68,7 +71,7 @@ enum { DSC_SLOT_Q8_ACT = 0, DSC_SLOT_HALF_X, DSC_SLOT_COUNT };
 #define DSC_MAX_RETIRED 32
 
 struct ds_exec {
-    ds_backend    *be;
+    ds_backend    *be;            /* first: the engine-visible header        */
     cudaStream_t   st;
     cublasHandle_t blas;
     void          *blas_ws;
