@@ -382,7 +382,7 @@ static int parse_tensor_info(cursor *c, uint64_t idx, gguf_tensor *t) {
     for (uint32_t d = t->n_dims; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     if (rd_u32(c, "type", &t->type)) return -1;
     if (!ds_type_valid(t->type)) {
-        fail(c, "unsupported tensor type %" PRIu32 " (%s); dspark supports F32, F16, BF16, Q8_0",
+        fail(c, "unsupported tensor type %" PRIu32 " (%s); dspark supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K",
              t->type, ggml_type_name(t->type));
         return -1;
     }

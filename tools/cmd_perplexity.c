@@ -2,7 +2,12 @@
  * non-overlapping windows of -c tokens (no BOS). Token 0 of each window is
  * context only; tokens 1..c-1 are scored given their prefix inside the
  * window. ppl = exp(mean NLL). The same protocol as tools/train's PyTorch
- * reference, so the two numbers can be compared directly. */
+ * reference, so the two numbers can be compared directly.
+ *
+ * --llamacpp: llama-perplexity's convention instead — the same windows, but
+ * only the second half of each is scored (logit rows n_ctx/2 .. n_ctx-2,
+ * i.e. tokens n_ctx/2+1 .. n_ctx-1 given their whole window prefix), so the
+ * figure is directly comparable with `llama-perplexity -c N`. */
 #include "cli.h"
 #include "model.h"
 
@@ -14,12 +19,15 @@ int cmd_perplexity(int argc, char **argv) {
     const char *C = "perplexity";
     const char *model_path = NULL, *file = NULL;
     long n_ctx = 256, n_chunks = 0, n_threads = 2;
-    int verbose = 0;
+    int verbose = 0, llamacpp = 0;
     cli_kernel_flags kf = { 0 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) {
-            printf("usage: dspark perplexity -m MODEL.gguf -f FILE [-c 256] [--chunks N] [-t N] [--kernels canonical|fast]\n");
+            printf("usage: dspark perplexity -m MODEL.gguf -f FILE [-c 256] [--chunks N] [-t N] [--kernels canonical|fast] [--llamacpp]\n"
+                   "  Non-overlapping windows of -c tokens (no BOS). By default tokens 1..c-1 of each window are\n"
+                   "  scored. --llamacpp: llama-perplexity's convention, only the second half of each window\n"
+                   "  (tokens c/2+1..c-1, c/2-1 per window) is scored, so the figure compares with llama.cpp's.\n");
             return 0;
         }
         else if (!strcmp(a, "-m")) model_path = cli_value(C, argc, argv, &i);
@@ -28,6 +36,7 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "--chunks")) n_chunks = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 24);
         else if (!strcmp(a, "-t")) n_threads = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
         else if (!strcmp(a, "-v")) verbose = 1;
+        else if (!strcmp(a, "--llamacpp")) llamacpp = 1;
         else if (cli_kernel_flag(C, argc, argv, &i, &kf)) {}
         else cli_die(C, "unknown flag '%s' (see dspark perplexity --help)", a);
     }
@@ -75,7 +84,8 @@ int cmd_perplexity(int argc, char **argv) {
             cli_die(C, "%s", err);
         }
         double chunk_nll = 0.0;
-        for (long t = 0; t + 1 < n_ctx; t++) {
+        const long first = llamacpp ? n_ctx / 2 : 0;
+        for (long t = first; t + 1 < n_ctx; t++) {
             const float *l = logits + (size_t)t * V;
             double mx = l[0];
             for (int v = 1; v < V; v++) if (l[v] > mx) mx = l[v];
@@ -84,12 +94,12 @@ int cmd_perplexity(int argc, char **argv) {
             chunk_nll += mx + log(s) - (double)l[w[t + 1]];
         }
         nll += chunk_nll;
-        scored += n_ctx - 1;
-        if (verbose) fprintf(stderr, "chunk=%ld nll=%.6f running_ppl=%.4f\n", ch, chunk_nll / (n_ctx - 1), exp(nll / scored));
+        scored += n_ctx - 1 - first;
+        if (verbose) fprintf(stderr, "chunk=%ld nll=%.6f running_ppl=%.4f\n", ch, chunk_nll / (double)(n_ctx - 1 - first), exp(nll / scored));
     }
     double dt = cli_now() - t0;
-    printf("ppl=%.6g mean_nll=%.8f n_chunks=%ld n_ctx=%ld n_scored=%ld n_tokens_file=%zu seconds=%.2f tok_s=%.1f\n",
-           exp(nll / scored), nll / scored, n_chunks, n_ctx, scored, n_toks, dt, (double)n_chunks * n_ctx / dt);
+    printf("ppl=%.6g mean_nll=%.8f n_chunks=%ld n_ctx=%ld%s n_scored=%ld n_tokens_file=%zu seconds=%.2f tok_s=%.1f\n",
+           exp(nll / scored), nll / scored, n_chunks, n_ctx, llamacpp ? " convention=llamacpp" : "", scored, n_toks, dt, (double)n_chunks * n_ctx / dt);
     free(logits); free(toks);
     ds_ctx_free(ctx);
     ds_model_free(m);

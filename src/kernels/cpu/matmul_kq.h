@@ -1,0 +1,357 @@
+/* matmul_kq.h — the engine the seven kquant matmul families share
+ * (matmul_q4_0.c ... matmul_q6_k.c each instantiate it for their type; the
+ * "why the bits differ" paragraphs are in those files). Private to
+ * src/kernels/cpu; included once per family file.
+ *
+ * ==== One definition, written as integers plus a fixed f32 epilogue ====================
+ * For a weight row n and an activation row m, block b (32 elements for the
+ * legacy types, a 256-element super-block for the K types) contributes
+ *   I  = an EXACT integer: the block's quant dot, sub-block scales applied
+ *        (K types: sum_j sc_j * sum_{l in j} q_l * p_l) with the weight's
+ *        zero offset folded in (Q4_0: q - 8, Q5_0: q - 16, Q6_K: q - 32),
+ *   and for the types with a min, a second term (F2, G2):
+ *        Q4_1 / Q5_1   F2 = m_w (fp16 min),  G2 = e * sum_l p_l (exact: the
+ *                      sum has 12 bits, e 11)
+ *        Q4_K / Q5_K   F2 = -(float)Mn, Mn = sum_j m_j * (activation sum over
+ *                      sub-block j) (exact integer), G2 = dmin_w * e
+ * where p are the activation row's quants and e their block scale
+ * (matmul.c quantizes the row once per call: Q8_0 blocks for the legacy
+ * types, Q8_K super-blocks for the K types). The canonical (= decode)
+ * output is, with d_w the weight's block scale:
+ *     acc = +0
+ *     for b in block order:   acc = fmaf((float)I, d_w * e, acc)
+ *                             [acc = fmaf(F2, G2, acc)]          (types with a min)
+ *     y = acc   (a NaN result is stored as the one quiet NaN 0x7fc00000)
+ * Every rounding is in the epilogue, in one order fixed by K alone. The
+ * integer I is exact whatever order its products are summed in, so the
+ * SIMD levels (AVX2 maddubs/madd, AVX-512, scalar) and the tile shapes
+ * choose how to compute it and never change a bit; the epilogue is the same
+ * C code on every level (fmaf is IEEE fusedMultiplyAdd on each). NaN
+ * payloads are the one thing an x86 FMA's operand order could change
+ * between compilations (malformed blocks with NaN/inf scales), hence the
+ * single stored NaN.
+ *
+ * Fast keeps the same integers and sums the f32 updates its own way, like
+ * llama.cpp's vec_dot loops (several accumulators, the min terms apart):
+ *     accE/accO = fmaf((float)I, d_w * e, acc)   for even/odd blocks
+ *     accM      = fmaf(F2, G2, accM)
+ *     y = (accE + accO) + accM
+ * Two independent chains (three with a min) instead of one dependent
+ * chain: shorter latency per output, and different roundings.
+ *
+ * ==== Tiles ===============================================================================
+ * 8 weight rows x up to 16 activation rows: for each block the 8 rows are
+ * unpacked ONCE (quants widened to unsigned bytes, scales to int16 lanes),
+ * then every activation row of the tile is dotted with them. Rows past the
+ * end repeat the last row (ds_tile_rows) and are not stored. */
+#ifndef DSPARK_MATMUL_KQ_H
+#define DSPARK_MATMUL_KQ_H
+
+#include "kernels/cpu/matmul_internal.h"
+
+#include <math.h>
+
+#define KQ_NT 8                     /* weight rows per tile   */
+#define KQ_MT 16                    /* activation rows per pass */
+
+/* One weight row's block, unpacked. */
+typedef struct {
+    uint8_t u[DS_QK_K] __attribute__((aligned(32)));  /* unsigned quants             */
+    int16_t scv[DS_QK_K / 2] __attribute__((aligned(32))); /* K: per 32-chunk, 16 lanes:
+                                                             lanes 0..7 the scale of its
+                                                             first 16 elements, 8..15 of
+                                                             the second (maddubs pairs) */
+    int16_t sc16[16] __attribute__((aligned(32)));    /* K: scale per 16 elements     */
+    int16_t mn16[16] __attribute__((aligned(32)));    /* Q4_K/Q5_K: min per 16 elems  */
+    float   d, dm;                                    /* d_w; dmin_w (K) or m_w (_1)  */
+} kq_wblk;
+
+/* ---- type traits (constants after inlining) ---------------------------------------- */
+DS_INLINE int kq_qk(uint32_t t) { return t == DS_TYPE_Q4_K || t == DS_TYPE_Q5_K || t == DS_TYPE_Q6_K ? DS_QK_K : 32; }
+DS_INLINE int kq_is_k(uint32_t t) { return kq_qk(t) == DS_QK_K; }
+DS_INLINE int kq_off(uint32_t t) {
+    return t == DS_TYPE_Q4_0 ? 8 : t == DS_TYPE_Q5_0 ? 16 : t == DS_TYPE_Q6_K ? 32 : 0;
+}
+/* 0: no second term; 1: m_w * e * sum(p) (_1 types); 2: -Mn * dmin_w * e (Q4_K/Q5_K) */
+DS_INLINE int kq_sec(uint32_t t) {
+    return t == DS_TYPE_Q4_1 || t == DS_TYPE_Q5_1 ? 1 : t == DS_TYPE_Q4_K || t == DS_TYPE_Q5_K ? 2 : 0;
+}
+
+/* ---- unpacking ----------------------------------------------------------------------- */
+DS_INLINE void kq_nib32(const uint8_t *qs, uint8_t *u) {
+    for (int l = 0; l < 16; l++) { u[l] = qs[l] & 15; u[l + 16] = qs[l] >> 4; }
+}
+DS_INLINE void kq_hi32(const uint8_t *qh4, uint8_t *u) {
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    for (int l = 0; l < 32; l++) u[l] |= (uint8_t)(((qh >> l) & 1) << 4);
+}
+DS_INLINE void kq_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+DS_INLINE void kq_fill_scv(kq_wblk *o) {
+    for (int c = 0; c < 8; c++)
+        for (int l = 0; l < 16; l++) o->scv[16 * c + l] = o->sc16[2 * c + (l >= 8)];
+}
+
+DS_INLINE void kq_unpack(uint32_t t, const void *row, int64_t b, kq_wblk *o) {
+    switch (t) {
+    case DS_TYPE_Q4_0: {
+        const ds_block_q4_0 *x = (const ds_block_q4_0 *)row + b;
+        kq_nib32(x->qs, o->u);
+        o->d = ds_fp16_to_f32(x->d);
+        break;
+    }
+    case DS_TYPE_Q4_1: {
+        const ds_block_q4_1 *x = (const ds_block_q4_1 *)row + b;
+        kq_nib32(x->qs, o->u);
+        o->d = ds_fp16_to_f32(x->d);
+        o->dm = ds_fp16_to_f32(x->m);
+        break;
+    }
+    case DS_TYPE_Q5_0: {
+        const ds_block_q5_0 *x = (const ds_block_q5_0 *)row + b;
+        kq_nib32(x->qs, o->u);
+        kq_hi32(x->qh, o->u);
+        o->d = ds_fp16_to_f32(x->d);
+        break;
+    }
+    case DS_TYPE_Q5_1: {
+        const ds_block_q5_1 *x = (const ds_block_q5_1 *)row + b;
+        kq_nib32(x->qs, o->u);
+        kq_hi32(x->qh, o->u);
+        o->d = ds_fp16_to_f32(x->d);
+        o->dm = ds_fp16_to_f32(x->m);
+        break;
+    }
+    case DS_TYPE_Q4_K:
+    case DS_TYPE_Q5_K: {
+        const uint8_t *qs, *sc12, *qh = NULL;
+        if (t == DS_TYPE_Q4_K) {
+            const ds_block_q4_K *x = (const ds_block_q4_K *)row + b;
+            qs = x->qs; sc12 = x->scales;
+            o->d = ds_fp16_to_f32(x->d);
+            o->dm = ds_fp16_to_f32(x->dmin);
+        } else {
+            const ds_block_q5_K *x = (const ds_block_q5_K *)row + b;
+            qs = x->qs; sc12 = x->scales; qh = x->qh;
+            o->d = ds_fp16_to_f32(x->d);
+            o->dm = ds_fp16_to_f32(x->dmin);
+        }
+        for (int g = 0; g < 4; g++)
+            for (int l = 0; l < 32; l++) {
+                o->u[64 * g + l] = qs[32 * g + l] & 15;
+                o->u[64 * g + 32 + l] = qs[32 * g + l] >> 4;
+            }
+        if (qh)
+            for (int g = 0; g < 4; g++)
+                for (int l = 0; l < 32; l++) {
+                    o->u[64 * g + l] |= (uint8_t)(((qh[l] >> (2 * g)) & 1) << 4);
+                    o->u[64 * g + 32 + l] |= (uint8_t)(((qh[l] >> (2 * g + 1)) & 1) << 4);
+                }
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            kq_scale_min_k4(j, sc12, &sc, &m);
+            o->sc16[2 * j] = o->sc16[2 * j + 1] = (int16_t)sc;
+            o->mn16[2 * j] = o->mn16[2 * j + 1] = (int16_t)m;
+        }
+        kq_fill_scv(o);
+        break;
+    }
+    case DS_TYPE_Q6_K: {
+        const ds_block_q6_K *x = (const ds_block_q6_K *)row + b;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x->ql + 64 * h, *qh = x->qh + 32 * h;
+            uint8_t *u = o->u + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                u[l] = (uint8_t)((ql[l] & 15) | ((qh[l] & 3) << 4));
+                u[l + 32] = (uint8_t)((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4));
+                u[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                u[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+            }
+        }
+        for (int j = 0; j < 16; j++) o->sc16[j] = x->scales[j];
+        o->d = ds_fp16_to_f32(x->d);
+        kq_fill_scv(o);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* ---- the activation side of one (row m, block b) --------------------------------------- */
+typedef struct {
+    const int8_t  *p;       /* QK quants                                   */
+    float          e;       /* block scale                                 */
+    int32_t        psum;    /* legacy: sum of the 32 quants                */
+    const int16_t *bsums;   /* K: 16 sums of 16 quants                     */
+} kq_act;
+
+DS_INLINE kq_act kq_act_at(uint32_t t, const ds_mm_ctx *c, int m, int64_t b) {
+    kq_act a;
+    if (kq_is_k(t)) {
+        const int64_t nsb = c->W->n_in / DS_QK_K, i = (int64_t)m * nsb + b;
+        a.p = c->xk->q + i * DS_QK_K;
+        a.e = c->xk->d[i];
+        a.bsums = c->xk->bsums + i * 16;
+        a.psum = 0;
+    } else {
+        const int64_t nb = c->W->n_in / 32, i = (int64_t)m * nb + b;
+        a.p = c->xq->q[i].qs;
+        a.e = c->xq->d[i];
+        a.psum = c->xq->nsum[i] / -128;
+        a.bsums = NULL;
+    }
+    return a;
+}
+
+/* ---- integer parts, portable: I[j] (and Mn[j]) for the 8 unpacked rows ------------------ */
+DS_INLINE void kq_ints_scalar(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
+                              int32_t Mn[KQ_NT]) {
+    for (int j = 0; j < KQ_NT; j++) {
+        int32_t s = 0;
+        if (kq_is_k(t)) {
+            for (int g = 0; g < 16; g++) {
+                int32_t d = 0;
+                for (int l = 0; l < 16; l++) d += (int32_t)w[j].u[16 * g + l] * a->p[16 * g + l];
+                s += w[j].sc16[g] * (d - kq_off(t) * a->bsums[g]);
+            }
+            if (kq_sec(t) == 2) {
+                int32_t mn = 0;
+                for (int g = 0; g < 16; g++) mn += w[j].mn16[g] * a->bsums[g];
+                Mn[j] = mn;
+            }
+        } else {
+            for (int l = 0; l < 32; l++) s += (int32_t)w[j].u[l] * a->p[l];
+            s -= kq_off(t) * a->psum;
+        }
+        I[j] = s;
+    }
+}
+
+#if DS_X86
+#include <immintrin.h>
+/* 8 vectors of 8 int32 -> one vector of their 8 totals (exact integers) */
+#define KQ_HSUM8(v, out)                                                                    \
+    do {                                                                                    \
+        const __m256i e_ = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]),                 \
+                                             _mm256_hadd_epi32(v[2], v[3]));                \
+        const __m256i f_ = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]),                 \
+                                             _mm256_hadd_epi32(v[6], v[7]));                \
+        out = _mm256_add_epi32(_mm256_permute2x128_si256(e_, f_, 0x20),                     \
+                               _mm256_permute2x128_si256(e_, f_, 0x31));                    \
+    } while (0)
+
+/* AVX2 (also run by the AVX-512 level): maddubs of the unsigned weight
+ * quants (<= 63) with the signed activation quants (|p| <= 127; a pair sum
+ * is at most 16002, no int16 saturation), madd with the int16 scales (or
+ * ones), int32 lanes accumulated over the block, one hadd tree for 8 rows. */
+static inline __attribute__((target("avx2,fma,f16c"))) void kq_ints_avx2(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
+                            int32_t Mn[KQ_NT]) {
+    __m256i v[KQ_NT], tot;
+    if (kq_is_k(t)) {
+        __m256i P[8];
+        for (int c = 0; c < 8; c++) P[c] = _mm256_loadu_si256((const __m256i *)(a->p + 32 * c));
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+        for (int j = 0; j < KQ_NT; j++) {
+            __m256i acc = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) {
+                const __m256i u = _mm256_load_si256((const __m256i *)(w[j].u + 32 * c));
+                const __m256i sc = _mm256_load_si256((const __m256i *)(w[j].scv + 16 * c));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, P[c]), sc));
+            }
+            if (kq_off(t)) {
+                const __m256i corr = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)w[j].sc16), bs);
+                acc = _mm256_sub_epi32(acc, _mm256_mullo_epi32(corr, _mm256_set1_epi32(kq_off(t))));
+            }
+            v[j] = acc;
+        }
+        KQ_HSUM8(v, tot);
+        _mm256_storeu_si256((__m256i *)I, tot);
+        if (kq_sec(t) == 2) {
+            for (int j = 0; j < KQ_NT; j++)
+                v[j] = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)w[j].mn16), bs);
+            KQ_HSUM8(v, tot);
+            _mm256_storeu_si256((__m256i *)Mn, tot);
+        }
+    } else {
+        const __m256i P = _mm256_loadu_si256((const __m256i *)a->p), ones = _mm256_set1_epi16(1);
+        for (int j = 0; j < KQ_NT; j++)
+            v[j] = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)w[j].u), P), ones);
+        KQ_HSUM8(v, tot);
+        if (kq_off(t)) tot = _mm256_sub_epi32(tot, _mm256_set1_epi32(kq_off(t) * a->psum));
+        _mm256_storeu_si256((__m256i *)I, tot);
+    }
+}
+#endif
+
+/* ---- the tile walker ---------------------------------------------------------------------- */
+static const uint32_t kq_qnan_bits = 0x7fc00000u;
+
+DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
+    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / kq_qk(t);
+    const size_t wrow = (size_t)nb * ds_type_block_bytes(t);
+    kq_wblk wb[KQ_NT];
+    for (int64_t n = n0; n < n1; n += KQ_NT) {
+        const int nv = (int)(n1 - n < KQ_NT ? n1 - n : KQ_NT);
+        const void *wr[KQ_NT];
+        ds_tile_rows(c->W->data, wrow, n, nv, KQ_NT, wr);
+        for (int m0 = 0; m0 < c->M; m0 += KQ_MT) {
+            const int mb = c->M - m0 < KQ_MT ? c->M - m0 : KQ_MT;
+            float acc[KQ_MT][KQ_NT], acc2[KQ_MT][KQ_NT], acc3[KQ_MT][KQ_NT];
+            for (int i = 0; i < mb; i++)
+                for (int j = 0; j < KQ_NT; j++) acc[i][j] = acc2[i][j] = acc3[i][j] = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                for (int j = 0; j < KQ_NT; j++) kq_unpack(t, wr[j], b, &wb[j]);
+                for (int i = 0; i < mb; i++) {
+                    const kq_act a = kq_act_at(t, c, m0 + i, b);
+                    int32_t I[KQ_NT], Mn[KQ_NT];
+#if DS_X86
+                    if (lv >= DS_LVL_AVX2) kq_ints_avx2(t, wb, &a, I, Mn);
+                    else
+#endif
+                        kq_ints_scalar(t, wb, &a, I, Mn);
+                    /* the f32 epilogue: the same C on every level */
+                    float *A = fast && (b & 1) ? acc2[i] : acc[i];
+                    for (int j = 0; j < KQ_NT; j++) A[j] = fmaf((float)I[j], wb[j].d * a.e, A[j]);
+                    if (kq_sec(t)) {
+                        float *S = fast ? acc3[i] : acc[i];
+                        for (int j = 0; j < KQ_NT; j++) {
+                            const float F2 = kq_sec(t) == 1 ? wb[j].dm : -(float)Mn[j];
+                            const float G2 = kq_sec(t) == 1 ? (float)a.psum * a.e : wb[j].dm * a.e;
+                            S[j] = fmaf(F2, G2, S[j]);
+                        }
+                    }
+                }
+            }
+            for (int i = 0; i < mb; i++)
+                for (int j = 0; j < nv; j++) {
+                    float y = fast ? (acc[i][j] + acc2[i][j]) + acc3[i][j] : acc[i][j];
+                    if (y != y) y = ds_bits_f32(kq_qnan_bits);
+                    c->y[(size_t)(m0 + i) * (size_t)N + (size_t)(n + j)] = y;
+                }
+        }
+    }
+    (void)lv;
+}
+
+/* Canonical and fast range kernels of one type, per level. */
+#define KQ_FAMILY(tname, TYPE)                                                               \
+    DS_INLINE void kq_canon_##tname(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {    \
+        kq_walk(TYPE, 0, c, n0, n1, lv);                                                     \
+    }                                                                                        \
+    DS_INLINE void kq_fast_##tname(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {     \
+        kq_walk(TYPE, 1, c, n0, n1, lv);                                                     \
+    }                                                                                        \
+    DS_MM_INSTANTIATE(ds_mm_##tname##_canonical, kq_canon_##tname, )                         \
+    DS_MM_INSTANTIATE(ds_mm_##tname##_fast, kq_fast_##tname, )
+
+#endif
