@@ -95,6 +95,23 @@ static inline int ds_type_is_kq(uint32_t t) {
     return t == DS_TYPE_Q4_0 || t == DS_TYPE_Q4_1 || t == DS_TYPE_Q5_0 || t == DS_TYPE_Q5_1 ||
            t == DS_TYPE_Q4_K || t == DS_TYPE_Q5_K || t == DS_TYPE_Q6_K;
 }
+/* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+ * "q5_k", "q6_k" (case-insensitive) -> the type; -1 if unknown. */
+static inline int ds_type_from_name(const char *s) {
+    static const struct { const char *n; int t; } k[] = {
+        {"f32", DS_TYPE_F32}, {"f16", DS_TYPE_F16}, {"bf16", DS_TYPE_BF16}, {"q8_0", DS_TYPE_Q8_0},
+        {"q4_0", DS_TYPE_Q4_0}, {"q4_1", DS_TYPE_Q4_1}, {"q5_0", DS_TYPE_Q5_0}, {"q5_1", DS_TYPE_Q5_1},
+        {"q4_k", DS_TYPE_Q4_K}, {"q5_k", DS_TYPE_Q5_K}, {"q6_k", DS_TYPE_Q6_K},
+    };
+    for (size_t i = 0; s && i < sizeof k / sizeof k[0]; i++) {
+        size_t j = 0;
+        while (k[i].n[j] && s[j] && (s[j] >= 'A' && s[j] <= 'Z' ? s[j] + 32 : s[j]) == k[i].n[j]) j++;
+        if (!k[i].n[j] && !s[j]) return k[i].t;
+    }
+    return -1;
+}
+#define DS_TYPE_NAMES "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k"
+
 /* elements per block and bytes per block */
 static inline uint64_t ds_type_block_elems(uint32_t t) {
     switch (t) {
