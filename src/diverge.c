@@ -257,13 +257,14 @@ int ds_family_ab_run(const ds_model *m, ds_pool *pool, int fam, ds_variant v, in
     ds_weight synth = { 0 };
     void *synth_data = NULL;
     const ds_weight *W = NULL;
-    if (fam <= DS_FAM_MATMUL_Q8_0) {
-        static const uint32_t types[] = { DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_BF16, DS_TYPE_Q8_0 };
-        uint32_t t = types[fam];
+    const int is_mm = ds_family_weight_type(fam) >= 0;
+    if (is_mm) {
+        uint32_t t = (uint32_t)ds_family_weight_type(fam);
         W = model_weight_of_type(m, t);
         if (!W) {
             /* synthetic weight at the model's FFN shape */
-            K = d - d % 32 ? d - d % 32 : 32;
+            const int blk = (int)ds_type_block_elems(t);
+            K = d - d % blk ? d - d % blk : blk;
             N = ff;
             int ok;
             uint64_t rb = ds_row_bytes(t, (uint64_t)K, &ok);
@@ -282,8 +283,8 @@ int ds_family_ab_run(const ds_model *m, ds_pool *pool, int fam, ds_variant v, in
     }
     /* buffer sizes: the largest object any family touches, m_max rows */
     const int n_kv = 160;                     /* cache positions for attention: spans two chunks */
-    size_t row_in = (size_t)(fam <= DS_FAM_MATMUL_Q8_0 ? K : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
-    size_t row_out = (size_t)(fam <= DS_FAM_MATMUL_Q8_0 ? N : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
+    size_t row_in = (size_t)(is_mm ? K : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
+    size_t row_out = (size_t)(is_mm ? N : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
     size_t cache = (size_t)n_kv * Hkv * hd;
     float *in1 = malloc((size_t)m_max * row_in * sizeof(float));
     float *in2 = malloc(((size_t)m_max * row_in + 2 * cache) * sizeof(float));
@@ -307,6 +308,8 @@ int ds_family_ab_run(const ds_model *m, ds_pool *pool, int fam, ds_variant v, in
         /* reference: the decode kernel row by row; got: the batched variant */
         switch (fam) {
         case DS_FAM_MATMUL_F32: case DS_FAM_MATMUL_F16: case DS_FAM_MATMUL_BF16: case DS_FAM_MATMUL_Q8_0:
+        case DS_FAM_MATMUL_Q4_0: case DS_FAM_MATMUL_Q4_1: case DS_FAM_MATMUL_Q5_0: case DS_FAM_MATMUL_Q5_1:
+        case DS_FAM_MATMUL_Q4_K: case DS_FAM_MATMUL_Q5_K: case DS_FAM_MATMUL_Q6_K:
             for (int r = 0; r < M; r++) ds_matmul_decode(W, in1 + (size_t)r * K, ref + (size_t)r * N, pool);
             ds_matmul(v, W, M, in1, got, pool);
             break;

@@ -34,25 +34,28 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "(AVX512-VNNI repacked or per row / AVX2 maddubs / scalar), one f32 fma per block with "
     "d_w*d_x in block order (llama.cpp's q8_0 x q8_0)",
     "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q4_1), exact int sub-block dots, "
-    "then the f32 block updates in two interleaved chains (even/odd blocks) with the min/offset terms in a "
-    "third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
     "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q4_1), exact int sub-block dots, "
-    "then the f32 block updates in two interleaved chains (even/odd blocks) with the min/offset terms in a "
-    "third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
     "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q4_1), exact int sub-block dots, "
-    "then the f32 block updates in two interleaved chains (even/odd blocks) with the min/offset terms in a "
-    "third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
     "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q5_1), exact int sub-block dots, "
-    "then the f32 block updates in two interleaved chains (even/odd blocks) with the min/offset terms in a "
-    "third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
     "fast: activation rows quantized to Q8_K (8-bit, f32 scale per 256), exact int sub-block dots "
-    "with the 6-bit scales, f32 super-block updates in two interleaved chains with the min terms in a third; "
+    "with the 6-bit scales, f32 super-block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) "
+    "in two interleaved chains with the min terms in a third; "
     "canonical (= decode): the same integers, one fma chain per output in super-block order",
     "fast: activation rows quantized to Q8_K (8-bit, f32 scale per 256), exact int sub-block dots "
-    "with the 6-bit scales, f32 super-block updates in two interleaved chains with the min terms in a third; "
+    "with the 6-bit scales, f32 super-block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) "
+    "in two interleaved chains with the min terms in a third; "
     "canonical (= decode): the same integers, one fma chain per output in super-block order",
     "fast: activation rows quantized to Q8_K (8-bit, f32 scale per 256), exact int sub-block dots "
-    "with the int8 scales, f32 super-block updates in two interleaved chains; "
+    "with the int8 scales, f32 super-block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) "
+    "in two interleaved chains; "
     "canonical (= decode): the same integers, one fma chain per output in super-block order",
     "fast: one-pass softmax over the whole prefix with query tiles; canonical: fixed "
     "64-position split-KV chunks at absolute positions, combined left to right",

@@ -31,13 +31,15 @@
  * between compilations (malformed blocks with NaN/inf scales), hence the
  * single stored NaN.
  *
- * Fast keeps the same integers and sums the f32 updates its own way, like
- * llama.cpp's vec_dot loops (several accumulators, the min terms apart):
- *     accE/accO = fmaf((float)I, d_w * e, acc)   for even/odd blocks
- *     accM      = fmaf(F2, G2, accM)
+ * Fast keeps the same integers and rounds the f32 updates as llama.cpp's
+ * vec_dot loops do (the products rounded before they are added, several
+ * accumulators, the min terms apart):
+ *     accE/accO = acc + ((float)I * d_w) * e     for even/odd blocks
+ *     accM      = accM + F2 * G2
  *     y = (accE + accO) + accM
- * Two independent chains (three with a min) instead of one dependent
- * chain: shorter latency per output, and different roundings.
+ * Two independent chains (three with a min) instead of one dependent fma
+ * chain: shorter latency per output, and other roundings — even a row of
+ * one block differs, since its product is rounded twice.
  *
  * ==== Tiles ===============================================================================
  * 8 weight rows x up to 16 activation rows: for each block the 8 rows are
@@ -64,6 +66,8 @@ typedef struct {
     int16_t sc16[16] __attribute__((aligned(32)));    /* K: scale per 16 elements     */
     int16_t mn16[16] __attribute__((aligned(32)));    /* Q4_K/Q5_K: min per 16 elems  */
     float   d, dm;                                    /* d_w; dmin_w (K) or m_w (_1)  */
+    uint16_t dh, dmh;                                 /* the same as stored (fp16); the
+                                                         AVX2 unpacker sets only these */
 } kq_wblk;
 
 /* ---- type traits (constants after inlining) ---------------------------------------- */
@@ -249,11 +253,114 @@ DS_INLINE void kq_ints_scalar(uint32_t t, const kq_wblk *w, const kq_act *a, int
                                _mm256_permute2x128_si256(e_, f_, 0x31));                    \
     } while (0)
 
+/* AVX2 unpacking: the same bytes as kq_unpack, with vector shifts and masks
+ * (the scalar loops compile to byte inserts that stall on store forwarding;
+ * unpacking is half the work of a decode-time block dot). */
+#define KQ_TGT_AVX2 __attribute__((target("avx2,fma,f16c")))
+static inline KQ_TGT_AVX2 __m256i kq_nib_lohi(const uint8_t *qs16) {   /* 16 bytes -> 32 nibbles */
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs16), m = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+static inline KQ_TGT_AVX2 __m256i kq_bits32(const uint8_t *qh4) {       /* bit j -> 0x10 in byte j */
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(0x10));
+}
+static inline KQ_TGT_AVX2 void kq_fill_scv_avx2(kq_wblk *o) {
+    for (int c = 0; c < 8; c++)
+        _mm256_store_si256((__m256i *)(o->scv + 16 * c),
+                           _mm256_set_m128i(_mm_set1_epi16(o->sc16[2 * c + 1]), _mm_set1_epi16(o->sc16[2 * c])));
+}
+static inline KQ_TGT_AVX2 void kq_unpack_avx2(uint32_t t, const void *row, int64_t b, kq_wblk *o) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    switch (t) {
+    case DS_TYPE_Q4_0: case DS_TYPE_Q4_1: case DS_TYPE_Q5_0: case DS_TYPE_Q5_1: {
+        const uint8_t *qs, *qh = NULL;
+        uint16_t d, m = 0;
+        if (t == DS_TYPE_Q4_0) { const ds_block_q4_0 *x = (const ds_block_q4_0 *)row + b; qs = x->qs; d = x->d; }
+        else if (t == DS_TYPE_Q4_1) { const ds_block_q4_1 *x = (const ds_block_q4_1 *)row + b; qs = x->qs; d = x->d; m = x->m; }
+        else if (t == DS_TYPE_Q5_0) { const ds_block_q5_0 *x = (const ds_block_q5_0 *)row + b; qs = x->qs; qh = x->qh; d = x->d; }
+        else { const ds_block_q5_1 *x = (const ds_block_q5_1 *)row + b; qs = x->qs; qh = x->qh; d = x->d; m = x->m; }
+        __m256i u = kq_nib_lohi(qs);
+        if (qh) u = _mm256_or_si256(u, kq_bits32(qh));
+        _mm256_store_si256((__m256i *)o->u, u);
+        o->dh = d;
+        o->dmh = m;
+        break;
+    }
+    case DS_TYPE_Q4_K: case DS_TYPE_Q5_K: {
+        const uint8_t *qs, *sc12, *qh = NULL;
+        if (t == DS_TYPE_Q4_K) {
+            const ds_block_q4_K *x = (const ds_block_q4_K *)row + b;
+            qs = x->qs; sc12 = x->scales;
+            o->dh = x->d;
+            o->dmh = x->dmin;
+        } else {
+            const ds_block_q5_K *x = (const ds_block_q5_K *)row + b;
+            qs = x->qs; sc12 = x->scales; qh = x->qh;
+            o->dh = x->d;
+            o->dmh = x->dmin;
+        }
+        const __m256i H = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+        const __m256i one = _mm256_set1_epi8(1);
+        for (int g = 0; g < 4; g++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (qh) {
+                const __m256i hs = _mm256_srl_epi16(H, _mm_cvtsi32_si128(2 * g));
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hs, one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hs, 1), one), 4));
+            }
+            _mm256_store_si256((__m256i *)(o->u + 64 * g), lo);
+            _mm256_store_si256((__m256i *)(o->u + 64 * g + 32), hi);
+        }
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            kq_scale_min_k4(j, sc12, &sc, &m);
+            o->sc16[2 * j] = o->sc16[2 * j + 1] = (int16_t)sc;
+            o->mn16[2 * j] = o->mn16[2 * j + 1] = (int16_t)m;
+        }
+        kq_fill_scv_avx2(o);
+        break;
+    }
+    case DS_TYPE_Q6_K: {
+        const ds_block_q6_K *x = (const ds_block_q6_K *)row + b;
+        const __m256i m2 = _mm256_set1_epi8(3);
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+            uint8_t *u = o->u + 128 * h;
+#define KQ_H2(s) _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, s), m2), 4)
+            _mm256_store_si256((__m256i *)u, _mm256_or_si256(_mm256_and_si256(l0, m4), KQ_H2(0)));
+            _mm256_store_si256((__m256i *)(u + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), KQ_H2(2)));
+            _mm256_store_si256((__m256i *)(u + 64),
+                               _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), KQ_H2(4)));
+            _mm256_store_si256((__m256i *)(u + 96),
+                               _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), KQ_H2(6)));
+#undef KQ_H2
+        }
+        _mm256_store_si256((__m256i *)o->sc16,
+                           _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales)));
+        o->dh = x->d;
+        o->dmh = 0;
+        kq_fill_scv_avx2(o);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
 /* AVX2 (also run by the AVX-512 level): maddubs of the unsigned weight
  * quants (<= 63) with the signed activation quants (|p| <= 127; a pair sum
  * is at most 16002, no int16 saturation), madd with the int16 scales (or
  * ones), int32 lanes accumulated over the block, one hadd tree for 8 rows. */
-static inline __attribute__((target("avx2,fma,f16c"))) void kq_ints_avx2(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
+static inline KQ_TGT_AVX2 void kq_ints_avx2(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
                             int32_t Mn[KQ_NT]) {
     __m256i v[KQ_NT], tot;
     if (kq_is_k(t)) {
@@ -291,6 +398,53 @@ static inline __attribute__((target("avx2,fma,f16c"))) void kq_ints_avx2(uint32_
         _mm256_storeu_si256((__m256i *)I, tot);
     }
 }
+
+/* One block of the tile on AVX2: unpack the 8 weight rows, then for each
+ * activation row the exact integers and the f32 epilogue as 8-lane vector
+ * operations — lane j performs exactly the scalar epilogue's operations
+ * (int -> f32 conversion, products, fma / add: IEEE, one rounding each), so
+ * it is the same bits as the portable loop. The fp16 scales are widened with
+ * VCVTPH2PS (exact; NaN payloads may differ from the software converter,
+ * but every NaN output is stored as the one quiet NaN). */
+static inline KQ_TGT_AVX2 void kq_block_avx2(uint32_t t, int fast, const ds_mm_ctx *c, const void *const wr[],
+                                             int64_t b, kq_wblk wb[], int m0, int mb,
+                                             float (*acc)[KQ_NT], float (*acc2)[KQ_NT], float (*acc3)[KQ_NT]) {
+    uint16_t dh[KQ_NT], mh[KQ_NT];
+    for (int j = 0; j < KQ_NT; j++) {
+        kq_unpack_avx2(t, wr[j], b, &wb[j]);
+        dh[j] = wb[j].dh;
+        mh[j] = wb[j].dmh;
+    }
+    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+    const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mh));
+    for (int i = 0; i < mb; i++) {
+        const kq_act a = kq_act_at(t, c, m0 + i, b);
+        int32_t I[KQ_NT], Mn[KQ_NT];
+        kq_ints_avx2(t, wb, &a, I, Mn);
+        const __m256 fi = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)I));
+        const __m256 ev = _mm256_set1_ps(a.e);
+        float *A = fast && (b & 1) ? acc2[i] : acc[i];
+        __m256 av = _mm256_loadu_ps(A);
+        if (!fast) av = _mm256_fmadd_ps(fi, _mm256_mul_ps(dv, ev), av);
+        else av = _mm256_add_ps(av, _mm256_mul_ps(_mm256_mul_ps(fi, dv), ev));
+        _mm256_storeu_ps(A, av);
+        if (kq_sec(t)) {
+            float *S = fast ? acc3[i] : acc[i];
+            __m256 F2, G2;
+            if (kq_sec(t) == 1) {
+                F2 = mv;
+                G2 = _mm256_set1_ps((float)a.psum * a.e);
+            } else {
+                F2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(),
+                                                         _mm256_loadu_si256((const __m256i *)Mn)));
+                G2 = _mm256_mul_ps(mv, ev);
+            }
+            __m256 sv = _mm256_loadu_ps(S);
+            sv = fast ? _mm256_add_ps(sv, _mm256_mul_ps(F2, G2)) : _mm256_fmadd_ps(F2, G2, sv);
+            _mm256_storeu_ps(S, sv);
+        }
+    }
+}
 #endif
 
 /* ---- the tile walker ---------------------------------------------------------------------- */
@@ -310,24 +464,29 @@ DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int
             for (int i = 0; i < mb; i++)
                 for (int j = 0; j < KQ_NT; j++) acc[i][j] = acc2[i][j] = acc3[i][j] = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
+#if DS_X86
+                if (lv >= DS_LVL_AVX2) {
+                    kq_block_avx2(t, fast, c, wr, b, wb, m0, mb, acc, acc2, acc3);
+                    continue;
+                }
+#endif
                 for (int j = 0; j < KQ_NT; j++) kq_unpack(t, wr[j], b, &wb[j]);
                 for (int i = 0; i < mb; i++) {
                     const kq_act a = kq_act_at(t, c, m0 + i, b);
                     int32_t I[KQ_NT], Mn[KQ_NT];
-#if DS_X86
-                    if (lv >= DS_LVL_AVX2) kq_ints_avx2(t, wb, &a, I, Mn);
-                    else
-#endif
-                        kq_ints_scalar(t, wb, &a, I, Mn);
+                    kq_ints_scalar(t, wb, &a, I, Mn);
                     /* the f32 epilogue: the same C on every level */
                     float *A = fast && (b & 1) ? acc2[i] : acc[i];
-                    for (int j = 0; j < KQ_NT; j++) A[j] = fmaf((float)I[j], wb[j].d * a.e, A[j]);
+                    if (!fast)
+                        for (int j = 0; j < KQ_NT; j++) A[j] = fmaf((float)I[j], wb[j].d * a.e, A[j]);
+                    else            /* llama.cpp's scalar rounding: (I * d_w) * e, then add */
+                        for (int j = 0; j < KQ_NT; j++) A[j] = A[j] + ((float)I[j] * wb[j].d) * a.e;
                     if (kq_sec(t)) {
                         float *S = fast ? acc3[i] : acc[i];
                         for (int j = 0; j < KQ_NT; j++) {
                             const float F2 = kq_sec(t) == 1 ? wb[j].dm : -(float)Mn[j];
                             const float G2 = kq_sec(t) == 1 ? (float)a.psum * a.e : wb[j].dm * a.e;
-                            S[j] = fmaf(F2, G2, S[j]);
+                            S[j] = fast ? S[j] + F2 * G2 : fmaf(F2, G2, S[j]);
                         }
                     }
                 }

@@ -12,7 +12,8 @@
  *                  acc = fmaf((float)I, d * e, acc)
  *              (the integer definition of llama.cpp's q6_K x q8_K vec_dot).
  *   fast       the same quantized activations and exact integers, the f32
- *              updates in llama.cpp-style grouping: even and odd super-blocks in
+ *              updates rounded as llama.cpp's scalar vec_dot does
+ *              (((float)I * d) * e, then an add), even and odd super-blocks in
  *              two chains summed at the end.
  *
  * ==== Why canonical is the same bits everywhere =========================================
@@ -28,9 +29,10 @@
  * results are stored as one quiet NaN so malformed scales compare too).
  *
  * ==== Why fast differs =====================================================================
- * Fast rounds the same products in another order: two (or three) partial
- * sums added at the end instead of one chain, as llama.cpp's SIMD vec_dot
- * keeps several accumulators. Its results are within a few ulps of
+ * Fast rounds the same products more often and in another order: the
+ * block's product rounded twice before a plain add, and two (or three)
+ * partial sums added at the end instead of one fma chain, as llama.cpp's
+ * vec_dot code does. Its results are within a few ulps of
  * canonical's per output, but not the decode bits, so a batched verifier
  * that uses it drifts from sequential decode (test_canonical's counter-test
  * finds the difference on a make-model model of this type). */
