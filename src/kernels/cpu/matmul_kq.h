@@ -54,12 +54,13 @@
 #include <math.h>
 
 #define KQ_NT 8                     /* weight rows per tile   */
-#define KQ_MT 16                    /* activation rows per pass */
+static const uint32_t kq_qnan_bits = 0x7fc00000u;   /* the one NaN stored */
+#define KQ_MT 64                    /* activation rows per pass */
 
 /* One weight row's block, unpacked. */
 typedef struct {
-    uint8_t u[DS_QK_K] __attribute__((aligned(32)));  /* unsigned quants             */
-    int16_t scv[DS_QK_K / 2] __attribute__((aligned(32))); /* K: per 32-chunk, 16 lanes:
+    uint8_t u[DS_QK_K] __attribute__((aligned(64)));  /* unsigned quants             */
+    int16_t scv[DS_QK_K / 2] __attribute__((aligned(64))); /* K: per 32-chunk, 16 lanes:
                                                              lanes 0..7 the scale of its
                                                              first 16 elements, 8..15 of
                                                              the second (maddubs pairs) */
@@ -406,54 +407,203 @@ static inline KQ_TGT_AVX2 void kq_ints_avx2(uint32_t t, const kq_wblk *w, const 
  * it is the same bits as the portable loop. The fp16 scales are widened with
  * VCVTPH2PS (exact; NaN payloads may differ from the software converter,
  * but every NaN output is stored as the one quiet NaN). */
-static inline KQ_TGT_AVX2 void kq_block_avx2(uint32_t t, int fast, const ds_mm_ctx *c, const void *const wr[],
-                                             int64_t b, kq_wblk wb[], int m0, int mb,
-                                             float (*acc)[KQ_NT], float (*acc2)[KQ_NT], float (*acc3)[KQ_NT]) {
-    uint16_t dh[KQ_NT], mh[KQ_NT];
-    for (int j = 0; j < KQ_NT; j++) {
-        kq_unpack_avx2(t, wr[j], b, &wb[j]);
-        dh[j] = wb[j].dh;
-        mh[j] = wb[j].dmh;
+/* The block body, instantiated for AVX2 and for AVX-512 + VNNI (its integer
+ * part: INTS). */
+#define KQ_BLOCK_BODY(INTS)                                                                  \
+    uint16_t dh[KQ_NT], mh[KQ_NT];                                                           \
+    for (int j = 0; j < KQ_NT; j++) {                                                        \
+        kq_unpack_avx2(t, wr[j], b, &wb[j]);                                                 \
+        dh[j] = wb[j].dh;                                                                    \
+        mh[j] = wb[j].dmh;                                                                   \
+    }                                                                                        \
+    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));                 \
+    const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mh));                 \
+    for (int i = 0; i < mb; i++) {                                                           \
+        const kq_act a = kq_act_at(t, c, m0 + i, b);                                         \
+        int32_t I[KQ_NT], Mn[KQ_NT];                                                         \
+        INTS(t, wb, &a, I, Mn);                                                              \
+        const __m256 fi = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)I));        \
+        const __m256 ev = _mm256_set1_ps(a.e);                                               \
+        float *A = fast && (b & 1) ? acc2[i] : acc[i];                                       \
+        __m256 av = _mm256_loadu_ps(A);                                                      \
+        if (!fast) av = _mm256_fmadd_ps(fi, _mm256_mul_ps(dv, ev), av);                      \
+        else av = _mm256_add_ps(av, _mm256_mul_ps(_mm256_mul_ps(fi, dv), ev));               \
+        _mm256_storeu_ps(A, av);                                                             \
+        if (kq_sec(t)) {                                                                     \
+            float *S = fast ? acc3[i] : acc[i];                                              \
+            __m256 F2, G2;                                                                   \
+            if (kq_sec(t) == 1) {                                                            \
+                F2 = mv;                                                                     \
+                G2 = _mm256_set1_ps((float)a.psum * a.e);                                    \
+            } else {                                                                         \
+                F2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(),             \
+                                                         _mm256_loadu_si256((const __m256i *)Mn))); \
+                G2 = _mm256_mul_ps(mv, ev);                                                  \
+            }                                                                                \
+            __m256 sv = _mm256_loadu_ps(S);                                                  \
+            sv = fast ? _mm256_add_ps(sv, _mm256_mul_ps(F2, G2)) : _mm256_fmadd_ps(F2, G2, sv); \
+            _mm256_storeu_ps(S, sv);                                                         \
+        }                                                                                    \
     }
-    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
-    const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mh));
-    for (int i = 0; i < mb; i++) {
-        const kq_act a = kq_act_at(t, c, m0 + i, b);
-        int32_t I[KQ_NT], Mn[KQ_NT];
-        kq_ints_avx2(t, wb, &a, I, Mn);
-        const __m256 fi = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)I));
-        const __m256 ev = _mm256_set1_ps(a.e);
-        float *A = fast && (b & 1) ? acc2[i] : acc[i];
-        __m256 av = _mm256_loadu_ps(A);
-        if (!fast) av = _mm256_fmadd_ps(fi, _mm256_mul_ps(dv, ev), av);
-        else av = _mm256_add_ps(av, _mm256_mul_ps(_mm256_mul_ps(fi, dv), ev));
-        _mm256_storeu_ps(A, av);
-        if (kq_sec(t)) {
-            float *S = fast ? acc3[i] : acc[i];
-            __m256 F2, G2;
-            if (kq_sec(t) == 1) {
-                F2 = mv;
-                G2 = _mm256_set1_ps((float)a.psum * a.e);
-            } else {
-                F2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(),
-                                                         _mm256_loadu_si256((const __m256i *)Mn)));
-                G2 = _mm256_mul_ps(mv, ev);
+
+#define KQ_BLOCK_ARGS uint32_t t, int fast, const ds_mm_ctx *c, const void *const wr[], int64_t b, \
+                      kq_wblk wb[], int m0, int mb, float (*acc)[KQ_NT], float (*acc2)[KQ_NT],      \
+                      float (*acc3)[KQ_NT]
+static inline KQ_TGT_AVX2 void kq_block_avx2(KQ_BLOCK_ARGS) { KQ_BLOCK_BODY(kq_ints_avx2) }
+
+/* AVX-512 with VNNI: the same integers with fewer instructions — legacy
+ * blocks as one VPDPBUSD (unsigned weight quants x signed activation
+ * quants, four products per lane) per row, K super-blocks as 512-bit
+ * maddubs/madd over two 32-element chunks at a time. */
+#define KQ_TGT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+static inline KQ_TGT_VNNI void kq_ints_vnni(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
+                                            int32_t Mn[KQ_NT]) {
+    __m256i v[KQ_NT], tot;
+    if (kq_is_k(t)) {
+        __m512i P[4];
+        for (int c2 = 0; c2 < 4; c2++) P[c2] = _mm512_loadu_si512((const void *)(a->p + 64 * c2));
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+        for (int j = 0; j < KQ_NT; j++) {
+            __m512i acc = _mm512_setzero_si512();
+            for (int c2 = 0; c2 < 4; c2++) {
+                const __m512i u = _mm512_load_si512((const void *)(w[j].u + 64 * c2));
+                const __m512i sc = _mm512_load_si512((const void *)(w[j].scv + 32 * c2));
+                acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, P[c2]), sc));
             }
-            __m256 sv = _mm256_loadu_ps(S);
-            sv = fast ? _mm256_add_ps(sv, _mm256_mul_ps(F2, G2)) : _mm256_fmadd_ps(F2, G2, sv);
-            _mm256_storeu_ps(S, sv);
+            __m256i r = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+            if (kq_off(t)) {
+                const __m256i corr = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)w[j].sc16), bs);
+                r = _mm256_sub_epi32(r, _mm256_slli_epi32(corr, 5));        /* Q6_K: offset 32 */
+            }
+            v[j] = r;
+        }
+        KQ_HSUM8(v, tot);
+        _mm256_storeu_si256((__m256i *)I, tot);
+        if (kq_sec(t) == 2) {
+            for (int j = 0; j < KQ_NT; j++)
+                v[j] = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)w[j].mn16), bs);
+            KQ_HSUM8(v, tot);
+            _mm256_storeu_si256((__m256i *)Mn, tot);
+        }
+    } else {
+        const __m256i P = _mm256_loadu_si256((const __m256i *)a->p);
+        for (int j = 0; j < KQ_NT; j++)
+            v[j] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_load_si256((const __m256i *)w[j].u), P);
+        KQ_HSUM8(v, tot);
+        if (kq_off(t)) tot = _mm256_sub_epi32(tot, _mm256_set1_epi32(kq_off(t) * a->psum));
+        _mm256_storeu_si256((__m256i *)I, tot);
+    }
+}
+static inline KQ_TGT_VNNI void kq_block_vnni(KQ_BLOCK_ARGS) { KQ_BLOCK_BODY(kq_ints_vnni) }
+
+/* ---- legacy types, M >= KQ_TILE16_MIN_M: the transposed VNNI tile ----------------------
+ * 16 weight rows per tile: each row's block is unpacked to 32 unsigned
+ * bytes, then the 16 x 8 dwords are transposed (the layout of the Q8_0 tile,
+ * matmul_q8_0.c) so that vector s holds dword s of the 16 rows, one row per
+ * 32-bit lane. For an activation row, VPDPBUSD of vector s with dword s of
+ * its quants broadcast gives in lane j four products of row j; eight of them
+ * give the exact I of 16 outputs at once — no horizontal sums — and the f32
+ * epilogue runs on 16 lanes with the scalar loop's operations lane by lane:
+ * the same bits as every other path. */
+#define KQ_TILE16_MIN_M 4
+static inline KQ_TGT_VNNI void kq_tile16_vnni(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / 32;
+    const size_t wrow = (size_t)nb * ds_type_block_bytes(t);
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    kq_wblk wb[16];
+    float acc[KQ_MT][16] __attribute__((aligned(64))), acc2[KQ_MT][16] __attribute__((aligned(64)));
+    float acc3[KQ_MT][16] __attribute__((aligned(64)));
+    for (int64_t n = n0; n < n1; n += 16) {
+        const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
+        const void *wr[16];
+        ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
+        for (int m0 = 0; m0 < c->M; m0 += KQ_MT) {
+            const int mb = c->M - m0 < KQ_MT ? c->M - m0 : KQ_MT;
+            for (int i = 0; i < mb; i++) {
+                _mm512_store_ps(acc[i], _mm512_setzero_ps());
+                _mm512_store_ps(acc2[i], _mm512_setzero_ps());
+                _mm512_store_ps(acc3[i], _mm512_setzero_ps());
+            }
+            for (int64_t b = 0; b < nb; b++) {
+                uint16_t dh[16], mh[16];
+                for (int j = 0; j < 16; j++) {
+                    kq_unpack_avx2(t, wr[j], b, &wb[j]);
+                    dh[j] = wb[j].dh;
+                    mh[j] = wb[j].dmh;
+                }
+                __m512i z[8], tt[8], u[8], T[8];
+                for (int q = 0; q < 8; q++)
+                    z[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)wb[q].u)),
+                                              _mm256_load_si256((const __m256i *)wb[q + 8].u), 1);
+                for (int q = 0; q < 4; q++) {
+                    tt[2 * q] = _mm512_unpacklo_epi32(z[2 * q], z[2 * q + 1]);
+                    tt[2 * q + 1] = _mm512_unpackhi_epi32(z[2 * q], z[2 * q + 1]);
+                }
+                for (int g = 0; g < 2; g++) {
+                    u[4 * g + 0] = _mm512_unpacklo_epi64(tt[4 * g], tt[4 * g + 2]);
+                    u[4 * g + 1] = _mm512_unpackhi_epi64(tt[4 * g], tt[4 * g + 2]);
+                    u[4 * g + 2] = _mm512_unpacklo_epi64(tt[4 * g + 1], tt[4 * g + 3]);
+                    u[4 * g + 3] = _mm512_unpackhi_epi64(tt[4 * g + 1], tt[4 * g + 3]);
+                }
+                for (int q = 0; q < 4; q++) {
+                    T[q] = _mm512_permutex2var_epi64(u[q], lo, u[4 + q]);
+                    T[q + 4] = _mm512_permutex2var_epi64(u[q], hi, u[4 + q]);
+                }
+                const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
+                const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mh));
+                for (int i = 0; i < mb; i++) {
+                    const kq_act a = kq_act_at(t, c, m0 + i, b);
+                    __m512i D = _mm512_set1_epi32(-kq_off(t) * a.psum);
+                    for (int q = 0; q < 8; q++) {
+                        int32_t pd;
+                        memcpy(&pd, a.p + 4 * q, 4);
+                        D = _mm512_dpbusd_epi32(D, T[q], _mm512_set1_epi32(pd));
+                    }
+                    const __m512 fi = _mm512_cvtepi32_ps(D), ev = _mm512_set1_ps(a.e);
+                    float *A = fast && (b & 1) ? acc2[i] : acc[i];
+                    __m512 av = _mm512_load_ps(A);
+                    if (!fast) av = _mm512_fmadd_ps(fi, _mm512_mul_ps(dv, ev), av);
+                    else av = _mm512_add_ps(av, _mm512_mul_ps(_mm512_mul_ps(fi, dv), ev));
+                    _mm512_store_ps(A, av);
+                    if (kq_sec(t) == 1) {
+                        float *S = fast ? acc3[i] : acc[i];
+                        const __m512 G2 = _mm512_set1_ps((float)a.psum * a.e);
+                        __m512 sv = _mm512_load_ps(S);
+                        sv = fast ? _mm512_add_ps(sv, _mm512_mul_ps(mv, G2)) : _mm512_fmadd_ps(mv, G2, sv);
+                        _mm512_store_ps(S, sv);
+                    }
+                }
+            }
+            for (int i = 0; i < mb; i++)
+                for (int j = 0; j < nv; j++) {
+                    float y = fast ? (acc[i][j] + acc2[i][j]) + acc3[i][j] : acc[i][j];
+                    if (y != y) y = ds_bits_f32(kq_qnan_bits);
+                    c->y[(size_t)(m0 + i) * (size_t)N + (size_t)(n + j)] = y;
+                }
         }
     }
+}
+
+static inline int kq_have_vnni(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni");
 }
 #endif
 
 /* ---- the tile walker ---------------------------------------------------------------------- */
-static const uint32_t kq_qnan_bits = 0x7fc00000u;
 
 DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
     const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / kq_qk(t);
     const size_t wrow = (size_t)nb * ds_type_block_bytes(t);
     kq_wblk wb[KQ_NT];
+#if DS_X86
+    const int vnni = lv == DS_LVL_AVX512 && kq_have_vnni();
+    if (vnni && !kq_is_k(t) && c->M >= KQ_TILE16_MIN_M) {
+        kq_tile16_vnni(t, fast, c, n0, n1);
+        return;
+    }
+#endif
     for (int64_t n = n0; n < n1; n += KQ_NT) {
         const int nv = (int)(n1 - n < KQ_NT ? n1 - n : KQ_NT);
         const void *wr[KQ_NT];
@@ -465,6 +615,10 @@ DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int
                 for (int j = 0; j < KQ_NT; j++) acc[i][j] = acc2[i][j] = acc3[i][j] = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
 #if DS_X86
+                if (vnni) {
+                    kq_block_vnni(t, fast, c, wr, b, wb, m0, mb, acc, acc2, acc3);
+                    continue;
+                }
                 if (lv >= DS_LVL_AVX2) {
                     kq_block_avx2(t, fast, c, wr, b, wb, m0, mb, acc, acc2, acc3);
                     continue;
