@@ -506,6 +506,7 @@ static inline KQ_TGT_VNNI void kq_block_vnni(KQ_BLOCK_ARGS) { KQ_BLOCK_BODY(kq_i
  * epilogue runs on 16 lanes with the scalar loop's operations lane by lane:
  * the same bits as every other path. */
 #define KQ_TILE16_MIN_M 4
+#define KQ_TILE16K_MIN_M 16         /* K types: the per-super-block scale transposition pays from here */
 static inline KQ_TGT_VNNI void kq_tile16_vnni(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1) {
     const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / 32;
     const size_t wrow = (size_t)nb * ds_type_block_bytes(t);
@@ -585,6 +586,126 @@ static inline KQ_TGT_VNNI void kq_tile16_vnni(uint32_t t, int fast, const ds_mm_
     }
 }
 
+/* ---- K types, M >= KQ_TILE16_MIN_M: the same transposed tile per 32-element chunk ----------
+ * Chunk c of the super-block (sub-block c of Q4_K / Q5_K, sub-blocks 2c and
+ * 2c+1 of Q6_K) is transposed like a legacy block; its dots, exact int32
+ * per lane, are multiplied by the 16 rows' scales of the sub-block
+ * (VPMULLD) and summed into the row's S; the offset (Q6_K: 32 * sum_g sc_g
+ * * bsum_g) and the mins (Q4_K / Q5_K: sum_j m_j * bsum of sub-block j)
+ * are lane-wise integer sums too. The integers are the definition's, so
+ * the epilogue gives the same bits as every other path. */
+static inline KQ_TGT_VNNI void kq_tile16k_vnni(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK_K;
+    const size_t wrow = (size_t)nb * ds_type_block_bytes(t);
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    kq_wblk wb[16];
+    float acc[KQ_MT][16] __attribute__((aligned(64))), acc2[KQ_MT][16] __attribute__((aligned(64)));
+    float acc3[KQ_MT][16] __attribute__((aligned(64)));
+    int32_t S[KQ_MT][16] __attribute__((aligned(64)));
+    int32_t sc[16][16] __attribute__((aligned(64))), mn[16][16] __attribute__((aligned(64)));  /* [group][row] */
+    for (int64_t n = n0; n < n1; n += 16) {
+        const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
+        const void *wr[16];
+        ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
+        for (int m0 = 0; m0 < c->M; m0 += KQ_MT) {
+            const int mb = c->M - m0 < KQ_MT ? c->M - m0 : KQ_MT;
+            for (int i = 0; i < mb; i++) {
+                _mm512_store_ps(acc[i], _mm512_setzero_ps());
+                _mm512_store_ps(acc2[i], _mm512_setzero_ps());
+                _mm512_store_ps(acc3[i], _mm512_setzero_ps());
+            }
+            for (int64_t b = 0; b < nb; b++) {
+                uint16_t dh[16], mh[16];
+                for (int j = 0; j < 16; j++) {
+                    kq_unpack_avx2(t, wr[j], b, &wb[j]);
+                    dh[j] = wb[j].dh;
+                    mh[j] = wb[j].dmh;
+                    for (int g = 0; g < 16; g++) { sc[g][j] = wb[j].sc16[g]; mn[g][j] = wb[j].mn16[g]; }
+                }
+                /* per activation row: offset and mins first (S starts at -offset) */
+                for (int i = 0; i < mb; i++) {
+                    const kq_act a = kq_act_at(t, c, m0 + i, b);
+                    __m512i corr = _mm512_setzero_si512();
+                    if (kq_off(t))
+                        for (int g = 0; g < 16; g++)
+                            corr = _mm512_add_epi32(corr, _mm512_mullo_epi32(_mm512_load_si512((const void *)sc[g]),
+                                                                            _mm512_set1_epi32(a.bsums[g])));
+                    _mm512_store_si512((void *)S[i], _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                                      _mm512_slli_epi32(corr, 5)));
+                }
+                for (int ch = 0; ch < 8; ch++) {
+                    __m512i z[8], tt[8], u[8], T[8];
+                    for (int q = 0; q < 8; q++)
+                        z[q] = _mm512_inserti64x4(
+                            _mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(wb[q].u + 32 * ch))),
+                            _mm256_load_si256((const __m256i *)(wb[q + 8].u + 32 * ch)), 1);
+                    for (int q = 0; q < 4; q++) {
+                        tt[2 * q] = _mm512_unpacklo_epi32(z[2 * q], z[2 * q + 1]);
+                        tt[2 * q + 1] = _mm512_unpackhi_epi32(z[2 * q], z[2 * q + 1]);
+                    }
+                    for (int g = 0; g < 2; g++) {
+                        u[4 * g + 0] = _mm512_unpacklo_epi64(tt[4 * g], tt[4 * g + 2]);
+                        u[4 * g + 1] = _mm512_unpackhi_epi64(tt[4 * g], tt[4 * g + 2]);
+                        u[4 * g + 2] = _mm512_unpacklo_epi64(tt[4 * g + 1], tt[4 * g + 3]);
+                        u[4 * g + 3] = _mm512_unpackhi_epi64(tt[4 * g + 1], tt[4 * g + 3]);
+                    }
+                    for (int q = 0; q < 4; q++) {
+                        T[q] = _mm512_permutex2var_epi64(u[q], lo, u[4 + q]);
+                        T[q + 4] = _mm512_permutex2var_epi64(u[q], hi, u[4 + q]);
+                    }
+                    const __m512i s0 = _mm512_load_si512((const void *)sc[2 * ch]);
+                    const __m512i s1 = _mm512_load_si512((const void *)sc[2 * ch + 1]);
+                    for (int i = 0; i < mb; i++) {
+                        const int8_t *p = kq_act_at(t, c, m0 + i, b).p + 32 * ch;
+                        __m512i D0 = _mm512_setzero_si512(), D1 = _mm512_setzero_si512();
+                        for (int q = 0; q < 4; q++) {
+                            int32_t p0, p1;
+                            memcpy(&p0, p + 4 * q, 4);
+                            memcpy(&p1, p + 16 + 4 * q, 4);
+                            D0 = _mm512_dpbusd_epi32(D0, T[q], _mm512_set1_epi32(p0));
+                            D1 = _mm512_dpbusd_epi32(D1, T[q + 4], _mm512_set1_epi32(p1));
+                        }
+                        __m512i Si = _mm512_load_si512((const void *)S[i]);
+                        Si = _mm512_add_epi32(Si, _mm512_add_epi32(_mm512_mullo_epi32(D0, s0), _mm512_mullo_epi32(D1, s1)));
+                        _mm512_store_si512((void *)S[i], Si);
+                    }
+                }
+                const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
+                const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mh));
+                for (int i = 0; i < mb; i++) {
+                    const kq_act a = kq_act_at(t, c, m0 + i, b);
+                    const __m512 fi = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)S[i]));
+                    const __m512 ev = _mm512_set1_ps(a.e);
+                    float *A = fast && (b & 1) ? acc2[i] : acc[i];
+                    __m512 av = _mm512_load_ps(A);
+                    if (!fast) av = _mm512_fmadd_ps(fi, _mm512_mul_ps(dv, ev), av);
+                    else av = _mm512_add_ps(av, _mm512_mul_ps(_mm512_mul_ps(fi, dv), ev));
+                    _mm512_store_ps(A, av);
+                    if (kq_sec(t) == 2) {
+                        __m512i Mn = _mm512_setzero_si512();      /* mn16 holds m_j twice: 8 products */
+                        for (int g = 0; g < 16; g += 2)
+                            Mn = _mm512_add_epi32(Mn, _mm512_mullo_epi32(_mm512_load_si512((const void *)mn[g]),
+                                                                        _mm512_set1_epi32(a.bsums[g] + a.bsums[g + 1])));
+                        const __m512 F2 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), Mn));
+                        const __m512 G2 = _mm512_mul_ps(mv, ev);
+                        float *Sf = fast ? acc3[i] : acc[i];
+                        __m512 sv = _mm512_load_ps(Sf);
+                        sv = fast ? _mm512_add_ps(sv, _mm512_mul_ps(F2, G2)) : _mm512_fmadd_ps(F2, G2, sv);
+                        _mm512_store_ps(Sf, sv);
+                    }
+                }
+            }
+            for (int i = 0; i < mb; i++)
+                for (int j = 0; j < nv; j++) {
+                    float y = fast ? (acc[i][j] + acc2[i][j]) + acc3[i][j] : acc[i][j];
+                    if (y != y) y = ds_bits_f32(kq_qnan_bits);
+                    c->y[(size_t)(m0 + i) * (size_t)N + (size_t)(n + j)] = y;
+                }
+        }
+    }
+}
+
 static inline int kq_have_vnni(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512vnni");
@@ -601,6 +722,10 @@ DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int
     const int vnni = lv == DS_LVL_AVX512 && kq_have_vnni();
     if (vnni && !kq_is_k(t) && c->M >= KQ_TILE16_MIN_M) {
         kq_tile16_vnni(t, fast, c, n0, n1);
+        return;
+    }
+    if (vnni && kq_is_k(t) && c->M >= KQ_TILE16K_MIN_M) {
+        kq_tile16k_vnni(t, fast, c, n0, n1);
         return;
     }
 #endif
