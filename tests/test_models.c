@@ -99,7 +99,7 @@ static void test_target_logits(const ds_model *m) {
         const float *ref = (const float *)p;
         p += (size_t)nl * V * 4;
         float *lg = malloc((size_t)n * V * sizeof(float));
-        c->n_past = 0;
+        ds_kv_truncate(c, 0);
         CHECK(ds_forward_batch(c, ids, (int)n, 0, DS_LOGITS_ALL, lg, NULL, err, sizeof err) == 0, "forward: %s", err);
         for (uint32_t r = 0; r < nl; r++) {
             float refrow[8192];
@@ -147,7 +147,7 @@ static void test_drafter_block(const ds_model *m) {
 
         /* dspark's own taps vs PyTorch's features */
         float *taps = malloc((size_t)pp * df * sizeof(float));
-        c->n_past = 0;
+        ds_kv_truncate(c, 0);
         CHECK(ds_forward_batch(c, ids, (int)pp, 0, DS_LOGITS_NONE, NULL, taps, err, sizeof err) == 0, "forward: %s", err);
         for (uint32_t r = 0; r < pp; r++) {
             double rel = row_rel(taps + (size_t)r * df, feat + (size_t)r * df, (int)df, -1);
@@ -156,7 +156,7 @@ static void test_drafter_block(const ds_model *m) {
         free(taps);
 
         /* the drafter on PyTorch's features */
-        ds_dctx *x = ds_dctx_new(d, 256, c->pool, err, sizeof err);
+        ds_dctx *x = ds_dctx_new(d, 256, ds_ctx_exec(c), err, sizeof err);
         float *fe = malloc((size_t)pp * df * sizeof(float));
         memcpy(fe, feat, (size_t)pp * df * sizeof(float));
         CHECK(ds_dctx_append(x, fe, (int)pp, 0, err, sizeof err) == 0, "append: %s", err);
@@ -192,7 +192,7 @@ static void test_drafter_block(const ds_model *m) {
 /* 4 + 5: exactness on trained weights */
 static void test_exactness(const char *path) {
     char err[DS_ERRLEN];
-    ds_model *m = ds_model_load(path, err, sizeof err);
+    ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);
     CHECK(m != NULL, "%s: %s", path, err);
     if (!m) return;
     ds_ctx *c = ds_ctx_new(m, 256, 2, err, sizeof err);
@@ -203,7 +203,7 @@ static void test_exactness(const char *path) {
     float *a = malloc((size_t)8 * V * sizeof(float)), *b = malloc((size_t)8 * V * sizeof(float));
     int bad = 0;
     for (int M = 1; M <= 8; M++) {
-        c->n_past = 0;
+        ds_kv_truncate(c, 0);
         ds_forward_batch(c, prompt, 100, 0, DS_LOGITS_NONE, NULL, NULL, err, sizeof err);
         ds_forward_batch(c, block, M, 100, DS_LOGITS_ALL, a, NULL, err, sizeof err);
         ds_kv_truncate(c, 100);
@@ -236,7 +236,7 @@ static void test_exactness(const char *path) {
 
 int main(void) {
     char err[DS_ERRLEN];
-    ds_model *m = ds_model_load(TARGET_F16, err, sizeof err);
+    ds_model *m = ds_model_load_on(TARGET_F16, tu_device(), err, sizeof err);
     if (!m) { printf("FAIL %s: %s (run `make models`)\n", TARGET_F16, err); return 1; }
     test_tokenizer(m);
     test_target_logits(m);

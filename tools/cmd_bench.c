@@ -25,7 +25,7 @@ static const int k_widths[N_WIDTHS] = { 1, 2, 4, 8, 16 };
 
 int cmd_bench(int argc, char **argv) {
     const char *C = "bench";
-    const char *model_path = NULL, *json = NULL;
+    const char *model_path = NULL, *json = NULL, *device = "cpu";
     long n_threads = 2, reps = 5, prefix = 64, n_decode = 32, prefill_len = 128;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -40,11 +40,12 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--decode")) n_decode = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--prefill-len")) prefill_len = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--json")) json = cli_value(C, argc, argv, &i);
+        else if (!strcmp(a, "--device") || !strcmp(a, "-dev")) device = cli_value(C, argc, argv, &i);
         else cli_die(C, "unknown flag '%s' (see dspark bench --help)", a);
     }
     if (!model_path) cli_die(C, "no model given (-m MODEL.gguf)");
     char err[DS_ERRLEN];
-    ds_model *m = ds_model_load(model_path, err, sizeof err);
+    ds_model *m = ds_model_load_on(model_path, device, err, sizeof err);
     if (!m) cli_die(C, "%s: %s", model_path, err);
     long need = prefix + n_decode + 16;
     if (prefill_len > need) need = prefill_len;
@@ -65,11 +66,11 @@ int cmd_bench(int argc, char **argv) {
     ds_kernel_set_all(&fast, DS_FAST);
 #define CHECK(x) do { if (x) cli_die(C, "%s", err); } while (0)
     /* warm-up: touch every weight once */
-    c->ks = canon;
+    ds_ctx_set_kernels(c, &(canon));
     CHECK(ds_forward_batch(c, toks, (int)prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
     for (long r = 0; r < reps; r++) {
         /* decode: n_decode steps after the prefix */
-        c->ks = canon;
+        ds_ctx_set_kernels(c, &(canon));
         CHECK(ds_kv_truncate(c, (int)prefix));
         double t0 = cli_now();
         for (long i = 0; i < n_decode; i++) CHECK(ds_decode(c, toks[prefix + i], (int)(prefix + i), logits, NULL, err, sizeof err));
@@ -77,19 +78,19 @@ int cmd_bench(int argc, char **argv) {
         /* verify widths, canonical and fast interleaved */
         for (int w = 0; w < N_WIDTHS; w++)
             for (int v = 0; v < 2; v++) {
-                c->ks = v ? fast : canon;
+                ds_ctx_set_kernels(c, v ? &fast : &canon);
                 CHECK(ds_kv_truncate(c, (int)prefix));
                 t0 = cli_now();
                 CHECK(ds_forward_batch(c, toks + prefix, k_widths[w], (int)prefix, DS_LOGITS_ALL, logits, NULL, err, sizeof err));
                 t_ver[v][w][r] = cli_now() - t0;
             }
         /* prefill */
-        c->ks = canon;
-        c->n_past = 0;
+        ds_ctx_set_kernels(c, &(canon));
+        ds_kv_truncate(c, 0);
         t0 = cli_now();
         CHECK(ds_forward_batch(c, toks, (int)prefill_len, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
         t_pre[r] = cli_now() - t0;
-        c->n_past = 0;
+        ds_kv_truncate(c, 0);
         CHECK(ds_forward_batch(c, toks, (int)prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
     }
 #undef CHECK
