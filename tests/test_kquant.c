@@ -16,19 +16,9 @@
 #include "kernels/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "testutil.h"
 
-static int n_pass, n_fail;
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (cond) { n_pass++; } else {                                                     \
-            n_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__);     \
-            printf("\n");                                                                  \
-        }                                                                                  \
-    } while (0)
+#include <math.h>
 
 static const uint32_t kq_types[7] = {DS_TYPE_Q4_0, DS_TYPE_Q4_1, DS_TYPE_Q5_0, DS_TYPE_Q5_1,
                                      DS_TYPE_Q4_K, DS_TYPE_Q5_K, DS_TYPE_Q6_K};
@@ -461,6 +451,5 @@ int main(void) {
     CHECK(reg, "registry: kquant families");
     ds_pool_free(p1);
     ds_pool_free(p3);
-    printf("test_kquant: %d checks passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return tu_finish("test_kquant");
 }

@@ -505,13 +505,54 @@ static inline KQ_TGT_VNNI void kq_block_vnni(KQ_BLOCK_ARGS) { KQ_BLOCK_BODY(kq_i
  * give the exact I of 16 outputs at once — no horizontal sums — and the f32
  * epilogue runs on 16 lanes with the scalar loop's operations lane by lane:
  * the same bits as every other path. */
+/* 16 rows' 32-byte chunks (wb[j].u + off) -> T[s], lane j = dword s of row j
+ * (the 16 x 8 dword transpose of the Q8_0 tile, matmul_q8_0.c) */
+static inline KQ_TGT_VNNI void kq_transpose16(const kq_wblk wb[16], int off, __m512i T[8]) {
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    __m512i z[8], tt[8], u[8];
+    for (int q = 0; q < 8; q++)
+        z[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(wb[q].u + off))),
+                                  _mm256_load_si256((const __m256i *)(wb[q + 8].u + off)), 1);
+    for (int q = 0; q < 4; q++) {
+        tt[2 * q] = _mm512_unpacklo_epi32(z[2 * q], z[2 * q + 1]);
+        tt[2 * q + 1] = _mm512_unpackhi_epi32(z[2 * q], z[2 * q + 1]);
+    }
+    for (int g = 0; g < 2; g++) {
+        u[4 * g + 0] = _mm512_unpacklo_epi64(tt[4 * g], tt[4 * g + 2]);
+        u[4 * g + 1] = _mm512_unpackhi_epi64(tt[4 * g], tt[4 * g + 2]);
+        u[4 * g + 2] = _mm512_unpacklo_epi64(tt[4 * g + 1], tt[4 * g + 3]);
+        u[4 * g + 3] = _mm512_unpackhi_epi64(tt[4 * g + 1], tt[4 * g + 3]);
+    }
+    for (int q = 0; q < 4; q++) {
+        T[q] = _mm512_permutex2var_epi64(u[q], lo, u[4 + q]);
+        T[q + 4] = _mm512_permutex2var_epi64(u[q], hi, u[4 + q]);
+    }
+}
+
+/* zero the accumulators of a pass / store its outputs (NaN -> the one NaN) */
+static inline KQ_TGT_VNNI void kq_acc16_zero(float (*acc)[16], float (*acc2)[16], float (*acc3)[16], int mb) {
+    for (int i = 0; i < mb; i++) {
+        _mm512_store_ps(acc[i], _mm512_setzero_ps());
+        _mm512_store_ps(acc2[i], _mm512_setzero_ps());
+        _mm512_store_ps(acc3[i], _mm512_setzero_ps());
+    }
+}
+static inline void kq_acc16_store(const ds_mm_ctx *c, int fast, float (*acc)[16], float (*acc2)[16],
+                                  float (*acc3)[16], int m0, int mb, int64_t n, int nv) {
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nv; j++) {
+            float y = fast ? (acc[i][j] + acc2[i][j]) + acc3[i][j] : acc[i][j];
+            if (y != y) y = ds_bits_f32(kq_qnan_bits);
+            c->y[(size_t)(m0 + i) * (size_t)c->W->n_out + (size_t)(n + j)] = y;
+        }
+}
+
 #define KQ_TILE16_MIN_M 4
 #define KQ_TILE16K_MIN_M 16         /* K types: the per-super-block scale transposition pays from here */
 static inline KQ_TGT_VNNI void kq_tile16_vnni(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1) {
-    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / 32;
+    const int64_t K = c->W->n_in, nb = K / 32;
     const size_t wrow = (size_t)nb * ds_type_block_bytes(t);
-    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
-    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
     kq_wblk wb[16];
     float acc[KQ_MT][16] __attribute__((aligned(64))), acc2[KQ_MT][16] __attribute__((aligned(64)));
     float acc3[KQ_MT][16] __attribute__((aligned(64)));
@@ -521,11 +562,7 @@ static inline KQ_TGT_VNNI void kq_tile16_vnni(uint32_t t, int fast, const ds_mm_
         ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
         for (int m0 = 0; m0 < c->M; m0 += KQ_MT) {
             const int mb = c->M - m0 < KQ_MT ? c->M - m0 : KQ_MT;
-            for (int i = 0; i < mb; i++) {
-                _mm512_store_ps(acc[i], _mm512_setzero_ps());
-                _mm512_store_ps(acc2[i], _mm512_setzero_ps());
-                _mm512_store_ps(acc3[i], _mm512_setzero_ps());
-            }
+            kq_acc16_zero(acc, acc2, acc3, mb);
             for (int64_t b = 0; b < nb; b++) {
                 uint16_t dh[16], mh[16];
                 for (int j = 0; j < 16; j++) {
@@ -533,24 +570,8 @@ static inline KQ_TGT_VNNI void kq_tile16_vnni(uint32_t t, int fast, const ds_mm_
                     dh[j] = wb[j].dh;
                     mh[j] = wb[j].dmh;
                 }
-                __m512i z[8], tt[8], u[8], T[8];
-                for (int q = 0; q < 8; q++)
-                    z[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)wb[q].u)),
-                                              _mm256_load_si256((const __m256i *)wb[q + 8].u), 1);
-                for (int q = 0; q < 4; q++) {
-                    tt[2 * q] = _mm512_unpacklo_epi32(z[2 * q], z[2 * q + 1]);
-                    tt[2 * q + 1] = _mm512_unpackhi_epi32(z[2 * q], z[2 * q + 1]);
-                }
-                for (int g = 0; g < 2; g++) {
-                    u[4 * g + 0] = _mm512_unpacklo_epi64(tt[4 * g], tt[4 * g + 2]);
-                    u[4 * g + 1] = _mm512_unpackhi_epi64(tt[4 * g], tt[4 * g + 2]);
-                    u[4 * g + 2] = _mm512_unpacklo_epi64(tt[4 * g + 1], tt[4 * g + 3]);
-                    u[4 * g + 3] = _mm512_unpackhi_epi64(tt[4 * g + 1], tt[4 * g + 3]);
-                }
-                for (int q = 0; q < 4; q++) {
-                    T[q] = _mm512_permutex2var_epi64(u[q], lo, u[4 + q]);
-                    T[q + 4] = _mm512_permutex2var_epi64(u[q], hi, u[4 + q]);
-                }
+                __m512i T[8];
+                kq_transpose16(wb, 0, T);
                 const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
                 const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mh));
                 for (int i = 0; i < mb; i++) {
@@ -576,12 +597,7 @@ static inline KQ_TGT_VNNI void kq_tile16_vnni(uint32_t t, int fast, const ds_mm_
                     }
                 }
             }
-            for (int i = 0; i < mb; i++)
-                for (int j = 0; j < nv; j++) {
-                    float y = fast ? (acc[i][j] + acc2[i][j]) + acc3[i][j] : acc[i][j];
-                    if (y != y) y = ds_bits_f32(kq_qnan_bits);
-                    c->y[(size_t)(m0 + i) * (size_t)N + (size_t)(n + j)] = y;
-                }
+            kq_acc16_store(c, fast, acc, acc2, acc3, m0, mb, n, nv);
         }
     }
 }
@@ -595,10 +611,8 @@ static inline KQ_TGT_VNNI void kq_tile16_vnni(uint32_t t, int fast, const ds_mm_
  * are lane-wise integer sums too. The integers are the definition's, so
  * the epilogue gives the same bits as every other path. */
 static inline KQ_TGT_VNNI void kq_tile16k_vnni(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1) {
-    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK_K;
+    const int64_t K = c->W->n_in, nb = K / DS_QK_K;
     const size_t wrow = (size_t)nb * ds_type_block_bytes(t);
-    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
-    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
     kq_wblk wb[16];
     float acc[KQ_MT][16] __attribute__((aligned(64))), acc2[KQ_MT][16] __attribute__((aligned(64)));
     float acc3[KQ_MT][16] __attribute__((aligned(64)));
@@ -610,11 +624,7 @@ static inline KQ_TGT_VNNI void kq_tile16k_vnni(uint32_t t, int fast, const ds_mm
         ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
         for (int m0 = 0; m0 < c->M; m0 += KQ_MT) {
             const int mb = c->M - m0 < KQ_MT ? c->M - m0 : KQ_MT;
-            for (int i = 0; i < mb; i++) {
-                _mm512_store_ps(acc[i], _mm512_setzero_ps());
-                _mm512_store_ps(acc2[i], _mm512_setzero_ps());
-                _mm512_store_ps(acc3[i], _mm512_setzero_ps());
-            }
+            kq_acc16_zero(acc, acc2, acc3, mb);
             for (int64_t b = 0; b < nb; b++) {
                 uint16_t dh[16], mh[16];
                 for (int j = 0; j < 16; j++) {
@@ -635,25 +645,8 @@ static inline KQ_TGT_VNNI void kq_tile16k_vnni(uint32_t t, int fast, const ds_mm
                                                                       _mm512_slli_epi32(corr, 5)));
                 }
                 for (int ch = 0; ch < 8; ch++) {
-                    __m512i z[8], tt[8], u[8], T[8];
-                    for (int q = 0; q < 8; q++)
-                        z[q] = _mm512_inserti64x4(
-                            _mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(wb[q].u + 32 * ch))),
-                            _mm256_load_si256((const __m256i *)(wb[q + 8].u + 32 * ch)), 1);
-                    for (int q = 0; q < 4; q++) {
-                        tt[2 * q] = _mm512_unpacklo_epi32(z[2 * q], z[2 * q + 1]);
-                        tt[2 * q + 1] = _mm512_unpackhi_epi32(z[2 * q], z[2 * q + 1]);
-                    }
-                    for (int g = 0; g < 2; g++) {
-                        u[4 * g + 0] = _mm512_unpacklo_epi64(tt[4 * g], tt[4 * g + 2]);
-                        u[4 * g + 1] = _mm512_unpackhi_epi64(tt[4 * g], tt[4 * g + 2]);
-                        u[4 * g + 2] = _mm512_unpacklo_epi64(tt[4 * g + 1], tt[4 * g + 3]);
-                        u[4 * g + 3] = _mm512_unpackhi_epi64(tt[4 * g + 1], tt[4 * g + 3]);
-                    }
-                    for (int q = 0; q < 4; q++) {
-                        T[q] = _mm512_permutex2var_epi64(u[q], lo, u[4 + q]);
-                        T[q + 4] = _mm512_permutex2var_epi64(u[q], hi, u[4 + q]);
-                    }
+                    __m512i T[8];
+                    kq_transpose16(wb, 32 * ch, T);
                     const __m512i s0 = _mm512_load_si512((const void *)sc[2 * ch]);
                     const __m512i s1 = _mm512_load_si512((const void *)sc[2 * ch + 1]);
                     for (int i = 0; i < mb; i++) {
@@ -696,12 +689,7 @@ static inline KQ_TGT_VNNI void kq_tile16k_vnni(uint32_t t, int fast, const ds_mm
                     }
                 }
             }
-            for (int i = 0; i < mb; i++)
-                for (int j = 0; j < nv; j++) {
-                    float y = fast ? (acc[i][j] + acc2[i][j]) + acc3[i][j] : acc[i][j];
-                    if (y != y) y = ds_bits_f32(kq_qnan_bits);
-                    c->y[(size_t)(m0 + i) * (size_t)N + (size_t)(n + j)] = y;
-                }
+            kq_acc16_store(c, fast, acc, acc2, acc3, m0, mb, n, nv);
         }
     }
 }
