@@ -733,15 +733,6 @@ out:
 }
 
 /* ---- keys -------------------------------------------------------------------------- */
-static uint32_t file_type(uint32_t t) {        /* llama.cpp's LLAMA_FTYPE_* */
-    switch (t) {
-    case DS_TYPE_F32: return 0;
-    case DS_TYPE_F16: return 1;
-    case DS_TYPE_Q8_0: return 7;
-    case DS_TYPE_BF16: return 32;
-    default: return 1;
-    }
-}
 
 #define K(buf, pfx, s) (snprintf(buf, sizeof buf, "%s" s, pfx), buf)
 
@@ -940,7 +931,8 @@ int ds_convert(const ds_convert_opts *o, char *err, size_t errlen) {
     char P[32];
     snprintf(P, sizeof P, "%s.", arch);
     if (gguf_set_str(w, "general.architecture", arch) || gguf_set_str(w, "general.name", name) ||
-        gguf_set_u32(w, "general.file_type", file_type(o->type)) || write_hparams(w, P, &hp) ||
+        gguf_set_u32(w, "general.file_type", gguf_llama_ftype(o->type)) ||
+        gguf_set_u32(w, "general.quantization_version", GGUF_QUANTIZATION_VERSION) || write_hparams(w, P, &hp) ||
         (drafter && write_drafter_keys(w, &hp, dspark))) {
         ds_errf(err, errlen, "%s", gguf_writer_error(w));
         goto out;

@@ -383,7 +383,7 @@ static int parse_tensor_info(cursor *c, uint64_t idx, gguf_tensor *t) {
     for (uint32_t d = t->n_dims; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     if (rd_u32(c, "type", &t->type)) return -1;
     if (!ds_type_valid(t->type)) {
-        fail(c, "unsupported tensor type %" PRIu32 " (%s); dspark supports F32, F16, BF16, Q8_0",
+        fail(c, "unsupported tensor type %" PRIu32 " (%s); dspark supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K",
              t->type, ggml_type_name(t->type));
         return -1;
     }
@@ -1030,9 +1030,32 @@ int gguf_copy_kv(gguf_writer *w, const gguf_ctx *src, const char *const *skip_pr
             size_t pl = strlen(*p);
             skip = kv->key.len >= pl && memcmp(kv->key.ptr, *p, pl) == 0;
         }
-        if (!skip && gguf_set_kv(w, kv)) return -1;
+        if (skip) continue;
+        if (gguf_str_eq(kv->key, "tokenizer.ggml.pre") && kv->type == GGUF_T_STRING &&
+            gguf_str_eq(kv->str, "gpt2")) {
+            if (gguf_set_str(w, "tokenizer.ggml.pre", "gpt-2")) return -1;   /* llama.cpp's name */
+        } else if (gguf_set_kv(w, kv)) {
+            return -1;
+        }
     }
     return 0;
+}
+
+uint32_t gguf_llama_ftype(uint32_t t) {
+    switch (t) {
+    case DS_TYPE_F32: return 0;
+    case DS_TYPE_F16: return 1;
+    case DS_TYPE_Q4_0: return 2;
+    case DS_TYPE_Q4_1: return 3;
+    case DS_TYPE_Q8_0: return 7;
+    case DS_TYPE_Q5_0: return 8;
+    case DS_TYPE_Q5_1: return 9;
+    case DS_TYPE_Q4_K: return 14;
+    case DS_TYPE_Q5_K: return 16;
+    case DS_TYPE_Q6_K: return 18;
+    case DS_TYPE_BF16: return 32;
+    default: return 1;
+    }
 }
 
 int gguf_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,

@@ -67,8 +67,9 @@ static int load_weight(const gguf_ctx *g, const char *name, int64_t n_in, int64_
                        char *err, size_t errlen) {
     const gguf_tensor *t = want_tensor(g, name, n_in, n_out, err, errlen);
     if (!t) return -1;
-    if (t->type == DS_TYPE_Q8_0 && n_in % DS_QK8_0) {
-        ds_errf(err, errlen, "model: tensor '%s' is Q8_0 but its row length %lld is not a multiple of 32", name, (long long)n_in);
+    if (n_in % (int64_t)ds_type_block_elems(t->type)) {
+        ds_errf(err, errlen, "model: tensor '%s' is %s but its row length %lld is not a multiple of %d", name,
+                ds_type_name(t->type), (long long)n_in, (int)ds_type_block_elems(t->type));
         return -1;
     }
     w->type = t->type; w->n_in = n_in; w->n_out = n_out; w->data = t->data;
@@ -81,8 +82,8 @@ static int load_norm(const gguf_ctx *g, const char *name, int64_t n, float **cur
                      char *err, size_t errlen) {
     const gguf_tensor *t = want_tensor(g, name, n, 0, err, errlen);
     if (!t) return -1;
-    if (t->type == DS_TYPE_Q8_0 && n % DS_QK8_0) {
-        ds_errf(err, errlen, "model: tensor '%s' is Q8_0 with a length not a multiple of 32", name);
+    if (n % (int64_t)ds_type_block_elems(t->type)) {
+        ds_errf(err, errlen, "model: tensor '%s' is %s with a length not a multiple of its block", name, ds_type_name(t->type));
         return -1;
     }
     ds_row_to_f32(t->type, t->data, n, *cursor);

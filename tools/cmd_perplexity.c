@@ -2,7 +2,12 @@
  * non-overlapping windows of -c tokens (no BOS). Token 0 of each window is
  * context only; tokens 1..c-1 are scored given their prefix inside the
  * window. ppl = exp(mean NLL). The same protocol as tools/train's PyTorch
- * reference, so the two numbers can be compared directly. */
+ * reference, so the two numbers can be compared directly.
+ *
+ * --llamacpp: llama-perplexity's convention instead — the same windows, but
+ * only the second half of each is scored (logit rows n_ctx/2 .. n_ctx-2,
+ * i.e. tokens n_ctx/2+1 .. n_ctx-1 given their whole window prefix), so the
+ * figure is directly comparable with `llama-perplexity -c N`. */
 #include "cli.h"
 #include "model.h"
 
@@ -25,6 +30,7 @@ int cmd_perplexity(int argc, char **argv) {
     const char *C = "perplexity";
     const char *file = NULL;
     long n_chunks = 0;
+    int llamacpp = 0;
     cli_model_flags mf;
     cli_model_flags_init(&mf);
     for (int i = 1; i < argc; i++) {
@@ -33,6 +39,9 @@ int cmd_perplexity(int argc, char **argv) {
             printf("usage: dspark perplexity -m MODEL.gguf -f FILE [-c N] [--chunks N] [-t N] [--kernels canonical|fast]\n"
                    "  -f, --file FILE       the text, cut into non-overlapping windows of -c tokens\n"
                    "  --chunks N            score only the first N windows (default all)\n"
+                   "  --llamacpp            llama-perplexity's convention: score only the second half of\n"
+                   "                        each window (tokens c/2+1..c-1), so the figure compares with\n"
+                   "                        llama.cpp's; default: tokens 1..c-1 of each window\n"
                    "  (-c: an explicit value above the model's context length is an error)\n"
                    "On a terminal a progress line with the running perplexity and an ETA goes to stderr;\n"
                    "-v prints one line per window instead.\n");
@@ -42,6 +51,7 @@ int cmd_perplexity(int argc, char **argv) {
         else if (cli_model_flag(C, argc, argv, &i, &mf)) {}
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--chunks")) n_chunks = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 24);
+        else if (!strcmp(a, "--llamacpp")) llamacpp = 1;
         else cli_die(C, "unknown flag '%s' (see dspark perplexity --help)", a);
     }
     ds_kernel_set ks;
@@ -95,7 +105,8 @@ int cmd_perplexity(int argc, char **argv) {
             cli_die(C, "%s", err);
         }
         double chunk_nll = 0.0;
-        for (long t = 0; t + 1 < n_ctx; t++) {
+        const long first = llamacpp ? n_ctx / 2 : 0;
+        for (long t = first; t + 1 < n_ctx; t++) {
             const float *l = logits + (size_t)t * V;
             double mx = l[0];
             for (int v = 1; v < V; v++) if (l[v] > mx) mx = l[v];
@@ -104,13 +115,13 @@ int cmd_perplexity(int argc, char **argv) {
             chunk_nll += mx + log(s) - (double)l[w[t + 1]];
         }
         nll += chunk_nll;
-        scored += n_ctx - 1;
-        if (verbose) fprintf(stderr, "chunk=%ld nll=%.6f running_ppl=%.4f\n", ch, chunk_nll / (n_ctx - 1), exp(nll / scored));
+        scored += n_ctx - 1 - first;
+        if (verbose) fprintf(stderr, "chunk=%ld nll=%.6f running_ppl=%.4f\n", ch, chunk_nll / (double)(n_ctx - 1 - first), exp(nll / scored));
         if (tty) progress(ch + 1, n_chunks, nll, scored, cli_now() - t0);
     }
     double dt = cli_now() - t0;
-    printf("ppl=%.6g mean_nll=%.8f n_chunks=%ld n_ctx=%ld n_scored=%ld n_tokens_file=%zu seconds=%.2f tok_s=%.1f\n",
-           exp(nll / scored), nll / scored, n_chunks, n_ctx, scored, n_toks, dt, (double)n_chunks * n_ctx / dt);
+    printf("ppl=%.6g mean_nll=%.8f n_chunks=%ld n_ctx=%ld%s n_scored=%ld n_tokens_file=%zu seconds=%.2f tok_s=%.1f\n",
+           exp(nll / scored), nll / scored, n_chunks, n_ctx, llamacpp ? " convention=llamacpp" : "", scored, n_toks, dt, (double)n_chunks * n_ctx / dt);
     free(logits); free(toks);
     ds_ctx_free(ctx);
     ds_model_free(m);

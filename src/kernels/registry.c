@@ -14,6 +14,8 @@
  * ========================================================================== */
 static const char *const fam_names[DS_FAM_COUNT] = {
     "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0",
+    "matmul_q4_0", "matmul_q4_1", "matmul_q5_0", "matmul_q5_1",
+    "matmul_q4_k", "matmul_q5_k", "matmul_q6_k",
     "attention",  "rmsnorm",    "rope",        "swiglu",      "residual",
 };
 
@@ -31,6 +33,30 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "activation rows quantized to Q8_0 (ds_quantize_row_q8_0), exact int8 x int8 block dots "
     "(AVX512-VNNI repacked or per row / AVX2 maddubs / scalar), one f32 fma per block with "
     "d_w*d_x in block order (llama.cpp's q8_0 x q8_0)",
+    "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q4_1), exact int sub-block dots, "
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q4_1), exact int sub-block dots, "
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q4_1), exact int sub-block dots, "
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q5_1), exact int sub-block dots, "
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "fast: activation rows quantized to Q8_K (8-bit, f32 scale per 256), exact int sub-block dots "
+    "with the 6-bit scales, f32 super-block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) "
+    "in two interleaved chains with the min terms in a third; "
+    "canonical (= decode): the same integers, one fma chain per output in super-block order",
+    "fast: activation rows quantized to Q8_K (8-bit, f32 scale per 256), exact int sub-block dots "
+    "with the 6-bit scales, f32 super-block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) "
+    "in two interleaved chains with the min terms in a third; "
+    "canonical (= decode): the same integers, one fma chain per output in super-block order",
+    "fast: activation rows quantized to Q8_K (8-bit, f32 scale per 256), exact int sub-block dots "
+    "with the int8 scales, f32 super-block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) "
+    "in two interleaved chains; "
+    "canonical (= decode): the same integers, one fma chain per output in super-block order",
     "fast: one-pass softmax over the whole prefix with query tiles; canonical: fixed "
     "64-position split-KV chunks at absolute positions, combined left to right",
     "fast: 4-row interleaved sum of squares with 8 accumulators; canonical: 16-lane tree per row",
@@ -60,8 +86,22 @@ int ds_matmul_family(uint32_t weight_type) {
     case DS_TYPE_F16: return DS_FAM_MATMUL_F16;
     case DS_TYPE_BF16: return DS_FAM_MATMUL_BF16;
     case DS_TYPE_Q8_0: return DS_FAM_MATMUL_Q8_0;
+    case DS_TYPE_Q4_0: return DS_FAM_MATMUL_Q4_0;
+    case DS_TYPE_Q4_1: return DS_FAM_MATMUL_Q4_1;
+    case DS_TYPE_Q5_0: return DS_FAM_MATMUL_Q5_0;
+    case DS_TYPE_Q5_1: return DS_FAM_MATMUL_Q5_1;
+    case DS_TYPE_Q4_K: return DS_FAM_MATMUL_Q4_K;
+    case DS_TYPE_Q5_K: return DS_FAM_MATMUL_Q5_K;
+    case DS_TYPE_Q6_K: return DS_FAM_MATMUL_Q6_K;
     default: return -1;
     }
+}
+
+int ds_family_weight_type(int fam) {
+    static const int types[] = { DS_TYPE_F32,  DS_TYPE_F16,  DS_TYPE_BF16, DS_TYPE_Q8_0,
+                                 DS_TYPE_Q4_0, DS_TYPE_Q4_1, DS_TYPE_Q5_0, DS_TYPE_Q5_1,
+                                 DS_TYPE_Q4_K, DS_TYPE_Q5_K, DS_TYPE_Q6_K };
+    return fam >= 0 && fam < (int)(sizeof types / sizeof types[0]) ? types[fam] : -1;
 }
 
 /* ==========================================================================
@@ -257,7 +297,8 @@ void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out) {
         break;
     }
     default:
-        memset(out, 0, (size_t)n * sizeof(float));
+        if (ds_type_is_kq(type)) ds_kq_row_to_f32(type, row, n, out);
+        else memset(out, 0, (size_t)n * sizeof(float));
         break;
     }
 }
@@ -366,6 +407,7 @@ void ds_f32_to_type(uint32_t type, const float *x, int64_t n, void *out) {
         ds_quantize_row_q8_0(x, n, out);
         break;
     default:
+        if (ds_type_is_kq(type)) ds_kq_quantize(type, x, 1, n, out);
         break;
     }
 }
