@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../tools/cli.h"
+#include "dspark.h"
 
 typedef struct {
     const char *name;
@@ -24,6 +25,7 @@ static const command commands[] = {
     { "families",   cmd_families,   "per-family isolated A/B and where each lands on the identity chain" },
     { "surface",    cmd_surface,    "speculative run teacher-forced through plain decode: divergence rate" },
     { "sweep",      cmd_sweep,      "canonicalize family by family to a sufficient set, then C_min" },
+    { "serve",      cmd_serve,      "OpenAI-compatible HTTP server (completions, chat, SSE, metrics)" },
 };
 
 static void usage(FILE *f) {
@@ -37,6 +39,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dspark: error: no command given (usage: dspark COMMAND [options]; dspark --help lists commands)\n");
         return DS_EXIT_USAGE;
     }
+    if (!strcmp(argv[1], "--version")) { printf("dspark %s\n", dspark_version()); return 0; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);

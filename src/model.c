@@ -573,3 +573,18 @@ void ds_state_free(ds_state *s) {
     free(s->k); free(s->v);
     s->k = s->v = NULL;
 }
+
+/* ========================================================================
+ * Context accessors (the opaque-context seam: callers outside model.c use
+ * these instead of ds_ctx fields)
+ * ===================================================================== */
+
+void ds_ctx_set_kernels(ds_ctx *c, const ds_kernel_set *ks) { c->ks = *ks; }
+void ds_ctx_get_kernels(const ds_ctx *c, ds_kernel_set *ks) { *ks = c->ks; }
+int  ds_ctx_n_ctx(const ds_ctx *c) { return c->n_ctx; }
+int  ds_ctx_n_past(const ds_ctx *c) { return c->n_past; }
+int  ds_ctx_set_n_past(ds_ctx *c, int n_past) {
+    if (n_past < 0 || n_past > c->n_ctx) return -1;
+    c->n_past = n_past;
+    return 0;
+}

@@ -130,6 +130,13 @@ int  ds_state_save(const ds_ctx *c, ds_state *s);
 int  ds_state_restore(ds_ctx *c, const ds_state *s);
 void ds_state_free(ds_state *s);
 
+/* ---- context accessors (ds_ctx is opaque to everything but model.c) ---- */
+void ds_ctx_set_kernels(ds_ctx *c, const ds_kernel_set *ks);   /* batched-path kernels */
+void ds_ctx_get_kernels(const ds_ctx *c, ds_kernel_set *ks);
+int  ds_ctx_n_ctx(const ds_ctx *c);                            /* KV capacity          */
+int  ds_ctx_n_past(const ds_ctx *c);                           /* valid KV rows        */
+int  ds_ctx_set_n_past(ds_ctx *c, int n_past);                 /* 0, or -1 out of range */
+
 /* Bytes of one KV row (one position, all layers, K and V) — for reports. */
 size_t ds_kv_row_bytes(const ds_model *m);
 
