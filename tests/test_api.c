@@ -301,7 +301,16 @@ static void test_param_errors(const dspark_model *m, dspark_ctx *c) {
     gp.draft_p_min = 0.5f;
     gp.max_tokens = 20;
     dspark_stats st;
-    CHECK(dspark_generate(c, p, n, &gp, NULL, &st, &e) == DSPARK_OK && st.speculative, "pmin: %s", e.message);
+    int32_t a[20], b[20];
+    CHECK(dspark_generate(c, p, n, &gp, a, &st, &e) == DSPARK_OK && st.speculative, "pmin: %s", e.message);
+    /* TABLE: verify costs measured on this context at first use */
+    gp.sched = DSPARK_SCHED_TABLE;
+    gp.draft_p_min = 0.0f;
+    CHECK(dspark_generate(c, p, n, &gp, b, &st, &e) == DSPARK_OK && st.speculative, "table: %s", e.message);
+    int ng = st.n_generated;
+    gp.speculative = 0;
+    CHECK(dspark_generate(c, p, n, &gp, a, &st, &e) == DSPARK_OK && st.n_generated == ng && !memcmp(a, b, (size_t)ng * sizeof *a),
+          "table scheduler output != plain");
     PASS("api_param_errors");
 }
 
