@@ -62,7 +62,8 @@ typedef struct dspark_ctx dspark_ctx;
 typedef struct {
     const char *model_path;      /* target GGUF (Qwen3 / Llama), required      */
     const char *drafter_path;    /* DSpark drafter GGUF, or NULL               */
-    const char *device;          /* NULL or "cpu" (the only device built in)   */
+    const char *device;          /* NULL / "cpu" (default), or another device
+                                    this build has ("cuda" in CUDA builds)     */
 } dspark_model_params;
 
 void dspark_model_params_default(dspark_model_params *p);

@@ -10,6 +10,7 @@
  * is used by one thread at a time; its cancel flag is atomic. */
 #include "dspark.h"
 
+#include "backend.h"
 #include "drafter.h"
 #include "generate.h"
 #include "model.h"
@@ -94,14 +95,16 @@ dspark_model *dspark_model_load(const dspark_model_params *p, dspark_error *err)
         set_err(err, DSPARK_ERR_INVALID, "no model path given");
         return NULL;
     }
-    if (p->device && *p->device && strcmp(p->device, "cpu")) {
-        set_err(err, DSPARK_ERR_UNSUPPORTED, "device '%s' is not available (this build has: cpu)", p->device);
-        return NULL;
-    }
     char e[DS_ERRLEN];
+    const char *device = p->device && *p->device ? p->device : "cpu";
+    {   /* a device this build lacks is UNSUPPORTED, not a load failure */
+        ds_backend *be = ds_backend_new(device, e, sizeof e);
+        if (!be) { set_err(err, DSPARK_ERR_UNSUPPORTED, "%s", e); return NULL; }
+        ds_backend_free(be);
+    }
     dspark_model *dm = calloc(1, sizeof *dm);
     if (!dm) { set_err(err, DSPARK_ERR_NOMEM, "out of memory"); return NULL; }
-    dm->m = ds_model_load(p->model_path, e, sizeof e);
+    dm->m = ds_model_load_on(p->model_path, device, e, sizeof e);
     if (!dm->m) {
         set_err(err, DSPARK_ERR_LOAD, "%s: %s", p->model_path, e);
         free(dm);

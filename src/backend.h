@@ -1,0 +1,183 @@
+/* backend.h — the seam between the engine and the devices that run it.
+ *
+ * The engine (model.c, drafter_forward.c, layer.c, spec.c, diverge.c) never
+ * touches activation, KV or weight memory directly: it holds pointers that
+ * belong to a backend and asks the backend to run operator families on them.
+ * A backend is one function table (ds_backend_i) plus its private state, in
+ * the spirit of ggml's ggml_backend_i but much smaller: dspark runs one
+ * dense transformer shape, so the table is a list of operator families, not
+ * a graph compiler.
+ *
+ *   who owns what                      host (engine)        backend (device)
+ *   ---------------------------------  -------------------  -----------------
+ *   weights (mmap of the GGUF)         ds_weight.data       ds_weight.extra
+ *   norm vectors (f32)                 model arena          ds_model.f32_dev
+ *   KV cache                           positions (n_past)   ds_kv rows
+ *   activations, logits, taps          -                    ds_exec scratch
+ *   token ids, positions               per call             uploaded per call
+ *   kernel choice (ds_kernel_set)      per context          per call argument
+ *
+ * Pointers handed to the ops are device pointers: on the CPU they are plain
+ * host pointers (host_memory = 1), on CUDA they are cudaMalloc'd. Weights are
+ * prepared once at load (prepare_weight: the CPU repacks Q8_0 for the VNNI
+ * tile; CUDA uploads), never per call.
+ *
+ * Every op is asynchronous with respect to the host on a device backend:
+ * results are visible to the host only after download() (which
+ * synchronises). The CPU runs everything inline.
+ *
+ * The exactness contract is per backend and per family: the canonical
+ * variant's per-row arithmetic is the decode variant's (decode is canonical
+ * at M = 1); the fast variant may differ. See kernels/kernels.h for the
+ * families and the argument conventions (identical here).
+ *
+ * How to add a backend: docs/ARCHITECTURE.md, "Adding a backend". */
+#ifndef DSPARK_BACKEND_H
+#define DSPARK_BACKEND_H
+
+#include "common.h"
+#include "kernels/kernels.h"
+
+typedef struct ds_backend ds_backend;   /* one device: table + private state   */
+typedef struct ds_exec    ds_exec;      /* an execution context on it          */
+
+enum { DS_USE_MATMUL = 1, DS_USE_LOOKUP = 2 };   /* prepare_weight's `use` */
+
+/* ---- the function table ------------------------------------------------ */
+typedef struct ds_backend_i {
+    const char *name;                    /* "cpu", "cuda": the --device name    */
+    int host_memory;                     /* 1: buffers are host memory          */
+
+    void (*destroy)(ds_backend *be);
+
+    /* execution contexts: CPU = thread pool + scratch; CUDA = stream +
+     * scratch. n_threads is the CPU's -t (a device backend may ignore it). */
+    ds_exec *(*exec_new)(ds_backend *be, int n_threads, char *err, size_t errlen);
+    void     (*exec_free)(ds_exec *ex);
+    /* Wait for everything queued on ex. 0, or -1 with err (a device fault). */
+    int      (*sync)(ds_exec *ex, char *err, size_t errlen);
+
+    /* buffers: device memory, 64-byte aligned; NULL when out of memory */
+    void *(*alloc)(ds_backend *be, size_t bytes);
+    void  (*release)(ds_backend *be, void *p);
+    void  (*upload)(ds_exec *ex, void *dst, const void *src, size_t bytes);   /* host -> dev */
+    void  (*download)(ds_exec *ex, void *dst, const void *src, size_t bytes); /* dev -> host, syncs */
+    void  (*copy)(ds_exec *ex, void *dst, const void *src, size_t bytes);     /* dev -> dev */
+
+    /* weights: a backend-private layout made once at load (w->extra), and
+     * its release. `use` (DS_USE_* bits) says how the engine reads it: the
+     * CPU repacks only matmul weights, a device uploads both. Returns 0, or
+     * -1 with err. */
+    int   (*prepare_weight)(ds_backend *be, ds_weight *w, int use, char *err, size_t errlen);
+    void  (*release_weight)(ds_backend *be, ds_weight *w);
+
+    /* ---- operator families (kernels.h has the argument conventions) --- */
+    void (*matmul)(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y);
+    /* Rows m = 0..M-1 at positions pos[m] (device ints, consecutive); the KV
+     * rows of this call are already written. causal=1: row m sees [0, pos[m]];
+     * causal=0: every row sees [0, pos[0] + M). */
+    void (*attention)(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
+                      int pos0, int causal, const float *q, const float *kc, const float *vc,
+                      float *out);
+    void (*rmsnorm)(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,
+                    float eps, float *y);
+    void (*rope)(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
+                 float freq_base, ds_rope_mode mode, float *x);
+    void (*swiglu)(ds_exec *ex, ds_variant v, int rows, int n, const float *gate, const float *up,
+                   float *out);
+    void (*residual)(ds_exec *ex, ds_variant vres, ds_variant vnorm, int rows, int n, float *x,
+                     const float *y, const float *w, float eps, float *xnorm);
+
+    /* Write M rows of K and V (row floats each) at positions pos[0..M) of
+     * one layer's cache (kc, vc: the layer's position-0 rows). Positions
+     * come from the device so that a recorded graph replays at any
+     * position. */
+    void (*kv_write)(ds_exec *ex, float *kc, float *vc, int row, int M, const int *pos,
+                     const float *k, const float *v);
+
+    /* ---- lookups and small ops ---------------------------------------- */
+    /* out[m] = row ids[m] of E converted to f32 (ids: device int32). */
+    void (*embed)(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out);
+    /* out[r] = argmax of row r (n floats), ties to the lowest index, NaN
+     * never wins (out: device int32). */
+    void (*argmax)(ds_exec *ex, int rows, int64_t n, const float *x, int32_t *out);
+    /* The drafter's feature sanitisation (spec §1.2), in place: NaN -> 0,
+     * |x| > lim -> +-lim. */
+    void (*sanitize)(ds_exec *ex, int64_t n, float *x, float lim);
+
+    /* ---- optional: recorded launch sequences (CUDA graphs) -------------
+     * NULL on backends that run ops directly. graph_begin(ex, key): 1 when
+     * a sequence recorded under `key` was launched instead (the caller then
+     * issues nothing and calls graph_end), 0 when the caller should issue
+     * its ops (they are recorded, then launched by graph_end). Every op
+     * argument inside must be identical between replays: positions and ids
+     * travel through device buffers, never as host values. -1 on error. */
+    int (*graph_begin)(ds_exec *ex, uint64_t key, char *err, size_t errlen);
+    int (*graph_end)(ds_exec *ex, char *err, size_t errlen);
+} ds_backend_i;
+
+struct ds_backend {
+    const ds_backend_i *i;
+    void *priv;
+};
+
+/* Every backend's execution context starts with this header (its own
+ * struct embeds it as the first member). */
+struct ds_exec {
+    ds_backend *be;
+};
+
+/* ---- the registry --------------------------------------------------------
+ * "cpu" always; "cuda" when built with CUDA (make CUDA=1). An unknown or
+ * unavailable name, no GPU, or a driver mismatch -> NULL with one line. */
+ds_backend *ds_backend_new(const char *name, char *err, size_t errlen);
+void        ds_backend_free(ds_backend *be);
+/* The device names this build has, comma-separated ("cpu" or "cpu,cuda"). */
+const char *ds_backend_names(void);
+
+/* The CPU backend's pieces that CPU-only code (tests, family A/B) uses. */
+ds_backend *ds_backend_cpu_new(char *err, size_t errlen);
+ds_pool    *ds_exec_cpu_pool(ds_exec *ex);       /* NULL for other backends */
+#ifdef DS_HAVE_CUDA
+ds_backend *ds_backend_cuda_new(char *err, size_t errlen);
+#endif
+
+/* ---- constants on the device ---------------------------------------------
+ * A device copy of host data that never changes (norm vectors, the RoPE
+ * table): on host-memory backends the host pointer itself, else a new
+ * buffer. Release with ds_backend_const_free. NULL when out of memory. */
+void *ds_backend_const(ds_backend *be, ds_exec *ex, const void *host, size_t bytes);
+void  ds_backend_const_free(ds_backend *be, void *dev, const void *host);
+
+/* ---- the KV cache: a backend-owned object ---------------------------------
+ * n_layer layers of `cap` positions, row = floats per position (n_kv_head *
+ * head_dim), K and V. Positions are the engine's: the cache only stores
+ * rows; the context keeps n_past. */
+typedef struct ds_kv {
+    ds_backend *be;
+    int    n_layer, cap, row;
+    float *k, *v;                  /* device: [n_layer][cap][row]            */
+} ds_kv;
+
+ds_kv *ds_kv_new(ds_backend *be, int n_layer, int cap, int row, char *err, size_t errlen);
+void   ds_kv_free(ds_kv *kv);
+/* Device pointers of layer l's K / V rows (position 0). */
+static inline float *ds_kv_k(const ds_kv *kv, int l) { return kv->k + (size_t)l * kv->cap * kv->row; }
+static inline float *ds_kv_v(const ds_kv *kv, int l) { return kv->v + (size_t)l * kv->cap * kv->row; }
+/* Host copies of rows [pos0, pos0 + n) of every layer: k, v each
+ * [n_layer][n][row]. (Diagnostics; synchronises.) */
+void   ds_kv_read(ds_exec *ex, const ds_kv *kv, int pos0, int n, float *k, float *v);
+
+/* A snapshot of rows [0, n) of every layer, kept on the device (diverge's
+ * S0, restored by device-to-device copies). */
+typedef struct ds_kv_snap {
+    ds_backend *be;
+    int    n;
+    size_t floats;                 /* per cache: n_layer * n * row           */
+    float *k, *v;                  /* device                                 */
+} ds_kv_snap;
+int  ds_kv_snapshot(ds_exec *ex, const ds_kv *kv, int n, ds_kv_snap *s);
+int  ds_kv_restore(ds_exec *ex, ds_kv *kv, const ds_kv_snap *s);
+void ds_kv_snap_free(ds_kv_snap *s);
+
+#endif
