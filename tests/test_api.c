@@ -114,12 +114,17 @@ static int gen(dspark_ctx *c, const int32_t *p, int n, const dspark_gen_params *
     return rc == DSPARK_OK ? st->n_generated : -1;
 }
 
+/* Under the sanitizers (DSPARK_SAN set by tests/run.sh) the sweeps are
+ * shortened: that pass looks for memory and threading errors, not coverage. */
+static int san(void) { return getenv("DSPARK_SAN") != NULL; }
+
 static void test_spec_equals_plain(const dspark_model *m, dspark_ctx *c) {
     static const char *prompts[] = { "The river", "It is a truth universally acknowledged, that", "Once upon a time" };
     int32_t p[64], a[NGEN], b[NGEN];
     int cases = 0;
+    const size_t n_prompts = san() ? 1 : sizeof prompts / sizeof prompts[0];
     for (int cfg = 0; cfg < 3; cfg++)
-        for (size_t k = 0; k < sizeof prompts / sizeof prompts[0]; k++) {
+        for (size_t k = 0; k < n_prompts; k++) {
             int n = tokenize(m, prompts[k], p, 64);
             dspark_gen_params gp;
             dspark_gen_params_default(&gp);
@@ -243,7 +248,7 @@ static void test_two_contexts(const dspark_model *m) {
     run_thread(&alone[0]);
     run_thread(&alone[1]);
     int same = 1;
-    for (int rep = 0; rep < 3; rep++) {
+    for (int rep = 0; rep < (san() ? 1 : 3); rep++) {
         both[0] = alone[0];
         both[1] = alone[1];
         pthread_t t0, t1;
