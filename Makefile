@@ -80,6 +80,7 @@ $(BUILD)/src/api.o $(BUILD)/pic/src/api.o: CFLAGS += -DDSPARK_VERSION_STRING=\"$
 $(BUILD)/pic/src/diag/%.o: CFLAGS += -fno-finite-math-only -fsignaling-nans
 $(BUILD)/tools/cmd_serve.o: CFLAGS += $(MHD_CFLAGS)
 $(BUILD)/dspark: LDLIBS += $(MHD_LIBS)
+$(BUILD)/tests/test_serve_req: tools/serve_req.c tools/serve.h   # compiles the server's OpenAI layer in
 
 $(BUILD)/pic/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)

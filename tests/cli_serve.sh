@@ -51,12 +51,26 @@ start() {
     eval "PORT_$name=$PORT"
 }
 
+# ---- user errors: one line, exit 2 --------------------------------------------
+. tests/lib_cli.sh   # expect_err
+expect_err "serve without -m"          "no model"       $D serve
+expect_err "serve bad --chat-template" "chat-template"  $D serve -m "$TGT" --chat-template jinja
+expect_err "serve --port out of range" "out of range"   $D serve -m "$TGT" --port 70000
+expect_err "serve --parallel 0"        "out of range"   $D serve -m "$TGT" --parallel 0
+expect_err "serve unknown option"      "unknown option" $D serve -m "$TGT" --threads 4
+expect_err "serve missing model"       "cannot open\|no such" $D serve -m "$T/nope.gguf"
+expect_err "serve bad --host"          "--host"         $D serve -m "$TGT" --host 999.1.2.3.4
+expect_err "serve empty --api-key"     "api-key"        $D serve -m "$TGT" --api-key ""
+expect_err "serve unknown device"      "device"         $D serve -m "$TGT" --device tpu
+
 KEY=secret-key
 start A -m "$TGT" -md "$DR" --parallel 2 -t 1 --api-key "$KEY" --chat-template plain --max-body 65536 --max-tokens 64
 PA=$PORT_A
 URL=http://127.0.0.1:$PA
 AUTH="Authorization: Bearer $KEY"
 cj() { curl -s -H "$AUTH" -H "Content-Type: application/json" "$@"; }
+
+expect_err "serve on a port in use" "cannot listen" $D serve -m "$TGT" --port "$PA"
 
 # ---- basics -----------------------------------------------------------------
 [ "$(curl -s "$URL/health")" = '{"status":"ok"}' ] && ok health || bad health

@@ -22,6 +22,7 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -546,9 +547,17 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
  * The command
  * ===================================================================== */
 
+/* MHD's own messages (socket errors, bad HTTP) go to stderr only with -v:
+ * without it a failure is reported once, by this command, in one line. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    if (!*(const int *)cls) return;
+    fputs("mhd: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
 static void usage(void) {
     printf("usage: dspark serve -m MODEL.gguf [-md DRAFTER.gguf] [options]\n"
-           "  --host ADDR         address to bind (default 127.0.0.1)\n"
+           "  --host ADDR         IPv4 / IPv6 address to bind (default 127.0.0.1; 0.0.0.0 = all)\n"
            "  --port N            TCP port (default 8080; 0 = any free port, printed at start)\n"
            "  --api-key KEY       require 'Authorization: Bearer KEY' (all but /health)\n"
            "  --parallel N        worker contexts = requests generated at once (default 1)\n"
@@ -602,10 +611,11 @@ int cmd_serve(int argc, char **argv) {
     struct addrinfo hints = { 0 }, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;        /* an address, never a DNS lookup */
+    if (!strcmp(host, "localhost")) host = "127.0.0.1";
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%ld", port);
-    if (getaddrinfo(host, portstr, &hints, &ai) || !ai) cli_die(C, "--host '%s' is not an address this machine can bind", host);
+    if (getaddrinfo(host, portstr, &hints, &ai) || !ai) cli_die(C, "--host '%s' is not an IPv4 or IPv6 address", host);
 
     server *s = calloc(1, sizeof *s);
     if (!s) { freeaddrinfo(ai); cli_die(C, "out of memory"); }
@@ -683,6 +693,7 @@ int cmd_serve(int argc, char **argv) {
                            MHD_OPTION_NOTIFY_COMPLETED, completed, s,
                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn,
                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                           MHD_OPTION_EXTERNAL_LOGGER, mhd_log, &s->verbose,
                            MHD_OPTION_END)
         : NULL;
     int rc = 0;
