@@ -26,6 +26,7 @@ static const command commands[] = {
     { "surface",    cmd_surface,    "speculative run teacher-forced through plain decode: divergence rate" },
     { "sweep",      cmd_sweep,      "canonicalize family by family to a sufficient set, then C_min" },
     { "serve",      cmd_serve,      "OpenAI-compatible HTTP server (completions, chat, SSE, metrics)" },
+    { "devices",    cmd_devices,    "the devices this build has and whether each can start here" },
 };
 
 static void usage(FILE *f) {

@@ -47,5 +47,6 @@ int cmd_sweep(int argc, char **argv);
 int cmd_surface(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
 
 #endif
