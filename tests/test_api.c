@@ -326,6 +326,7 @@ int main(void) {
     dspark_model_params_default(&mp);
     mp.model_path = target_path();
     mp.drafter_path = DRAFTER;
+    mp.device = getenv("DSPARK_DEVICE");          /* as tests/cli_golden.sh: run the suite on another device */
     dspark_model *m = dspark_model_load(&mp, &e);
     CHECK(m != NULL, "load the shipped pair: %s", e.message);
     if (!m) return tu_finish("test_api");
