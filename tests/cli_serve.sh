@@ -9,7 +9,8 @@
 #   a bounded load test (8 clients x 25 requests): nothing lost, every answer
 #     identical to its single-client answer;
 #   a client that disconnects mid-stream frees the only slot;
-#   chat without a known template -> 400; SIGTERM stops the server.
+#   chat without a known template -> 400; a full queue -> 503; SIGTERM stops
+#   the server.
 # Servers listen on port 0 (the kernel picks a free port; the server prints
 # it), and the trap stops every server this script started.
 set -u
@@ -146,6 +147,10 @@ start C -m "$TGT" -md "$DR" --parallel 1 -t 1
 $PY disconnect "$PORT_C" || fail=1
 code=$(curl -s -o "$T/nochat.json" -w '%{http_code}' "http://127.0.0.1:$PORT_C/v1/chat/completions" -d "$CHAT")
 [ "$code" = 400 ] && grep -q 'chat_template_unsupported' "$T/nochat.json" && ok chat_without_template_400 || bad "chat_without_template_400 ($code)"
+
+# ---- a full queue: 503 ------------------------------------------------------------
+start Q -m "$TGT" --parallel 1 -t 1 --queue 1
+$PY queuefull "$PORT_Q" || fail=1
 
 # ---- SIGTERM stops the server ------------------------------------------------------------
 kill -TERM "$PID_C"

@@ -7,6 +7,7 @@
   load PORT KEY CLIENTS N   CLIENTS threads x N requests; every answer must equal
                             its single-client answer; prints throughput
   disconnect PORT           a client that leaves mid-stream frees its slot
+  queuefull PORT            a full queue answers 503
 """
 import http.client
 import json
@@ -220,6 +221,33 @@ def cmd_disconnect(port):
     sys.exit(0 if ok else 1)
 
 
+def cmd_queuefull(port):
+    """One worker, a queue of one: of 4 simultaneous long requests, at
+    least one gets 503 with an error object, and the others complete."""
+    port = int(port)
+    body = {"prompt": "The river", "max_tokens": 200, "ignore_eos": True, "temperature": 0}
+    out = []
+    lock = threading.Lock()
+
+    def one():
+        st, raw = post(port, "/v1/completions", body)
+        with lock:
+            out.append((st, raw))
+
+    th = [threading.Thread(target=one) for _ in range(4)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    codes = sorted(st for st, _ in out)
+    busy = [raw for st, raw in out if st == 503]
+    ok = codes.count(503) >= 1 and codes.count(200) >= 2 and set(codes) <= {200, 503} and \
+        all(json.loads(r)["error"]["code"] == "queue_full" for r in busy)
+    print("%s queue_full_503 statuses=%s" % ("PASS" if ok else "FAIL", codes))
+    sys.exit(0 if ok else 1)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"text": cmd_text, "sse": cmd_sse, "bad": cmd_bad, "load": cmd_load, "disconnect": cmd_disconnect}[cmd](*args)
+    {"text": cmd_text, "sse": cmd_sse, "bad": cmd_bad, "load": cmd_load, "disconnect": cmd_disconnect,
+     "queuefull": cmd_queuefull}[cmd](*args)

@@ -427,12 +427,16 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, conn
     atomic_init(&j->cancelled, 0);
     snprintf(j->id, sizeof j->id, "%s-%ld", chat ? "chatcmpl" : "cmpl", atomic_fetch_add(&s->next_id, 1));
     j->meta = (api_meta){ j->id, (long long)time(NULL), s->L.model_id, s->kernels };
+    /* references: the handler's, the streamed response's (taken now, while
+     * no other thread can see the job), and the queue's (taken by enqueue) */
+    const int stream = j->req.stream;
+    if (stream) j->refs++;
     if (enqueue(s, j)) {
+        if (stream) job_unref(j);
         job_unref(j);
         return send_err(s, c, 503, "server_error", "queue_full", "the server is busy (request queue full); retry later");
     }
-    if (j->req.stream) {
-        j->refs++;                               /* the response's reference */
+    if (stream) {
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, j, stream_free);
         job_unref(j);                            /* the handler's reference  */
         if (!r) { stream_free(j); return MHD_NO; }
