@@ -223,7 +223,8 @@ def cmd_disconnect(port):
 
 def cmd_queuefull(port):
     """One worker, a queue of one: of 4 simultaneous long requests, at
-    least one gets 503 with an error object, and the others complete."""
+    least one is served and at least one gets 503 with a queue_full error
+    (how many of each depends on when the worker takes the first one)."""
     port = int(port)
     body = {"prompt": "The river", "max_tokens": 200, "ignore_eos": True, "temperature": 0}
     out = []
@@ -241,7 +242,7 @@ def cmd_queuefull(port):
         t.join()
     codes = sorted(st for st, _ in out)
     busy = [raw for st, raw in out if st == 503]
-    ok = codes.count(503) >= 1 and codes.count(200) >= 2 and set(codes) <= {200, 503} and \
+    ok = codes.count(503) >= 1 and codes.count(200) >= 1 and set(codes) <= {200, 503} and \
         all(json.loads(r)["error"]["code"] == "queue_full" for r in busy)
     print("%s queue_full_503 statuses=%s" % ("PASS" if ok else "FAIL", codes))
     sys.exit(0 if ok else 1)
