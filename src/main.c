@@ -5,6 +5,7 @@
 
 #include "../tools/cli.h"
 #include "common.h"
+#include "dspark.h"
 #include "kernels/cpu/simd.h"
 #include "outfile.h"
 
@@ -27,6 +28,7 @@ static const command commands[] = {
     { "families",   cmd_families,   "per-family isolated A/B and where each lands on the identity chain" },
     { "surface",    cmd_surface,    "speculative run teacher-forced through plain decode: divergence rate" },
     { "sweep",      cmd_sweep,      "canonicalize family by family to a sufficient set, then C_min" },
+    { "serve",      cmd_serve,      "OpenAI-compatible HTTP server (completions, chat, SSE, metrics)" },
     { "devices",    cmd_devices,    "the devices this build has and whether each can start here" },
 };
 
@@ -40,6 +42,10 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "dspark: error: no command given (usage: dspark COMMAND [options]; dspark --help lists commands)\n");
         return DS_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("dspark %s\n", dspark_version());
+        return fflush(stdout) || ferror(stdout) ? 1 : 0;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

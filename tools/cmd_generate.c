@@ -306,7 +306,7 @@ int cmd_generate(int argc, char **argv) {
     }
     for (char *s = kbuf; *s; s++) if (*s == ' ') *s = '+';   /* one token in the stats line */
 
-    ds_sampler samp = { temp, (int)top_k, top_p, (uint64_t)seed };
+    ds_sampler samp = { temp, (int)top_k, top_p, (uint64_t)seed, 0.0f };
     int n_sps = 0;
     if (R.dr && sched == DS_SCHED_TABLE) {
         n_sps = (int)draft_max + 1;
