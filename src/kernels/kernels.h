@@ -138,6 +138,19 @@ void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up
 void ds_residual(ds_variant vres, ds_variant vnorm, int rows, int n, float *x, const float *y,
                  const float *w, float eps, float *xnorm, ds_pool *pool);
 
+/* ---- scratch: reserved once, never allocated in a forward -----------------
+ * The per-thread and shared bytes the kernels take from the pool's reserved
+ * scratch (ds_pool_reserve) so that no call with M <= m_max rows, weights of
+ * n_in <= k_max, head_dim <= hd_max and attention over at most n_ctx
+ * positions allocates. A call whose shape exceeds the reservation (or one
+ * without a pool) still works: it takes a slower path with the same bits,
+ * or, for the standalone API only, allocates. */
+size_t ds_kernels_thread_scratch(int64_t k_max, int hd_max, int64_t n_ctx);
+size_t ds_kernels_shared_scratch(int m_max, int64_t k_max);
+/* The matmul and attention shares of ds_kernels_thread_scratch. */
+size_t ds_matmul_thread_scratch(int64_t k_max);
+size_t ds_attention_thread_scratch(int hd_max, int64_t n_ctx);
+
 /* ---- argmax with ties to the lowest index (NaN never wins) --------------- */
 int64_t ds_argmax(const float *x, int64_t n);
 

@@ -58,6 +58,8 @@ typedef struct {
     int          level;  /* DS_LVL_*                                           */
     const ds_q8_act *xq; /* canonical Q8_0 only: x quantized (else NULL)        */
     int          q8_path;/* canonical Q8_0: 0 = by M, else DS_Q8_PATH_* (tests)  */
+    void        *tmp;    /* this thread's reserved scratch (64-aligned) or NULL */
+    size_t       tmp_bytes;
 } ds_mm_ctx;
 
 /* Canonical Q8_0 paths (matmul_q8_0.c), all with the same bits: the
@@ -225,8 +227,9 @@ DS_INLINE void ds_mm_rows(uint32_t type, int fast, const ds_mm_ctx *c, const voi
  * fetched from memory once), then all M activation rows in tiles of MT
  * (inner, hitting cache). M = 1 (decode) uses the wider one-row tile and
  * converts in registers. M > MT with converted weights goes through the
- * dequantization buffer (top of this file); if it cannot be allocated, the
- * tiles convert in registers — the same bits either way. */
+ * dequantization buffer (top of this file), which lives in the thread's
+ * reserved scratch (c->tmp); without one the tiles convert in registers —
+ * the same bits either way, and never an allocation. */
 DS_INLINE void ds_mm_walk(uint32_t type, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1,
                           int lv) {
     const int64_t K = c->W->n_in;
@@ -244,9 +247,10 @@ DS_INLINE void ds_mm_walk(uint32_t type, int fast, const ds_mm_ctx *c, int64_t n
         return;
     }
     const int NT = DS_TILE_NT(lv);
-    float *buf = NULL;
-    if (type != DS_TYPE_F32 && c->M > DS_TILE_MT(lv))
-        buf = aligned_alloc(64, ((size_t)NT * (size_t)K * sizeof(float) + 63) & ~(size_t)63);
+    float *buf = NULL;      /* in the thread's reserved scratch; without it, registers */
+    if (type != DS_TYPE_F32 && c->M > DS_TILE_MT(lv) &&
+        c->tmp_bytes >= (size_t)NT * (size_t)K * sizeof(float))
+        buf = c->tmp;
     for (int64_t n = n0; n < n1; n += NT) {
         const int nv = (int)(n1 - n < NT ? n1 - n : NT);
         ds_tile_rows(c->W->data, wrow, n, nv, NT, wr);
@@ -258,7 +262,6 @@ DS_INLINE void ds_mm_walk(uint32_t type, int fast, const ds_mm_ctx *c, int64_t n
             ds_mm_rows(type, fast, c, wr, n, nv, DS_TILE_NT(lv), lv);
         }
     }
-    free(buf);
 }
 
 #endif

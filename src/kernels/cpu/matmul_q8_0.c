@@ -226,12 +226,12 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
      * Ranges start on 16-column groups (matmul.c); any other start repacks. */
     const unsigned char *pk = n0 % 16 == 0 ? c->W->packed : NULL;
     unsigned char *buf = NULL;
-    if (!pk) {
-        buf = aligned_alloc(64, (size_t)nb * Q8C_BLK);
-        if (!buf) {                             /* same bits, without the repacking */
+    if (!pk) {                  /* repack into the thread's reserved scratch */
+        if (c->tmp_bytes < (size_t)nb * Q8C_BLK) {   /* none: same bits, no repacking */
             q8c_vnni_rows(c, n0, n1);
             return;
         }
+        buf = c->tmp;
     }
     for (int64_t n = n0; n < n1; n += 16) {
         const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
@@ -251,7 +251,6 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
         if (m + 2 <= M) { q8c_rows16(tile, nb, c->xq, m, 2, c->y, N, n, km); m += 2; }
         if (m < M) q8c_rows16(tile, nb, c->xq, m, 1, c->y, N, n, km);
     }
-    free(buf);
 }
 
 /* ---- one activation row, weight rows as stored (decode, small M) -------------------
