@@ -39,6 +39,7 @@
 
 static atomic_int g_armed;
 static atomic_long g_count;
+static atomic_int g_fail;       /* while set, every allocation fails */
 
 #if NOALLOC_HOOKS
 extern void *__libc_malloc(size_t);
@@ -47,16 +48,18 @@ extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 extern void  __libc_free(void *);
 
-static inline void note(void) {
+/* 1 = let the allocation through, 0 = make it fail */
+static inline int note(void) {
     if (atomic_load_explicit(&g_armed, memory_order_relaxed)) atomic_fetch_add(&g_count, 1);
+    return !atomic_load_explicit(&g_fail, memory_order_relaxed);
 }
-void *malloc(size_t n) { note(); return __libc_malloc(n); }
-void *calloc(size_t a, size_t b) { note(); return __libc_calloc(a, b); }
-void *realloc(void *p, size_t n) { note(); return __libc_realloc(p, n); }
-void *aligned_alloc(size_t al, size_t n) { note(); return __libc_memalign(al, n); }
-void *memalign(size_t al, size_t n) { note(); return __libc_memalign(al, n); }
+void *malloc(size_t n) { return note() ? __libc_malloc(n) : NULL; }
+void *calloc(size_t a, size_t b) { return note() ? __libc_calloc(a, b) : NULL; }
+void *realloc(void *p, size_t n) { return note() ? __libc_realloc(p, n) : NULL; }
+void *aligned_alloc(size_t al, size_t n) { return note() ? __libc_memalign(al, n) : NULL; }
+void *memalign(size_t al, size_t n) { return note() ? __libc_memalign(al, n) : NULL; }
 int posix_memalign(void **out, size_t al, size_t n) {
-    note();
+    if (!note()) return ENOMEM;
     void *p = __libc_memalign(al, n);
     if (!p) return ENOMEM;
     *out = p;
@@ -147,6 +150,18 @@ static void kernels(int reserve, float *out_mm, size_t out_n) {
         CHECK(n == 0, "kernels after one sweep without a reservation: %ld allocations (want 0)", n);
     }
     ds_pool_free(pool);
+
+    /* out of memory, no pool: canonical Q8_0 has nowhere to quantize the
+     * activations and takes the no-memory path — the same bits, no crash */
+    static float yref[MMAX * N_OUT];
+    for (int M = 1; M <= MMAX; M += 5) {
+        ds_matmul(DS_CANONICAL, &W[3], M, x, yref, NULL);
+        atomic_store(&g_fail, 1);
+        ds_matmul(DS_CANONICAL, &W[3], M, x, ymm, NULL);
+        atomic_store(&g_fail, 0);
+        CHECK(memcmp(yref, ymm, (size_t)M * N_OUT * sizeof(float)) == 0,
+              "canonical Q8_0 M=%d with every allocation failing differs", M);
+    }
     for (int t = 0; t < 4; t++) free(wd[t]);
 }
 
