@@ -120,6 +120,17 @@ static void test_accuracy(ds_pool *pool) {
                                         qerr += 0.57 / 127 * amax * wsum;
                                     }
                                     tol = qerr + ((double)K / 32 + 8) * 0x1p-23 * (mag + qerr) + 1e-30;
+                                } else if (t == DS_TYPE_Q8_0) {
+                                    /* fast Q8_0 on VNNI quantizes the activation with one
+                                     * scale per row: |x - e*p| <= e/2 (+ the f32 1/e),
+                                     * e = amax/127 of the row (other levels: f32, tighter) */
+                                    double amax = 0, wsum = 0;
+                                    for (int64_t k = 0; k < K; k++) {
+                                        amax = fmax(amax, fabs((double)xf[k]));
+                                        wsum += fabs((double)wf[k]);
+                                    }
+                                    const double qerr = 0.51 / 127 * amax * wsum;
+                                    tol = qerr + ((double)K / 16 + 8) * 0x1p-23 * (mag + qerr) + 1e-30;
                                 }
                                 double err = fabs((double)y[m * N + n] - ref);
                                 total++;

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* cmd_bench_profile.c: --profile */
+void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits);
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -25,12 +28,16 @@ static const int k_widths[N_WIDTHS] = { 1, 2, 4, 8, 16 };
 
 int cmd_bench(int argc, char **argv) {
     const char *C = "bench";
-    const char *model_path = NULL, *json = NULL;
+    const char *model_path = NULL, *json = NULL, *drafter_path = NULL;
+    int profile = 0;
     long n_threads = 2, reps = 5, prefix = 64, n_decode = 32, prefill_len = 128;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) {
-            printf("usage: dspark bench -m MODEL.gguf [-t N] [--reps N] [--prefix N] [--decode N] [--prefill-len N] [--json FILE]\n");
+            printf("usage: dspark bench -m MODEL.gguf [-t N] [--reps N] [--prefix N] [--decode N] [--prefill-len N] [--json FILE]\n"
+                   "       dspark bench -m MODEL.gguf --profile [-md DRAFTER.gguf] [-t N] [--reps N] [--prefix N]\n"
+                   "  --profile   per-op profile of a decode step, an 8-row verify and (with -md) a drafting\n"
+                   "              round, and each matmul alone at M = 1..16 (ceilings: build/bench/roofline)\n");
             return 0;
         }
         else if (!strcmp(a, "-m")) model_path = cli_value(C, argc, argv, &i);
@@ -40,9 +47,12 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--decode")) n_decode = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--prefill-len")) prefill_len = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--json")) json = cli_value(C, argc, argv, &i);
+        else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "-md")) drafter_path = cli_value(C, argc, argv, &i);
         else cli_die(C, "unknown flag '%s' (see dspark bench --help)", a);
     }
     if (!model_path) cli_die(C, "no model given (-m MODEL.gguf)");
+    if (drafter_path && !profile) cli_die(C, "-md is only used with --profile");
     char err[DS_ERRLEN];
     ds_model *m = ds_model_load(model_path, err, sizeof err);
     if (!m) cli_die(C, "%s: %s", model_path, err);
@@ -59,6 +69,16 @@ int cmd_bench(int argc, char **argv) {
     for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) t_ver[v][w] = malloc((size_t)reps * sizeof(double));
     if (!toks || !logits || !t_dec || !t_pre) cli_die(C, "out of memory");
     for (long i = 0; i < need; i++) toks[i] = (int32_t)((i * 7919 + 13) % V);   /* fixed pseudo-text */
+    if (profile) {
+        printf("model=%s weights=%s params=%llu threads=%ld simd=%s\n", model_path, ds_type_name(m->weight_type),
+               (unsigned long long)m->n_params, n_threads, ds_simd_path());
+        cmd_bench_profile(c, drafter_path, toks, (int)prefix, reps, logits);
+        for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) free(t_ver[v][w]);
+        free(t_dec); free(t_pre); free(toks); free(logits);
+        ds_ctx_free(c);
+        ds_model_free(m);
+        return 0;
+    }
 
     ds_kernel_set canon, fast;
     ds_kernel_set_all(&canon, DS_CANONICAL);

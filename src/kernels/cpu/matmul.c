@@ -163,6 +163,20 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
         }
         q8_quantize_into(x, M, K, mem, pool, &act);
         ctx.xq = &act;
+    } else if (W->type == DS_TYPE_Q8_0 && ds_q8_0_fast_vnni(level)) {
+        /* fast Q8_0 on VNNI: its own activation quantization, one scale per
+         * row (matmul_q8_0.c); same scratch as canonical's (row scales fit in
+         * the per-block scale array). Without scratch: the f32 tile engine. */
+        const size_t nq = (size_t)M * (size_t)(K / DS_QK8_0);
+        const size_t qb = (nq * sizeof(ds_block_q8_0) + 63) & ~(size_t)63;
+        char *mem = ds_pool_shared_scratch(pool, q8_act_bytes(M, K));
+        if (!mem) mem = ds_pool_scratch(pool, DS_MM_SCRATCH_SLOT, q8_act_bytes(M, K));
+        if (mem) {
+            act = (ds_q8_act){.q = (ds_block_q8_0 *)mem, .d = (float *)(mem + qb),
+                              .nsum = (int32_t *)(mem + qb + nq * sizeof(float))};
+            ds_q8_0_fast_quantize(x, M, K, (ds_block_q8_0 *)act.q, (int32_t *)act.nsum, (float *)act.d);
+            ctx.xq = &act;
+        }
     }
     /* normally a no-op: the context reserved this at creation; a call with a
      * larger K grows the reservation once, here, outside the job */

@@ -76,6 +76,15 @@ void ds_mm_bf16_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1);
 void ds_mm_bf16_fast     (const ds_mm_ctx *c, int64_t n0, int64_t n1);
 void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1);
 void ds_mm_q8_0_fast     (const ds_mm_ctx *c, int64_t n0, int64_t n1);
+void q8_fast_f32_range   (const ds_mm_ctx *c, int64_t n0, int64_t n1);
+
+/* Fast Q8_0 on AVX-512 VNNI (matmul_q8_0.c): whether it runs at this level,
+ * and its activation quantization (one scale per row: d[m]; per block the
+ * quants and -128 * their sum). matmul.c quantizes before the split and
+ * sets ctx.xq; without xq (no scratch) fast runs the f32 tile engine. */
+int  ds_q8_0_fast_vnni(int level);
+void ds_q8_0_fast_quantize(const float *x, int M, int64_t K, ds_block_q8_0 *q, int32_t *nsum,
+                           float *d);
 
 /* ds_matmul at an explicit SIMD level (tests compare the levels bit for bit;
  * level must satisfy ds_simd_level_ok). ds_matmul uses ds_simd_level(). */

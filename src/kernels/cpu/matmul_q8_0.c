@@ -422,11 +422,126 @@ void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
 }
 
 /* ==========================================================================
- * FAST — dequantized weights, f32 activations: FMA tiles with split-K and a
- * left-to-right lane sum (the shared tile engine; contraction on)
- * ========================================================================== */
-DS_INLINE void q8_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
+ * FAST — int8 VNNI with its own activation grouping (AVX-512 VNNI), else
+ * dequantized weights against f32 activations (other levels)
+ * ==========================================================================
+ * On AVX-512 VNNI the fast kernel is what a performance engineer writes for
+ * a batch once the weights sit in the VNNI tile layout: the same packed
+ * tiles and VPDPBUSD as canonical, but each activation ROW is quantized
+ * with ONE scale (amax / 127 over the whole row, not per 32-block), so the
+ * per-block update needs no activation scale: per (row, 16 columns, block)
+ * one convert and one FMA with the weight scales (canonical: convert,
+ * multiply d_w * e_b, FMA), and the row scale multiplies the sum once at the
+ * end. Fewer vector ops per VPDPBUSD and no per-block scale loads: faster
+ * than canonical at every M (bench --profile's kernel table).
+ *
+ * Why the bits differ: the activation rounding is another one (a row scale
+ * rounds small blocks of a row with a large amax more coarsely), and the
+ * sum is sum_b (float)D_b * d_b then times e, not sum_b (float)D_b * (d_b * e_b).
+ * Still a function of the row and K alone: thread counts and M never change
+ * it. On AVX2 / portable (and without scratch for repacking) fast is the
+ * shared f32 tile engine (matmul_internal.h, fast = 1): dequantized weights
+ * against the unquantized activations, split-K and a left-to-right lane sum. */
+DS_INLINE void q8_fast_f32(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
     ds_mm_walk(DS_TYPE_Q8_0, 1, c, n0, n1, lv);
 }
-DS_MM_INSTANTIATE(ds_mm_q8_0_fast, q8_fast, DS_FAST_FN)
+DS_MM_INSTANTIATE(q8_fast_f32_range, q8_fast_f32, DS_FAST_FN)
 
+#if DS_X86
+int ds_q8_0_fast_vnni(int level) { return level == DS_LVL_AVX512 && q8c_have_vnni(); }
+
+/* Row m of x (K floats) -> K / 32 blocks of quants (the d field unused), the
+ * blocks' -128 * sum(quants) and the row scale amax / 127. Rounding: VCVTPS2DQ
+ * (nearest even) of x * (127 / amax), saturated to [-127, 127]. */
+Q8C_TGT_VNNI void ds_q8_0_fast_quantize(const float *x, int M, int64_t K, ds_block_q8_0 *q,
+                                        int32_t *nsum, float *d) {
+    const int64_t nb = K / DS_QK8_0;
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (size_t)m * (size_t)K;
+        __m512 mx = _mm512_setzero_ps();
+        for (int64_t k = 0; k < K; k += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(xr + k), absmask));
+        const float amax = _mm512_reduce_max_ps(mx);
+        d[m] = amax / 127.0f;
+        const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = xr + b * DS_QK8_0;
+            __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb), inv));
+            __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16), inv));
+            a = _mm512_min_epi32(_mm512_max_epi32(a, lo), hi);
+            c = _mm512_min_epi32(_mm512_max_epi32(c, lo), hi);
+            ds_block_q8_0 *o = q + (size_t)m * (size_t)nb + b;
+            o->d = 0;
+            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(a));
+            _mm_storeu_si128((__m128i *)(o->qs + 16), _mm512_cvtepi32_epi8(c));
+            nsum[(size_t)m * (size_t)nb + b] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(a, c));
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) Q8C_TGT_VNNI void
+q8f_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int MT, float *y,
+           int64_t N, int64_t n0, __mmask16 km) {
+    __m512 acc[8];
+    for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const unsigned char *o = buf + b * Q8C_BLK;
+        __m512i T[8];
+        for (int s = 0; s < 8; s++) T[s] = _mm512_load_si512(o + 64 * s);
+        const __m512 dw = _mm512_load_ps(o + 512);
+        __m512i D[8];
+        for (int i = 0; i < MT; i++) D[i] = _mm512_set1_epi32(a->nsum[(int64_t)(m0 + i) * nb + b]);
+        for (int s = 0; s < 8; s++)
+            for (int i = 0; i < MT; i++) {
+                int32_t ps;
+                memcpy(&ps, a->q[(int64_t)(m0 + i) * nb + b].qs + 4 * s, sizeof ps);
+                D[i] = _mm512_dpbusd_epi32(D[i], T[s], _mm512_set1_epi32(ps));
+            }
+        for (int i = 0; i < MT; i++) acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[i]), dw, acc[i]);
+    }
+    for (int i = 0; i < MT; i++)
+        _mm512_mask_storeu_ps(y + (size_t)(m0 + i) * (size_t)N + (size_t)n0, km,
+                              _mm512_mul_ps(acc[i], _mm512_set1_ps(a->d[m0 + i])));
+}
+
+Q8C_TGT_VNNI static int q8f_vnni(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
+    const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
+    const unsigned char *pk = n0 % 16 == 0 ? c->W->packed : NULL;
+    if (!pk && c->tmp_bytes < (size_t)nb * Q8C_BLK) return -1;
+    const int M = c->M;
+    for (int64_t n = n0; n < n1; n += 16) {
+        const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
+        const unsigned char *tile;
+        if (pk) {
+            tile = pk + (size_t)(n / 16) * (size_t)nb * Q8C_BLK;
+        } else {
+            const void *wr[16];
+            ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
+            q8c_pack16(wr, nb, c->tmp);
+            tile = c->tmp;
+        }
+        const __mmask16 km = (__mmask16)((1u << nv) - 1u);
+        int m = 0;
+        for (; m + 8 <= M; m += 8) q8f_rows16(tile, nb, c->xq, m, 8, c->y, N, n, km);
+        if (m + 4 <= M) { q8f_rows16(tile, nb, c->xq, m, 4, c->y, N, n, km); m += 4; }
+        if (m + 2 <= M) { q8f_rows16(tile, nb, c->xq, m, 2, c->y, N, n, km); m += 2; }
+        if (m < M) q8f_rows16(tile, nb, c->xq, m, 1, c->y, N, n, km);
+    }
+    return 0;
+}
+#else
+int ds_q8_0_fast_vnni(int level) { (void)level; return 0; }
+void ds_q8_0_fast_quantize(const float *x, int M, int64_t K, ds_block_q8_0 *q, int32_t *nsum, float *d) {
+    (void)x; (void)M; (void)K; (void)q; (void)nsum; (void)d;
+}
+#endif
+
+void ds_mm_q8_0_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+#if DS_X86
+    /* c->xq is set (by matmul.c) exactly when the VNNI fast path runs */
+    if (c->xq && q8f_vnni(c, n0, n1) == 0) return;
+#endif
+    q8_fast_f32_range(c, n0, n1);
+}
