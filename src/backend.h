@@ -41,6 +41,8 @@
 typedef struct ds_backend ds_backend;   /* one device: table + private state   */
 typedef struct ds_exec    ds_exec;      /* an execution context on it          */
 
+enum { DS_USE_MATMUL = 1, DS_USE_LOOKUP = 2 };   /* prepare_weight's `use` */
+
 /* ---- the function table ------------------------------------------------ */
 typedef struct ds_backend_i {
     const char *name;                    /* "cpu", "cuda": the --device name    */
@@ -63,8 +65,10 @@ typedef struct ds_backend_i {
     void  (*copy)(ds_exec *ex, void *dst, const void *src, size_t bytes);     /* dev -> dev */
 
     /* weights: a backend-private layout made once at load (w->extra), and
-     * its release. Returns 0, or -1 with err. */
-    int   (*prepare_weight)(ds_backend *be, ds_weight *w, char *err, size_t errlen);
+     * its release. `use` (DS_USE_* bits) says how the engine reads it: the
+     * CPU repacks only matmul weights, a device uploads both. Returns 0, or
+     * -1 with err. */
+    int   (*prepare_weight)(ds_backend *be, ds_weight *w, int use, char *err, size_t errlen);
     void  (*release_weight)(ds_backend *be, ds_weight *w);
 
     /* ---- operator families (kernels.h has the argument conventions) --- */
@@ -115,6 +119,12 @@ typedef struct ds_backend_i {
 struct ds_backend {
     const ds_backend_i *i;
     void *priv;
+};
+
+/* Every backend's execution context starts with this header (its own
+ * struct embeds it as the first member). */
+struct ds_exec {
+    ds_backend *be;
 };
 
 /* ---- the registry --------------------------------------------------------

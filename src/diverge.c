@@ -18,12 +18,34 @@ static double now_s(void) {
 typedef struct {
     dsd_capture *cap;
     int          pos0;
+    ds_diverge_result *r;          /* family map, filled as checkpoints arrive */
 } probe_ctx;
 
-static void probe_to_capture(void *user, int pos, int layer, int cp, int sub, const float *data, size_t n) {
+/* Slot of (layer, cp, sub) in the result's family map: layers -1..n-1,
+ * named subobjects, and one slot for every per-head object. */
+static long fam_slot(const ds_diverge_result *r, int layer, uint32_t cp, uint32_t sub) {
+    if (layer < -1 || layer >= r->fam_layers || cp >= DSD_CP_COUNT) return -1;
+    const uint32_t s = sub >= DSD_SUB_HEAD_BASE ? DSD_SUB_NAMED_COUNT : sub;
+    if (s > DSD_SUB_NAMED_COUNT) return -1;
+    return ((long)(layer + 1) * DSD_CP_COUNT + (long)cp) * (DSD_SUB_NAMED_COUNT + 1) + (long)s;
+}
+
+static void probe_to_capture(void *user, int pos, int layer, int cp, int sub, unsigned fams,
+                             const float *data, size_t n) {
     probe_ctx *p = user;
+    const long i = fam_slot(p->r, layer, (uint32_t)cp, (uint32_t)sub);
+    if (i >= 0) p->r->fam_map[i] |= fams;
     /* the status is recorded in the capture's stats; dsd_report reports it */
     (void)dsd_capture_put(p->cap, pos - p->pos0, layer, (uint32_t)cp, (uint32_t)sub, data, n);
+}
+
+/* The forward asks before copying: every checkpoint is wanted here (the
+ * capture's own filter decides what is stored). */
+static int probe_wants_all(void *user, int layer, int cp) { return 1; }
+
+unsigned ds_families_for_checkpoint(const ds_diverge_result *r, int layer, uint32_t cp, uint32_t sub) {
+    const long i = r->fam_map ? fam_slot(r, layer, cp, sub) : -1;
+    return i >= 0 ? r->fam_map[i] : 0;
 }
 
 /* Everything a pass leaves that the future can see, plus its logits. */
@@ -33,9 +55,9 @@ typedef struct {
 } pass_out;
 
 static int pass_alloc(pass_out *p, const ds_ctx *c, int M) {
-    const ds_hparams *hp = &c->m->hp;
+    const ds_hparams *hp = &ds_ctx_model(c)->hp;
     p->n_logits = (size_t)M * hp->n_vocab;
-    p->n_taps = (size_t)M * c->n_taps * hp->n_embd;
+    p->n_taps = (size_t)M * ds_ctx_n_taps(c) * hp->n_embd;
     p->n_kv = (size_t)hp->n_layer * M * hp->n_head_kv * hp->head_dim;
     p->logits = malloc(p->n_logits * sizeof(float));
     p->taps = malloc((p->n_taps + 1) * sizeof(float));
@@ -45,13 +67,8 @@ static int pass_alloc(pass_out *p, const ds_ctx *c, int M) {
 }
 static void pass_free(pass_out *p) { free(p->logits); free(p->taps); free(p->k); free(p->v); }
 
-static void grab_kv(const ds_ctx *c, int pos0, int M, pass_out *p) {
-    const ds_hparams *hp = &c->m->hp;
-    size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
-    for (int l = 0; l < hp->n_layer; l++) {
-        memcpy(p->k + (size_t)l * M * kvd, c->k_cache + ((size_t)l * c->n_ctx + pos0) * kvd, (size_t)M * kvd * sizeof(float));
-        memcpy(p->v + (size_t)l * M * kvd, c->v_cache + ((size_t)l * c->n_ctx + pos0) * kvd, (size_t)M * kvd * sizeof(float));
-    }
+static void grab_kv(ds_ctx *c, int pos0, int M, pass_out *p) {
+    ds_ctx_read_kv(c, pos0, M, p->k, p->v);
 }
 
 static int same_state(const pass_out *a, const pass_out *b) {
@@ -63,14 +80,15 @@ static int same_logits(const pass_out *a, const pass_out *b) {
 }
 
 static int batch_pass(ds_ctx *c, const ds_diverge_opts *o, pass_out *p, char *err, size_t errlen) {
-    c->ks = o->ks;
+    ds_ctx_set_kernels(c, &o->ks);
     if (ds_forward_batch(c, o->block, o->M, o->n_prompt, DS_LOGITS_ALL, p->logits, p->taps, err, errlen)) return -1;
     grab_kv(c, o->n_prompt, o->M, p);
     return 0;
 }
 
 static int decode_pass(ds_ctx *c, const ds_diverge_opts *o, pass_out *p, char *err, size_t errlen) {
-    const size_t V = (size_t)c->m->hp.n_vocab, T = (size_t)c->n_taps * c->m->hp.n_embd;
+    const ds_hparams *hp = &ds_ctx_model(c)->hp;
+    const size_t V = (size_t)hp->n_vocab, T = (size_t)ds_ctx_n_taps(c) * hp->n_embd;
     for (int r = 0; r < o->M; r++)
         if (ds_decode(c, o->block[r], o->n_prompt + r, p->logits + r * V, p->taps + r * T, err, errlen)) return -1;
     grab_kv(c, o->n_prompt, o->M, p);
@@ -79,7 +97,7 @@ static int decode_pass(ds_ctx *c, const ds_diverge_opts *o, pass_out *p, char *e
 
 /* Arena sized for every checkpoint object of M rows. */
 static dsd_capture *capture_for(const ds_ctx *c, int M) {
-    const ds_hparams *hp = &c->m->hp;
+    const ds_hparams *hp = &ds_ctx_model(c)->hp;
     size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
     size_t per_layer = 6 * (size_t)hp->n_embd + 3 * qd + 6 * kvd + 3 * (size_t)hp->n_ff + qd;
     size_t floats = (size_t)M * ((size_t)hp->n_layer * per_layer + (size_t)hp->n_vocab + 4 * (size_t)hp->n_embd);
@@ -96,22 +114,27 @@ int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, ch
     for (int i = 0; i < DSD_CHAIN_COUNT; i++) r->chain[i] = -1;
     r->first_token_mismatch_row = -1;
     if (o->M < 1 || o->n_prompt < 1) { ds_errf(err, errlen, "diverge: need a prompt and at least one block token"); return -1; }
-    if (o->n_prompt + o->M > c->n_ctx) {
-        ds_errf(err, errlen, "diverge: prompt (%d) + block (%d) exceed the context (%d)", o->n_prompt, o->M, c->n_ctx);
+    if (o->n_prompt + o->M > ds_ctx_n_ctx(c)) {
+        ds_errf(err, errlen, "diverge: prompt (%d) + block (%d) exceed the context (%d)", o->n_prompt, o->M, ds_ctx_n_ctx(c));
         return -1;
     }
-    ds_kernel_set saved_ks = c->ks;
-    ds_probe_fn saved_probe = c->probe;
-    void *saved_user = c->probe_user;
+    const ds_model *m = ds_ctx_model(c);
+    r->fam_layers = m->hp.n_layer;
+    r->fam_map = calloc((size_t)(m->hp.n_layer + 1) * DSD_CP_COUNT * (DSD_SUB_NAMED_COUNT + 1), sizeof(unsigned));
+    if (!r->fam_map) { ds_errf(err, errlen, "diverge: out of memory"); return -1; }
+    ds_kernel_set saved_ks;
+    ds_ctx_get_kernels(c, &saved_ks);
     pass_out a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, b = { 0 };
     dsd_capture *cap_h = NULL, *cap_a = NULL, *cap_b = NULL;
     ds_state s0 = { 0 };
     int rc = -1;
 
     /* S0: the true state — canonical prefill of the prompt */
-    ds_kernel_set_all(&c->ks, DS_CANONICAL);
-    c->probe = NULL;
-    c->n_past = 0;
+    ds_kernel_set canon;
+    ds_kernel_set_all(&canon, DS_CANONICAL);
+    ds_ctx_set_kernels(c, &canon);
+    ds_ctx_set_probe(c, NULL);
+    ds_kv_truncate(c, 0);
     if (ds_forward_batch(c, o->prompt, o->n_prompt, 0, DS_LOGITS_NONE, NULL, NULL, err, errlen)) goto done;
     if (ds_state_save(c, &s0)) { ds_errf(err, errlen, "diverge: out of memory saving S0"); goto done; }
 
@@ -120,7 +143,8 @@ int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, ch
         ds_errf(err, errlen, "diverge: out of memory for the capture arenas");
         goto done;
     }
-    probe_ctx ph = { cap_h, o->n_prompt }, pa = { cap_a, o->n_prompt }, pb = { cap_b, o->n_prompt };
+    probe_ctx ph = { cap_h, o->n_prompt, r }, pa = { cap_a, o->n_prompt, r }, pb = { cap_b, o->n_prompt, r };
+    ds_probe pr = { .wants = probe_wants_all, .fn = probe_to_capture, .user = &ph };
 
     /* A0: no probe */
     double t0 = now_s();
@@ -129,12 +153,13 @@ int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, ch
     ds_state_restore(c, &s0);
     /* A1: hooks armed, nothing copied */
     dsd_capture_arm(cap_h, DSD_CAP_HOOKS);
-    c->probe = probe_to_capture; c->probe_user = &ph;
+    ds_ctx_set_probe(c, &pr);
     if (batch_pass(c, o, &a1, err, errlen)) goto done;
     ds_state_restore(c, &s0);
     /* A2: full copies — this is Pass A */
     dsd_capture_arm(cap_a, DSD_CAP_COPY);
-    c->probe_user = &pa;
+    pr.user = &pa;
+    ds_ctx_set_probe(c, &pr);
     if (batch_pass(c, o, &a2, err, errlen)) goto done;
     ds_state_restore(c, &s0);
     r->gate_control = same_state(&a0, &a1) && same_logits(&a0, &a1);
@@ -142,9 +167,10 @@ int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, ch
 
     /* Pass B: the same ids through sequential decode, captured */
     dsd_capture_arm(cap_b, DSD_CAP_COPY);
-    c->probe_user = &pb;
+    pr.user = &pb;
+    ds_ctx_set_probe(c, &pr);
     if (decode_pass(c, o, &b, err, errlen)) goto done;
-    c->probe = NULL;
+    ds_ctx_set_probe(c, NULL);
     ds_state_restore(c, &s0);
     /* an unprobed decode pass, for timing only */
     t0 = now_s();
@@ -162,7 +188,7 @@ int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, ch
     r->chain[DSD_CHAIN_OPERATOR] = op_ok && dsd_report_identical(&r->report) ? 1 : op_ok;
     r->chain[DSD_CHAIN_STATE] = same_state(&a2, &b);
     r->chain[DSD_CHAIN_LOGITS] = same_logits(&a2, &b);
-    const int V = c->m->hp.n_vocab;
+    const int V = m->hp.n_vocab;
     int greedy_ok = 1;
     for (int row = 0; row < o->M; row++)
         if (ds_argmax(a2.logits + (size_t)row * V, V) != ds_argmax(b.logits + (size_t)row * V, V)) {
@@ -175,51 +201,19 @@ int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, ch
     r->chain[DSD_CHAIN_BYTES] = greedy_ok;
     rc = 0;
 done:
-    if (rc) { dsd_report_free(&r->report); }
-    c->probe = saved_probe;
-    c->probe_user = saved_user;
-    if (s0.k) { ds_state_restore(c, &s0); ds_state_free(&s0); }
-    c->ks = saved_ks;
+    if (rc) { dsd_report_free(&r->report); free(r->fam_map); r->fam_map = NULL; }
+    ds_ctx_set_probe(c, NULL);
+    if (s0.snap.k) { ds_state_restore(c, &s0); ds_state_free(&s0); }
+    ds_ctx_set_kernels(c, &saved_ks);
     pass_free(&a0); pass_free(&a1); pass_free(&a2); pass_free(&b);
     dsd_capture_free(cap_h); dsd_capture_free(cap_a); dsd_capture_free(cap_b);
     return rc;
 }
 
-void ds_diverge_result_free(ds_diverge_result *r) { dsd_report_free(&r->report); }
-
-/* ========================================================================
- * Attribution: which families produce a checkpoint
- * ===================================================================== */
-
-#define FAM(f) (1u << (f))
-
-unsigned ds_families_for_checkpoint(const ds_model *m, int layer, uint32_t cp, uint32_t sub) {
-    const ds_layer *L = layer >= 0 && layer < m->hp.n_layer ? &m->layers[layer] : NULL;
-    unsigned mm_attn = L ? FAM(ds_matmul_family(L->wq.type)) | FAM(ds_matmul_family(L->wk.type)) | FAM(ds_matmul_family(L->wv.type)) : 0;
-    /* the norm in front of layer l > 0 is fused into the previous layer's
-     * residual epilogue, so both families can produce it */
-    unsigned norm_in = FAM(DS_FAM_RMSNORM) | (layer > 0 ? FAM(DS_FAM_RESIDUAL) : 0);
-    switch (cp) {
-    case DSD_CP_ATTN_NORM: return norm_in;
-    case DSD_CP_QKV:
-    case DSD_CP_KV_WRITE:
-        if (sub == DSD_SUB_Q_NORM || sub == DSD_SUB_K_NORM) return FAM(DS_FAM_RMSNORM);
-        if (sub == DSD_SUB_Q_ROPE || sub == DSD_SUB_K_ROPE) return FAM(DS_FAM_ROPE);
-        if (cp == DSD_CP_KV_WRITE) return FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM) | mm_attn;
-        return mm_attn;
-    case DSD_CP_ATTN_HEADS: return FAM(DS_FAM_ATTENTION);
-    case DSD_CP_ATTN_OUT_PROJ: return L ? FAM(ds_matmul_family(L->wo.type)) : 0;
-    case DSD_CP_ATTN_RESIDUAL: return FAM(DS_FAM_RESIDUAL);
-    case DSD_CP_FFN_NORM: return FAM(DS_FAM_RESIDUAL) | FAM(DS_FAM_RMSNORM);
-    case DSD_CP_FFN_GATE_UP: return L ? FAM(ds_matmul_family(L->w_gate.type)) | FAM(ds_matmul_family(L->w_up.type)) : 0;
-    case DSD_CP_FFN_ACT: return FAM(DS_FAM_SWIGLU);
-    case DSD_CP_FFN_DOWN: return L ? FAM(ds_matmul_family(L->w_down.type)) : 0;
-    case DSD_CP_LAYER_OUT: return FAM(DS_FAM_RESIDUAL);
-    case DSD_CP_FINAL_NORM: return FAM(DS_FAM_RESIDUAL) | FAM(DS_FAM_RMSNORM);
-    case DSD_CP_LOGITS: return FAM(ds_matmul_family(m->output.type));
-    case DSD_CP_TAP: return FAM(DS_FAM_RESIDUAL);
-    default: return 0;
-    }
+void ds_diverge_result_free(ds_diverge_result *r) {
+    dsd_report_free(&r->report);
+    free(r->fam_map);
+    r->fam_map = NULL;
 }
 
 /* ========================================================================

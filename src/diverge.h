@@ -30,6 +30,10 @@ typedef struct {
     int        chain[DSD_CHAIN_COUNT];       /* 1 PASS, 0 FAIL, -1 untested   */
     int        first_token_mismatch_row;     /* greedy argmax A vs B, -1 none */
     double     t_batch, t_decode;            /* seconds, unprobed passes      */
+    /* which families produced each checkpoint, as the forward pass reported
+     * them to the probe (ds_families_for_checkpoint reads it) */
+    unsigned  *fam_map;
+    int        fam_layers;
 } ds_diverge_result;
 
 /* Runs the gate and the experiment. The context's n_past and kernel set are
@@ -54,8 +58,9 @@ typedef struct {
 int ds_family_ab_run(const ds_model *m, ds_pool *pool, int family, ds_variant v, int m_max,
                      ds_family_ab *out, char *err, size_t errlen);
 
-/* Families whose kernels produce a checkpoint (the attribution map used by
- * the sweep): bitmask of (1 << family). */
-unsigned ds_families_for_checkpoint(const ds_model *m, int layer, uint32_t cp, uint32_t sub);
+/* Families whose kernels produced a checkpoint in that run (the attribution
+ * used by the sweep), as reported by the forward pass with each probed
+ * object: bitmask of (1 << family), 0 if the checkpoint was not seen. */
+unsigned ds_families_for_checkpoint(const ds_diverge_result *r, int layer, uint32_t cp, uint32_t sub);
 
 #endif

@@ -148,6 +148,66 @@ static int parse_markov_type(const gguf_ctx *g, const char *key, int *type, int 
     return 0;
 }
 
+/* Every weight the drafter owns (the target's embedding and head are the
+ * target's, prepared with it), with how the engine reads it. ws / use hold
+ * at least N_DWEIGHTS(d) entries. */
+#define N_DWEIGHTS(d) (7 * (size_t)(d)->n_layer + 16)
+static int drafter_weights(ds_drafter *d, ds_weight **ws, int *use) {
+    int n = 0;
+#define ADD(w, u) do { ws[n] = (w); if (use) use[n] = (u); n++; } while (0)
+    ADD(&d->fc, DS_USE_MATMUL);
+    for (int l = 0; l < d->n_layer && d->layers; l++) {
+        ds_layer *L = &d->layers[l];
+        ADD(&L->wq, DS_USE_MATMUL); ADD(&L->wk, DS_USE_MATMUL); ADD(&L->wv, DS_USE_MATMUL);
+        ADD(&L->wo, DS_USE_MATMUL); ADD(&L->w_gate, DS_USE_MATMUL); ADD(&L->w_up, DS_USE_MATMUL);
+        ADD(&L->w_down, DS_USE_MATMUL);
+    }
+    if (d->rank > 0) {
+        ADD(&d->w1, DS_USE_LOOKUP);
+        ADD(&d->w2, DS_USE_MATMUL);
+        if (d->markov == DS_MARKOV_GATED) ADD(&d->mgate, DS_USE_MATMUL);
+        if (d->markov == DS_MARKOV_RNN) ADD(&d->mjoint, DS_USE_MATMUL);
+    }
+    if (d->has_conf) ADD(&d->conf_w, DS_USE_MATMUL);
+    if (d->has_corr) {
+        ADD(&d->corr_gate, DS_USE_MATMUL); ADD(&d->corr_up, DS_USE_MATMUL); ADD(&d->corr_down, DS_USE_MATMUL);
+    }
+#undef ADD
+    return n;
+}
+
+/* Prepare the drafter's weights on the target's device and make its f32
+ * vectors device constants; the norm pointers the layer ops read are
+ * rebased onto them. (Biases read by the host-side heads stay host.) */
+static int prepare_on_device(ds_drafter *d, char *err, size_t errlen) {
+    ds_backend *be = d->be = d->target->be;
+    ds_weight **ws = malloc(N_DWEIGHTS(d) * sizeof *ws);
+    int *use = malloc(N_DWEIGHTS(d) * sizeof *use);
+    if (!ws || !use) { free(ws); free(use); ds_errf(err, errlen, "drafter: out of memory"); return -1; }
+    int n = drafter_weights(d, ws, use);
+    d->prepared = 1;
+    int bad = 0;
+    for (int i = 0; i < n && !bad; i++) bad = be->i->prepare_weight(be, ws[i], use[i], err, errlen);
+    free(ws);
+    free(use);
+    if (bad) return -1;
+    char e2[DS_ERRLEN];
+    ds_exec *ex = be->i->exec_new(be, 1, e2, sizeof e2);
+    if (!ex) { ds_errf(err, errlen, "drafter: %s", e2); return -1; }
+    d->arena_dev = ds_backend_const(be, ex, d->arena, d->arena_n * sizeof(float));
+    int rc = d->arena_dev && !be->i->sync(ex, e2, sizeof e2) ? 0 : -1;
+    be->i->exec_free(ex);
+    if (rc) { ds_errf(err, errlen, "drafter: out of %s memory for its vectors", be->i->name); return -1; }
+#define REBASE(p) ((p) = (p) ? d->arena_dev + ((p) - d->arena) : NULL)
+    REBASE(d->hidden_norm); REBASE(d->output_norm); REBASE(d->corr_hn); REBASE(d->corr_en);
+    for (int l = 0; l < d->n_layer; l++) {
+        ds_layer *L = &d->layers[l];
+        REBASE(L->attn_norm); REBASE(L->ffn_norm); REBASE(L->q_norm); REBASE(L->k_norm);
+    }
+#undef REBASE
+    return 0;
+}
+
 ds_drafter *ds_drafter_load(const char *path, const ds_model *target, char *err, size_t errlen) {
     char e2[DS_ERRLEN];
     if (!target) { ds_errf(err, errlen, "drafter: no target model given"); return NULL; }
@@ -383,7 +443,8 @@ ds_drafter *ds_drafter_load(const char *path, const ds_model *target, char *err,
     size_t n_arena = 2u * (size_t)D + (size_t)d->n_layer * (2u * (size_t)D + 2u * (size_t)d->head_dim) +
                      4u * (size_t)r + 2u * (size_t)D + 16;
     d->arena = malloc(n_arena * sizeof(float));
-    d->layers = calloc((size_t)d->n_layer, sizeof(ds_dlayer));
+    d->layers = calloc((size_t)d->n_layer, sizeof(ds_layer));
+    d->arena_n = n_arena;
     if (!d->arena || !d->layers) { ds_errf(err, errlen, "drafter: out of memory"); goto fail; }
     float *cur = d->arena;
 
@@ -406,7 +467,7 @@ ds_drafter *ds_drafter_load(const char *path, const ds_model *target, char *err,
     const int hd = d->head_dim, qd = d->n_head * hd, kvd = d->n_head_kv * hd;
     int have_qk = -1;
     for (int l = 0; l < d->n_layer; l++) {
-        ds_dlayer *L = &d->layers[l];
+        ds_layer *L = &d->layers[l];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s ".weight", l), n)
         if (load_vec(g, NAME("attn_norm"), D, &cur, &L->attn_norm, err, errlen) ||
@@ -487,6 +548,7 @@ ds_drafter *ds_drafter_load(const char *path, const ds_model *target, char *err,
     }
     d->embd = &target->tok_embd;
     d->head = &target->output;
+    if (prepare_on_device(d, err, errlen)) goto fail;
     /* a tokenizer of its own must fit the shared vocabulary */
     {
         const gguf_kv *tk = gguf_find_kv(g, "tokenizer.ggml.tokens");
@@ -526,6 +588,13 @@ fail:
 
 void ds_drafter_free(ds_drafter *d) {
     if (!d) return;
+    if (d->be && d->prepared) {
+        ds_weight **ws = malloc(N_DWEIGHTS(d) * sizeof *ws);
+        int n = ws ? drafter_weights(d, ws, NULL) : 0;   /* CPU: extra only */
+        for (int i = 0; i < n; i++) d->be->i->release_weight(d->be, ws[i]);
+        free(ws);
+        ds_backend_const_free(d->be, d->arena_dev, d->arena);
+    }
     free(d->layers);
     free(d->arena);
     gguf_close(d->g);

@@ -31,8 +31,10 @@ const char *ds_drafter_describe(const ds_drafter *d);       /* one key=value lin
 const ds_weight *ds_drafter_head(const ds_drafter *d);
 
 /* Runtime state: the drafter KV cache (context rows only; block rows are
- * never persisted). Uses the target context's pool. */
-ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_pool *pool, char *err, size_t errlen);
+ * never persisted). Runs on the target context's execution context
+ * (ds_ctx_exec), on the target's device; NULL: a single-threaded one of
+ * its own. */
+ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, size_t errlen);
 void     ds_dctx_free(ds_dctx *x);
 int      ds_dctx_len(const ds_dctx *x);                     /* context rows held          */
 int      ds_dctx_truncate(ds_dctx *x, int n_pos);

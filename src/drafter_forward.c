@@ -49,92 +49,120 @@ static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* ---- context -------------------------------------------------------------- */
 
+/* The drafter's float buffers, all on the device (allocated by the
+ * backend). The heads below read several of them from the host, which
+ * today means a host-memory backend (the CPU); ds_dctx_new refuses others. */
+#define DCTX_NBUF 24
+static void dctx_slots(ds_dctx *x, float **slot[DCTX_NBUF]) {
+    float **s[DCTX_NBUF] = {&x->feat, &x->x, &x->xn, &x->o, &x->q, &x->att, &x->k, &x->v,
+                            &x->gate, &x->up, &x->hff, &x->h, &x->z, &x->bias, &x->samp_scratch,
+                            &x->vec, &x->cw, &x->hc, &x->state, &x->mask_x, &x->mask_q,
+                            &x->mask_k, &x->mask_v, &x->mask_bias};
+    memcpy(slot, s, sizeof s);
+}
+
 void ds_dctx_free(ds_dctx *x) {
     if (!x) return;
-    free(x->k_cache); free(x->v_cache);
-    free(x->feat); free(x->x); free(x->xn); free(x->o); free(x->q); free(x->att); free(x->k); free(x->v);
-    free(x->gate); free(x->up); free(x->hff); free(x->h); free(x->z); free(x->bias); free(x->samp_scratch);
-    free(x->vec); free(x->cw); free(x->hc); free(x->state); free(x->pos); free(x->chosen);
-    free(x->mask_x); free(x->mask_q); free(x->mask_k); free(x->mask_v); free(x->mask_bias);
+    ds_backend *be = x->d->be;
+    float **slot[DCTX_NBUF];
+    dctx_slots(x, slot);
+    for (int i = 0; i < DCTX_NBUF; i++)
+        if (*slot[i]) be->i->release(be, *slot[i]);
+    if (x->pos) be->i->release(be, x->pos);
+    ds_kv_free(x->kv);
+    free(x->pos_host);
+    free(x->chosen);
+    if (x->own_ex) be->i->exec_free(x->ex);
     free(x);
 }
 
 /* Layer-0 projections of rows whose input is the embedding row `id`:
  * x0 = E[id], a = RMSNorm(x0), q/k/v (+ q/k norm), no RoPE. */
-static void layer0_proj_row(const ds_drafter *d, ds_pool *pool, const float *x0, float *a, float *q, float *k, float *v) {
-    const ds_dlayer *L = &d->layers[0];
-    ds_rmsnorm(CANON, 1, d->d, x0, L->attn_norm, d->eps, a, pool);
-    ds_matmul(CANON, &L->wq, 1, a, q, pool);
-    ds_matmul(CANON, &L->wk, 1, a, k, pool);
-    ds_matmul(CANON, &L->wv, 1, a, v, pool);
+static void layer0_proj_row(const ds_drafter *d, ds_exec *ex, const float *x0, float *a, float *q, float *k, float *v) {
+    const ds_backend_i *b = ex->be->i;
+    const ds_layer *L = &d->layers[0];
+    b->rmsnorm(ex, CANON, 1, d->d, x0, L->attn_norm, d->eps, a);
+    b->matmul(ex, CANON, &L->wq, 1, a, q);
+    b->matmul(ex, CANON, &L->wk, 1, a, k);
+    b->matmul(ex, CANON, &L->wv, 1, a, v);
     if (L->q_norm) {
-        ds_rmsnorm(CANON, d->n_head, d->head_dim, q, L->q_norm, d->eps, q, pool);
-        ds_rmsnorm(CANON, d->n_head_kv, d->head_dim, k, L->k_norm, d->eps, k, pool);
+        b->rmsnorm(ex, CANON, d->n_head, d->head_dim, q, L->q_norm, d->eps, q);
+        b->rmsnorm(ex, CANON, d->n_head_kv, d->head_dim, k, L->k_norm, d->eps, k);
     }
 }
 
-ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_pool *pool, char *err, size_t errlen) {
+ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, size_t errlen) {
     if (!d) { ds_errf(err, errlen, "drafter context: no drafter given"); return NULL; }
+    if (ex && ex->be != d->be) {
+        ds_errf(err, errlen, "drafter context: the execution context is not on the drafter's device");
+        return NULL;
+    }
+    if (!d->be->i->host_memory) {
+        ds_errf(err, errlen, "drafter context: the drafter's heads are not implemented on device '%s' yet",
+                d->be->i->name);
+        return NULL;
+    }
     if (n_ctx < 1 || n_ctx > (1 << 24)) {
         ds_errf(err, errlen, "drafter context: n_ctx %d is out of range [1, %d]", n_ctx, 1 << 24);
         return NULL;
     }
     ds_dctx *x = calloc(1, sizeof *x);
     if (!x) { ds_errf(err, errlen, "drafter context: out of memory"); return NULL; }
+    ds_backend *be = d->be;
     x->d = d;
-    x->pool = pool;
+    x->ex = ex;
+    if (!ex) {   /* none given: a single-threaded one of its own */
+        char e3[DS_ERRLEN];
+        x->ex = ex = be->i->exec_new(be, 1, e3, sizeof e3);
+        if (!ex) { ds_errf(err, errlen, "drafter context: %s", e3); free(x); return NULL; }
+        x->own_ex = 1;
+    }
     x->n_ctx = n_ctx;
     x->cap = n_ctx + d->gamma;
     x->rows = d->gamma > DS_DRAFT_CHUNK ? d->gamma : DS_DRAFT_CHUNK;
     const size_t R = (size_t)x->rows, D = (size_t)d->d, hd = (size_t)d->head_dim;
     const size_t qd = (size_t)d->n_head * hd, kvd = (size_t)d->n_head_kv * hd, V = (size_t)d->V;
     const size_t r = (size_t)d->rank, G = (size_t)d->gamma, w = (size_t)(d->has_corr ? d->corr_w : 0);
-    const size_t cache = (size_t)d->n_layer * (size_t)x->cap * kvd;
-    x->k_cache = calloc(cache ? cache : 1, sizeof(float));
-    x->v_cache = calloc(cache ? cache : 1, sizeof(float));
-    x->feat = malloc(R * (size_t)d->n_taps * D * sizeof(float));
-    x->x = malloc(R * D * sizeof(float));
-    x->xn = malloc(R * D * sizeof(float));
-    x->o = malloc(R * D * sizeof(float));
-    x->q = malloc(R * qd * sizeof(float));
-    x->att = malloc(R * qd * sizeof(float));
-    x->k = malloc(R * kvd * sizeof(float));
-    x->v = malloc(R * kvd * sizeof(float));
-    x->gate = malloc(R * (size_t)d->n_ff * sizeof(float));
-    x->up = malloc(R * (size_t)d->n_ff * sizeof(float));
-    x->hff = malloc(R * (size_t)d->n_ff * sizeof(float));
-    x->h = malloc(G * D * sizeof(float));
-    x->z = malloc(G * V * sizeof(float));
-    x->bias = malloc(V * sizeof(float));
-    x->samp_scratch = malloc(2 * V * sizeof(float));
-    x->vec = malloc((7 * r + 4 * D + 16) * sizeof(float));
-    x->cw = malloc((3 * w + 1) * sizeof(float));
-    x->hc = malloc(D * sizeof(float));
-    x->state = malloc((r + 1) * sizeof(float));
-    x->pos = malloc(R * sizeof(int));
+    char e2[DS_ERRLEN];
+    x->kv = ds_kv_new(be, d->n_layer, x->cap, (int)kvd, e2, sizeof e2);
+    if (!x->kv) {
+        ds_errf(err, errlen, "drafter context: %s", e2);
+        ds_dctx_free(x);
+        return NULL;
+    }
+    const size_t n[DCTX_NBUF] = {
+        R * (size_t)d->n_taps * D, R * D, R * D, R * D,        /* feat x xn o        */
+        R * qd, R * qd, R * kvd, R * kvd,                      /* q att k v          */
+        R * (size_t)d->n_ff, R * (size_t)d->n_ff, R * (size_t)d->n_ff, G * D,  /* gate up hff h */
+        G * V, V, 2 * V,                                       /* z bias samp        */
+        7 * r + 4 * D + 16, 3 * w + 1, D, r + 1,               /* vec cw hc state    */
+        D, qd, kvd, kvd, V};                                   /* mask x q k v bias  */
+    float **slot[DCTX_NBUF];
+    dctx_slots(x, slot);
+    int ok = 1;
+    for (int i = 0; i < DCTX_NBUF; i++) ok &= (*slot[i] = be->i->alloc(be, n[i] * sizeof(float))) != NULL;
+    x->pos = be->i->alloc(be, R * sizeof(int));
+    x->pos_host = malloc(R * sizeof(int));
     x->chosen = malloc(G * sizeof(int32_t));
-    x->mask_x = malloc(D * sizeof(float));
-    x->mask_q = malloc(qd * sizeof(float));
-    x->mask_k = malloc(kvd * sizeof(float));
-    x->mask_v = malloc(kvd * sizeof(float));
-    x->mask_bias = malloc(V * sizeof(float));
-    if (!x->k_cache || !x->v_cache || !x->feat || !x->x || !x->xn || !x->o || !x->q || !x->att || !x->k || !x->v ||
-        !x->gate || !x->up || !x->hff || !x->h || !x->z || !x->bias || !x->samp_scratch || !x->vec || !x->cw ||
-        !x->hc || !x->state || !x->pos || !x->chosen || !x->mask_x || !x->mask_q || !x->mask_k || !x->mask_v ||
-        !x->mask_bias) {
-        ds_errf(err, errlen, "drafter context: out of memory for n_ctx=%d (KV cache %.1f MiB)", n_ctx,
-                2.0 * (double)cache * sizeof(float) / 1048576.0);
+    if (!ok || !x->pos || !x->pos_host || !x->chosen) {
+        ds_errf(err, errlen, "drafter context: out of memory for n_ctx=%d", n_ctx);
         ds_dctx_free(x);
         return NULL;
     }
     /* MASK-row reuse cache (constant per drafter) */
     weight_row(d->embd, d->mask_id, x->mask_x);
-    layer0_proj_row(d, pool, x->mask_x, x->o, x->mask_q, x->mask_k, x->mask_v);
+    layer0_proj_row(d, ex, x->mask_x, x->o, x->mask_q, x->mask_k, x->mask_v);
     if (d->has_corr && r > 0) {
         weight_row(&d->w1, d->mask_id, x->vec);
-        ds_matmul(CANON, &d->w2, 1, x->vec, x->mask_bias, pool);
+        be->i->matmul(ex, CANON, &d->w2, 1, x->vec, x->mask_bias);
     }
     return x;
+}
+
+/* Positions p0..p0+M-1 onto the device. */
+static void set_positions(ds_dctx *x, int M, int p0) {
+    for (int r = 0; r < M; r++) x->pos_host[r] = p0 + r;
+    x->ex->be->i->upload(x->ex, x->pos, x->pos_host, (size_t)M * sizeof(int));
 }
 
 int ds_dctx_len(const ds_dctx *x) { return x->len; }
@@ -166,30 +194,22 @@ int ds_dctx_append(ds_dctx *x, const float *taps, int n, int pos0, char *err, si
     for (int done = 0; done < n;) {
         const int M = n - done < DS_DRAFT_CHUNK ? n - done : DS_DRAFT_CHUNK;
         const int p0 = pos0 + done;
+        const ds_backend_i *b = x->ex->be->i;
         /* sanitize (spec §1.2): NaN -> 0, |x| > 65504 -> +-65504 */
-        const float *src = taps + (size_t)done * fw;
-        for (size_t i = 0; i < (size_t)M * fw; i++) {
-            float v = src[i];
-            if (v != v) v = 0.0f;
-            else if (v > DS_FEAT_MAX) v = DS_FEAT_MAX;
-            else if (v < -DS_FEAT_MAX) v = -DS_FEAT_MAX;
-            x->feat[i] = v;
-        }
-        for (int r = 0; r < M; r++) x->pos[r] = p0 + r;
+        b->upload(x->ex, x->feat, taps + (size_t)done * fw, (size_t)M * fw * sizeof(float));
+        b->sanitize(x->ex, (int64_t)M * (int64_t)fw, x->feat, DS_FEAT_MAX);
+        set_positions(x, M, p0);
         /* ctx = RMSNorm_hidden_norm(W_fc feat) */
-        ds_matmul(CANON, &d->fc, M, x->feat, x->x, x->pool);
-        ds_rmsnorm(CANON, M, D, x->x, d->hidden_norm, d->eps, x->xn, x->pool);
+        b->matmul(x->ex, CANON, &d->fc, M, x->feat, x->x);
+        b->rmsnorm(x->ex, CANON, M, D, x->x, d->hidden_norm, d->eps, x->xn);
         for (int l = 0; l < d->n_layer; l++) {
-            const ds_dlayer *L = &d->layers[l];
+            const ds_layer *L = &d->layers[l];
             /* context rows skip input_layernorm; same W_k / k_norm / W_v */
-            ds_matmul(CANON, &L->wk, M, x->xn, x->k, x->pool);
-            ds_matmul(CANON, &L->wv, M, x->xn, x->v, x->pool);
-            if (L->k_norm) ds_rmsnorm(CANON, M * Hkv, hd, x->k, L->k_norm, d->eps, x->k, x->pool);
-            ds_rope(CANON, M, Hkv, hd, x->pos, d->rope_base, d->rope_mode, x->k, x->pool);
-            float *kc = x->k_cache + (size_t)l * x->cap * kvd;
-            float *vc = x->v_cache + (size_t)l * x->cap * kvd;
-            memcpy(kc + (size_t)p0 * kvd, x->k, (size_t)M * kvd * sizeof(float));
-            memcpy(vc + (size_t)p0 * kvd, x->v, (size_t)M * kvd * sizeof(float));
+            b->matmul(x->ex, CANON, &L->wk, M, x->xn, x->k);
+            b->matmul(x->ex, CANON, &L->wv, M, x->xn, x->v);
+            if (L->k_norm) b->rmsnorm(x->ex, CANON, M * Hkv, hd, x->k, L->k_norm, d->eps, x->k);
+            b->rope(x->ex, CANON, M, Hkv, hd, x->pos, d->rope_base, d->rope_mode, x->k);
+            b->kv_write(x->ex, ds_kv_k(x->kv, l), ds_kv_v(x->kv, l), kvd, M, x->pos, x->k, x->v);
         }
         done += M;
     }
@@ -205,56 +225,45 @@ int ds_dctx_append(ds_dctx *x, const float *taps, int n, int pos0, char *err, si
  * the next append or round overwrites; never counted as context). */
 static void block_forward(ds_dctx *x, int32_t anchor, int p) {
     const ds_drafter *d = x->d;
+    ds_exec *ex = x->ex;
+    const ds_backend_i *b = ex->be->i;
     const int G = d->gamma, D = d->d, hd = d->head_dim, H = d->n_head, Hkv = d->n_head_kv;
-    const int qd = H * hd, kvd = Hkv * hd, ff = d->n_ff;
-    const float eps = d->eps;
-    ds_pool *pool = x->pool;
+    const int qd = H * hd, kvd = Hkv * hd;
     const int reuse = !x->no_mask_cache && G > 1;
+    const ds_layer_shape shape = {
+        .d = D, .n_head = H, .n_head_kv = Hkv, .head_dim = hd, .n_ff = d->n_ff,
+        .eps = d->eps, .rope_base = d->rope_base, .rope_mode = d->rope_mode,
+    };
+    uint8_t var[DS_FAM_COUNT];
+    memset(var, CANON, sizeof var);
+    ds_acts a = {.x = x->x, .xn = x->xn, .q = x->q, .k = x->k, .v = x->v, .att = x->att,
+                 .o = x->o, .gate = x->gate, .up = x->up, .h = x->hff, .pos = x->pos};
 
-    for (int r = 0; r < G; r++) x->pos[r] = p + r;
+    set_positions(x, G, p);
     weight_row(d->embd, anchor, x->x);
     for (int r = 1; r < G; r++) {
-        if (reuse) memcpy(x->x + (size_t)r * D, x->mask_x, (size_t)D * sizeof(float));
+        if (reuse) b->copy(ex, x->x + (size_t)r * D, x->mask_x, (size_t)D * sizeof(float));
         else weight_row(d->embd, d->mask_id, x->x + (size_t)r * D);
     }
     for (int l = 0; l < d->n_layer; l++) {
-        const ds_dlayer *L = &d->layers[l];
+        int qkv_ready = 0;
         if (l == 0 && reuse) {
             /* anchor row computed; MASK rows copied from the per-context cache */
-            layer0_proj_row(d, pool, x->x, x->xn, x->q, x->k, x->v);
+            layer0_proj_row(d, ex, x->x, x->xn, x->q, x->k, x->v);
             for (int r = 1; r < G; r++) {
-                memcpy(x->q + (size_t)r * qd, x->mask_q, (size_t)qd * sizeof(float));
-                memcpy(x->k + (size_t)r * kvd, x->mask_k, (size_t)kvd * sizeof(float));
-                memcpy(x->v + (size_t)r * kvd, x->mask_v, (size_t)kvd * sizeof(float));
+                b->copy(ex, x->q + (size_t)r * qd, x->mask_q, (size_t)qd * sizeof(float));
+                b->copy(ex, x->k + (size_t)r * kvd, x->mask_k, (size_t)kvd * sizeof(float));
+                b->copy(ex, x->v + (size_t)r * kvd, x->mask_v, (size_t)kvd * sizeof(float));
             }
-        } else {
-            if (l == 0) ds_rmsnorm(CANON, G, D, x->x, L->attn_norm, eps, x->xn, pool);
-            ds_matmul(CANON, &L->wq, G, x->xn, x->q, pool);
-            ds_matmul(CANON, &L->wk, G, x->xn, x->k, pool);
-            ds_matmul(CANON, &L->wv, G, x->xn, x->v, pool);
-            if (L->q_norm) {
-                ds_rmsnorm(CANON, G * H, hd, x->q, L->q_norm, eps, x->q, pool);
-                ds_rmsnorm(CANON, G * Hkv, hd, x->k, L->k_norm, eps, x->k, pool);
-            }
+            qkv_ready = 1;
+        } else if (l == 0) {
+            b->rmsnorm(ex, CANON, G, D, x->x, d->layers[0].attn_norm, d->eps, x->xn);
         }
-        ds_rope(CANON, G, H, hd, x->pos, d->rope_base, d->rope_mode, x->q, pool);
-        ds_rope(CANON, G, Hkv, hd, x->pos, d->rope_base, d->rope_mode, x->k, pool);
-        float *kc = x->k_cache + (size_t)l * x->cap * kvd;
-        float *vc = x->v_cache + (size_t)l * x->cap * kvd;
-        memcpy(kc + (size_t)p * kvd, x->k, (size_t)G * kvd * sizeof(float));
-        memcpy(vc + (size_t)p * kvd, x->v, (size_t)G * kvd * sizeof(float));
-        ds_attn_shape as = { H, Hkv, hd, kvd, 1.0f / sqrtf((float)hd) };
-        ds_attention(CANON, &as, G, p, 0, p + G, x->q, kc, vc, x->att, pool);
-        ds_matmul(CANON, &L->wo, G, x->att, x->o, pool);
-        ds_residual(CANON, CANON, G, D, x->x, x->o, L->ffn_norm, eps, x->xn, pool);
-        ds_matmul(CANON, &L->w_gate, G, x->xn, x->gate, pool);
-        ds_matmul(CANON, &L->w_up, G, x->xn, x->up, pool);
-        ds_swiglu(CANON, G, ff, x->gate, x->up, x->hff, pool);
-        ds_matmul(CANON, &L->w_down, G, x->hff, x->o, pool);
         const float *next = l + 1 < d->n_layer ? d->layers[l + 1].attn_norm : d->output_norm;
-        ds_residual(CANON, CANON, G, D, x->x, x->o, next, eps, x->xn, pool);
+        ds_layer_forward(ex, &d->layers[l], &shape, next, var, G, p, 0, qkv_ready,
+                         ds_kv_k(x->kv, l), ds_kv_v(x->kv, l), &a, NULL, l);
     }
-    memcpy(x->h, x->xn, (size_t)G * D * sizeof(float));
+    b->copy(ex, x->h, x->xn, (size_t)G * D * sizeof(float));
 }
 
 /* ---- heads (spec §2, §2.5, §3.1) ----------------------------------------- */
@@ -304,7 +313,8 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
         return -1;
     }
     const int greedy = !samp || samp->temp == 0.0f;
-    ds_pool *pool = x->pool;
+    ds_exec *ex = x->ex;
+    const ds_backend_i *be = ex->be->i;
 
     block_forward(x, anchor, p);
     if (x->dbg_hidden) memcpy(x->dbg_hidden, x->h, (size_t)G * D * sizeof(float));
@@ -317,7 +327,7 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
 
     if (!d->has_corr) {
         /* base logits of every kept row in one LM-head matmul */
-        ds_matmul(CANON, d->head, n_keep, x->h, x->z, pool);
+        be->matmul(ex, CANON, d->head, n_keep, x->h, x->z);
     }
     if (d->markov == DS_MARKOV_RNN) memset(x->state, 0, (size_t)r * sizeof(float));
 
@@ -331,22 +341,22 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
             /* h'_k = h_k + W_down(silu(W_gate in) * W_up in) */
             const int w = d->corr_w;
             float *cg = x->cw, *cu = cg + w, *ca = cu + w;
-            ds_rmsnorm(CANON, 1, D, hk, d->corr_hn, DS_CORR_EPS, in, pool);
+            be->rmsnorm(ex, CANON, 1, D, hk, d->corr_hn, DS_CORR_EPS, in);
             weight_row(d->embd, prev, x->hc);
-            ds_rmsnorm(CANON, 1, D, x->hc, d->corr_en, DS_CORR_EPS, in + D, pool);
-            ds_matmul(CANON, &d->corr_gate, 1, in, cg, pool);
-            ds_matmul(CANON, &d->corr_up, 1, in, cu, pool);
-            ds_swiglu(CANON, 1, w, cg, cu, ca, pool);
-            ds_matmul(CANON, &d->corr_down, 1, ca, x->o, pool);
+            be->rmsnorm(ex, CANON, 1, D, x->hc, d->corr_en, DS_CORR_EPS, in + D);
+            be->matmul(ex, CANON, &d->corr_gate, 1, in, cg);
+            be->matmul(ex, CANON, &d->corr_up, 1, in, cu);
+            be->swiglu(ex, CANON, 1, w, cg, cu, ca);
+            be->matmul(ex, CANON, &d->corr_down, 1, ca, x->o);
             for (int i = 0; i < D; i++) x->hc[i] = hk[i] + x->o[i];
-            ds_matmul(CANON, d->head, 1, x->hc, zk, pool);
+            be->matmul(ex, CANON, d->head, 1, x->hc, zk);
             if (r > 0) {
                 /* deploy exposure: the slot's own input id (anchor, then MASK) */
                 const float *b;
                 if (k > 0 && !x->no_mask_cache) b = x->mask_bias;
                 else {
                     weight_row(&d->w1, k == 0 ? anchor : d->mask_id, gv);
-                    ds_matmul(CANON, &d->w2, 1, gv, x->bias, pool);
+                    be->matmul(ex, CANON, &d->w2, 1, gv, x->bias);
                     b = x->bias;
                 }
                 for (int i = 0; i < V; i++) zk[i] += b[i];
@@ -357,7 +367,7 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
                 /* g = sigmoid(W_g [h; e] + b_g); B = W2 (g * e) */
                 memcpy(in, hk, (size_t)D * sizeof(float));
                 memcpy(in + D, e, (size_t)r * sizeof(float));
-                ds_matmul(CANON, &d->mgate, 1, in, out, pool);
+                be->matmul(ex, CANON, &d->mgate, 1, in, out);
                 for (int j = 0; j < r; j++) gv[j] = sigmoidf(out[j] + d->mgate_b[j]) * e[j];
                 bsrc = gv;
             } else if (d->markov == DS_MARKOV_RNN) {
@@ -365,7 +375,7 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
                 memcpy(in, x->state, (size_t)r * sizeof(float));
                 memcpy(in + r, e, (size_t)r * sizeof(float));
                 memcpy(in + 2 * r, hk, (size_t)D * sizeof(float));
-                ds_matmul(CANON, &d->mjoint, 1, in, out, pool);
+                be->matmul(ex, CANON, &d->mjoint, 1, in, out);
                 for (int j = 0; j < r; j++) {
                     float g = sigmoidf(out[j] + d->mjoint_b[j]);
                     float c = tanhf(out[r + j] + d->mjoint_b[r + j]);
@@ -374,7 +384,7 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
                 }
                 bsrc = gv;
             }
-            ds_matmul(CANON, &d->w2, 1, bsrc, x->bias, pool);
+            be->matmul(ex, CANON, &d->w2, 1, bsrc, x->bias);
             for (int i = 0; i < V; i++) zk[i] += x->bias[i];
         }
 
@@ -385,7 +395,7 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
             float lc;
             memcpy(in, hk, (size_t)D * sizeof(float));
             if (d->conf_with_markov) memcpy(in + D, e, (size_t)r * sizeof(float));
-            ds_matmul(CANON, &d->conf_w, 1, in, &lc, pool);
+            be->matmul(ex, CANON, &d->conf_w, 1, in, &lc);
             confidence[k] = sigmoidf(lc + d->conf_b);
         } else if (confidence) {
             confidence[k] = 1.0f;

@@ -6,22 +6,21 @@
 #define DSPARK_DRAFTER_INTERNAL_H
 
 #include "drafter.h"
+#include "layer.h"
 
 typedef enum { DS_MARKOV_NONE = 0, DS_MARKOV_VANILLA, DS_MARKOV_GATED, DS_MARKOV_RNN } ds_markov_type;
 typedef enum { DS_DLAYOUT_DFLASH = 0, DS_DLAYOUT_DSPARK = 1 } ds_drafter_layout;
 
 const char *ds_markov_type_name(int t);
 
-/* One drafter layer (Qwen3 flavour; q/k norms may be absent for a Llama
- * trunk, then q_norm == k_norm == NULL). */
-typedef struct {
-    const float *attn_norm, *q_norm, *k_norm, *ffn_norm;   /* f32 views (arena) */
-    ds_weight wq, wk, wv, wo, w_gate, w_up, w_down;
-} ds_dlayer;
+/* A drafter layer is a ds_layer (layer.h; q_norm == k_norm == NULL for a
+ * Llama trunk without QK-norm) and runs through ds_layer_forward. */
 
 struct ds_drafter {
     gguf_ctx       *g;              /* owns the mapping the weights point into   */
     const ds_model *target;         /* borrowed: embedding + LM head             */
+    ds_backend     *be;             /* the target's: weights prepared on it      */
+    int             prepared;
     int   layout;                   /* ds_drafter_layout                         */
     int   n_layer, d, n_head, n_head_kv, head_dim, n_ff, V;
     float rope_base, eps;
@@ -34,7 +33,7 @@ struct ds_drafter {
     ds_weight    fc;                /* {n_taps*d, d}                             */
     const float *hidden_norm;       /* enc.output_norm / dspark.hidden_norm      */
     const float *output_norm;
-    ds_dlayer   *layers;
+    ds_layer    *layers;
 
     int          markov;            /* ds_markov_type                            */
     int          rank;              /* r; 0 = no Markov head                     */
@@ -58,6 +57,8 @@ struct ds_drafter {
     int   file_has_embd, file_has_output; /* legacy copies found (and ignored)   */
 
     float *arena;                   /* norms and biases converted to f32         */
+    size_t arena_n;                 /* its length in floats                      */
+    float *arena_dev;               /* device copy (== arena on the CPU)         */
     char   desc[640];
 };
 
@@ -65,12 +66,13 @@ struct ds_drafter {
 
 struct ds_dctx {
     const ds_drafter *d;
-    ds_pool *pool;
+    ds_exec *ex;                    /* the target context's (shared)             */
+    int      own_ex;                /* 1: made by ds_dctx_new (none was given)   */
     int   n_ctx;                    /* context rows capacity                     */
     int   cap;                      /* cache rows = n_ctx + gamma (block rows)   */
     int   len;                      /* context rows held                         */
     int   retained;                 /* fixed n_keep (ds_dctx_set_retained), 0 = any */
-    float *k_cache, *v_cache;       /* [n_layer][cap][n_head_kv*head_dim]        */
+    ds_kv *kv;                      /* [n_layer][cap][n_head_kv*head_dim]        */
     int   rows;                     /* scratch rows = max(chunk, gamma)          */
     /* scratch */
     float *feat;                    /* [rows][n_taps*d] sanitized taps           */
@@ -86,7 +88,8 @@ struct ds_dctx {
     float *cw;                      /* correction: [2w]                          */
     float *hc;                      /* correction: [d] corrected hidden          */
     float *state;                   /* rnn state [r]                             */
-    int   *pos;                     /* [rows]                                    */
+    int   *pos;                     /* [rows] device positions                   */
+    int   *pos_host;                /* [rows] host staging                       */
     int32_t *chosen;                /* [gamma]                                   */
     /* MASK-row reuse: layer-0 projections of E[MASK] (post q/k-norm, pre-RoPE),
      * and for the graph-corrected mode the constant Markov bias of MASK. The

@@ -91,49 +91,57 @@ static int load_norm(const gguf_ctx *g, const char *name, int64_t n, float **cur
     return 0;
 }
 
-/* Pre-repack every Q8_0 matrix the matmuls read (the layers' seven and the
- * output / LM head; a tied head is packed once, and the drafter reuses it
- * through &m->output) into one owned arena, when the canonical kernel would
- * otherwise repack them on every batched call (ds_q8_0_packed_bytes > 0 only
- * on AVX-512 with VNNI). Same bits as unpacked (kernels.h). Returns -1 only
- * when the arena cannot be allocated. */
-static int pack_weights(ds_model *m) {
+/* Hand every weight to the backend once: matmul weights (the layers' seven
+ * and the LM head) and the embedding table (row lookups). A tied head is
+ * prepared once and shared. Then the f32 norm vectors become device
+ * constants (the CPU keeps the host arena), and every norm pointer is
+ * rebased onto them. */
+static int prepare_weights(ds_model *m, char *err, size_t errlen) {
+    ds_backend *be = m->be;
     const int nl = m->hp.n_layer;
-    size_t total = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        size_t off = 0;
-        for (int i = 0; i < 7 * nl + 1; i++) {
-            ds_layer *L = i < 7 * nl ? &m->layers[i / 7] : NULL;
-            ds_weight *w = !L ? &m->output
-                         : (ds_weight *[]){&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-                                           &L->w_down}[i % 7];
-            const size_t b = ds_q8_0_packed_bytes(w);
-            if (!b) continue;
-            if (pass == 1) {
-                if (!ds_q8_0_pack(w, (char *)m->packed_arena + off))
-                    w->packed = (char *)m->packed_arena + off;
-            }
-            off += (b + 63) & ~(size_t)63;
-        }
-        if (pass == 0) {
-            if (!off) return 0;
-            total = off;
-            m->packed_arena = aligned_alloc(64, total);
-            if (!m->packed_arena) return -1;
-            m->packed_bytes = total;
-        }
+    m->weights_prepared = 1;          /* release_weight takes unprepared ones */
+    for (int l = 0; l < nl; l++) {
+        ds_layer *L = &m->layers[l];
+        ds_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            if (be->i->prepare_weight(be, ws[i], DS_USE_MATMUL, err, errlen)) return -1;
     }
-    if (m->output_tied) m->tok_embd.packed = m->output.packed;
+    if (be->i->prepare_weight(be, &m->output, DS_USE_MATMUL | (m->output_tied ? DS_USE_LOOKUP : 0), err, errlen))
+        return -1;
+    if (m->output_tied) m->tok_embd.extra = m->output.extra;
+    else if (be->i->prepare_weight(be, &m->tok_embd, DS_USE_LOOKUP, err, errlen)) return -1;
+
+    char e2[DS_ERRLEN];
+    ds_exec *ex = be->i->exec_new(be, 1, e2, sizeof e2);
+    if (!ex) { ds_errf(err, errlen, "%s", e2); return -1; }
+    m->f32_dev = ds_backend_const(be, ex, m->f32_arena, m->f32_n * sizeof(float));
+    int rc = m->f32_dev && !be->i->sync(ex, e2, sizeof e2) ? 0 : -1;
+    be->i->exec_free(ex);
+    if (rc) { ds_errf(err, errlen, "model: out of %s memory for the norm vectors", be->i->name); return -1; }
+#define REBASE(p) ((p) = (p) ? m->f32_dev + ((p) - m->f32_arena) : NULL)
+    REBASE(m->output_norm);
+    for (int l = 0; l < nl; l++) {
+        ds_layer *L = &m->layers[l];
+        REBASE(L->attn_norm); REBASE(L->ffn_norm); REBASE(L->q_norm); REBASE(L->k_norm);
+    }
+#undef REBASE
     return 0;
 }
 
 ds_model *ds_model_load(const char *path, char *err, size_t errlen) {
+    return ds_model_load_on(path, "cpu", err, errlen);
+}
+
+ds_model *ds_model_load_on(const char *path, const char *device, char *err, size_t errlen) {
     char e2[DS_ERRLEN];
+    ds_backend *be = ds_backend_new(device, err, errlen);
+    if (!be) return NULL;
     gguf_ctx *g = gguf_open(path, e2, sizeof e2);
-    if (!g) { ds_errf(err, errlen, "%s", e2); return NULL; }
+    if (!g) { ds_backend_free(be); ds_errf(err, errlen, "%s", e2); return NULL; }
     ds_model *m = calloc(1, sizeof *m);
-    if (!m) { gguf_close(g); ds_errf(err, errlen, "model: out of memory"); return NULL; }
+    if (!m) { gguf_close(g); ds_backend_free(be); ds_errf(err, errlen, "model: out of memory"); return NULL; }
     m->gguf = g;
+    m->be = be;
     ds_hparams *hp = &m->hp;
 
     gguf_str archs;
@@ -211,6 +219,7 @@ ds_model *ds_model_load(const char *path, char *err, size_t errlen) {
 
     size_t n_norm = (size_t)d + (size_t)hp->n_layer * (2 * (size_t)d + 2 * (size_t)hd);
     m->f32_arena = malloc(n_norm * sizeof(float));
+    m->f32_n = n_norm;
     m->layers = calloc((size_t)hp->n_layer, sizeof(ds_layer));
     if (!m->f32_arena || !m->layers) { ds_errf(err, errlen, "model: out of memory"); goto fail; }
     float *cur = m->f32_arena;
@@ -231,14 +240,14 @@ ds_model *ds_model_load(const char *path, char *err, size_t errlen) {
             load_weight(g, NAME("ffn_down"), hp->n_ff, d, &L->w_down, err, errlen))
             goto fail;
         if (hp->arch == DS_ARCH_QWEN3) {
-            if (load_norm(g, NAME("attn_q_norm"), hd, &cur, &L->attn_q_norm, err, errlen) ||
-                load_norm(g, NAME("attn_k_norm"), hd, &cur, &L->attn_k_norm, err, errlen))
+            if (load_norm(g, NAME("attn_q_norm"), hd, &cur, &L->q_norm, err, errlen) ||
+                load_norm(g, NAME("attn_k_norm"), hd, &cur, &L->k_norm, err, errlen))
                 goto fail;
         }
 #undef NAME
     }
     m->weight_type = m->layers[0].wq.type;
-    if (pack_weights(m)) { ds_errf(err, errlen, "model: out of memory packing Q8_0 weights"); goto fail; }
+    if (prepare_weights(m, err, errlen)) goto fail;
     for (uint64_t i = 0; i < gguf_n_tensors(g); i++) m->n_params += gguf_tensor_nelements(gguf_tensor_at(g, i));
 
     if (gguf_find_kv(g, "tokenizer.ggml.model")) {
@@ -258,11 +267,22 @@ fail:
 
 void ds_model_free(ds_model *m) {
     if (!m) return;
-    free(m->packed_arena);
+    ds_backend *be = m->be;
+    if (be && m->weights_prepared) {
+        for (int l = 0; l < m->hp.n_layer && m->layers; l++) {
+            ds_layer *L = &m->layers[l];
+            ds_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (int i = 0; i < 7; i++) be->i->release_weight(be, ws[i]);
+        }
+        be->i->release_weight(be, &m->output);
+        if (!m->output_tied) be->i->release_weight(be, &m->tok_embd);
+    }
+    if (be) ds_backend_const_free(be, m->f32_dev, m->f32_arena);
     ds_tokenizer_free(m->tok);
     free(m->layers);
     free(m->f32_arena);
     gguf_close(m->gguf);
+    ds_backend_free(be);
     free(m);
 }
 
@@ -270,11 +290,47 @@ size_t ds_kv_row_bytes(const ds_model *m) {
     return 2u * (size_t)m->hp.n_layer * (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim * sizeof(float);
 }
 
+
 /* ========================================================================
- * Context: KV cache, scratch, taps
+ * Context: execution context, KV cache, device activations, taps
  * ===================================================================== */
 
 #define DS_M_MAX 64      /* rows per internal chunk: prefill goes 64 at a time */
+
+struct ds_ctx {
+    const ds_model *m;
+    ds_backend *be;              /* the model's                                */
+    ds_exec    *ex;              /* pool + scratch / stream + scratch          */
+    int         n_ctx;           /* KV cache capacity in positions            */
+    int         n_past;          /* valid KV rows: positions [0, n_past)      */
+    int         m_max;           /* rows per internal batch chunk             */
+    ds_kernel_set ks;            /* batched-path kernel choice per family     */
+    ds_kv      *kv;
+    int         tap_layers[DS_MAX_TAPS];
+    int         n_taps;
+    ds_acts     a;               /* device activations, m_max rows            */
+    int        *pos;             /* device positions [m_max]                  */
+    int32_t    *ids;             /* device token ids [m_max]                  */
+    float      *logits;          /* device [m_max][V] (device backends)       */
+    float      *taps;            /* device [m_max][n_taps*d] (device backends)*/
+    int        *pos_host;        /* host staging for positions                */
+    ds_probe    probe;           /* .fn == NULL: none                         */
+    float      *stage;           /* host staging for probes: widest row       */
+};
+
+static void ctx_release(ds_ctx *c) {
+    ds_backend *be = c->be;
+    float *bufs[] = {c->a.x, c->a.xn, c->a.q, c->a.k, c->a.v, c->a.att, c->a.o, c->a.gate, c->a.up,
+                     c->a.h, c->logits, c->taps};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->i->release(be, bufs[i]);
+    if (c->pos) be->i->release(be, c->pos);
+    if (c->ids) be->i->release(be, c->ids);
+    ds_kv_free(c->kv);
+    if (c->ex) be->i->exec_free(c->ex);
+    free(c->pos_host);
+    free(c->stage);
+}
 
 ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_t errlen) {
     const ds_hparams *hp = &m->hp;
@@ -290,32 +346,42 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     ds_ctx *c = calloc(1, sizeof *c);
     if (!c) { ds_errf(err, errlen, "context: out of memory"); return NULL; }
     c->m = m;
+    c->be = m->be;
     c->n_ctx = n_ctx;
     c->m_max = DS_M_MAX;
     ds_kernel_set_all(&c->ks, DS_CANONICAL);
-    c->pool = ds_pool_new(n_threads);
-    c->own_pool = 1;
-    size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
-    size_t cache = (size_t)hp->n_layer * (size_t)n_ctx * kvd;
-    size_t M = (size_t)c->m_max;
-    c->k_cache = calloc(cache, sizeof(float));
-    c->v_cache = calloc(cache, sizeof(float));
-    c->x = malloc(M * hp->n_embd * sizeof(float));
-    c->xn = malloc(M * hp->n_embd * sizeof(float));
-    c->o = malloc(M * hp->n_embd * sizeof(float));
-    c->q = malloc(M * qd * sizeof(float));
-    c->att = malloc(M * qd * sizeof(float));
-    c->k = malloc(M * kvd * sizeof(float));
-    c->v = malloc(M * kvd * sizeof(float));
-    c->gate = malloc(M * hp->n_ff * sizeof(float));
-    c->up = malloc(M * hp->n_ff * sizeof(float));
-    c->h = malloc(M * hp->n_ff * sizeof(float));
-    c->pos = malloc(M * sizeof(int));
-    if (!c->pool || !c->k_cache || !c->v_cache || !c->x || !c->xn || !c->o || !c->q || !c->att ||
-        !c->k || !c->v || !c->gate || !c->up || !c->h || !c->pos) {
-        ds_ctx_free(c);
-        ds_errf(err, errlen, "context: out of memory for n_ctx=%d (KV cache %.1f MiB)", n_ctx,
-                2.0 * cache * sizeof(float) / 1048576.0);
+    char e2[DS_ERRLEN];
+    c->ex = c->be->i->exec_new(c->be, n_threads, e2, sizeof e2);
+    if (!c->ex) { ds_errf(err, errlen, "context: %s", e2); free(c); return NULL; }
+    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
+    const size_t M = (size_t)c->m_max, d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
+    c->kv = ds_kv_new(c->be, hp->n_layer, n_ctx, (int)kvd, e2, sizeof e2);
+    if (!c->kv) { ds_errf(err, errlen, "context: %s", e2); ctx_release(c); free(c); return NULL; }
+    ds_backend *be = c->be;
+#define DEV(n) be->i->alloc(be, (n) * sizeof(float))
+    c->a.x = DEV(M * d); c->a.xn = DEV(M * d); c->a.o = DEV(M * d);
+    c->a.q = DEV(M * qd); c->a.att = DEV(M * qd); c->a.k = DEV(M * kvd); c->a.v = DEV(M * kvd);
+    c->a.gate = DEV(M * ff); c->a.up = DEV(M * ff); c->a.h = DEV(M * ff);
+#undef DEV
+    c->pos = be->i->alloc(be, M * sizeof(int));
+    c->ids = be->i->alloc(be, M * sizeof(int32_t));
+    c->a.pos = c->pos;
+    c->pos_host = malloc(M * sizeof(int));
+    size_t widest = V > ff ? V : ff;
+    if (qd > widest) widest = qd;
+    if (d > widest) widest = d;
+    c->stage = malloc(widest * sizeof(float));
+    int ok = c->a.x && c->a.xn && c->a.o && c->a.q && c->a.att && c->a.k && c->a.v && c->a.gate &&
+             c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->stage;
+    if (ok && !be->i->host_memory) {   /* logits and taps stay on the device until asked */
+        c->logits = be->i->alloc(be, M * V * sizeof(float));
+        c->taps = be->i->alloc(be, M * DS_MAX_TAPS * d * sizeof(float));
+        ok = c->logits && c->taps;
+    }
+    if (!ok) {
+        ds_errf(err, errlen, "context: out of %s memory for n_ctx=%d", be->i->name, n_ctx);
+        ctx_release(c);
+        free(c);
         return NULL;
     }
     return c;
@@ -323,10 +389,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
 
 void ds_ctx_free(ds_ctx *c) {
     if (!c) return;
-    if (c->own_pool) ds_pool_free(c->pool);
-    free(c->k_cache); free(c->v_cache);
-    free(c->x); free(c->xn); free(c->o); free(c->q); free(c->att); free(c->k); free(c->v);
-    free(c->gate); free(c->up); free(c->h); free(c->pos);
+    ctx_release(c);
     free(c);
 }
 
@@ -360,124 +423,48 @@ int ds_kv_truncate(ds_ctx *c, int n_pos) {
  * The forward pass
  * ===================================================================== */
 
-/* Report rows of one checkpoint to the probe, if any. `stride` floats apart,
- * `n` floats each. */
-static void probe_rows(const ds_ctx *c, int M, int layer, int cp, int sub, const float *base,
-                       size_t stride, size_t n) {
-    if (!c->probe) return;
-    for (int r = 0; r < M; r++) c->probe(c->probe_user, c->pos[r], layer, cp, sub, base + (size_t)r * stride, n);
-}
-/* Per-head objects: one probe object per head (subobject = head index). */
-static void probe_heads(const ds_ctx *c, int M, int layer, int cp, int n_heads, int hd, const float *base) {
-    if (!c->probe) return;
-    for (int r = 0; r < M; r++)
-        for (int h = 0; h < n_heads; h++)
-            c->probe(c->probe_user, c->pos[r], layer, cp, (int)DSD_SUB_HEAD(h),
-                     base + ((size_t)r * n_heads + h) * hd, (size_t)hd);
-}
-
-/* Which variant a family runs: decode forces canonical (whose M=1 case IS
- * the decode kernel); the batched path follows the kernel set. */
-#define VAR(fam) (decode ? DS_CANONICAL : (ds_variant)c->ks.v[(fam)])
-
-static void matmul(const ds_ctx *c, int decode, const ds_weight *W, int M, const float *x, float *y) {
-    if (decode) ds_matmul_decode(W, x, y, c->pool);
-    else ds_matmul((ds_variant)c->ks.v[ds_matmul_family(W->type)], W, M, x, y, c->pool);
-}
-
-/* Rows pos0..pos0+M-1 (M <= m_max). Writes the KV rows, fills taps for the
- * chunk, and leaves the final-normed hidden state of every row in c->xn. */
-static void forward_chunk(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, float *taps,
-                          int taps_stride) {
+/* Rows pos0..pos0+M-1 (M <= m_max), inputs already on the device. Writes
+ * the KV rows, the chunk's taps (to `taps`, device or host by backend), and
+ * leaves the final-normed hidden state of every row in a.xn. var[] is the
+ * variant per family (decode: all canonical). */
+static void forward_chunk(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int M, int pos0, float *taps,
+                          size_t taps_stride) {
     const ds_model *m = c->m;
     const ds_hparams *hp = &m->hp;
-    const int d = hp->n_embd, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
-    const int qd = H * hd, kvd = Hkv * hd, ff = hp->n_ff;
-    const float eps = hp->norm_eps;
-    const ds_rope_mode rope_mode = hp->arch == DS_ARCH_QWEN3 ? DS_ROPE_NEOX : DS_ROPE_NORMAL;
+    const ds_backend_i *b = c->be->i;
+    const int d = hp->n_embd;
+    const ds_probe *pr = c->probe.fn ? &c->probe : NULL;
+    const ds_layer_shape shape = {
+        .d = d, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+        .n_ff = hp->n_ff, .eps = hp->norm_eps, .rope_base = hp->rope_base,
+        .rope_mode = hp->arch == DS_ARCH_QWEN3 ? DS_ROPE_NEOX : DS_ROPE_NORMAL,
+    };
 
-    for (int r = 0; r < M; r++) c->pos[r] = pos0 + r;
-
-    /* token embeddings */
-    for (int r = 0; r < M; r++) {
-        int ok;
-        size_t rb = (size_t)ds_row_bytes(m->tok_embd.type, (uint64_t)d, &ok);   /* validated at load */
-        ds_row_to_f32(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[r] * rb, d, c->x + (size_t)r * d);
-    }
-    
+    b->embed(c->ex, &m->tok_embd, M, c->ids, c->a.x);
     /* the first sub-block's norm has no residual epilogue in front of it */
-    ds_rmsnorm(VAR(DS_FAM_RMSNORM), M, d, c->x, m->layers[0].attn_norm, eps, c->xn, c->pool);
+    b->rmsnorm(c->ex, (ds_variant)var[DS_FAM_RMSNORM], M, d, c->a.x, m->layers[0].attn_norm,
+               hp->norm_eps, c->a.xn);
 
     int tap_i = 0;
     for (int l = 0; l < hp->n_layer; l++) {
-        const ds_layer *L = &m->layers[l];
-        probe_rows(c, M, l, DSD_CP_ATTN_NORM, DSD_SUB_ALL, c->xn, d, d);
-
-        /* --- attention: projections, QK-norm, RoPE ------------------------ */
-        matmul(c, decode, &L->wq, M, c->xn, c->q);
-        matmul(c, decode, &L->wk, M, c->xn, c->k);
-        matmul(c, decode, &L->wv, M, c->xn, c->v);
-        probe_rows(c, M, l, DSD_CP_QKV, DSD_SUB_Q_PROJ, c->q, qd, qd);
-        probe_rows(c, M, l, DSD_CP_QKV, DSD_SUB_K_PROJ, c->k, kvd, kvd);
-        probe_rows(c, M, l, DSD_CP_QKV, DSD_SUB_V_PROJ, c->v, kvd, kvd);
-        if (hp->arch == DS_ARCH_QWEN3) {
-            /* per-head RMSNorm: rows = tokens x heads, in place */
-            ds_rmsnorm(VAR(DS_FAM_RMSNORM), M * H, hd, c->q, L->attn_q_norm, eps, c->q, c->pool);
-            ds_rmsnorm(VAR(DS_FAM_RMSNORM), M * Hkv, hd, c->k, L->attn_k_norm, eps, c->k, c->pool);
-            probe_rows(c, M, l, DSD_CP_QKV, DSD_SUB_Q_NORM, c->q, qd, qd);
-            probe_rows(c, M, l, DSD_CP_QKV, DSD_SUB_K_NORM, c->k, kvd, kvd);
-        }
-        ds_rope(VAR(DS_FAM_ROPE), M, H, hd, c->pos, hp->rope_base, rope_mode, c->q, c->pool);
-        ds_rope(VAR(DS_FAM_ROPE), M, Hkv, hd, c->pos, hp->rope_base, rope_mode, c->k, c->pool);
-        probe_rows(c, M, l, DSD_CP_QKV, DSD_SUB_Q_ROPE, c->q, qd, qd);
-        probe_rows(c, M, l, DSD_CP_QKV, DSD_SUB_K_ROPE, c->k, kvd, kvd);
-
-        /* --- write this chunk's K/V rows first, then attend --------------- */
-        float *kc = c->k_cache + (size_t)l * c->n_ctx * kvd;
-        float *vc = c->v_cache + (size_t)l * c->n_ctx * kvd;
-        memcpy(kc + (size_t)pos0 * kvd, c->k, (size_t)M * kvd * sizeof(float));
-        memcpy(vc + (size_t)pos0 * kvd, c->v, (size_t)M * kvd * sizeof(float));
-        probe_rows(c, M, l, DSD_CP_KV_WRITE, DSD_SUB_K_CACHE_ROW, kc + (size_t)pos0 * kvd, kvd, kvd);
-        probe_rows(c, M, l, DSD_CP_KV_WRITE, DSD_SUB_V_CACHE_ROW, vc + (size_t)pos0 * kvd, kvd, kvd);
-
-        ds_attn_shape as = { H, Hkv, hd, kvd, 1.0f / sqrtf((float)hd) };
-        ds_attention(VAR(DS_FAM_ATTENTION), &as, M, pos0, 1, pos0 + M, c->q, kc, vc, c->att, c->pool);
-        probe_heads(c, M, l, DSD_CP_ATTN_HEADS, H, hd, c->att);
-
-        matmul(c, decode, &L->wo, M, c->att, c->o);
-        probe_rows(c, M, l, DSD_CP_ATTN_OUT_PROJ, DSD_SUB_ALL, c->o, d, d);
-
-        /* --- residual epilogue + FFN norm ------------------------------- */
-        ds_residual(VAR(DS_FAM_RESIDUAL), VAR(DS_FAM_RMSNORM), M, d, c->x, c->o, L->ffn_norm, eps, c->xn, c->pool);
-        probe_rows(c, M, l, DSD_CP_ATTN_RESIDUAL, DSD_SUB_ALL, c->x, d, d);
-        probe_rows(c, M, l, DSD_CP_FFN_NORM, DSD_SUB_ALL, c->xn, d, d);
-
-        /* --- SwiGLU FFN --------------------------------------------------- */
-        matmul(c, decode, &L->w_gate, M, c->xn, c->gate);
-        matmul(c, decode, &L->w_up, M, c->xn, c->up);
-        probe_rows(c, M, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_GATE, c->gate, ff, ff);
-        probe_rows(c, M, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_UP, c->up, ff, ff);
-        ds_swiglu(VAR(DS_FAM_SWIGLU), M, ff, c->gate, c->up, c->h, c->pool);
-        probe_rows(c, M, l, DSD_CP_FFN_ACT, DSD_SUB_ALL, c->h, ff, ff);
-        matmul(c, decode, &L->w_down, M, c->h, c->o);
-        probe_rows(c, M, l, DSD_CP_FFN_DOWN, DSD_SUB_ALL, c->o, d, d);
-
-        /* residual, fused with the next norm: the next layer's attn_norm, or
-         * the final output_norm after the last layer */
         const float *next_norm = l + 1 < hp->n_layer ? m->layers[l + 1].attn_norm : m->output_norm;
-        ds_residual(VAR(DS_FAM_RESIDUAL), VAR(DS_FAM_RMSNORM), M, d, c->x, c->o, next_norm, eps, c->xn, c->pool);
-        probe_rows(c, M, l, DSD_CP_LAYER_OUT, DSD_SUB_ALL, c->x, d, d);
-
+        ds_layer_forward(c->ex, &m->layers[l], &shape, next_norm, var, M, pos0, 1, 0,
+                         ds_kv_k(c->kv, l), ds_kv_v(c->kv, l), &c->a, pr, l);
         /* taps: the raw residual stream leaving layer l */
         if (tap_i < c->n_taps && c->tap_layers[tap_i] == l) {
             if (taps)
                 for (int r = 0; r < M; r++)
-                    memcpy(taps + (size_t)r * taps_stride + (size_t)tap_i * d, c->x + (size_t)r * d, (size_t)d * sizeof(float));
-            probe_rows(c, M, l, DSD_CP_TAP, DSD_SUB_ALL, c->x, d, d);
+                    b->copy(c->ex, taps + (size_t)r * taps_stride + (size_t)tap_i * d,
+                            c->a.x + (size_t)r * d, (size_t)d * sizeof(float));
+            if (pr && (!pr->wants || pr->wants(pr->user, l, DSD_CP_TAP)))
+                ds_probe_rows(c->ex, pr, M, pos0, l, DSD_CP_TAP, DSD_SUB_ALL, 1u << DS_FAM_RESIDUAL,
+                              c->a.x, d, d);
             tap_i++;
         }
     }
-    probe_rows(c, M, DSD_LAYER_POST, DSD_CP_FINAL_NORM, DSD_SUB_ALL, c->xn, d, d);
+    if (pr && (!pr->wants || pr->wants(pr->user, DSD_LAYER_POST, DSD_CP_FINAL_NORM)))
+        ds_probe_rows(c->ex, pr, M, pos0, DSD_LAYER_POST, DSD_CP_FINAL_NORM, DSD_SUB_ALL,
+                      (1u << DS_FAM_RESIDUAL) | (1u << DS_FAM_RMSNORM), c->a.xn, d, d);
 }
 
 static int check_run(const ds_ctx *c, const int32_t *tokens, int M, int pos0, char *err, size_t errlen) {
@@ -498,25 +485,76 @@ static int check_run(const ds_ctx *c, const int32_t *tokens, int M, int pos0, ch
     return 0;
 }
 
-/* Logits for `rows` rows of c->xn starting at row r0 of the chunk. */
-static void logits_rows(ds_ctx *c, int decode, int r0, int rows, float *out) {
+/* Logits of `rows` rows of a.xn from row r0 of the chunk into `out` (device
+ * or host by backend). */
+static void logits_rows(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int r0, int rows, int pos0,
+                        float *out) {
     const ds_model *m = c->m;
-    matmul(c, decode, &m->output, rows, c->xn + (size_t)r0 * m->hp.n_embd, out);
-    if (c->probe)
-        for (int r = 0; r < rows; r++)
-            c->probe(c->probe_user, c->pos[r0 + r], DSD_LAYER_POST, DSD_CP_LOGITS, DSD_SUB_ALL,
-                     out + (size_t)r * m->hp.n_vocab, (size_t)m->hp.n_vocab);
+    const ds_weight *W = &m->output;
+    c->be->i->matmul(c->ex, (ds_variant)var[ds_matmul_family(W->type)], W, rows,
+                     c->a.xn + (size_t)r0 * m->hp.n_embd, out);
+    const ds_probe *pr = &c->probe;
+    if (pr->fn && (!pr->wants || pr->wants(pr->user, DSD_LAYER_POST, DSD_CP_LOGITS)))
+        ds_probe_rows(c->ex, pr, rows, pos0 + r0, DSD_LAYER_POST, DSD_CP_LOGITS, DSD_SUB_ALL,
+                      1u << ds_matmul_family(W->type), out, (size_t)m->hp.n_vocab,
+                      (size_t)m->hp.n_vocab);
+}
+
+/* The key a recorded launch sequence is filed under: everything that
+ * changes which ops run or with which arguments (FNV-1a over the shape,
+ * the variants, the logits rows and the tap list). */
+static uint64_t graph_key(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int n, int r0, int rows,
+                          int with_taps) {
+    uint64_t h = 1469598103934665603ull;
+#define MIX(v) (h = (h ^ (uint64_t)(uint32_t)(v)) * 1099511628211ull)
+    MIX(n); MIX(r0); MIX(rows); MIX(with_taps); MIX(c->n_taps);
+    for (int i = 0; i < c->n_taps; i++) MIX(c->tap_layers[i]);
+    for (int f = 0; f < DS_FAM_COUNT; f++) MIX(var[f]);
+#undef MIX
+    return h;
 }
 
 static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, int logits_mode,
                float *logits, float *taps, char *err, size_t errlen) {
     if (check_run(c, tokens, M, pos0, err, errlen)) return -1;
-    const int V = c->m->hp.n_vocab, taps_stride = c->n_taps * c->m->hp.n_embd;
+    const ds_backend_i *b = c->be->i;
+    const int host = b->host_memory;
+    const size_t V = (size_t)c->m->hp.n_vocab, taps_stride = (size_t)c->n_taps * c->m->hp.n_embd;
+    uint8_t var[DS_FAM_COUNT];
+    for (int f = 0; f < DS_FAM_COUNT; f++) var[f] = decode ? DS_CANONICAL : c->ks.v[f];
     for (int done = 0; done < M;) {
-        int n = M - done < c->m_max ? M - done : c->m_max;
-        forward_chunk(c, decode, tokens + done, n, pos0 + done, taps ? taps + (size_t)done * taps_stride : NULL, taps_stride);
-        if (logits_mode == DS_LOGITS_ALL) logits_rows(c, decode, 0, n, logits + (size_t)done * V);
-        else if (logits_mode == DS_LOGITS_LAST && done + n == M) logits_rows(c, decode, n - 1, 1, logits);
+        const int n = M - done < c->m_max ? M - done : c->m_max;
+        const int p0 = pos0 + done;
+        for (int r = 0; r < n; r++) c->pos_host[r] = p0 + r;
+        b->upload(c->ex, c->pos, c->pos_host, (size_t)n * sizeof(int));
+        b->upload(c->ex, c->ids, tokens + done, (size_t)n * sizeof(int32_t));
+        float *taps_dst = !taps ? NULL : host ? taps + (size_t)done * taps_stride : c->taps;
+        float *lg = NULL;
+        int r0 = 0, rows = 0;
+        if (logits_mode == DS_LOGITS_ALL) { lg = logits + (size_t)done * V; rows = n; }
+        else if (logits_mode == DS_LOGITS_LAST && done + n == M) { lg = logits; r0 = n - 1; rows = 1; }
+        /* A backend that records launch sequences (CUDA graphs) replays the
+         * one recorded for this shape: every argument below is the same for
+         * every call with the same key (positions and ids are in device
+         * buffers). Probed passes are never recorded. */
+        int replayed = 0;
+        const int graphs = b->graph_begin && !c->probe.fn;
+        if (graphs) {
+            const uint64_t key = graph_key(c, var, n, r0, rows, taps_dst != NULL);
+            if ((replayed = b->graph_begin(c->ex, key, err, errlen)) < 0) return -1;
+        }
+        if (!replayed) {
+            forward_chunk(c, var, n, p0, taps_dst, taps_stride);
+            if (rows) logits_rows(c, var, r0, rows, p0, host ? lg : c->logits);
+        }
+        if (graphs && b->graph_end(c->ex, err, errlen)) return -1;
+        if (!host) {   /* one synchronising download per chunk */
+            if (rows) b->download(c->ex, lg, c->logits, (size_t)rows * V * sizeof(float));
+            if (taps)
+                b->download(c->ex, taps + (size_t)done * taps_stride, c->taps,
+                            (size_t)n * taps_stride * sizeof(float));
+            if (b->sync(c->ex, err, errlen)) return -1;
+        }
         done += n;
     }
     c->n_past = pos0 + M;
@@ -537,39 +575,45 @@ int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logi
 }
 
 /* ========================================================================
- * State snapshots
+ * State snapshots (on the device) and KV reads
  * ===================================================================== */
 
-int ds_state_save(const ds_ctx *c, ds_state *s) {
-    const ds_hparams *hp = &c->m->hp;
-    size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
+int ds_state_save(ds_ctx *c, ds_state *s) {
     s->n_past = c->n_past;
-    s->n_floats = (size_t)hp->n_layer * (size_t)c->n_past * kvd;
-    s->k = malloc(s->n_floats * sizeof(float) + 1);
-    s->v = malloc(s->n_floats * sizeof(float) + 1);
-    if (!s->k || !s->v) { free(s->k); free(s->v); s->k = s->v = NULL; return -1; }
-    for (int l = 0; l < hp->n_layer; l++) {
-        size_t src = (size_t)l * c->n_ctx * kvd, dst = (size_t)l * c->n_past * kvd;
-        memcpy(s->k + dst, c->k_cache + src, (size_t)c->n_past * kvd * sizeof(float));
-        memcpy(s->v + dst, c->v_cache + src, (size_t)c->n_past * kvd * sizeof(float));
-    }
-    return 0;
+    return ds_kv_snapshot(c->ex, c->kv, c->n_past, &s->snap);
 }
 
 int ds_state_restore(ds_ctx *c, const ds_state *s) {
-    const ds_hparams *hp = &c->m->hp;
-    size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
-    if (s->n_past > c->n_ctx) return -1;
-    for (int l = 0; l < hp->n_layer; l++) {
-        size_t dst = (size_t)l * c->n_ctx * kvd, src = (size_t)l * s->n_past * kvd;
-        memcpy(c->k_cache + dst, s->k + src, (size_t)s->n_past * kvd * sizeof(float));
-        memcpy(c->v_cache + dst, s->v + src, (size_t)s->n_past * kvd * sizeof(float));
-    }
+    if (s->n_past > c->n_ctx || ds_kv_restore(c->ex, c->kv, &s->snap)) return -1;
     c->n_past = s->n_past;
     return 0;
 }
 
-void ds_state_free(ds_state *s) {
-    free(s->k); free(s->v);
-    s->k = s->v = NULL;
+void ds_state_free(ds_state *s) { ds_kv_snap_free(&s->snap); }
+
+void ds_ctx_read_kv(ds_ctx *c, int pos0, int n, float *k, float *v) {
+    ds_kv_read(c->ex, c->kv, pos0, n, k, v);
 }
+
+/* ========================================================================
+ * Accessors (the context is opaque to callers)
+ * ===================================================================== */
+
+const ds_model *ds_ctx_model(const ds_ctx *c) { return c->m; }
+ds_exec *ds_ctx_exec(ds_ctx *c) { return c->ex; }
+int  ds_ctx_n_ctx(const ds_ctx *c) { return c->n_ctx; }
+int  ds_ctx_n_past(const ds_ctx *c) { return c->n_past; }
+int  ds_ctx_m_max(const ds_ctx *c) { return c->m_max; }
+int  ds_ctx_n_taps(const ds_ctx *c) { return c->n_taps; }
+void ds_ctx_set_kernels(ds_ctx *c, const ds_kernel_set *ks) { c->ks = *ks; }
+void ds_ctx_get_kernels(const ds_ctx *c, ds_kernel_set *ks) { *ks = c->ks; }
+void ds_ctx_set_probe(ds_ctx *c, const ds_probe *p) {
+    if (p) {
+        c->probe = *p;
+        c->probe.stage = c->stage;
+    } else {
+        memset(&c->probe, 0, sizeof c->probe);
+    }
+}
+void ds_ctx_set_variant(ds_ctx *c, ds_variant v) { ds_kernel_set_all(&c->ks, v); }
+const int *ds_ctx_tap_layers(const ds_ctx *c) { return c->tap_layers; }

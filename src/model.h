@@ -18,6 +18,8 @@
 #include "gguf.h"
 #include "tokenizer.h"
 #include "kernels/kernels.h"
+#include "backend.h"
+#include "layer.h"
 
 typedef enum { DS_ARCH_QWEN3 = 0, DS_ARCH_LLAMA = 1 } ds_arch;
 
@@ -35,62 +37,39 @@ typedef struct {
     float   norm_eps;
 } ds_hparams;
 
-typedef struct {
-    const float *attn_norm, *attn_q_norm, *attn_k_norm, *ffn_norm; /* f32 views */
-    ds_weight wq, wk, wv, wo, w_gate, w_up, w_down;
-} ds_layer;
-
 typedef struct ds_model {
     gguf_ctx     *gguf;          /* owns the mapping every weight points into */
     ds_hparams    hp;
     ds_tokenizer *tok;           /* NULL when the file has no tokenizer       */
+    ds_backend   *be;            /* the device the weights were prepared for  */
     ds_weight     tok_embd;      /* [n_vocab][n_embd]                         */
     ds_weight     output;        /* == tok_embd's memory when tied            */
     int           output_tied;
-    const float  *output_norm;
+    const float  *output_norm;   /* device f32 (as every norm pointer)        */
     ds_layer     *layers;
     float        *f32_arena;     /* norm weights converted to f32 (owned)     */
+    size_t        f32_n;         /* its length in floats                      */
+    float        *f32_dev;       /* its device copy (== f32_arena on the CPU) */
+    int           weights_prepared;
     uint64_t      n_params;
     uint32_t      weight_type;   /* type of attn_q of layer 0, for reports    */
-    void         *packed_arena;  /* Q8_0 weights pre-repacked for the VNNI
-                                    tile (ds_q8_0_pack), owned; NULL if none  */
-    size_t        packed_bytes;  /* its size: the memory packing costs       */
 } ds_model;
 
 /* Load and validate (architecture, hyper-parameters, every tensor's presence,
- * type and shape). NULL with one error line on failure. */
+ * type and shape), then prepare every weight for the device ("cpu", "cuda":
+ * ds_backend_new). NULL with one error line on failure. ds_model_load is
+ * ds_model_load_on(path, "cpu"). */
 ds_model *ds_model_load(const char *path, char *err, size_t errlen);
+ds_model *ds_model_load_on(const char *path, const char *device, char *err, size_t errlen);
 void      ds_model_free(ds_model *m);
 const char *ds_arch_name(ds_arch a);
 
-/* ---- probes: the diagnostics' capture hook ------------------------------
- * When set, the forward pass reports each named checkpoint row by row:
- * pos = absolute position of the row, layer = -1 for non-layer objects.
- * The model only calls it; what to copy is the caller's business. The
- * checkpoint / subobject ids are dsd_checkpoint / dsd_subobject values from
- * include/dspark_diag.h. */
-typedef void (*ds_probe_fn)(void *user, int pos, int layer, int checkpoint, int subobject,
-                            const float *data, size_t n);
-
 #define DS_MAX_TAPS 16
 
-typedef struct ds_ctx {
-    const ds_model *m;
-    int        n_ctx;            /* KV cache capacity in positions           */
-    int        n_past;           /* valid KV rows: positions [0, n_past)     */
-    int        m_max;            /* rows per internal batch chunk            */
-    ds_pool   *pool;
-    int        own_pool;
-    ds_kernel_set ks;            /* batched-path kernel choice per family    */
-    float     *k_cache, *v_cache;/* [n_layer][n_ctx][n_head_kv*head_dim]     */
-    int        tap_layers[DS_MAX_TAPS];
-    int        n_taps;
-    /* scratch, sized for m_max rows */
-    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *h;
-    int   *pos;
-    ds_probe_fn probe;
-    void       *probe_user;
-} ds_ctx;
+/* The context: KV cache, activations and the execution context on the
+ * model's device, the kernel set, taps and the probe. Opaque: use the
+ * functions below. */
+typedef struct ds_ctx ds_ctx;
 
 /* n_threads >= 1. n_ctx in [1, hp.n_ctx_train] (or any positive value when
  * the file's context_length is 0). */
@@ -102,6 +81,23 @@ void    ds_ctx_free(ds_ctx *c);
  * [0, n_layer) and strictly increasing, at most DS_MAX_TAPS. On error the
  * previous list is kept unchanged. n = 0 clears it. */
 int ds_set_taps(ds_ctx *c, const int *layers, int n, char *err, size_t errlen);
+
+/* ---- accessors ------------------------------------------------------- */
+const ds_model *ds_ctx_model(const ds_ctx *c);
+int  ds_ctx_n_ctx(const ds_ctx *c);          /* KV capacity in positions     */
+int  ds_ctx_n_past(const ds_ctx *c);         /* valid rows: [0, n_past)      */
+int  ds_ctx_n_taps(const ds_ctx *c);
+int  ds_ctx_m_max(const ds_ctx *c);          /* rows per internal chunk      */
+void ds_ctx_set_kernels(ds_ctx *c, const ds_kernel_set *ks);   /* batched path */
+void ds_ctx_get_kernels(const ds_ctx *c, ds_kernel_set *ks);
+void ds_ctx_set_variant(ds_ctx *c, ds_variant v);   /* every family to v     */
+const int *ds_ctx_tap_layers(const ds_ctx *c);       /* ds_ctx_n_taps of them */
+ds_exec *ds_ctx_exec(ds_ctx *c);             /* shared with a drafter context */
+/* Diagnostics' capture hook (layer.h); NULL clears it. Copied. */
+void ds_ctx_set_probe(ds_ctx *c, const ds_probe *p);
+/* Host copies of KV rows [pos0, pos0+n) of every layer: k, v each
+ * [n_layer][n][n_head_kv*head_dim] floats. */
+void ds_ctx_read_kv(ds_ctx *c, int pos0, int n, float *k, float *v);
 
 /* Drop KV rows at positions >= n_pos (used to discard rejected draft rows). */
 int ds_kv_truncate(ds_ctx *c, int n_pos);
@@ -122,11 +118,10 @@ int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logi
 
 /* ---- state snapshot (for diagnostics: restore the true S0) ------------- */
 typedef struct {
-    int    n_past;
-    size_t n_floats;     /* per cache */
-    float *k, *v;        /* copies of rows [0, n_past) of every layer       */
+    int        n_past;
+    ds_kv_snap snap;     /* rows [0, n_past) of every layer, on the device  */
 } ds_state;
-int  ds_state_save(const ds_ctx *c, ds_state *s);
+int  ds_state_save(ds_ctx *c, ds_state *s);
 int  ds_state_restore(ds_ctx *c, const ds_state *s);
 void ds_state_free(ds_state *s);
 

@@ -109,12 +109,12 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int ds_spec_measure_sps(ds_ctx *c, int max_width, int reps, double *sec, char *err, size_t errlen) {
-    if (max_width < 1 || max_width > c->n_ctx) {
-        ds_errf(err, errlen, "SPS measurement: width %d does not fit the context (%d)", max_width, c->n_ctx);
+    if (max_width < 1 || max_width > ds_ctx_n_ctx(c)) {
+        ds_errf(err, errlen, "SPS measurement: width %d does not fit the context (%d)", max_width, ds_ctx_n_ctx(c));
         return -1;
     }
     if (reps < 1) reps = 1;
-    const size_t V = (size_t)c->m->hp.n_vocab, T = (size_t)c->n_taps * c->m->hp.n_embd;
+    const size_t V = (size_t)ds_ctx_model(c)->hp.n_vocab, T = (size_t)ds_ctx_n_taps(c) * ds_ctx_model(c)->hp.n_embd;
     float *lg = malloc((size_t)max_width * V * sizeof(float));
     float *tp = T ? malloc((size_t)max_width * T * sizeof(float)) : NULL;
     int32_t *tok = malloc((size_t)max_width * sizeof(int32_t));
@@ -124,7 +124,7 @@ int ds_spec_measure_sps(ds_ctx *c, int max_width, int reps, double *sec, char *e
     for (int i = 0; i < max_width; i++) tok[i] = (int32_t)((i * 7 + 1) % (int)V);
     for (int w = 1; w <= max_width; w++) {
         for (int r = -1; r < reps; r++) {
-            c->n_past = 0;
+            ds_kv_truncate(c, 0);
             double t0 = now_s();
             if (ds_forward_batch(c, tok, w, 0, DS_LOGITS_ALL, lg, tp, err, errlen)) goto done;
             if (r >= 0) t[r] = now_s() - t0;
@@ -134,7 +134,7 @@ int ds_spec_measure_sps(ds_ctx *c, int max_width, int reps, double *sec, char *e
     }
     rc = 0;
 done:
-    c->n_past = 0;
+    ds_kv_truncate(c, 0);
     free(lg); free(tp); free(tok); free(t);
     return rc;
 }
@@ -148,13 +148,13 @@ done:
 static int spec_prefill(ds_ctx *c, ds_dctx *dx, const int32_t *prompt, int n, ds_prefill_mode mode, int chunk,
                         float *logits, float *taps, char *err, size_t errlen) {
     if (n < 1) { ds_errf(err, errlen, "prefill: the prompt is empty"); return -1; }
-    if (n >= c->n_ctx) {
+    if (n >= ds_ctx_n_ctx(c)) {
         ds_errf(err, errlen, "prefill: the prompt has %d tokens but the context holds %d (need room for at least one new token)",
-                n, c->n_ctx);
+                n, ds_ctx_n_ctx(c));
         return -1;
     }
-    const size_t T = (size_t)c->n_taps * c->m->hp.n_embd;
-    c->n_past = 0;
+    const size_t T = (size_t)ds_ctx_n_taps(c) * ds_ctx_model(c)->hp.n_embd;
+    ds_kv_truncate(c, 0);
     for (int off = 0; off < n;) {
         int m = n - off < chunk ? n - off : chunk;
         const int last = off + m == n;
@@ -193,7 +193,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
     st->stop = "length";
-    const int V = c->m->hp.n_vocab;
+    const int V = ds_ctx_model(c)->hp.n_vocab;
     const int gamma = ds_drafter_block_size(d);
     if (o->n_predict < 1) { ds_errf(err, errlen, "spec: n_predict must be >= 1"); return -1; }
     if (gamma < 1 || gamma > DS_SPEC_MAX_GAMMA) {
@@ -222,11 +222,11 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     st->gamma = gamma;
     st->draft_max = draft_max;
     if (ds_set_taps(c, ds_drafter_tap_layers(d), ds_drafter_n_taps(d), err, errlen)) return -1;
-    const size_t T = (size_t)c->n_taps * c->m->hp.n_embd;
+    const size_t T = (size_t)ds_ctx_n_taps(c) * ds_ctx_model(c)->hp.n_embd;
     const size_t Vz = (size_t)V;
 
     /* buffers */
-    const int mm = c->m_max > 0 ? c->m_max : 1;
+    const int mm = ds_ctx_m_max(c) > 0 ? ds_ctx_m_max(c) : 1;
     const int chunk = mm * (mm < 512 ? 512 / mm : 1);                 /* whole internal batches */
     float *ptaps = malloc((size_t)chunk * T * sizeof(float) + 1);
     float *vlog = malloc(((size_t)(gamma + 1) + 2) * Vz * sizeof(float));   /* verify rows + sampler scratch */
@@ -239,10 +239,10 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     int rc = -1;
     if (!ptaps || !vlog || !vtaps || !rlog || !conf || !ids || !vtok) { ds_errf(err, errlen, "spec: out of memory"); goto done; }
     float *scratch = vlog + (size_t)(gamma + 1) * Vz;
-    dx = ds_dctx_new(d, c->n_ctx + gamma, c->pool, err, errlen);
+    dx = ds_dctx_new(d, ds_ctx_n_ctx(c) + gamma, ds_ctx_exec(c), err, errlen);
     if (!dx || ds_dctx_set_retained(dx, draft_max, err, errlen)) goto done;
 
-    emitter em = { o, c->m->tok, out, st };
+    emitter em = { o, ds_ctx_model(c)->tok, out, st };
     const ds_sampler *samp = &o->samp;
     double t0 = now_s();
     /* prefill: target (all prompt taps) -> drafter context rows -> first token */
@@ -254,10 +254,10 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     if (emit(&em, anchor)) goto finish;
 
     for (;;) {
-        if (p >= c->n_ctx) { st->stop = "context"; break; }
+        if (p >= ds_ctx_n_ctx(c)) { st->stop = "context"; break; }
         /* how many drafts may this round verify: block, context, budget */
         int cap = draft_max;
-        if (cap > c->n_ctx - 1 - p) cap = c->n_ctx - 1 - p;            /* p + ell < n_ctx      */
+        if (cap > ds_ctx_n_ctx(c) - 1 - p) cap = ds_ctx_n_ctx(c) - 1 - p;            /* p + ell < n_ctx      */
         if (cap > o->n_predict - st->n_gen - 1) cap = o->n_predict - st->n_gen - 1;
         if (cap < 0) cap = 0;
         int ell = 0, n_draft = 0;

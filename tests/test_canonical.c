@@ -24,14 +24,7 @@ typedef struct {
     float *logits, *taps, *k, *v;   /* M rows each */
 } pass_out;
 
-static void kv_rows(const ds_ctx *c, int pos0, int M, float *k, float *v) {
-    const ds_hparams *hp = &c->m->hp;
-    size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
-    for (int l = 0; l < hp->n_layer; l++) {
-        memcpy(k + (size_t)l * M * kvd, c->k_cache + ((size_t)l * c->n_ctx + pos0) * kvd, (size_t)M * kvd * sizeof(float));
-        memcpy(v + (size_t)l * M * kvd, c->v_cache + ((size_t)l * c->n_ctx + pos0) * kvd, (size_t)M * kvd * sizeof(float));
-    }
-}
+static void kv_rows(ds_ctx *c, int pos0, int M, float *k, float *v) { ds_ctx_read_kv(c, pos0, M, k, v); }
 
 static void pass_alloc(pass_out *p, const ds_model *m, int M) {
     size_t kvd = (size_t)m->hp.n_head_kv * m->hp.head_dim;
@@ -54,7 +47,7 @@ static void run_batch(ds_ctx *c, const int32_t *toks, int pos0, int M, pass_out 
 /* Pass B: the same tokens through sequential decode. */
 static void run_decode(ds_ctx *c, const int32_t *toks, int pos0, int M, pass_out *o) {
     char err[DS_ERRLEN];
-    size_t V = (size_t)c->m->hp.n_vocab, T = 2 * (size_t)c->m->hp.n_embd;
+    size_t V = (size_t)ds_ctx_model(c)->hp.n_vocab, T = 2 * (size_t)ds_ctx_model(c)->hp.n_embd;
     for (int r = 0; r < M; r++)
         if (ds_decode(c, toks[pos0 + r], pos0 + r, o->logits + r * V, o->taps + r * T, err, sizeof err)) {
             printf("FAIL decode: %s\n", err);
@@ -77,12 +70,12 @@ static int sweep(ds_ctx *c, const int32_t *toks, const ds_kernel_set *ks, int m_
     char err[DS_ERRLEN];
     int differing = 0;
     pass_out a, b;
-    pass_alloc(&a, c->m, 16);
-    pass_alloc(&b, c->m, 16);
+    pass_alloc(&a, ds_ctx_model(c), 16);
+    pass_alloc(&b, ds_ctx_model(c), 16);
     for (int pi = 0; pi < N_POS0; pi++) {
         int pos0 = k_pos0[pi];
-        c->ks = *ks;
-        c->n_past = 0;
+        ds_ctx_set_kernels(c, ks);
+        ds_kv_truncate(c, 0);
         if (pos0 > 0 && ds_forward_batch(c, toks, pos0, 0, DS_LOGITS_NONE, NULL, NULL, err, sizeof err)) { printf("FAIL prefill: %s\n", err); exit(1); }
         ds_state s0;
         if (ds_state_save(c, &s0)) { printf("FAIL state_save\n"); exit(1); }
@@ -91,7 +84,7 @@ static int sweep(ds_ctx *c, const int32_t *toks, const ds_kernel_set *ks, int m_
             run_batch(c, toks, pos0, M, &a);
             ds_state_restore(c, &s0);
             run_decode(c, toks, pos0, M, &b);
-            if (!same(&a, &b, c->m, M)) differing++;
+            if (!same(&a, &b, ds_ctx_model(c), M)) differing++;
         }
         ds_state_free(&s0);
     }
@@ -162,8 +155,8 @@ int main(void) {
         for (int nt = 1; nt <= 3; nt++) {
             ds_ctx *c = ds_ctx_new(m, N_CTX, nt, err, sizeof err);
             for (int v = 0; v < 2; v++) {
-                ds_kernel_set_all(&c->ks, v ? DS_FAST : DS_CANONICAL);
-                c->n_past = 0;
+                ds_ctx_set_variant(c, v ? DS_FAST : DS_CANONICAL);
+                ds_kv_truncate(c, 0);
                 float *lg = malloc((size_t)(pos0 + M) * m->hp.n_vocab * sizeof(float));
                 ds_forward_batch(c, toks, pos0 + M, 0, DS_LOGITS_ALL, lg, NULL, err, sizeof err);
                 if (!ref[v]) ref[v] = lg;

@@ -42,7 +42,7 @@ int main(void) {
     for (int i = 0; i < DSD_CHAIN_COUNT; i++) CHECK(r.chain[i] == 1, "chain link %d not PASS", i);
     printf("%s canonical FIRST_DIVERGENCE NONE compared_objects=%zu\n", dsd_report_identical(&r.report) ? "PASS" : "FAIL", r.report.compared_objects);
     ds_diverge_result_free(&r);
-    CHECK(c->n_past == 0 || c->n_past == 100, "n_past not restored");
+    CHECK(ds_ctx_n_past(c) == 0 || ds_ctx_n_past(c) == 100, "n_past not restored");
 
     /* 2. one family fast at a time: the experiment finds a divergence at a
      * checkpoint that family produces, and the isolated A/B proves it */
@@ -55,13 +55,13 @@ int main(void) {
         CHECK(r.gate_control && r.gate_probe, "gate failed with %s fast", ds_family_name(f));
         const dsd_object_result *first = dsd_report_first(&r.report);
         ds_family_ab ab;
-        CHECK(ds_family_ab_run(m, c->pool, f, DS_FAST, 16, &ab, err, sizeof err) == 0, "ab: %s", err);
+        CHECK(ds_family_ab_run(m, ds_exec_cpu_pool(ds_ctx_exec(c)), f, DS_FAST, 16, &ab, err, sizeof err) == 0, "ab: %s", err);
         if (f == DS_FAM_MATMUL_Q8_0 || f == DS_FAM_ATTENTION) {
             CHECK(first != NULL, "%s fast: no divergence found (the check cannot fail)", ds_family_name(f));
             CHECK(ab.proven_different, "%s fast: isolated A/B found no difference", ds_family_name(f));
         }
         if (first) {
-            unsigned fm = ds_families_for_checkpoint(m, first->key.layer, first->key.cp, first->key.sub);
+            unsigned fm = ds_families_for_checkpoint(&r, first->key.layer, first->key.cp, first->key.sub);
             CHECK(fm & (1u << f), "%s fast: first divergence at %s is not attributed to it", ds_family_name(f), dsd_cp_name(first->key.cp));
             char sb[DSD_NAME_MAX];
             printf("PASS family=%s fast first_divergence row=%d layer=%d checkpoint=%s subobject=%s isolated_ab=%s\n",
@@ -77,7 +77,7 @@ int main(void) {
     /* 3. canonical families are IDENTICAL in the isolated A/B too */
     for (int f = 0; f < DS_FAM_COUNT; f++) {
         ds_family_ab ab;
-        CHECK(ds_family_ab_run(m, c->pool, f, DS_CANONICAL, 16, &ab, err, sizeof err) == 0, "ab: %s", err);
+        CHECK(ds_family_ab_run(m, ds_exec_cpu_pool(ds_ctx_exec(c)), f, DS_CANONICAL, 16, &ab, err, sizeof err) == 0, "ab: %s", err);
         CHECK(!ab.proven_different, "canonical %s differs from decode in the isolated A/B", ds_family_name(f));
     }
     printf("PASS isolated A/B: every canonical family IDENTICAL to decode for M=1..16\n");

@@ -325,15 +325,15 @@ static void test_exact(const char *label, const char *path) {
     if (pre) PASS(name);
 
     /* thread-count independence: a 2-thread pool gives the same bits */
-    ds_pool *pool = ds_pool_new(2);
-    ds_dctx *xp = ds_dctx_new(d, 64, pool, err, sizeof err);
+    ds_exec *ex2 = d->be->i->exec_new(d->be, 2, err, sizeof err);
+    ds_dctx *xp = ex2 ? ds_dctx_new(d, 64, ex2, err, sizeof err) : NULL;
     ok = xp && round_(xp, feat, NCTX, ANCHOR, G, NULL, i1, c1, L1) == 0;
     same = ok && !memcmp(L0, L1, nl * 4) && !memcmp(i0, i1, (size_t)G * 4);
     snprintf(name, sizeof name, "%s: 2-thread pool == inline (bitwise)", label);
     CHECK(same, "%s", name);
     if (same) PASS(name);
     ds_dctx_free(xp);
-    ds_pool_free(pool);
+    d->be->i->exec_free(ex2);
 
     /* sampled: ids == ds_sample(z_k, V, p+k+1), prefix holds too */
     ds_sampler s = { 0.8f, 0, 1.0f, 42 };
@@ -609,7 +609,7 @@ static void test_with_target(const char *path) {
     float *taps = malloc((size_t)n * W * 4), *lg = malloc((size_t)V * 4), *L = malloc((size_t)G * V * 4), conf[300];
     int32_t ids[300];
     ok = ok && ds_forward_batch(c, prompt, n, 0, DS_LOGITS_LAST, lg, taps, err, sizeof err) == 0;
-    ds_dctx *x = ok ? ds_dctx_new(d, 128, c->pool, err, sizeof err) : NULL;
+    ds_dctx *x = ok ? ds_dctx_new(d, 128, ds_ctx_exec(c), err, sizeof err) : NULL;
     ok = ok && x && ds_dctx_append(x, taps, n, 0, err, sizeof err) == 0;
     int32_t anchor = (int32_t)ds_argmax(lg, V);
     ds_draft_opts o = { NULL, G };

@@ -600,7 +600,7 @@ static void test_packed_q8(ds_pool *pools[4]) {
             CHECK(pk && ds_q8_0_pack(&W.w, pk) == 0, "ds_q8_0_pack K=%lld N=%lld", (long long)K,
                   (long long)N);
             ds_weight Wp = W.w;
-            Wp.packed = pk;
+            Wp.extra = pk;
             float *x = make_x(Mmax, K);
             float *y0 = malloc((size_t)(Mmax * N) * sizeof(float));
             float *y1 = malloc((size_t)(Mmax * N) * sizeof(float));

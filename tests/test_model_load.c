@@ -96,7 +96,7 @@ int main(void) {
         CHECK(ds_set_taps(c, good, 2, err, sizeof err) == 0, "valid taps rejected: %s", err);
         CHECK(ds_set_taps(c, bad_order, 2, err, sizeof err) != 0 && strstr(err, "increasing"), "non-increasing taps accepted");
         CHECK(ds_set_taps(c, bad_range, 1, err, sizeof err) != 0 && strstr(err, "range"), "out-of-range tap accepted");
-        CHECK(c->n_taps == 2 && c->tap_layers[0] == 0 && c->tap_layers[1] == 1, "invalid tap list changed the previous one");
+        CHECK(ds_ctx_n_taps(c) == 2 && ds_ctx_tap_layers(c)[0] == 0 && ds_ctx_tap_layers(c)[1] == 1, "invalid tap list changed the previous one");
         CHECK(ds_ctx_new(m, 100000, 1, err, sizeof err) == NULL && strstr(err, "-c"), "n_ctx beyond the model's context accepted");
         int32_t bad_tok = 100000;
         CHECK(ds_decode(c, bad_tok, 0, NULL, NULL, err, sizeof err) != 0 && strstr(err, "token id"), "out-of-range token accepted");

@@ -99,7 +99,7 @@ static void test_target_logits(const ds_model *m) {
         const float *ref = (const float *)p;
         p += (size_t)nl * V * 4;
         float *lg = malloc((size_t)n * V * sizeof(float));
-        c->n_past = 0;
+        ds_kv_truncate(c, 0);
         CHECK(ds_forward_batch(c, ids, (int)n, 0, DS_LOGITS_ALL, lg, NULL, err, sizeof err) == 0, "forward: %s", err);
         for (uint32_t r = 0; r < nl; r++) {
             float refrow[8192];
@@ -147,7 +147,7 @@ static void test_drafter_block(const ds_model *m) {
 
         /* dspark's own taps vs PyTorch's features */
         float *taps = malloc((size_t)pp * df * sizeof(float));
-        c->n_past = 0;
+        ds_kv_truncate(c, 0);
         CHECK(ds_forward_batch(c, ids, (int)pp, 0, DS_LOGITS_NONE, NULL, taps, err, sizeof err) == 0, "forward: %s", err);
         for (uint32_t r = 0; r < pp; r++) {
             double rel = row_rel(taps + (size_t)r * df, feat + (size_t)r * df, (int)df, -1);
@@ -156,7 +156,7 @@ static void test_drafter_block(const ds_model *m) {
         free(taps);
 
         /* the drafter on PyTorch's features */
-        ds_dctx *x = ds_dctx_new(d, 256, c->pool, err, sizeof err);
+        ds_dctx *x = ds_dctx_new(d, 256, ds_ctx_exec(c), err, sizeof err);
         float *fe = malloc((size_t)pp * df * sizeof(float));
         memcpy(fe, feat, (size_t)pp * df * sizeof(float));
         CHECK(ds_dctx_append(x, fe, (int)pp, 0, err, sizeof err) == 0, "append: %s", err);
@@ -203,7 +203,7 @@ static void test_exactness(const char *path) {
     float *a = malloc((size_t)8 * V * sizeof(float)), *b = malloc((size_t)8 * V * sizeof(float));
     int bad = 0;
     for (int M = 1; M <= 8; M++) {
-        c->n_past = 0;
+        ds_kv_truncate(c, 0);
         ds_forward_batch(c, prompt, 100, 0, DS_LOGITS_NONE, NULL, NULL, err, sizeof err);
         ds_forward_batch(c, block, M, 100, DS_LOGITS_ALL, a, NULL, err, sizeof err);
         ds_kv_truncate(c, 100);

@@ -201,7 +201,7 @@ static void oracle_fn(void *u, int p, int32_t anchor, int n, int32_t *ids, float
 /* light: error rates {0, 3} and draft_max {1, gamma} only */
 static void oracle_runs(ds_ctx *c, const ds_drafter *d, int pi, ds_spec_opts *o, const run_out *ref, int gamma, tally *t,
                         int light) {
-    oracle orc = { ref, prompt_len[pi], c->m->hp.n_vocab, 0, c->m->tok ? ds_tokenizer_eos(c->m->tok) : -1, 0 };
+    oracle orc = { ref, prompt_len[pi], ds_ctx_model(c)->hp.n_vocab, 0, ds_ctx_model(c)->tok ? ds_tokenizer_eos(ds_ctx_model(c)->tok) : -1, 0 };
     static const int rates[] = { 0, 3, 2, 5 };
     o->draft_override = oracle_fn;
     o->override_user = &orc;
@@ -244,7 +244,7 @@ int main(void) {
         ds_drafter *d = make_drafter(dir, name, m, gamma, 1, 3 + ti);
         ds_ctx *c = ds_ctx_new(m, 256, 1, err, sizeof err);
         CHECK(c != NULL, "ctx: %s", err);
-        ds_kernel_set_all(&c->ks, DS_CANONICAL);
+        ds_ctx_set_variant(c, DS_CANONICAL);
 
         /* greedy references */
         run_out ref[N_PROMPTS];
@@ -289,7 +289,7 @@ int main(void) {
             double flat[8], steep[8], meas[8];
             for (int w = 0; w < 8; w++) { flat[w] = 1.0 + 0.01 * w; steep[w] = 1.0 + 2.0 * w; }
             CHECK(ds_spec_measure_sps(c, gamma + 1, 3, meas, err, sizeof err) == 0, "measure: %s", err);
-            CHECK(c->n_past == 0, "measure left the context non-empty");
+            CHECK(ds_ctx_n_past(c) == 0, "measure left the context non-empty");
             const double *tabs[3] = { flat, steep, meas };
             o.sched = DS_SCHED_TABLE; o.p_min = 0.0f;
             for (int tb = 0; tb < 3; tb++)
@@ -360,10 +360,10 @@ int main(void) {
                         o.draft_max = dm;
                         o.commit = dm == 3 ? DS_COMMIT_REPLAY : DS_COMMIT_DIRECT;
                         one(cs, d, p, &o, &r, &t);
-                        CHECK(cs->n_past <= cs->n_ctx, "n_past %d past n_ctx %d", cs->n_past, cs->n_ctx);
+                        CHECK(ds_ctx_n_past(cs) <= ds_ctx_n_ctx(cs), "n_past %d past n_ctx %d", ds_ctx_n_past(cs), ds_ctx_n_ctx(cs));
                     }
                     oracle_runs(cs, d, p, &o, &r, gamma, &t, 1);
-                    CHECK(cs->n_past <= cs->n_ctx, "n_past %d past n_ctx %d", cs->n_past, cs->n_ctx);
+                    CHECK(ds_ctx_n_past(cs) <= ds_ctx_n_ctx(cs), "n_past %d past n_ctx %d", ds_ctx_n_past(cs), ds_ctx_n_ctx(cs));
                     if (r.n < N_PRED) CHECK(!strcmp(r.stop, "context") || !strcmp(r.stop, "eog"), "plain stopped with '%s' before n_predict", r.stop);
                     n_ctx_stops += !strcmp(r.stop, "context");
                 }
@@ -377,7 +377,7 @@ int main(void) {
         /* fast kernels: direct may differ (reported), replay must not */
         {
             run_out fref[N_PROMPTS];
-            ds_kernel_set_all(&c->ks, DS_FAST);
+            ds_ctx_set_variant(c, DS_FAST);
             for (int p = 0; p < N_PROMPTS; p++) plain(c, p, N_PRED, NULL, &fref[p]);
             tally td = { 0 }, tr = { 0 };
             long fixups = 0;
@@ -425,7 +425,7 @@ int main(void) {
             CHECK(fd == idx && fd2 == shorter.n, "the comparison missed a planted difference (%d, %d)", fd, fd2);
             printf("%s comparison_flags_planted_difference flipped_at=%d found_at=%d truncated_found_at=%d\n",
                    fd == idx && fd2 == shorter.n ? "PASS" : "FAIL", idx, fd, fd2);
-            ds_kernel_set_all(&c->ks, DS_CANONICAL);
+            ds_ctx_set_variant(c, DS_CANONICAL);
             o.draft_max = 0; o.commit = DS_COMMIT_DIRECT;
         }
         /* EOG: a copy of the target whose eos is a token the greedy run emits */
@@ -475,7 +475,7 @@ int main(void) {
             if (!cl) { printf("FAIL long-prompt ctx: %s\n", err); exit(1); }
             int ok = 1;
             for (int fast = 0; fast < 2; fast++) {
-                ds_kernel_set_all(&cl->ks, fast ? DS_FAST : DS_CANONICAL);
+                ds_ctx_set_variant(cl, fast ? DS_FAST : DS_CANONICAL);
                 run_out r, s2;
                 ds_gen_opts go = { 16, DS_PREFILL_BATCH, 1, NULL, NULL };
                 ds_gen_stats gs;

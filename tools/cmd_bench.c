@@ -85,11 +85,11 @@ int cmd_bench(int argc, char **argv) {
     ds_kernel_set_all(&fast, DS_FAST);
 #define CHECK(x) do { if (x) cli_die(C, "%s", err); } while (0)
     /* warm-up: touch every weight once */
-    c->ks = canon;
+    ds_ctx_set_kernels(c, &(canon));
     CHECK(ds_forward_batch(c, toks, (int)prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
     for (long r = 0; r < reps; r++) {
         /* decode: n_decode steps after the prefix */
-        c->ks = canon;
+        ds_ctx_set_kernels(c, &(canon));
         CHECK(ds_kv_truncate(c, (int)prefix));
         double t0 = cli_now();
         for (long i = 0; i < n_decode; i++) CHECK(ds_decode(c, toks[prefix + i], (int)(prefix + i), logits, NULL, err, sizeof err));
@@ -97,19 +97,19 @@ int cmd_bench(int argc, char **argv) {
         /* verify widths, canonical and fast interleaved */
         for (int w = 0; w < N_WIDTHS; w++)
             for (int v = 0; v < 2; v++) {
-                c->ks = v ? fast : canon;
+                ds_ctx_set_kernels(c, v ? &fast : &canon);
                 CHECK(ds_kv_truncate(c, (int)prefix));
                 t0 = cli_now();
                 CHECK(ds_forward_batch(c, toks + prefix, k_widths[w], (int)prefix, DS_LOGITS_ALL, logits, NULL, err, sizeof err));
                 t_ver[v][w][r] = cli_now() - t0;
             }
         /* prefill */
-        c->ks = canon;
-        c->n_past = 0;
+        ds_ctx_set_kernels(c, &(canon));
+        ds_kv_truncate(c, 0);
         t0 = cli_now();
         CHECK(ds_forward_batch(c, toks, (int)prefill_len, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
         t_pre[r] = cli_now() - t0;
-        c->n_past = 0;
+        ds_kv_truncate(c, 0);
         CHECK(ds_forward_batch(c, toks, (int)prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
     }
 #undef CHECK

@@ -122,7 +122,7 @@ static void setup(const char *C, const diag_args *a, diag_setup *s) {
             if (ds_set_taps(s->c, ds_drafter_tap_layers(dr), taps_n, err, sizeof err)) cli_die(C, "%s", err);
             float *taps = malloc((size_t)s->n_prompt * taps_n * s->m->hp.n_embd * sizeof(float));
             float *lg = malloc((size_t)V * sizeof(float));
-            ds_dctx *x = ds_dctx_new(dr, s->c->n_ctx, s->c->pool, err, sizeof err);
+            ds_dctx *x = ds_dctx_new(dr, ds_ctx_n_ctx(s->c), ds_ctx_exec(s->c), err, sizeof err);
             if (!taps || !lg || !x) cli_die(C, "drafter: %s", x ? "out of memory" : err);
             if (ds_prefill(s->c, s->prompt, s->n_prompt, DS_PREFILL_BATCH, lg, taps, err, sizeof err) ||
                 ds_dctx_append(x, taps, s->n_prompt, 0, err, sizeof err))
@@ -138,7 +138,7 @@ static void setup(const char *C, const diag_args *a, diag_setup *s) {
             ds_drafter_free(dr);
         }
     }
-    if (s->n_prompt + s->M > s->c->n_ctx) cli_die(C, "prompt (%d tokens) + block (%d) exceed the context (-c %d)", s->n_prompt, s->M, s->c->n_ctx);
+    if (s->n_prompt + s->M > ds_ctx_n_ctx(s->c)) cli_die(C, "prompt (%d tokens) + block (%d) exceed the context (-c %d)", s->n_prompt, s->M, ds_ctx_n_ctx(s->c));
 }
 
 static void teardown(diag_setup *s) {
@@ -251,7 +251,7 @@ int cmd_families(int argc, char **argv) {
     print_block(&s);
     for (int f = 0; f < DS_FAM_COUNT; f++) {
         ds_family_ab ab;
-        if (ds_family_ab_run(s.m, s.c->pool, f, DS_FAST, 16, &ab, err, sizeof err)) cli_die(C, "%s", err);
+        if (ds_family_ab_run(s.m, ds_exec_cpu_pool(ds_ctx_exec(s.c)), f, DS_FAST, 16, &ab, err, sizeof err)) cli_die(C, "%s", err);
         ds_kernel_set ks;
         ds_kernel_set_all(&ks, DS_CANONICAL);
         ks.v[f] = DS_FAST;
@@ -316,9 +316,10 @@ static double time_verify(diag_setup *s, const ds_kernel_set *ks, int replay, in
     char err[DS_ERRLEN];
     double t[64];
     if (reps > 64) reps = 64;
-    ds_kernel_set saved = s->c->ks;
-    s->c->ks = *ks;
-    s->c->n_past = 0;
+    ds_kernel_set saved;
+    ds_ctx_get_kernels(s->c, &saved);
+    ds_ctx_set_kernels(s->c, ks);
+    ds_kv_truncate(s->c, 0);
     ds_forward_batch(s->c, s->prompt, s->n_prompt, 0, DS_LOGITS_NONE, NULL, NULL, err, sizeof err);
     float *lg = malloc((size_t)s->M * s->m->hp.n_vocab * sizeof(float));
     for (int r = 0; r < reps; r++) {
@@ -331,7 +332,7 @@ static double time_verify(diag_setup *s, const ds_kernel_set *ks, int replay, in
         t[r] = cli_now() - t0;
     }
     free(lg);
-    s->c->ks = saved;
+    ds_ctx_set_kernels(s->c, &(saved));
     qsort(t, (size_t)reps, sizeof t[0], cmp_d);
     return reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
 }
@@ -366,13 +367,13 @@ int cmd_sweep(int argc, char **argv) {
         dsd_metrics before = first->m;
         /* attribution: candidates at this site that are still fast, each
          * tested in isolation; the first proven different is the source */
-        unsigned cand = ds_families_for_checkpoint(s.m, site.layer, site.cp, site.sub) & ~canon;
+        unsigned cand = ds_families_for_checkpoint(&r, site.layer, site.cp, site.sub) & ~canon;
         if (!cand) cand = ((1u << DS_FAM_COUNT) - 1) & ~canon;
         int chosen = -1;
         for (int f = 0; f < DS_FAM_COUNT && chosen < 0; f++) {
             if (!(cand & (1u << f))) continue;
             ds_family_ab ab;
-            if (ds_family_ab_run(s.m, s.c->pool, f, DS_FAST, 16, &ab, err, sizeof err)) cli_die(C, "%s", err);
+            if (ds_family_ab_run(s.m, ds_exec_cpu_pool(ds_ctx_exec(s.c)), f, DS_FAST, 16, &ab, err, sizeof err)) cli_die(C, "%s", err);
             tested |= 1u << f;
             printf("  ATTRIBUTE site=%s candidate=%s isolated_ab=%s\n", fd, ds_family_name(f), ab.proven_different ? "PROVEN_DIFFERENT" : "IDENTICAL");
             if (ab.proven_different) chosen = f;

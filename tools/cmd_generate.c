@@ -71,7 +71,26 @@ static void usage(void) {
            "  --commit MODE     direct (keep the verifier's KV rows, default) or replay\n"
            "                    (re-decode accepted tokens; exact with any kernels)\n"
            "  --dump-block FILE one line per round: the full drafted block, confidences,\n"
-           "                    verify width, accepted count (needs --draft-max = gamma)\n");
+           "                    verify width, accepted count (needs --draft-max = gamma)\n"
+           "  --dump-logits FILE raw f32 logits (plain mode): the prefill's last row, then\n"
+           "                    each greedy decode step's row, n_vocab floats each\n");
+}
+
+/* --dump-logits: the raw logits of a batched prefill's last row and of
+ * n_steps greedy decode steps after it, as the engine computed them (the
+ * seam's golden test hashes this file). */
+static int dump_logits(ds_ctx *ctx, int V, const int32_t *toks, int n_toks, int n_steps, FILE *f,
+                       char *err, size_t errlen) {
+    float *lg = malloc((size_t)V * sizeof(float));
+    if (!lg) { ds_errf(err, errlen, "out of memory"); return -1; }
+    int rc = ds_prefill(ctx, toks, n_toks, DS_PREFILL_BATCH, lg, NULL, err, errlen);
+    for (int i = 0; rc == 0 && i <= n_steps; i++) {
+        if (fwrite(lg, sizeof(float), (size_t)V, f) != (size_t)V) { ds_errf(err, errlen, "write error"); rc = -1; break; }
+        if (i == n_steps || n_toks + i >= ds_ctx_n_ctx(ctx)) break;
+        rc = ds_decode(ctx, (int32_t)ds_argmax(lg, V), n_toks + i, lg, NULL, err, errlen);
+    }
+    free(lg);
+    return rc;
 }
 
 /* Everything that must be freed before exiting on an error (LeakSanitizer
@@ -109,7 +128,7 @@ static void die_free(res_t *r, const char *fmt, ...) {
 int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL;
-    const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL;
+    const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL, *logits_path = NULL;
     long n_predict = 128, n_ctx = 2048, n_threads = 2, seed = 0, top_k = 0, draft_max = 0, parallel = 1;
     int verbose = 0, echo = 0, have_pmin = 0;
     float temp = 0.0f, top_p = 1.0f, p_min = 0.0f;
@@ -155,6 +174,7 @@ int cmd_generate(int argc, char **argv) {
                 cli_die(C, "--draft-sched must be none, pmin or table, got '%s'", sched_s);
         }
         else if (!strcmp(a, "--sps-table")) { spec_flag = spec_flag ? spec_flag : a; sps_path = cli_value(C, argc, argv, &i); }
+        else if (!strcmp(a, "--dump-logits")) logits_path = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--dump-block")) { spec_flag = spec_flag ? spec_flag : a; dump_path = cli_value(C, argc, argv, &i); }
         else if (!strcmp(a, "--commit")) {
             spec_flag = spec_flag ? spec_flag : a;
@@ -232,7 +252,7 @@ int cmd_generate(int argc, char **argv) {
     R.ctx = ds_ctx_new(m, (int)n_ctx, (int)n_threads, err, sizeof err);
     if (!R.ctx) die_free(&R, "%s", err);
     ds_ctx *ctx = R.ctx;
-    ctx->ks = ks;
+    ds_ctx_set_kernels(ctx, &(ks));
     char kbuf[256];
     ds_kernel_set_str(&ks, kbuf, sizeof kbuf);
     if (verbose) {
@@ -240,8 +260,7 @@ int cmd_generate(int argc, char **argv) {
                 model_path, ds_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
                 m->hp.n_ff, m->hp.n_vocab, ds_type_name(m->weight_type), (unsigned long long)m->n_params);
         fprintf(stderr, "kernels=\"%s\" simd=%s threads=%ld n_ctx=%ld n_prompt=%zu\n", kbuf, ds_simd_path(), n_threads, n_ctx, n_toks);
-        if (m->packed_bytes)
-            fprintf(stderr, "packed_q8_0=%zu bytes (weights pre-repacked for the VNNI tile)\n", m->packed_bytes);
+        fprintf(stderr, "device=%s\n", m->be->i->name);
         if (R.dr) fprintf(stderr, "drafter=%s %s\n", draft_path, ds_drafter_describe(R.dr));
     }
     for (char *s = kbuf; *s; s++) if (*s == ' ') *s = '+';   /* one token in the stats line */
@@ -255,7 +274,7 @@ int cmd_generate(int argc, char **argv) {
         if (sps_path) {
             if (ds_spec_load_sps(sps_path, n_sps, R.sps, err, sizeof err)) die_free(&R, "%s", err);
         } else {
-            if (n_sps >= ctx->n_ctx) die_free(&R, "the context (%ld) is too small to measure verify widths 1..%d", n_ctx, n_sps);
+            if (n_sps >= ds_ctx_n_ctx(ctx)) die_free(&R, "the context (%ld) is too small to measure verify widths 1..%d", n_ctx, n_sps);
             if (ds_set_taps(ctx, ds_drafter_tap_layers(R.dr), ds_drafter_n_taps(R.dr), err, sizeof err) ||
                 ds_spec_measure_sps(ctx, n_sps, 5, R.sps, err, sizeof err))
                 die_free(&R, "SPS measurement: %s", err);
@@ -276,6 +295,16 @@ int cmd_generate(int argc, char **argv) {
     R.out = malloc((size_t)n_predict * sizeof(int32_t));
     if (!R.out) die_free(&R, "out of memory");
     int rc;
+    if (logits_path) {
+        if (R.dr) die_free(&R, "--dump-logits is for plain mode (drop -md)");
+        FILE *f = fopen(logits_path, "wb");
+        if (!f) die_free(&R, "cannot open '%s' for writing", logits_path);
+        rc = dump_logits(ctx, m->hp.n_vocab, R.toks, (int)n_toks, (int)n_predict, f, err, sizeof err);
+        if (fclose(f) != 0 && rc == 0) { rc = -1; snprintf(err, sizeof err, "write error on '%s'", logits_path); }
+        if (rc) die_free(&R, "%s", err);
+        res_free(&R);
+        return 0;
+    }
     if (!R.dr) {
         ds_gen_opts o = { (int)n_predict, prefill, 1, print_token, &pr };
         ds_gen_stats st;

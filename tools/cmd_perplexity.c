@@ -63,13 +63,13 @@ int cmd_perplexity(int argc, char **argv) {
     const int V = m->hp.n_vocab;
     float *logits = malloc((size_t)n_ctx * V * sizeof(float));
     if (!ctx || !logits) { free(logits); free(toks); ds_ctx_free(ctx); ds_model_free(m); cli_die(C, "%s", ctx ? "out of memory" : err); }
-    ctx->ks = ks;
+    ds_ctx_set_kernels(ctx, &(ks));
     double nll = 0.0;
     long scored = 0;
     double t0 = cli_now();
     for (long ch = 0; ch < n_chunks; ch++) {
         const int32_t *w = toks + (size_t)ch * n_ctx;
-        ctx->n_past = 0;
+        ds_kv_truncate(ctx, 0);
         if (ds_forward_batch(ctx, w, (int)n_ctx, 0, DS_LOGITS_ALL, logits, NULL, err, sizeof err)) {
             free(logits); free(toks); ds_ctx_free(ctx); ds_model_free(m);
             cli_die(C, "%s", err);

@@ -112,11 +112,11 @@ int cmd_surface(int argc, char **argv) {
         so.commit = DS_COMMIT_DIRECT;
         so.draft_max = (int)draft_max;
         ds_spec_stats ss;
-        c->ks = ks;
+        ds_ctx_set_kernels(c, &(ks));
         if (ds_spec_generate(c, dr, toks, (int)nt, &so, spec_out, &ss, err, sizeof err)) cli_die(C, "%s", err);
         int n_spec = ss.n_gen;
         /* 2. plain greedy, canonical */
-        ds_kernel_set_all(&c->ks, DS_CANONICAL);
+        ds_ctx_set_variant(c, DS_CANONICAL);
         ds_set_taps(c, NULL, 0, err, sizeof err);
         ds_gen_opts go = { (int)n_predict, DS_PREFILL_BATCH, 1, NULL, NULL };
         ds_gen_stats gs;

@@ -63,12 +63,13 @@ typedef struct {
     int64_t     n_in;      /* K: elements per row (multiple of 32 for Q8_0) */
     int64_t     n_out;     /* N: rows                                    */
     const void *data;      /* n_out rows, each ds_row_bytes(type, n_in)  */
-    /* NULL, or (Q8_0 only) the same weights pre-repacked by ds_q8_0_pack
-     * into the AVX512-VNNI tile layout, 64-byte aligned, not owned. When set,
-     * the canonical Q8_0 kernel reads it instead of repacking per call; the
-     * results are bit-identical either way (matmul_q8_0.c). data stays
-     * required (embedding lookup, other paths and levels read it). */
-    const void *packed;
+    /* Backend-private, made once at load by the backend's prepare_weight
+     * (backend.h), NULL when none: on the CPU, Q8_0 weights pre-repacked by
+     * ds_q8_0_pack into the AVX512-VNNI tile layout (64-byte aligned; the
+     * canonical Q8_0 kernel reads it instead of repacking per call, with
+     * bit-identical results, matmul_q8_0.c); on CUDA, the device copy.
+     * data stays required on the host (embedding rows, other levels). */
+    const void *extra;
 } ds_weight;
 
 /* Pre-packing of Q8_0 weights for the AVX512-VNNI canonical tile

@@ -224,7 +224,7 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
     /* pre-packed weights (ds_q8_0_pack, at load time): tile t = rows 16t ..
      * 16t + 15 is at t * nb * Q8C_BLK, exactly what q8c_pack16 builds here.
      * Ranges start on 16-column groups (matmul.c); any other start repacks. */
-    const unsigned char *pk = n0 % 16 == 0 ? c->W->packed : NULL;
+    const unsigned char *pk = n0 % 16 == 0 ? c->W->extra : NULL;
     unsigned char *buf = NULL;
     if (!pk) {                  /* repack into the thread's reserved scratch */
         if (c->tmp_bytes < (size_t)nb * Q8C_BLK) {   /* none: same bits, no repacking */
@@ -393,12 +393,12 @@ int ds_q8_0_pack(const ds_weight *W, void *dst) {
 
 /* Path choice: M < Q8C_REPACK_MIN_M runs the non-repacked one-row kernels
  * (AVX512-VNNI / AVX2), larger M the repacked VNNI tile / the AVX2 2 x 2
- * tile. With pre-packed weights (W->packed, set by the model loader on
+ * tile. With pre-packed weights (W->extra, set by the CPU backend's prepare_weight on
  * AVX-512 VNNI) the VNNI tile costs no repacking and is the faster path from
  * M = 1 (decode included: ~2x over the one-row kernel on the tiny model).
  * c->q8_path forces one (tests). All give the definition's bits. */
 #define Q8C_REPACK_MIN_M 2
-/* With pre-packed weights (W->packed) the tile costs no repacking: */
+/* With pre-packed weights (W->extra) the tile costs no repacking: */
 #ifndef Q8C_PACKED_MIN_M
 #define Q8C_PACKED_MIN_M 1
 #endif
@@ -406,7 +406,7 @@ int ds_q8_0_pack(const ds_weight *W, void *dst) {
 void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
 #if DS_X86
     const int repack = c->q8_path ? c->q8_path == DS_Q8_PATH_REPACKED
-                                  : c->M >= (c->W->packed ? Q8C_PACKED_MIN_M : Q8C_REPACK_MIN_M);
+                                  : c->M >= (c->W->extra ? Q8C_PACKED_MIN_M : Q8C_REPACK_MIN_M);
     if (c->level == DS_LVL_AVX512 && q8c_have_vnni()) {
         if (repack) q8c_vnni_repacked(c, n0, n1);
         else q8c_vnni_rows(c, n0, n1);

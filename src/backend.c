@@ -1,0 +1,129 @@
+/* backend.c — the backend registry and what every backend shares: device
+ * constants and the KV cache object, built on the table's buffer ops. */
+#include "backend.h"
+
+#include <stdlib.h>
+
+/* ========================================================================
+ * Registry
+ * ===================================================================== */
+
+const char *ds_backend_names(void) {
+#ifdef DS_HAVE_CUDA
+    return "cpu,cuda";
+#else
+    return "cpu";
+#endif
+}
+
+ds_backend *ds_backend_new(const char *name, char *err, size_t errlen) {
+    if (!name || !strcmp(name, "cpu")) return ds_backend_cpu_new(err, errlen);
+#ifdef DS_HAVE_CUDA
+    if (!strcmp(name, "cuda")) return ds_backend_cuda_new(err, errlen);
+#endif
+    char clean[64];   /* echo printable ASCII only: one line, no escapes */
+    size_t j = 0;
+    for (const char *p = name; *p && j + 1 < sizeof clean; p++)
+        clean[j++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+    clean[j] = 0;
+    ds_errf(err, errlen, "unknown device '%s' (this build has: %s)", clean, ds_backend_names());
+    return NULL;
+}
+
+void ds_backend_free(ds_backend *be) {
+    if (be) be->i->destroy(be);
+}
+
+/* ========================================================================
+ * Constants on the device
+ * ===================================================================== */
+
+void *ds_backend_const(ds_backend *be, ds_exec *ex, const void *host, size_t bytes) {
+    if (be->i->host_memory) return (void *)host;
+    void *d = be->i->alloc(be, bytes ? bytes : 1);
+    if (d && bytes) be->i->upload(ex, d, host, bytes);
+    return d;
+}
+
+void ds_backend_const_free(ds_backend *be, void *dev, const void *host) {
+    if (dev && dev != host) be->i->release(be, dev);
+}
+
+/* ========================================================================
+ * KV cache
+ * ===================================================================== */
+
+ds_kv *ds_kv_new(ds_backend *be, int n_layer, int cap, int row, char *err, size_t errlen) {
+    if (n_layer < 1 || cap < 1 || row < 1) {
+        ds_errf(err, errlen, "KV cache: bad shape (%d layers, %d positions, %d floats per row)", n_layer, cap, row);
+        return NULL;
+    }
+    const size_t n = (size_t)n_layer * (size_t)cap * (size_t)row;
+    if (n > SIZE_MAX / 2 / sizeof(float)) {
+        ds_errf(err, errlen, "KV cache: %d x %d x %d floats overflow", n_layer, cap, row);
+        return NULL;
+    }
+    ds_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) { ds_errf(err, errlen, "KV cache: out of memory"); return NULL; }
+    *kv = (ds_kv){.be = be, .n_layer = n_layer, .cap = cap, .row = row};
+    kv->k = be->i->alloc(be, n * sizeof(float));
+    kv->v = be->i->alloc(be, n * sizeof(float));
+    if (!kv->k || !kv->v) {
+        ds_errf(err, errlen, "KV cache: out of %s memory for %d positions (%.1f MiB)", be->i->name, cap,
+                2.0 * (double)n * sizeof(float) / 1048576.0);
+        ds_kv_free(kv);
+        return NULL;
+    }
+    return kv;
+}
+
+void ds_kv_free(ds_kv *kv) {
+    if (!kv) return;
+    if (kv->k) kv->be->i->release(kv->be, kv->k);
+    if (kv->v) kv->be->i->release(kv->be, kv->v);
+    free(kv);
+}
+
+void ds_kv_read(ds_exec *ex, const ds_kv *kv, int pos0, int n, float *k, float *v) {
+    const size_t row = (size_t)kv->row, bytes = (size_t)n * row * sizeof(float);
+    for (int l = 0; l < kv->n_layer; l++) {
+        ex->be->i->download(ex, k + (size_t)l * n * row, ds_kv_k(kv, l) + (size_t)pos0 * row, bytes);
+        ex->be->i->download(ex, v + (size_t)l * n * row, ds_kv_v(kv, l) + (size_t)pos0 * row, bytes);
+    }
+}
+
+int ds_kv_snapshot(ds_exec *ex, const ds_kv *kv, int n, ds_kv_snap *s) {
+    ds_backend *be = ex->be;
+    const size_t row = (size_t)kv->row;
+    memset(s, 0, sizeof *s);
+    if (n < 0 || n > kv->cap) return -1;
+    s->be = be;
+    s->n = n;
+    s->floats = (size_t)kv->n_layer * (size_t)n * row;
+    s->k = be->i->alloc(be, s->floats * sizeof(float) + 64);
+    s->v = be->i->alloc(be, s->floats * sizeof(float) + 64);
+    if (!s->k || !s->v) { ds_kv_snap_free(s); return -1; }
+    for (int l = 0; l < kv->n_layer; l++) {
+        be->i->copy(ex, s->k + (size_t)l * n * row, ds_kv_k(kv, l), (size_t)n * row * sizeof(float));
+        be->i->copy(ex, s->v + (size_t)l * n * row, ds_kv_v(kv, l), (size_t)n * row * sizeof(float));
+    }
+    return 0;
+}
+
+int ds_kv_restore(ds_exec *ex, ds_kv *kv, const ds_kv_snap *s) {
+    const size_t row = (size_t)kv->row;
+    if (s->n > kv->cap) return -1;
+    for (int l = 0; l < kv->n_layer; l++) {
+        ex->be->i->copy(ex, ds_kv_k(kv, l), s->k + (size_t)l * s->n * row, (size_t)s->n * row * sizeof(float));
+        ex->be->i->copy(ex, ds_kv_v(kv, l), s->v + (size_t)l * s->n * row, (size_t)s->n * row * sizeof(float));
+    }
+    return 0;
+}
+
+void ds_kv_snap_free(ds_kv_snap *s) {
+    if (s->be) {
+        if (s->k) s->be->i->release(s->be, s->k);
+        if (s->v) s->be->i->release(s->be, s->v);
+    }
+    memset(s, 0, sizeof *s);
+}

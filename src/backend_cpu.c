@@ -1,0 +1,164 @@
+/* backend_cpu.c — the CPU implementation of the backend table: today's
+ * kernels (src/kernels/cpu/) on host memory, a thread pool per execution
+ * context. Buffers are host memory, so upload/download/copy are memcpy and
+ * the engine's device pointers are plain pointers. */
+#include "backend.h"
+
+#include <stdlib.h>
+
+typedef struct {
+    ds_exec  base;                /* first member: the engine sees ds_exec   */
+    ds_pool *pool;
+} cpu_exec;
+
+static ds_pool *pool_of(ds_exec *ex) { return ((cpu_exec *)ex)->pool; }
+
+ds_pool *ds_exec_cpu_pool(ds_exec *ex) {
+    return ex && ex->be->i->host_memory && !strcmp(ex->be->i->name, "cpu") ? pool_of(ex) : NULL;
+}
+
+/* ---- lifetime, execution contexts, buffers ----------------------------- */
+
+static void cpu_destroy(ds_backend *be) { free(be); }
+
+static ds_exec *cpu_exec_new(ds_backend *be, int n_threads, char *err, size_t errlen) {
+    if (n_threads < 1 || n_threads > 256) {
+        ds_errf(err, errlen, "cpu: -t %d is out of range (1..256)", n_threads);
+        return NULL;
+    }
+    cpu_exec *x = calloc(1, sizeof *x);
+    if (!x || !(x->pool = ds_pool_new(n_threads))) {
+        free(x);
+        ds_errf(err, errlen, "cpu: out of memory for %d threads", n_threads);
+        return NULL;
+    }
+    x->base.be = be;
+    return &x->base;
+}
+
+static void cpu_exec_free(ds_exec *ex) {
+    if (!ex) return;
+    ds_pool_free(pool_of(ex));
+    free(ex);
+}
+
+static int cpu_sync(ds_exec *ex, char *err, size_t errlen) { return 0; }
+
+static void *cpu_alloc(ds_backend *be, size_t bytes) {
+    if (bytes > SIZE_MAX - 63) return NULL;
+    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+static void cpu_release(ds_backend *be, void *p) { free(p); }
+static void cpu_memcpy(ds_exec *ex, void *dst, const void *src, size_t bytes) {
+    if (dst != src && bytes) memcpy(dst, src, bytes);
+}
+
+/* ---- weights: Q8_0 matmul weights pre-packed for the VNNI tile ---------- */
+
+static int cpu_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, size_t errlen) {
+    w->extra = NULL;
+    if (!(use & DS_USE_MATMUL)) return 0;
+    const size_t b = ds_q8_0_packed_bytes(w);
+    if (!b) return 0;                         /* not Q8_0, or no VNNI here   */
+    void *p = aligned_alloc(64, (b + 63) & ~(size_t)63);
+    if (!p) { ds_errf(err, errlen, "cpu: out of memory packing Q8_0 weights (%zu bytes)", b); return -1; }
+    if (ds_q8_0_pack(w, p)) { free(p); return 0; }
+    w->extra = p;
+    return 0;
+}
+static void cpu_release_weight(ds_backend *be, ds_weight *w) {
+    free((void *)w->extra);
+    w->extra = NULL;
+}
+
+/* ---- families ------------------------------------------------------------ */
+
+static void cpu_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y) {
+    ds_matmul(v, W, M, x, y, pool_of(ex));
+}
+static void cpu_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
+                          int pos0, int causal, const float *q, const float *kc, const float *vc,
+                          float *out) {
+    ds_attention(v, s, M, pos0, causal, pos0 + M, q, kc, vc, out, pool_of(ex));
+}
+static void cpu_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,
+                        float eps, float *y) {
+    ds_rmsnorm(v, rows, n, x, w, eps, y, pool_of(ex));
+}
+static void cpu_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
+                     float freq_base, ds_rope_mode mode, float *x) {
+    ds_rope(v, rows, n_heads, head_dim, pos, freq_base, mode, x, pool_of(ex));
+}
+static void cpu_swiglu(ds_exec *ex, ds_variant v, int rows, int n, const float *gate, const float *up,
+                       float *out) {
+    ds_swiglu(v, rows, n, gate, up, out, pool_of(ex));
+}
+static void cpu_residual(ds_exec *ex, ds_variant vres, ds_variant vnorm, int rows, int n, float *x,
+                         const float *y, const float *w, float eps, float *xnorm) {
+    ds_residual(vres, vnorm, rows, n, x, y, w, eps, xnorm, pool_of(ex));
+}
+static void cpu_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const int *pos,
+                         const float *k, const float *v) {
+    /* the rows of one call are consecutive positions */
+    memcpy(kc + (size_t)pos[0] * row, k, (size_t)M * row * sizeof(float));
+    memcpy(vc + (size_t)pos[0] * row, v, (size_t)M * row * sizeof(float));
+}
+
+/* ---- lookups and small ops ---------------------------------------------- */
+
+static void cpu_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out) {
+    int ok;
+    const size_t rb = (size_t)ds_row_bytes(E->type, (uint64_t)E->n_in, &ok);   /* validated at load */
+    for (int r = 0; r < M; r++)
+        ds_row_to_f32(E->type, (const uint8_t *)E->data + (size_t)ids[r] * rb, E->n_in,
+                      out + (size_t)r * E->n_in);
+}
+static void cpu_argmax(ds_exec *ex, int rows, int64_t n, const float *x, int32_t *out) {
+    for (int r = 0; r < rows; r++) out[r] = (int32_t)ds_argmax(x + (size_t)r * n, n);
+}
+static void cpu_sanitize(ds_exec *ex, int64_t n, float *x, float lim) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        if (v != v) v = 0.0f;
+        else if (v > lim) v = lim;
+        else if (v < -lim) v = -lim;
+        x[i] = v;
+    }
+}
+
+static const ds_backend_i cpu_i = {
+    .name = "cpu",
+    .host_memory = 1,
+    .destroy = cpu_destroy,
+    .exec_new = cpu_exec_new,
+    .exec_free = cpu_exec_free,
+    .sync = cpu_sync,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .copy = cpu_memcpy,
+    .prepare_weight = cpu_prepare_weight,
+    .release_weight = cpu_release_weight,
+    .matmul = cpu_matmul,
+    .attention = cpu_attention,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .swiglu = cpu_swiglu,
+    .residual = cpu_residual,
+    .kv_write = cpu_kv_write,
+    .embed = cpu_embed,
+    .argmax = cpu_argmax,
+    .sanitize = cpu_sanitize,
+    .graph_begin = NULL,
+    .graph_end = NULL,
+};
+
+ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {
+    ds_backend *be = calloc(1, sizeof *be);
+    if (!be) { ds_errf(err, errlen, "cpu: out of memory"); return NULL; }
+    be->i = &cpu_i;
+    return be;
+}

@@ -1,0 +1,130 @@
+/* layer.c — one decoder layer over M rows, on any backend.
+ *
+ *   xn ─ q/k/v proj ─ QK-norm ─ RoPE ─ KV write ─ attention ─ o proj
+ *    x += o ; xn = ffn_norm(x)                  (residual epilogue)
+ *   xn ─ gate/up ─ SwiGLU ─ down
+ *    x += down ; xn = next_norm(x)              (residual epilogue)
+ *
+ * The target runs it causally over prompt and verify rows; the drafter runs
+ * it non-causally over its block. Every family's variant comes from var[],
+ * so decode (all canonical, M = 1) and a canonical batch execute the same
+ * per-row instruction sequences — the exactness contract by construction. */
+#include "layer.h"
+#include "dspark_diag.h"
+
+#include <math.h>
+
+#define FAM(f) (1u << (f))
+
+void ds_probe_rows(ds_exec *ex, const ds_probe *pr, int M, int pos0, int layer, int cp, int sub,
+                   unsigned fams, const float *base, size_t stride, size_t n) {
+    const ds_backend_i *b = ex->be->i;
+    for (int r = 0; r < M; r++) {
+        const float *row = base + (size_t)r * stride;
+        if (!b->host_memory) {
+            b->download(ex, pr->stage, row, n * sizeof(float));
+            row = pr->stage;
+        }
+        pr->fn(pr->user, pos0 + r, layer, cp, sub, fams, row, n);
+    }
+}
+
+static int wants(const ds_probe *pr, int layer, int cp) {
+    return pr && pr->fn && (!pr->wants || pr->wants(pr->user, layer, cp));
+}
+
+void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
+                      const float *next_norm, const uint8_t var[DS_FAM_COUNT], int M, int pos0,
+                      int causal, int qkv_ready, float *kc, float *vc, ds_acts *a,
+                      const ds_probe *pr, int l) {
+    const ds_backend_i *b = ex->be->i;
+    const int d = s->d, hd = s->head_dim, H = s->n_head, Hkv = s->n_head_kv;
+    const size_t qd = (size_t)H * hd, kvd = (size_t)Hkv * hd, ff = (size_t)s->n_ff;
+    const float eps = s->eps;
+    const ds_variant vnorm = (ds_variant)var[DS_FAM_RMSNORM], vrope = (ds_variant)var[DS_FAM_ROPE];
+    const ds_variant vres = (ds_variant)var[DS_FAM_RESIDUAL];
+#define MM(w, x, y) b->matmul(ex, (ds_variant)var[ds_matmul_family((w)->type)], (w), M, (x), (y))
+#define MMF(w) FAM(ds_matmul_family((w)->type))
+    const unsigned f_qkv = MMF(&L->wq) | MMF(&L->wk) | MMF(&L->wv);
+
+    if (wants(pr, l, DSD_CP_ATTN_NORM))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_NORM, DSD_SUB_ALL,
+                      FAM(DS_FAM_RMSNORM) | (l > 0 ? FAM(DS_FAM_RESIDUAL) : 0), a->xn, d, d);
+
+    /* --- attention: projections, QK-norm, RoPE ---------------------------- */
+    if (!qkv_ready) {
+        MM(&L->wq, a->xn, a->q);
+        MM(&L->wk, a->xn, a->k);
+        MM(&L->wv, a->xn, a->v);
+    }
+    const int p_qkv = wants(pr, l, DSD_CP_QKV);
+    if (p_qkv) {
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_PROJ, MMF(&L->wq), a->q, qd, qd);
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_PROJ, MMF(&L->wk), a->k, kvd, kvd);
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_V_PROJ, MMF(&L->wv), a->v, kvd, kvd);
+    }
+    if (L->q_norm && !qkv_ready) {
+        /* per-head RMSNorm: rows = tokens x heads, in place */
+        b->rmsnorm(ex, vnorm, M * H, hd, a->q, L->q_norm, eps, a->q);
+        b->rmsnorm(ex, vnorm, M * Hkv, hd, a->k, L->k_norm, eps, a->k);
+    }
+    if (L->q_norm && p_qkv) {
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_NORM, FAM(DS_FAM_RMSNORM), a->q, qd, qd);
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_NORM, FAM(DS_FAM_RMSNORM), a->k, kvd, kvd);
+    }
+    b->rope(ex, vrope, M, H, hd, a->pos, s->rope_base, s->rope_mode, a->q);
+    b->rope(ex, vrope, M, Hkv, hd, a->pos, s->rope_base, s->rope_mode, a->k);
+    if (p_qkv) {
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_ROPE, FAM(DS_FAM_ROPE), a->q, qd, qd);
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_ROPE, FAM(DS_FAM_ROPE), a->k, kvd, kvd);
+    }
+
+    /* --- this call's K/V rows first, then attend ---------------------------- */
+    b->kv_write(ex, kc, vc, (int)kvd, M, a->pos, a->k, a->v);
+    if (wants(pr, l, DSD_CP_KV_WRITE)) {
+        const unsigned f = FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM) | f_qkv;
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_KV_WRITE, DSD_SUB_K_CACHE_ROW, f, kc + (size_t)pos0 * kvd, kvd, kvd);
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_KV_WRITE, DSD_SUB_V_CACHE_ROW, f, vc + (size_t)pos0 * kvd, kvd, kvd);
+    }
+    ds_attn_shape as = { H, Hkv, hd, (int)kvd, 1.0f / sqrtf((float)hd) };
+    b->attention(ex, (ds_variant)var[DS_FAM_ATTENTION], &as, M, a->pos, pos0, causal, a->q, kc, vc, a->att);
+    if (wants(pr, l, DSD_CP_ATTN_HEADS))
+        for (int r = 0; r < M; r++)
+            for (int h = 0; h < H; h++)
+                ds_probe_rows(ex, pr, 1, pos0 + r, l, DSD_CP_ATTN_HEADS, (int)DSD_SUB_HEAD(h),
+                              FAM(DS_FAM_ATTENTION), a->att + ((size_t)r * H + h) * hd, hd, hd);
+
+    MM(&L->wo, a->att, a->o);
+    if (wants(pr, l, DSD_CP_ATTN_OUT_PROJ))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_OUT_PROJ, DSD_SUB_ALL, MMF(&L->wo), a->o, d, d);
+
+    /* --- residual epilogue + FFN norm --------------------------------------- */
+    b->residual(ex, vres, vnorm, M, d, a->x, a->o, L->ffn_norm, eps, a->xn);
+    if (wants(pr, l, DSD_CP_ATTN_RESIDUAL))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_RESIDUAL, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), a->x, d, d);
+    if (wants(pr, l, DSD_CP_FFN_NORM))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_NORM, DSD_SUB_ALL,
+                      FAM(DS_FAM_RESIDUAL) | FAM(DS_FAM_RMSNORM), a->xn, d, d);
+
+    /* --- SwiGLU FFN ------------------------------------------------------------ */
+    MM(&L->w_gate, a->xn, a->gate);
+    MM(&L->w_up, a->xn, a->up);
+    if (wants(pr, l, DSD_CP_FFN_GATE_UP)) {
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_GATE, MMF(&L->w_gate), a->gate, ff, ff);
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_UP, MMF(&L->w_up), a->up, ff, ff);
+    }
+    b->swiglu(ex, (ds_variant)var[DS_FAM_SWIGLU], M, (int)ff, a->gate, a->up, a->h);
+    if (wants(pr, l, DSD_CP_FFN_ACT))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_ACT, DSD_SUB_ALL, FAM(DS_FAM_SWIGLU), a->h, ff, ff);
+    MM(&L->w_down, a->h, a->o);
+    if (wants(pr, l, DSD_CP_FFN_DOWN))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_DOWN, DSD_SUB_ALL, MMF(&L->w_down), a->o, d, d);
+
+    /* residual, fused with the next norm (the next layer's attn_norm, or the
+     * final output_norm after the last layer) */
+    b->residual(ex, vres, vnorm, M, d, a->x, a->o, next_norm, eps, a->xn);
+    if (wants(pr, l, DSD_CP_LAYER_OUT))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_LAYER_OUT, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), a->x, d, d);
+#undef MM
+#undef MMF
+}

@@ -1,0 +1,60 @@
+/* layer.h — one transformer layer, shared by the target (model.c) and the
+ * drafter trunk (drafter_forward.c), written once against the backend
+ * table. Both call ds_layer_forward; neither touches activation memory. */
+#ifndef DSPARK_LAYER_H
+#define DSPARK_LAYER_H
+
+#include "backend.h"
+
+/* A Qwen3 / Llama decoder layer's weights. Norm vectors are f32 device
+ * pointers; q_norm / k_norm are NULL when the layer has no QK-norm. */
+typedef struct {
+    const float *attn_norm, *q_norm, *k_norm, *ffn_norm;
+    ds_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+} ds_layer;
+
+typedef struct {
+    int   d, n_head, n_head_kv, head_dim, n_ff;
+    float eps, rope_base;
+    ds_rope_mode rope_mode;
+} ds_layer_shape;
+
+/* Device activations for up to m_max rows. x: the residual stream; xn: its
+ * normed copy (the layer's input on entry, the next norm's output on exit). */
+typedef struct {
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *h;
+    const int *pos;                  /* device: positions of the rows          */
+} ds_acts;
+
+/* ---- probes: the diagnostics' capture hook --------------------------------
+ * wants(): asked once per (layer, checkpoint) before anything is copied, so
+ * a backend moves only what is wanted. fn() receives host rows (a device
+ * backend downloads them into `stage` first), with the family bits
+ * (1 << ds_family) of the kernels that produced the checkpoint. pos is the
+ * row's absolute position, layer -1 (DSD_LAYER_POST) for non-layer objects;
+ * checkpoint / subobject are dsd_checkpoint / dsd_subobject values. */
+typedef struct ds_probe {
+    int  (*wants)(void *user, int layer, int checkpoint);
+    void (*fn)(void *user, int pos, int layer, int checkpoint, int subobject, unsigned families,
+               const float *data, size_t n);
+    void  *user;
+    float *stage;                    /* host staging, >= m_max * widest row    */
+} ds_probe;
+
+/* Report M rows of one checkpoint (device rows `stride` floats apart, n
+ * floats each) when the probe wants it. pos0: position of row 0. */
+void ds_probe_rows(ds_exec *ex, const ds_probe *pr, int M, int pos0, int layer, int cp, int sub,
+                   unsigned fams, const float *base, size_t stride, size_t n);
+
+/* Run one layer over M rows at consecutive positions pos0.. (a->pos on the
+ * device). Expects a->xn = attn_norm(x) unless qkv_ready, in which case
+ * a->q/k/v already hold the pre-RoPE projections (after QK-norm). Writes the
+ * rows' K/V into kc/vc (the layer's cache, position 0) before attending;
+ * causal=0 lets every row see [0, pos0 + M). Leaves x += attn + ffn, and
+ * xn = rmsnorm(x, next_norm). var[f] is each family's variant. */
+void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
+                      const float *next_norm, const uint8_t var[DS_FAM_COUNT], int M, int pos0,
+                      int causal, int qkv_ready, float *kc, float *vc, ds_acts *a,
+                      const ds_probe *pr, int layer);
+
+#endif
