@@ -114,6 +114,15 @@ typedef struct ds_backend_i {
      * travel through device buffers, never as host values. -1 on error. */
     int (*graph_begin)(ds_exec *ex, uint64_t key, char *err, size_t errlen);
     int (*graph_end)(ds_exec *ex, char *err, size_t errlen);
+
+    /* ---- optional: scratch reserved up front ----------------------------
+     * Called once per context at creation with the largest shapes its
+     * forward will use (rows per call, weight n_in, head_dim, attended
+     * positions), so that no family call allocates afterwards. Grow-only:
+     * a target and a drafter context sharing one ds_exec each reserve.
+     * NULL on backends whose families need none. 0, or -1 with err. */
+    int (*reserve)(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_t n_pos, char *err,
+                   size_t errlen);
 } ds_backend_i;
 
 struct ds_backend {

@@ -128,6 +128,19 @@ static void cpu_sanitize(ds_exec *ex, int64_t n, float *x, float lim) {
     }
 }
 
+/* ---- scratch: the pool's per-thread and shared regions (kernels.h) ------- */
+static int cpu_reserve(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_t n_pos, char *err,
+                       size_t errlen) {
+    const size_t thr = ds_kernels_thread_scratch(k_max, hd_max, n_pos);
+    const size_t shared = ds_kernels_shared_scratch(m_max, k_max);
+    if (ds_pool_reserve(pool_of(ex), thr, shared)) {
+        ds_errf(err, errlen, "cpu: out of memory reserving kernel scratch (%zu bytes per thread, %zu shared)",
+                thr, shared);
+        return -1;
+    }
+    return 0;
+}
+
 static const ds_backend_i cpu_i = {
     .name = "cpu",
     .host_memory = 1,
@@ -154,6 +167,7 @@ static const ds_backend_i cpu_i = {
     .sanitize = cpu_sanitize,
     .graph_begin = NULL,
     .graph_end = NULL,
+    .reserve = cpu_reserve,
 };
 
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {

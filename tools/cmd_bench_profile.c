@@ -18,6 +18,8 @@
 #include "model.h"
 #include "sampler.h"
 #include "dspark_diag.h"
+#include "backend.h"
+#include "layer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -73,8 +75,8 @@ static int pf_family(int cp, int sub) {
 /* The first call of a (layer, checkpoint, subobject) burst closes the
  * segment that ran since the previous burst; the burst's other rows and
  * heads cost nothing to the segment. */
-static void pf_probe(void *user, int pos, int layer, int cp, int sub, const float *data, size_t n) {
-    (void)pos; (void)data; (void)n;
+static void pf_probe(void *user, int pos, int layer, int cp, int sub, unsigned fams, const float *data, size_t n) {
+    (void)pos; (void)fams; (void)data; (void)n;
     pf_state *s = user;
     const int64_t key = ((int64_t)(layer + 2) << 40) | ((int64_t)cp << 32) | (uint32_t)sub;
     if (key == s->last_key) return;
@@ -101,7 +103,8 @@ void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks,
 
 /* ---- the forward, segment by segment ------------------------------------------- */
 static void profile_forward(ds_ctx *c, const int32_t *toks, int prefix, long reps, float *logits, int cpu) {
-    const ds_model *m = c->m;
+    const ds_model *m = ds_ctx_model(c);
+    ds_pool *pool = ds_exec_cpu_pool(ds_ctx_exec(c));
     const int L = m->hp.n_layer < PF_MAX_LAYERS ? m->hp.n_layer : PF_MAX_LAYERS;
     char err[DS_ERRLEN];
     double *fam[2][PF_COUNT], *lay[2][PF_MAX_LAYERS], *tot[2];
@@ -113,10 +116,10 @@ static void profile_forward(ds_ctx *c, const int32_t *toks, int prefix, long rep
     }
     ds_kernel_set canon;
     ds_kernel_set_all(&canon, DS_CANONICAL);
-    c->ks = canon;
+    ds_ctx_set_kernels(c, &canon);
     pf_state s;
-    c->probe = pf_probe;
-    c->probe_user = &s;
+    const ds_probe pr = {.wants = NULL, .fn = pf_probe, .user = &s, .stage = NULL};
+    ds_ctx_set_probe(c, &pr);
     for (long r = 0; r < reps; r++)
         for (int k = 0; k < 2; k++) {        /* 0 = decode step, 1 = verify(8); interleaved */
             CHECK(ds_kv_truncate(c, prefix));
@@ -124,21 +127,20 @@ static void profile_forward(ds_ctx *c, const int32_t *toks, int prefix, long rep
             s.cpu = cpu;
             s.last_key = -1;
             ds_pool_stats_t p0, p1;
-            ds_pool_stats(c->pool, &p0);
+            ds_pool_stats(pool, &p0);
             const double t0 = pf_now(cpu);
             s.last = t0;
             if (k == 0) CHECK(ds_decode(c, toks[prefix], prefix, logits, NULL, err, sizeof err));
             else CHECK(ds_forward_batch(c, toks + prefix, 8, prefix, DS_LOGITS_ALL, logits, NULL, err, sizeof err));
             tot[k][r] = pf_now(cpu) - t0;
-            ds_pool_stats(c->pool, &p1);
+            ds_pool_stats(pool, &p1);
             st[k][0] += (double)(p1.jobs - p0.jobs) / (double)reps;
             st[k][1] += (double)(p1.inline_runs - p0.inline_runs) / (double)reps;
             st[k][2] += (double)(p1.sleeps - p0.sleeps) / (double)reps;
             for (int f = 0; f < PF_COUNT; f++) fam[k][f][r] = s.fam[f];
             for (int l = 0; l < L; l++) lay[k][l][r] = s.layer[l];
         }
-    c->probe = NULL;
-    c->probe_user = NULL;
+    ds_ctx_set_probe(c, NULL);
     const double td = median(tot[0], (int)reps), tv = median(tot[1], (int)reps);
     printf("\n== profile: one decode step vs one 8-row canonical verify (medians of %ld, interleaved) ==\n", reps);
     printf("%-16s %12s %12s %10s\n", "family", "decode_us", "verify8_us", "ratio");
@@ -167,7 +169,8 @@ static size_t weight_bytes(const ds_weight *w) {
 }
 
 static void profile_kernels(ds_ctx *c, long reps, int cpu) {
-    const ds_model *m = c->m;
+    const ds_model *m = ds_ctx_model(c);
+    ds_pool *pool = ds_exec_cpu_pool(ds_ctx_exec(c));
     const ds_layer *L = &m->layers[0];
     const struct { const char *name; const ds_weight *w; int per_layer; } mm[8] = {
         {"q", &L->wq, 1}, {"k", &L->wk, 1}, {"v", &L->wv, 1}, {"o", &L->wo, 1},
@@ -184,7 +187,7 @@ static void profile_kernels(ds_ctx *c, long reps, int cpu) {
     if (!x || !y || !t) cli_die("bench", "out of memory");
     for (int64_t i = 0; i < 16 * kmax; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
     printf("\n== profile: each matmul alone (threads=%d, medians of %ld; MAC/s and weight GB/s to set against build/bench/roofline) ==\n",
-           ds_pool_threads(c->pool), reps);
+           ds_pool_threads(pool), reps);
     printf("%-8s %5s %6s %6s %9s %3s %11s %11s %9s %9s %9s\n", "weight", "type", "K", "N", "MB", "M", "canon_us",
            "fast_us", "c/fast", "canon_GMAC", "canon_GB/s");
     for (int i = 0; i < 8; i++) {
@@ -194,10 +197,10 @@ static void profile_kernels(ds_ctx *c, long reps, int cpu) {
             const int M = widths[wi];
             double tv[2];
             for (int v = 0; v < 2; v++) {
-                ds_matmul((ds_variant)v, w, M, x, y, c->pool);       /* warm */
+                ds_matmul((ds_variant)v, w, M, x, y, pool);       /* warm */
                 for (long r = 0; r < reps; r++) {
                     const double t0 = pf_now(cpu);
-                    for (int it = 0; it < 8; it++) ds_matmul((ds_variant)v, w, M, x, y, c->pool);
+                    for (int it = 0; it < 8; it++) ds_matmul((ds_variant)v, w, M, x, y, pool);
                     t[r] = (pf_now(cpu) - t0) / 8;
                 }
                 tv[v] = median(t, (int)reps);
@@ -214,8 +217,8 @@ static void profile_kernels(ds_ctx *c, long reps, int cpu) {
         const ds_weight *ws[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
         for (int j = 0; j < 7; j++) bytes += weight_bytes(ws[j]);
     }
-    printf("weight bytes read per forward (any M): %.2f MB stored, %.2f MB pre-packed copy\n", (double)bytes / 1e6,
-           (double)m->packed_bytes / 1e6);
+    printf("weight bytes read per forward (any M): %.2f MB as stored (the VNNI tile layout adds 1/17)\n",
+           (double)bytes / 1e6);
     free(x); free(y); free(t);
 }
 
@@ -223,21 +226,23 @@ static void profile_kernels(ds_ctx *c, long reps, int cpu) {
 static void profile_draft(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps,
                           float *logits, int cpu) {
     char err[DS_ERRLEN];
-    ds_drafter *d = ds_drafter_load(drafter_path, c->m, err, sizeof err);
+    const ds_model *m = ds_ctx_model(c);
+    ds_pool *pool = ds_exec_cpu_pool(ds_ctx_exec(c));
+    ds_drafter *d = ds_drafter_load(drafter_path, m, err, sizeof err);
     if (!d) cli_die("bench", "%s: %s", drafter_path, err);
-    const int G = ds_drafter_block_size(d), D = c->m->hp.n_embd, nt = ds_drafter_n_taps(d);
+    const int G = ds_drafter_block_size(d), D = m->hp.n_embd, nt = ds_drafter_n_taps(d);
     CHECK(ds_set_taps(c, ds_drafter_tap_layers(d), nt, err, sizeof err));
-    ds_dctx *x = ds_dctx_new(d, c->n_ctx, c->pool, err, sizeof err);
+    ds_dctx *x = ds_dctx_new(d, ds_ctx_n_ctx(c), ds_ctx_exec(c), err, sizeof err);
     if (!x) cli_die("bench", "%s", err);
     float *taps = malloc((size_t)prefix * (size_t)nt * (size_t)D * sizeof(float));
     double *td = malloc((size_t)reps * sizeof(double)), *tr = malloc((size_t)reps * sizeof(double));
     double *th = malloc((size_t)reps * sizeof(double));
-    float *hx = calloc((size_t)G * (size_t)D, sizeof(float)), *hy = malloc((size_t)G * c->m->hp.n_vocab * sizeof(float));
+    float *hx = calloc((size_t)G * (size_t)D, sizeof(float)), *hy = malloc((size_t)G * m->hp.n_vocab * sizeof(float));
     if (!taps || !td || !tr || !th || !hx || !hy) cli_die("bench", "out of memory");
     ds_kernel_set canon;
     ds_kernel_set_all(&canon, DS_CANONICAL);
-    c->ks = canon;
-    c->n_past = 0;
+    ds_ctx_set_kernels(c, &canon);
+    CHECK(ds_kv_truncate(c, 0));
     CHECK(ds_forward_batch(c, toks, prefix, 0, DS_LOGITS_LAST, logits, taps, err, sizeof err));
     CHECK(ds_dctx_append(x, taps, prefix, 0, err, sizeof err));
     for (int i = 0; i < G * D; i++) hx[i] = (float)((i * 13) % 29) / 14.0f - 1.0f;
@@ -253,7 +258,7 @@ static void profile_draft(ds_ctx *c, const char *drafter_path, const int32_t *to
         CHECK(ds_draft(x, toks[prefix], prefix, &o, ids, NULL, NULL, err, sizeof err));
         tr[r] = pf_now(cpu) - t0;
         t0 = pf_now(cpu);
-        ds_matmul(DS_CANONICAL, ds_drafter_head(d), G, hx, hy, c->pool);
+        ds_matmul(DS_CANONICAL, ds_drafter_head(d), G, hx, hy, pool);
         th[r] = pf_now(cpu) - t0;
     }
     const double a = median(td, (int)reps), b = median(tr, (int)reps), h = median(th, (int)reps);
@@ -270,9 +275,11 @@ static void profile_draft(ds_ctx *c, const char *drafter_path, const int32_t *to
 /* Entry from cmd_bench (the context holds at least prefix + 16 positions). */
 void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits) {
     char err[DS_ERRLEN];
-    c->n_past = 0;
+    ds_pool *pool = ds_exec_cpu_pool(ds_ctx_exec(c));
+    if (!pool) cli_die("bench", "--profile runs on the cpu device only");
+    CHECK(ds_kv_truncate(c, 0));
     CHECK(ds_forward_batch(c, toks, prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
-    const int cpu = ds_pool_threads(c->pool) == 1;
+    const int cpu = ds_pool_threads(pool) == 1;
     printf("clock=%s\n", cpu ? "thread-cpu (one thread: other processes' time slices excluded)" : "wall");
     profile_forward(c, toks, prefix, reps, logits, cpu);
     profile_kernels(c, reps, cpu);

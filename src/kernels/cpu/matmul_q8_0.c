@@ -508,7 +508,7 @@ q8f_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int
 Q8C_TGT_VNNI static int q8f_vnni(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
     const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
     const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
-    const unsigned char *pk = n0 % 16 == 0 ? c->W->packed : NULL;
+    const unsigned char *pk = n0 % 16 == 0 ? c->W->extra : NULL;
     if (!pk && c->tmp_bytes < (size_t)nb * Q8C_BLK) return -1;
     const int M = c->M;
     for (int64_t n = n0; n < n1; n += 16) {
