@@ -73,6 +73,11 @@ typedef struct ds_backend_i {
 
     /* ---- operator families (kernels.h has the argument conventions) --- */
     void (*matmul)(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y);
+    /* Optional (NULL: n matmul calls): y[i] = W[i] x for n <= 4 weights of
+     * one type and n_in on the same x, in one launch — bit for bit the n
+     * matmul calls (q/k/v, gate/up share their input). */
+    void (*matmul_multi)(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,
+                         const float *x, float *const y[]);
     /* Rows m = 0..M-1 at positions pos[m] (device ints, consecutive); the KV
      * rows of this call are already written. causal=1: row m sees [0, pos[m]];
      * causal=0: every row sees [0, pos[0] + M). */

@@ -78,6 +78,10 @@ static void cpu_release_weight(ds_backend *be, ds_weight *w) {
 static void cpu_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y) {
     ds_matmul(v, W, M, x, y, pool_of(ex));
 }
+static void cpu_matmul_multi(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,
+                             const float *x, float *const y[]) {
+    ds_matmul_multi(v, n, W, M, x, y, pool_of(ex));
+}
 static void cpu_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
                           int pos0, int causal, const float *q, const float *kc, const float *vc,
                           float *out) {
@@ -156,6 +160,7 @@ static const ds_backend_i cpu_i = {
     .prepare_weight = cpu_prepare_weight,
     .release_weight = cpu_release_weight,
     .matmul = cpu_matmul,
+    .matmul_multi = cpu_matmul_multi,
     .attention = cpu_attention,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

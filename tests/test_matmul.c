@@ -639,6 +639,39 @@ static void test_packed_q8(ds_pool *pools[4]) {
         printf("PASS pre-packed Q8_0: packing not used at this SIMD level (ds_q8_0_packed_bytes = 0)\n");
 }
 
+/* ds_matmul_multi (q/k/v and gate/up in one launch) == the separate calls,
+ * every type and variant, widths 1..16, threads 1..3, including a weight
+ * whose column count is not a multiple of the 16-column group. */
+static void test_multi(ds_pool *pools[4]) {
+    const int64_t K = 96, Ns[3] = {48, 21, 37};
+    int bad = 0, runs = 0;
+    for (int ti = 0; ti < 4; ti++) {
+        tw W[3];
+        for (int i = 0; i < 3; i++) W[i] = make_weight(types[ti], K, Ns[i]);
+        const ds_weight *const Wp[3] = {&W[0].w, &W[1].w, &W[2].w};
+        float *x = make_x(16, K), *ya[3], *yb[3];
+        for (int i = 0; i < 3; i++) {
+            ya[i] = malloc((size_t)(16 * Ns[i]) * sizeof(float));
+            yb[i] = malloc((size_t)(16 * Ns[i]) * sizeof(float));
+        }
+        for (int v = 0; v < 2; v++)
+            for (int M = 1; M <= 16; M++)
+                for (int th = 0; th < 4; th++) {
+                    for (int i = 0; i < 3; i++) ds_matmul((ds_variant)v, Wp[i], M, x, ya[i], pools[th]);
+                    ds_matmul_multi((ds_variant)v, 3, Wp, M, x, yb, pools[th]);
+                    for (int i = 0; i < 3; i++) {
+                        runs++;
+                        bad += memcmp(ya[i], yb[i], (size_t)(M * Ns[i]) * sizeof(float)) != 0;
+                    }
+                }
+        for (int i = 0; i < 3; i++) { free(W[i].data); free(ya[i]); free(yb[i]); }
+        free(x);
+    }
+    CHECK(bad == 0, "ds_matmul_multi differs from separate calls in %d of %d outputs", bad, runs);
+    printf("%s ds_matmul_multi == separate ds_matmul calls (memcmp), 4 types x 2 variants, M=1..16, "
+           "no pool and threads 1..3, %d comparisons\n", bad ? "FAIL" : "PASS", runs);
+}
+
 int main(void) {
     ds_pool *pools[4] = {NULL, ds_pool_new(1), ds_pool_new(2), ds_pool_new(3)};
     test_half_conversions();
@@ -649,6 +682,7 @@ int main(void) {
     test_exactness(pools);
     test_canonical_q8(pools);
     test_packed_q8(pools);
+    test_multi(pools);
     for (int i = 1; i < 4; i++) ds_pool_free(pools[i]);
     printf("%d checks passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

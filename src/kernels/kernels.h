@@ -90,6 +90,11 @@ void ds_f32_to_type(uint32_t type, const float *x, int64_t n, void *out);
 
 /* ---- matmul: y[m][n] = sum_k W[n][k] * x[m][k], m < M ------------------- */
 void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool);
+/* y[i] = W[i] x for n weights of one type and n_in on the same activations
+ * (q/k/v, gate/up): one activation quantization and one pool hand-off for
+ * all of them; bit for bit the n separate ds_matmul calls. */
+void ds_matmul_multi(ds_variant v, int n, const ds_weight *const W[], int M, const float *x,
+                     float *const y[], ds_pool *pool);
 /* The decode kernel: exactly ds_matmul(DS_CANONICAL, W, 1, ...). */
 void ds_matmul_decode(const ds_weight *W, const float *x, float *y, ds_pool *pool);
 

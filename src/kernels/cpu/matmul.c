@@ -20,10 +20,18 @@
 #define DS_MM_GROUP 16          /* output columns per work item            */
 #define DS_MM_MIN_WORK 65536    /* weight elements per chunk, at least     */
 
+/* One job: up to DS_MM_MULTI weights on the same activations, their column
+ * groups laid end to end (weight i owns groups [g_off[i], g_off[i+1])), so
+ * q/k/v or gate/up are one hand-off and one activation quantization. */
+#define DS_MM_MULTI 4
 typedef struct {
     const ds_mm_ctx *ctx;
     ds_mm_range_fn fn;
     ds_pool *pool;
+    int n;
+    const ds_weight *W[DS_MM_MULTI];
+    float *y[DS_MM_MULTI];
+    int64_t g_off[DS_MM_MULTI + 1];
 } mm_job;
 
 /* Each range gets its thread's reserved scratch (ds_pool_reserve) in a
@@ -31,13 +39,20 @@ typedef struct {
  * repacking buffers live there, so a forward never allocates. */
 static void mm_range(void *arg, int64_t g0, int64_t g1, int chunk) {
     const mm_job *j = arg;
-    int64_t N = j->ctx->W->n_out;
-    int64_t n0 = g0 * DS_MM_GROUP, n1 = g1 * DS_MM_GROUP;
-    if (n1 > N) n1 = N;
-    if (n0 >= n1) return;
     ds_mm_ctx c = *j->ctx;
     c.tmp = ds_pool_thread_scratch(j->pool, chunk, &c.tmp_bytes);
-    j->fn(&c, n0, n1);
+    for (int i = 0; i < j->n; i++) {
+        const int64_t a = g0 > j->g_off[i] ? g0 : j->g_off[i];
+        const int64_t b = g1 < j->g_off[i + 1] ? g1 : j->g_off[i + 1];
+        if (a >= b) continue;
+        const int64_t N = j->W[i]->n_out;
+        int64_t n0 = (a - j->g_off[i]) * DS_MM_GROUP, n1 = (b - j->g_off[i]) * DS_MM_GROUP;
+        if (n1 > N) n1 = N;
+        if (n0 >= n1) continue;
+        c.W = j->W[i];
+        c.y = j->y[i];
+        j->fn(&c, n0, n1);
+    }
 }
 
 /* ---- canonical Q8_0: the activation rows quantized once per call ---------------------
@@ -132,38 +147,39 @@ static ds_mm_range_fn pick(uint32_t type, ds_variant v) {
     }
 }
 
-void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, const float *x,
-                        float *y, ds_pool *pool) {
-    if (M <= 0 || W->n_out <= 0) return;
-    const int64_t K = W->n_in, N = W->n_out;
-    ds_mm_range_fn fn = pick(W->type, v);
-    if (!fn || K < 0 || (W->type == DS_TYPE_Q8_0 && K % DS_QK8_0)) {
-        fprintf(stderr, "ds_matmul: unsupported weight (type %u, n_in %lld)\n", W->type,
+/* n weights of one type and n_in (checked by the callers) on the same x. */
+static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weight *const W[], int M,
+                                  const float *x, float *const y[], ds_pool *pool) {
+    if (M <= 0) return;
+    const int64_t K = W[0]->n_in;
+    ds_mm_range_fn fn = pick(W[0]->type, v);
+    if (!fn || K < 0 || (W[0]->type == DS_TYPE_Q8_0 && K % DS_QK8_0)) {
+        fprintf(stderr, "ds_matmul: unsupported weight (type %u, n_in %lld)\n", W[0]->type,
                 (long long)K);
         abort();
     }
-    ds_mm_ctx ctx = {.W = W, .M = M, .x = x, .y = y, .level = level};
-
     if (K == 0) {                               /* empty sums: +0 everywhere */
-        for (int64_t i = 0; i < (int64_t)M * N; i++) y[i] = 0.0f;
+        for (int i = 0; i < n; i++)
+            for (int64_t e = 0; e < (int64_t)M * W[i]->n_out; e++) y[i][e] = 0.0f;
         return;
     }
+    ds_mm_ctx ctx = {.W = W[0], .M = M, .x = x, .y = y[0], .level = level};
     /* canonical (= decode) Q8_0 multiplies quantized activations: quantize
      * x once, here, before the columns are split (matmul_q8_0.c) */
     ds_q8_act act;
     void *owned = NULL;
-    if (W->type == DS_TYPE_Q8_0 && v == DS_CANONICAL) {
+    if (W[0]->type == DS_TYPE_Q8_0 && v == DS_CANONICAL) {
         const size_t bytes = q8_act_bytes(M, K);
         char *mem = ds_pool_shared_scratch(pool, bytes);
         if (!mem) mem = ds_pool_scratch(pool, DS_MM_SCRATCH_SLOT, bytes);
         if (!mem && !pool) mem = owned = malloc(bytes);
         if (!mem) {
-            q8_rows_nomem(W, M, x, y);
+            for (int i = 0; i < n; i++) q8_rows_nomem(W[i], M, x, y[i]);
             return;
         }
         q8_quantize_into(x, M, K, mem, pool, &act);
         ctx.xq = &act;
-    } else if (W->type == DS_TYPE_Q8_0 && ds_q8_0_fast_vnni(level)) {
+    } else if (W[0]->type == DS_TYPE_Q8_0 && ds_q8_0_fast_vnni(level)) {
         /* fast Q8_0 on VNNI: its own activation quantization, one scale per
          * row (matmul_q8_0.c); same scratch as canonical's (row scales fit in
          * the per-block scale array). Without scratch: the f32 tile engine. */
@@ -181,12 +197,37 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
     /* normally a no-op: the context reserved this at creation; a call with a
      * larger K grows the reservation once, here, outside the job */
     ds_pool_reserve(pool, ds_matmul_thread_scratch(K), 0);
-    mm_job job = {.ctx = &ctx, .fn = fn, .pool = pool};
-    int64_t groups = (N + DS_MM_GROUP - 1) / DS_MM_GROUP;
-    int64_t per_group = K * DS_MM_GROUP;
-    int64_t grain = (DS_MM_MIN_WORK + per_group - 1) / per_group;
-    ds_pool_for_idx(pool, groups, grain, mm_range, &job);
+    mm_job job = {.ctx = &ctx, .fn = fn, .pool = pool, .n = n};
+    for (int i = 0; i < n; i++) {
+        job.W[i] = W[i];
+        job.y[i] = y[i];
+        job.g_off[i + 1] = job.g_off[i] + (W[i]->n_out + DS_MM_GROUP - 1) / DS_MM_GROUP;
+    }
+    const int64_t per_group = K * DS_MM_GROUP;
+    const int64_t grain = (DS_MM_MIN_WORK + per_group - 1) / per_group;
+    ds_pool_for_idx(pool, job.g_off[n], grain, mm_range, &job);
     free(owned);
+}
+
+void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, const float *x,
+                        float *y, ds_pool *pool) {
+    if (W->n_out <= 0) return;
+    matmul_multi_at_level(level, v, 1, &W, M, x, &y, pool);
+}
+
+/* Same bits as n ds_matmul calls (every output column runs the same range
+ * kernel on the same quantized rows whichever job carries it); weights of
+ * different types or n_in, or more than DS_MM_MULTI, go one by one. */
+void ds_matmul_multi(ds_variant v, int n, const ds_weight *const W[], int M, const float *x,
+                     float *const y[], ds_pool *pool) {
+    int same = n >= 1 && n <= DS_MM_MULTI;
+    for (int i = 1; same && i < n; i++) same = W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in;
+    for (int i = 0; same && i < n; i++) same = W[i]->n_out > 0;
+    if (!same) {
+        for (int i = 0; i < n; i++) ds_matmul(v, W[i], M, x, y[i], pool);
+        return;
+    }
+    matmul_multi_at_level(ds_simd_level(), v, n, W, M, x, y, pool);
 }
 
 void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool) {
