@@ -5,6 +5,8 @@
 #include "backend.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct {
     ds_exec  base;                /* first member: the engine sees ds_exec   */
@@ -57,6 +59,24 @@ static void cpu_memcpy(ds_exec *ex, void *dst, const void *src, size_t bytes) {
 
 /* ---- weights: Q8_0 matmul weights pre-packed for the VNNI tile ---------- */
 
+/* Pack in place of, not beside, the original: once a weight is packed
+ * nothing in the forward reads its original bytes (the matmuls read the
+ * packed tiles, the embedding lookup of a tied head reads them too:
+ * cpu_embed), so its pages are handed back to the kernel. MADV_PAGEOUT
+ * keeps the contents either way (a file-backed mapping re-reads them from
+ * the file, anonymous memory is swapped), so a later reader (a tool, a
+ * non-VNNI path) still sees the same bytes; it only costs a page fault.
+ * Only whole pages inside [p, p + bytes); failures are ignored (RSS only). */
+static void release_original(const void *p, size_t bytes) {
+#ifdef MADV_PAGEOUT
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = ((uintptr_t)p + bytes) & ~(pg - 1);
+    if (pg > 1 && e > a) (void)madvise((void *)a, e - a, MADV_PAGEOUT);
+#else
+    (void)p; (void)bytes;
+#endif
+}
+
 static int cpu_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, size_t errlen) {
     w->extra = NULL;
     if (!(use & DS_USE_MATMUL)) return 0;
@@ -66,6 +86,7 @@ static int cpu_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, 
     if (!p) { ds_errf(err, errlen, "cpu: out of memory packing Q8_0 weights (%zu bytes)", b); return -1; }
     if (ds_q8_0_pack(w, p)) { free(p); return 0; }
     w->extra = p;
+    release_original(w->data, (size_t)w->n_out * (size_t)(w->n_in / DS_QK8_0) * sizeof(ds_block_q8_0));
     return 0;
 }
 static void cpu_release_weight(ds_backend *be, ds_weight *w) {
@@ -113,6 +134,10 @@ static void cpu_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, cons
 /* ---- lookups and small ops ---------------------------------------------- */
 
 static void cpu_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out) {
+    if (E->extra && E->type == DS_TYPE_Q8_0) {   /* packed (tied head): read the tiles */
+        for (int r = 0; r < M; r++) ds_q8_0_packed_row(E, ids[r], out + (size_t)r * E->n_in);
+        return;
+    }
     int ok;
     const size_t rb = (size_t)ds_row_bytes(E->type, (uint64_t)E->n_in, &ok);   /* validated at load */
     for (int r = 0; r < M; r++)

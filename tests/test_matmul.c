@@ -601,6 +601,22 @@ static void test_packed_q8(ds_pool *pools[4]) {
                   (long long)N);
             ds_weight Wp = W.w;
             Wp.extra = pk;
+            /* rows read back from the packed copy alone (the embedding lookup
+             * of a tied head) == the original rows converted (memcmp) */
+            {
+                float *ra = malloc((size_t)K * sizeof(float)), *rb2 = malloc((size_t)K * sizeof(float));
+                int row_bad = 0;
+                int ok;
+                const size_t rbytes = (size_t)ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok);
+                for (int64_t r = 0; r < N; r++) {
+                    ds_row_to_f32(DS_TYPE_Q8_0, (const char *)W.data + (size_t)r * rbytes, K, ra);
+                    ds_q8_0_packed_row(&Wp, r, rb2);
+                    row_bad += memcmp(ra, rb2, (size_t)K * sizeof(float)) != 0;
+                }
+                CHECK(row_bad == 0, "ds_q8_0_packed_row K=%lld N=%lld: %d rows differ from the original",
+                      (long long)K, (long long)N, row_bad);
+                free(ra); free(rb2);
+            }
             float *x = make_x(Mmax, K);
             float *y0 = malloc((size_t)(Mmax * N) * sizeof(float));
             float *y1 = malloc((size_t)(Mmax * N) * sizeof(float));

@@ -80,6 +80,10 @@ typedef struct {
  * ds_q8_0_packed_bytes(W) bytes); returns 0, or -1 if packing is not used. */
 size_t ds_q8_0_packed_bytes(const ds_weight *W);
 int    ds_q8_0_pack(const ds_weight *W, void *dst);
+/* Row `row` of a weight packed by ds_q8_0_pack (W->extra set), converted to
+ * f32 from the packed copy alone: bit for bit ds_row_to_f32 of the original
+ * row, so the original may be paged out once packed. */
+void   ds_q8_0_packed_row(const ds_weight *W, int64_t row, float *out);
 
 /* Dequantize/convert one row of n elements of any supported type to f32. */
 void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out);

@@ -241,7 +241,7 @@ void ds_matmul_decode(const ds_weight *W, const float *x, float *y, ds_pool *poo
 
 /* ---- scratch sizes (kernels.h) ----------------------------------------------------
  * Per thread: the walker's dequantization buffer (at most DS_NT_MAX rows of
- * K floats) or the VNNI tile's repacking buffer (K / 32 blocks of 576
+ * K floats) or the VNNI tile's repacking buffer (K / 32 blocks of at most 576
  * bytes), never both at once. */
 size_t ds_matmul_thread_scratch(int64_t k_max) {
     if (k_max <= 0) return 0;
