@@ -49,6 +49,8 @@ typedef struct ds_backend_i {
     int host_memory;                     /* 1: buffers are host memory          */
 
     void (*destroy)(ds_backend *be);
+    /* One line for logs: what this device is (key=value pairs). */
+    void (*describe)(ds_backend *be, char *buf, size_t n);
 
     /* execution contexts: CPU = thread pool + scratch; CUDA = stream +
      * scratch. n_threads is the CPU's -t (a device backend may ignore it). */
@@ -73,11 +75,6 @@ typedef struct ds_backend_i {
 
     /* ---- operator families (kernels.h has the argument conventions) --- */
     void (*matmul)(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y);
-    /* Optional (NULL: n matmul calls): y[i] = W[i] x for n <= 4 weights of
-     * one type and n_in on the same x, in one launch — bit for bit the n
-     * matmul calls (q/k/v, gate/up share their input). */
-    void (*matmul_multi)(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,
-                         const float *x, float *const y[]);
     /* Rows m = 0..M-1 at positions pos[m] (device ints, consecutive); the KV
      * rows of this call are already written. causal=1: row m sees [0, pos[m]];
      * causal=0: every row sees [0, pos[0] + M). */
@@ -128,6 +125,12 @@ typedef struct ds_backend_i {
      * NULL on backends whose families need none. 0, or -1 with err. */
     int (*reserve)(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_t n_pos, char *err,
                    size_t errlen);
+
+    /* ---- optional: weights sharing their input in one launch ---------------
+     * NULL: n matmul calls. y[i] = W[i] x for n <= 4 weights of one type and
+     * n_in on the same x — bit for bit the n matmul calls (q/k/v, gate/up). */
+    void (*matmul_multi)(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,
+                         const float *x, float *const y[]);
 } ds_backend_i;
 
 struct ds_backend {
@@ -135,11 +138,15 @@ struct ds_backend {
     void *priv;
 };
 
-/* Every backend's execution context starts with this header (its own
- * struct embeds it as the first member). */
+/* Every backend's execution context starts with this header: the engine
+ * reads only ->be. A backend in another language (the CUDA C++ files)
+ * defines its own `struct ds_exec` with the same first member and sets
+ * DS_EXEC_DEFINED before including this header. */
+#ifndef DS_EXEC_DEFINED
 struct ds_exec {
     ds_backend *be;
 };
+#endif
 
 /* ---- the registry --------------------------------------------------------
  * "cpu" always; "cuda" when built with CUDA (make CUDA=1). An unknown or

@@ -109,37 +109,71 @@ static dsd_capture *capture_for(const ds_ctx *c, int M) {
  * The experiment
  * ===================================================================== */
 
-int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, char *err, size_t errlen) {
-    memset(r, 0, sizeof *r);
-    for (int i = 0; i < DSD_CHAIN_COUNT; i++) r->chain[i] = -1;
-    r->first_token_mismatch_row = -1;
-    if (o->M < 1 || o->n_prompt < 1) { ds_errf(err, errlen, "diverge: need a prompt and at least one block token"); return -1; }
-    if (o->n_prompt + o->M > ds_ctx_n_ctx(c)) {
-        ds_errf(err, errlen, "diverge: prompt (%d) + block (%d) exceed the context (%d)", o->n_prompt, o->M, ds_ctx_n_ctx(c));
-        return -1;
-    }
-    const ds_model *m = ds_ctx_model(c);
-    r->fam_layers = m->hp.n_layer;
-    r->fam_map = calloc((size_t)(m->hp.n_layer + 1) * DSD_CP_COUNT * (DSD_SUB_NAMED_COUNT + 1), sizeof(unsigned));
-    if (!r->fam_map) { ds_errf(err, errlen, "diverge: out of memory"); return -1; }
-    ds_kernel_set saved_ks;
-    ds_ctx_get_kernels(c, &saved_ks);
-    pass_out a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, b = { 0 };
-    dsd_capture *cap_h = NULL, *cap_a = NULL, *cap_b = NULL;
-    ds_state s0 = { 0 };
-    int rc = -1;
+/* Pass B on context cb: the same ids forced through sequential decode
+ * (ksb == NULL: the classic experiment), or batched with kernel set *ksb
+ * (the cross-configuration mode). */
+static int pass_b(ds_ctx *cb, const ds_diverge_opts *o, const ds_kernel_set *ksb, pass_out *p,
+                  char *err, size_t errlen) {
+    if (!ksb) return decode_pass(cb, o, p, err, errlen);
+    ds_diverge_opts ob = *o;
+    ob.ks = *ksb;
+    return batch_pass(cb, &ob, p, err, errlen);
+}
 
-    /* S0: the true state — canonical prefill of the prompt */
+/* S0 on one context: canonical prefill of the prompt, snapshot. */
+static int make_s0(ds_ctx *c, const ds_diverge_opts *o, ds_state *s0, char *err, size_t errlen) {
     ds_kernel_set canon;
     ds_kernel_set_all(&canon, DS_CANONICAL);
     ds_ctx_set_kernels(c, &canon);
     ds_ctx_set_probe(c, NULL);
     ds_kv_truncate(c, 0);
-    if (ds_forward_batch(c, o->prompt, o->n_prompt, 0, DS_LOGITS_NONE, NULL, NULL, err, errlen)) goto done;
-    if (ds_state_save(c, &s0)) { ds_errf(err, errlen, "diverge: out of memory saving S0"); goto done; }
+    if (ds_forward_batch(c, o->prompt, o->n_prompt, 0, DS_LOGITS_NONE, NULL, NULL, err, errlen)) return -1;
+    if (ds_state_save(c, s0)) { ds_errf(err, errlen, "diverge: out of memory saving S0"); return -1; }
+    return 0;
+}
 
-    if (pass_alloc(&a0, c, o->M) || pass_alloc(&a1, c, o->M) || pass_alloc(&a2, c, o->M) || pass_alloc(&b, c, o->M) ||
-        !(cap_h = capture_for(c, o->M)) || !(cap_a = capture_for(c, o->M)) || !(cap_b = capture_for(c, o->M))) {
+/* The experiment: Pass A (batched, o->ks, with the gate) on ca; Pass B on
+ * cb (decode, or batched with *ksb). ca == cb for the classic form. */
+static int diverge_core(ds_ctx *ca, ds_ctx *cb, const ds_diverge_opts *o, const ds_kernel_set *ksb,
+                        ds_diverge_result *r, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i < DSD_CHAIN_COUNT; i++) r->chain[i] = -1;
+    r->first_token_mismatch_row = -1;
+    if (o->M < 1 || o->n_prompt < 1) { ds_errf(err, errlen, "diverge: need a prompt and at least one block token"); return -1; }
+    ds_ctx *cs[2] = { ca, cb };
+    for (int i = 0; i < 2; i++)
+        if (o->n_prompt + o->M > ds_ctx_n_ctx(cs[i])) {
+            ds_errf(err, errlen, "diverge: prompt (%d) + block (%d) exceed the context (%d)", o->n_prompt, o->M, ds_ctx_n_ctx(cs[i]));
+            return -1;
+        }
+    const ds_model *m = ds_ctx_model(ca);
+    if (cb != ca) {
+        const ds_hparams *ha = &m->hp, *hb = &ds_ctx_model(cb)->hp;
+        if (ha->n_layer != hb->n_layer || ha->n_embd != hb->n_embd || ha->n_vocab != hb->n_vocab ||
+            ha->n_head != hb->n_head || ha->n_head_kv != hb->n_head_kv || ha->head_dim != hb->head_dim ||
+            ha->n_ff != hb->n_ff || ds_ctx_n_taps(ca) != ds_ctx_n_taps(cb)) {
+            ds_errf(err, errlen, "diverge: the two configurations run models of different shapes");
+            return -1;
+        }
+    }
+    r->fam_layers = m->hp.n_layer;
+    r->fam_map = calloc((size_t)(m->hp.n_layer + 1) * DSD_CP_COUNT * (DSD_SUB_NAMED_COUNT + 1), sizeof(unsigned));
+    if (!r->fam_map) { ds_errf(err, errlen, "diverge: out of memory"); return -1; }
+    ds_kernel_set saved_a, saved_b;
+    ds_ctx_get_kernels(ca, &saved_a);
+    ds_ctx_get_kernels(cb, &saved_b);
+    pass_out a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, b = { 0 };
+    dsd_capture *cap_h = NULL, *cap_a = NULL, *cap_b = NULL;
+    ds_state s0 = { 0 }, s0b = { 0 };
+    ds_state *sb = cb == ca ? &s0 : &s0b;
+    int rc = -1;
+
+    /* S0: the true state — canonical prefill of the prompt (on each side) */
+    if (make_s0(ca, o, &s0, err, errlen)) goto done;
+    if (cb != ca && make_s0(cb, o, &s0b, err, errlen)) goto done;
+
+    if (pass_alloc(&a0, ca, o->M) || pass_alloc(&a1, ca, o->M) || pass_alloc(&a2, ca, o->M) || pass_alloc(&b, cb, o->M) ||
+        !(cap_h = capture_for(ca, o->M)) || !(cap_a = capture_for(ca, o->M)) || !(cap_b = capture_for(cb, o->M))) {
         ds_errf(err, errlen, "diverge: out of memory for the capture arenas");
         goto done;
     }
@@ -148,33 +182,34 @@ int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, ch
 
     /* A0: no probe */
     double t0 = now_s();
-    if (batch_pass(c, o, &a0, err, errlen)) goto done;
+    if (batch_pass(ca, o, &a0, err, errlen)) goto done;
     r->t_batch = now_s() - t0;
-    ds_state_restore(c, &s0);
+    ds_state_restore(ca, &s0);
     /* A1: hooks armed, nothing copied */
     dsd_capture_arm(cap_h, DSD_CAP_HOOKS);
-    ds_ctx_set_probe(c, &pr);
-    if (batch_pass(c, o, &a1, err, errlen)) goto done;
-    ds_state_restore(c, &s0);
+    ds_ctx_set_probe(ca, &pr);
+    if (batch_pass(ca, o, &a1, err, errlen)) goto done;
+    ds_state_restore(ca, &s0);
     /* A2: full copies — this is Pass A */
     dsd_capture_arm(cap_a, DSD_CAP_COPY);
     pr.user = &pa;
-    ds_ctx_set_probe(c, &pr);
-    if (batch_pass(c, o, &a2, err, errlen)) goto done;
-    ds_state_restore(c, &s0);
+    ds_ctx_set_probe(ca, &pr);
+    if (batch_pass(ca, o, &a2, err, errlen)) goto done;
+    ds_ctx_set_probe(ca, NULL);
+    ds_state_restore(ca, &s0);
     r->gate_control = same_state(&a0, &a1) && same_logits(&a0, &a1);
     r->gate_probe = same_state(&a0, &a2) && same_logits(&a0, &a2);
 
-    /* Pass B: the same ids through sequential decode, captured */
+    /* Pass B: the same ids on the other configuration, captured */
     dsd_capture_arm(cap_b, DSD_CAP_COPY);
     pr.user = &pb;
-    ds_ctx_set_probe(c, &pr);
-    if (decode_pass(c, o, &b, err, errlen)) goto done;
-    ds_ctx_set_probe(c, NULL);
-    ds_state_restore(c, &s0);
-    /* an unprobed decode pass, for timing only */
+    ds_ctx_set_probe(cb, &pr);
+    if (pass_b(cb, o, ksb, &b, err, errlen)) goto done;
+    ds_ctx_set_probe(cb, NULL);
+    ds_state_restore(cb, sb);
+    /* an unprobed Pass B, for timing only */
     t0 = now_s();
-    if (decode_pass(c, o, &a1, err, errlen)) goto done;
+    if (pass_b(cb, o, ksb, &a1, err, errlen)) goto done;
     r->t_decode = now_s() - t0;
 
     dsd_capture_finalize(cap_a);
@@ -202,12 +237,24 @@ int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, ch
     rc = 0;
 done:
     if (rc) { dsd_report_free(&r->report); free(r->fam_map); r->fam_map = NULL; }
-    ds_ctx_set_probe(c, NULL);
-    if (s0.snap.k) { ds_state_restore(c, &s0); ds_state_free(&s0); }
-    ds_ctx_set_kernels(c, &saved_ks);
+    ds_ctx_set_probe(ca, NULL);
+    ds_ctx_set_probe(cb, NULL);
+    if (s0.snap.k) { ds_state_restore(ca, &s0); ds_state_free(&s0); }
+    if (s0b.snap.k) { ds_state_restore(cb, &s0b); ds_state_free(&s0b); }
+    ds_ctx_set_kernels(ca, &saved_a);
+    ds_ctx_set_kernels(cb, &saved_b);
     pass_free(&a0); pass_free(&a1); pass_free(&a2); pass_free(&b);
     dsd_capture_free(cap_h); dsd_capture_free(cap_a); dsd_capture_free(cap_b);
     return rc;
+}
+
+int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, char *err, size_t errlen) {
+    return diverge_core(c, c, o, NULL, r, err, errlen);
+}
+
+int ds_diverge_cross(ds_ctx *ca, ds_ctx *cb, const ds_diverge_opts *o, const ds_kernel_set *ksb,
+                     ds_diverge_result *r, char *err, size_t errlen) {
+    return diverge_core(ca, cb, o, ksb, r, err, errlen);
 }
 
 void ds_diverge_result_free(ds_diverge_result *r) {

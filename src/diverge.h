@@ -42,6 +42,15 @@ typedef struct {
 int  ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, char *err, size_t errlen);
 void ds_diverge_result_free(ds_diverge_result *r);
 
+/* The same experiment between any two execution configurations: Pass A =
+ * the batched block on ca with o->ks (gate included), Pass B = the same ids
+ * on cb — through sequential decode when ksb is NULL, else batched with
+ * *ksb. ca and cb may be contexts of the same model file loaded on two
+ * devices (CPU vs CUDA): the report then names the first object where the
+ * two backends part. Both contexts' n_past and kernel sets are restored. */
+int  ds_diverge_cross(ds_ctx *ca, ds_ctx *cb, const ds_diverge_opts *o, const ds_kernel_set *ksb,
+                      ds_diverge_result *r, char *err, size_t errlen);
+
 /* ---- isolated same-input A/B of one family -------------------------------
  * The family's decode kernel (canonical at M=1, row by row) against the
  * given batched variant on identical inputs at the model's shapes, for

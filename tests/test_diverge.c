@@ -82,6 +82,48 @@ int main(void) {
     }
     printf("PASS isolated A/B: every canonical family IDENTICAL to decode for M=1..16\n");
 
+    /* 4. cross-configuration mode: the same model file on a second device
+     * (DSPARK_DEVICE, "cpu" by default) against this CPU context. Canonical
+     * batched on both sides must agree wherever the backends claim the same
+     * bits (CPU vs CPU: everywhere); a fast Q8_0 matmul on side B must be
+     * found and attributed. */
+    {
+        char path[512];
+        snprintf(path, sizeof path, "%s/m%u.gguf", dir, (unsigned)DS_TYPE_Q8_0);
+        const char *dev = getenv("DSPARK_DEVICE") ? getenv("DSPARK_DEVICE") : "cpu";
+        ds_model *m2 = ds_model_load_on(path, dev, err, sizeof err);
+        CHECK(m2 != NULL, "load on %s: %s", dev, err);
+        ds_ctx *c2 = m2 ? ds_ctx_new(m2, 256, 1, err, sizeof err) : NULL;
+        CHECK(c2 != NULL, "ctx on %s: %s", dev, err);
+        if (c2) {
+            ds_set_taps(c2, taps, 2, err, sizeof err);
+            ds_kernel_set kb;
+            ds_kernel_set_all(&o.ks, DS_CANONICAL);
+            ds_kernel_set_all(&kb, DS_CANONICAL);
+            CHECK(ds_diverge_cross(c, c2, &o, &kb, &r, err, sizeof err) == 0, "cross: %s", err);
+            const dsd_object_result *first = dsd_report_first(&r.report);
+            if (!strcmp(dev, "cpu"))
+                CHECK(first == NULL, "cpu canonical vs cpu canonical (other context, 1 thread) diverged");
+            printf("%s cross cpu(canonical,batched) vs %s(canonical,batched): first_divergence=%s compared_objects=%zu\n",
+                   first == NULL || strcmp(dev, "cpu") ? "PASS" : "FAIL", dev,
+                   first ? dsd_cp_name(first->key.cp) : "NONE", r.report.compared_objects);
+            ds_diverge_result_free(&r);
+            kb.v[DS_FAM_MATMUL_Q8_0] = DS_FAST;
+            CHECK(ds_diverge_cross(c, c2, &o, &kb, &r, err, sizeof err) == 0, "cross: %s", err);
+            first = dsd_report_first(&r.report);
+            CHECK(first != NULL, "a fast Q8_0 matmul on side B was not found");
+            if (first) {
+                unsigned fm = ds_families_for_checkpoint(&r, first->key.layer, first->key.cp, first->key.sub);
+                CHECK(fm & (1u << DS_FAM_MATMUL_Q8_0), "cross: first divergence at %s not attributed to matmul_q8_0", dsd_cp_name(first->key.cp));
+                printf("PASS cross vs %s(fast matmul_q8_0): first_divergence layer=%d checkpoint=%s\n", dev, first->key.layer,
+                       dsd_cp_name(first->key.cp));
+            }
+            ds_diverge_result_free(&r);
+        }
+        ds_ctx_free(c2);
+        ds_model_free(m2);
+    }
+
     ds_ctx_free(c);
     ds_model_free(m);
     tu_rmdir(dir);
