@@ -7,7 +7,7 @@
 
 /* Positions the canonical RoPE table covers (kernels/cuda/rope.cu): below
  * it the GPU's cos/sin are the host C library's bits. */
-#define DS_CUDA_ROPE_POS 16384
+#define DS_CUDA_ROPE_POS 40960   /* Qwen3's longest context; past it: the device's sincosf */
 
 /* The exec's cudaStream_t (as void *, so that C callers need no CUDA
  * headers), for timing with CUDA events on the same stream. */
