@@ -116,6 +116,21 @@ typedef struct ds_backend_i {
      * travel through device buffers, never as host values. -1 on error. */
     int (*graph_begin)(ds_exec *ex, uint64_t key, char *err, size_t errlen);
     int (*graph_end)(ds_exec *ex, char *err, size_t errlen);
+
+    /* ---- optional: scratch reserved up front ----------------------------
+     * Called once per context at creation with the largest shapes its
+     * forward will use (rows per call, weight n_in, head_dim, attended
+     * positions), so that no family call allocates afterwards. Grow-only:
+     * a target and a drafter context sharing one ds_exec each reserve.
+     * NULL on backends whose families need none. 0, or -1 with err. */
+    int (*reserve)(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_t n_pos, char *err,
+                   size_t errlen);
+
+    /* ---- optional: weights sharing their input in one launch ---------------
+     * NULL: n matmul calls. y[i] = W[i] x for n <= 4 weights of one type and
+     * n_in on the same x — bit for bit the n matmul calls (q/k/v, gate/up). */
+    void (*matmul_multi)(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,
+                         const float *x, float *const y[]);
 } ds_backend_i;
 
 struct ds_backend {

@@ -358,6 +358,8 @@ static const ds_backend_i dsc_iface = {
     dsc_sanitize,
     dsc_graph_begin,
     dsc_graph_end,
+    /* reserve */ NULL,
+    /* matmul_multi */ NULL,
 };
 
 /* One clear line for each way a GPU can be missing. */

@@ -397,6 +397,15 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
         free(c);
         return NULL;
     }
+    /* the families' scratch, once: no allocation in any later forward
+     * (weights' n_in: d for q/k/v/gate/up and the head, qd for o, ff for down) */
+    const int64_t k_max = (int64_t)(d > ff ? (d > qd ? d : qd) : (ff > qd ? ff : qd));
+    if (be->i->reserve && be->i->reserve(c->ex, c->m_max, k_max, hp->head_dim, n_ctx, e2, sizeof e2)) {
+        ds_errf(err, errlen, "context: %s", e2);
+        ctx_release(c);
+        free(c);
+        return NULL;
+    }
     return c;
 }
 
