@@ -314,6 +314,9 @@ struct ds_ctx {
     float      *logits;          /* device [m_max][V] (device backends)       */
     float      *taps;            /* device [m_max][n_taps*d] (device backends)*/
     int        *pos_host;        /* host staging for positions                */
+    float      *sel_logits;      /* device [m_max][V]: logits rows selected on the device */
+    float      *sel_scratch;     /* device [2V]: the sample op's scratch      */
+    int32_t    *sel_ids;         /* device [m_max]: selected ids              */
     ds_probe    probe;           /* .fn == NULL: none                         */
     float      *stage;           /* host staging for probes: widest row       */
 };
@@ -321,11 +324,12 @@ struct ds_ctx {
 static void ctx_release(ds_ctx *c) {
     ds_backend *be = c->be;
     float *bufs[] = {c->a.x, c->a.xn, c->a.q, c->a.k, c->a.v, c->a.att, c->a.o, c->a.gate, c->a.up,
-                     c->a.h, c->logits, c->taps};
+                     c->a.h, c->logits, c->taps, c->sel_logits, c->sel_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->i->release(be, bufs[i]);
     if (c->pos) be->i->release(be, c->pos);
     if (c->ids) be->i->release(be, c->ids);
+    if (c->sel_ids) be->i->release(be, c->sel_ids);
     ds_kv_free(c->kv);
     if (c->ex) be->i->exec_free(c->ex);
     free(c->pos_host);
@@ -371,8 +375,13 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     if (qd > widest) widest = qd;
     if (d > widest) widest = d;
     c->stage = malloc(widest * sizeof(float));
+    /* selection on the device (ds_forward_select): every backend */
+    c->sel_logits = be->i->alloc(be, M * V * sizeof(float));
+    c->sel_scratch = be->i->alloc(be, 2 * V * sizeof(float));
+    c->sel_ids = be->i->alloc(be, M * sizeof(int32_t));
     int ok = c->a.x && c->a.xn && c->a.o && c->a.q && c->a.att && c->a.k && c->a.v && c->a.gate &&
-             c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->stage;
+             c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->stage && c->sel_logits &&
+             c->sel_scratch && c->sel_ids;
     if (ok && !be->i->host_memory) {   /* logits and taps stay on the device until asked */
         c->logits = be->i->alloc(be, M * V * sizeof(float));
         c->taps = be->i->alloc(be, M * DS_MAX_TAPS * d * sizeof(float));
@@ -500,8 +509,16 @@ static void logits_rows(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int r0, int 
                       (size_t)m->hp.n_vocab);
 }
 
+/* Selection on the device (ds_forward_select): which rows, how, where the
+ * ids go on the host, and an optional device destination for the taps. */
+typedef struct {
+    const ds_sampler *samp;
+    int32_t *ids;
+    float   *taps_dev;
+} sel_args;
+
 static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, int logits_mode,
-               float *logits, float *taps, char *err, size_t errlen) {
+               float *logits, float *taps, const sel_args *sel, char *err, size_t errlen) {
     if (check_run(c, tokens, M, pos0, err, errlen)) return -1;
     const ds_backend_i *b = c->be->i;
     const int host = b->host_memory;
@@ -514,14 +531,29 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         for (int r = 0; r < n; r++) c->pos_host[r] = p0 + r;
         b->upload(c->ex, c->pos, c->pos_host, (size_t)n * sizeof(int));
         b->upload(c->ex, c->ids, tokens + done, (size_t)n * sizeof(int32_t));
-        float *taps_dst = !taps ? NULL : host ? taps + (size_t)done * taps_stride : c->taps;
+        float *taps_dst = sel ? (sel->taps_dev ? sel->taps_dev + (size_t)done * taps_stride : NULL)
+                        : !taps ? NULL : host ? taps + (size_t)done * taps_stride : c->taps;
         forward_chunk(c, var, n, p0, taps_dst, taps_stride);
         float *lg = NULL;
         int r0 = 0, rows = 0;
         if (logits_mode == DS_LOGITS_ALL) { lg = logits + (size_t)done * V; rows = n; }
         else if (logits_mode == DS_LOGITS_LAST && done + n == M) { lg = logits; r0 = n - 1; rows = 1; }
-        if (rows) logits_rows(c, var, r0, rows, p0, host ? lg : c->logits);
-        if (!host) {   /* one synchronising download per chunk */
+        if (sel) {
+            /* logits stay on the device; the token each row selects (keyed on
+             * the position it is chosen for, row position + 1) comes back */
+            if (rows) {
+                int32_t *dst = sel->ids + (logits_mode == DS_LOGITS_ALL ? done : 0);
+                logits_rows(c, var, r0, rows, p0, c->sel_logits);
+                if (ds_backend_select(c->ex, sel->samp, rows, (int)V, c->sel_logits, (int64_t)p0 + r0 + 1,
+                                      c->sel_scratch, c->sel_ids, err, errlen))
+                    return -1;
+                b->download(c->ex, dst, c->sel_ids, (size_t)rows * sizeof(int32_t));
+            }
+            if (!host && b->sync(c->ex, err, errlen)) return -1;
+        } else if (rows) {
+            logits_rows(c, var, r0, rows, p0, host ? lg : c->logits);
+        }
+        if (!host && !sel) {   /* one synchronising download per chunk */
             if (rows) b->download(c->ex, lg, c->logits, (size_t)rows * V * sizeof(float));
             if (taps)
                 b->download(c->ex, taps + (size_t)done * taps_stride, c->taps,
@@ -535,7 +567,24 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
 }
 
 int ds_decode(ds_ctx *c, int32_t token, int pos, float *logits, float *taps, char *err, size_t errlen) {
-    return run(c, 1, &token, 1, pos, logits ? DS_LOGITS_LAST : DS_LOGITS_NONE, logits, taps, err, errlen);
+    return run(c, 1, &token, 1, pos, logits ? DS_LOGITS_LAST : DS_LOGITS_NONE, logits, taps, NULL, err, errlen);
+}
+
+int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o,
+                      char *err, size_t errlen) {
+    if (!o) { ds_errf(err, errlen, "select: no options given"); return -1; }
+    if (o->rows != DS_LOGITS_NONE && o->rows != DS_LOGITS_LAST && o->rows != DS_LOGITS_ALL) {
+        ds_errf(err, errlen, "select: rows mode %d is not NONE, LAST or ALL", o->rows);
+        return -1;
+    }
+    if (o->rows != DS_LOGITS_NONE && !o->ids) { ds_errf(err, errlen, "select: ids requested but no buffer given"); return -1; }
+    if (o->decode && M != 1) { ds_errf(err, errlen, "select: the decode path takes one token, not %d", M); return -1; }
+    if (o->samp && o->samp->temp < 0.0f) {
+        ds_errf(err, errlen, "select: sampler temperature %g is negative", o->samp->temp);
+        return -1;
+    }
+    const sel_args sel = {o->samp, o->ids, o->taps_dev};
+    return run(c, o->decode, tokens, M, pos0, o->rows, NULL, NULL, &sel, err, errlen);
 }
 
 int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logits_mode, float *logits,
@@ -544,7 +593,7 @@ int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logi
         ds_errf(err, errlen, "forward: logits requested but no buffer given");
         return -1;
     }
-    return run(c, 0, tokens, M, pos0, logits_mode, logits, taps, err, errlen);
+    return run(c, 0, tokens, M, pos0, logits_mode, logits, taps, NULL, err, errlen);
 }
 
 /* ========================================================================
