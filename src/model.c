@@ -579,10 +579,6 @@ int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const d
     }
     if (o->rows != DS_LOGITS_NONE && !o->ids) { ds_errf(err, errlen, "select: ids requested but no buffer given"); return -1; }
     if (o->decode && M != 1) { ds_errf(err, errlen, "select: the decode path takes one token, not %d", M); return -1; }
-    if (o->samp && o->samp->temp < 0.0f) {
-        ds_errf(err, errlen, "select: sampler temperature %g is negative", o->samp->temp);
-        return -1;
-    }
     const sel_args sel = {o->samp, o->ids, o->taps_dev};
     return run(c, o->decode, tokens, M, pos0, o->rows, NULL, NULL, &sel, err, errlen);
 }
