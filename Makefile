@@ -39,6 +39,8 @@ HEADERS  := $(wildcard src/*.h src/*/*.h src/*/*/*.h include/*.h tools/*.h)
 .PHONY: all test test-san bench clean deps run models
 
 all: $(BUILD)/dspark $(TEST_BIN) $(BENCH_BIN)
+# the device harness for the heads' ops, built here so it keeps compiling (run it with a GPU)
+all: $(BUILD)/tests/cuda/test_heads
 
 # The comparator must be exact IEEE-754 whatever the project flags are.
 $(BUILD)/src/diag/%.o: CFLAGS += -fno-finite-math-only -fsignaling-nans
