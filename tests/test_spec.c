@@ -308,6 +308,31 @@ static void device_resident_checks(const char *dir) {
         ds_drafter *dd = ds_drafter_load(path, md, err, sizeof err);   /* on the "device": arena copied */
         CHECK(dd != NULL, "load drafter on the device: %s", err);
         if (!dd) { ds_drafter_free(dh); continue; }
+        /* one round bit for bit: ids, confidences and logits, host vs device */
+        {
+            const int nt = ds_drafter_n_taps(dh), D = mh->hp.n_embd, V = mh->hp.n_vocab, rows = 20;
+            float *taps = malloc((size_t)rows * nt * D * sizeof(float));
+            uint32_t q = 77u + (uint32_t)ki;
+            for (size_t i = 0; i < (size_t)rows * nt * D; i++) { q = q * 1664525u + 1013904223u; taps[i] = (float)(q >> 8) / 4194304.0f - 2.0f; }
+            taps[3] = NAN; taps[5] = 1e30f;                          /* the sanitisation runs on both */
+            ds_dctx *xh = ds_dctx_new(dh, 64, NULL, err, sizeof err), *xd = ds_dctx_new(dd, 64, NULL, err, sizeof err);
+            CHECK(xh && xd, "dctx: %s", err);
+            int same = xh && xd && !ds_dctx_append(xh, taps, rows, 0, err, sizeof err) &&
+                       !ds_dctx_append(xd, taps, rows, 0, err, sizeof err);
+            int32_t ih[8], id[8];
+            float ch_[8], cd_[8], *lh = malloc((size_t)gamma * V * sizeof(float)), *ld = malloc((size_t)gamma * V * sizeof(float));
+            for (int si = -1; si < 2 && same; si++) {
+                ds_sampler smp = { si < 0 ? 0.0f : 0.8f, 0, 1.0f, (uint64_t)(si + 5) };
+                ds_draft_opts dop = { &smp, gamma };
+                same &= !ds_draft(xh, 17, rows, &dop, ih, ch_, lh, err, sizeof err) &&
+                        !ds_draft(xd, 17, rows, &dop, id, cd_, ld, err, sizeof err) &&
+                        !memcmp(ih, id, (size_t)gamma * sizeof(int32_t)) && !memcmp(ch_, cd_, (size_t)gamma * sizeof(float)) &&
+                        !memcmp(lh, ld, (size_t)gamma * V * sizeof(float));
+            }
+            CHECK(same, "drafter %s: one round on the device differs from the host (%s)", kinds[ki], err);
+            ds_dctx_free(xh); ds_dctx_free(xd);
+            free(taps); free(lh); free(ld);
+        }
         for (int si = -1; si < n_seeds; si++) {
             ds_sampler smp = { si < 0 ? 0.0f : 0.8f, 0, 1.0f, si < 0 ? 0 : seeds[si] };
             for (int pi = p_first; pi < N_PROMPTS; pi += light ? N_PROMPTS : 1) {
