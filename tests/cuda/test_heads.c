@@ -8,9 +8,9 @@
  *   - add and fill: every output bit equal (one IEEE addition; a store);
  *   - gate, each kind, on 2^20 inputs swept over the range that matters
  *     (|t| <= 40, plus zeros, subnormals, infinities, NaN): the mismatch
- *     count is printed; the claim (heads.cu) is "equal except where glibc's
- *     float expf / tanhf are not correctly rounded", so a mismatch fails
- *     only above a handful in a million;
+ *     count is printed; the claim (heads.cu) is "within 2 ulp of the CPU"
+ *     (glibc 2.36's expf / tanhf are not correctly rounded; the device's
+ *     are, almost always), so it fails above 2 ulp or on a NaN mismatch;
  *   - sample: Gumbel-max ids for V = 300 and 151936, several temperatures,
  *     seeds and positions (also beyond 2^32), rows with NaN, -inf, the MASK
  *     logit and all-NaN rows: every id equal;
@@ -44,6 +44,26 @@ static uint32_t next32(void) {
 }
 static float unif(float lo, float hi) { return lo + (hi - lo) * (float)(next32() >> 8) / 16777216.0f; }
 static float bits2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* distance in units in the last place (sign-magnitude folded onto a line) */
+static int64_t ulp_dist(float a, float b) {
+    int32_t x, y;
+    memcpy(&x, &a, 4); memcpy(&y, &b, 4);
+    if (x < 0) x = INT32_MIN - x;
+    if (y < 0) y = INT32_MIN - y;
+    int64_t d = (int64_t)x - y;
+    return d < 0 ? -d : d;
+}
+/* max ulp distance over n floats; NaN must meet NaN (INT64_MAX otherwise) */
+static int64_t max_ulp(const float *a, const float *b, size_t n) {
+    int64_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] != a[i] || b[i] != b[i]) { if (!(a[i] != a[i] && b[i] != b[i])) return INT64_MAX; continue; }
+        int64_t d = ulp_dist(a[i], b[i]);
+        if (d > m) m = d;
+    }
+    return m;
+}
 
 /* count of differing 32-bit words */
 static long diff_words(const void *a, const void *b, size_t n) {
@@ -122,8 +142,12 @@ int main(int argc, char **argv) {
             long dy_ = diff_words(yc, yg, (size_t)n), ds_ = k == 2 ? diff_words(sc, sg, (size_t)n) : 0;
             /* NaN payloads may differ; count them as equal when both are NaN */
             for (int i = 0; i < n; i++) if (yc[i] != yc[i] && yg[i] != yg[i] && memcmp(&yc[i], &yg[i], 4)) dy_--;
-            printf("%s gate_%s n=%d y_mismatch=%ld s_mismatch=%ld\n", dy_ + ds_ <= 4 ? "PASS" : "FAIL", kn[k], n, dy_, ds_);
-            CHECK(dy_ + ds_ <= 4, "gate %s: %ld + %ld mismatches in %d", kn[k], dy_, ds_, n);
+            const int64_t mu = max_ulp(yc, yg, (size_t)n), mus = k == 2 ? max_ulp(sc, sg, (size_t)n) : 0;
+            const int ok = mu <= 2 && mus <= 2;
+            printf("%s gate_%s n=%d y_mismatch=%ld s_mismatch=%ld max_ulp=%lld,%lld\n", ok ? "PASS" : "FAIL", kn[k], n,
+                   dy_, ds_, (long long)mu, (long long)mus);
+            CHECK(ok, "gate %s: %lld / %lld ulp apart (%ld + %ld mismatches in %d)", kn[k], (long long)mu, (long long)mus,
+                  dy_, ds_, n);
         }
         drop(&g, da); drop(&g, db); drop(&g, de); drop(&g, ds); drop(&g, dy);
         free(a); free(b); free(e); free(s0); free(sc); free(sg); free(yc); free(yg);
