@@ -36,7 +36,44 @@ BENCH_SRC:= $(sort $(wildcard bench/*.c))
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 HEADERS  := $(wildcard src/*.h src/*/*.h src/*/*/*.h include/*.h tools/*.h)
 
-.PHONY: all test test-san bench clean deps run models
+# ---- the CUDA backend (issue 9) --------------------------------------------------
+# Built when nvcc is on PATH (or with CUDA=1); CUDA=0 forces the CPU-only
+# build, which is then exactly what it is without a CUDA toolkit. Device code
+# follows the same floating-point rules as the C code: no fused a*b+c unless
+# written (-fmad=false), IEEE division and square root, subnormals kept.
+NVCC ?= nvcc
+ifeq ($(origin CUDA),undefined)
+CUDA := $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
+endif
+ifeq ($(CUDA),1)
+CUDA_HOME ?= $(abspath $(dir $(shell command -v $(NVCC)))..)
+NVCCFLAGS := -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+             -O3 -g -fmad=false -prec-div=true -prec-sqrt=true -ftz=false -Werror all-warnings \
+             -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter,-ffp-contract=off,-fno-fast-math \
+             -Isrc -DDS_HAVE_CUDA
+CUDA_SRC := src/backend_cuda.cu $(sort $(wildcard src/kernels/cuda/*.cu))
+LIB_OBJ  += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+CFLAGS   += -DDS_HAVE_CUDA
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+
+$(BUILD)/%.o: %.cu $(HEADERS) $(wildcard src/kernels/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# the kernel harness (tests/cuda/test_cuda_ops.c), run by tests/cuda/run.sh;
+# `make bench-cuda`: its kernel benchmark (--bench)
+CUDA_TESTS := $(BUILD)/tests/cuda/test_cuda_ops
+$(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/libdspark.a $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests $< $(BUILD)/libdspark.a -o $@ $(LDLIBS)
+bench-cuda: $(CUDA_TESTS)
+	@$(BUILD)/tests/cuda/test_cuda_ops --bench
+endif
+
+test-cuda: all $(CUDA_TESTS)
+	@BUILD=$(BUILD) sh tests/cuda/run.sh
+
+.PHONY: all test test-san test-cuda bench-cuda bench clean deps run models
 
 all: $(BUILD)/dspark $(TEST_BIN) $(BENCH_BIN)
 # the device harness for the heads' ops, built here so it keeps compiling (run it with a GPU)
@@ -99,7 +136,7 @@ test: all $(TARGET_Q8)
 
 # Sanitizer build in its own tree so objects never mix.
 test-san: $(TARGET_Q8)
-	@$(MAKE) --no-print-directory BUILD=build-san OPT=-O1 \
+	@$(MAKE) --no-print-directory BUILD=build-san OPT=-O1 CUDA=0 \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" all
 	@BUILD=build-san DSPARK_SAN=1 sh tests/run.sh
 

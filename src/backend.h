@@ -51,6 +51,8 @@ typedef struct ds_backend_i {
     int host_memory;                     /* 1: buffers are host memory          */
 
     void (*destroy)(ds_backend *be);
+    /* One line for logs: what this device is (key=value pairs). */
+    void (*describe)(ds_backend *be, char *buf, size_t n);
 
     /* execution contexts: CPU = thread pool + scratch; CUDA = stream +
      * scratch. n_threads is the CPU's -t (a device backend may ignore it). */
@@ -154,11 +156,15 @@ struct ds_backend {
     void *priv;
 };
 
-/* Every backend's execution context starts with this header (its own
- * struct embeds it as the first member). */
+/* Every backend's execution context starts with this header: the engine
+ * reads only ->be. A backend in another language (the CUDA C++ files)
+ * defines its own `struct ds_exec` with the same first member and sets
+ * DS_EXEC_DEFINED before including this header. */
+#ifndef DS_EXEC_DEFINED
 struct ds_exec {
     ds_backend *be;
 };
+#endif
 
 /* ---- the registry --------------------------------------------------------
  * "cpu" always; "cuda" when built with CUDA (make CUDA=1). An unknown or

@@ -21,6 +21,9 @@ ds_pool *ds_exec_cpu_pool(ds_exec *ex) {
 /* ---- lifetime, execution contexts, buffers ----------------------------- */
 
 static void cpu_destroy(ds_backend *be) { free(be); }
+static void cpu_describe(ds_backend *be, char *buf, size_t n) {
+    snprintf(buf, n, "simd=%s", ds_simd_path());
+}
 
 static ds_exec *cpu_exec_new(ds_backend *be, int n_threads, char *err, size_t errlen) {
     if (n_threads < 1 || n_threads > 256) {
@@ -174,6 +177,7 @@ static const ds_backend_i cpu_i = {
     .name = "cpu",
     .host_memory = 1,
     .destroy = cpu_destroy,
+    .describe = cpu_describe,
     .exec_new = cpu_exec_new,
     .exec_free = cpu_exec_free,
     .sync = cpu_sync,

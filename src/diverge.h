@@ -42,9 +42,19 @@ typedef struct {
 int  ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, char *err, size_t errlen);
 void ds_diverge_result_free(ds_diverge_result *r);
 
+/* The same experiment between any two execution configurations: Pass A =
+ * the batched block on ca with o->ks (gate included), Pass B = the same ids
+ * on cb — through sequential decode when ksb is NULL, else batched with
+ * *ksb. ca and cb may be contexts of the same model file loaded on two
+ * devices (CPU vs CUDA): the report then names the first object where the
+ * two backends part. Both contexts' n_past and kernel sets are restored. */
+int  ds_diverge_cross(ds_ctx *ca, ds_ctx *cb, const ds_diverge_opts *o, const ds_kernel_set *ksb,
+                      ds_diverge_result *r, char *err, size_t errlen);
+
 /* ---- isolated same-input A/B of one family -------------------------------
  * The family's decode kernel (canonical at M=1, row by row) against the
- * given batched variant on identical inputs at the model's shapes, for
+ * given batched variant on identical inputs at the model's shapes, on the
+ * device of `ex` (a context's, ds_ctx_exec: the model's device), for
  * M = 1..m_max. Matmul families use a weight of that type from the model
  * when it has one, else a deterministic synthetic one (synthetic = 1). */
 typedef struct {
@@ -55,7 +65,7 @@ typedef struct {
     int         synthetic;
     dsd_metrics worst;                       /* metrics of the worst width     */
 } ds_family_ab;
-int ds_family_ab_run(const ds_model *m, ds_pool *pool, int family, ds_variant v, int m_max,
+int ds_family_ab_run(const ds_model *m, ds_exec *ex, int family, ds_variant v, int m_max,
                      ds_family_ab *out, char *err, size_t errlen);
 
 /* Families whose kernels produced a checkpoint in that run (the attribution

@@ -24,6 +24,7 @@ static const command commands[] = {
     { "families",   cmd_families,   "per-family isolated A/B and where each lands on the identity chain" },
     { "surface",    cmd_surface,    "speculative run teacher-forced through plain decode: divergence rate" },
     { "sweep",      cmd_sweep,      "canonicalize family by family to a sufficient set, then C_min" },
+    { "devices",    cmd_devices,    "the devices this build has and whether each can start here" },
 };
 
 static void usage(FILE *f) {

@@ -375,13 +375,14 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     if (qd > widest) widest = qd;
     if (d > widest) widest = d;
     c->stage = malloc(widest * sizeof(float));
-    /* selection on the device (ds_forward_select): every backend */
-    c->sel_logits = be->i->alloc(be, M * V * sizeof(float));
+    /* selection on the device (ds_forward_select): device backends select
+     * from c->logits; host ones need a logits buffer of their own */
+    if (be->i->host_memory) c->sel_logits = be->i->alloc(be, M * V * sizeof(float));
     c->sel_scratch = be->i->alloc(be, 2 * V * sizeof(float));
     c->sel_ids = be->i->alloc(be, M * sizeof(int32_t));
     int ok = c->a.x && c->a.xn && c->a.o && c->a.q && c->a.att && c->a.k && c->a.v && c->a.gate &&
-             c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->stage && c->sel_logits &&
-             c->sel_scratch && c->sel_ids;
+             c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->stage &&
+             (c->sel_logits || !be->i->host_memory) && c->sel_scratch && c->sel_ids;
     if (ok && !be->i->host_memory) {   /* logits and taps stay on the device until asked */
         c->logits = be->i->alloc(be, M * V * sizeof(float));
         c->taps = be->i->alloc(be, M * DS_MAX_TAPS * d * sizeof(float));
@@ -517,6 +518,20 @@ typedef struct {
     float   *taps_dev;
 } sel_args;
 
+/* The key a recorded launch sequence is filed under: everything that
+ * changes which ops run or with which arguments (FNV-1a over the shape,
+ * the variants, the logits rows and the tap list). */
+static uint64_t graph_key(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int n, int r0, int rows,
+                          int with_taps) {
+    uint64_t h = 1469598103934665603ull;
+#define MIX(v) (h = (h ^ (uint64_t)(uint32_t)(v)) * 1099511628211ull)
+    MIX(n); MIX(r0); MIX(rows); MIX(with_taps); MIX(c->n_taps);
+    for (int i = 0; i < c->n_taps; i++) MIX(c->tap_layers[i]);
+    for (int f = 0; f < DS_FAM_COUNT; f++) MIX(var[f]);
+#undef MIX
+    return h;
+}
+
 static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, int logits_mode,
                float *logits, float *taps, const sel_args *sel, char *err, size_t errlen) {
     if (check_run(c, tokens, M, pos0, err, errlen)) return -1;
@@ -531,29 +546,50 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         for (int r = 0; r < n; r++) c->pos_host[r] = p0 + r;
         b->upload(c->ex, c->pos, c->pos_host, (size_t)n * sizeof(int));
         b->upload(c->ex, c->ids, tokens + done, (size_t)n * sizeof(int32_t));
-        float *taps_dst = sel ? (sel->taps_dev ? sel->taps_dev + (size_t)done * taps_stride : NULL)
-                        : !taps ? NULL : host ? taps + (size_t)done * taps_stride : c->taps;
-        forward_chunk(c, var, n, p0, taps_dst, taps_stride);
+        /* taps and logits: to the caller's host buffers on host-memory
+         * backends; else to the context's device buffers, fixed per context
+         * so that a recorded launch sequence is the same for every call of
+         * one shape (the selecting path then copies the taps on, device to
+         * device, outside the recording) */
+        float *taps_dst;
+        if (sel) taps_dst = !sel->taps_dev ? NULL : host ? sel->taps_dev + (size_t)done * taps_stride : c->taps;
+        else taps_dst = !taps ? NULL : host ? taps + (size_t)done * taps_stride : c->taps;
         float *lg = NULL;
         int r0 = 0, rows = 0;
-        if (logits_mode == DS_LOGITS_ALL) { lg = logits + (size_t)done * V; rows = n; }
-        else if (logits_mode == DS_LOGITS_LAST && done + n == M) { lg = logits; r0 = n - 1; rows = 1; }
+        if (logits_mode == DS_LOGITS_ALL) { lg = sel ? NULL : logits + (size_t)done * V; rows = n; }
+        else if (logits_mode == DS_LOGITS_LAST && done + n == M) { lg = sel ? NULL : logits; r0 = n - 1; rows = 1; }
+        float *lg_dst = sel ? (c->logits ? c->logits : c->sel_logits) : host ? lg : c->logits;
+        /* A backend that records launch sequences (CUDA graphs) replays the
+         * one recorded for this shape: every argument below is the same for
+         * every call with the same key (positions and ids are in device
+         * buffers). Probed passes are never recorded. */
+        int replayed = 0;
+        const int graphs = b->graph_begin && !c->probe.fn;
+        if (graphs) {
+            const uint64_t key = graph_key(c, var, n, r0, rows, taps_dst != NULL);
+            if ((replayed = b->graph_begin(c->ex, key, err, errlen)) < 0) return -1;
+        }
+        if (!replayed) {
+            forward_chunk(c, var, n, p0, taps_dst, taps_stride);
+            if (rows) logits_rows(c, var, r0, rows, p0, lg_dst);
+        }
+        if (graphs && b->graph_end(c->ex, err, errlen)) return -1;
         if (sel) {
-            /* logits stay on the device; the token each row selects (keyed on
-             * the position it is chosen for, row position + 1) comes back */
+            if (!host && sel->taps_dev)
+                b->copy(c->ex, sel->taps_dev + (size_t)done * taps_stride, c->taps,
+                        (size_t)n * taps_stride * sizeof(float));
+            /* the logits stay on the device; the token each row selects
+             * (keyed on the position it is chosen for, row position + 1)
+             * comes back */
             if (rows) {
                 int32_t *dst = sel->ids + (logits_mode == DS_LOGITS_ALL ? done : 0);
-                logits_rows(c, var, r0, rows, p0, c->sel_logits);
-                if (ds_backend_select(c->ex, sel->samp, rows, (int)V, c->sel_logits, (int64_t)p0 + r0 + 1,
+                if (ds_backend_select(c->ex, sel->samp, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1,
                                       c->sel_scratch, c->sel_ids, err, errlen))
                     return -1;
                 b->download(c->ex, dst, c->sel_ids, (size_t)rows * sizeof(int32_t));
             }
             if (!host && b->sync(c->ex, err, errlen)) return -1;
-        } else if (rows) {
-            logits_rows(c, var, r0, rows, p0, host ? lg : c->logits);
-        }
-        if (!host && !sel) {   /* one synchronising download per chunk */
+        } else if (!host) {   /* one synchronising download per chunk */
             if (rows) b->download(c->ex, lg, c->logits, (size_t)rows * V * sizeof(float));
             if (taps)
                 b->download(c->ex, taps + (size_t)done * taps_stride, c->taps,

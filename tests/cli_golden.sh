@@ -21,15 +21,15 @@ for p in "It is a truth universally acknowledged, that" "The river" "In the begi
     i=$((i+1))
     for tgt in q8 f16; do
         [ $tgt = q8 ] && M=$Q8 || M=$F16
-        "$D" generate -m "$M" -p "$p" -n 48 -t 2 2>/dev/null >"$T/o" || { echo "FAIL generate plain $tgt p$i"; fail=1; }
+        "$D" generate --device "$DEV" -m "$M" -p "$p" -n 48 -t 2 2>/dev/null >"$T/o" || { echo "FAIL generate plain $tgt p$i"; fail=1; }
         echo "$(sha256sum <"$T/o" | cut -c1-64) plain_greedy_${tgt}_p$i" >>"$out"
-        "$D" generate -m "$M" -md "$DR" -p "$p" -n 48 -t 2 2>/dev/null >"$T/o" || { echo "FAIL generate spec $tgt p$i"; fail=1; }
+        "$D" generate --device "$DEV" -m "$M" -md "$DR" -p "$p" -n 48 -t 2 2>/dev/null >"$T/o" || { echo "FAIL generate spec $tgt p$i"; fail=1; }
         echo "$(sha256sum <"$T/o" | cut -c1-64) spec_greedy_${tgt}_p$i" >>"$out"
-        "$D" generate -m "$M" -p "$p" -n 48 -t 2 --temp 0.8 --seed 7 2>/dev/null >"$T/o" || { echo "FAIL generate plain T $tgt p$i"; fail=1; }
+        "$D" generate --device "$DEV" -m "$M" -p "$p" -n 48 -t 2 --temp 0.8 --seed 7 2>/dev/null >"$T/o" || { echo "FAIL generate plain T $tgt p$i"; fail=1; }
         echo "$(sha256sum <"$T/o" | cut -c1-64) plain_t08_${tgt}_p$i" >>"$out"
-        "$D" generate -m "$M" -md "$DR" -p "$p" -n 48 -t 1 --temp 0.8 --seed 7 2>/dev/null >"$T/o" || { echo "FAIL generate spec T $tgt p$i"; fail=1; }
+        "$D" generate --device "$DEV" -m "$M" -md "$DR" -p "$p" -n 48 -t 1 --temp 0.8 --seed 7 2>/dev/null >"$T/o" || { echo "FAIL generate spec T $tgt p$i"; fail=1; }
         echo "$(sha256sum <"$T/o" | cut -c1-64) spec_t08_${tgt}_p$i" >>"$out"
-        "$D" generate -m "$M" -p "$p" -n 4 -t 2 --dump-logits "$T/l" >/dev/null 2>&1 || { echo "FAIL dump-logits $tgt p$i"; fail=1; }
+        "$D" generate --device "$DEV" -m "$M" -p "$p" -n 4 -t 2 --dump-logits "$T/l" >/dev/null 2>&1 || { echo "FAIL dump-logits $tgt p$i"; fail=1; }
         echo "$(sha256sum <"$T/l" | cut -c1-64) logits_${tgt}_p$i" >>"$out"
     done
 done

@@ -102,7 +102,7 @@ static ds_model *make(const char *dir, const char *name, uint32_t type, const ch
     o.n_embd = 128; o.n_layer = 3; o.n_head = 4; o.n_head_kv = 2; o.head_dim = 32; o.n_ff = 256;
     o.n_vocab = 384; o.n_ctx = 512; o.seed = 7;
     if (ds_make_model(&o, path, err, sizeof err)) { printf("FAIL make-model: %s\n", err); exit(1); }
-    ds_model *m = ds_model_load(path, err, sizeof err);
+    ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);
     if (!m) { printf("FAIL load: %s\n", err); exit(1); }
     return m;
 }

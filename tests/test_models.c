@@ -192,7 +192,7 @@ static void test_drafter_block(const ds_model *m) {
 /* 4 + 5: exactness on trained weights */
 static void test_exactness(const char *path) {
     char err[DS_ERRLEN];
-    ds_model *m = ds_model_load(path, err, sizeof err);
+    ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);
     CHECK(m != NULL, "%s: %s", path, err);
     if (!m) return;
     ds_ctx *c = ds_ctx_new(m, 256, 2, err, sizeof err);
@@ -236,7 +236,7 @@ static void test_exactness(const char *path) {
 
 int main(void) {
     char err[DS_ERRLEN];
-    ds_model *m = ds_model_load(TARGET_F16, err, sizeof err);
+    ds_model *m = ds_model_load_on(TARGET_F16, tu_device(), err, sizeof err);
     if (!m) { printf("FAIL %s: %s (run `make models`)\n", TARGET_F16, err); return 1; }
     test_tokenizer(m);
     test_target_logits(m);

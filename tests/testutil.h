@@ -22,6 +22,13 @@ static inline int tu_finish(const char *suite) {
     return tu_failures ? 1 : 0;
 }
 
+/* The device the model-level suites run on: $DSPARK_DEVICE ("cpu" by
+ * default); `make test-cuda` runs them with DSPARK_DEVICE=cuda. */
+static inline const char *tu_device(void) {
+    const char *d = getenv("DSPARK_DEVICE");
+    return d && *d ? d : "cpu";
+}
+
 /* mkdtemp under $TMPDIR or /tmp; caller removes with tu_rmdir */
 static inline void tu_tmpdir(char *buf, size_t n) {
     const char *t = getenv("TMPDIR");

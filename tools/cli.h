@@ -46,5 +46,6 @@ int cmd_families(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_surface(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
 
 #endif

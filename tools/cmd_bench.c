@@ -25,7 +25,7 @@ static const int k_widths[N_WIDTHS] = { 1, 2, 4, 8, 16 };
 
 int cmd_bench(int argc, char **argv) {
     const char *C = "bench";
-    const char *model_path = NULL, *json = NULL;
+    const char *model_path = NULL, *json = NULL, *device = "cpu";
     long n_threads = 2, reps = 5, prefix = 64, n_decode = 32, prefill_len = 128;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -40,11 +40,12 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--decode")) n_decode = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--prefill-len")) prefill_len = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--json")) json = cli_value(C, argc, argv, &i);
+        else if (!strcmp(a, "--device") || !strcmp(a, "-dev")) device = cli_value(C, argc, argv, &i);
         else cli_die(C, "unknown flag '%s' (see dspark bench --help)", a);
     }
     if (!model_path) cli_die(C, "no model given (-m MODEL.gguf)");
     char err[DS_ERRLEN];
-    ds_model *m = ds_model_load(model_path, err, sizeof err);
+    ds_model *m = ds_model_load_on(model_path, device, err, sizeof err);
     if (!m) cli_die(C, "%s: %s", model_path, err);
     long need = prefix + n_decode + 16;
     if (prefill_len > need) need = prefill_len;

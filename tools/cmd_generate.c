@@ -127,7 +127,7 @@ static void die_free(res_t *r, const char *fmt, ...) {
 
 int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL;
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL, *device = "cpu";
     const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL, *logits_path = NULL;
     long n_predict = 128, n_ctx = 2048, n_threads = 2, seed = 0, top_k = 0, draft_max = 0, parallel = 1;
     int verbose = 0, echo = 0, have_pmin = 0;
@@ -174,6 +174,7 @@ int cmd_generate(int argc, char **argv) {
                 cli_die(C, "--draft-sched must be none, pmin or table, got '%s'", sched_s);
         }
         else if (!strcmp(a, "--sps-table")) { spec_flag = spec_flag ? spec_flag : a; sps_path = cli_value(C, argc, argv, &i); }
+        else if (!strcmp(a, "--device") || !strcmp(a, "-dev")) device = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--dump-logits")) logits_path = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--dump-block")) { spec_flag = spec_flag ? spec_flag : a; dump_path = cli_value(C, argc, argv, &i); }
         else if (!strcmp(a, "--commit")) {
@@ -219,7 +220,7 @@ int cmd_generate(int argc, char **argv) {
     else prompt_len = strlen(prompt);
 
     char err[DS_ERRLEN];
-    R.m = ds_model_load(model_path, err, sizeof err);
+    R.m = ds_model_load_on(model_path, device, err, sizeof err);
     if (!R.m) die_free(&R, "%s: %s", model_path, err);
     ds_model *m = R.m;
     if (!m->tok) die_free(&R, "%s has no tokenizer (tokenizer.ggml.model missing)", model_path);

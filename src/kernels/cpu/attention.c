@@ -9,7 +9,7 @@
  *   decode     attn_row_head(): split-KV over chunks of DS_ATTN_CHUNK keys at
  *              ABSOLUTE boundaries (0, 64, 128, ...). Per chunk: scores with
  *              the 16-lane dot (ds_dot16) times scale, the chunk max,
- *              p = expf(s - chunk_max) summed in key order, p·V accumulated in
+ *              p = ds_expf(s - chunk_max) (kernels/dsmath.h: the GPU's bits too) summed in key order, p·V accumulated in
  *              key order; chunks folded left to right by the online-softmax
  *              rescale (m, l, acc); one final divide. Every quantity is a
  *              function of the row's own prefix only.
@@ -28,6 +28,7 @@
  * bits are the same on every level (plain lane arithmetic, no contraction). */
 #include "kernels/kernels.h"
 #include "kernels/cpu/ops_internal.h"
+#include "kernels/dsmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -74,7 +75,7 @@ ATTN_INLINE void attn_row_head(const ds_attn_shape *s, int L, const float *qv, c
         float csum = 0.0f;
         for (int d = 0; d < hd; d++) ca[d] = 0.0f;
         for (int j = 0; j < cl; j++) {
-            const float p = expf(sc[j] - cmax);
+            const float p = ds_expf(sc[j] - cmax);
             const float *vr = vb + (int64_t)(c0 + j) * st;
             csum += p;
             for (int d = 0; d < hd; d++) ca[d] += p * vr[d];
@@ -85,7 +86,7 @@ ATTN_INLINE void attn_row_head(const ds_attn_shape *s, int L, const float *qv, c
             l_run = csum;
         } else {
             const float mn = m_run > cmax ? m_run : cmax;
-            const float ea = expf(m_run - mn), eb = expf(cmax - mn);
+            const float ea = ds_expf(m_run - mn), eb = ds_expf(cmax - mn);
             l_run = l_run * ea + csum * eb;
             for (int d = 0; d < hd; d++) acc[d] = acc[d] * ea + cacc[d] * eb;
             m_run = mn;

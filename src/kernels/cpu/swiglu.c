@@ -1,6 +1,6 @@
 /* swiglu.c — SwiGLU family: out = silu(gate) * up, elementwise over rows x n.
  *
- *   decode     swiglu_row(): silu(g) = g / (1 + expf(-g)) with libm expf,
+ *   decode     swiglu_row(): silu(g) = g / (1 + ds_expf(-g)) with ds_expf (kernels/dsmath.h, the GPU's bits),
  *              then * up. Elementwise, so there is no reduction to order;
  *              what must match is the transcendental: one expf everywhere.
  *   canonical  the rows x n elements split over threads in blocks of
@@ -13,6 +13,7 @@
  *              g * (1 / (1 + e)). Accurate, but not libm's bits. */
 #include "kernels/kernels.h"
 #include "kernels/cpu/ops_internal.h"
+#include "kernels/dsmath.h"
 
 #include <math.h>
 
@@ -30,7 +31,7 @@ typedef struct {
 static void swiglu_row(int64_t n, const float *g, const float *u, float *o) {
     for (int64_t i = 0; i < n; i++) {
         float x = g[i];
-        float silu = x / (1.0f + expf(-x));
+        float silu = x / (1.0f + ds_expf(-x));
         o[i] = silu * u[i];
     }
 }

@@ -1,0 +1,408 @@
+/* backend_cuda.cu — the CUDA implementation of the backend table (backend.h).
+ *
+ *   device state    one GPU (device 0 of what CUDA_VISIBLE_DEVICES shows),
+ *                   the RoPE tables (rope.cu), an auxiliary stream for
+ *                   uploads that must not be recorded into a graph.
+ *   ds_exec         a non-blocking stream, a cuBLAS handle with its own
+ *                   workspace (so cuBLAS allocates nothing while a graph is
+ *                   recorded), scratch slots, recorded graphs.
+ *   buffers         cudaMalloc (no managed memory); upload / copy are
+ *                   asynchronous on the exec's stream, download synchronises.
+ *   weights         uploaded once (prepare_weight): F32 / F16 / BF16 rows as
+ *                   in the file; Q8_0 split into an int8 quant matrix with
+ *                   16-byte aligned rows and the f32 values of the scales.
+ *   families        src/kernels/cuda/<family>.cu, decode / canonical / fast
+ *                   side by side, mirroring src/kernels/cpu/.
+ *   graphs          graph_begin(key): replay the graph recorded under key,
+ *                   or record the caller's ops (relaxed capture) and launch
+ *                   them at graph_end. Every kernel reads positions and ids
+ *                   from device buffers and sizes its grid independently of
+ *                   the prefix, so a graph is valid at any position.
+ *
+ * Errors: a failing launch or API call is remembered (the first one) and
+ * reported by the next sync() / graph_end(); the ops themselves return
+ * nothing, as on the CPU. A backend and its execution contexts are used from
+ * one host thread at a time. */
+#include "kernels/cuda/cuda_internal.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ==========================================================================
+ * errors and scratch
+ * ========================================================================== */
+void dsc_note(ds_exec *ex, cudaError_t e, const char *what) {
+    if (e == cudaSuccess || ex->err) return;
+    ex->err = 1;
+    snprintf(ex->errmsg, sizeof ex->errmsg, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+/* Grown, never shrunk. A buffer that a recorded graph may still read is
+ * retired (freed with the exec) instead of freed. Growth doubles, so a
+ * context retires only a handful over its life. */
+void *dsc_scratch(ds_exec *ex, int s, size_t bytes) {
+    if (bytes <= ex->slot_bytes[s]) return ex->slot[s];
+    size_t want = ex->slot_bytes[s] * 2 > bytes ? ex->slot_bytes[s] * 2 : bytes;
+    want = (want + 255) & ~(size_t)255;
+    void *p = NULL;
+    const cudaError_t e = cudaMalloc(&p, want);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        dsc_note(ex, e, "scratch");
+        return NULL;
+    }
+    if (ex->slot[s]) {
+        if (ex->n_graphs == 0 && !ex->capturing) {
+            cudaStreamSynchronize(ex->st);
+            cudaFree(ex->slot[s]);
+        } else if (ex->n_retired < DSC_MAX_RETIRED) {
+            ex->retired[ex->n_retired++] = ex->slot[s];
+        } else {
+            cudaFree(p);
+            dsc_note(ex, cudaErrorMemoryAllocation, "scratch grew too often under recorded graphs");
+            return NULL;
+        }
+    }
+    ex->slot[s] = p;
+    ex->slot_bytes[s] = want;
+    return p;
+}
+
+/* ==========================================================================
+ * execution contexts
+ * ========================================================================== */
+#define DSC_BLAS_WS (32u << 20)
+
+static void dsc_exec_free(ds_exec *ex);
+
+static ds_exec *dsc_exec_new(ds_backend *be, int n_threads, char *err, size_t errlen) {
+    (void)n_threads;
+    ds_exec *ex = (ds_exec *)calloc(1, sizeof *ex);
+    if (!ex) { ds_errf(err, errlen, "cuda: out of host memory"); return NULL; }
+    ex->be = be;
+    cudaError_t e = cudaStreamCreateWithFlags(&ex->st, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc(&ex->blas_ws, DSC_BLAS_WS);
+    if (e != cudaSuccess) {
+        ds_errf(err, errlen, "cuda: cannot create an execution context: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        dsc_exec_free(ex);
+        return NULL;
+    }
+    cublasStatus_t s = cublasCreate(&ex->blas);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(ex->blas, ex->st);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetWorkspace(ex->blas, ex->blas_ws, DSC_BLAS_WS);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        ds_errf(err, errlen, "cuda: cannot initialise cuBLAS (status %d)", (int)s);
+        dsc_exec_free(ex);
+        return NULL;
+    }
+    return ex;
+}
+
+static void dsc_exec_free(ds_exec *ex) {
+    if (!ex) return;
+    if (ex->st) cudaStreamSynchronize(ex->st);
+    for (int i = 0; i < ex->n_graphs; i++) cudaGraphExecDestroy(ex->gexec[i]);
+    for (int s = 0; s < DSC_SLOT_COUNT; s++) cudaFree(ex->slot[s]);
+    for (int i = 0; i < ex->n_retired; i++) cudaFree(ex->retired[i]);
+    if (ex->blas) cublasDestroy(ex->blas);
+    cudaFree(ex->blas_ws);
+    if (ex->st) cudaStreamDestroy(ex->st);
+    free(ex);
+}
+
+static int dsc_sync(ds_exec *ex, char *err, size_t errlen) {
+    const cudaError_t e = cudaStreamSynchronize(ex->st);
+    dsc_note(ex, e, "device fault");
+    if (ex->err) {
+        ds_errf(err, errlen, "%s", ex->errmsg);
+        ex->err = 0;
+        ex->errmsg[0] = 0;
+        return -1;
+    }
+    return 0;
+}
+
+void *ds_exec_cuda_stream(ds_exec *ex) { return (void *)ex->st; }
+
+/* ==========================================================================
+ * buffers
+ * ========================================================================== */
+static void *dsc_alloc(ds_backend *be, size_t bytes) {
+    (void)be;
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+static void dsc_release(ds_backend *be, void *p) {
+    (void)be;
+    if (p) cudaFree(p);
+}
+/* Host <-> device copies are not recordable (a graph would re-read the host
+ * buffer at replay): the engine uploads ids and positions before
+ * graph_begin and downloads after graph_end. */
+static void dsc_upload(ds_exec *ex, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    if (ex->capturing) { dsc_note(ex, cudaErrorStreamCaptureUnsupported, "upload inside a recorded graph"); return; }
+    dsc_note(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ex->st), "upload");
+}
+static void dsc_download(ds_exec *ex, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    if (ex->capturing) { dsc_note(ex, cudaErrorStreamCaptureUnsupported, "download inside a recorded graph"); return; }
+    dsc_note(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ex->st), "download");
+    dsc_note(ex, cudaStreamSynchronize(ex->st), "download");
+}
+static void dsc_copy(ds_exec *ex, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    dsc_note(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ex->st), "copy");
+}
+
+/* ==========================================================================
+ * weights
+ * ========================================================================== */
+static void dsc_release_weight(ds_backend *be, ds_weight *w) {
+    (void)be;
+    dsc_weight *d = (dsc_weight *)dsc_w(w);
+    if (!d) return;
+    cudaFree(d->data);
+    cudaFree(d->scale);
+    free(d);
+    w->DSC_WEIGHT_SLOT = NULL;
+}
+
+#define DSC_STAGE_BYTES (64u << 20)   /* host staging for the Q8_0 split */
+
+static int dsc_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, size_t errlen) {
+    (void)be;
+    if (dsc_w(w)) return 0;
+    int ok = 0;
+    const uint64_t rb = ds_row_bytes(w->type, (uint64_t)w->n_in, &ok);
+    if (!ds_type_valid(w->type) || !ok || w->n_in < 0 || w->n_out < 0 || !w->data) {
+        ds_errf(err, errlen, "cuda: cannot upload a %s weight of %lld x %lld", ds_type_name(w->type),
+                (long long)w->n_out, (long long)w->n_in);
+        return -1;
+    }
+    dsc_weight *d = (dsc_weight *)calloc(1, sizeof *d);
+    if (!d) { ds_errf(err, errlen, "cuda: out of host memory"); return -1; }
+    d->type = w->type;
+    d->n_in = w->n_in;
+    d->n_out = w->n_out;
+    const size_t N = (size_t)w->n_out, K = (size_t)w->n_in;
+    cudaError_t e = cudaSuccess;
+    if (w->type != DS_TYPE_Q8_0) {
+        const size_t bytes = (size_t)rb * N;
+        e = cudaMalloc(&d->data, bytes ? bytes : 1);
+        if (e == cudaSuccess && bytes) e = cudaMemcpy(d->data, w->data, bytes, cudaMemcpyHostToDevice);
+    } else {
+        const size_t nb = K / DS_QK8_0;
+        const bool empty = N == 0 || K == 0;
+        e = cudaMalloc(&d->data, empty ? 1 : N * K);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&d->scale, empty ? 1 : N * nb * sizeof(float));
+        /* rows in slabs through a host staging buffer: quants then scales */
+        const size_t per_row = K + nb * sizeof(float);
+        size_t rows = per_row ? DSC_STAGE_BYTES / per_row : N;
+        if (rows < 1) rows = 1;
+        if (rows > N) rows = N;
+        unsigned char *stage = e == cudaSuccess && !empty ? (unsigned char *)malloc(rows * per_row) : NULL;
+        if (e == cudaSuccess && !empty && !stage) e = cudaErrorMemoryAllocation;
+        for (size_t r0 = 0; e == cudaSuccess && !empty && r0 < N; r0 += rows) {
+            const size_t nr = N - r0 < rows ? N - r0 : rows;
+            int8_t *q = (int8_t *)stage;
+            float *s = (float *)(stage + nr * K);
+            for (size_t r = 0; r < nr; r++) {
+                const ds_block_q8_0 *blk = (const ds_block_q8_0 *)((const char *)w->data + (r0 + r) * rb);
+                for (size_t b = 0; b < nb; b++) {
+                    memcpy(q + r * K + b * DS_QK8_0, blk[b].qs, DS_QK8_0);
+                    s[r * nb + b] = ds_fp16_to_f32(blk[b].d);
+                }
+            }
+            e = cudaMemcpy((int8_t *)d->data + r0 * K, q, nr * K, cudaMemcpyHostToDevice);
+            if (e == cudaSuccess)
+                e = cudaMemcpy(d->scale + r0 * nb, s, nr * nb * sizeof(float), cudaMemcpyHostToDevice);
+        }
+        free(stage);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaFree(d->data);
+        cudaFree(d->scale);
+        free(d);
+        if (e == cudaErrorMemoryAllocation)
+            ds_errf(err, errlen, "cuda: out of GPU memory uploading a %lld x %lld %s weight",
+                    (long long)w->n_out, (long long)w->n_in, ds_type_name(w->type));
+        else
+            ds_errf(err, errlen, "cuda: weight upload failed: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    w->DSC_WEIGHT_SLOT = d;
+    return 0;
+}
+
+/* ==========================================================================
+ * recorded launch sequences
+ * ========================================================================== */
+static int dsc_graph_begin(ds_exec *ex, uint64_t key, char *err, size_t errlen) {
+    if (ex->capturing) {
+        ds_errf(err, errlen, "cuda: graph_begin inside a recording");
+        return -1;
+    }
+    for (int i = 0; i < ex->n_graphs; i++)
+        if (ex->gkey[i] == key) {
+            const cudaError_t e = cudaGraphLaunch(ex->gexec[i], ex->st);
+            if (e != cudaSuccess) {
+                ds_errf(err, errlen, "cuda: graph launch failed: %s", cudaGetErrorString(e));
+                return -1;
+            }
+            return 1;
+        }
+    if (ex->n_graphs == DSC_MAX_GRAPHS) return 0;      /* full: the ops run directly */
+    const cudaError_t e = cudaStreamBeginCapture(ex->st, cudaStreamCaptureModeRelaxed);
+    if (e != cudaSuccess) {
+        ds_errf(err, errlen, "cuda: cannot record a graph: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    ex->capturing = 1;
+    ex->cap_key = key;
+    return 0;
+}
+
+static int dsc_graph_end(ds_exec *ex, char *err, size_t errlen) {
+    if (!ex->capturing) return 0;                      /* replayed, or ran directly */
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(ex->st, &g);
+    ex->capturing = 0;
+    if (e == cudaSuccess && ex->err) e = cudaErrorUnknown;
+    cudaGraphExec_t gx = NULL;
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&gx, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e == cudaSuccess) e = cudaGraphLaunch(gx, ex->st);
+    if (e != cudaSuccess) {
+        if (ex->err) ds_errf(err, errlen, "%s", ex->errmsg);
+        else ds_errf(err, errlen, "cuda: recording a graph failed: %s", cudaGetErrorString(e));
+        ex->err = 0;
+        if (gx) cudaGraphExecDestroy(gx);
+        (void)cudaGetLastError();
+        return -1;
+    }
+    ex->gkey[ex->n_graphs] = ex->cap_key;
+    ex->gexec[ex->n_graphs++] = gx;
+    return 0;
+}
+
+/* ==========================================================================
+ * the table
+ * ========================================================================== */
+static void dsc_attention_op(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M,
+                             const int *pos, int pos0, int causal, const float *q,
+                             const float *kc, const float *vc, float *out) {
+    (void)pos0;                       /* positions come from the device (graph replay) */
+    dsc_attention(ex, v, s, M, pos, causal, q, kc, vc, out);
+}
+
+static void dsc_destroy(ds_backend *be) {
+    if (!be) return;
+    dsc_backend *b = (dsc_backend *)be->priv;
+    if (b) {
+        for (int i = 0; i < b->n_rope; i++) {
+            cudaFree(b->rope[i].cs);
+            cudaFree(b->rope[i].inv_freq);
+        }
+        if (b->aux) cudaStreamDestroy(b->aux);
+        free(b);
+    }
+    free(be);
+}
+
+static void dsc_describe(ds_backend *be, char *buf, size_t n) {
+    const dsc_backend *b = (const dsc_backend *)be->priv;
+    cudaDeviceProp p;
+    size_t free_b = 0, total_b = 0;
+    if (cudaGetDeviceProperties(&p, b->device) != cudaSuccess) { snprintf(buf, n, "gpu=unknown"); return; }
+    cudaMemGetInfo(&free_b, &total_b);
+    snprintf(buf, n, "gpu=\"%s\" sm=%d.%d sms=%d mem_total_mib=%zu mem_free_mib=%zu", p.name, p.major, p.minor,
+             p.multiProcessorCount, total_b >> 20, free_b >> 20);
+}
+
+static const ds_backend_i dsc_iface = {
+    /* name */ "cuda",
+    /* host_memory */ 0,
+    dsc_destroy,
+    dsc_describe,
+    dsc_exec_new,
+    dsc_exec_free,
+    dsc_sync,
+    dsc_alloc,
+    dsc_release,
+    dsc_upload,
+    dsc_download,
+    dsc_copy,
+    dsc_prepare_weight,
+    dsc_release_weight,
+    dsc_matmul,
+    dsc_attention_op,
+    dsc_rmsnorm,
+    dsc_rope,
+    dsc_swiglu,
+    dsc_residual,
+    dsc_kv_write,
+    dsc_embed,
+    dsc_argmax,
+    dsc_sanitize,
+    dsc_graph_begin,
+    dsc_graph_end,
+};
+
+/* One clear line for each way a GPU can be missing. */
+extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorInsufficientDriver) {
+        int rt = 0, drv = 0;
+        cudaRuntimeGetVersion(&rt);
+        cudaDriverGetVersion(&drv);
+        if (drv == 0) {
+            ds_errf(err, errlen, "cuda: no NVIDIA driver found (no GPU on this machine?)");
+            return NULL;
+        }
+        ds_errf(err, errlen,
+                "cuda: the NVIDIA driver (CUDA %d.%d) is older than this build's CUDA runtime (%d.%d)",
+                drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+        return NULL;
+    }
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) {
+        ds_errf(err, errlen, "cuda: no CUDA GPU found");
+        return NULL;
+    }
+    if (e != cudaSuccess) {
+        ds_errf(err, errlen, "cuda: cannot initialise CUDA: %s", cudaGetErrorString(e));
+        return NULL;
+    }
+    cudaDeviceProp p;
+    e = cudaGetDeviceProperties(&p, 0);
+    if (e == cudaSuccess && p.major < 9) {
+        ds_errf(err, errlen, "cuda: %s is compute capability %d.%d; this build runs on 9.0 (Hopper) or newer",
+                p.name, p.major, p.minor);
+        return NULL;
+    }
+    if (e == cudaSuccess) e = cudaSetDevice(0);
+    if (e == cudaSuccess) e = cudaFree(0);                  /* create the context now */
+    dsc_backend *b = (dsc_backend *)calloc(1, sizeof *b);
+    ds_backend *be = (ds_backend *)calloc(1, sizeof *be);
+    if (e == cudaSuccess && (!b || !be)) e = cudaErrorMemoryAllocation;
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->aux, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        ds_errf(err, errlen, "cuda: cannot start the GPU: %s", cudaGetErrorString(e));
+        if (b && b->aux) cudaStreamDestroy(b->aux);
+        free(b);
+        free(be);
+        return NULL;
+    }
+    b->device = 0;
+    b->n_sm = p.multiProcessorCount;
+    be->i = &dsc_iface;
+    be->priv = b;
+    return be;
+}

@@ -1,0 +1,16 @@
+/* backend_cuda.h — what C code (tests, benchmarks) may know about the CUDA
+ * backend beyond the function table of backend.h. Only with DS_HAVE_CUDA. */
+#ifndef DSPARK_BACKEND_CUDA_H
+#define DSPARK_BACKEND_CUDA_H
+
+#include "backend.h"
+
+/* Positions the canonical RoPE table covers (kernels/cuda/rope.cu): below
+ * it the GPU's cos/sin are the host C library's bits. */
+#define DS_CUDA_ROPE_POS 40960   /* Qwen3's longest context; past it: the device's sincosf */
+
+/* The exec's cudaStream_t (as void *, so that C callers need no CUDA
+ * headers), for timing with CUDA events on the same stream. */
+void *ds_exec_cuda_stream(ds_exec *ex);
+
+#endif

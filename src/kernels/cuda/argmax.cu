@@ -1,0 +1,121 @@
+/* argmax.cu — greedy selection on the GPU, plus the small lookups that move
+ * ids and rows (embedding rows, the drafter's feature sanitisation, KV row
+ * writes). No arithmetic that rounds, so there is no fast variant.
+ *
+ * argmax: one block per row; each thread scans a strided slice keeping the
+ * first maximum it meets (strict >, NaN skipped), then the block combines
+ * (value, index) pairs taking the larger value and, on equal values, the
+ * lower index — the left-to-right scan's answer (ds_argmax) in any order.
+ * All-NaN rows give 0. */
+#include "kernels/cuda/cuda_internal.cuh"
+
+#define ARG_THREADS 256
+
+__device__ __forceinline__ void arg_pick(float &bv, int64_t &bi, float v, int64_t i) {
+    if (i < 0) return;
+    if (bi < 0 || v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
+}
+
+__global__ void argmax_rows(int64_t n, const float *__restrict__ x, int32_t *out) {
+    __shared__ float sv[ARG_THREADS / 32];
+    __shared__ int64_t si[ARG_THREADS / 32];
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float bv = 0.0f;
+    int64_t bi = -1;
+    for (int64_t i = threadIdx.x; i < n; i += ARG_THREADS) {
+        const float v = xr[i];
+        if (v != v) continue;
+        if (bi < 0 || v > bv) { bv = v; bi = i; }
+    }
+    for (int o = 16; o >= 1; o /= 2) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        arg_pick(bv, bi, ov, oi);
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < ARG_THREADS / 32; w++) arg_pick(bv, bi, sv[w], si[w]);
+        out[blockIdx.x] = bi < 0 ? 0 : (int32_t)bi;
+    }
+}
+
+void dsc_argmax(ds_exec *ex, int rows, int64_t n, const float *x, int32_t *out) {
+    if (rows <= 0) return;
+    argmax_rows<<<rows, ARG_THREADS, 0, ex->st>>>(n, x, out);
+    DSC_LAUNCHED(ex, "argmax");
+}
+
+/* ---- embedding rows: out[m] = row ids[m] of E as f32 (exact conversions) ---------------- */
+__global__ void embed_rows(uint32_t type, const void *__restrict__ data, const float *__restrict__ scale,
+                           int64_t n_in, int64_t n_out, const int32_t *__restrict__ ids, int M,
+                           float *out) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (int64_t)M * n_in) return;
+    const int m = (int)(t / n_in);
+    const int64_t k = t % n_in;
+    int64_t id = ids[m];
+    if (id < 0 || id >= n_out) {                  /* the engine validates ids; never read outside */
+        out[t] = __int_as_float(0x7fc00000);
+        return;
+    }
+    float v;
+    switch (type) {
+    case DS_TYPE_F32: v = ((const float *)data)[id * n_in + k]; break;
+    case DS_TYPE_F16: v = dsc_fp16_to_f32(((const unsigned short *)data)[id * n_in + k]); break;
+    case DS_TYPE_BF16: v = dsc_bf16_to_f32(((const unsigned short *)data)[id * n_in + k]); break;
+    default: /* Q8_0: d * q */
+        v = __fmul_rn(scale[id * (n_in / 32) + k / 32], (float)((const int8_t *)data)[id * n_in + k]);
+        break;
+    }
+    out[t] = v;
+}
+
+void dsc_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out) {
+    const dsc_weight *w = dsc_w(E);
+    if (M <= 0) return;
+    if (!w) {
+        dsc_note(ex, cudaErrorInvalidValue, "embed on a weight that prepare_weight did not upload");
+        return;
+    }
+    const int64_t total = (int64_t)M * w->n_in;
+    embed_rows<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(w->type, w->data, w->scale, w->n_in,
+                                                          w->n_out, ids, M, out);
+    DSC_LAUNCHED(ex, "embed");
+}
+
+/* ---- the drafter's feature sanitisation: NaN -> 0, |x| > lim -> +-lim ------------------ */
+__global__ void sanitize_k(int64_t n, float *x, float lim) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = x[i];
+    if (v != v) v = 0.0f;
+    else if (v > lim) v = lim;
+    else if (v < -lim) v = -lim;
+    x[i] = v;
+}
+
+void dsc_sanitize(ds_exec *ex, int64_t n, float *x, float lim) {
+    if (n <= 0) return;
+    sanitize_k<<<dsc_blocks(n, 256), 256, 0, ex->st>>>(n, x, lim);
+    DSC_LAUNCHED(ex, "sanitize");
+}
+
+/* ---- KV rows at device positions -------------------------------------------------------- */
+__global__ void kv_write_k(float *kc, float *vc, int row, int M, const int *__restrict__ pos,
+                           const float *__restrict__ k, const float *__restrict__ v) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (int64_t)M * row) return;
+    const int m = (int)(t / row), j = (int)(t % row);
+    const int64_t dst = (int64_t)pos[m] * row + j;
+    kc[dst] = k[t];
+    vc[dst] = v[t];
+}
+
+void dsc_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const int *pos,
+                  const float *k, const float *v) {
+    if (M <= 0 || row <= 0) return;
+    kv_write_k<<<dsc_blocks((int64_t)M * row, 256), 256, 0, ex->st>>>(kc, vc, row, M, pos, k, v);
+    DSC_LAUNCHED(ex, "kv_write");
+}

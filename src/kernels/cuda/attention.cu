@@ -1,0 +1,253 @@
+/* attention.cu — attention family on the GPU: softmax(q·K^T * scale) · V against
+ * the KV cache, which ALREADY holds this call's rows (kv_write first).
+ *
+ * Row m is at position pos[m] (device ints). causal=1: row m sees keys
+ * [0, pos[m]]; causal=0: every row sees [0, pos[0] + M). Positions are read
+ * on the device, so a recorded graph replays at any position; the grid is
+ * one block per (row, head) whatever the prefix, and each block loops over
+ * the chunks its prefix has. GQA: head h reads kv head h / (n_head / n_kv_head).
+ *
+ *   decode     canonical at M = 1.
+ *   canonical  the CPU's attn_row_head (kernels/cpu/attention.c) for each
+ *              (row, head): chunks of DS_ATTN_CHUNK = 64 keys at absolute
+ *              boundaries; per chunk the 16-lane dot (lane = d mod 16, the
+ *              head_dim % 16 tail only in its lanes, tree 8-4-2-1) times
+ *              scale, the chunk max, p = ds_expf(s - max), the sum of p in key
+ *              order, p·V accumulated in key order from +0; chunks folded
+ *              left to right with the online-softmax rescale; one final
+ *              divide. The block's warps compute ATT_WARPS chunks at once
+ *              (each chunk alone: its own quantities depend on nothing
+ *              else), park their partial results in shared memory, and then
+ *              fold them in chunk order — the fold is the only step that
+ *              links chunks, and it stays sequential.
+ *   fast       one pass in tiles of 128 keys (flash-attention style): a
+ *              warp-wide dot (lanes over head_dim, butterfly sum), a running
+ *              max rescaled per tile with the hardware __expf, the p·V sums
+ *              rescaled in place, a reciprocal at the end.
+ *
+ * ==== Why canonical is the CPU's bits (when the CPU's exp is ds_expf) ===================
+ * Per chunk every quantity is the CPU's sequence of IEEE operations (the
+ * max is order-free: equal values, and the sign of a zero maximum cannot
+ * change exp(s - max)), and the fold is the CPU's, in the same order. The
+ * one ingredient that is not plain IEEE arithmetic is the exponential: the
+ * GPU uses ds_expf (kernels/dsmath.h). Today's CPU kernel calls libm expf,
+ * so CPU and GPU agree bit for bit only with the CPU on ds_expf too (a
+ * separate change, see the report of issue 9); per-backend exactness
+ * (canonical M rows == decode) holds either way.
+ *
+ * ==== Why fast differs ===================================================================
+ * Other dot order (32 lanes, butterfly), other chunking (128, rescaled in
+ * place), another exp (__expf, ~2 ulp) and a reciprocal multiply. */
+#include "kernels/cuda/cuda_internal.cuh"
+
+#define ATT_WARPS 8
+#define ATT_HD_MAX 256
+#define ATT_CHUNK DS_ATTN_CHUNK
+
+/* ==========================================================================
+ * CANONICAL (= decode)
+ * ========================================================================== */
+__global__ void __launch_bounds__(32 * ATT_WARPS)
+att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
+              const int *__restrict__ pos, int causal, const float *__restrict__ q,
+              const float *__restrict__ kc, const float *__restrict__ vc, float *__restrict__ out) {
+    __shared__ float qs[ATT_HD_MAX];
+    __shared__ float ps[ATT_WARPS][ATT_CHUNK];
+    __shared__ float ca[ATT_WARPS][ATT_HD_MAX];
+    __shared__ float cm[ATT_WARPS], cs[ATT_WARPS];
+    const int m = blockIdx.x / n_head, h = blockIdx.x % n_head;
+    const int kvh = h / (n_head / n_kv_head);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int L = causal ? pos[m] + 1 : pos[0] + M;
+    const float *qv = q + ((int64_t)m * n_head + h) * hd;
+    float *ov = out + ((int64_t)m * n_head + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qv[d];
+    __syncthreads();                      /* q read before out (they may alias) is written */
+    if (L <= 0) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) ov[d] = 0.0f;
+        return;
+    }
+    const float *kb = kc + (int64_t)kvh * hd, *vb = vc + (int64_t)kvh * hd;
+    const int nch = (L + ATT_CHUNK - 1) / ATT_CHUNK;
+    /* the running state, kept by every thread (the scalars redundantly) */
+    float m_run = -INFINITY, l_run = 0.0f;
+    float acc[ATT_HD_MAX / (32 * ATT_WARPS)];
+#pragma unroll
+    for (int r = 0; r < ATT_HD_MAX / (32 * ATT_WARPS); r++) acc[r] = 0.0f;
+    const int half = lane / 16, l16 = lane & 15;
+
+    for (int base = 0; base < nch; base += ATT_WARPS) {
+        const int c = base + warp;
+        if (c < nch) {
+            const int c0 = c * ATT_CHUNK, cl = min(ATT_CHUNK, L - c0);
+            /* scores: a half-warp per key, lane l16 = the 16-lane dot's lane.
+             * The loop bound is the same for the whole warp (the shuffles
+             * need all 32 lanes): with an odd chunk the second half-warp
+             * computes a duplicate of the last key and does not store it. */
+            for (int jj = 0; jj < cl; jj += 2) {
+                const int j = jj + half;
+                const bool valid = j < cl;
+                const float *kr = kb + (int64_t)(c0 + (valid ? j : jj)) * st;
+                float a = 0.0f;
+                int i = 0;
+                for (; i + 16 <= hd; i += 16) a = __fadd_rn(a, __fmul_rn(qs[i + l16], kr[i + l16]));
+                if (i + l16 < hd) a = __fadd_rn(a, __fmul_rn(qs[i + l16], kr[i + l16]));
+#pragma unroll
+                for (int s = 8; s >= 1; s /= 2) a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s, 16));
+                if (valid && l16 == 0) ps[warp][j] = __fmul_rn(a, scale);
+            }
+            __syncwarp();
+            /* chunk max (NaN never wins; the value is order-free) */
+            float mx = -INFINITY;
+            for (int j = lane; j < cl; j += 32) {
+                const float x = ps[warp][j];
+                if (x > mx) mx = x;
+            }
+#pragma unroll
+            for (int o = 16; o >= 1; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            __syncwarp();
+            for (int j = lane; j < cl; j += 32) ps[warp][j] = ds_expf(__fsub_rn(ps[warp][j], mx));
+            __syncwarp();
+            /* the sum in key order, and p·V in key order per d */
+            if (lane == 0) {
+                float sum = 0.0f;
+                for (int j = 0; j < cl; j++) sum = __fadd_rn(sum, ps[warp][j]);
+                cs[warp] = sum;
+                cm[warp] = mx;
+            }
+            for (int d = lane; d < hd; d += 32) {
+                float a = 0.0f;
+                for (int j = 0; j < cl; j++)
+                    a = __fadd_rn(a, __fmul_rn(ps[warp][j], vb[(int64_t)(c0 + j) * st + d]));
+                ca[warp][d] = a;
+            }
+        }
+        __syncthreads();
+        /* fold this round's chunks left to right (every thread, its d's) */
+        for (int w = 0; w < ATT_WARPS && base + w < nch; w++) {
+            const float cmax = cm[w], csum = cs[w];
+            if (base + w == 0) {
+                m_run = cmax;
+                l_run = csum;
+#pragma unroll
+                for (int r = 0; r < ATT_HD_MAX / (32 * ATT_WARPS); r++) {
+                    const int d = threadIdx.x + r * 32 * ATT_WARPS;
+                    if (d < hd) acc[r] = ca[w][d];
+                }
+            } else {
+                const float mn = m_run > cmax ? m_run : cmax;
+                const float ea = ds_expf(__fsub_rn(m_run, mn)), eb = ds_expf(__fsub_rn(cmax, mn));
+                l_run = __fadd_rn(__fmul_rn(l_run, ea), __fmul_rn(csum, eb));
+#pragma unroll
+                for (int r = 0; r < ATT_HD_MAX / (32 * ATT_WARPS); r++) {
+                    const int d = threadIdx.x + r * 32 * ATT_WARPS;
+                    if (d < hd) acc[r] = __fadd_rn(__fmul_rn(acc[r], ea), __fmul_rn(ca[w][d], eb));
+                }
+                m_run = mn;
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < ATT_HD_MAX / (32 * ATT_WARPS); r++) {
+        const int d = threadIdx.x + r * 32 * ATT_WARPS;
+        if (d < hd) ov[d] = __fdiv_rn(acc[r], l_run);
+    }
+}
+
+/* ==========================================================================
+ * FAST — one pass, tiles of 128 keys, online softmax rescaled in place
+ * ========================================================================== */
+#define ATF_TILE 128
+
+__global__ void __launch_bounds__(32 * ATT_WARPS)
+att_fast(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
+         const int *__restrict__ pos, int causal, const float *__restrict__ q,
+         const float *__restrict__ kc, const float *__restrict__ vc, float *__restrict__ out) {
+    __shared__ float qs[ATT_HD_MAX];
+    __shared__ float ps[ATF_TILE];
+    __shared__ float tmax_s;
+    const int m = blockIdx.x / n_head, h = blockIdx.x % n_head;
+    const int kvh = h / (n_head / n_kv_head);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int L = causal ? pos[m] + 1 : pos[0] + M;
+    const float *qv = q + ((int64_t)m * n_head + h) * hd;
+    float *ov = out + ((int64_t)m * n_head + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qv[d];
+    __syncthreads();
+    if (L <= 0) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) ov[d] = 0.0f;
+        return;
+    }
+    const float *kb = kc + (int64_t)kvh * hd, *vb = vc + (int64_t)kvh * hd;
+    float m_run = -INFINITY, l_run = 0.0f;
+    float acc[ATT_HD_MAX / (32 * ATT_WARPS)];
+#pragma unroll
+    for (int r = 0; r < ATT_HD_MAX / (32 * ATT_WARPS); r++) acc[r] = 0.0f;
+    for (int t0 = 0; t0 < L; t0 += ATF_TILE) {
+        const int tl = min(ATF_TILE, L - t0);
+        for (int j = warp; j < tl; j += ATT_WARPS) {
+            const float *kr = kb + (int64_t)(t0 + j) * st;
+            float a = 0.0f;
+            for (int d = lane; d < hd; d += 32) a = fmaf(qs[d], kr[d], a);
+#pragma unroll
+            for (int o = 16; o >= 1; o /= 2) a += __shfl_xor_sync(0xffffffffu, a, o);
+            if (lane == 0) ps[j] = a * scale;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            float mx = -INFINITY;
+            for (int j = lane; j < tl; j += 32) mx = fmaxf(mx, ps[j]);
+#pragma unroll
+            for (int o = 16; o >= 1; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            if (lane == 0) tmax_s = mx;
+        }
+        __syncthreads();
+        const float mn = fmaxf(m_run, tmax_s);
+        const float corr = m_run == -INFINITY ? 0.0f : __expf(m_run - mn);
+        __syncthreads();
+        for (int j = threadIdx.x; j < tl; j += blockDim.x) ps[j] = __expf(ps[j] - mn);
+        __syncthreads();
+        float tsum = 0.0f;
+        for (int j = 0; j < tl; j++) tsum += ps[j];
+        l_run = l_run * corr + tsum;
+#pragma unroll
+        for (int r = 0; r < ATT_HD_MAX / (32 * ATT_WARPS); r++) {
+            const int d = threadIdx.x + r * 32 * ATT_WARPS;
+            if (d >= hd) continue;
+            float a = acc[r] * corr;
+            for (int j = 0; j < tl; j++) a = fmaf(ps[j], vb[(int64_t)(t0 + j) * st + d], a);
+            acc[r] = a;
+        }
+        m_run = mn;
+        __syncthreads();
+    }
+    const float inv = 1.0f / l_run;
+#pragma unroll
+    for (int r = 0; r < ATT_HD_MAX / (32 * ATT_WARPS); r++) {
+        const int d = threadIdx.x + r * 32 * ATT_WARPS;
+        if (d < hd) ov[d] = acc[r] * inv;
+    }
+}
+
+/* ==========================================================================
+ * entry point
+ * ========================================================================== */
+void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
+                   int causal, const float *q, const float *kc, const float *vc, float *out) {
+    if (M <= 0 || s->n_head <= 0 || s->n_kv_head <= 0 || s->head_dim <= 0) return;
+    if (s->head_dim > ATT_HD_MAX || s->n_head % s->n_kv_head) {
+        dsc_note(ex, cudaErrorInvalidValue, "attention: head_dim > 256 or n_head not a multiple of n_kv_head");
+        return;
+    }
+    const unsigned grid = (unsigned)M * (unsigned)s->n_head;
+    if (v == DS_FAST)
+        att_fast<<<grid, 32 * ATT_WARPS, 0, ex->st>>>(s->n_head, s->n_kv_head, s->head_dim,
+                                                     s->kv_stride, s->scale, M, pos, causal, q,
+                                                     kc, vc, out);
+    else
+        att_canonical<<<grid, 32 * ATT_WARPS, 0, ex->st>>>(s->n_head, s->n_kv_head, s->head_dim,
+                                                          s->kv_stride, s->scale, M, pos, causal,
+                                                          q, kc, vc, out);
+    DSC_LAUNCHED(ex, "attention");
+}

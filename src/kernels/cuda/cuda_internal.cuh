@@ -1,0 +1,166 @@
+/* cuda_internal.cuh — what the CUDA backend (src/backend_cuda.cu) and its
+ * operator families (src/kernels/cuda/<family>.cu) share. Private to them.
+ *
+ * ==== Floating point on the device ===================================================
+ * Built with -fmad=false -prec-div=true -prec-sqrt=true -ftz=false and no
+ * fast-math (Makefile): a * b + c is a rounded product and a rounded sum, as
+ * on the CPU under -ffp-contract=off, division and square root are correctly
+ * rounded, subnormals are kept. Canonical kernels still spell their
+ * arithmetic with the _rn intrinsics (__fmaf_rn, __fadd_rn, __fmul_rn,
+ * __fdiv_rn, __fsqrt_rn) so that their IEEE sequence is visible in the
+ * source and independent of any flag. */
+#ifndef DSPARK_CUDA_INTERNAL_CUH
+#define DSPARK_CUDA_INTERNAL_CUH
+
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <stdint.h>
+
+extern "C" {
+/* This backend's execution context is its own `struct ds_exec` (below),
+ * whose first member is the engine-visible `be` (backend.h). */
+#define DS_EXEC_DEFINED 1
+#include "backend.h"
+#include "backend_cuda.h"
+}
+#include "kernels/dsmath.h"
+
+/* ---- the backend's private state ------------------------------------------------ */
+#define DSC_MAX_ROPE 8          /* RoPE tables kept (distinct freq_base x head_dim)   */
+#define DSC_ROPE_POS DS_CUDA_ROPE_POS  /* positions a RoPE table covers (rope.cu says why) */
+#define DSC_MAX_GRAPHS 64       /* recorded launch sequences per execution context   */
+
+typedef struct {
+    uint32_t fbits;             /* freq_base's bits                                    */
+    int      head_dim;
+    float   *cs;                /* device: [DSC_ROPE_POS][head_dim/2] cos, then sin      */
+    float   *inv_freq;          /* device: [head_dim/2], for positions past the table  */
+} dsc_rope_table;
+
+typedef struct {
+    int            device;
+    int            n_sm;
+    dsc_rope_table rope[DSC_MAX_ROPE];
+    int            n_rope;
+    cudaStream_t   aux;         /* uploads of tables, outside any capture            */
+} dsc_backend;
+
+/* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
+ * matrix with 16-byte aligned rows and f32 scales (the exact values of the
+ * fp16 scales), so that every load is aligned and no conversion of a scale
+ * is repeated. F32 / F16 / BF16 rows are stored as in the file. */
+typedef struct {
+    uint32_t type;
+    int64_t  n_in, n_out;
+    void    *data;              /* F32/F16/BF16: n_out rows; Q8_0: int8 [n_out][n_in]  */
+    float   *scale;             /* Q8_0: [n_out][n_in / 32]                             */
+} dsc_weight;
+
+/* Where a prepared weight keeps its dsc_weight. backend.h names the slot
+ * ds_weight.extra; until the seam adds that field to kernels.h, the CUDA
+ * backend uses the `packed` slot (a weight is prepared for one backend
+ * only; the CPU kernels never see a CUDA-prepared weight). One line to
+ * change when `extra` exists. */
+#define DSC_WEIGHT_SLOT extra
+static inline const dsc_weight *dsc_w(const ds_weight *W) {
+    return (const dsc_weight *)W->DSC_WEIGHT_SLOT;
+}
+
+/* Scratch slots of an execution context (grown, never shrunk; see backend_cuda.cu). */
+enum { DSC_SLOT_Q8_ACT = 0, DSC_SLOT_HALF_X, DSC_SLOT_COUNT };
+#define DSC_MAX_RETIRED 32
+
+struct ds_exec {
+    ds_backend    *be;            /* first: the engine-visible header        */
+    cudaStream_t   st;
+    cublasHandle_t blas;
+    void          *blas_ws;
+    void          *slot[DSC_SLOT_COUNT];
+    size_t         slot_bytes[DSC_SLOT_COUNT];
+    void          *retired[DSC_MAX_RETIRED];   /* buffers a recorded graph may still use */
+    int            n_retired;
+    /* graphs */
+    uint64_t        gkey[DSC_MAX_GRAPHS];
+    cudaGraphExec_t gexec[DSC_MAX_GRAPHS];
+    int             n_graphs;
+    int             capturing;                 /* 1: recording for key cap_key     */
+    uint64_t        cap_key;
+    /* the first error since the last sync (sticky) */
+    int            err;
+    char           errmsg[256];
+};
+
+static inline dsc_backend *dsc_be(const ds_exec *ex) { return (dsc_backend *)ex->be->priv; }
+
+/* Record the first error of a launch or API call; later ops keep running on
+ * a best-effort basis and sync() reports it. */
+void dsc_note(ds_exec *ex, cudaError_t e, const char *what);
+#define DSC_LAUNCHED(ex, what) dsc_note((ex), cudaGetLastError(), (what))
+/* Scratch of at least `bytes` in slot s (NULL + error when out of memory). */
+void *dsc_scratch(ds_exec *ex, int s, size_t bytes);
+/* The RoPE table for (freq_base, head_dim), built on first use (rope.cu). */
+const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim);
+
+/* ---- exact conversions (the same formulas as common.h) ---------------------------- */
+__device__ __forceinline__ float dsc_fp16_to_f32(uint32_t h) {
+    const uint32_t sign = (h & 0x8000u) << 16, em = h & 0x7fffu;
+    if (em >= 0x7c00u) return __uint_as_float(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
+    if (em < 0x0400u) {                                   /* zero / subnormal: man * 2^-24 */
+        const float v = __fmul_rn((float)em, 5.9604644775390625e-08f);
+        return sign ? -v : v;
+    }
+    return __uint_as_float(sign | ((em + 0x1c000u) << 13));   /* rebias 15 -> 127 */
+}
+__device__ __forceinline__ float dsc_bf16_to_f32(uint32_t h) { return __uint_as_float(h << 16); }
+__device__ __forceinline__ uint16_t dsc_f32_to_fp16(float f) {
+    const uint32_t x = __float_as_uint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {
+        if (ax < 0x33000000u) return (uint16_t)sign;
+        const uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, shift = 126 - e;
+        uint32_t q = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    const uint32_t e = (ax >> 23) - 112, m = ax & 0x7fffffu;
+    uint32_t q = (e << 10) | (m >> 13);
+    const uint32_t rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (q & 1))) q++;
+    return (uint16_t)(sign | q);
+}
+
+/* Hopper: ask L2 to fetch [p, p + bytes) ahead of the loads (bytes: a
+ * multiple of 16, p 16-byte aligned). A hint: no result, no ordering. */
+__device__ __forceinline__ void dsc_prefetch_l2(const void *p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+    (void)p; (void)bytes;
+#endif
+}
+
+static inline unsigned dsc_blocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+
+/* ---- the families (src/kernels/cuda/<family>.cu) ------------------------------------ */
+void dsc_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y);
+void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
+void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
+void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
+                   int causal, const float *q, const float *kc, const float *vc, float *out);
+void dsc_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,
+                 float eps, float *y);
+void dsc_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
+              float freq_base, ds_rope_mode mode, float *x);
+void dsc_swiglu(ds_exec *ex, ds_variant v, int rows, int n, const float *gate, const float *up,
+                float *out);
+void dsc_residual(ds_exec *ex, ds_variant vres, ds_variant vnorm, int rows, int n, float *x,
+                  const float *y, const float *w, float eps, float *xnorm);
+void dsc_argmax(ds_exec *ex, int rows, int64_t n, const float *x, int32_t *out);
+void dsc_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out);
+void dsc_sanitize(ds_exec *ex, int64_t n, float *x, float lim);
+void dsc_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const int *pos,
+                  const float *k, const float *v);
+
+#endif

@@ -1,0 +1,279 @@
+/* matmul_dense.cu — MATMUL_F32 / MATMUL_F16 / MATMUL_BF16 families on the GPU:
+ * y[m][n] = sum_k W[n][k] * x[m][k], weights as stored in the file.
+ *
+ *   decode     dsc_matmul(DS_CANONICAL, W, 1, ...): the canonical kernel
+ *              below at M = 1 (one row group of one row).
+ *   canonical  the CPU's definition (kernels/cpu/matmul_internal.h), lane for
+ *              lane: for every (m, n) 16 lane accumulators (lane = k mod 16)
+ *              starting at +0, acc[l] = fma(w[k+l], x[k+l], acc[l]) for every
+ *              16-element step in k order (w converted to f32 exactly), the
+ *              K % 16 tail as one more step with +0 operands in the missing
+ *              lanes, then the tree (l, l+8) -> (l, l+4) -> (l, l+2) -> (l, l+1).
+ *              A thread owns LPT consecutive lanes of one output (16-byte
+ *              weight loads: 8 halves or 4 floats), 16/LPT neighbouring
+ *              threads own the 16 lanes, and the tree runs through warp
+ *              shuffles between them. A block loads each weight row once for
+ *              MT activation rows (a multi-row matrix-vector product); more
+ *              rows are further row groups (grid.y) of the same kernel, which
+ *              read the same weights right after their neighbours, from L2.
+ *   fast       cuBLAS: cublasGemmEx with the activations converted to the
+ *              weight type (F16 / BF16; F32 stays F32) and f32 accumulation.
+ *
+ * ==== Why canonical is the CPU's bits ===================================================
+ * Each (m, n) runs exactly the CPU's sequence of IEEE operations: the same
+ * 16 lane chains of fused multiply-adds in the same k order, the same tail,
+ * the same combine tree. What is parallel on the GPU (the outputs, the 16
+ * lanes, the rows of a group) is independent in that definition. Nothing
+ * depends on M, the row group, the block or the stream. F16 -> f32 uses the
+ * integer formula of common.h (exact), BF16 is a shift.
+ *
+ * ==== Why fast differs ===================================================================
+ * cuBLAS picks its own tiling, split-K and reduction order by shape, and the
+ * F16 / BF16 path rounds the activations to the weight type before the
+ * products: close to canonical (within the usual 1e-3), not its bits. */
+#include "kernels/cuda/cuda_internal.cuh"
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+/* ==========================================================================
+ * CANONICAL (= decode)
+ * ========================================================================== */
+#define MMD_THREADS 128
+#define MMD_U 4                                  /* 16-element steps loaded ahead  */
+#define MMD_SEG 2048                             /* bytes of a row prefetched at once */
+
+template <int TYPE> struct mmd_traits;           /* TYPE: ds_type                     */
+template <> struct mmd_traits<DS_TYPE_F32>  { enum { ES = 4, LPT = 4 }; };
+template <> struct mmd_traits<DS_TYPE_F16>  { enum { ES = 2, LPT = 8 }; };
+template <> struct mmd_traits<DS_TYPE_BF16> { enum { ES = 2, LPT = 8 }; };
+
+/* LPT weights of a row starting at element k, as f32 (exact). VEC: the row
+ * is 16-byte aligned and the LPT elements are in range; else element-wise
+ * with +0 past K (the tail step). */
+template <int TYPE, bool VEC>
+__device__ __forceinline__ void mmd_load_w(const char *row, int64_t k, int64_t K, float *w) {
+    constexpr int LPT = mmd_traits<TYPE>::LPT;
+    if (VEC) {
+        const uint4 v = __ldg((const uint4 *)(row + k * mmd_traits<TYPE>::ES));
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+        if (TYPE == DS_TYPE_F32) {
+#pragma unroll
+            for (int l = 0; l < 4; l++) w[l] = __uint_as_float(u[l]);
+        } else {
+#pragma unroll
+            for (int l = 0; l < 4; l++) {
+                const uint32_t lo = u[l] & 0xffffu, hi = u[l] >> 16;
+                w[2 * l]     = TYPE == DS_TYPE_F16 ? dsc_fp16_to_f32(lo) : dsc_bf16_to_f32(lo);
+                w[2 * l + 1] = TYPE == DS_TYPE_F16 ? dsc_fp16_to_f32(hi) : dsc_bf16_to_f32(hi);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int l = 0; l < LPT; l++) {
+            if (k + l >= K) { w[l] = 0.0f; continue; }
+            if (TYPE == DS_TYPE_F32) w[l] = __ldg((const float *)row + k + l);
+            else {
+                const uint32_t h = __ldg((const unsigned short *)row + k + l);
+                w[l] = TYPE == DS_TYPE_F16 ? dsc_fp16_to_f32(h) : dsc_bf16_to_f32(h);
+            }
+        }
+    }
+}
+template <int LPT, bool VEC>
+__device__ __forceinline__ void mmd_load_x(const float *xr, int64_t k, int64_t K, float *xv) {
+    if (VEC) {
+#pragma unroll
+        for (int l = 0; l < LPT; l += 4) {
+            const float4 v = __ldg((const float4 *)(xr + k + l));
+            xv[l] = v.x; xv[l + 1] = v.y; xv[l + 2] = v.z; xv[l + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int l = 0; l < LPT; l++) xv[l] = k + l < K ? __ldg(xr + k + l) : 0.0f;
+    }
+}
+
+/* The 16-lane tree over the TPN threads that own one output: lanes are
+ * g * LPT + j; step s adds lane l + s into lane l for l < s. The sum ends in
+ * thread g = 0, lane 0. */
+template <int LPT>
+__device__ __forceinline__ float mmd_tree(float *a, int g) {
+    constexpr int TPN = 16 / LPT;
+#pragma unroll
+    for (int s = 8; s >= 1; s /= 2) {
+        if (s >= LPT) {
+            const int d = s / LPT;
+#pragma unroll
+            for (int j = 0; j < LPT; j++) {
+                const float o = __shfl_down_sync(0xffffffffu, a[j], d, TPN);
+                if (g < d) a[j] = __fadd_rn(a[j], o);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < s; j++) a[j] = __fadd_rn(a[j], a[j + s]);
+        }
+    }
+    return a[0];
+}
+
+/* One block: NPB outputs x the MT rows of row group blockIdx.y. */
+template <int TYPE, int MT, bool VEC>
+__global__ void __launch_bounds__(MMD_THREADS)
+mmd_canonical(const char *__restrict__ W, int64_t N, int64_t K, int M,
+              const float *__restrict__ x, float *__restrict__ y) {
+    constexpr int LPT = mmd_traits<TYPE>::LPT, TPN = 16 / LPT, NPB = MMD_THREADS / TPN;
+    constexpr int ES = mmd_traits<TYPE>::ES;
+    const int g = threadIdx.x % TPN;
+    const int64_t n_raw = (int64_t)blockIdx.x * NPB + threadIdx.x / TPN;
+    const int64_t n = n_raw < N ? n_raw : N - 1;          /* padding threads repeat a row */
+    const int m0 = blockIdx.y * MT, mv = M - m0 < MT ? M - m0 : MT;
+    const char *row = W + n * K * ES;
+    const float *xr[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) xr[i] = x + (int64_t)(m0 + (i < mv ? i : mv - 1)) * K;
+
+    float acc[MT][LPT];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < LPT; j++) acc[i][j] = 0.0f;
+
+    const int64_t Kf = K & ~(int64_t)15;
+    const int64_t lane0 = (int64_t)g * LPT;
+    if (VEC && g == 0) dsc_prefetch_l2(row, (uint32_t)min((int64_t)2 * MMD_SEG, (Kf * ES) & ~(int64_t)15));
+    for (int64_t k0 = 0; k0 < Kf; k0 += 16 * MMD_U) {
+        /* one prefetch per segment, two segments ahead of the loads (the
+         * first two were asked for above) */
+        if (VEC && g == 0 && (k0 * ES) % MMD_SEG == 0) {
+            const int64_t off = (k0 * ES) + 2 * MMD_SEG;
+            if (off < ((Kf * ES) & ~(int64_t)15))
+                dsc_prefetch_l2(row + off, (uint32_t)min((int64_t)MMD_SEG, ((Kf * ES) & ~(int64_t)15) - off));
+        }
+        float w[MMD_U][LPT];
+#pragma unroll
+        for (int u = 0; u < MMD_U; u++)
+            if (k0 + 16 * u < Kf) mmd_load_w<TYPE, VEC>(row, k0 + 16 * u + lane0, K, w[u]);
+#pragma unroll
+        for (int u = 0; u < MMD_U; u++) {
+            if (k0 + 16 * u >= Kf) break;
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                float xv[LPT];
+                mmd_load_x<LPT, VEC>(xr[i], k0 + 16 * u + lane0, K, xv);
+#pragma unroll
+                for (int j = 0; j < LPT; j++) acc[i][j] = __fmaf_rn(w[u][j], xv[j], acc[i][j]);
+            }
+        }
+    }
+    if (Kf < K) {                                 /* the tail: +0 past K (one more step) */
+        float w[LPT];
+        mmd_load_w<TYPE, false>(row, Kf + lane0, K, w);
+#pragma unroll
+        for (int i = 0; i < MT; i++) {
+            float xv[LPT];
+            mmd_load_x<LPT, false>(xr[i], Kf + lane0, K, xv);
+#pragma unroll
+            for (int j = 0; j < LPT; j++) acc[i][j] = __fmaf_rn(w[j], xv[j], acc[i][j]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        const float r = mmd_tree<LPT>(acc[i], g);
+        if (g == 0 && n_raw < N && i < mv) y[(int64_t)(m0 + i) * N + n] = r;
+    }
+}
+
+template <int TYPE, int MT>
+static void mmd_launch_mt(ds_exec *ex, const dsc_weight *w, int M, const float *x, float *y) {
+    constexpr int TPN = 16 / mmd_traits<TYPE>::LPT, NPB = MMD_THREADS / TPN;
+    const dim3 grid(dsc_blocks(w->n_out, NPB), (unsigned)((M + MT - 1) / MT));
+    /* 16-byte loads need 16-byte aligned rows and whole steps */
+    const bool vec = w->n_in % 16 == 0 && ((uintptr_t)x & 15) == 0;
+    if (vec)
+        mmd_canonical<TYPE, MT, true><<<grid, MMD_THREADS, 0, ex->st>>>(
+            (const char *)w->data, w->n_out, w->n_in, M, x, y);
+    else
+        mmd_canonical<TYPE, MT, false><<<grid, MMD_THREADS, 0, ex->st>>>(
+            (const char *)w->data, w->n_out, w->n_in, M, x, y);
+    DSC_LAUNCHED(ex, "matmul canonical");
+}
+
+template <int TYPE>
+static void mmd_launch(ds_exec *ex, const dsc_weight *w, int M, const float *x, float *y) {
+    /* row group width: the smallest of 1, 2, 4, 8 that holds M (M > 8: groups of 8) */
+    if (M <= 1) mmd_launch_mt<TYPE, 1>(ex, w, M, x, y);
+    else if (M <= 2) mmd_launch_mt<TYPE, 2>(ex, w, M, x, y);
+    else if (M <= 4) mmd_launch_mt<TYPE, 4>(ex, w, M, x, y);
+    else mmd_launch_mt<TYPE, 8>(ex, w, M, x, y);
+}
+
+__global__ void mmd_zero(float *y, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 0.0f;
+}
+
+/* ==========================================================================
+ * FAST — cuBLAS
+ * ========================================================================== */
+__global__ void mmd_to_half(const float *x, int64_t n, __half *h) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) h[i] = __float2half_rn(x[i]);
+}
+__global__ void mmd_to_bf16(const float *x, int64_t n, __nv_bfloat16 *h) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) h[i] = __float2bfloat16_rn(x[i]);
+}
+
+static void mmd_fast(ds_exec *ex, const dsc_weight *w, int M, const float *x, float *y) {
+    const int64_t N = w->n_out, K = w->n_in, n = (int64_t)M * K;
+    const float one = 1.0f, zero = 0.0f;
+    const void *B = x;
+    cudaDataType_t t = CUDA_R_32F;
+    if (w->type != DS_TYPE_F32) {
+        void *h = dsc_scratch(ex, DSC_SLOT_HALF_X, (size_t)n * 2);
+        if (!h) return;
+        if (w->type == DS_TYPE_F16) {
+            mmd_to_half<<<dsc_blocks(n, 256), 256, 0, ex->st>>>(x, n, (__half *)h);
+            t = CUDA_R_16F;
+        } else {
+            mmd_to_bf16<<<dsc_blocks(n, 256), 256, 0, ex->st>>>(x, n, (__nv_bfloat16 *)h);
+            t = CUDA_R_16BF;
+        }
+        DSC_LAUNCHED(ex, "matmul fast convert");
+        B = h;
+    }
+    /* column-major: y^T (N x M) = W^T' (N x K, stored K x N) * x^T (K x M) */
+    const cublasStatus_t s =
+        cublasGemmEx(ex->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, M, (int)K, &one, w->data, t,
+                     (int)K, B, t, (int)K, &zero, y, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS && !ex->err) {
+        ex->err = 1;
+        snprintf(ex->errmsg, sizeof ex->errmsg, "cuda: cublasGemmEx failed (status %d)", (int)s);
+    }
+}
+
+/* ==========================================================================
+ * entry point
+ * ========================================================================== */
+void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x,
+                      float *y) {
+    if (M <= 0 || w->n_out <= 0) return;
+    if (w->n_in == 0) {                         /* empty sums: +0 everywhere */
+        const int64_t n = (int64_t)M * w->n_out;
+        mmd_zero<<<dsc_blocks(n, 256), 256, 0, ex->st>>>(y, n);
+        DSC_LAUNCHED(ex, "matmul zero");
+        return;
+    }
+    if (v == DS_FAST && w->n_in <= INT32_MAX && w->n_out <= INT32_MAX) {
+        mmd_fast(ex, w, M, x, y);
+        return;
+    }
+    switch (w->type) {
+    case DS_TYPE_F32: mmd_launch<DS_TYPE_F32>(ex, w, M, x, y); break;
+    case DS_TYPE_F16: mmd_launch<DS_TYPE_F16>(ex, w, M, x, y); break;
+    case DS_TYPE_BF16: mmd_launch<DS_TYPE_BF16>(ex, w, M, x, y); break;
+    default: break;
+    }
+}

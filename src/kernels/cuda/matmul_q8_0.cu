@@ -1,0 +1,237 @@
+/* matmul_q8_0.cu — MATMUL_Q8_0 family on the GPU: y[m][n] = sum_k W[n][k] * x[m][k]
+ * with Q8_0 weights (prepare_weight split them into an int8 quant matrix
+ * with aligned rows and the f32 values of the fp16 block scales).
+ *
+ *   decode     dsc_matmul(DS_CANONICAL, W, 1, ...): canonical at M = 1.
+ *   canonical  the CPU's int8 definition (kernels/cpu/matmul_q8_0.c): every
+ *              activation row quantized to Q8_0 exactly as
+ *              ds_quantize_row_q8_0 does (q8_quantize below: the scalar
+ *              loop's operations, NaN rules included), then per (m, n)
+ *                  acc = +0
+ *                  for b in block order: D = sum of 32 int8 products (exact)
+ *                                        acc = fma((float)D, d_b * e_b, acc)
+ *              Two phases per tile of 16 blocks: all threads compute the
+ *              exact D's of 16 weight rows x 16 blocks x MT rows with dp4a
+ *              (any order: integers), then one thread per (m, n) folds them
+ *              into its f32 chain in block order. So the block dots are as
+ *              parallel as the GPU likes while the one rounding chain keeps
+ *              the definition's order.
+ *   fast       what an engine ships for batches: the weights dequantized on
+ *              the fly (d * q, exact) against the UNQUANTIZED f32
+ *              activations, one warp per output with its 32 lanes taking
+ *              interleaved blocks (split-K) and a butterfly sum at the end.
+ *
+ * ==== Why canonical is the CPU's bits ===================================================
+ * The quantized activations are the same bytes (same IEEE divisions,
+ * products, truncations and fp16 rounding as the scalar C loop); D is an
+ * exact integer whatever the summation order, (float)D and d_b * e_b are
+ * exact, and the only rounding, the fma into acc, happens once per block in
+ * block order — the CPU's sequence on every path (VNNI, AVX2, scalar).
+ *
+ * ==== Why fast differs ===================================================================
+ * No 8-bit rounding of the activations (a ~1e-3 relative change per block)
+ * and another summation order (32 interleaved partial sums, then a
+ * butterfly): close to canonical, visibly not its bits. */
+#include "kernels/cuda/cuda_internal.cuh"
+
+/* ==========================================================================
+ * activation quantization (ds_quantize_row_q8_0, scalar form)
+ * ========================================================================== */
+/* One thread per 32-element block: the C loop literally. q: int8 [M][K],
+ * e: the block scale as f32 (the fp16 value, exact). */
+__global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t *__restrict__ q,
+                            float *__restrict__ e) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nblocks) return;
+    const float *xb = x + i * 32;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        const float v = fabsf(xb[j]);
+        amax = amax > v ? amax : v;
+    }
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    const uint16_t d16 = dsc_f32_to_fp16(d);
+    e[i] = dsc_fp16_to_f32(d16);
+    uint32_t packed[8];
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float v = __fmul_rn(xb[4 * w + k], id);
+            v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v;
+            const int32_t t = __float2int_rz(v);
+            const float r = __fsub_rn(v, (float)t);
+            const int32_t qv = t + (r >= 0.5f) - (r <= -0.5f);
+            word |= (uint32_t)(qv & 0xff) << (8 * k);
+        }
+        packed[w] = word;
+    }
+    uint4 *dst = (uint4 *)(q + i * 32);
+    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+}
+
+/* ==========================================================================
+ * CANONICAL (= decode)
+ * ========================================================================== */
+#define Q8C_THREADS 256
+#define Q8C_NB 16               /* weight rows per thread block                  */
+#define Q8C_TB 16               /* blocks (of 32) per tile                       */
+#define Q8C_PF 2048             /* bytes of a quant row prefetched at once        */
+
+template <int MT>
+__global__ void __launch_bounds__(Q8C_THREADS)
+q8c_kernel(const int8_t *__restrict__ wq, const float *__restrict__ wd, int64_t N, int64_t K,
+           int M, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+           float *__restrict__ y) {
+    __shared__ int32_t Ds[MT][Q8C_NB][Q8C_TB + 1];
+    const int64_t nb = K / 32;
+    const int t = threadIdx.x;
+    const int m0 = blockIdx.y * MT, mv = M - m0 < MT ? M - m0 : MT;
+    const int64_t nbase = (int64_t)blockIdx.x * Q8C_NB;
+    /* phase-1 role: (row nl, block bl) of the tile */
+    const int nl = t / Q8C_TB, bl = t % Q8C_TB;
+    const int64_t n1 = nbase + nl < N ? nbase + nl : N - 1;
+    const int8_t *wrow = wq + n1 * K;
+    /* phase-2 role: (activation row i2, weight row n2) */
+    const int i2 = t / Q8C_NB, nl2 = t % Q8C_NB;
+    const bool chain = i2 < MT;
+    const int64_t n2 = nbase + nl2 < N ? nbase + nl2 : N - 1;
+    const int mrow2 = m0 + (i2 < mv ? i2 : mv - 1);
+    float acc = 0.0f;
+
+    if (bl == 0) dsc_prefetch_l2(wrow, (uint32_t)min((int64_t)2 * Q8C_PF, K));
+    for (int64_t b0 = 0; b0 < nb; b0 += Q8C_TB) {
+        if (bl == 0 && (b0 * 32) % Q8C_PF == 0) {
+            const int64_t off = b0 * 32 + 2 * Q8C_PF;
+            if (off < K) dsc_prefetch_l2(wrow + off, (uint32_t)min((int64_t)Q8C_PF, K - off));
+        }
+        /* phase 1: exact integer block dots */
+        const int64_t b = b0 + bl;
+        if (b < nb) {
+            const uint4 *wp = (const uint4 *)(wrow + b * 32);
+            const uint4 w0 = __ldg(wp), w1 = __ldg(wp + 1);
+            const int wv[8] = {(int)w0.x, (int)w0.y, (int)w0.z, (int)w0.w,
+                               (int)w1.x, (int)w1.y, (int)w1.z, (int)w1.w};
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                const int mrow = m0 + (i < mv ? i : mv - 1);
+                const uint4 *xp = (const uint4 *)(xq + (int64_t)mrow * K + b * 32);
+                const uint4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+                const int xv[8] = {(int)x0.x, (int)x0.y, (int)x0.z, (int)x0.w,
+                                   (int)x1.x, (int)x1.y, (int)x1.z, (int)x1.w};
+                int D = 0;
+#pragma unroll
+                for (int k = 0; k < 8; k++) D = __dp4a(wv[k], xv[k], D);
+                Ds[i][nl][bl] = D;
+            }
+        }
+        __syncthreads();
+        /* phase 2: the f32 chain, one fma per block in block order */
+        if (chain) {
+            const int tb = nb - b0 < Q8C_TB ? (int)(nb - b0) : Q8C_TB;
+            for (int j = 0; j < tb; j++) {
+                const float sc = __fmul_rn(__ldg(wd + n2 * nb + b0 + j),
+                                           __ldg(xd + (int64_t)mrow2 * nb + b0 + j));
+                acc = __fmaf_rn((float)Ds[i2][nl2][j], sc, acc);
+            }
+        }
+        __syncthreads();
+    }
+    if (chain && i2 < mv && nbase + nl2 < N) y[(int64_t)(m0 + i2) * N + n2] = acc;
+}
+
+template <int MT>
+static void q8c_launch(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq,
+                       const float *xd, float *y) {
+    const dim3 grid(dsc_blocks(w->n_out, Q8C_NB), (unsigned)((M + MT - 1) / MT));
+    q8c_kernel<MT><<<grid, Q8C_THREADS, 0, ex->st>>>((const int8_t *)w->data, w->scale, w->n_out,
+                                                    w->n_in, M, xq, xd, y);
+    DSC_LAUNCHED(ex, "matmul_q8_0 canonical");
+}
+
+/* ==========================================================================
+ * FAST — f32 activations, split-K over the warp's lanes
+ * ========================================================================== */
+#define Q8F_WARPS 8
+
+template <int MT>
+__global__ void __launch_bounds__(32 * Q8F_WARPS)
+q8f_kernel(const int8_t *__restrict__ wq, const float *__restrict__ wd, int64_t N, int64_t K,
+           int M, const float *__restrict__ x, float *__restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t n_raw = (int64_t)blockIdx.x * Q8F_WARPS + threadIdx.x / 32;
+    const int64_t n = n_raw < N ? n_raw : N - 1;
+    const int m0 = blockIdx.y * MT, mv = M - m0 < MT ? M - m0 : MT;
+    const int64_t nb = K / 32;
+    float acc[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) acc[i] = 0.0f;
+    for (int64_t b = lane; b < nb; b += 32) {
+        const uint4 *wp = (const uint4 *)(wq + n * K + b * 32);
+        const uint4 w0 = __ldg(wp), w1 = __ldg(wp + 1);
+        const uint32_t wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        const float d = __ldg(wd + n * nb + b);
+#pragma unroll
+        for (int i = 0; i < MT; i++) {
+            const int mrow = m0 + (i < mv ? i : mv - 1);
+            const float4 *xp = (const float4 *)(x + (int64_t)mrow * K + b * 32);
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float4 xv = __ldg(xp + k);
+                const uint32_t q = wv[k];
+                s = __fmaf_rn((float)(int8_t)(q & 0xff), xv.x, s);
+                s = __fmaf_rn((float)(int8_t)((q >> 8) & 0xff), xv.y, s);
+                s = __fmaf_rn((float)(int8_t)((q >> 16) & 0xff), xv.z, s);
+                s = __fmaf_rn((float)(int8_t)(q >> 24), xv.w, s);
+            }
+            acc[i] = __fmaf_rn(d, s, acc[i]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        float a = acc[i];
+#pragma unroll
+        for (int o = 16; o >= 1; o /= 2) a += __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == 0 && n_raw < N && i < mv) y[(int64_t)(m0 + i) * N + n] = a;
+    }
+}
+
+template <int MT>
+static void q8f_launch(ds_exec *ex, const dsc_weight *w, int M, const float *x, float *y) {
+    const dim3 grid(dsc_blocks(w->n_out, Q8F_WARPS), (unsigned)((M + MT - 1) / MT));
+    q8f_kernel<MT><<<grid, 32 * Q8F_WARPS, 0, ex->st>>>((const int8_t *)w->data, w->scale,
+                                                      w->n_out, w->n_in, M, x, y);
+    DSC_LAUNCHED(ex, "matmul_q8_0 fast");
+}
+
+/* ==========================================================================
+ * entry point
+ * ========================================================================== */
+void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x,
+                     float *y) {
+    if (M <= 0 || w->n_out <= 0 || w->n_in <= 0) return;
+    const int64_t K = w->n_in, nq = (int64_t)M * (K / 32);
+    if (v == DS_FAST && ((uintptr_t)x & 15) == 0) {
+        if (M <= 1) q8f_launch<1>(ex, w, M, x, y);
+        else if (M <= 2) q8f_launch<2>(ex, w, M, x, y);
+        else if (M <= 4) q8f_launch<4>(ex, w, M, x, y);
+        else q8f_launch<8>(ex, w, M, x, y);
+        return;
+    }
+    /* canonical: quantize the rows once, then the integer kernel */
+    const size_t qbytes = ((size_t)M * (size_t)K + 255) & ~(size_t)255;
+    char *mem = (char *)dsc_scratch(ex, DSC_SLOT_Q8_ACT, qbytes + (size_t)nq * sizeof(float));
+    if (!mem) return;
+    int8_t *xq = (int8_t *)mem;
+    float *xd = (float *)(mem + qbytes);
+    q8_quantize<<<dsc_blocks(nq, 128), 128, 0, ex->st>>>(x, nq, xq, xd);
+    DSC_LAUNCHED(ex, "q8_0 quantize");
+    if (M <= 1) q8c_launch<1>(ex, w, M, xq, xd, y);
+    else if (M <= 2) q8c_launch<2>(ex, w, M, xq, xd, y);
+    else if (M <= 4) q8c_launch<4>(ex, w, M, xq, xd, y);
+    else q8c_launch<8>(ex, w, M, xq, xd, y);
+}

@@ -1,0 +1,85 @@
+/* rmsnorm.cu — RMSNorm family on the GPU: y = x / sqrt(mean(x^2) + eps) * w per row.
+ * y == x is allowed (every element is read before its own slot is written).
+ *
+ *   decode     canonical with rows = 1.
+ *   canonical  the CPU's rmsnorm_row (kernels/cpu/rmsnorm.c): a warp per row;
+ *              lanes 0..15 are the 16 lanes of ds_sumsq16 (element i in lane
+ *              i mod 16, the n % 16 tail in its own lanes, acc = acc + x*x
+ *              rounded twice), the tree 8-4-2-1 through shuffles, then
+ *              mean = sum / n, scale = 1 / sqrt(mean + eps) (IEEE division
+ *              and square root), y = (x * scale) * w.
+ *   fast       a warp per row with 32 interleaved fma partial sums and a
+ *              butterfly, rsqrtf, and y = (x * w) * scale.
+ *
+ * ==== Why canonical is the CPU's bits ==================================================
+ * Same operations in the same order on every element and every lane; the
+ * division and the square root are correctly rounded on both sides.
+ *
+ * ==== Why fast differs ==================================================================
+ * Another sum order (32 lanes, fused multiply-adds, butterfly), an
+ * approximate reciprocal square root, and the weight multiplied first. */
+#include "kernels/cuda/cuda_internal.cuh"
+
+#define RMS_WARPS 8
+
+/* the canonical per-row scale, computed by the 32 lanes of one warp (all get it) */
+__device__ __forceinline__ float rms_scale_canonical(const float *xr, int n, float eps, int lane) {
+    float a = 0.0f;
+    if (lane < 16) {
+        int i = 0;
+        for (; i + 16 <= n; i += 16) {
+            const float v = xr[i + lane];
+            a = __fadd_rn(a, __fmul_rn(v, v));
+        }
+        if (i + lane < n) {
+            const float v = xr[i + lane];
+            a = __fadd_rn(a, __fmul_rn(v, v));
+        }
+    }
+#pragma unroll
+    for (int s = 8; s >= 1; s /= 2) a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s, 16));
+    const float sum = __shfl_sync(0xffffffffu, a, 0);
+    const float mean = __fdiv_rn(sum, (float)n);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+__global__ void rms_canonical(int rows, int n, const float *x, const float *__restrict__ w,
+                              float eps, float *y) {
+    const int r = blockIdx.x * RMS_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const float *xr = x + (int64_t)r * n;
+    float *yr = y + (int64_t)r * n;
+    const float scale = rms_scale_canonical(xr, n, eps, lane);
+    __syncwarp();
+    if (w)
+        for (int i = lane; i < n; i += 32) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+    else
+        for (int i = lane; i < n; i += 32) yr[i] = __fmul_rn(xr[i], scale);
+}
+
+__global__ void rms_fast(int rows, int n, const float *x, const float *__restrict__ w, float eps,
+                         float *y) {
+    const int r = blockIdx.x * RMS_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const float *xr = x + (int64_t)r * n;
+    float *yr = y + (int64_t)r * n;
+    float a = 0.0f;
+    for (int i = lane; i < n; i += 32) a = fmaf(xr[i], xr[i], a);
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) a += __shfl_xor_sync(0xffffffffu, a, o);
+    const float scale = rsqrtf(a / (float)n + eps);
+    __syncwarp();
+    if (w)
+        for (int i = lane; i < n; i += 32) yr[i] = (xr[i] * w[i]) * scale;
+    else
+        for (int i = lane; i < n; i += 32) yr[i] = xr[i] * scale;
+}
+
+void dsc_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,
+                 float eps, float *y) {
+    if (rows <= 0 || n <= 0) return;
+    const unsigned grid = dsc_blocks(rows, RMS_WARPS);
+    if (v == DS_FAST) rms_fast<<<grid, 32 * RMS_WARPS, 0, ex->st>>>(rows, n, x, w, eps, y);
+    else rms_canonical<<<grid, 32 * RMS_WARPS, 0, ex->st>>>(rows, n, x, w, eps, y);
+    DSC_LAUNCHED(ex, "rmsnorm");
+}

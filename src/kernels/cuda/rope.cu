@@ -1,0 +1,136 @@
+/* rope.cu — RoPE family on the GPU, in place on x[rows][n_heads][head_dim]; row r at
+ * position pos[r] (device ints). NEOX pairs (i, i + head_dim/2), NORMAL (2i, 2i+1).
+ *
+ *   decode     canonical with rows = 1.
+ *   canonical  cos and sin from a table computed ON THE HOST, once per
+ *              (freq_base, head_dim), by the CPU kernel's own expressions:
+ *              inv_i = powf(freq_base, -2i/head_dim), theta = (float)pos * inv_i,
+ *              cosf(theta), sinf(theta) — the C library's bits. Then the
+ *              rotation with the CPU's operations, (x0 c - x1 s, x0 s + x1 c),
+ *              each product and sum rounded separately.
+ *              The table covers positions [0, DSC_ROPE_POS) (16384: 8 MB at
+ *              head_dim 128); a position past it falls back to the device's
+ *              sincosf of the same float angle (accurate, not glibc's bits).
+ *   fast       ggml's recurrence on the device: theta_{i+1} = theta_i * ratio,
+ *              ratio = powf(base, -2/head_dim), the device's sincosf.
+ *
+ * ==== Why canonical is the CPU's bits ==================================================
+ * The only non-IEEE-basic operations of the CPU kernel (powf, cosf, sinf)
+ * run on the host, in the same C library, on the same float arguments; what
+ * the GPU does is a table lookup and four products and two sums. The table
+ * is keyed by position, which the kernel reads from the device, so a
+ * recorded graph stays valid at every position.
+ *
+ * ==== Why fast differs ==================================================================
+ * The repeated multiplication rounds once per step (angles drift in the
+ * last bits from i = 2 on), and CUDA's powf / sincosf are not glibc's. */
+#include "kernels/cuda/cuda_internal.cuh"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---- the host table (one per backend and (freq_base, head_dim)) ------------------------ */
+const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim) {
+    dsc_backend *b = dsc_be(ex);
+    uint32_t fbits;
+    memcpy(&fbits, &freq_base, 4);
+    for (int i = 0; i < b->n_rope; i++)
+        if (b->rope[i].fbits == fbits && b->rope[i].head_dim == head_dim) return &b->rope[i];
+    if (b->n_rope == DSC_MAX_ROPE) {
+        dsc_note(ex, cudaErrorMemoryAllocation, "rope: more than 8 (freq_base, head_dim) tables");
+        return NULL;
+    }
+    const int half = head_dim / 2;
+    const size_t nf = (size_t)2 * DSC_ROPE_POS * (size_t)half;
+    float *h = (float *)malloc(nf * sizeof(float) + (size_t)half * sizeof(float));
+    if (!h) {
+        dsc_note(ex, cudaErrorMemoryAllocation, "rope: host table");
+        return NULL;
+    }
+    float *inv = h + nf;
+    for (int i = 0; i < half; i++) inv[i] = powf(freq_base, -2.0f * (float)i / (float)head_dim);
+    for (int p = 0; p < DSC_ROPE_POS; p++)
+        for (int i = 0; i < half; i++) {
+            const float theta = (float)p * inv[i];
+            h[(size_t)p * half + i] = cosf(theta);
+            h[(size_t)DSC_ROPE_POS * half + (size_t)p * half + i] = sinf(theta);
+        }
+    dsc_rope_table t = {fbits, head_dim, NULL, NULL};
+    cudaError_t e = cudaMalloc((void **)&t.cs, nf * sizeof(float));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&t.inv_freq, (size_t)half * sizeof(float));
+    /* uploaded on the backend's own stream: legal while ex->st is being
+     * recorded into a graph, and finished before the table is used */
+    if (e == cudaSuccess) e = cudaMemcpyAsync(t.cs, h, nf * sizeof(float), cudaMemcpyHostToDevice, b->aux);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(t.inv_freq, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice, b->aux);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(b->aux);
+    free(h);
+    if (e != cudaSuccess) {
+        cudaFree(t.cs);
+        cudaFree(t.inv_freq);
+        dsc_note(ex, e, "rope: table upload");
+        return NULL;
+    }
+    b->rope[b->n_rope] = t;
+    return &b->rope[b->n_rope++];
+}
+
+/* ---- kernels: one thread per (row, head, pair) ----------------------------------------- */
+__device__ __forceinline__ void rope_pair(float *xh, int i, int half, int neox, float c, float s) {
+    float *a = neox ? xh + i : xh + 2 * i;
+    float *b = neox ? xh + half + i : xh + 2 * i + 1;
+    const float x0 = *a, x1 = *b;
+    *a = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    *b = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
+__global__ void rope_canonical(int64_t total, int n_heads, int hd, const int *__restrict__ pos,
+                               int neox, const float *__restrict__ cs,
+                               const float *__restrict__ inv, float *x) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= total) return;
+    const int half = hd / 2;
+    const int i = (int)(t % half);
+    const int64_t rh = t / half;                  /* row * n_heads + head */
+    const int p = pos[rh / n_heads];
+    float c, s;
+    if (p >= 0 && p < DSC_ROPE_POS) {
+        c = cs[(int64_t)p * half + i];
+        s = cs[(int64_t)DSC_ROPE_POS * half + (int64_t)p * half + i];
+    } else {
+        sincosf(__fmul_rn((float)p, inv[i]), &s, &c);
+    }
+    rope_pair(x + rh * hd, i, half, neox, c, s);
+}
+
+__global__ void rope_fast(int64_t total, int n_heads, int hd, const int *__restrict__ pos,
+                          float freq_base, int neox, float *x) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= total) return;
+    const int half = hd / 2;
+    const int i = (int)(t % half);
+    const int64_t rh = t / half;
+    const float ratio = powf(freq_base, -2.0f / (float)hd);
+    float theta = (float)pos[rh / n_heads];
+    for (int k = 0; k < i; k++) theta *= ratio;
+    float s, c;
+    sincosf(theta, &s, &c);
+    rope_pair(x + rh * hd, i, half, neox, c, s);
+}
+
+void dsc_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
+              float freq_base, ds_rope_mode mode, float *x) {
+    if (rows <= 0 || n_heads <= 0 || head_dim < 2) return;
+    const int64_t total = (int64_t)rows * n_heads * (head_dim / 2);
+    const int neox = mode == DS_ROPE_NEOX;
+    if (v == DS_FAST) {
+        rope_fast<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(total, n_heads, head_dim, pos,
+                                                             freq_base, neox, x);
+    } else {
+        const dsc_rope_table *t = dsc_rope_get(ex, freq_base, head_dim);
+        if (!t) return;
+        rope_canonical<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(total, n_heads, head_dim, pos,
+                                                                  neox, t->cs, t->inv_freq, x);
+    }
+    DSC_LAUNCHED(ex, "rope");
+}

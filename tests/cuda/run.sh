@@ -1,0 +1,43 @@
+#!/bin/sh
+# tests/cuda/run.sh — `make test-cuda`: the GPU half of the exactness
+# proof. Without a CUDA build or a GPU it says so and exits 0.
+#   1. the CUDA op harness (every family x variant x type vs the CPU
+#      reference; canonical property per op; counter-tests), if built;
+#   2. the model-level suites on the GPU (DSPARK_DEVICE=cuda): the canonical
+#      property (logits, every layer's K/V, taps; M = 1..16 around the
+#      chunk boundaries; F32/F16/BF16/Q8_0; Qwen3 and Llama), trained
+#      weights, diverge (gate, NONE, attribution, CPU-vs-GPU cross mode),
+#      speculative == plain;
+#   3. the golden outputs on the GPU (bit-identical to the CPU's where the
+#      CUDA canonical kernels match the CPU's bits).
+BUILD=${BUILD:-build}
+D="$BUILD/dspark"
+if ! "$D" devices --require cuda >/dev/null 2>&1; then
+    echo "test-cuda: no usable CUDA device here ($("$D" devices 2>&1 | grep cuda || echo "this build has no CUDA backend")); nothing to run"
+    echo "0 passed, 0 failed"
+    exit 0
+fi
+"$D" devices
+pass=0; fail=0; failed=""
+one() {
+    name=$1; shift
+    start=$(date +%s)
+    if "$@" >"$BUILD/tests/cuda_$name.log" 2>&1; then
+        pass=$((pass+1)); printf 'PASS %-32s %ss\n' "$name" $(( $(date +%s) - start ))
+    else
+        fail=$((fail+1)); failed="$failed $name"
+        printf 'FAIL %-32s (log: %s)\n' "$name" "$BUILD/tests/cuda_$name.log"
+        tail -n 25 "$BUILD/tests/cuda_$name.log" | sed 's/^/    /'
+    fi
+    grep -E '^(PASS|FAIL|SKIP|INFO)' "$BUILD/tests/cuda_$name.log" | head -60 | sed 's/^/    /'
+}
+mkdir -p "$BUILD/tests"
+for t in "$BUILD"/tests/cuda/test_*; do
+    [ -x "$t" ] && one "$(basename "$t")" "$t"
+done
+for t in test_canonical test_diverge test_models test_spec; do
+    [ -x "$BUILD/tests/$t" ] && one "$t" env DSPARK_DEVICE=cuda "$BUILD/tests/$t"
+done
+one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
