@@ -13,6 +13,10 @@
 # one kernel and not in its twin; kernels that want FMA ask for it explicitly
 # and identically in decode and canonical.
 
+# `make` alone builds everything, also when the CUDA section below (which
+# comes first) defines targets of its own
+.DEFAULT_GOAL := all
+
 CC      ?= cc
 OPT     ?= -O3
 SAN     ?=

@@ -43,7 +43,7 @@ static ds_model *make_target(const char *dir, const char *name, uint32_t type, l
     o.n_vocab = 300; o.n_ctx = 1024; o.seed = seed;
     if (ds_make_model(&o, tied, err, sizeof err)) { printf("FAIL make-model: %s\n", err); exit(1); }
     rewrite(tied, path, -1, untie ? (uint32_t)seed * 2654435761u + 1 : 0);
-    ds_model *m = ds_model_load(path, err, sizeof err);
+    ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);
     if (!m) { printf("FAIL load target: %s\n", err); exit(1); }
     return m;
 }
@@ -231,7 +231,8 @@ static void oracle_runs(ds_ctx *c, const ds_drafter *d, int pi, ds_spec_opts *o,
  * The CPU's own table with host_memory = 0 (so the model, the drafter and
  * the loop take their device paths: logits and taps in backend buffers, the
  * drafter's arena copied, the heads' ids on the device) and upload /
- * download wrapped to count bytes. A device-resident round may move only
+ * download wrapped to count bytes. Under DSPARK_DEVICE=cuda (make
+ * test-cuda) the same wrapper counts the GPU's transfers. A device-resident round may move only
  * token ids and confidences: every download is at most gamma+1 ints, every
  * upload at most one chunk of ids or positions, and for direct commit the
  * total is exactly the ids and confidences the rounds account for. */
@@ -244,13 +245,13 @@ typedef struct {
 } counting_dev;
 
 static void cnt_download(ds_exec *ex, void *dst, const void *src, size_t b) {
-    counting_dev *k = ex->be->priv;
+    counting_dev *k = (counting_dev *)(void *)ex->be->i;      /* the table is its first member */
     k->down_calls++; k->down_bytes += b;
     if (b > k->down_max) k->down_max = b;
     k->cpu->download(ex, dst, src, b);
 }
 static void cnt_upload(ds_exec *ex, void *dst, const void *src, size_t b) {
-    counting_dev *k = ex->be->priv;
+    counting_dev *k = (counting_dev *)(void *)ex->be->i;      /* the table is its first member */
     k->up_calls++; k->up_bytes += b;
     if (b > k->up_max) k->up_max = b;
     k->cpu->upload(ex, dst, src, b);
@@ -278,7 +279,7 @@ static void device_resident_checks(const char *dir) {
     ds_model *mh = make_target(dir, "dev_target", DS_TYPE_F32, 31, 1);
     char path[600];
     snprintf(path, sizeof path, "%s/dev_target.gguf", dir);
-    ds_model *md = ds_model_load(path, err, sizeof err);
+    ds_model *md = ds_model_load_on(path, tu_device(), err, sizeof err);
     CHECK(md != NULL, "load: %s", err);
     counting_dev k;
     memset(&k, 0, sizeof k);
@@ -288,7 +289,6 @@ static void device_resident_checks(const char *dir) {
     k.i.download = cnt_download;
     k.i.upload = cnt_upload;
     md->be->i = &k.i;
-    md->be->priv = &k;
     ds_ctx *ch = ds_ctx_new(mh, 160, 1, err, sizeof err);
     ds_ctx *cd = ds_ctx_new(md, 160, 1, err, sizeof err);
     CHECK(ch && cd, "ctx: %s", err);
@@ -637,7 +637,7 @@ int main(void) {
                     int32_t eos = ref[p].tok[j];
                     snprintf(dst, sizeof dst, "%s/eos_%d_%d.gguf", dir, p, j);
                     rewrite(src, dst, eos, 0);
-                    ds_model *me = ds_model_load(dst, err, sizeof err);
+                    ds_model *me = ds_model_load_on(dst, tu_device(), err, sizeof err);
                     CHECK(me != NULL, "load eos model: %s", err);
                     if (!me) continue;
                     char dpath[600];
