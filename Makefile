@@ -13,6 +13,10 @@
 # one kernel and not in its twin; kernels that want FMA ask for it explicitly
 # and identically in decode and canonical.
 
+# `make` alone builds everything, also when the CUDA section below (which
+# comes first) defines targets of its own
+.DEFAULT_GOAL := all
+
 CC      ?= cc
 OPT     ?= -O3
 SAN     ?=
@@ -79,6 +83,8 @@ test-cuda: all $(CUDA_TESTS)
 .PHONY: all test test-san test-cuda bench-cuda bench clean deps run models
 
 all: $(BUILD)/dspark $(TEST_BIN) $(BENCH_BIN)
+# the device harness for the heads' ops, built here so it keeps compiling (run it with a GPU)
+all: $(BUILD)/tests/cuda/test_heads
 
 # The comparator must be exact IEEE-754 whatever the project flags are.
 $(BUILD)/src/diag/%.o: CFLAGS += -fno-finite-math-only -fsignaling-nans

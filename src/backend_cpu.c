@@ -4,6 +4,7 @@
  * the engine's device pointers are plain pointers. */
 #include "backend.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -173,6 +174,47 @@ static int cpu_reserve(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_
     return 0;
 }
 
+/* ---- the drafter's heads and token selection ------------------------------
+ * These are the host loops drafter_forward.c ran before the heads moved
+ * behind the table, expression for expression (-ffp-contract=off keeps every
+ * product and sum separately rounded), so no drafter output bit changed. */
+
+static void cpu_add(ds_exec *ex, int64_t n, const float *a, const float *b, float *y) {
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+static void cpu_fill(ds_exec *ex, int64_t n, float *x, float v) {
+    for (int64_t i = 0; i < n; i++) x[i] = v;
+}
+static float sigmoidf(float t) { return 1.0f / (1.0f + expf(-t)); }
+static void cpu_gate(ds_exec *ex, ds_gate_kind kind, int n, const float *a, const float *b, const float *e,
+                     float *s, float *y) {
+    switch (kind) {
+    case DS_GATE_SIGMOID:
+        for (int j = 0; j < n; j++) y[j] = sigmoidf(a[j] + b[j]);
+        break;
+    case DS_GATE_SIGMOID_MUL:
+        for (int j = 0; j < n; j++) y[j] = sigmoidf(a[j] + b[j]) * e[j];
+        break;
+    case DS_GATE_RNN:
+        for (int j = 0; j < n; j++) {
+            float g = sigmoidf(a[j] + b[j]);
+            float c = tanhf(a[n + j] + b[n + j]);
+            s[j] = g * s[j] + (1.0f - g) * c;
+            y[j] = tanhf(a[2 * n + j] + b[2 * n + j]);
+        }
+        break;
+    }
+}
+/* The sampler itself (sampler.c): the host and the CPU "device" are one. */
+static int cpu_sample(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x, int64_t pos0,
+                      float *scratch, int32_t *out) {
+    for (int r = 0; r < rows; r++) {
+        int32_t t = ds_sample(smp, x + (size_t)r * n, n, pos0 + r, scratch);
+        out[r] = t >= 0 ? t : (int32_t)ds_argmax(x + (size_t)r * n, n);   /* t < 0 only without scratch */
+    }
+    return 0;
+}
+
 static const ds_backend_i cpu_i = {
     .name = "cpu",
     .host_memory = 1,
@@ -202,6 +244,10 @@ static const ds_backend_i cpu_i = {
     .graph_begin = NULL,
     .graph_end = NULL,
     .reserve = cpu_reserve,
+    .add = cpu_add,
+    .fill = cpu_fill,
+    .gate = cpu_gate,
+    .sample = cpu_sample,
 };
 
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {
