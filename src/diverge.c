@@ -282,28 +282,45 @@ static const ds_weight *model_weight_of_type(const ds_model *m, uint32_t type) {
     return NULL;
 }
 
+/* The A/B runs on the context's device through the backend table, on
+ * device buffers: the decode kernel row by row (canonical at M = 1) against
+ * the variant under test over all M rows, compared on the host. */
 typedef struct {
-    float *in1, *in2, *ref, *out, *q;   /* scratch */
-} ab_bufs;
+    ds_exec *ex;
+    const ds_backend_i *b;
+    float *dev[7];                          /* in1 in2 ref got w tmp: device   */
+    int   *dpos;
+} ab_dev;
 
-int ds_family_ab_run(const ds_model *m, ds_pool *pool, int fam, ds_variant v, int m_max,
+static void ab_free(ab_dev *a) {
+    for (int i = 0; i < 7; i++) if (a->dev[i]) a->b->release(a->ex->be, a->dev[i]);
+    if (a->dpos) a->b->release(a->ex->be, a->dpos);
+}
+
+int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int m_max,
                      ds_family_ab *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->family = fam;
     out->variant = v;
     out->worst.first_mismatch = -1;
+    if (!ex || ex->be != m->be) {
+        ds_errf(err, errlen, "families: the execution context is not on the model's device");
+        return -1;
+    }
+    const ds_backend_i *b = ex->be->i;
     const ds_hparams *hp = &m->hp;
     const int d = hp->n_embd, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv, ff = hp->n_ff;
     int K = d, N = d;
     ds_weight synth = { 0 };
     void *synth_data = NULL;
     const ds_weight *W = NULL;
-    if (fam <= DS_FAM_MATMUL_Q8_0) {
+    const int is_mm = fam <= DS_FAM_MATMUL_Q8_0;
+    if (is_mm) {
         static const uint32_t types[] = { DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_BF16, DS_TYPE_Q8_0 };
         uint32_t t = types[fam];
         W = model_weight_of_type(m, t);
         if (!W) {
-            /* synthetic weight at the model's FFN shape */
+            /* synthetic weight at the model's FFN shape, prepared on the device */
             K = d - d % 32 ? d - d % 32 : 32;
             N = ff;
             int ok;
@@ -315,6 +332,7 @@ int ds_family_ab_run(const ds_model *m, ds_pool *pool, int fam, ds_variant v, in
             ds_f32_to_type(t, f, (int64_t)K * N, synth_data);
             free(f);
             synth = (ds_weight){ t, K, N, synth_data, NULL };
+            if (b->prepare_weight(ex->be, &synth, DS_USE_MATMUL, err, errlen)) { free(synth_data); return -1; }
             W = &synth;
             out->synthetic = 1;
         }
@@ -323,72 +341,80 @@ int ds_family_ab_run(const ds_model *m, ds_pool *pool, int fam, ds_variant v, in
     }
     /* buffer sizes: the largest object any family touches, m_max rows */
     const int n_kv = 160;                     /* cache positions for attention: spans two chunks */
-    size_t row_in = (size_t)(fam <= DS_FAM_MATMUL_Q8_0 ? K : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
-    size_t row_out = (size_t)(fam <= DS_FAM_MATMUL_Q8_0 ? N : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
+    size_t row_in = (size_t)(is_mm ? K : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
+    size_t row_out = (size_t)(is_mm ? N : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
     size_t cache = (size_t)n_kv * Hkv * hd;
-    float *in1 = malloc((size_t)m_max * row_in * sizeof(float));
-    float *in2 = malloc(((size_t)m_max * row_in + 2 * cache) * sizeof(float));
-    float *ref = malloc((size_t)m_max * row_out * sizeof(float));
-    float *got = malloc((size_t)m_max * row_out * sizeof(float));
-    float *w = malloc((size_t)(d > hd ? d : hd) * sizeof(float));
-    float *tmp = malloc(((size_t)m_max * row_in + 1) * sizeof(float));
+    const size_t wn = (size_t)(d > hd ? d : hd);
+    const size_t n[7] = { (size_t)m_max * row_in, (size_t)m_max * row_in + 2 * cache, (size_t)m_max * row_out,
+                          (size_t)m_max * row_out, wn, (size_t)m_max * row_in + 1, 0 };
+    float *in1 = malloc(n[0] * sizeof(float)), *in2 = malloc(n[1] * sizeof(float));
+    float *ref = malloc(n[2] * sizeof(float)), *got = malloc(n[3] * sizeof(float));
+    float *w = malloc(wn * sizeof(float));
     int *pos = malloc((size_t)m_max * sizeof(int));
-    if (!in1 || !in2 || !ref || !got || !w || !tmp || !pos) {
-        free(in1); free(in2); free(ref); free(got); free(w); free(tmp); free(pos); free(synth_data);
-        ds_errf(err, errlen, "families: out of memory");
-        return -1;
-    }
-    fill(w, (size_t)(d > hd ? d : hd), 5, 0.5f);
-    for (int i = 0; i < (d > hd ? d : hd); i++) w[i] += 1.0f;
+    ab_dev a = { .ex = ex, .b = b };
+    int ok = in1 && in2 && ref && got && w && pos;
+    for (int i = 0; i < 6 && ok; i++) ok = (a.dev[i] = b->alloc(ex->be, n[i] * sizeof(float))) != NULL;
+    if (ok) ok = (a.dpos = b->alloc(ex->be, (size_t)m_max * sizeof(int))) != NULL;
+    int rc = -1;
+    if (!ok) { ds_errf(err, errlen, "families: out of memory"); goto done; }
+    float *d_in1 = a.dev[0], *d_in2 = a.dev[1], *d_ref = a.dev[2], *d_got = a.dev[3], *d_w = a.dev[4], *d_tmp = a.dev[5];
+    fill(w, wn, 5, 0.5f);
+    for (size_t i = 0; i < wn; i++) w[i] += 1.0f;
+    b->upload(ex, d_w, w, wn * sizeof(float));
     double worst_frac = -1.0;
     for (int M = 1; M <= m_max; M++) {
         fill(in1, (size_t)M * row_in, 1000 + (uint64_t)M, fam == DS_FAM_SWIGLU ? 4.0f : 1.0f);
         fill(in2, (size_t)M * row_in + 2 * cache, 2000 + (uint64_t)M, 1.0f);
         for (int r = 0; r < M; r++) pos[r] = n_kv - M + r;
+        b->upload(ex, d_in1, in1, (size_t)M * row_in * sizeof(float));
+        b->upload(ex, d_in2, in2, ((size_t)M * row_in + 2 * cache) * sizeof(float));
+        b->upload(ex, a.dpos, pos, (size_t)M * sizeof(int));
         /* reference: the decode kernel row by row; got: the batched variant */
         switch (fam) {
         case DS_FAM_MATMUL_F32: case DS_FAM_MATMUL_F16: case DS_FAM_MATMUL_BF16: case DS_FAM_MATMUL_Q8_0:
-            for (int r = 0; r < M; r++) ds_matmul_decode(W, in1 + (size_t)r * K, ref + (size_t)r * N, pool);
-            ds_matmul(v, W, M, in1, got, pool);
+            for (int r = 0; r < M; r++) b->matmul(ex, DS_CANONICAL, W, 1, d_in1 + (size_t)r * K, d_ref + (size_t)r * N);
+            b->matmul(ex, v, W, M, d_in1, d_got);
             break;
         case DS_FAM_ATTENTION: {
             ds_attn_shape s = { H, Hkv, hd, Hkv * hd, 1.0f / sqrtf((float)hd) };
-            const float *kc = in2 + (size_t)M * row_in, *vc = kc + cache;
+            const float *kc = d_in2 + (size_t)M * row_in, *vc = kc + cache;
             int p0 = n_kv - M;
             for (int r = 0; r < M; r++)
-                ds_attention(DS_CANONICAL, &s, 1, p0 + r, 1, p0 + r + 1, in1 + (size_t)r * H * hd, kc, vc, ref + (size_t)r * H * hd, pool);
-            ds_attention(v, &s, M, p0, 1, n_kv, in1, kc, vc, got, pool);
+                b->attention(ex, DS_CANONICAL, &s, 1, a.dpos + r, p0 + r, 1, d_in1 + (size_t)r * H * hd, kc, vc, d_ref + (size_t)r * H * hd);
+            b->attention(ex, v, &s, M, a.dpos, p0, 1, d_in1, kc, vc, d_got);
             break;
         }
         case DS_FAM_RMSNORM:
-            for (int r = 0; r < M; r++) ds_rmsnorm(DS_CANONICAL, 1, d, in1 + (size_t)r * d, w, hp->norm_eps, ref + (size_t)r * d, pool);
-            ds_rmsnorm(v, M, d, in1, w, hp->norm_eps, got, pool);
+            for (int r = 0; r < M; r++) b->rmsnorm(ex, DS_CANONICAL, 1, d, d_in1 + (size_t)r * d, d_w, hp->norm_eps, d_ref + (size_t)r * d);
+            b->rmsnorm(ex, v, M, d, d_in1, d_w, hp->norm_eps, d_got);
             break;
         case DS_FAM_ROPE: {
             ds_rope_mode mode = hp->arch == DS_ARCH_QWEN3 ? DS_ROPE_NEOX : DS_ROPE_NORMAL;
-            memcpy(ref, in1, (size_t)M * row_in * sizeof(float));
-            memcpy(got, in1, (size_t)M * row_in * sizeof(float));
-            for (int r = 0; r < M; r++) ds_rope(DS_CANONICAL, 1, H, hd, pos + r, hp->rope_base, mode, ref + (size_t)r * H * hd, pool);
-            ds_rope(v, M, H, hd, pos, hp->rope_base, mode, got, pool);
+            b->copy(ex, d_ref, d_in1, (size_t)M * row_in * sizeof(float));
+            b->copy(ex, d_got, d_in1, (size_t)M * row_in * sizeof(float));
+            for (int r = 0; r < M; r++) b->rope(ex, DS_CANONICAL, 1, H, hd, a.dpos + r, hp->rope_base, mode, d_ref + (size_t)r * H * hd);
+            b->rope(ex, v, M, H, hd, a.dpos, hp->rope_base, mode, d_got);
             break;
         }
         case DS_FAM_SWIGLU:
-            for (int r = 0; r < M; r++) ds_swiglu(DS_CANONICAL, 1, ff, in1 + (size_t)r * ff, in2 + (size_t)r * ff, ref + (size_t)r * ff, pool);
-            ds_swiglu(v, M, ff, in1, in2, got, pool);
+            for (int r = 0; r < M; r++) b->swiglu(ex, DS_CANONICAL, 1, ff, d_in1 + (size_t)r * ff, d_in2 + (size_t)r * ff, d_ref + (size_t)r * ff);
+            b->swiglu(ex, v, M, ff, d_in1, d_in2, d_got);
             break;
         case DS_FAM_RESIDUAL:
             /* compare the epilogue's norm output: that is where it shows */
-            memcpy(tmp, in1, (size_t)M * d * sizeof(float));
+            b->copy(ex, d_tmp, d_in1, (size_t)M * d * sizeof(float));
             for (int r = 0; r < M; r++)
-                ds_residual(DS_CANONICAL, DS_CANONICAL, 1, d, tmp + (size_t)r * d, in2 + (size_t)r * d, w, hp->norm_eps, ref + (size_t)r * d, pool);
-            memcpy(tmp, in1, (size_t)M * d * sizeof(float));
-            ds_residual(v, DS_CANONICAL, M, d, tmp, in2, w, hp->norm_eps, got, pool);
+                b->residual(ex, DS_CANONICAL, DS_CANONICAL, 1, d, d_tmp + (size_t)r * d, d_in2 + (size_t)r * d, d_w, hp->norm_eps, d_ref + (size_t)r * d);
+            b->copy(ex, d_tmp, d_in1, (size_t)M * d * sizeof(float));
+            b->residual(ex, v, DS_CANONICAL, M, d, d_tmp, d_in2, d_w, hp->norm_eps, d_got);
             break;
         default:
-            free(in1); free(in2); free(ref); free(got); free(w); free(tmp); free(pos); free(synth_data);
             ds_errf(err, errlen, "families: unknown family %d", fam);
-            return -1;
+            goto done;
         }
+        b->download(ex, ref, d_ref, (size_t)M * row_out * sizeof(float));
+        b->download(ex, got, d_got, (size_t)M * row_out * sizeof(float));
+        if (b->sync(ex, err, errlen)) goto done;
         dsd_metrics mt;
         dsd_compare(got, ref, (size_t)M * row_out, &mt);
         if (!mt.bit_exact) {
@@ -397,6 +423,10 @@ int ds_family_ab_run(const ds_model *m, ds_pool *pool, int fam, ds_variant v, in
         }
         if (mt.mismatch_fraction > worst_frac) { worst_frac = mt.mismatch_fraction; out->worst = mt; }
     }
-    free(in1); free(in2); free(ref); free(got); free(w); free(tmp); free(pos); free(synth_data);
-    return 0;
+    rc = 0;
+done:
+    ab_free(&a);
+    if (synth_data) b->release_weight(ex->be, &synth);
+    free(in1); free(in2); free(ref); free(got); free(w); free(pos); free(synth_data);
+    return rc;
 }

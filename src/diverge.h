@@ -53,7 +53,8 @@ int  ds_diverge_cross(ds_ctx *ca, ds_ctx *cb, const ds_diverge_opts *o, const ds
 
 /* ---- isolated same-input A/B of one family -------------------------------
  * The family's decode kernel (canonical at M=1, row by row) against the
- * given batched variant on identical inputs at the model's shapes, for
+ * given batched variant on identical inputs at the model's shapes, on the
+ * device of `ex` (a context's, ds_ctx_exec: the model's device), for
  * M = 1..m_max. Matmul families use a weight of that type from the model
  * when it has one, else a deterministic synthetic one (synthetic = 1). */
 typedef struct {
@@ -64,7 +65,7 @@ typedef struct {
     int         synthetic;
     dsd_metrics worst;                       /* metrics of the worst width     */
 } ds_family_ab;
-int ds_family_ab_run(const ds_model *m, ds_pool *pool, int family, ds_variant v, int m_max,
+int ds_family_ab_run(const ds_model *m, ds_exec *ex, int family, ds_variant v, int m_max,
                      ds_family_ab *out, char *err, size_t errlen);
 
 /* Families whose kernels produced a checkpoint in that run (the attribution

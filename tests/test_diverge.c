@@ -15,7 +15,7 @@ static ds_model *make(const char *dir, uint32_t type) {
     o.type = type;
     o.n_embd = 128; o.n_layer = 3; o.n_head = 4; o.n_head_kv = 2; o.n_ff = 256; o.n_vocab = 400; o.seed = 11;
     if (ds_make_model(&o, path, err, sizeof err)) { printf("FAIL make: %s\n", err); exit(1); }
-    ds_model *m = ds_model_load(path, err, sizeof err);
+    ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);
     if (!m) { printf("FAIL load: %s\n", err); exit(1); }
     return m;
 }
@@ -55,7 +55,7 @@ int main(void) {
         CHECK(r.gate_control && r.gate_probe, "gate failed with %s fast", ds_family_name(f));
         const dsd_object_result *first = dsd_report_first(&r.report);
         ds_family_ab ab;
-        CHECK(ds_family_ab_run(m, ds_exec_cpu_pool(ds_ctx_exec(c)), f, DS_FAST, 16, &ab, err, sizeof err) == 0, "ab: %s", err);
+        CHECK(ds_family_ab_run(m, ds_ctx_exec(c), f, DS_FAST, 16, &ab, err, sizeof err) == 0, "ab: %s", err);
         if (f == DS_FAM_MATMUL_Q8_0 || f == DS_FAM_ATTENTION) {
             CHECK(first != NULL, "%s fast: no divergence found (the check cannot fail)", ds_family_name(f));
             CHECK(ab.proven_different, "%s fast: isolated A/B found no difference", ds_family_name(f));
@@ -77,20 +77,21 @@ int main(void) {
     /* 3. canonical families are IDENTICAL in the isolated A/B too */
     for (int f = 0; f < DS_FAM_COUNT; f++) {
         ds_family_ab ab;
-        CHECK(ds_family_ab_run(m, ds_exec_cpu_pool(ds_ctx_exec(c)), f, DS_CANONICAL, 16, &ab, err, sizeof err) == 0, "ab: %s", err);
+        CHECK(ds_family_ab_run(m, ds_ctx_exec(c), f, DS_CANONICAL, 16, &ab, err, sizeof err) == 0, "ab: %s", err);
         CHECK(!ab.proven_different, "canonical %s differs from decode in the isolated A/B", ds_family_name(f));
     }
     printf("PASS isolated A/B: every canonical family IDENTICAL to decode for M=1..16\n");
 
-    /* 4. cross-configuration mode: the same model file on a second device
-     * (DSPARK_DEVICE, "cpu" by default) against this CPU context. Canonical
-     * batched on both sides must agree wherever the backends claim the same
-     * bits (CPU vs CPU: everywhere); a fast Q8_0 matmul on side B must be
-     * found and attributed. */
+    /* 4. cross-configuration mode: the same model file on the CPU against
+     * this context (on DSPARK_DEVICE: the GPU under make test-cuda, else a
+     * second CPU context with another thread count). Canonical batched on
+     * both sides must agree bit for bit — the CUDA canonical kernels are
+     * written to the CPU's arithmetic — and a fast Q8_0 matmul on side B
+     * must be found and attributed. */
     {
         char path[512];
         snprintf(path, sizeof path, "%s/m%u.gguf", dir, (unsigned)DS_TYPE_Q8_0);
-        const char *dev = getenv("DSPARK_DEVICE") ? getenv("DSPARK_DEVICE") : "cpu";
+        const char *dev = "cpu";
         ds_model *m2 = ds_model_load_on(path, dev, err, sizeof err);
         CHECK(m2 != NULL, "load on %s: %s", dev, err);
         ds_ctx *c2 = m2 ? ds_ctx_new(m2, 256, 1, err, sizeof err) : NULL;
@@ -102,11 +103,10 @@ int main(void) {
             ds_kernel_set_all(&kb, DS_CANONICAL);
             CHECK(ds_diverge_cross(c, c2, &o, &kb, &r, err, sizeof err) == 0, "cross: %s", err);
             const dsd_object_result *first = dsd_report_first(&r.report);
-            if (!strcmp(dev, "cpu"))
-                CHECK(first == NULL, "cpu canonical vs cpu canonical (other context, 1 thread) diverged");
-            printf("%s cross cpu(canonical,batched) vs %s(canonical,batched): first_divergence=%s compared_objects=%zu\n",
-                   first == NULL || strcmp(dev, "cpu") ? "PASS" : "FAIL", dev,
-                   first ? dsd_cp_name(first->key.cp) : "NONE", r.report.compared_objects);
+            CHECK(first == NULL, "%s canonical vs cpu canonical diverged at %s", tu_device(), first ? dsd_cp_name(first->key.cp) : "");
+            printf("%s cross %s(canonical,batched) vs cpu(canonical,batched): first_divergence=%s compared_objects=%zu\n",
+                   first == NULL ? "PASS" : "FAIL", tu_device(), first ? dsd_cp_name(first->key.cp) : "NONE",
+                   r.report.compared_objects);
             ds_diverge_result_free(&r);
             kb.v[DS_FAM_MATMUL_Q8_0] = DS_FAST;
             CHECK(ds_diverge_cross(c, c2, &o, &kb, &r, err, sizeof err) == 0, "cross: %s", err);

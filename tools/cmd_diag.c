@@ -251,7 +251,7 @@ int cmd_families(int argc, char **argv) {
     print_block(&s);
     for (int f = 0; f < DS_FAM_COUNT; f++) {
         ds_family_ab ab;
-        if (ds_family_ab_run(s.m, ds_exec_cpu_pool(ds_ctx_exec(s.c)), f, DS_FAST, 16, &ab, err, sizeof err)) cli_die(C, "%s", err);
+        if (ds_family_ab_run(s.m, ds_ctx_exec(s.c), f, DS_FAST, 16, &ab, err, sizeof err)) cli_die(C, "%s", err);
         ds_kernel_set ks;
         ds_kernel_set_all(&ks, DS_CANONICAL);
         ks.v[f] = DS_FAST;
@@ -373,7 +373,7 @@ int cmd_sweep(int argc, char **argv) {
         for (int f = 0; f < DS_FAM_COUNT && chosen < 0; f++) {
             if (!(cand & (1u << f))) continue;
             ds_family_ab ab;
-            if (ds_family_ab_run(s.m, ds_exec_cpu_pool(ds_ctx_exec(s.c)), f, DS_FAST, 16, &ab, err, sizeof err)) cli_die(C, "%s", err);
+            if (ds_family_ab_run(s.m, ds_ctx_exec(s.c), f, DS_FAST, 16, &ab, err, sizeof err)) cli_die(C, "%s", err);
             tested |= 1u << f;
             printf("  ATTRIBUTE site=%s candidate=%s isolated_ab=%s\n", fd, ds_family_name(f), ab.proven_different ? "PROVEN_DIFFERENT" : "IDENTICAL");
             if (ab.proven_different) chosen = f;
