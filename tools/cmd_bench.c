@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* cmd_bench_profile.c: --profile */
+void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits);
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -27,7 +30,8 @@ static const int k_widths[N_WIDTHS] = { 1, 2, 4, 8, 16 };
 
 int cmd_bench(int argc, char **argv) {
     const char *C = "bench";
-    const char *json = NULL;
+    const char *json = NULL, *drafter_path = NULL;
+    int profile = 0;
     long reps = 5, prefix = 64, n_decode = 32, prefill_len = 128;
     cli_model_flags mf;
     cli_model_flags_init(&mf);
@@ -36,7 +40,10 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: dspark bench -m MODEL.gguf [-t N] [--reps N] [--prefix N] [--decode N] [--prefill-len N] [--json FILE|-]\n"
                    "  -c is not used: the context is sized from --prefix/--decode/--prefill-len;\n"
-                   "  --kernels does not apply: canonical and fast are both measured.\n");
+                   "  --kernels does not apply: canonical and fast are both measured.\n"
+                   "       dspark bench -m MODEL.gguf --profile [-md DRAFTER.gguf] [-t N] [--reps N] [--prefix N]\n"
+                   "  --profile   per-op profile of a decode step, an 8-row verify and (with -md) a drafting\n"
+                   "              round, and each matmul alone at M = 1..16 (ceilings: build/bench/roofline)\n");
             cli_model_flags_help(stdout, 0);
             return 0;
         }
@@ -46,6 +53,8 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--decode")) n_decode = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--prefill-len")) prefill_len = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--json")) json = cli_value(C, argc, argv, &i);
+        else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "-md")) drafter_path = cli_value(C, argc, argv, &i);
         else cli_die(C, "unknown flag '%s' (see dspark bench --help)", a);
     }
     cli_model_flags_finish(C, &mf, NULL);
@@ -57,6 +66,7 @@ int cmd_bench(int argc, char **argv) {
         char e[DS_ERRLEN];
         if (ds_out_check_inputs(json, &model_path, 1, e, sizeof e)) cli_die(C, "%s", e);
     }
+    if (drafter_path && !profile) cli_die(C, "-md is only used with --profile");
     char err[DS_ERRLEN];
     ds_model *m = ds_model_load_on(model_path, mf.device, err, sizeof err);
     if (!m) cli_die(C, "%s: %s", model_path, err);
@@ -73,6 +83,16 @@ int cmd_bench(int argc, char **argv) {
     for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) t_ver[v][w] = malloc((size_t)reps * sizeof(double));
     if (!toks || !logits || !t_dec || !t_pre) cli_die(C, "out of memory");
     for (long i = 0; i < need; i++) toks[i] = (int32_t)((i * 7919 + 13) % V);   /* fixed pseudo-text */
+    if (profile) {
+        printf("model=%s weights=%s params=%llu threads=%ld simd=%s\n", model_path, ds_type_name(m->weight_type),
+               (unsigned long long)m->n_params, n_threads, ds_simd_path());
+        cmd_bench_profile(c, drafter_path, toks, (int)prefix, reps, logits);
+        for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) free(t_ver[v][w]);
+        free(t_dec); free(t_pre); free(toks); free(logits);
+        ds_ctx_free(c);
+        ds_model_free(m);
+        return 0;
+    }
 
     ds_kernel_set canon, fast;
     ds_kernel_set_all(&canon, DS_CANONICAL);

@@ -28,8 +28,10 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "canonical: 16 k-lanes, one fused multiply-add per step, fixed 8-4-2-1 tree",
     "fast: bf16 weights converted on the fly, FMA with split-K and a left-to-right lane sum; "
     "canonical: 16 k-lanes, one fused multiply-add per step, fixed 8-4-2-1 tree",
-    "fast: weights dequantized to f32 (once per batch), FMA with the unquantized f32 "
-    "activations, split-K and a left-to-right lane sum (an f32 GEMM); canonical (= decode): "
+    "fast: int8 VNNI on the packed tiles with ONE activation scale per row (convert + FMA "
+    "per block, the row scale applied once at the end; other SIMD levels: weights dequantized "
+    "to f32, FMA with the unquantized activations, split-K, left-to-right lane sum); "
+    "canonical (= decode): "
     "activation rows quantized to Q8_0 (ds_quantize_row_q8_0), exact int8 x int8 block dots "
     "(AVX512-VNNI repacked or per row / AVX2 maddubs / scalar), one f32 fma per block with "
     "d_w*d_x in block order (llama.cpp's q8_0 x q8_0)",

@@ -121,6 +121,27 @@ static inline float ds_exp_fast(float x) {
     static void name(void *a, int64_t i0, int64_t i1) { name##_body(a, i0, i1); }
 #endif
 
+/* The same for range functions of ds_pool_for_idx, which also receive their
+ * chunk index (the thread's scratch region). */
+#define DS_OPS_BODY_IDX(name) \
+    static inline __attribute__((always_inline)) void name##_body(void *arg, int64_t i0, int64_t i1, int chunk)
+#if DS_X86
+#define DS_OPS_DISPATCH_IDX(name)                                                          \
+    DS_TARGET_AVX512 static void name##_avx512(void *a, int64_t i0, int64_t i1, int c) { name##_body(a, i0, i1, c); } \
+    DS_TARGET_AVX2 static void name##_avx2(void *a, int64_t i0, int64_t i1, int c) { name##_body(a, i0, i1, c); }     \
+    static void name##_portable(void *a, int64_t i0, int64_t i1, int c) { name##_body(a, i0, i1, c); }               \
+    static void name(void *a, int64_t i0, int64_t i1, int c) {                             \
+        switch (ds_simd_level()) {                                                         \
+        case DS_LVL_AVX512: name##_avx512(a, i0, i1, c); break;                            \
+        case DS_LVL_AVX2: name##_avx2(a, i0, i1, c); break;                                \
+        default: name##_portable(a, i0, i1, c); break;                                     \
+        }                                                                                  \
+    }
+#else
+#define DS_OPS_DISPATCH_IDX(name) \
+    static void name(void *a, int64_t i0, int64_t i1, int c) { name##_body(a, i0, i1, c); }
+#endif
+
 static inline int ds_imin(int a, int b) { return a < b ? a : b; }
 static inline int64_t ds_grain(int64_t n_per_item, int64_t target) {
     int64_t g = n_per_item > 0 ? target / n_per_item : 1;
