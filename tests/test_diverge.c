@@ -75,12 +75,20 @@ int main(void) {
     }
 
     /* 3. canonical families are IDENTICAL in the isolated A/B too */
+    int n_ab = 0;
     for (int f = 0; f < DS_FAM_COUNT; f++) {
         ds_family_ab ab;
-        CHECK(ds_family_ab_run(m, ds_ctx_exec(c), f, DS_CANONICAL, 16, &ab, err, sizeof err) == 0, "ab: %s", err);
+        if (ds_family_ab_run(m, ds_ctx_exec(c), f, DS_CANONICAL, 16, &ab, err, sizeof err) != 0) {
+            /* a device may refuse a weight type it has no kernels for (the
+             * kquant types on CUDA): that is a refusal, not a wrong answer */
+            CHECK(strcmp(tu_device(), "cpu") && strstr(err, "not supported"), "ab: %s", err);
+            printf("SKIP family=%s on %s: %s\n", ds_family_name(f), tu_device(), err);
+            continue;
+        }
+        n_ab++;
         CHECK(!ab.proven_different, "canonical %s differs from decode in the isolated A/B", ds_family_name(f));
     }
-    printf("PASS isolated A/B: every canonical family IDENTICAL to decode for M=1..16\n");
+    printf("PASS isolated A/B: every canonical family IDENTICAL to decode for M=1..16 (%d families on %s)\n", n_ab, tu_device());
 
     /* 4. cross-configuration mode: the same model file on the CPU against
      * this context (on DSPARK_DEVICE: the GPU under make test-cuda, else a

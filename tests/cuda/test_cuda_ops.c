@@ -348,6 +348,15 @@ static void test_rope(T *t, int hd, float base, ds_rope_mode mode) {
     t->i->rope(t->ex, DS_CANONICAL, R, nh, hd, dpos, base, mode, dx);
     dget(t, g2, dx, n * 4);
     CHECK(!memcmp(g1, g2, n * 4), "rope: rows != decode");
+    if (memcmp(g2, cpu, n * 4)) {   /* say where: row (position), head, element */
+        for (size_t e = 0; e < n; e++)
+            if (memcmp(&g2[e], &cpu[e], 4)) {
+                const size_t r = e / ((size_t)nh * hd);
+                printf("INFO rope first mismatch: row=%zu pos=%d head=%zu elem=%zu cuda=%.9g cpu=%.9g\n", r, pos[r],
+                       (e / hd) % nh, e % hd, g2[e], cpu[e]);
+                break;
+            }
+    }
     CHECK(!memcmp(g2, cpu, n * 4), "rope hd=%d base=%g mode=%d: CUDA canonical != CPU canonical", hd, base, mode);
     t->i->upload(t->ex, dx, x, n * 4);
     t->i->rope(t->ex, DS_FAST, R, nh, hd, dpos, base, mode, dx);

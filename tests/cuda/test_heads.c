@@ -102,18 +102,26 @@ int main(int argc, char **argv) {
         float *da = to_dev(&g, a, n * 4), *db = to_dev(&g, b, n * 4);
         g.be->i->add(g.ex, (int64_t)n, da, db, da);                /* in place, as the drafter uses it */
         from_dev(&g, yg, da, n * 4);
-        CHECK(diff_words(yc, yg, n) == 0, "add: %ld of %zu outputs differ", diff_words(yc, yg, n), n);
+        /* IEEE 754 leaves NaN payloads to the implementation (x86 keeps the
+         * first operand's, the GPU returns the canonical NaN): equal when
+         * both are NaN, bit for bit otherwise */
+        long add_diff = 0;
+        for (size_t i = 0; i < n; i++) add_diff += !(yc[i] != yc[i] && yg[i] != yg[i]) && diff_words(&yc[i], &yg[i], 1);
+        CHECK(add_diff == 0, "add: %ld of %zu outputs differ", add_diff, n);
         g.be->i->fill(g.ex, 7, da + 5, -1e6f);
         from_dev(&g, yg, da, n * 4);
         int ok = 1;
-        for (size_t i = 0; i < 20; i++) ok &= (i >= 5 && i < 12) ? yg[i] == -1e6f : !diff_words(&yg[i], &yc[i], 1);
+        for (size_t i = 0; i < 20; i++)
+            ok &= (i >= 5 && i < 12) ? yg[i] == -1e6f : ((yg[i] != yg[i] && yc[i] != yc[i]) || !diff_words(&yg[i], &yc[i], 1));
         CHECK(ok, "fill: wrong range written");
         drop(&g, da); drop(&g, db);
         free(a); free(b); free(yc); free(yg);
         printf("PASS add_fill n=%zu\n", n);
     }
 
-    /* ---- gate: each kind, the CPU's libm against the device's exp / tanh ---- */
+    /* ---- gate: each kind, the CPU's libm against the device's exp / tanh
+     * (y within 4 ulp; the rnn state within 1e-6 absolute; max_ulp prints
+     * the state's error in units of 1e-9) ---- */
     {
         const int n = 1 << 20;
         float *a = malloc(3 * (size_t)n * 4), *b = malloc(3 * (size_t)n * 4), *e = malloc((size_t)n * 4);
@@ -142,8 +150,19 @@ int main(int argc, char **argv) {
             long dy_ = diff_words(yc, yg, (size_t)n), ds_ = k == 2 ? diff_words(sc, sg, (size_t)n) : 0;
             /* NaN payloads may differ; count them as equal when both are NaN */
             for (int i = 0; i < n; i++) if (yc[i] != yc[i] && yg[i] != yg[i] && memcmp(&yc[i], &yg[i], 4)) dy_--;
-            const int64_t mu = max_ulp(yc, yg, (size_t)n), mus = k == 2 ? max_ulp(sc, sg, (size_t)n) : 0;
-            const int ok = mu <= 2 && mus <= 2;
+            /* per-backend exact: the CPU's libm expf/tanhf against the device's
+             * correctly rounded ones, at most an ulp each, a few ulps after the
+             * sigmoid's divide; the rnn state g*s + (1-g)*c can cancel, so it is
+             * held to an absolute bound instead */
+            const int64_t mu = max_ulp(yc, yg, (size_t)n);
+            double sabs = 0.0;
+            for (int i = 0; k == 2 && i < n; i++) {
+                if (sc[i] != sc[i] && sg[i] != sg[i]) continue;          /* NaN meets NaN */
+                const double dd = fabs((double)sc[i] - (double)sg[i]);
+                if (dd > sabs || dd != dd) sabs = dd != dd ? 1e30 : dd;
+            }
+            const int64_t mus = k == 2 ? (sabs < 1e9 ? (int64_t)(sabs * 1e9) : INT64_MAX) : 0;   /* in 1e-9 units */
+            const int ok = mu <= 4 && sabs <= 1e-6;
             printf("%s gate_%s n=%d y_mismatch=%ld s_mismatch=%ld max_ulp=%lld,%lld\n", ok ? "PASS" : "FAIL", kn[k], n,
                    dy_, ds_, (long long)mu, (long long)mus);
             CHECK(ok, "gate %s: %lld / %lld ulp apart (%ld + %ld mismatches in %d)", kn[k], (long long)mu, (long long)mus,
