@@ -95,7 +95,10 @@ $D generate -m "$M" -p hi -n 8 --temp 0.9 -s 7 >"$T/s1" 2>/dev/null
 $D generate -m "$M" -p hi -n 8 --temp 0.9 --seed 7 >"$T/s2" 2>/dev/null
 cmp -s "$T/s1" "$T/s2" && ok "-s is --seed" || bad "-s differs from --seed"
 $D generate -m "$M" -p hi -n 4 --min-p 0 --repeat-penalty 1 >/dev/null 2>&1 && ok "--min-p 0 / --repeat-penalty 1 accepted" || bad "off values refused"
-expect_err "--min-p 0.05"          "top-p"          $D generate -m "$M" -p hi --min-p 0.05
+$D generate -m "$M" -p hi -n 16 --temp 1.5 -s 3 --min-p 0.2 >"$T/mp1" 2>/dev/null
+$D generate -m "$M" -md "$DR" -p hi -n 16 --temp 1.5 -s 3 --min-p 0.2 >"$T/mp2" 2>/dev/null
+[ -s "$T/mp1" ] && cmp -s "$T/mp1" "$T/mp2" && ok "--min-p: speculative == plain" || bad "--min-p spec differs from plain"
+expect_err "--min-p 1.5"           "out of range"   $D generate -m "$M" -p hi --min-p 1.5
 expect_err "--repeat-penalty 1.1"  "penalty"        $D generate -m "$M" -p hi --repeat-penalty 1.1
 $D generate -m "$M" -md "$DR" -p hi -n 4 --draft-min 2 >/dev/null 2>&1 && ok "--draft-min accepted" || bad "--draft-min refused"
 expect_err "--draft-min > gamma"   "draft-max"      $D generate -m "$M" -md "$DR" -p hi --draft-min 9

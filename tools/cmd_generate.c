@@ -62,7 +62,8 @@ static void usage(void) {
            "  --top-k K             keep the K most likely tokens (default 0 = off)\n"
            "  --top-p P             nucleus: smallest set with mass >= P, in (0, 1] (default 1 = off)\n"
            "  -s, --seed N          sampling seed (default 0; greedy ignores it)\n"
-           "  --min-p P             only 0 (off): dspark has no min-p filter; use --top-p/--top-k\n"
+           "  --min-p P             keep tokens with probability >= P x the best one's, in [0, 1]\n"
+           "                        (default 0 = off; llama.cpp's default is 0.05)\n"
            "  --repeat-penalty F    only 1 (off): dspark applies no repetition penalty\n"
            "  --prefill MODE        batch (default) or decode\n"
            "  -np, --parallel N     sequences; only 1 is supported\n"
@@ -142,7 +143,7 @@ int cmd_generate(int argc, char **argv) {
     const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL, *logits_path = NULL;
     long n_predict = 128, seed = 0, top_k = 0, draft_max = 0, draft_min = 0, parallel = 1;
     int echo = 0, have_pmin = 0;
-    float temp = 0.0f, top_p = 1.0f, p_min = 0.0f;
+    float temp = 0.0f, top_p = 1.0f, min_p = 0.0f, p_min = 0.0f;
     ds_commit_mode commit = DS_COMMIT_DIRECT;
     ds_prefill_mode prefill = DS_PREFILL_BATCH;
     cli_model_flags mf;
@@ -163,13 +164,9 @@ int cmd_generate(int argc, char **argv) {
             top_p = cli_float(C, a, v, 0.0f, 1.0f);
             if (!(top_p > 0.0f)) cli_die(C, "--top-p %s is out of range (0, 1]", v);
         }
-        /* llama.cpp sampler flags dspark does not implement: their "off"
-         * value is accepted, anything else says what to use instead */
-        else if (!strcmp(a, "--min-p")) {
-            const char *v = cli_value(C, argc, argv, &i);
-            if (cli_float(C, a, v, 0.0f, 1.0f) != 0.0f)
-                cli_die(C, "--min-p %s: dspark has no min-p filter; use --top-p P or --top-k K (or --min-p 0)", v);
-        }
+        /* llama.cpp's repetition penalty is not implemented: its "off"
+         * value is accepted, anything else says what to do instead */
+        else if (!strcmp(a, "--min-p")) min_p = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 1.0f);
         else if (!strcmp(a, "--repeat-penalty")) {
             const char *v = cli_value(C, argc, argv, &i);
             if (cli_float(C, a, v, 0.0f, 100.0f) != 1.0f)
@@ -306,7 +303,7 @@ int cmd_generate(int argc, char **argv) {
     }
     for (char *s = kbuf; *s; s++) if (*s == ' ') *s = '+';   /* one token in the stats line */
 
-    ds_sampler samp = { temp, (int)top_k, top_p, (uint64_t)seed, 0.0f };
+    ds_sampler samp = { temp, (int)top_k, top_p, (uint64_t)seed, min_p };
     int n_sps = 0;
     if (R.dr && sched == DS_SCHED_TABLE) {
         n_sps = (int)draft_max + 1;
