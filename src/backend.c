@@ -35,6 +35,44 @@ void ds_backend_free(ds_backend *be) {
 }
 
 /* ========================================================================
+ * Token selection and capabilities
+ * ===================================================================== */
+
+int ds_backend_has_heads(const ds_backend *be) {
+    const ds_backend_i *b = be->i;
+    return b->embed && b->argmax && b->add && b->fill && b->gate && b->sample;
+}
+
+int ds_backend_select(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x, int64_t pos0,
+                      float *scratch, int32_t *out, char *err, size_t errlen) {
+    const ds_backend_i *b = ex->be->i;
+    if (rows <= 0) return 0;
+    if (!smp || !(smp->temp > 0.0f)) {               /* ds_sample's greedy rule */
+        b->argmax(ex, rows, n, x, out);
+        return 0;
+    }
+    if (b->sample && b->sample(ex, smp, rows, n, x, pos0, scratch, out) == 0) return 0;
+    /* the device declined: select on the host from downloaded rows */
+    float *h = malloc(((size_t)rows + 2) * (size_t)n * sizeof(float));
+    int32_t *ids = malloc((size_t)rows * sizeof(int32_t));
+    if (!h || !ids) {
+        free(h); free(ids);
+        ds_errf(err, errlen, "select: out of host memory for %d rows of %d logits", rows, n);
+        return -1;
+    }
+    b->download(ex, h, x, (size_t)rows * n * sizeof(float));
+    float *sc = h + (size_t)rows * n;
+    for (int r = 0; r < rows; r++) {
+        int32_t t = ds_sample(smp, h + (size_t)r * n, n, pos0 + r, sc);
+        ids[r] = t >= 0 ? t : (int32_t)ds_argmax(h + (size_t)r * n, n);
+    }
+    b->upload(ex, out, ids, (size_t)rows * sizeof(int32_t));
+    int rc = b->sync(ex, err, errlen);
+    free(h); free(ids);
+    return rc;
+}
+
+/* ========================================================================
  * Constants on the device
  * ===================================================================== */
 

@@ -37,8 +37,10 @@
 
 #include "common.h"
 #include "kernels/kernels.h"
+#include "sampler.h"
 
 typedef struct ds_backend ds_backend;   /* one device: table + private state   */
+typedef enum { DS_GATE_SIGMOID = 0, DS_GATE_SIGMOID_MUL = 1, DS_GATE_RNN = 2 } ds_gate_kind;
 typedef struct ds_exec    ds_exec;      /* an execution context on it          */
 
 enum { DS_USE_MATMUL = 1, DS_USE_LOOKUP = 2 };   /* prepare_weight's `use` */
@@ -116,6 +118,52 @@ typedef struct ds_backend_i {
      * travel through device buffers, never as host values. -1 on error. */
     int (*graph_begin)(ds_exec *ex, uint64_t key, char *err, size_t errlen);
     int (*graph_end)(ds_exec *ex, char *err, size_t errlen);
+
+    /* ---- optional: scratch reserved up front ----------------------------
+     * Called once per context at creation with the largest shapes its
+     * forward will use (rows per call, weight n_in, head_dim, attended
+     * positions), so that no family call allocates afterwards. Grow-only:
+     * a target and a drafter context sharing one ds_exec each reserve.
+     * NULL on backends whose families need none. 0, or -1 with err. */
+    int (*reserve)(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_t n_pos, char *err,
+                   size_t errlen);
+
+    /* ---- optional: weights sharing their input in one launch ---------------
+     * NULL: n matmul calls. y[i] = W[i] x for n <= 4 weights of one type and
+     * n_in on the same x — bit for bit the n matmul calls (q/k/v, gate/up). */
+    void (*matmul_multi)(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,
+                         const float *x, float *const y[]);
+
+    /* ---- the drafter's heads and token selection on the device ---------
+     * Appended after the graph hooks so that older positional initialisers
+     * of this table still compile (the fields below are then NULL). A
+     * backend without them cannot run a drafter (ds_dctx_new says so) and
+     * its token selection falls back to downloading the logits
+     * (ds_backend_select). The arithmetic is spelled out per op: the CPU
+     * implements it with exactly these float operations, in this order. */
+    /* y[i] = a[i] + b[i] for i < n (y may alias a or b). */
+    void (*add)(ds_exec *ex, int64_t n, const float *a, const float *b, float *y);
+    /* x[i] = v for i < n (MASK suppression, a zeroed state). */
+    void (*fill)(ds_exec *ex, int64_t n, float *x, float v);
+    /* Elementwise gates over n outputs, sigmoid(t) = 1 / (1 + exp(-t)) with
+     * the backend's exp (the CPU: libm expf and tanhf):
+     *   DS_GATE_SIGMOID      y[j] = sigmoid(a[j] + b[j])                 (confidence)
+     *   DS_GATE_SIGMOID_MUL  y[j] = sigmoid(a[j] + b[j]) * e[j]          (gated Markov)
+     *   DS_GATE_RNN          a, b hold 3n: g = sigmoid(a[j] + b[j]),
+     *                        c = tanh(a[n+j] + b[n+j]),
+     *                        s[j] = g * s[j] + (1 - g) * c,
+     *                        y[j] = tanh(a[2n+j] + b[2n+j])               (rnn Markov) */
+    void (*gate)(ds_exec *ex, ds_gate_kind kind, int n, const float *a, const float *b,
+                 const float *e, float *s, float *y);
+    /* Seeded selection: out[r] = ds_sample(smp, row r of x (n floats), n,
+     * pos0 + r) for r < rows (sampler.h: Gumbel-max with Philox-4x32-10
+     * keyed on (seed, position, id); temp 0 is argmax, the argmax op's
+     * answer). scratch: a device buffer of 2n floats the backend may use.
+     * Returns 0, or -1 when this backend cannot run this sampler
+     * configuration (e.g. top-k / top-p on a device); nothing is written
+     * then and the caller selects on the host. */
+    int  (*sample)(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x,
+                   int64_t pos0, float *scratch, int32_t *out);
 } ds_backend_i;
 
 struct ds_backend {
@@ -147,6 +195,19 @@ ds_pool    *ds_exec_cpu_pool(ds_exec *ex);       /* NULL for other backends */
 #ifdef DS_HAVE_CUDA
 ds_backend *ds_backend_cuda_new(char *err, size_t errlen);
 #endif
+
+/* ---- token selection ------------------------------------------------------
+ * out[r] (device int32) = the token row r of x (rows x n device floats)
+ * selects at position pos0 + r: argmax when smp is NULL or its temperature
+ * is not > 0 (ds_sample's rule), else the backend's sample op; where that
+ * op is missing or declines the configuration, the rows are downloaded,
+ * ds_sample runs on the host and the ids are uploaded (the only place the
+ * engine moves logits for selection). scratch: device, 2n floats. Returns 0,
+ * or -1 with err (out of host memory in the fallback). */
+int ds_backend_select(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x, int64_t pos0,
+                      float *scratch, int32_t *out, char *err, size_t errlen);
+/* 1 when the backend has every op the drafter's heads need. */
+int ds_backend_has_heads(const ds_backend *be);
 
 /* ---- constants on the device ---------------------------------------------
  * A device copy of host data that never changes (norm vectors, the RoPE

@@ -24,6 +24,7 @@
  * nothing, as on the CPU. A backend and its execution contexts are used from
  * one host thread at a time. */
 #include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/cuda/heads.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,6 +359,12 @@ static const ds_backend_i dsc_iface = {
     dsc_sanitize,
     dsc_graph_begin,
     dsc_graph_end,
+    /* reserve */ NULL,
+    /* matmul_multi */ NULL,
+    dsc_add,
+    dsc_fill,
+    dsc_gate,
+    dsc_sample,
 };
 
 /* One clear line for each way a GPU can be missing. */

@@ -212,7 +212,19 @@ static inline float ds_uniform_pm1(uint64_t *state) {
 }
 
 /* ---- error strings: every fallible API takes (char *err, size_t errlen)
- * and writes one human line without a trailing newline. */
+ * and writes one human line without a trailing newline.
+ *
+ * Messages quote file bytes (architecture names, tokenizer models, config
+ * strings, dtypes...), so the line is made safe in one place: every C0
+ * control byte, DEL and every C1 control (U+0080..U+009F, bytes C2 80..9F)
+ * becomes '?'. A newline or an escape sequence in a file can then neither
+ * split the error into several lines nor drive the terminal. */
+static inline void ds_sanitize_line(char *s) {
+    for (unsigned char *p = (unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) *p = '?';
+        else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) { p[0] = '?'; p[1] = '?'; p++; }
+    }
+}
 static inline void ds_errf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static inline void ds_errf(char *err, size_t errlen, const char *fmt, ...) {
@@ -221,6 +233,7 @@ static inline void ds_errf(char *err, size_t errlen, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    ds_sanitize_line(err);
 }
 
 #define DS_ERRLEN 512

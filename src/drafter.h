@@ -47,6 +47,10 @@ int      ds_dctx_set_retained(ds_dctx *x, int n_keep, char *err, size_t errlen);
 /* Append context rows for positions pos0..pos0+n-1 (pos0 == current length)
  * from target taps, n rows of n_taps*d floats. */
 int      ds_dctx_append(ds_dctx *x, const float *taps, int n, int pos0, char *err, size_t errlen);
+/* The same from rows already on the drafter's device (e.g. the taps a
+ * ds_forward_select left in a buffer of the target's backend): they never
+ * visit the host. Bitwise the same context rows as ds_dctx_append. */
+int      ds_dctx_append_dev(ds_dctx *x, const float *taps_dev, int n, int pos0, char *err, size_t errlen);
 
 /* One drafting round: block [anchor, MASK...] at positions p..p+gamma-1
  * (p == ds_dctx_len), always the full trained gamma rows. Selects n_keep

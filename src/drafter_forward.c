@@ -24,10 +24,16 @@
  *               token = argmax (greedy) or ds_sample(samp, z_k, V, p+k+1);
  *   confidence: c_k = sigmoid(w . [h_k; W1[prev_k]] + b)  (h_k uncorrected).
  * The LM head for the plain variant is one matmul over the kept rows; with a
- * correction head the head input depends on prev_k, so it runs per slot. */
+ * correction head the head input depends on prev_k, so it runs per slot.
+ *
+ * Everything above runs through the backend table on device buffers: the
+ * heads use the small ops (add, fill, gate, sample / argmax, embed) and the
+ * chain's ids live on the device (x->toks), so a round uploads the anchor
+ * (one int) and downloads the chosen ids and confidences (and logits only
+ * when asked). On the CPU those ops are the former host loops, expression
+ * for expression: not one output bit moved. */
 #include "drafter_internal.h"
 
-#include <math.h>
 #include <stdlib.h>
 
 #define CANON DS_CANONICAL
@@ -35,29 +41,22 @@
 #define DS_CORR_EPS 1e-6f
 #define DS_FEAT_MAX 65504.0f
 
-static uint64_t row_bytes(uint32_t type, int64_t n) {
-    int ok;
-    return ds_row_bytes(type, (uint64_t)n, &ok);
+/* A bias vector of the drafter's f32 arena, on the device (the arena's
+ * device copy has the same layout; on the CPU it is the arena itself). */
+static const float *arena_vec(const ds_drafter *d, const float *host) {
+    return d->arena_dev + (host - d->arena);
 }
-
-/* Row `id` of a [n_out][n_in] weight, converted to f32. */
-static void weight_row(const ds_weight *w, int64_t id, float *out) {
-    ds_row_to_f32(w->type, (const uint8_t *)w->data + (size_t)id * row_bytes(w->type, w->n_in), w->n_in, out);
-}
-
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* ---- context -------------------------------------------------------------- */
 
 /* The drafter's float buffers, all on the device (allocated by the
- * backend). The heads below read several of them from the host, which
- * today means a host-memory backend (the CPU); ds_dctx_new refuses others. */
-#define DCTX_NBUF 24
+ * backend); the host never reads them except through download(). */
+#define DCTX_NBUF 26
 static void dctx_slots(ds_dctx *x, float **slot[DCTX_NBUF]) {
     float **s[DCTX_NBUF] = {&x->feat, &x->x, &x->xn, &x->o, &x->q, &x->att, &x->k, &x->v,
                             &x->gate, &x->up, &x->hff, &x->h, &x->z, &x->bias, &x->samp_scratch,
                             &x->vec, &x->cw, &x->hc, &x->state, &x->mask_x, &x->mask_q,
-                            &x->mask_k, &x->mask_v, &x->mask_bias};
+                            &x->mask_k, &x->mask_v, &x->mask_bias, &x->conf, &x->scal};
     memcpy(slot, s, sizeof s);
 }
 
@@ -69,9 +68,9 @@ void ds_dctx_free(ds_dctx *x) {
     for (int i = 0; i < DCTX_NBUF; i++)
         if (*slot[i]) be->i->release(be, *slot[i]);
     if (x->pos) be->i->release(be, x->pos);
+    if (x->toks) be->i->release(be, x->toks);
     ds_kv_free(x->kv);
     free(x->pos_host);
-    free(x->chosen);
     if (x->own_ex) be->i->exec_free(x->ex);
     free(x);
 }
@@ -97,7 +96,7 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
         ds_errf(err, errlen, "drafter context: the execution context is not on the drafter's device");
         return NULL;
     }
-    if (!d->be->i->host_memory) {
+    if (!ds_backend_has_heads(d->be)) {
         ds_errf(err, errlen, "drafter context: the drafter's heads are not implemented on device '%s' yet",
                 d->be->i->name);
         return NULL;
@@ -136,25 +135,46 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
         R * (size_t)d->n_ff, R * (size_t)d->n_ff, R * (size_t)d->n_ff, G * D,  /* gate up hff h */
         G * V, V, 2 * V,                                       /* z bias samp        */
         7 * r + 4 * D + 16, 3 * w + 1, D, r + 1,               /* vec cw hc state    */
-        D, qd, kvd, kvd, V};                                   /* mask x q k v bias  */
+        D, qd, kvd, kvd, V,                                    /* mask x q k v bias  */
+        G, 2};                                                 /* conf scal          */
     float **slot[DCTX_NBUF];
     dctx_slots(x, slot);
     int ok = 1;
     for (int i = 0; i < DCTX_NBUF; i++) ok &= (*slot[i] = be->i->alloc(be, n[i] * sizeof(float))) != NULL;
     x->pos = be->i->alloc(be, R * sizeof(int));
+    x->toks = be->i->alloc(be, (G + 2) * sizeof(int32_t));
     x->pos_host = malloc(R * sizeof(int));
-    x->chosen = malloc(G * sizeof(int32_t));
-    if (!ok || !x->pos || !x->pos_host || !x->chosen) {
+    if (!ok || !x->pos || !x->toks || !x->pos_host) {
         ds_errf(err, errlen, "drafter context: out of memory for n_ctx=%d", n_ctx);
         ds_dctx_free(x);
         return NULL;
     }
+    /* the families' scratch on the (possibly shared) execution context:
+     * weights' n_in are the fc's n_taps*d, d, qd and ff; attention spans
+     * the context rows plus the block */
+    size_t k_max = (size_t)d->n_taps * D;
+    if (D > k_max) k_max = D;
+    if (qd > k_max) k_max = qd;
+    if ((size_t)d->n_ff > k_max) k_max = (size_t)d->n_ff;
+    if (be->i->reserve && be->i->reserve(ex, x->rows, (int64_t)k_max, d->head_dim, x->cap, e2, sizeof e2)) {
+        ds_errf(err, errlen, "drafter context: %s", e2);
+        ds_dctx_free(x);
+        return NULL;
+    }
+    /* constants on the device: the MASK id and the confidence bias */
+    be->i->upload(ex, x->toks + G + 1, &d->mask_id, sizeof(int32_t));
+    be->i->upload(ex, x->scal + 1, &d->conf_b, sizeof(float));
     /* MASK-row reuse cache (constant per drafter) */
-    weight_row(d->embd, d->mask_id, x->mask_x);
+    be->i->embed(ex, d->embd, 1, x->toks + G + 1, x->mask_x);
     layer0_proj_row(d, ex, x->mask_x, x->o, x->mask_q, x->mask_k, x->mask_v);
     if (d->has_corr && r > 0) {
-        weight_row(&d->w1, d->mask_id, x->vec);
+        be->i->embed(ex, &d->w1, 1, x->toks + G + 1, x->vec);
         be->i->matmul(ex, CANON, &d->w2, 1, x->vec, x->mask_bias);
+    }
+    if (be->i->sync(ex, e2, sizeof e2)) {
+        ds_errf(err, errlen, "drafter context: %s", e2);
+        ds_dctx_free(x);
+        return NULL;
     }
     return x;
 }
@@ -175,7 +195,8 @@ int ds_dctx_truncate(ds_dctx *x, int n_pos) {
 
 /* ---- context injection (spec §1.3, §1.5 k_ctx / v_ctx, §1.7) ------------ */
 
-int ds_dctx_append(ds_dctx *x, const float *taps, int n, int pos0, char *err, size_t errlen) {
+/* taps: host rows (on_device = 0, uploaded) or device rows (copied). */
+static int dctx_append(ds_dctx *x, const float *taps, int on_device, int n, int pos0, char *err, size_t errlen) {
     if (!x) { ds_errf(err, errlen, "drafter append: no context"); return -1; }
     const ds_drafter *d = x->d;
     if (n < 0) { ds_errf(err, errlen, "drafter append: %d rows (must be >= 0)", n); return -1; }
@@ -196,7 +217,8 @@ int ds_dctx_append(ds_dctx *x, const float *taps, int n, int pos0, char *err, si
         const int p0 = pos0 + done;
         const ds_backend_i *b = x->ex->be->i;
         /* sanitize (spec §1.2): NaN -> 0, |x| > 65504 -> +-65504 */
-        b->upload(x->ex, x->feat, taps + (size_t)done * fw, (size_t)M * fw * sizeof(float));
+        if (on_device) b->copy(x->ex, x->feat, taps + (size_t)done * fw, (size_t)M * fw * sizeof(float));
+        else b->upload(x->ex, x->feat, taps + (size_t)done * fw, (size_t)M * fw * sizeof(float));
         b->sanitize(x->ex, (int64_t)M * (int64_t)fw, x->feat, DS_FEAT_MAX);
         set_positions(x, M, p0);
         /* ctx = RMSNorm_hidden_norm(W_fc feat) */
@@ -217,13 +239,21 @@ int ds_dctx_append(ds_dctx *x, const float *taps, int n, int pos0, char *err, si
     return 0;
 }
 
+int ds_dctx_append(ds_dctx *x, const float *taps, int n, int pos0, char *err, size_t errlen) {
+    return dctx_append(x, taps, 0, n, pos0, err, errlen);
+}
+
+int ds_dctx_append_dev(ds_dctx *x, const float *taps_dev, int n, int pos0, char *err, size_t errlen) {
+    return dctx_append(x, taps_dev, 1, n, pos0, err, errlen);
+}
+
 /* ---- the block forward (spec §1.4-§1.6) ----------------------------------- */
 
 /* Runs the γ block rows [anchor, MASK...] at positions p..p+γ-1 through the
  * trunk; leaves the post-output_norm hidden of every row in x->xn. Block K/V
  * rows go to cache rows p..p+γ-1 (beyond the context length: scratch that
  * the next append or round overwrites; never counted as context). */
-static void block_forward(ds_dctx *x, int32_t anchor, int p) {
+static void block_forward(ds_dctx *x, int p) {
     const ds_drafter *d = x->d;
     ds_exec *ex = x->ex;
     const ds_backend_i *b = ex->be->i;
@@ -240,10 +270,10 @@ static void block_forward(ds_dctx *x, int32_t anchor, int p) {
                  .o = x->o, .gate = x->gate, .up = x->up, .h = x->hff, .pos = x->pos};
 
     set_positions(x, G, p);
-    weight_row(d->embd, anchor, x->x);
+    b->embed(ex, d->embd, 1, x->toks, x->x);                       /* the anchor (toks[0]) */
     for (int r = 1; r < G; r++) {
         if (reuse) b->copy(ex, x->x + (size_t)r * D, x->mask_x, (size_t)D * sizeof(float));
-        else weight_row(d->embd, d->mask_id, x->x + (size_t)r * D);
+        else b->embed(ex, d->embd, 1, x->toks + G + 1, x->x + (size_t)r * D);
     }
     for (int l = 0; l < d->n_layer; l++) {
         int qkv_ready = 0;
@@ -312,108 +342,103 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
         ds_errf(err, errlen, "draft: sampler temperature %g is negative", samp->temp);
         return -1;
     }
-    const int greedy = !samp || samp->temp == 0.0f;
     ds_exec *ex = x->ex;
     const ds_backend_i *be = ex->be->i;
+    const size_t fs = sizeof(float);
 
-    block_forward(x, anchor, p);
-    if (x->dbg_hidden) memcpy(x->dbg_hidden, x->h, (size_t)G * D * sizeof(float));
+    be->upload(ex, x->toks, &anchor, sizeof(int32_t));            /* the round's only upload */
+    block_forward(x, p);
+    if (x->dbg_hidden) be->download(ex, x->dbg_hidden, x->h, (size_t)G * D * fs);
 
     /* scratch carve-up of x->vec: e[r] | in[max(2r+d, d+r, 2d)] | out[3r] | g[r] */
     float *e = x->vec;
     float *in = e + r;
     float *out = in + 2 * (size_t)r + 2 * (size_t)D;
     float *gv = out + 3 * (size_t)r;
+    int32_t *mask_tok = x->toks + G + 1;
 
     if (!d->has_corr) {
         /* base logits of every kept row in one LM-head matmul */
         be->matmul(ex, CANON, d->head, n_keep, x->h, x->z);
     }
-    if (d->markov == DS_MARKOV_RNN) memset(x->state, 0, (size_t)r * sizeof(float));
+    if (d->markov == DS_MARKOV_RNN) be->fill(ex, r, x->state, 0.0f);
 
-    int32_t prev = anchor;
     for (int k = 0; k < n_keep; k++) {
         const float *hk = x->h + (size_t)k * D;
         float *zk = x->z + (size_t)k * V;
-        if (r > 0) weight_row(&d->w1, prev, e);       /* e_k = W1[prev_k] */
+        const int32_t *prev = x->toks + k;                       /* device: anchor, then chosen */
+        if (r > 0) be->embed(ex, &d->w1, 1, prev, e);            /* e_k = W1[prev_k] */
 
         if (d->has_corr) {
             /* h'_k = h_k + W_down(silu(W_gate in) * W_up in) */
             const int w = d->corr_w;
             float *cg = x->cw, *cu = cg + w, *ca = cu + w;
             be->rmsnorm(ex, CANON, 1, D, hk, d->corr_hn, DS_CORR_EPS, in);
-            weight_row(d->embd, prev, x->hc);
+            be->embed(ex, d->embd, 1, prev, x->hc);
             be->rmsnorm(ex, CANON, 1, D, x->hc, d->corr_en, DS_CORR_EPS, in + D);
             be->matmul(ex, CANON, &d->corr_gate, 1, in, cg);
             be->matmul(ex, CANON, &d->corr_up, 1, in, cu);
             be->swiglu(ex, CANON, 1, w, cg, cu, ca);
             be->matmul(ex, CANON, &d->corr_down, 1, ca, x->o);
-            for (int i = 0; i < D; i++) x->hc[i] = hk[i] + x->o[i];
+            be->add(ex, D, hk, x->o, x->hc);
             be->matmul(ex, CANON, d->head, 1, x->hc, zk);
             if (r > 0) {
                 /* deploy exposure: the slot's own input id (anchor, then MASK) */
                 const float *b;
                 if (k > 0 && !x->no_mask_cache) b = x->mask_bias;
                 else {
-                    weight_row(&d->w1, k == 0 ? anchor : d->mask_id, gv);
+                    be->embed(ex, &d->w1, 1, k == 0 ? x->toks : mask_tok, gv);
                     be->matmul(ex, CANON, &d->w2, 1, gv, x->bias);
                     b = x->bias;
                 }
-                for (int i = 0; i < V; i++) zk[i] += b[i];
+                be->add(ex, V, zk, b, zk);
             }
         } else if (r > 0) {
             const float *bsrc = e;
             if (d->markov == DS_MARKOV_GATED) {
                 /* g = sigmoid(W_g [h; e] + b_g); B = W2 (g * e) */
-                memcpy(in, hk, (size_t)D * sizeof(float));
-                memcpy(in + D, e, (size_t)r * sizeof(float));
+                be->copy(ex, in, hk, (size_t)D * fs);
+                be->copy(ex, in + D, e, (size_t)r * fs);
                 be->matmul(ex, CANON, &d->mgate, 1, in, out);
-                for (int j = 0; j < r; j++) gv[j] = sigmoidf(out[j] + d->mgate_b[j]) * e[j];
+                be->gate(ex, DS_GATE_SIGMOID_MUL, r, out, arena_vec(d, d->mgate_b), e, NULL, gv);
                 bsrc = gv;
             } else if (d->markov == DS_MARKOV_RNN) {
                 /* [gamma; cand; o] = W_j [s; e; h] + b_j; s = g s + (1-g) cand; B = W2 tanh(o) */
-                memcpy(in, x->state, (size_t)r * sizeof(float));
-                memcpy(in + r, e, (size_t)r * sizeof(float));
-                memcpy(in + 2 * r, hk, (size_t)D * sizeof(float));
+                be->copy(ex, in, x->state, (size_t)r * fs);
+                be->copy(ex, in + r, e, (size_t)r * fs);
+                be->copy(ex, in + 2 * r, hk, (size_t)D * fs);
                 be->matmul(ex, CANON, &d->mjoint, 1, in, out);
-                for (int j = 0; j < r; j++) {
-                    float g = sigmoidf(out[j] + d->mjoint_b[j]);
-                    float c = tanhf(out[r + j] + d->mjoint_b[r + j]);
-                    x->state[j] = g * x->state[j] + (1.0f - g) * c;
-                    gv[j] = tanhf(out[2 * r + j] + d->mjoint_b[2 * r + j]);
-                }
+                be->gate(ex, DS_GATE_RNN, r, out, arena_vec(d, d->mjoint_b), NULL, x->state, gv);
                 bsrc = gv;
             }
             be->matmul(ex, CANON, &d->w2, 1, bsrc, x->bias);
-            for (int i = 0; i < V; i++) zk[i] += x->bias[i];
+            be->add(ex, V, zk, x->bias, zk);
         }
 
-        if (x->dbg_unmasked) memcpy(x->dbg_unmasked + (size_t)k * V, zk, (size_t)V * sizeof(float));
-        zk[d->mask_id] = DS_MASK_LOGIT;
+        if (x->dbg_unmasked) be->download(ex, x->dbg_unmasked + (size_t)k * V, zk, (size_t)V * fs);
+        be->fill(ex, 1, zk + d->mask_id, DS_MASK_LOGIT);
 
         if (d->has_conf && confidence) {
-            float lc;
-            memcpy(in, hk, (size_t)D * sizeof(float));
-            if (d->conf_with_markov) memcpy(in + D, e, (size_t)r * sizeof(float));
-            be->matmul(ex, CANON, &d->conf_w, 1, in, &lc);
-            confidence[k] = sigmoidf(lc + d->conf_b);
-        } else if (confidence) {
-            confidence[k] = 1.0f;
+            /* c_k = sigmoid(w . [h_k; e_k] + b): the logit into scal[0], b = scal[1] */
+            be->copy(ex, in, hk, (size_t)D * fs);
+            if (d->conf_with_markov) be->copy(ex, in + D, e, (size_t)r * fs);
+            be->matmul(ex, CANON, &d->conf_w, 1, in, x->scal);
+            be->gate(ex, DS_GATE_SIGMOID, 1, x->scal, x->scal + 1, NULL, NULL, x->conf + k);
         }
 
-        int32_t tok;
-        if (greedy) tok = (int32_t)ds_argmax(zk, V);
-        else {
-            tok = ds_sample(samp, zk, V, (int64_t)p + k + 1, x->samp_scratch);
-            if (tok < 0 || tok >= V) {
-                ds_errf(err, errlen, "draft: the sampler failed at slot %d", k);
-                return -1;
-            }
-        }
-        x->chosen[k] = tok;
-        prev = tok;
+        /* the token for position p+k+1, straight into toks[k+1] */
+        if (ds_backend_select(ex, samp, 1, V, zk, (int64_t)p + k + 1, x->samp_scratch, x->toks + k + 1,
+                              err, errlen))
+            return -1;
     }
-    if (ids) memcpy(ids, x->chosen, (size_t)n_keep * sizeof(int32_t));
-    if (logits) memcpy(logits, x->z, (size_t)n_keep * V * sizeof(float));
+    /* the round's downloads: ids, confidences, logits only when asked */
+    if (ids) be->download(ex, ids, x->toks + 1, (size_t)n_keep * sizeof(int32_t));
+    if (confidence) {
+        if (d->has_conf) be->download(ex, confidence, x->conf, (size_t)n_keep * fs);
+        else for (int k = 0; k < n_keep; k++) confidence[k] = 1.0f;
+    }
+    if (logits) be->download(ex, logits, x->z, (size_t)n_keep * V * fs);
+    char e2[DS_ERRLEN];
+    if (be->sync(ex, e2, sizeof e2)) { ds_errf(err, errlen, "draft: %s", e2); return -1; }
     return 0;
 }

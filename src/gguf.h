@@ -137,6 +137,9 @@ int gguf_set_kv(gguf_writer *w, const gguf_kv *kv);
 int gguf_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                     const uint64_t *ne, const void *data, uint64_t nbytes);
 int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen);
+/* The same body into an open stream (flushed; not closed): for callers that
+ * manage the output themselves (convert validates before renaming). */
+int gguf_writer_write_fp(gguf_writer *w, FILE *f, char *err, size_t errlen);
 /* Last error of a setter / add call (setters return -1 and record it).
  * Errors are sticky: once a setter or add call failed, gguf_writer_write
  * refuses to write (so an ignored return value cannot yield a file that is

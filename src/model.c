@@ -200,6 +200,18 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
         goto fail;
     }
 
+    /* counts against the file before anything is sized by them: each layer
+     * needs at least 9 tensors, and the head products must fit an int */
+    if ((uint64_t)hp->n_layer * 9 > gguf_n_tensors(g)) {
+        ds_errf(err, errlen, "model: block_count %d needs at least %lld tensors, the file has %llu", hp->n_layer,
+                (long long)hp->n_layer * 9, (unsigned long long)gguf_n_tensors(g));
+        goto fail;
+    }
+    if ((int64_t)hp->n_head * hp->head_dim > (1 << 30)) {
+        ds_errf(err, errlen, "model: head_count %d x key_length %d is out of range", hp->n_head, hp->head_dim);
+        goto fail;
+    }
+
     /* vocabulary width from the embedding table */
     const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
     if (!te) { ds_errf(err, errlen, "model: missing tensor 'token_embd.weight'"); goto fail; }
@@ -315,6 +327,9 @@ struct ds_ctx {
     float      *logits;          /* device [m_max][V] (device backends)       */
     float      *taps;            /* device [m_max][n_taps*d] (device backends)*/
     int        *pos_host;        /* host staging for positions                */
+    float      *sel_logits;      /* device [m_max][V]: logits rows selected on the device */
+    float      *sel_scratch;     /* device [2V]: the sample op's scratch      */
+    int32_t    *sel_ids;         /* device [m_max]: selected ids              */
     ds_probe    probe;           /* .fn == NULL: none                         */
     float      *stage;           /* host staging for probes: widest row       */
 };
@@ -322,11 +337,12 @@ struct ds_ctx {
 static void ctx_release(ds_ctx *c) {
     ds_backend *be = c->be;
     float *bufs[] = {c->a.x, c->a.xn, c->a.q, c->a.k, c->a.v, c->a.att, c->a.o, c->a.gate, c->a.up,
-                     c->a.h, c->logits, c->taps};
+                     c->a.h, c->logits, c->taps, c->sel_logits, c->sel_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->i->release(be, bufs[i]);
     if (c->pos) be->i->release(be, c->pos);
     if (c->ids) be->i->release(be, c->ids);
+    if (c->sel_ids) be->i->release(be, c->sel_ids);
     ds_kv_free(c->kv);
     if (c->ex) be->i->exec_free(c->ex);
     free(c->pos_host);
@@ -372,8 +388,14 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     if (qd > widest) widest = qd;
     if (d > widest) widest = d;
     c->stage = malloc(widest * sizeof(float));
+    /* selection on the device (ds_forward_select): device backends select
+     * from c->logits; host ones need a logits buffer of their own */
+    if (be->i->host_memory) c->sel_logits = be->i->alloc(be, M * V * sizeof(float));
+    c->sel_scratch = be->i->alloc(be, 2 * V * sizeof(float));
+    c->sel_ids = be->i->alloc(be, M * sizeof(int32_t));
     int ok = c->a.x && c->a.xn && c->a.o && c->a.q && c->a.att && c->a.k && c->a.v && c->a.gate &&
-             c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->stage;
+             c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->stage &&
+             (c->sel_logits || !be->i->host_memory) && c->sel_scratch && c->sel_ids;
     if (ok && !be->i->host_memory) {   /* logits and taps stay on the device until asked */
         c->logits = be->i->alloc(be, M * V * sizeof(float));
         c->taps = be->i->alloc(be, M * DS_MAX_TAPS * d * sizeof(float));
@@ -381,6 +403,15 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     }
     if (!ok) {
         ds_errf(err, errlen, "context: out of %s memory for n_ctx=%d", be->i->name, n_ctx);
+        ctx_release(c);
+        free(c);
+        return NULL;
+    }
+    /* the families' scratch, once: no allocation in any later forward
+     * (weights' n_in: d for q/k/v/gate/up and the head, qd for o, ff for down) */
+    const int64_t k_max = (int64_t)(d > ff ? (d > qd ? d : qd) : (ff > qd ? ff : qd));
+    if (be->i->reserve && be->i->reserve(c->ex, c->m_max, k_max, hp->head_dim, n_ctx, e2, sizeof e2)) {
+        ds_errf(err, errlen, "context: %s", e2);
         ctx_release(c);
         free(c);
         return NULL;
@@ -501,6 +532,14 @@ static void logits_rows(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int r0, int 
                       (size_t)m->hp.n_vocab);
 }
 
+/* Selection on the device (ds_forward_select): which rows, how, where the
+ * ids go on the host, and an optional device destination for the taps. */
+typedef struct {
+    const ds_sampler *samp;
+    int32_t *ids;
+    float   *taps_dev;
+} sel_args;
+
 /* The key a recorded launch sequence is filed under: everything that
  * changes which ops run or with which arguments (FNV-1a over the shape,
  * the variants, the logits rows and the tap list). */
@@ -516,7 +555,7 @@ static uint64_t graph_key(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int 
 }
 
 static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, int logits_mode,
-               float *logits, float *taps, char *err, size_t errlen) {
+               float *logits, float *taps, const sel_args *sel, char *err, size_t errlen) {
     if (check_run(c, tokens, M, pos0, err, errlen)) return -1;
     const ds_backend_i *b = c->be->i;
     const int host = b->host_memory;
@@ -529,11 +568,19 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         for (int r = 0; r < n; r++) c->pos_host[r] = p0 + r;
         b->upload(c->ex, c->pos, c->pos_host, (size_t)n * sizeof(int));
         b->upload(c->ex, c->ids, tokens + done, (size_t)n * sizeof(int32_t));
-        float *taps_dst = !taps ? NULL : host ? taps + (size_t)done * taps_stride : c->taps;
+        /* taps and logits: to the caller's host buffers on host-memory
+         * backends; else to the context's device buffers, fixed per context
+         * so that a recorded launch sequence is the same for every call of
+         * one shape (the selecting path then copies the taps on, device to
+         * device, outside the recording) */
+        float *taps_dst;
+        if (sel) taps_dst = !sel->taps_dev ? NULL : host ? sel->taps_dev + (size_t)done * taps_stride : c->taps;
+        else taps_dst = !taps ? NULL : host ? taps + (size_t)done * taps_stride : c->taps;
         float *lg = NULL;
         int r0 = 0, rows = 0;
-        if (logits_mode == DS_LOGITS_ALL) { lg = logits + (size_t)done * V; rows = n; }
-        else if (logits_mode == DS_LOGITS_LAST && done + n == M) { lg = logits; r0 = n - 1; rows = 1; }
+        if (logits_mode == DS_LOGITS_ALL) { lg = sel ? NULL : logits + (size_t)done * V; rows = n; }
+        else if (logits_mode == DS_LOGITS_LAST && done + n == M) { lg = sel ? NULL : logits; r0 = n - 1; rows = 1; }
+        float *lg_dst = sel ? (c->logits ? c->logits : c->sel_logits) : host ? lg : c->logits;
         /* A backend that records launch sequences (CUDA graphs) replays the
          * one recorded for this shape: every argument below is the same for
          * every call with the same key (positions and ids are in device
@@ -546,10 +593,25 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         }
         if (!replayed) {
             forward_chunk(c, var, n, p0, taps_dst, taps_stride);
-            if (rows) logits_rows(c, var, r0, rows, p0, host ? lg : c->logits);
+            if (rows) logits_rows(c, var, r0, rows, p0, lg_dst);
         }
         if (graphs && b->graph_end(c->ex, err, errlen)) return -1;
-        if (!host) {   /* one synchronising download per chunk */
+        if (sel) {
+            if (!host && sel->taps_dev)
+                b->copy(c->ex, sel->taps_dev + (size_t)done * taps_stride, c->taps,
+                        (size_t)n * taps_stride * sizeof(float));
+            /* the logits stay on the device; the token each row selects
+             * (keyed on the position it is chosen for, row position + 1)
+             * comes back */
+            if (rows) {
+                int32_t *dst = sel->ids + (logits_mode == DS_LOGITS_ALL ? done : 0);
+                if (ds_backend_select(c->ex, sel->samp, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1,
+                                      c->sel_scratch, c->sel_ids, err, errlen))
+                    return -1;
+                b->download(c->ex, dst, c->sel_ids, (size_t)rows * sizeof(int32_t));
+            }
+            if (!host && b->sync(c->ex, err, errlen)) return -1;
+        } else if (!host) {   /* one synchronising download per chunk */
             if (rows) b->download(c->ex, lg, c->logits, (size_t)rows * V * sizeof(float));
             if (taps)
                 b->download(c->ex, taps + (size_t)done * taps_stride, c->taps,
@@ -563,7 +625,20 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
 }
 
 int ds_decode(ds_ctx *c, int32_t token, int pos, float *logits, float *taps, char *err, size_t errlen) {
-    return run(c, 1, &token, 1, pos, logits ? DS_LOGITS_LAST : DS_LOGITS_NONE, logits, taps, err, errlen);
+    return run(c, 1, &token, 1, pos, logits ? DS_LOGITS_LAST : DS_LOGITS_NONE, logits, taps, NULL, err, errlen);
+}
+
+int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o,
+                      char *err, size_t errlen) {
+    if (!o) { ds_errf(err, errlen, "select: no options given"); return -1; }
+    if (o->rows != DS_LOGITS_NONE && o->rows != DS_LOGITS_LAST && o->rows != DS_LOGITS_ALL) {
+        ds_errf(err, errlen, "select: rows mode %d is not NONE, LAST or ALL", o->rows);
+        return -1;
+    }
+    if (o->rows != DS_LOGITS_NONE && !o->ids) { ds_errf(err, errlen, "select: ids requested but no buffer given"); return -1; }
+    if (o->decode && M != 1) { ds_errf(err, errlen, "select: the decode path takes one token, not %d", M); return -1; }
+    const sel_args sel = {o->samp, o->ids, o->taps_dev};
+    return run(c, o->decode, tokens, M, pos0, o->rows, NULL, NULL, &sel, err, errlen);
 }
 
 int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logits_mode, float *logits,
@@ -572,7 +647,7 @@ int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logi
         ds_errf(err, errlen, "forward: logits requested but no buffer given");
         return -1;
     }
-    return run(c, 0, tokens, M, pos0, logits_mode, logits, taps, err, errlen);
+    return run(c, 0, tokens, M, pos0, logits_mode, logits, taps, NULL, err, errlen);
 }
 
 /* ========================================================================

@@ -20,6 +20,7 @@
 #include "kernels/kernels.h"
 #include "backend.h"
 #include "layer.h"
+#include "sampler.h"
 
 typedef enum { DS_ARCH_QWEN3 = 0, DS_ARCH_LLAMA = 1 } ds_arch;
 
@@ -115,6 +116,28 @@ int ds_decode(ds_ctx *c, int32_t token, int pos, float *logits, float *taps,
  * taps: M*n_taps*n_embd floats (row-major by token) or NULL. */
 int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logits_mode,
                      float *logits, float *taps, char *err, size_t errlen);
+
+/* Token selection on the device: the forward of ds_decode (decode = 1,
+ * M = 1) or ds_forward_batch (decode = 0), but the logits stay on the
+ * device and only the token each selected row chooses comes back:
+ *   ids[i] = ds_sample(samp, logits of row i, V, pos0 + i + 1)
+ * (row i at position pos0 + i chooses the token for the next position;
+ * argmax when samp is NULL or temp 0), computed by the backend's argmax /
+ * sample ops (ds_backend_select). rows: DS_LOGITS_ALL -> ids[M],
+ * DS_LOGITS_LAST -> ids[0] = the last row's, DS_LOGITS_NONE -> none.
+ * taps_dev: NULL, or a buffer of the model's backend (ds_model.be) with
+ * room for M rows of n_taps*n_embd floats: the taps stay on the device
+ * (ds_dctx_append_dev reads them there). On the CPU every result is
+ * bitwise the one ds_forward_batch / ds_decode + ds_sample give. */
+typedef struct {
+    int               decode;     /* 1: the sequential path (M == 1)        */
+    int               rows;       /* DS_LOGITS_NONE / LAST / ALL            */
+    const ds_sampler *samp;       /* NULL: greedy                           */
+    int32_t          *ids;        /* host                                   */
+    float            *taps_dev;   /* device, or NULL                        */
+} ds_select_opts;
+int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o,
+                      char *err, size_t errlen);
 
 /* ---- state snapshot (for diagnostics: restore the true S0) ------------- */
 typedef struct {

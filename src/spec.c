@@ -114,19 +114,22 @@ int ds_spec_measure_sps(ds_ctx *c, int max_width, int reps, double *sec, char *e
         return -1;
     }
     if (reps < 1) reps = 1;
+    /* time what a round's verify runs: the selecting forward, taps kept on the device */
+    ds_backend *be = ds_ctx_model(c)->be;
     const size_t V = (size_t)ds_ctx_model(c)->hp.n_vocab, T = (size_t)ds_ctx_n_taps(c) * ds_ctx_model(c)->hp.n_embd;
-    float *lg = malloc((size_t)max_width * V * sizeof(float));
-    float *tp = T ? malloc((size_t)max_width * T * sizeof(float)) : NULL;
+    float *tp = T ? be->i->alloc(be, (size_t)max_width * T * sizeof(float)) : NULL;
+    int32_t *sel = malloc((size_t)max_width * sizeof(int32_t));
     int32_t *tok = malloc((size_t)max_width * sizeof(int32_t));
     double *t = malloc((size_t)reps * sizeof(double));
     int rc = -1;
-    if (!lg || (T && !tp) || !tok || !t) { ds_errf(err, errlen, "SPS measurement: out of memory"); goto done; }
+    if ((T && !tp) || !sel || !tok || !t) { ds_errf(err, errlen, "SPS measurement: out of memory"); goto done; }
     for (int i = 0; i < max_width; i++) tok[i] = (int32_t)((i * 7 + 1) % (int)V);
     for (int w = 1; w <= max_width; w++) {
         for (int r = -1; r < reps; r++) {
             ds_kv_truncate(c, 0);
             double t0 = now_s();
-            if (ds_forward_batch(c, tok, w, 0, DS_LOGITS_ALL, lg, tp, err, errlen)) goto done;
+            const ds_select_opts so = {0, DS_LOGITS_ALL, NULL, sel, tp};
+            if (ds_forward_select(c, tok, w, 0, &so, err, errlen)) goto done;
             if (r >= 0) t[r] = now_s() - t0;
         }
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
@@ -135,7 +138,8 @@ int ds_spec_measure_sps(ds_ctx *c, int max_width, int reps, double *sec, char *e
     rc = 0;
 done:
     ds_kv_truncate(c, 0);
-    free(lg); free(tp); free(tok); free(t);
+    if (tp) be->i->release(be, tp);
+    free(sel); free(tok); free(t);
     return rc;
 }
 
@@ -144,9 +148,10 @@ done:
 /* Prefill the target and the drafter context together, in chunks of whole
  * internal batches (a multiple of m_max rows) so that the target's bits equal
  * one ds_prefill call of the whole prompt with ANY kernel set, while the taps
- * buffer holds one chunk instead of the whole prompt. */
+ * buffer (device) holds one chunk instead of the whole prompt. The last row
+ * selects the first token (*first) on the device. */
 static int spec_prefill(ds_ctx *c, ds_dctx *dx, const int32_t *prompt, int n, ds_prefill_mode mode, int chunk,
-                        float *logits, float *taps, char *err, size_t errlen) {
+                        const ds_sampler *samp, int32_t *first, float *taps, char *err, size_t errlen) {
     if (n < 1) { ds_errf(err, errlen, "prefill: the prompt is empty"); return -1; }
     if (n >= ds_ctx_n_ctx(c)) {
         ds_errf(err, errlen, "prefill: the prompt has %d tokens but the context holds %d (need room for at least one new token)",
@@ -159,14 +164,16 @@ static int spec_prefill(ds_ctx *c, ds_dctx *dx, const int32_t *prompt, int n, ds
         int m = n - off < chunk ? n - off : chunk;
         const int last = off + m == n;
         if (mode == DS_PREFILL_BATCH) {
-            if (ds_forward_batch(c, prompt + off, m, off, last ? DS_LOGITS_LAST : DS_LOGITS_NONE, logits, taps, err, errlen))
-                return -1;
+            const ds_select_opts so = {0, last ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first, taps};
+            if (ds_forward_select(c, prompt + off, m, off, &so, err, errlen)) return -1;
         } else {
-            for (int i = 0; i < m; i++)
-                if (ds_decode(c, prompt[off + i], off + i, last && i == m - 1 ? logits : NULL, taps + (size_t)i * T, err, errlen))
-                    return -1;
+            for (int i = 0; i < m; i++) {
+                const ds_select_opts so = {1, last && i == m - 1 ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first,
+                                           taps + (size_t)i * T};
+                if (ds_forward_select(c, prompt + off + i, 1, off + i, &so, err, errlen)) return -1;
+            }
         }
-        if (ds_dctx_append(dx, taps, m, off, err, errlen)) return -1;
+        if (ds_dctx_append_dev(dx, taps, m, off, err, errlen)) return -1;
         off += m;
     }
     return 0;
@@ -193,7 +200,6 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
     st->stop = "length";
-    const int V = ds_ctx_model(c)->hp.n_vocab;
     const int gamma = ds_drafter_block_size(d);
     if (o->n_predict < 1) { ds_errf(err, errlen, "spec: n_predict must be >= 1"); return -1; }
     if (gamma < 1 || gamma > DS_SPEC_MAX_GAMMA) {
@@ -223,22 +229,22 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     st->draft_max = draft_max;
     if (ds_set_taps(c, ds_drafter_tap_layers(d), ds_drafter_n_taps(d), err, errlen)) return -1;
     const size_t T = (size_t)ds_ctx_n_taps(c) * ds_ctx_model(c)->hp.n_embd;
-    const size_t Vz = (size_t)V;
 
-    /* buffers */
+    /* buffers: taps on the device (they go from the target's forward to the
+     * drafter's context without visiting the host); ids and confidences on
+     * the host (the only things a round moves) */
+    ds_backend *be = ds_ctx_model(c)->be;
     const int mm = ds_ctx_m_max(c) > 0 ? ds_ctx_m_max(c) : 1;
     const int chunk = mm * (mm < 512 ? 512 / mm : 1);                 /* whole internal batches */
-    float *ptaps = malloc((size_t)chunk * T * sizeof(float) + 1);
-    float *vlog = malloc(((size_t)(gamma + 1) + 2) * Vz * sizeof(float));   /* verify rows + sampler scratch */
-    float *vtaps = malloc((size_t)(gamma + 1) * T * sizeof(float) + 1);
-    float *rlog = malloc(Vz * sizeof(float));
+    float *ptaps = be->i->alloc(be, (size_t)chunk * T * sizeof(float) + 64);
+    float *vtaps = be->i->alloc(be, (size_t)(gamma + 1) * T * sizeof(float) + 64);
     float *conf = malloc((size_t)gamma * sizeof(float));
     int32_t *ids = malloc((size_t)gamma * sizeof(int32_t));
     int32_t *vtok = malloc((size_t)(gamma + 1) * sizeof(int32_t));
+    int32_t *vsel = malloc((size_t)(gamma + 1) * sizeof(int32_t));
     ds_dctx *dx = NULL;
     int rc = -1;
-    if (!ptaps || !vlog || !vtaps || !rlog || !conf || !ids || !vtok) { ds_errf(err, errlen, "spec: out of memory"); goto done; }
-    float *scratch = vlog + (size_t)(gamma + 1) * Vz;
+    if (!ptaps || !vtaps || !conf || !ids || !vtok || !vsel) { ds_errf(err, errlen, "spec: out of memory"); goto done; }
     dx = ds_dctx_new(d, ds_ctx_n_ctx(c) + gamma, ds_ctx_exec(c), err, errlen);
     if (!dx || ds_dctx_set_retained(dx, draft_max, err, errlen)) goto done;
 
@@ -246,9 +252,9 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     const ds_sampler *samp = &o->samp;
     double t0 = now_s();
     /* prefill: target (all prompt taps) -> drafter context rows -> first token */
-    if (spec_prefill(c, dx, prompt, n_prompt, o->prefill, chunk, vlog, ptaps, err, errlen)) goto done;
+    int32_t anchor = -1;
+    if (spec_prefill(c, dx, prompt, n_prompt, o->prefill, chunk, samp, &anchor, ptaps, err, errlen)) goto done;
     int p = n_prompt;
-    int32_t anchor = ds_sample(samp, vlog, V, p, scratch);
     double t1 = now_s();
     st->t_prefill = t1 - t0;
     if (emit(&em, anchor)) goto finish;
@@ -276,7 +282,10 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         /* verify [anchor, d_1..d_ell] at p..p+ell in ONE batched pass */
         vtok[0] = anchor;
         for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
-        if (ds_forward_batch(c, vtok, ell + 1, p, DS_LOGITS_ALL, vlog, vtaps, err, errlen)) goto done;
+        {   /* only the ell + 1 selected ids come back; logits and taps stay */
+            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vtaps};
+            if (ds_forward_select(c, vtok, ell + 1, p, &so, err, errlen)) goto done;
+        }
         double tc = now_s();
         st->t_verify += tc - tb;
 
@@ -284,7 +293,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         int a = 0;
         int32_t bonus = -1;
         for (; a <= ell; a++) {
-            int32_t y = ds_sample(samp, vlog + (size_t)a * Vz, V, p + a + 1, scratch);
+            int32_t y = vsel[a];
             if (a == ell || y != ids[a]) { bonus = y; break; }
         }
         double td = now_s();
@@ -297,8 +306,9 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
             if (ds_kv_truncate(c, p)) { ds_errf(err, errlen, "spec: KV truncate to %d failed", p); goto done; }
             int a2 = a;
             for (int j = 0; j <= a; j++) {
-                if (ds_decode(c, vtok[j], p + j, rlog, vtaps + (size_t)j * T, err, errlen)) goto done;
-                int32_t y = ds_sample(samp, rlog, V, p + j + 1, scratch);
+                int32_t y = -1;
+                const ds_select_opts so = {1, DS_LOGITS_LAST, samp, &y, vtaps + (size_t)j * T};
+                if (ds_forward_select(c, &vtok[j], 1, p + j, &so, err, errlen)) goto done;
                 if (j < a && y != ids[j]) { a2 = j; bonus = y; st->replay_fixups++; break; }
                 if (j == a) {
                     if (y != bonus) st->replay_fixups++;
@@ -308,7 +318,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
             a = a2;
         }
         if (ds_dctx_truncate(dx, p)) { ds_errf(err, errlen, "spec: drafter truncate to %d failed", p); goto done; }
-        if (ds_dctx_append(dx, vtaps, a + 1, p, err, errlen)) goto done;
+        if (ds_dctx_append_dev(dx, vtaps, a + 1, p, err, errlen)) goto done;
         st->t_commit += now_s() - td;
 
         if (o->on_round) {
@@ -342,6 +352,8 @@ finish:
     rc = 0;
 done:
     if (dx) ds_dctx_free(dx);
-    free(ptaps); free(vlog); free(vtaps); free(rlog); free(conf); free(ids); free(vtok);
+    if (ptaps) be->i->release(be, ptaps);
+    if (vtaps) be->i->release(be, vtaps);
+    free(conf); free(ids); free(vtok); free(vsel);
     return rc;
 }

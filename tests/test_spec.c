@@ -43,12 +43,14 @@ static ds_model *make_target(const char *dir, const char *name, uint32_t type, l
     o.n_vocab = 300; o.n_ctx = 1024; o.seed = seed;
     if (ds_make_model(&o, tied, err, sizeof err)) { printf("FAIL make-model: %s\n", err); exit(1); }
     rewrite(tied, path, -1, untie ? (uint32_t)seed * 2654435761u + 1 : 0);
-    ds_model *m = ds_model_load(path, err, sizeof err);
+    ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);
     if (!m) { printf("FAIL load target: %s\n", err); exit(1); }
     return m;
 }
 
-static ds_drafter *make_drafter(const char *dir, const char *name, const ds_model *t, int gamma, int conf, long seed) {
+/* markov: NULL = make-drafter's default (vanilla); corr: correction width */
+static ds_drafter *make_drafter_kind(const char *dir, const char *name, const ds_model *t, int gamma, int conf,
+                                     long seed, const char *markov, int corr) {
     char path[600], err[DS_ERRLEN];
     snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
     ds_make_drafter_opts o;
@@ -56,11 +58,17 @@ static ds_drafter *make_drafter(const char *dir, const char *name, const ds_mode
     o.block_size = gamma;
     o.confidence = conf;
     o.seed = seed;
+    if (markov) o.markov = markov;
+    o.correction = corr;
     o.type = t->weight_type == DS_TYPE_Q8_0 ? DS_TYPE_Q8_0 : DS_TYPE_F32;
     if (ds_make_drafter(&o, t, path, err, sizeof err)) { printf("FAIL make-drafter: %s\n", err); exit(1); }
     ds_drafter *d = ds_drafter_load(path, t, err, sizeof err);
     if (!d) { printf("FAIL load drafter: %s\n", err); exit(1); }
     return d;
+}
+
+static ds_drafter *make_drafter(const char *dir, const char *name, const ds_model *t, int gamma, int conf, long seed) {
+    return make_drafter_kind(dir, name, t, gamma, conf, seed, NULL, 0);
 }
 
 typedef struct {
@@ -219,6 +227,195 @@ static void oracle_runs(ds_ctx *c, const ds_drafter *d, int pi, ds_spec_opts *o,
     o->commit = DS_COMMIT_DIRECT;
 }
 
+/* ---- device residency: the CPU backend posing as a device -----------------
+ * The CPU's own table with host_memory = 0 (so the model, the drafter and
+ * the loop take their device paths: logits and taps in backend buffers, the
+ * drafter's arena copied, the heads' ids on the device) and upload /
+ * download wrapped to count bytes. Under DSPARK_DEVICE=cuda (make
+ * test-cuda) the same wrapper counts the GPU's transfers. A device-resident round may move only
+ * token ids and confidences: every download is at most gamma+1 ints, every
+ * upload at most one chunk of ids or positions, and for direct commit the
+ * total is exactly the ids and confidences the rounds account for. */
+typedef struct {
+    ds_backend_i i;
+    const ds_backend_i *cpu;
+    long   down_calls, up_calls;
+    size_t down_bytes, up_bytes, down_max, up_max;
+    long   rounds_drafting, verify_rows;     /* from on_round, for the exact count */
+} counting_dev;
+
+static void cnt_download(ds_exec *ex, void *dst, const void *src, size_t b) {
+    counting_dev *k = (counting_dev *)(void *)ex->be->i;      /* the table is its first member */
+    k->down_calls++; k->down_bytes += b;
+    if (b > k->down_max) k->down_max = b;
+    k->cpu->download(ex, dst, src, b);
+}
+static void cnt_upload(ds_exec *ex, void *dst, const void *src, size_t b) {
+    counting_dev *k = (counting_dev *)(void *)ex->be->i;      /* the table is its first member */
+    k->up_calls++; k->up_bytes += b;
+    if (b > k->up_max) k->up_max = b;
+    k->cpu->upload(ex, dst, src, b);
+}
+static int decline_sample(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x, int64_t pos0,
+                          float *scratch, int32_t *out) {
+    return -1;                          /* a device without this sampler: the host fallback runs */
+}
+static void cnt_reset(counting_dev *k) {
+    k->down_calls = k->up_calls = 0;
+    k->down_bytes = k->up_bytes = k->down_max = k->up_max = 0;
+    k->rounds_drafting = k->verify_rows = 0;
+}
+static void cnt_round(void *u, const ds_spec_round *r) {
+    counting_dev *k = u;
+    k->rounds_drafting += r->n_draft > 0;
+    k->verify_rows += r->ell + 1;
+}
+
+static void device_resident_checks(const char *dir) {
+    char err[DS_ERRLEN];
+    const int gamma = 7, npred = 32;
+    const int light = getenv("DSPARK_SAN") != NULL;
+    /* host reference: a plain CPU target; the "device" one loads the same file */
+    ds_model *mh = make_target(dir, "dev_target", DS_TYPE_F32, 31, 1);
+    char path[600];
+    snprintf(path, sizeof path, "%s/dev_target.gguf", dir);
+    ds_model *md = ds_model_load_on(path, tu_device(), err, sizeof err);
+    CHECK(md != NULL, "load: %s", err);
+    counting_dev k;
+    memset(&k, 0, sizeof k);
+    k.cpu = md->be->i;
+    k.i = *md->be->i;
+    k.i.host_memory = 0;
+    k.i.download = cnt_download;
+    k.i.upload = cnt_upload;
+    md->be->i = &k.i;
+    ds_ctx *ch = ds_ctx_new(mh, 160, 1, err, sizeof err);
+    ds_ctx *cd = ds_ctx_new(md, 160, 1, err, sizeof err);
+    CHECK(ch && cd, "ctx: %s", err);
+
+    static const char *const kinds[] = { "vanilla", "gated", "rnn", "vanilla+corr" };
+    static const uint64_t seeds[] = { 1, 7, 12345 };
+    const int n_seeds = light ? 1 : 3, p_first = light ? 2 : 1;
+    const double table[8] = { 1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35 };
+    long runs = 0, differ = 0, host_differ = 0, bad_moves = 0, fallback_runs = 0;
+    for (int ki = 0; ki < 4; ki++) {
+        const int corr = ki == 3 ? 48 : 0;
+        const char *mk = ki == 3 ? "vanilla" : kinds[ki];
+        char name[64];
+        snprintf(name, sizeof name, "dev_drafter_%d", ki);
+        ds_drafter *dh = make_drafter_kind(dir, name, mh, gamma, 1, 40 + ki, mk, corr);
+        snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
+        ds_drafter *dd = ds_drafter_load(path, md, err, sizeof err);   /* on the "device": arena copied */
+        CHECK(dd != NULL, "load drafter on the device: %s", err);
+        if (!dd) { ds_drafter_free(dh); continue; }
+        /* one round bit for bit: ids, confidences and logits, host vs device */
+        {
+            const int nt = ds_drafter_n_taps(dh), D = mh->hp.n_embd, V = mh->hp.n_vocab, rows = 20;
+            float *taps = malloc((size_t)rows * nt * D * sizeof(float));
+            uint32_t q = 77u + (uint32_t)ki;
+            for (size_t i = 0; i < (size_t)rows * nt * D; i++) { q = q * 1664525u + 1013904223u; taps[i] = (float)(q >> 8) / 4194304.0f - 2.0f; }
+            taps[3] = NAN; taps[5] = 1e30f;                          /* the sanitisation runs on both */
+            ds_dctx *xh = ds_dctx_new(dh, 64, NULL, err, sizeof err), *xd = ds_dctx_new(dd, 64, NULL, err, sizeof err);
+            CHECK(xh && xd, "dctx: %s", err);
+            int same = xh && xd && !ds_dctx_append(xh, taps, rows, 0, err, sizeof err) &&
+                       !ds_dctx_append(xd, taps, rows, 0, err, sizeof err);
+            int32_t ih[8], id[8];
+            float ch_[8], cd_[8], *lh = malloc((size_t)gamma * V * sizeof(float)), *ld = malloc((size_t)gamma * V * sizeof(float));
+            for (int si = -1; si < 2 && same; si++) {
+                ds_sampler smp = { si < 0 ? 0.0f : 0.8f, 0, 1.0f, (uint64_t)(si + 5), 0.0f };
+                ds_draft_opts dop = { &smp, gamma };
+                same &= !ds_draft(xh, 17, rows, &dop, ih, ch_, lh, err, sizeof err) &&
+                        !ds_draft(xd, 17, rows, &dop, id, cd_, ld, err, sizeof err) &&
+                        !memcmp(ih, id, (size_t)gamma * sizeof(int32_t)) && !memcmp(ch_, cd_, (size_t)gamma * sizeof(float)) &&
+                        !memcmp(lh, ld, (size_t)gamma * V * sizeof(float));
+            }
+            CHECK(same, "drafter %s: one round on the device differs from the host (%s)", kinds[ki], err);
+            ds_dctx_free(xh); ds_dctx_free(xd);
+            free(taps); free(lh); free(ld);
+        }
+        for (int si = -1; si < n_seeds; si++) {
+            ds_sampler smp = { si < 0 ? 0.0f : 0.8f, 0, 1.0f, si < 0 ? 0 : seeds[si], 0.0f };
+            for (int pi = p_first; pi < N_PROMPTS; pi += light ? N_PROMPTS : 1) {
+                run_out ref;
+                plain(ch, pi, npred, &smp, &ref);
+                static const int dms[] = { 1, 3, 7 };
+                for (int di = 0; di < 3; di++)
+                    for (int mode = 0; mode < 3; mode++) {   /* direct, replay, table scheduler */
+                        ds_spec_opts o;
+                        ds_spec_opts_default(&o);
+                        o.n_predict = npred;
+                        o.samp = smp;
+                        o.draft_max = dms[di];
+                        o.commit = mode == 1 ? DS_COMMIT_REPLAY : DS_COMMIT_DIRECT;
+                        if (mode == 2) { o.sched = DS_SCHED_TABLE; o.sps_sec = table; o.n_sps = 8; }
+                        run_out rh, rd;
+                        ds_spec_stats sh, sd;
+                        spec(ch, dh, pi, &o, &rh, &sh);
+                        o.on_round = cnt_round;
+                        o.round_user = &k;
+                        cnt_reset(&k);
+                        spec(cd, dd, pi, &o, &rd, &sd);
+                        runs++;
+                        differ += first_diff(&rd, &ref) >= 0;
+                        /* identical drafts on both: the same rounds and accepts */
+                        host_differ += first_diff(&rd, &rh) >= 0 || sh.rounds != sd.rounds ||
+                                       sh.accepted != sd.accepted || sh.drafted != sd.drafted ||
+                                       sh.replay_fixups != sd.replay_fixups;
+                        int moves_ok = k.down_max <= (size_t)(gamma + 1) * sizeof(int32_t) &&
+                                       k.up_max <= (size_t)ds_ctx_m_max(cd) * sizeof(int32_t);
+                        if (o.commit == DS_COMMIT_DIRECT) {
+                            /* prefill's first id + per drafting round ids and confidences + verify ids */
+                            size_t want = sizeof(int32_t) * (1 + (size_t)k.rounds_drafting * 2 * (size_t)dms[di] +
+                                                             (size_t)k.verify_rows);
+                            moves_ok &= k.down_bytes == want;
+                        }
+                        if (!moves_ok) {
+                            if (++bad_moves <= 3)
+                                printf("INFO   moves: kind=%s dm=%d mode=%d down=%zu bytes in %ld calls (max %zu) up max %zu\n",
+                                       kinds[ki], dms[di], mode, k.down_bytes, k.down_calls, k.down_max, k.up_max);
+                        }
+                    }
+                /* a device that declines the sampler: the host fallback, same bytes */
+                if (si >= 0 && pi == p_first) {
+                    ds_spec_opts o;
+                    ds_spec_opts_default(&o);
+                    o.n_predict = npred;
+                    o.samp = smp;
+                    k.i.sample = decline_sample;
+                    run_out rd;
+                    ds_spec_stats sd;
+                    spec(cd, dd, pi, &o, &rd, &sd);
+                    k.i.sample = k.cpu->sample;
+                    fallback_runs++;
+                    differ += first_diff(&rd, &ref) >= 0;
+                }
+            }
+        }
+        ds_drafter_free(dd);
+        ds_drafter_free(dh);
+    }
+    CHECK(differ == 0, "device-resident spec != plain in %ld of %ld runs", differ, runs + fallback_runs);
+    CHECK(host_differ == 0, "device-resident spec differs from the host path in %ld of %ld runs", host_differ, runs);
+    CHECK(bad_moves == 0, "%ld runs moved more than ids and confidences", bad_moves);
+    printf("%s device_resident_spec runs=%ld fallback_runs=%ld differ=%ld host_differ=%ld bad_moves=%ld\n",
+           differ || host_differ || bad_moves ? "FAIL" : "PASS", runs, fallback_runs, differ, host_differ, bad_moves);
+
+    /* a backend without the heads' ops is refused in one line */
+    {
+        k.i.gate = NULL;
+        ds_drafter *dd = make_drafter_kind(dir, "dev_drafter_nogate", md, 3, 1, 50, NULL, 0);
+        ds_dctx *x = ds_dctx_new(dd, 32, NULL, err, sizeof err);
+        CHECK(x == NULL && strstr(err, "not implemented"), "a device without the gate op was accepted (%s)", err);
+        ds_dctx_free(x);
+        ds_drafter_free(dd);
+        k.i.gate = k.cpu->gate;
+    }
+    ds_ctx_free(cd);
+    ds_ctx_free(ch);
+    ds_model_free(md);
+    ds_model_free(mh);
+}
+
 int main(void) {
     char dir[256], err[DS_ERRLEN];
     tu_tmpdir(dir, sizeof dir);
@@ -317,7 +514,8 @@ int main(void) {
         {
             tally t = { 0 };
             static const ds_sampler cfg[] = {
-                { 1.0f, 0, 1.0f, 0 }, { 0.7f, 0, 1.0f, 0 }, { 1.5f, 40, 1.0f, 0 }, { 1.0f, 0, 0.9f, 0 }, { 0.8f, 20, 0.95f, 0 },
+                { 1.0f, 0, 1.0f, 0, 0.0f }, { 0.7f, 0, 1.0f, 0, 0.0f }, { 1.5f, 40, 1.0f, 0, 0.0f }, { 1.0f, 0, 0.9f, 0, 0.0f },
+                { 0.8f, 20, 0.95f, 0, 0.0f }, { 1.2f, 0, 1.0f, 0, 0.05f },
             };
             for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++)
                 for (uint64_t seed = 1; seed <= (light ? 2u : ti == 0 ? 8u : 4u); seed++)
@@ -342,7 +540,7 @@ int main(void) {
             CHECK(t.multi > 0, "no multi-token accept in the sampled runs");
             snprintf(label, sizeof label, "sampled_%s_canonical_spec_equals_plain", tn);
             report(label, &t);
-            o.samp = (ds_sampler){ 0.0f, 0, 1.0f, 0 };
+            o.samp = (ds_sampler){ 0.0f, 0, 1.0f, 0, 0.0f };
             o.sched = DS_SCHED_NONE; o.commit = DS_COMMIT_DIRECT; o.draft_max = 0;
         }
         /* the context limit: stop exactly where plain stops, never past n_ctx */
@@ -440,7 +638,7 @@ int main(void) {
                     int32_t eos = ref[p].tok[j];
                     snprintf(dst, sizeof dst, "%s/eos_%d_%d.gguf", dir, p, j);
                     rewrite(src, dst, eos, 0);
-                    ds_model *me = ds_model_load(dst, err, sizeof err);
+                    ds_model *me = ds_model_load_on(dst, tu_device(), err, sizeof err);
                     CHECK(me != NULL, "load eos model: %s", err);
                     if (!me) continue;
                     char dpath[600];
@@ -569,6 +767,7 @@ int main(void) {
         CHECK(pr3 == -1 && strstr(err, "line 1"), "bad value not reported: %s", err);
         printf("%s sps_table_parse\n", pr == 0 && pr2 == -1 && pr3 == -1 ? "PASS" : "FAIL");
     }
+    device_resident_checks(dir);
     tu_rmdir(dir);
     return tu_finish("test_spec");
 }

@@ -47,5 +47,7 @@ int cmd_make_model(int argc, char **argv) {
     if (!out) cli_die(C, "no output file given (-o OUT.gguf)");
     char err[DS_ERRLEN];
     if (ds_make_model(&o, out, err, sizeof err)) cli_die(C, "%s", err);
+    fprintf(stderr, "make-model: wrote %s: arch=%s type=%s n_layer=%d n_embd=%d n_vocab=%d seed=%ld\n", out, o.arch,
+            ds_type_name(o.type), (int)o.n_layer, (int)o.n_embd, (int)o.n_vocab, (long)o.seed);
     return 0;
 }

@@ -22,6 +22,7 @@
  * rows fall back: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0. */
 #include "cli.h"
 #include "gguf.h"
+#include "outfile.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,8 @@ int cmd_quantize(int argc, char **argv) {
         ftype = gguf_llama_ftype(type);
     }
     char err[DS_ERRLEN];
+    /* writing over the input would truncate the mapping being read */
+    if (ds_out_check_inputs(out, &in, 1, err, sizeof err)) cli_die(C, "%s", err);
     gguf_ctx *g = gguf_open(in, err, sizeof err);
     if (!g) cli_die(C, "%s: %s", in, err);
     if (mix == MIX_COPY) {                       /* keep the file's own code, in llama.cpp's numbering */

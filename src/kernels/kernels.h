@@ -89,6 +89,10 @@ typedef struct {
  * ds_q8_0_packed_bytes(W) bytes); returns 0, or -1 if packing is not used. */
 size_t ds_q8_0_packed_bytes(const ds_weight *W);
 int    ds_q8_0_pack(const ds_weight *W, void *dst);
+/* Row `row` of a weight packed by ds_q8_0_pack (W->extra set), converted to
+ * f32 from the packed copy alone: bit for bit ds_row_to_f32 of the original
+ * row, so the original may be paged out once packed. */
+void   ds_q8_0_packed_row(const ds_weight *W, int64_t row, float *out);
 
 /* Dequantize/convert one row of n elements of any supported type to f32. */
 void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out);
@@ -106,6 +110,11 @@ void ds_f32_to_type(uint32_t type, const float *x, int64_t n, void *out);
 
 /* ---- matmul: y[m][n] = sum_k W[n][k] * x[m][k], m < M ------------------- */
 void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool);
+/* y[i] = W[i] x for n weights of one type and n_in on the same activations
+ * (q/k/v, gate/up): one activation quantization and one pool hand-off for
+ * all of them; bit for bit the n separate ds_matmul calls. */
+void ds_matmul_multi(ds_variant v, int n, const ds_weight *const W[], int M, const float *x,
+                     float *const y[], ds_pool *pool);
 /* The decode kernel: exactly ds_matmul(DS_CANONICAL, W, 1, ...). */
 void ds_matmul_decode(const ds_weight *W, const float *x, float *y, ds_pool *pool);
 
@@ -154,6 +163,19 @@ void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up
  * in both; the norm output is where the fast variant shows. */
 void ds_residual(ds_variant vres, ds_variant vnorm, int rows, int n, float *x, const float *y,
                  const float *w, float eps, float *xnorm, ds_pool *pool);
+
+/* ---- scratch: reserved once, never allocated in a forward -----------------
+ * The per-thread and shared bytes the kernels take from the pool's reserved
+ * scratch (ds_pool_reserve) so that no call with M <= m_max rows, weights of
+ * n_in <= k_max, head_dim <= hd_max and attention over at most n_ctx
+ * positions allocates. A call whose shape exceeds the reservation (or one
+ * without a pool) still works: it takes a slower path with the same bits,
+ * or, for the standalone API only, allocates. */
+size_t ds_kernels_thread_scratch(int64_t k_max, int hd_max, int64_t n_ctx);
+size_t ds_kernels_shared_scratch(int m_max, int64_t k_max);
+/* The matmul and attention shares of ds_kernels_thread_scratch. */
+size_t ds_matmul_thread_scratch(int64_t k_max);
+size_t ds_attention_thread_scratch(int hd_max, int64_t n_ctx);
 
 /* ---- argmax with ties to the lowest index (NaN never wins) --------------- */
 int64_t ds_argmax(const float *x, int64_t n);

@@ -599,6 +599,13 @@ int main(int argc, char **argv) {
         test_matmul_type(&t, types[ti], 300, 1024);
         if (types[ti] != DS_TYPE_Q8_0) test_matmul_type(&t, types[ti], 33, 100);   /* K % 16 != 0 */
     }
+    /* long rows: several K tiles / load batches, partial last tile, every
+     * tiling of the Q8_0 kernel (32, 64 and 128 blocks per tile) */
+    test_matmul_type(&t, DS_TYPE_Q8_0, 70, 5216);    /* 163 blocks: 128 + 35 */
+    test_matmul_type(&t, DS_TYPE_Q8_0, 41, 1536);    /* 48 blocks            */
+    test_matmul_type(&t, DS_TYPE_F16, 70, 4096);     /* 16 batches of 256    */
+    test_matmul_type(&t, DS_TYPE_F16, 37, 4104);     /* K % 16 = 8: tail path */
+    test_matmul_type(&t, DS_TYPE_BF16, 37, 2080);
     test_attention(&t, 64);
     test_attention(&t, 72);
     test_attention(&t, 128);
@@ -606,6 +613,8 @@ int main(int argc, char **argv) {
     test_rmsnorm(&t, 384);
     test_rmsnorm(&t, 100);
     test_rmsnorm(&t, 4096);
+    test_rmsnorm(&t, 128);
+    test_rmsnorm(&t, 10000);       /* past the staged kernel's limit: the warp kernel */
     test_rope(&t, 64, 10000.0f, DS_ROPE_NEOX);
     test_rope(&t, 128, 1000000.0f, DS_ROPE_NEOX);
     test_rope(&t, 64, 10000.0f, DS_ROPE_NORMAL);

@@ -155,6 +155,8 @@ void dsc_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, co
               float freq_base, ds_rope_mode mode, float *x);
 void dsc_swiglu(ds_exec *ex, ds_variant v, int rows, int n, const float *gate, const float *up,
                 float *out);
+int dsc_rmsnorm_staged(ds_exec *ex, int rows, int n, float *x, const float *add, const float *w,
+                       float eps, float *y);
 void dsc_residual(ds_exec *ex, ds_variant vres, ds_variant vnorm, int rows, int n, float *x,
                   const float *y, const float *w, float eps, float *xnorm);
 void dsc_argmax(ds_exec *ex, int rows, int64_t n, const float *x, int32_t *out);

@@ -39,7 +39,7 @@
 /* ==========================================================================
  * CANONICAL (= decode)
  * ========================================================================== */
-#define MMD_THREADS 128
+#define MMD_THREADS 64
 #define MMD_U 4                                  /* 16-element steps loaded ahead  */
 #define MMD_SEG 2048                             /* bytes of a row prefetched at once */
 
@@ -117,17 +117,41 @@ __device__ __forceinline__ float mmd_tree(float *a, int g) {
     return a[0];
 }
 
-/* One block: NPB outputs x the MT rows of row group blockIdx.y. */
+/* The LPT weights of one 16-byte word as f32 (exact). */
+template <int TYPE>
+__device__ __forceinline__ void mmd_cvt_w(const uint4 v, float *w) {
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+    if (TYPE == DS_TYPE_F32) {
+#pragma unroll
+        for (int l = 0; l < 4; l++) w[l] = __uint_as_float(u[l]);
+    } else {
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const uint32_t lo = u[l] & 0xffffu, hi = u[l] >> 16;
+            w[2 * l]     = TYPE == DS_TYPE_F16 ? dsc_fp16_to_f32(lo) : dsc_bf16_to_f32(lo);
+            w[2 * l + 1] = TYPE == DS_TYPE_F16 ? dsc_fp16_to_f32(hi) : dsc_bf16_to_f32(hi);
+        }
+    }
+}
+
+/* One block: NPB outputs x the MT rows of row group blockIdx.x (the fastest
+ * index, so that the groups of a large M read one weight tile back to back,
+ * the later ones from L2). Few threads per block and U 16-byte weight words
+ * in flight per thread: a row's 16 lane chains are sequential over K, so the
+ * only parallelism is across outputs, and each thread must keep many bytes
+ * in flight for the grid to cover the memory latency. The words stay raw in
+ * registers until their step (4 registers each), then convert. */
 template <int TYPE, int MT, bool VEC>
 __global__ void __launch_bounds__(MMD_THREADS)
 mmd_canonical(const char *__restrict__ W, int64_t N, int64_t K, int M,
               const float *__restrict__ x, float *__restrict__ y) {
     constexpr int LPT = mmd_traits<TYPE>::LPT, TPN = 16 / LPT, NPB = MMD_THREADS / TPN;
     constexpr int ES = mmd_traits<TYPE>::ES;
+    constexpr int U = VEC ? (MT == 1 ? 16 : 8) : MMD_U;     /* 16-element steps per batch */
     const int g = threadIdx.x % TPN;
-    const int64_t n_raw = (int64_t)blockIdx.x * NPB + threadIdx.x / TPN;
+    const int64_t n_raw = (int64_t)blockIdx.y * NPB + threadIdx.x / TPN;
     const int64_t n = n_raw < N ? n_raw : N - 1;          /* padding threads repeat a row */
-    const int m0 = blockIdx.y * MT, mv = M - m0 < MT ? M - m0 : MT;
+    const int m0 = blockIdx.x * MT, mv = M - m0 < MT ? M - m0 : MT;
     const char *row = W + n * K * ES;
     const float *xr[MT];
 #pragma unroll
@@ -141,28 +165,48 @@ mmd_canonical(const char *__restrict__ W, int64_t N, int64_t K, int M,
 
     const int64_t Kf = K & ~(int64_t)15;
     const int64_t lane0 = (int64_t)g * LPT;
-    if (VEC && g == 0) dsc_prefetch_l2(row, (uint32_t)min((int64_t)2 * MMD_SEG, (Kf * ES) & ~(int64_t)15));
-    for (int64_t k0 = 0; k0 < Kf; k0 += 16 * MMD_U) {
-        /* one prefetch per segment, two segments ahead of the loads (the
-         * first two were asked for above) */
+    const int64_t rbytes = (Kf * ES) & ~(int64_t)15;
+    if (VEC && g == 0) dsc_prefetch_l2(row, (uint32_t)min((int64_t)2 * MMD_SEG, rbytes));
+    for (int64_t k0 = 0; k0 < Kf; k0 += 16 * U) {
+        /* L2 prefetch hints, two segments ahead of the loads */
+        static_assert(MMD_SEG % (16 * U * ES) == 0, "a batch never straddles a prefetch segment");
         if (VEC && g == 0 && (k0 * ES) % MMD_SEG == 0) {
-            const int64_t off = (k0 * ES) + 2 * MMD_SEG;
-            if (off < ((Kf * ES) & ~(int64_t)15))
-                dsc_prefetch_l2(row + off, (uint32_t)min((int64_t)MMD_SEG, ((Kf * ES) & ~(int64_t)15) - off));
+            const int64_t off = k0 * ES + 2 * MMD_SEG;
+            if (off < rbytes) dsc_prefetch_l2(row + off, (uint32_t)min((int64_t)MMD_SEG, rbytes - off));
         }
-        float w[MMD_U][LPT];
+        if (VEC) {
+            uint4 raw[U];
 #pragma unroll
-        for (int u = 0; u < MMD_U; u++)
-            if (k0 + 16 * u < Kf) mmd_load_w<TYPE, VEC>(row, k0 + 16 * u + lane0, K, w[u]);
+            for (int u = 0; u < U; u++)
+                if (k0 + 16 * u < Kf) raw[u] = __ldg((const uint4 *)(row + (k0 + 16 * u + lane0) * ES));
 #pragma unroll
-        for (int u = 0; u < MMD_U; u++) {
-            if (k0 + 16 * u >= Kf) break;
+            for (int u = 0; u < U; u++) {
+                if (k0 + 16 * u >= Kf) break;
+                float w[LPT];
+                mmd_cvt_w<TYPE>(raw[u], w);
 #pragma unroll
-            for (int i = 0; i < MT; i++) {
-                float xv[LPT];
-                mmd_load_x<LPT, VEC>(xr[i], k0 + 16 * u + lane0, K, xv);
+                for (int i = 0; i < MT; i++) {
+                    float xv[LPT];
+                    mmd_load_x<LPT, true>(xr[i], k0 + 16 * u + lane0, K, xv);
 #pragma unroll
-                for (int j = 0; j < LPT; j++) acc[i][j] = __fmaf_rn(w[u][j], xv[j], acc[i][j]);
+                    for (int j = 0; j < LPT; j++) acc[i][j] = __fmaf_rn(w[j], xv[j], acc[i][j]);
+                }
+            }
+        } else {
+            float w[U][LPT];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (k0 + 16 * u < Kf) mmd_load_w<TYPE, false>(row, k0 + 16 * u + lane0, K, w[u]);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (k0 + 16 * u >= Kf) break;
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    float xv[LPT];
+                    mmd_load_x<LPT, false>(xr[i], k0 + 16 * u + lane0, K, xv);
+#pragma unroll
+                    for (int j = 0; j < LPT; j++) acc[i][j] = __fmaf_rn(w[u][j], xv[j], acc[i][j]);
+                }
             }
         }
     }
@@ -187,7 +231,7 @@ mmd_canonical(const char *__restrict__ W, int64_t N, int64_t K, int M,
 template <int TYPE, int MT>
 static void mmd_launch_mt(ds_exec *ex, const dsc_weight *w, int M, const float *x, float *y) {
     constexpr int TPN = 16 / mmd_traits<TYPE>::LPT, NPB = MMD_THREADS / TPN;
-    const dim3 grid(dsc_blocks(w->n_out, NPB), (unsigned)((M + MT - 1) / MT));
+    const dim3 grid((unsigned)((M + MT - 1) / MT), dsc_blocks(w->n_out, NPB));
     /* 16-byte loads need 16-byte aligned rows and whole steps */
     const bool vec = w->n_in % 16 == 0 && ((uintptr_t)x & 15) == 0;
     if (vec)

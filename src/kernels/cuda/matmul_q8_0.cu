@@ -75,80 +75,127 @@ __global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t
 
 /* ==========================================================================
  * CANONICAL (= decode)
- * ========================================================================== */
-#define Q8C_THREADS 256
-#define Q8C_NB 16               /* weight rows per thread block                  */
-#define Q8C_TB 16               /* blocks (of 32) per tile                       */
-#define Q8C_PF 2048             /* bytes of a quant row prefetched at once        */
+ * ==========================================================================
+ * A block owns RB weight rows for one group of MT activation rows and walks
+ * K in tiles of TKB = 32 * WK blocks of 32. Its 8 warps form (8 / WK) row
+ * groups x WK K-slices: warp (wr, wk) holds R rows, and lane l of it takes
+ * block b0 + 32 wk + l of each of those rows (one 32-byte block per lane and
+ * row: two 16-byte loads, 32 consecutive blocks per warp and row).
+ *
+ *   phase 1 (all threads): the exact int32 block dots D of R rows x MT
+ *            activation rows (dp4a, any order: integers), written to shared
+ *            memory with the block's two scales; then the loads of the NEXT
+ *            tile are issued into the same registers, so they fly during...
+ *   phase 2 (one thread per (row, activation row) chain): the f32 chain over
+ *            the tile's blocks IN BLOCK ORDER, acc = fma((float)D, d*e, acc),
+ *            the definition's single rounding per block.
+ *
+ * The row group index is blockIdx.x (the fastest), so the groups of 8 that
+ * make up M > 8 read the same weight tile one after another, from L2. */
+#define Q8V_THREADS 256
+#define Q8V_R 4                 /* weight rows per warp                                  */
 
 template <int MT>
-__global__ void __launch_bounds__(Q8C_THREADS)
-q8c_kernel(const int8_t *__restrict__ wq, const float *__restrict__ wd, int64_t N, int64_t K,
-           int M, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+__global__ void __launch_bounds__(Q8V_THREADS)
+q8v_kernel(const int8_t *__restrict__ wq, const float *__restrict__ wd, int64_t N, int64_t K,
+           int M, int WK, const int8_t *__restrict__ xq, const float *__restrict__ xd,
            float *__restrict__ y) {
-    __shared__ int32_t Ds[MT][Q8C_NB][Q8C_TB + 1];
+    extern __shared__ int32_t q8v_smem[];
+    const int RB = (8 / WK) * Q8V_R, TKB = 32 * WK, LD = TKB + 1;
+    int32_t *Ds = q8v_smem;                            /* [RB * MT][LD]: chain c = r * MT + m */
+    float *Ws = (float *)(Ds + RB * MT * LD);          /* [RB][LD]  weight block scales       */
+    float *Xs = Ws + RB * LD;                          /* [MT][LD]  activation block scales   */
     const int64_t nb = K / 32;
-    const int t = threadIdx.x;
-    const int m0 = blockIdx.y * MT, mv = M - m0 < MT ? M - m0 : MT;
-    const int64_t nbase = (int64_t)blockIdx.x * Q8C_NB;
-    /* phase-1 role: (row nl, block bl) of the tile */
-    const int nl = t / Q8C_TB, bl = t % Q8C_TB;
-    const int64_t n1 = nbase + nl < N ? nbase + nl : N - 1;
-    const int8_t *wrow = wq + n1 * K;
-    /* phase-2 role: (activation row i2, weight row n2) */
-    const int i2 = t / Q8C_NB, nl2 = t % Q8C_NB;
-    const bool chain = i2 < MT;
-    const int64_t n2 = nbase + nl2 < N ? nbase + nl2 : N - 1;
-    const int mrow2 = m0 + (i2 < mv ? i2 : mv - 1);
+    const int t = threadIdx.x, warp = t / 32, lane = t & 31;
+    const int wk = warp % WK, wr = warp / WK, col = wk * 32 + lane;
+    const int m0 = blockIdx.x * MT, mv = M - m0 < MT ? M - m0 : MT;
+    const int64_t nbase = (int64_t)blockIdx.y * RB;
+
+    /* phase-1 rows (padding rows repeat the last row; never written) */
+    int64_t nr[Q8V_R];
+#pragma unroll
+    for (int r = 0; r < Q8V_R; r++) {
+        const int64_t n = nbase + wr * Q8V_R + r;
+        nr[r] = n < N ? n : N - 1;
+    }
+    /* phase-2 role */
+    const bool chain = t < RB * MT;
+    const int rc = t / MT, mc = t % MT;
     float acc = 0.0f;
 
-    if (bl == 0) dsc_prefetch_l2(wrow, (uint32_t)min((int64_t)2 * Q8C_PF, K));
-    for (int64_t b0 = 0; b0 < nb; b0 += Q8C_TB) {
-        if (bl == 0 && (b0 * 32) % Q8C_PF == 0) {
-            const int64_t off = b0 * 32 + 2 * Q8C_PF;
-            if (off < K) dsc_prefetch_l2(wrow + off, (uint32_t)min((int64_t)Q8C_PF, K - off));
-        }
-        /* phase 1: exact integer block dots */
-        const int64_t b = b0 + bl;
-        if (b < nb) {
-            const uint4 *wp = (const uint4 *)(wrow + b * 32);
-            const uint4 w0 = __ldg(wp), w1 = __ldg(wp + 1);
-            const int wv[8] = {(int)w0.x, (int)w0.y, (int)w0.z, (int)w0.w,
-                               (int)w1.x, (int)w1.y, (int)w1.z, (int)w1.w};
+    uint4 wv[Q8V_R][2];
+    if (col < nb) {
 #pragma unroll
-            for (int i = 0; i < MT; i++) {
-                const int mrow = m0 + (i < mv ? i : mv - 1);
+        for (int r = 0; r < Q8V_R; r++) {
+            const uint4 *wp = (const uint4 *)(wq + nr[r] * K + (int64_t)col * 32);
+            wv[r][0] = __ldg(wp);
+            wv[r][1] = __ldg(wp + 1);
+        }
+    }
+    for (int64_t b0 = 0; b0 < nb; b0 += TKB) {
+        const int64_t b = b0 + col;
+        /* phase 1: exact integer block dots of this tile */
+        if (b < nb) {
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const int mrow = m0 + (m < mv ? m : mv - 1);
                 const uint4 *xp = (const uint4 *)(xq + (int64_t)mrow * K + b * 32);
                 const uint4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
-                const int xv[8] = {(int)x0.x, (int)x0.y, (int)x0.z, (int)x0.w,
-                                   (int)x1.x, (int)x1.y, (int)x1.z, (int)x1.w};
-                int D = 0;
 #pragma unroll
-                for (int k = 0; k < 8; k++) D = __dp4a(wv[k], xv[k], D);
-                Ds[i][nl][bl] = D;
+                for (int r = 0; r < Q8V_R; r++) {
+                    int D = 0;
+                    D = __dp4a((int)wv[r][0].x, (int)x0.x, D);
+                    D = __dp4a((int)wv[r][0].y, (int)x0.y, D);
+                    D = __dp4a((int)wv[r][0].z, (int)x0.z, D);
+                    D = __dp4a((int)wv[r][0].w, (int)x0.w, D);
+                    D = __dp4a((int)wv[r][1].x, (int)x1.x, D);
+                    D = __dp4a((int)wv[r][1].y, (int)x1.y, D);
+                    D = __dp4a((int)wv[r][1].z, (int)x1.z, D);
+                    D = __dp4a((int)wv[r][1].w, (int)x1.w, D);
+                    Ds[((wr * Q8V_R + r) * MT + m) * LD + col] = D;
+                }
+                if (wr == 0) Xs[m * LD + col] = __ldg(xd + (int64_t)mrow * nb + b);
+            }
+#pragma unroll
+            for (int r = 0; r < Q8V_R; r++) Ws[(wr * Q8V_R + r) * LD + col] = __ldg(wd + nr[r] * nb + b);
+        }
+        /* the next tile's weights: in flight during the chains below */
+        const int64_t bn = b + TKB;
+        if (bn < nb) {
+#pragma unroll
+            for (int r = 0; r < Q8V_R; r++) {
+                const uint4 *wp = (const uint4 *)(wq + nr[r] * K + bn * 32);
+                wv[r][0] = __ldg(wp);
+                wv[r][1] = __ldg(wp + 1);
             }
         }
         __syncthreads();
-        /* phase 2: the f32 chain, one fma per block in block order */
+        /* phase 2: one fma per block, in block order */
         if (chain) {
-            const int tb = nb - b0 < Q8C_TB ? (int)(nb - b0) : Q8C_TB;
-            for (int j = 0; j < tb; j++) {
-                const float sc = __fmul_rn(__ldg(wd + n2 * nb + b0 + j),
-                                           __ldg(xd + (int64_t)mrow2 * nb + b0 + j));
-                acc = __fmaf_rn((float)Ds[i2][nl2][j], sc, acc);
-            }
+            const int tb = nb - b0 < TKB ? (int)(nb - b0) : TKB;
+            const int32_t *dr = Ds + t * LD;
+            const float *wsr = Ws + rc * LD, *xsr = Xs + mc * LD;
+#pragma unroll 8
+            for (int j = 0; j < tb; j++)
+                acc = __fmaf_rn((float)dr[j], __fmul_rn(wsr[j], xsr[j]), acc);
         }
         __syncthreads();
     }
-    if (chain && i2 < mv && nbase + nl2 < N) y[(int64_t)(m0 + i2) * N + n2] = acc;
+    if (chain && mc < mv && nbase + rc < N) y[(int64_t)(m0 + mc) * N + nbase + rc] = acc;
 }
 
 template <int MT>
-static void q8c_launch(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq,
+static void q8v_launch(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq,
                        const float *xd, float *y) {
-    const dim3 grid(dsc_blocks(w->n_out, Q8C_NB), (unsigned)((M + MT - 1) / MT));
-    q8c_kernel<MT><<<grid, Q8C_THREADS, 0, ex->st>>>((const int8_t *)w->data, w->scale, w->n_out,
-                                                    w->n_in, M, xq, xd, y);
+    const int64_t nb = w->n_in / 32;
+    /* K-slices per row group: one warp-wide tile for short rows, four (128
+     * blocks = 4 KiB of a row per tile) for long ones */
+    const int WK = nb <= 32 ? 1 : nb <= 64 ? 2 : 4;
+    const int RB = (8 / WK) * Q8V_R, LD = 32 * WK + 1;
+    const size_t smem = (size_t)(RB * MT + RB + MT) * LD * 4;
+    const dim3 grid((unsigned)((M + MT - 1) / MT), dsc_blocks(w->n_out, RB));
+    q8v_kernel<MT><<<grid, Q8V_THREADS, smem, ex->st>>>((const int8_t *)w->data, w->scale,
+                                                       w->n_out, w->n_in, M, WK, xq, xd, y);
     DSC_LAUNCHED(ex, "matmul_q8_0 canonical");
 }
 
@@ -230,8 +277,8 @@ void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, cons
     float *xd = (float *)(mem + qbytes);
     q8_quantize<<<dsc_blocks(nq, 128), 128, 0, ex->st>>>(x, nq, xq, xd);
     DSC_LAUNCHED(ex, "q8_0 quantize");
-    if (M <= 1) q8c_launch<1>(ex, w, M, xq, xd, y);
-    else if (M <= 2) q8c_launch<2>(ex, w, M, xq, xd, y);
-    else if (M <= 4) q8c_launch<4>(ex, w, M, xq, xd, y);
-    else q8c_launch<8>(ex, w, M, xq, xd, y);
+    if (M <= 1) q8v_launch<1>(ex, w, M, xq, xd, y);
+    else if (M <= 2) q8v_launch<2>(ex, w, M, xq, xd, y);
+    else if (M <= 4) q8v_launch<4>(ex, w, M, xq, xd, y);
+    else q8v_launch<8>(ex, w, M, xq, xd, y);
 }

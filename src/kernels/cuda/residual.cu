@@ -53,6 +53,8 @@ void dsc_residual(ds_exec *ex, ds_variant vres, ds_variant vnorm, int rows, int 
         DSC_LAUNCHED(ex, "residual fast");
         return;
     }
+    /* canonical add + canonical norm: one launch, the same two steps per element */
+    if (w && xnorm && vnorm != DS_FAST && dsc_rmsnorm_staged(ex, rows, n, x, y, w, eps, xnorm)) return;
     const int64_t total = (int64_t)rows * n;
     res_add<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(total, x, y);
     DSC_LAUNCHED(ex, "residual add");

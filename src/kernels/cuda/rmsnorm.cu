@@ -57,6 +57,73 @@ __global__ void rms_canonical(int rows, int n, const float *x, const float *__re
         for (int i = lane; i < n; i += 32) yr[i] = __fmul_rn(xr[i], scale);
 }
 
+/* The canonical kernel for decode-sized rows: one block per row. The row is
+ * staged in shared memory by all threads at once (one memory latency instead
+ * of n / 16 dependent ones), then lanes 0..15 of warp 0 run the 16 lane
+ * chains from shared memory — the same adds in the same order as
+ * rms_scale_canonical — and every thread writes its outputs. With `add`
+ * (the residual family's canonical epilogue fused in one launch) the staged
+ * value is x + add, one rounding, also written back to x first. */
+#define RMSB_MAXN 8192          /* floats staged (32 KiB); longer rows: rms_canonical */
+__global__ void rms_canonical_block(int n, float *x, const float *__restrict__ add,
+                                    const float *__restrict__ w, float eps, float *y) {
+    extern __shared__ float rms_row[];
+    __shared__ float rms_sc;
+    const int64_t r = blockIdx.x;
+    float *xr = x + r * n;
+    float *yr = y + r * n;
+    if (add) {
+        const float *ar = add + r * n;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const float v = __fadd_rn(xr[i], ar[i]);
+            xr[i] = v;
+            rms_row[i] = v;
+        }
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) rms_row[i] = xr[i];
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        float a = 0.0f;
+        if (lane < 16) {
+            int i = 0;
+#pragma unroll 8
+            for (; i + 16 <= n; i += 16) {
+                const float v = rms_row[i + lane];
+                a = __fadd_rn(a, __fmul_rn(v, v));
+            }
+            if (i + lane < n) {
+                const float v = rms_row[i + lane];
+                a = __fadd_rn(a, __fmul_rn(v, v));
+            }
+        }
+#pragma unroll
+        for (int s = 8; s >= 1; s /= 2) a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s, 16));
+        if (lane == 0) {
+            const float mean = __fdiv_rn(a, (float)n);
+            rms_sc = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+        }
+    }
+    __syncthreads();
+    const float scale = rms_sc;
+    if (w)
+        for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(rms_row[i], scale), w[i]);
+    else
+        for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = __fmul_rn(rms_row[i], scale);
+}
+
+/* Canonical rmsnorm of rows x n, optionally after x += add (one launch).
+ * Returns 0 when the row is too long for the staged kernel (caller falls back). */
+int dsc_rmsnorm_staged(ds_exec *ex, int rows, int n, float *x, const float *add, const float *w,
+                       float eps, float *y) {
+    if (n > RMSB_MAXN) return 0;
+    const int threads = n <= 512 ? 128 : n <= 2048 ? 256 : 512;
+    rms_canonical_block<<<(unsigned)rows, threads, (size_t)n * 4, ex->st>>>(n, x, add, w, eps, y);
+    DSC_LAUNCHED(ex, add ? "residual+rmsnorm canonical" : "rmsnorm canonical");
+    return 1;
+}
+
 __global__ void rms_fast(int rows, int n, const float *x, const float *__restrict__ w, float eps,
                          float *y) {
     const int r = blockIdx.x * RMS_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -80,6 +147,7 @@ void dsc_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, con
     if (rows <= 0 || n <= 0) return;
     const unsigned grid = dsc_blocks(rows, RMS_WARPS);
     if (v == DS_FAST) rms_fast<<<grid, 32 * RMS_WARPS, 0, ex->st>>>(rows, n, x, w, eps, y);
-    else rms_canonical<<<grid, 32 * RMS_WARPS, 0, ex->st>>>(rows, n, x, w, eps, y);
+    else if (!dsc_rmsnorm_staged(ex, rows, n, (float *)x, NULL, w, eps, y))
+        rms_canonical<<<grid, 32 * RMS_WARPS, 0, ex->st>>>(rows, n, x, w, eps, y);
     DSC_LAUNCHED(ex, "rmsnorm");
 }

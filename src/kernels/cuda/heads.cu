@@ -1,0 +1,242 @@
+/* heads.cu — the drafter's heads and token selection on the GPU: backend.h's
+ * add, fill, gate and sample ops (the table's arithmetic, spelled with the
+ * _rn intrinsics), so that a speculative round keeps logits, the Markov
+ * state and the chain's ids on the device and moves only ids to the host.
+ *
+ *   add     y = a + b                         elementwise, one rounding
+ *   fill    x = v                             (MASK suppression, zero state)
+ *   gate    sigmoid / sigmoid * e / the rnn update, elementwise
+ *   sample  seeded Gumbel-max, one block per row, Philox-4x32-10 keyed on
+ *           (seed, position, id) exactly as src/sampler.c
+ *
+ * None of these has a reduction whose rounding depends on an order: add,
+ * fill and gate are elementwise, and sample's block reduction is a maximum
+ * under a total order ((score, -id), NaN excluded), which every combine tree
+ * answers identically. No atomics. There is no fast variant: the heads run
+ * canonical in the drafter (drafter_forward.c), as on the CPU.
+ *
+ * ==== Why the bits match the CPU (or do not) ================================================
+ * add and fill: identical (one IEEE addition; a store).
+ *
+ * gate: PER-BACKEND EXACT, NOT CPU == GPU. The CPU evaluates
+ * 1.0f / (1.0f + expf(-t)) and tanhf with glibc's float functions, which
+ * no GPU reproduces. heads_expf and heads_tanhf below evaluate exp / tanh
+ * in double (CUDA: at most 1 ulp of double) and round once to float, i.e.
+ * correctly rounded but for ~2^-28 of inputs. glibc 2.36 is not: measured
+ * on the host against the same double-then-round formula, expf differs on
+ * 170,648 of the 4.28e9 non-NaN floats and tanhf on 118,674,314; for
+ * t ~ N(0, 3^2) the whole sigmoid differs on 2.6e-4 of inputs and tanh on
+ * 14%, never by more than 2 ulp (tests/cuda/test_heads.c asserts <= 2 ulp).
+ * The rest of the gate (the +, the division, the products) is the same
+ * IEEE sequence. So gated / rnn Markov heads and the confidence can differ
+ * from the CPU's in the last bits; a drafter's bits only steer proposals,
+ * and spec == plain on the GPU holds whatever they are. Making CPU == GPU
+ * here means moving BOTH sides to project-owned exp / tanh (kernels/dsmath.h
+ * style), a deliberate change of the CPU drafter's bits (its golden
+ * outputs are text, which stays; test_drafter's bitwise references move):
+ * one line per function here. vanilla Markov and the correction head use
+ * no transcendental beyond swiglu's, so they follow that family's status.
+ *
+ * sample: the integer part (Philox, the 53-bit uniform, the pair layout,
+ * the 42-logit skip window, the tie rule) and the float division x = l / t
+ * are bit-identical to sampler.c. The Gumbel noise -log(-log(u)) uses
+ * CUDA's double log (at most 1 ulp) where the CPU uses glibc's (at most
+ * ~0.52 ulp): they can differ in the last bit of a double, which changes
+ * the winner only when two candidates' scores are within a few ulp of
+ * double (~1e-15 relative) of each other. Plain and speculative
+ * generation on the GPU both select through this op, so spec == plain on
+ * the GPU does not depend on it; CPU == GPU sampled text does, with that
+ * (unmeasured, astronomically small) exception. top-k / top-p are not
+ * implemented here: the op declines them and ds_backend_select selects on
+ * the host from downloaded logits (the documented slow path). */
+#include "kernels/cuda/heads.cuh"
+
+#include <math.h>
+
+/* ---- add, fill ----------------------------------------------------------------------- */
+
+__global__ void add_k(int64_t n, const float *a, const float *b, float *y) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __fadd_rn(a[i], b[i]);       /* y may alias a or b: one read each first */
+}
+
+void dsc_add(ds_exec *ex, int64_t n, const float *a, const float *b, float *y) {
+    if (n <= 0) return;
+    add_k<<<dsc_blocks(n, 256), 256, 0, DSC_EXEC_STREAM(ex)>>>(n, a, b, y);
+    DSC_LAUNCHED(ex, "add");
+}
+
+__global__ void fill_k(int64_t n, float *x, float v) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+
+void dsc_fill(ds_exec *ex, int64_t n, float *x, float v) {
+    if (n <= 0) return;
+    fill_k<<<dsc_blocks(n, 256), 256, 0, DSC_EXEC_STREAM(ex)>>>(n, x, v);
+    DSC_LAUNCHED(ex, "fill");
+}
+
+/* ---- gate ---------------------------------------------------------------------------- */
+
+/* exp and tanh rounded once from double (the header says why) */
+__device__ __forceinline__ float heads_expf(float t) { return (float)exp((double)t); }
+__device__ __forceinline__ float heads_tanhf(float t) { return (float)tanh((double)t); }
+__device__ __forceinline__ float heads_sigmoidf(float t) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, heads_expf(-t)));
+}
+
+__global__ void gate_k(int kind, int n, const float *__restrict__ a, const float *__restrict__ b,
+                       const float *__restrict__ e, float *s, float *y) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    if (kind == DS_GATE_SIGMOID) {
+        y[j] = heads_sigmoidf(__fadd_rn(a[j], b[j]));
+    } else if (kind == DS_GATE_SIGMOID_MUL) {
+        y[j] = __fmul_rn(heads_sigmoidf(__fadd_rn(a[j], b[j])), e[j]);
+    } else {   /* DS_GATE_RNN: s = g s + (1 - g) c, y = tanh(o), two products and a sum */
+        const float g = heads_sigmoidf(__fadd_rn(a[j], b[j]));
+        const float c = heads_tanhf(__fadd_rn(a[n + j], b[n + j]));
+        s[j] = __fadd_rn(__fmul_rn(g, s[j]), __fmul_rn(__fsub_rn(1.0f, g), c));
+        y[j] = heads_tanhf(__fadd_rn(a[2 * n + j], b[2 * n + j]));
+    }
+}
+
+void dsc_gate(ds_exec *ex, ds_gate_kind kind, int n, const float *a, const float *b, const float *e,
+              float *s, float *y) {
+    if (n <= 0) return;
+    gate_k<<<dsc_blocks(n, 128), 128, 0, DSC_EXEC_STREAM(ex)>>>((int)kind, n, a, b, e, s, y);
+    DSC_LAUNCHED(ex, "gate");
+}
+
+/* ---- sample: Gumbel-max with Philox-4x32-10 ------------------------------------------ */
+
+#define SMP_THREADS 256
+#define SMP_G_SPAN 42.0          /* sampler.c's skip window: noise lies in [-3.62, 37.43] */
+
+/* Random123's Philox-4x32-10, as ds_philox4x32_10 (integer arithmetic only) */
+__device__ __forceinline__ void heads_philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+                                             uint32_t k0, uint32_t k1, uint32_t out[4]) {
+    for (int r = 0; r < 10; r++) {
+        const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        const uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+        const uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+        const uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+/* the top 53 bits plus one half, times 2^-53: exact in double, in (0, 1) */
+__device__ __forceinline__ double heads_u53(uint32_t lo, uint32_t hi) {
+    const uint64_t x = ((uint64_t)hi << 32) | lo;
+    return __dmul_rn(__dadd_rn((double)(x >> 11), 0.5), 1.0 / 9007199254740992.0);
+}
+
+__device__ __forceinline__ double heads_gumbel(double u) { return -log(-log(u)); }
+
+/* (score, id) with a total order: larger score first, then lower id; id < 0 = none */
+__device__ __forceinline__ void smp_pick(double &bs, int &bi, double s, int i) {
+    if (i < 0) return;
+    if (bi < 0 || s > bs || (s == bs && i < bi)) { bs = s; bi = i; }
+}
+/* argmax's order: larger value, then lower index (NaN never enters) */
+__device__ __forceinline__ void arg_pick2(float &bv, int &bi, float v, int i) {
+    if (i < 0) return;
+    if (bi < 0 || v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
+}
+
+__global__ void sample_rows(int n, const float *__restrict__ x, float temp, uint32_t k0, uint32_t k1,
+                            int64_t pos0, int32_t *out) {
+    __shared__ float  s_xmax[SMP_THREADS / 32];
+    __shared__ float  s_av[SMP_THREADS / 32];
+    __shared__ int    s_ai[SMP_THREADS / 32];
+    __shared__ double s_bs[SMP_THREADS / 32];
+    __shared__ int    s_bi[SMP_THREADS / 32];
+    __shared__ double s_lim;
+    __shared__ int    s_arg;
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    const uint64_t up = (uint64_t)(pos0 + (int64_t)blockIdx.x);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+
+    /* pass 1: the largest x = l / t (NaN skipped) and the argmax fallback */
+    float xmax = -INFINITY, av = 0.0f;
+    int ai = -1;
+    for (int i = threadIdx.x; i < n; i += SMP_THREADS) {
+        const float l = xr[i];
+        if (l != l) continue;
+        const float q = __fdiv_rn(l, temp);
+        if (q > xmax) xmax = q;
+        arg_pick2(av, ai, l, i);
+    }
+    for (int o = 16; o >= 1; o /= 2) {
+        const float ox = __shfl_xor_sync(0xffffffffu, xmax, o);
+        const float ov = __shfl_xor_sync(0xffffffffu, av, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, ai, o);
+        if (ox > xmax) xmax = ox;
+        arg_pick2(av, ai, ov, oi);
+    }
+    if (lane == 0) { s_xmax[warp] = xmax; s_av[warp] = av; s_ai[warp] = ai; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < SMP_THREADS / 32; w++) {
+            if (s_xmax[w] > xmax) xmax = s_xmax[w];
+            arg_pick2(av, ai, s_av[w], s_ai[w]);
+        }
+        s_lim = __dsub_rn((double)xmax, SMP_G_SPAN);
+        s_arg = ai < 0 ? 0 : ai;
+    }
+    __syncthreads();
+    const double lim = s_lim;
+
+    /* pass 2: one Philox block per pair of ids, drawn only for a live pair */
+    double bs = -INFINITY;
+    int bi = -1;
+    for (int q = threadIdx.x; 2 * q < n; q += SMP_THREADS) {
+        const int i = 2 * q;
+        int live = 0;
+        for (int j = 0; j < 2 && i + j < n; j++) {
+            const float l = xr[i + j];
+            live |= l == l && (double)__fdiv_rn(l, temp) >= lim;
+        }
+        if (!live) continue;
+        uint32_t r[4];
+        heads_philox((uint32_t)up, (uint32_t)(up >> 32), (uint32_t)q, 0u, k0, k1, r);
+        for (int j = 0; j < 2 && i + j < n; j++) {
+            const float l = xr[i + j];
+            if (l != l) continue;                                        /* NaN never wins */
+            const float xq = __fdiv_rn(l, temp);
+            if (xq == -INFINITY || (double)xq < lim) continue;
+            const double u = j ? heads_u53(r[2], r[3]) : heads_u53(r[0], r[1]);
+            const double sc = __dadd_rn((double)xq, heads_gumbel(u));
+            if (sc > -INFINITY) smp_pick(bs, bi, sc, i + j);  /* sampler.c: sc > best, best from -inf */
+        }
+    }
+    for (int o = 16; o >= 1; o /= 2) {
+        const double os = __shfl_xor_sync(0xffffffffu, bs, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        smp_pick(bs, bi, os, oi);
+    }
+    if (lane == 0) { s_bs[warp] = bs; s_bi[warp] = bi; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < SMP_THREADS / 32; w++) smp_pick(bs, bi, s_bs[w], s_bi[w]);
+        out[blockIdx.x] = bi >= 0 ? bi : s_arg;                        /* sampler.c's fallback */
+    }
+}
+
+int dsc_sample(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x, int64_t pos0,
+               float *scratch, int32_t *out) {
+    (void)scratch;                                /* one pass per row needs none */
+    if (rows <= 0 || n <= 0) return 0;
+    if (!smp || !(smp->temp > 0.0f)) {            /* ds_sample's greedy rule */
+        dsc_argmax(ex, rows, n, x, out);
+        return 0;
+    }
+    if ((smp->top_k > 0 && smp->top_k < n) || smp->top_p < 1.0f) return -1;   /* host fallback */
+    sample_rows<<<rows, SMP_THREADS, 0, DSC_EXEC_STREAM(ex)>>>(n, x, smp->temp, (uint32_t)smp->seed,
+                                                  (uint32_t)(smp->seed >> 32), pos0, out);
+    DSC_LAUNCHED(ex, "sample");
+    return 0;
+}
