@@ -11,7 +11,8 @@ mkdir -p "$R"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 REPS=${REPS:-7}
 THREADS=${THREADS:-2}
-for type in q8_0 f32; do
+# KQ_ONLY=1 runs only the kquant section below (its JSON files are separate)
+for type in $([ -n "${KQ_ONLY:-}" ] || echo q8_0 f32); do
     # 25.1M parameters: 6 layers, d=512, ffn=1536, GQA 8/4, vocab 8192 (tied)
     $D make-model -o "$T/m-$type.gguf" --type $type --n-embd 512 --n-layer 6 --n-head 8 --n-head-kv 4 \
         --n-ff 1536 --n-vocab 8192 --n-ctx 1024 --seed 1
