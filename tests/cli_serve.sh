@@ -91,7 +91,10 @@ $PY sse "$T/s.txt" > "$T/s_text.txt" && cmp -s "$T/s_text.txt" "$T/cli.txt" && g
     && ok completion_stream_equals_non_stream || bad completion_stream_equals_non_stream
 
 # ---- speculative == plain, greedy and sampled ----------------------------------
-for params in '"temperature":0' '"temperature":0.9,"seed":5,"top_p":0.95' '"temperature":1.1,"seed":8,"top_k":40,"min_p":0.05'; do
+# (under the sanitizers one sampled case: that pass hunts memory errors)
+SWEEP='"temperature":0.9,"seed":5,"top_p":0.95'
+[ -z "${DSPARK_SAN:-}" ] && SWEEP='"temperature":0 "temperature":0.9,"seed":5,"top_p":0.95 "temperature":1.1,"seed":8,"top_k":40,"min_p":0.05'
+for params in $SWEEP; do
     cj "$URL/v1/completions" -d "{\"prompt\":\"It is a truth universally acknowledged, that\",\"max_tokens\":40,$params}" > "$T/sp.json"
     cj "$URL/v1/completions" -d "{\"prompt\":\"It is a truth universally acknowledged, that\",\"max_tokens\":40,$params,\"speculative\":false}" > "$T/pl.json"
     if [ "$($PY text "$T/sp.json")" = "$($PY text "$T/pl.json")" ] && grep -q '"speculative":true' "$T/sp.json" \
@@ -149,8 +152,10 @@ code=$(curl -s -o "$T/nochat.json" -w '%{http_code}' "http://127.0.0.1:$PORT_C/v
 [ "$code" = 400 ] && grep -q 'chat_template_unsupported' "$T/nochat.json" && ok chat_without_template_400 || bad "chat_without_template_400 ($code)"
 
 # ---- a full queue: 503 ------------------------------------------------------------
-start Q -m "$TGT" --parallel 1 -t 1 --queue 1
-$PY queuefull "$PORT_Q" || fail=1
+if [ -z "${DSPARK_SAN:-}" ]; then
+    start Q -m "$TGT" --parallel 1 -t 1 --queue 1
+    $PY queuefull "$PORT_Q" || fail=1
+fi
 
 # ---- SIGTERM stops the server ------------------------------------------------------------
 kill -TERM "$PID_C"
