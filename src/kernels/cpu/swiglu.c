@@ -39,7 +39,7 @@ static void swiglu_row(int64_t n, const float *g, const float *u, float *o) {
 /* ========================================================================
  * CANONICAL — threads split element blocks; every element runs swiglu_row()
  * ======================================================================== */
-static void swiglu_canon_range(void *arg, int64_t b0, int64_t b1) {
+DS_OPS_CLONES static void swiglu_canon_range(void *arg, int64_t b0, int64_t b1) {
     const swiglu_args *a = arg;
     int64_t e0 = b0 * SWIGLU_BLOCK, e1 = b1 * SWIGLU_BLOCK;
     if (e1 > a->total) e1 = a->total;
