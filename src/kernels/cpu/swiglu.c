@@ -28,7 +28,9 @@ typedef struct {
 /* ========================================================================
  * DECODE — the one per-row instruction sequence
  * ======================================================================== */
-static void swiglu_row(int64_t n, const float *g, const float *u, float *o) {
+/* always inlined: it then runs in the caller's clone (VFMADD for ds_expf) */
+static inline __attribute__((always_inline)) void swiglu_row(int64_t n, const float *g, const float *u,
+                                                         float *o) {
     for (int64_t i = 0; i < n; i++) {
         float x = g[i];
         float silu = x / (1.0f + ds_expf(-x));
