@@ -544,7 +544,8 @@ static void test_registry(void) {
     }
     ok &= ds_family_from_name("nope") == -1;
     ok &= ds_matmul_family(DS_TYPE_Q8_0) == DS_FAM_MATMUL_Q8_0 &&
-          ds_matmul_family(DS_TYPE_BF16) == DS_FAM_MATMUL_BF16 && ds_matmul_family(7) == -1;
+          ds_matmul_family(DS_TYPE_BF16) == DS_FAM_MATMUL_BF16 && ds_matmul_family(9) == -1 &&
+          ds_matmul_family(DS_TYPE_Q6_K) == DS_FAM_MATMUL_Q6_K && ds_family_weight_type(DS_FAM_MATMUL_Q4_K) == DS_TYPE_Q4_K;
     CHECK(ok, "family names/describe/matmul_family");
 
     CHECK(ds_kernel_set_parse(&ks, NULL, NULL, NULL, err, sizeof err) == 0, "parse NULL");

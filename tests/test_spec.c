@@ -317,7 +317,8 @@ int main(void) {
         {
             tally t = { 0 };
             static const ds_sampler cfg[] = {
-                { 1.0f, 0, 1.0f, 0 }, { 0.7f, 0, 1.0f, 0 }, { 1.5f, 40, 1.0f, 0 }, { 1.0f, 0, 0.9f, 0 }, { 0.8f, 20, 0.95f, 0 },
+                { 1.0f, 0, 1.0f, 0, 0.0f }, { 0.7f, 0, 1.0f, 0, 0.0f }, { 1.5f, 40, 1.0f, 0, 0.0f }, { 1.0f, 0, 0.9f, 0, 0.0f },
+                { 0.8f, 20, 0.95f, 0, 0.0f }, { 1.2f, 0, 1.0f, 0, 0.05f },
             };
             for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++)
                 for (uint64_t seed = 1; seed <= (light ? 2u : ti == 0 ? 8u : 4u); seed++)
@@ -342,7 +343,7 @@ int main(void) {
             CHECK(t.multi > 0, "no multi-token accept in the sampled runs");
             snprintf(label, sizeof label, "sampled_%s_canonical_spec_equals_plain", tn);
             report(label, &t);
-            o.samp = (ds_sampler){ 0.0f, 0, 1.0f, 0 };
+            o.samp = (ds_sampler){ 0.0f, 0, 1.0f, 0, 0.0f };
             o.sched = DS_SCHED_NONE; o.commit = DS_COMMIT_DIRECT; o.draft_max = 0;
         }
         /* the context limit: stop exactly where plain stops, never past n_ctx */

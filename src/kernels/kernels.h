@@ -23,6 +23,13 @@ typedef enum {
     DS_FAM_MATMUL_F16,
     DS_FAM_MATMUL_BF16,
     DS_FAM_MATMUL_Q8_0,
+    DS_FAM_MATMUL_Q4_0,     /* the kquant families (matmul_kq.c): ggml's   */
+    DS_FAM_MATMUL_Q4_1,     /* legacy and K block types                    */
+    DS_FAM_MATMUL_Q5_0,
+    DS_FAM_MATMUL_Q5_1,
+    DS_FAM_MATMUL_Q4_K,
+    DS_FAM_MATMUL_Q5_K,
+    DS_FAM_MATMUL_Q6_K,
     DS_FAM_ATTENTION,
     DS_FAM_RMSNORM,
     DS_FAM_ROPE,
@@ -35,9 +42,9 @@ typedef enum { DS_CANONICAL = 0, DS_FAST = 1 } ds_variant;
 
 typedef struct { uint8_t v[DS_FAM_COUNT]; } ds_kernel_set;
 
-/* "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "attention",
- * "rmsnorm", "rope", "swiglu", "residual" — the one name used in CLI, code
- * and reports. */
+/* "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "matmul_q4_0",
+ * ..., "matmul_q6_k", "attention", "rmsnorm", "rope", "swiglu", "residual" —
+ * the one name used in CLI, code and reports. */
 const char *ds_family_name(int fam);
 int  ds_family_from_name(const char *name);          /* -1 if unknown */
 /* One line on what differs between the family's fast and canonical kernels. */
@@ -51,6 +58,8 @@ int  ds_kernel_set_parse(ds_kernel_set *ks, const char *kernels, const char *fas
 /* "canonical", "fast", or "canonical fast=a,b" — for logs and reports. */
 void ds_kernel_set_str(const ds_kernel_set *ks, char *buf, size_t n);
 int  ds_matmul_family(uint32_t weight_type);          /* DS_FAM_MATMUL_* */
+/* The weight type a matmul family multiplies; -1 for non-matmul families. */
+int  ds_family_weight_type(int fam);
 
 /* Which SIMD path the process picked at run time: "avx512", "avx2", "neon"
  * or "portable". Canonical and decode always share the path, so the
@@ -89,6 +98,13 @@ void   ds_q8_0_packed_row(const ds_weight *W, int64_t row, float *out);
 void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out);
 /* Quantize n f32 values (n % 32 == 0) to Q8_0 blocks (ggml's rounding). */
 void ds_quantize_row_q8_0(const float *x, int64_t n, ds_block_q8_0 *out);
+/* ggml's dequantization of one row of the kquant types (kquant.c); n is a
+ * multiple of the type's block. ds_row_to_f32 calls it. */
+void ds_kq_row_to_f32(uint32_t type, const void *row, int64_t n, float *out);
+/* Quantize rows of n_per_row f32 values to a kquant type (kquant.c: ggml's
+ * reference rounding for Q4_0..Q5_1, a least-squares search for the K
+ * types' scales and mins). n_per_row must be a multiple of the block. */
+void ds_kq_quantize(uint32_t type, const float *x, int64_t nrows, int64_t n_per_row, void *out);
 /* Convert a whole f32 matrix to the given type (make-model, convert). */
 void ds_f32_to_type(uint32_t type, const float *x, int64_t n, void *out);
 

@@ -24,7 +24,7 @@
  *              by a reciprocal. Different dot order, different max (global vs
  *              per chunk, so no rescale products), different exp and different
  *              normalization: different bits.
- * Both heavy loops are compiled per SIMD level (DS_OPS_CLONES); canonical's
+ * Both heavy loops are compiled per SIMD level (DS_OPS_DISPATCH); canonical's
  * bits are the same on every level (plain lane arithmetic, no contraction). */
 #include "kernels/kernels.h"
 #include "kernels/cpu/ops_internal.h"
@@ -99,7 +99,8 @@ ATTN_INLINE void attn_row_head(const ds_attn_shape *s, int L, const float *qv, c
 /* ========================================================================
  * CANONICAL — threads split (row, head) pairs; each runs attn_row_head()
  * ======================================================================== */
-DS_OPS_CLONES static void attn_canon_range(void *arg, int64_t i0, int64_t i1, int chunk) {
+static void attn_canon_range(void *arg, int64_t i0, int64_t i1, int chunk);
+DS_OPS_BODY_IDX(attn_canon_range) {
     const attn_args *a = arg;
     const ds_attn_shape *s = a->s;
     const int hd = s->head_dim, group = s->n_head / s->n_kv_head;
@@ -268,7 +269,7 @@ ATTN_INLINE void attn_fast_tile(const attn_args *a, int kvh, int t0, int nq, int
     }
 }
 
-DS_OPS_CLONES static void attn_fast_range(void *arg, int64_t i0, int64_t i1, int chunk) {
+DS_OPS_BODY_IDX(attn_fast_range) {
     const attn_args *a = arg;
     const ds_attn_shape *s = a->s;
     const int hd = s->head_dim, group = s->n_head / s->n_kv_head;
@@ -306,6 +307,9 @@ size_t ds_attention_thread_scratch(int hd_max, int64_t n_ctx) {
     const size_t canon = hd_max > ATTN_STACK_HD ? 2 * (size_t)hd_max * sizeof(float) : 0;
     return fast > canon ? fast : canon;
 }
+
+DS_OPS_DISPATCH_IDX(attn_canon_range)
+DS_OPS_DISPATCH_IDX(attn_fast_range)
 
 /* ========================================================================
  * entry point

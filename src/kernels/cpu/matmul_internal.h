@@ -50,13 +50,24 @@ typedef struct {
     const int32_t       *nsum;  /* M x nb: -128 * (sum of the block's 32 quants)   */
 } ds_q8_act;
 
+/* The activations of a kquant K-type call (Q4_K / Q5_K / Q6_K), quantized
+ * once per call by matmul.c to the 8-bit super-block partner "Q8_K": per
+ * row and 256-element super-block i, quants q[256 i ..], an f32 scale d[i]
+ * and the 16 sums of 16 consecutive quants bsums[16 i ..]. */
+typedef struct {
+    const int8_t  *q;
+    const float   *d;
+    const int16_t *bsums;
+} ds_q8k_act;
+
 typedef struct {
     const ds_weight *W;
     int          M;
     const float *x;      /* M x K activations                                   */
     float       *y;      /* M x N outputs                                       */
     int          level;  /* DS_LVL_*                                           */
-    const ds_q8_act *xq; /* canonical Q8_0 only: x quantized (else NULL)        */
+    const ds_q8_act *xq; /* canonical Q8_0, and Q4_0..Q5_1: x quantized to Q8_0   */
+    const ds_q8k_act *xk;/* Q4_K / Q5_K / Q6_K: x quantized to Q8_K (else NULL)  */
     int          q8_path;/* canonical Q8_0: 0 = by M, else DS_Q8_PATH_* (tests)  */
     void        *tmp;    /* this thread's reserved scratch (64-aligned) or NULL */
     size_t       tmp_bytes;
@@ -85,6 +96,15 @@ void q8_fast_f32_range   (const ds_mm_ctx *c, int64_t n0, int64_t n1);
 int  ds_q8_0_fast_vnni(int level);
 void ds_q8_0_fast_quantize(const float *x, int M, int64_t K, ds_block_q8_0 *q, int32_t *nsum,
                            float *d);
+
+/* the kquant families (matmul_q4_0.c ... matmul_q6_k.c, engine matmul_kq.h) */
+#define DS_KQ_DECL(t) void ds_mm_##t##_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1); \
+                      void ds_mm_##t##_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1);
+DS_KQ_DECL(q4_0) DS_KQ_DECL(q4_1) DS_KQ_DECL(q5_0) DS_KQ_DECL(q5_1)
+DS_KQ_DECL(q4_k) DS_KQ_DECL(q5_k) DS_KQ_DECL(q6_k)
+#undef DS_KQ_DECL
+/* Quantize one activation row of K (K % 256 == 0) to Q8_K (matmul.c). */
+void ds_quantize_row_q8_k(const float *x, int64_t K, int8_t *q, float *d, int16_t *bsums);
 
 /* ds_matmul at an explicit SIMD level (tests compare the levels bit for bit;
  * level must satisfy ds_simd_level_ok). ds_matmul uses ds_simd_level(). */
