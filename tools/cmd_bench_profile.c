@@ -217,7 +217,7 @@ static void profile_kernels(ds_ctx *c, long reps, int cpu) {
         const ds_weight *ws[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
         for (int j = 0; j < 7; j++) bytes += weight_bytes(ws[j]);
     }
-    printf("weight bytes read per forward (any M): %.2f MB as stored (the VNNI tile layout adds 1/17)\n",
+    printf("weight bytes read per forward (any M): %.2f MB as stored (the VNNI tiles are the same size)\n",
            (double)bytes / 1e6);
     free(x); free(y); free(t);
 }
