@@ -9,7 +9,8 @@
 # plain text. Table on stdout, JSON in bench/results/spec.json.
 #
 #   TARGET=... DRAFTER=...   the pair (default: the shipped pair models/dspark-tiny-q8_0.gguf +
-#                            models/dspark-tiny-drafter-f16.gguf, else a
+#                            models/dspark-tiny-drafter-q8_0.gguf (make models; else the
+#                            F16 drafter), else a
 #                            generated random ~25M Q8_0 pair)
 #   REPS=5 N=128 THREADS=2 CTX=2048 EXTRA="--temp 0.8 --seed 1"
 # Uses only `dspark generate` and its stats lines.
@@ -28,7 +29,9 @@ EXTRA=${EXTRA:-}
 
 TARGET=${TARGET:-}
 DRAFTER=${DRAFTER:-}
-if [ -z "$TARGET" ] && [ -f models/dspark-tiny-q8_0.gguf ] && [ -f models/dspark-tiny-drafter-f16.gguf ]; then
+if [ -z "$TARGET" ] && [ -f models/dspark-tiny-q8_0.gguf ] && [ -f models/dspark-tiny-drafter-q8_0.gguf ]; then
+    TARGET=models/dspark-tiny-q8_0.gguf; DRAFTER=models/dspark-tiny-drafter-q8_0.gguf
+elif [ -z "$TARGET" ] && [ -f models/dspark-tiny-q8_0.gguf ] && [ -f models/dspark-tiny-drafter-f16.gguf ]; then
     TARGET=models/dspark-tiny-q8_0.gguf; DRAFTER=models/dspark-tiny-drafter-f16.gguf
 fi
 if [ -z "$TARGET" ] || [ -z "$DRAFTER" ]; then

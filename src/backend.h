@@ -119,8 +119,23 @@ typedef struct ds_backend_i {
     int (*graph_begin)(ds_exec *ex, uint64_t key, char *err, size_t errlen);
     int (*graph_end)(ds_exec *ex, char *err, size_t errlen);
 
+    /* ---- optional: scratch reserved up front ----------------------------
+     * Called once per context at creation with the largest shapes its
+     * forward will use (rows per call, weight n_in, head_dim, attended
+     * positions), so that no family call allocates afterwards. Grow-only:
+     * a target and a drafter context sharing one ds_exec each reserve.
+     * NULL on backends whose families need none. 0, or -1 with err. */
+    int (*reserve)(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_t n_pos, char *err,
+                   size_t errlen);
+
+    /* ---- optional: weights sharing their input in one launch ---------------
+     * NULL: n matmul calls. y[i] = W[i] x for n <= 4 weights of one type and
+     * n_in on the same x — bit for bit the n matmul calls (q/k/v, gate/up). */
+    void (*matmul_multi)(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,
+                         const float *x, float *const y[]);
+
     /* ---- the drafter's heads and token selection on the device ---------
-     * Appended after the graph hooks so that older positional initialisers
+     * Appended after the optional hooks so that older positional initialisers
      * of this table still compile (the fields below are then NULL). A
      * backend without them cannot run a drafter (ds_dctx_new says so) and
      * its token selection falls back to downloading the logits
@@ -145,7 +160,7 @@ typedef struct ds_backend_i {
      * keyed on (seed, position, id); temp 0 is argmax, the argmax op's
      * answer). scratch: a device buffer of 2n floats the backend may use.
      * Returns 0, or -1 when this backend cannot run this sampler
-     * configuration (e.g. top-k / top-p on a device); nothing is written
+     * configuration (e.g. top-k / top-p / min-p on a device); nothing is written
      * then and the caller selects on the host. */
     int  (*sample)(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x,
                    int64_t pos0, float *scratch, int32_t *out);

@@ -6,6 +6,8 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct {
     ds_exec  base;                /* first member: the engine sees ds_exec   */
@@ -61,6 +63,24 @@ static void cpu_memcpy(ds_exec *ex, void *dst, const void *src, size_t bytes) {
 
 /* ---- weights: Q8_0 matmul weights pre-packed for the VNNI tile ---------- */
 
+/* Pack in place of, not beside, the original: once a weight is packed
+ * nothing in the forward reads its original bytes (the matmuls read the
+ * packed tiles, the embedding lookup of a tied head reads them too:
+ * cpu_embed), so its pages are handed back to the kernel. MADV_PAGEOUT
+ * keeps the contents either way (a file-backed mapping re-reads them from
+ * the file, anonymous memory is swapped), so a later reader (a tool, a
+ * non-VNNI path) still sees the same bytes; it only costs a page fault.
+ * Only whole pages inside [p, p + bytes); failures are ignored (RSS only). */
+static void release_original(const void *p, size_t bytes) {
+#ifdef MADV_PAGEOUT
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = ((uintptr_t)p + bytes) & ~(pg - 1);
+    if (pg > 1 && e > a) (void)madvise((void *)a, e - a, MADV_PAGEOUT);
+#else
+    (void)p; (void)bytes;
+#endif
+}
+
 static int cpu_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, size_t errlen) {
     w->extra = NULL;
     if (!(use & DS_USE_MATMUL)) return 0;
@@ -70,6 +90,7 @@ static int cpu_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, 
     if (!p) { ds_errf(err, errlen, "cpu: out of memory packing Q8_0 weights (%zu bytes)", b); return -1; }
     if (ds_q8_0_pack(w, p)) { free(p); return 0; }
     w->extra = p;
+    release_original(w->data, (size_t)w->n_out * (size_t)(w->n_in / DS_QK8_0) * sizeof(ds_block_q8_0));
     return 0;
 }
 static void cpu_release_weight(ds_backend *be, ds_weight *w) {
@@ -81,6 +102,10 @@ static void cpu_release_weight(ds_backend *be, ds_weight *w) {
 
 static void cpu_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y) {
     ds_matmul(v, W, M, x, y, pool_of(ex));
+}
+static void cpu_matmul_multi(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,
+                             const float *x, float *const y[]) {
+    ds_matmul_multi(v, n, W, M, x, y, pool_of(ex));
 }
 static void cpu_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
                           int pos0, int causal, const float *q, const float *kc, const float *vc,
@@ -113,6 +138,10 @@ static void cpu_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, cons
 /* ---- lookups and small ops ---------------------------------------------- */
 
 static void cpu_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out) {
+    if (E->extra && E->type == DS_TYPE_Q8_0) {   /* packed (tied head): read the tiles */
+        for (int r = 0; r < M; r++) ds_q8_0_packed_row(E, ids[r], out + (size_t)r * E->n_in);
+        return;
+    }
     int ok;
     const size_t rb = (size_t)ds_row_bytes(E->type, (uint64_t)E->n_in, &ok);   /* validated at load */
     for (int r = 0; r < M; r++)
@@ -130,6 +159,19 @@ static void cpu_sanitize(ds_exec *ex, int64_t n, float *x, float lim) {
         else if (v < -lim) v = -lim;
         x[i] = v;
     }
+}
+
+/* ---- scratch: the pool's per-thread and shared regions (kernels.h) ------- */
+static int cpu_reserve(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_t n_pos, char *err,
+                       size_t errlen) {
+    const size_t thr = ds_kernels_thread_scratch(k_max, hd_max, n_pos);
+    const size_t shared = ds_kernels_shared_scratch(m_max, k_max);
+    if (ds_pool_reserve(pool_of(ex), thr, shared)) {
+        ds_errf(err, errlen, "cpu: out of memory reserving kernel scratch (%zu bytes per thread, %zu shared)",
+                thr, shared);
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- the drafter's heads and token selection ------------------------------
@@ -189,6 +231,7 @@ static const ds_backend_i cpu_i = {
     .prepare_weight = cpu_prepare_weight,
     .release_weight = cpu_release_weight,
     .matmul = cpu_matmul,
+    .matmul_multi = cpu_matmul_multi,
     .attention = cpu_attention,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
@@ -200,6 +243,7 @@ static const ds_backend_i cpu_i = {
     .sanitize = cpu_sanitize,
     .graph_begin = NULL,
     .graph_end = NULL,
+    .reserve = cpu_reserve,
     .add = cpu_add,
     .fill = cpu_fill,
     .gate = cpu_gate,

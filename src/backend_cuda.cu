@@ -181,6 +181,11 @@ static int dsc_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, 
     if (dsc_w(w)) return 0;
     int ok = 0;
     const uint64_t rb = ds_row_bytes(w->type, (uint64_t)w->n_in, &ok);
+    if (ds_type_is_kq(w->type)) {   /* the kquant families are CPU-only so far */
+        ds_errf(err, errlen, "cuda: %s weights are not supported on the CUDA backend yet (use the CPU)",
+                ds_type_name(w->type));
+        return -1;
+    }
     if (!ds_type_valid(w->type) || !ok || w->n_in < 0 || w->n_out < 0 || !w->data) {
         ds_errf(err, errlen, "cuda: cannot upload a %s weight of %lld x %lld", ds_type_name(w->type),
                 (long long)w->n_out, (long long)w->n_in);
@@ -354,6 +359,8 @@ static const ds_backend_i dsc_iface = {
     dsc_sanitize,
     dsc_graph_begin,
     dsc_graph_end,
+    /* reserve */ NULL,
+    /* matmul_multi */ NULL,
     dsc_add,
     dsc_fill,
     dsc_gate,

@@ -12,12 +12,19 @@
 #include <string.h>
 
 /* ---- tensor element types: the numeric ids are ggml's, so GGUF files move
- * both ways with llama.cpp. Only the four types dspark computes with are
+ * both ways with llama.cpp. Only the types dspark computes with are
  * accepted by the loader; any other id is "unsupported tensor type". */
 typedef enum {
     DS_TYPE_F32  = 0,
     DS_TYPE_F16  = 1,
+    DS_TYPE_Q4_0 = 2,
+    DS_TYPE_Q4_1 = 3,
+    DS_TYPE_Q5_0 = 6,
+    DS_TYPE_Q5_1 = 7,
     DS_TYPE_Q8_0 = 8,
+    DS_TYPE_Q4_K = 12,
+    DS_TYPE_Q5_K = 13,
+    DS_TYPE_Q6_K = 14,
     DS_TYPE_BF16 = 30,
 } ds_type;
 
@@ -27,9 +34,45 @@ typedef struct {
     int8_t   qs[DS_QK8_0];          /* quants: x = d * q                     */
 } ds_block_q8_0;                    /* 34 bytes, ggml's block_q8_0 layout    */
 
+/* ---- ggml's other block layouts, byte for byte (ggml-common.h). Element
+ * order inside a block is ggml's: the low nibbles of qs[] are elements
+ * 0..15, the high nibbles 16..31 (legacy types); the K types run in
+ * 64-element groups (low nibbles 32, then high nibbles 32). kquant.c holds
+ * the dequantization (ds_row_to_f32) and the quantizers. */
+#define DS_QK4 32                   /* Q4_0 / Q4_1 / Q5_0 / Q5_1 block       */
+#define DS_QK_K 256                 /* K-type super-block                    */
+typedef struct { uint16_t d; uint8_t qs[16]; } ds_block_q4_0;               /* x = d*(q-8)          18 B */
+typedef struct { uint16_t d, m; uint8_t qs[16]; } ds_block_q4_1;            /* x = d*q + m          20 B */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } ds_block_q5_0;/* x = d*(q-16)         22 B */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } ds_block_q5_1; /* x = d*q + m      24 B */
+typedef struct {                    /* 8 sub-blocks of 32: x = d*sc*q - dmin*m, sc/m 6-bit   144 B */
+    uint16_t d, dmin;
+    uint8_t  scales[12];
+    uint8_t  qs[128];
+} ds_block_q4_K;
+typedef struct {                    /* as Q4_K with a 5th bit per quant in qh      176 B */
+    uint16_t d, dmin;
+    uint8_t  scales[12];
+    uint8_t  qh[32];
+    uint8_t  qs[128];
+} ds_block_q5_K;
+typedef struct {                    /* 16 sub-blocks of 16: x = d*sc*(q-32), sc int8   210 B */
+    uint8_t  ql[128];
+    uint8_t  qh[64];
+    int8_t   scales[16];
+    uint16_t d;
+} ds_block_q6_K;
+
 /* 1 if t is a type dspark supports. */
 static inline int ds_type_valid(uint32_t t) {
-    return t == DS_TYPE_F32 || t == DS_TYPE_F16 || t == DS_TYPE_Q8_0 || t == DS_TYPE_BF16;
+    switch (t) {
+    case DS_TYPE_F32: case DS_TYPE_F16: case DS_TYPE_BF16: case DS_TYPE_Q8_0:
+    case DS_TYPE_Q4_0: case DS_TYPE_Q4_1: case DS_TYPE_Q5_0: case DS_TYPE_Q5_1:
+    case DS_TYPE_Q4_K: case DS_TYPE_Q5_K: case DS_TYPE_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
 }
 static inline const char *ds_type_name(uint32_t t) {
     switch (t) {
@@ -37,16 +80,61 @@ static inline const char *ds_type_name(uint32_t t) {
     case DS_TYPE_F16: return "F16";
     case DS_TYPE_Q8_0: return "Q8_0";
     case DS_TYPE_BF16: return "BF16";
+    case DS_TYPE_Q4_0: return "Q4_0";
+    case DS_TYPE_Q4_1: return "Q4_1";
+    case DS_TYPE_Q5_0: return "Q5_0";
+    case DS_TYPE_Q5_1: return "Q5_1";
+    case DS_TYPE_Q4_K: return "Q4_K";
+    case DS_TYPE_Q5_K: return "Q5_K";
+    case DS_TYPE_Q6_K: return "Q6_K";
     default: return "unknown";
     }
 }
+/* 1 for the block-quantized types other than Q8_0 (the kquant families). */
+static inline int ds_type_is_kq(uint32_t t) {
+    return t == DS_TYPE_Q4_0 || t == DS_TYPE_Q4_1 || t == DS_TYPE_Q5_0 || t == DS_TYPE_Q5_1 ||
+           t == DS_TYPE_Q4_K || t == DS_TYPE_Q5_K || t == DS_TYPE_Q6_K;
+}
+/* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+ * "q5_k", "q6_k" (case-insensitive) -> the type; -1 if unknown. */
+static inline int ds_type_from_name(const char *s) {
+    static const struct { const char *n; int t; } k[] = {
+        {"f32", DS_TYPE_F32}, {"f16", DS_TYPE_F16}, {"bf16", DS_TYPE_BF16}, {"q8_0", DS_TYPE_Q8_0},
+        {"q4_0", DS_TYPE_Q4_0}, {"q4_1", DS_TYPE_Q4_1}, {"q5_0", DS_TYPE_Q5_0}, {"q5_1", DS_TYPE_Q5_1},
+        {"q4_k", DS_TYPE_Q4_K}, {"q5_k", DS_TYPE_Q5_K}, {"q6_k", DS_TYPE_Q6_K},
+    };
+    for (size_t i = 0; s && i < sizeof k / sizeof k[0]; i++) {
+        size_t j = 0;
+        while (k[i].n[j] && s[j] && (s[j] >= 'A' && s[j] <= 'Z' ? s[j] + 32 : s[j]) == k[i].n[j]) j++;
+        if (!k[i].n[j] && !s[j]) return k[i].t;
+    }
+    return -1;
+}
+#define DS_TYPE_NAMES "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k"
+
 /* elements per block and bytes per block */
-static inline uint64_t ds_type_block_elems(uint32_t t) { return t == DS_TYPE_Q8_0 ? DS_QK8_0 : 1; }
+static inline uint64_t ds_type_block_elems(uint32_t t) {
+    switch (t) {
+    case DS_TYPE_Q8_0: case DS_TYPE_Q4_0: case DS_TYPE_Q4_1: case DS_TYPE_Q5_0: case DS_TYPE_Q5_1:
+        return 32;
+    case DS_TYPE_Q4_K: case DS_TYPE_Q5_K: case DS_TYPE_Q6_K:
+        return DS_QK_K;
+    default:
+        return 1;
+    }
+}
 static inline uint64_t ds_type_block_bytes(uint32_t t) {
     switch (t) {
     case DS_TYPE_F32: return 4;
     case DS_TYPE_F16: case DS_TYPE_BF16: return 2;
     case DS_TYPE_Q8_0: return sizeof(ds_block_q8_0);
+    case DS_TYPE_Q4_0: return sizeof(ds_block_q4_0);
+    case DS_TYPE_Q4_1: return sizeof(ds_block_q4_1);
+    case DS_TYPE_Q5_0: return sizeof(ds_block_q5_0);
+    case DS_TYPE_Q5_1: return sizeof(ds_block_q5_1);
+    case DS_TYPE_Q4_K: return sizeof(ds_block_q4_K);
+    case DS_TYPE_Q5_K: return sizeof(ds_block_q5_K);
+    case DS_TYPE_Q6_K: return sizeof(ds_block_q6_K);
     default: return 0;
     }
 }
@@ -124,7 +212,19 @@ static inline float ds_uniform_pm1(uint64_t *state) {
 }
 
 /* ---- error strings: every fallible API takes (char *err, size_t errlen)
- * and writes one human line without a trailing newline. */
+ * and writes one human line without a trailing newline.
+ *
+ * Messages quote file bytes (architecture names, tokenizer models, config
+ * strings, dtypes...), so the line is made safe in one place: every C0
+ * control byte, DEL and every C1 control (U+0080..U+009F, bytes C2 80..9F)
+ * becomes '?'. A newline or an escape sequence in a file can then neither
+ * split the error into several lines nor drive the terminal. */
+static inline void ds_sanitize_line(char *s) {
+    for (unsigned char *p = (unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) *p = '?';
+        else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) { p[0] = '?'; p[1] = '?'; p++; }
+    }
+}
 static inline void ds_errf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static inline void ds_errf(char *err, size_t errlen, const char *fmt, ...) {
@@ -133,6 +233,7 @@ static inline void ds_errf(char *err, size_t errlen, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    ds_sanitize_line(err);
 }
 
 #define DS_ERRLEN 512

@@ -100,16 +100,23 @@
  */
 #include "convert.h"
 
+#include "drafter.h"
 #include "gguf.h"
 #include "kernels/kernels.h"
+#include "model.h"
+#include "outfile.h"
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <strings.h>
 #include <unistd.h>
+
+/* Every count in config.json is held to the target loader's bound. */
+#define CONV_MAX_COUNT (1u << 30)
 
 void ds_convert_opts_init(ds_convert_opts *o) {
     memset(o, 0, sizeof *o);
@@ -184,7 +191,9 @@ static int cfg_int(const cfg_t *c, const char *key, int64_t lo, int64_t hi, int6
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(c->root, key);
     if (!j || cJSON_IsNull(j)) return -1;
     double d = cJSON_IsNumber(j) ? j->valuedouble : -1e300;
-    if (!cJSON_IsNumber(j) || d != (double)(int64_t)d || d < (double)lo || d > (double)hi) {
+    /* range first, then integrality: casting an out-of-range double to an
+     * integer is undefined behaviour (UBSan float-cast-overflow) */
+    if (!cJSON_IsNumber(j) || !(d >= (double)lo && d <= (double)hi) || d != floor(d)) {
         ds_errf(err, errlen, "%s: key '%s' must be an integer in [%lld, %lld]", c->path, key, (long long)lo, (long long)hi);
         return -2;
     }
@@ -194,7 +203,9 @@ static int cfg_int(const cfg_t *c, const char *key, int64_t lo, int64_t hi, int6
 static int cfg_u32(const cfg_t *c, const char *key, int required, uint32_t def, uint32_t min,
                    uint32_t *out, char *err, size_t errlen) {
     int64_t v;
-    int r = cfg_int(c, key, min, UINT32_MAX, &v, err, errlen);
+    /* the loader's bound for every count (model.c get_u32_req): accepting
+     * more here would only produce a file dspark then refuses to load */
+    int r = cfg_int(c, key, min, CONV_MAX_COUNT, &v, err, errlen);
     if (r == -2) return -1;
     if (r == -1) {
         if (required) { ds_errf(err, errlen, "%s: missing required key '%s'", c->path, key); return -1; }
@@ -204,11 +215,13 @@ static int cfg_u32(const cfg_t *c, const char *key, int required, uint32_t def, 
     *out = (uint32_t)v;
     return 0;
 }
-static int cfg_float(const cfg_t *c, const char *key, float def, float *out, char *err, size_t errlen) {
+/* A number in the open interval (lo, hi): the ranges the loaders accept. */
+static int cfg_float(const cfg_t *c, const char *key, float def, double lo, double hi, float *out, char *err, size_t errlen) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(c->root, key);
     if (!j || cJSON_IsNull(j)) { *out = def; return 0; }
-    if (!cJSON_IsNumber(j) || !(j->valuedouble > 0)) {
-        ds_errf(err, errlen, "%s: key '%s' must be a positive number", c->path, key);
+    if (!cJSON_IsNumber(j) || !(j->valuedouble > lo && j->valuedouble < hi) ||
+        !((float)j->valuedouble > (float)lo && (float)j->valuedouble < (float)hi)) {
+        ds_errf(err, errlen, "%s: key '%s' must be a number in (%g, %g) (what dspark loads)", c->path, key, lo, hi);
         return -1;
     }
     *out = (float)j->valuedouble;
@@ -292,8 +305,8 @@ static int read_trunk_hparams(const cfg_t *c, hparams_t *hp, char *err, size_t e
         ds_errf(err, errlen, "%s: num_attention_heads * head_dim overflows", c->path);
         return -1;
     }
-    if (cfg_float(c, "rms_norm_eps", 1e-6f, &hp->eps, err, errlen) ||
-        cfg_float(c, "rope_theta", 10000.0f, &hp->rope_theta, err, errlen))
+    if (cfg_float(c, "rms_norm_eps", 1e-6f, 0.0, 1.0, &hp->eps, err, errlen) ||
+        cfg_float(c, "rope_theta", 10000.0f, 1.0, 1e12, &hp->rope_theta, err, errlen))
         return -1;
     int t = cfg_bool(c, "tie_word_embeddings", err, errlen);
     if (t == -2) return -1;
@@ -471,6 +484,15 @@ static int read_drafter_hparams(const cfg_t *c, const ds_st_set *st, hparams_t *
         cfg_u32(c, "mask_token_id", 1, 0, 0, &hp->mask_token_id, err, errlen) ||
         cfg_u32(c, "target_hidden_size", 0, hp->d, 1, &hp->target_hidden, err, errlen))
         return -1;
+    /* the drafter loader's bounds (drafter.c), refused here rather than
+     * written into a file nothing loads */
+    if (hp->n_layer > 4096 || hp->d > (1u << 20) || hp->n_head > 4096 || hp->n_head_kv > 4096 ||
+        hp->block_size > 256) {
+        ds_errf(err, errlen, "%s: drafter shape out of range (num_hidden_layers %u <= 4096, hidden_size %u <= 1048576, "
+                "heads %u/%u <= 4096, block_size %u <= 256)", c->path, hp->n_layer, hp->d, hp->n_head, hp->n_head_kv,
+                hp->block_size);
+        return -1;
+    }
     if (hp->mask_token_id >= hp->n_vocab) {
         ds_errf(err, errlen, "%s: mask_token_id %u is outside the vocabulary (vocab_size %u)", c->path,
                 hp->mask_token_id, hp->n_vocab);
@@ -489,7 +511,7 @@ static int read_drafter_hparams(const cfg_t *c, const ds_st_set *st, hparams_t *
     int i = 0;
     for (const cJSON *e = tl->child; e; e = e->next, i++) {
         double v = cJSON_IsNumber(e) ? e->valuedouble : -2;
-        if (!cJSON_IsNumber(e) || v != (double)(int32_t)v || v < -1 || v > 1e6 ||
+        if (!cJSON_IsNumber(e) || !(v >= -1 && v <= 1e6) || v != floor(v) ||
             (i && (int32_t)v <= hp->target_layers[i - 1])) {
             ds_errf(err, errlen, "%s: target_layer_ids[%d] must be an integer >= -1, strictly increasing", c->path, i);
             return -1;
@@ -711,15 +733,6 @@ out:
 }
 
 /* ---- keys -------------------------------------------------------------------------- */
-static uint32_t file_type(uint32_t t) {        /* llama.cpp's LLAMA_FTYPE_* */
-    switch (t) {
-    case DS_TYPE_F32: return 0;
-    case DS_TYPE_F16: return 1;
-    case DS_TYPE_Q8_0: return 7;
-    case DS_TYPE_BF16: return 32;
-    default: return 1;
-    }
-}
 
 #define K(buf, pfx, s) (snprintf(buf, sizeof buf, "%s" s, pfx), buf)
 
@@ -790,13 +803,35 @@ static const char *type_name_lc(uint32_t t) {
 }
 
 /* ---- entry point -------------------------------------------------------------------- */
+/* Load what was written with the runtime loader. A target loads on its own;
+ * a drafter needs its target, so it is loaded when --tokenizer-from names a
+ * loadable target (the usual call); otherwise the drafter's own checks in
+ * read_drafter_hparams stand in. */
+static int verify_loads(const char *path, int drafter, const char *target_path, char *err, size_t errlen) {
+    if (!drafter) {
+        ds_model *m = ds_model_load(path, err, errlen);
+        if (!m) return -1;
+        ds_model_free(m);
+        return 0;
+    }
+    if (!target_path) return 0;
+    char e2[DS_ERRLEN];
+    ds_model *t = ds_model_load(target_path, e2, sizeof e2);
+    if (!t) return 0;                    /* a tokenizer-only file: nothing to pair with */
+    ds_drafter *d = ds_drafter_load(path, t, err, errlen);
+    ds_drafter_free(d);
+    ds_model_free(t);
+    return d ? 0 : -1;
+}
+
 int ds_convert(const ds_convert_opts *o, char *err, size_t errlen) {
     int rc = -1;
     cfg_t cfg = {.root = NULL};
     ds_st_set *st = NULL;
     jobs_t J = {0};
     gguf_writer *w = NULL;
-    char *cfg_path = NULL, *tok_default = NULL, *tmp = NULL, *name_buf = NULL;
+    char *cfg_path = NULL, *tok_default = NULL, *name_buf = NULL;
+    ds_outfile *of = NULL;
     hparams_t hp;
     memset(&hp, 0, sizeof hp);
 
@@ -833,6 +868,14 @@ int ds_convert(const ds_convert_opts *o, char *err, size_t errlen) {
                 ds_errf(err, errlen, "config.json: target_layer_ids contains -1, which the dspark layout (u32 HF ids) cannot store; use --layout dflash");
                 goto out;
             }
+    /* validate counts against the checkpoint before anything is sized by
+     * them: every layer holds at least 9 tensors (q, k, v, o, gate, up,
+     * down and two norms) */
+    if ((uint64_t)hp.n_layer * 9 > ds_st_set_count(st)) {
+        ds_errf(err, errlen, "config.json: num_hidden_layers %u needs at least %llu tensors, the checkpoint has %zu",
+                hp.n_layer, (unsigned long long)hp.n_layer * 9, ds_st_set_count(st));
+        goto out;
+    }
     const char *arch = drafter ? (dspark ? "dspark" : "dflash") : hp.arch;
     if (drafter) build_drafter_jobs(&J, &hp, dspark);
     else build_target_jobs(&J, &hp);
@@ -851,6 +894,23 @@ int ds_convert(const ds_convert_opts *o, char *err, size_t errlen) {
     if (!tok && !drafter) {
         ds_errf(err, errlen, "no tokenizer: pass --tokenizer-from TARGET.gguf (or put tokenizer.gguf in %s)", o->in_dir);
         goto out;
+    }
+    /* the output must be none of the inputs: config.json, the index, every
+     * shard, the tokenizer source */
+    {
+        char *idx = path_join(o->in_dir, "model.safetensors.index.json");
+        if (!idx) { ds_errf(err, errlen, "out of memory"); goto out; }
+        const char *ins[] = { cfg_path, idx, tok };
+        int bad = ds_out_check_inputs(o->out_path, ins, 3, err, errlen);
+        free(idx);
+        if (bad) goto out;
+        const char *last = NULL;
+        for (size_t i = 0; i < ds_st_set_count(st); i++) {
+            const char *f = ds_st_set_at(st, i)->file;
+            if (f == last) continue;
+            last = f;
+            if (ds_out_check_inputs(o->out_path, &f, 1, err, errlen)) goto out;
+        }
     }
 
     /* general.name */
@@ -871,7 +931,8 @@ int ds_convert(const ds_convert_opts *o, char *err, size_t errlen) {
     char P[32];
     snprintf(P, sizeof P, "%s.", arch);
     if (gguf_set_str(w, "general.architecture", arch) || gguf_set_str(w, "general.name", name) ||
-        gguf_set_u32(w, "general.file_type", file_type(o->type)) || write_hparams(w, P, &hp) ||
+        gguf_set_u32(w, "general.file_type", gguf_llama_ftype(o->type)) ||
+        gguf_set_u32(w, "general.quantization_version", GGUF_QUANTIZATION_VERSION) || write_hparams(w, P, &hp) ||
         (drafter && write_drafter_keys(w, &hp, dspark))) {
         ds_errf(err, errlen, "%s", gguf_writer_error(w));
         goto out;
@@ -908,32 +969,36 @@ int ds_convert(const ds_convert_opts *o, char *err, size_t errlen) {
     for (size_t i = 0; i < ds_st_set_count(st); i++)
         if (is_ignored(ds_st_set_at(st, i)->name)) logln(o, "%s: ignored", ds_st_set_at(st, i)->name);
 
-    size_t ol = strlen(o->out_path);
-    tmp = malloc(ol + 5);
-    if (!tmp) { ds_errf(err, errlen, "out of memory"); goto out; }
-    memcpy(tmp, o->out_path, ol);
-    memcpy(tmp + ol, ".tmp", 5);
+    /* written to a temp file next to the target, re-read by the loader
+     * that will run it, and only then renamed over the target: convert
+     * refuses whatever dspark would refuse to load */
     char e2[DS_ERRLEN];
-    if (gguf_writer_write(w, tmp, e2, sizeof e2)) {
-        unlink(tmp);
+    of = ds_out_open(o->out_path, e2, sizeof e2);
+    if (!of) { ds_errf(err, errlen, "%s", e2); goto out; }
+    if (gguf_writer_write_fp(w, ds_out_fp(of), e2, sizeof e2)) {
         ds_errf(err, errlen, "writing %s: %s", o->out_path, e2);
         goto out;
     }
-    if (rename(tmp, o->out_path)) {
-        ds_errf(err, errlen, "renaming %s to %s: %s", tmp, o->out_path, strerror(errno));
-        unlink(tmp);
+    if (ds_out_tmp_path(of) && verify_loads(ds_out_tmp_path(of), drafter, o->tokenizer_from, e2, sizeof e2)) {
+        ds_errf(err, errlen, "the converted file would not load: %s", e2);
         goto out;
     }
+    if (ds_out_commit(of, e2, sizeof e2)) {
+        of = NULL;
+        ds_errf(err, errlen, "%s", e2);
+        goto out;
+    }
+    of = NULL;
     logln(o, "wrote %s: %zu tensors", o->out_path, n_written);
     rc = 0;
 out:
+    ds_out_abort(of);
     gguf_writer_free(w);
     free(J.v);
     ds_st_set_close(st);
     cJSON_Delete(cfg.root);
     free(cfg_path);
     free(tok_default);
-    free(tmp);
     free(name_buf);
     return rc;
 }

@@ -314,14 +314,14 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
     ds_weight synth = { 0 };
     void *synth_data = NULL;
     const ds_weight *W = NULL;
-    const int is_mm = fam <= DS_FAM_MATMUL_Q8_0;
+    const int is_mm = ds_family_weight_type(fam) >= 0;
     if (is_mm) {
-        static const uint32_t types[] = { DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_BF16, DS_TYPE_Q8_0 };
-        uint32_t t = types[fam];
+        uint32_t t = (uint32_t)ds_family_weight_type(fam);
         W = model_weight_of_type(m, t);
         if (!W) {
             /* synthetic weight at the model's FFN shape, prepared on the device */
-            K = d - d % 32 ? d - d % 32 : 32;
+            const int blk = (int)ds_type_block_elems(t);
+            K = d - d % blk ? d - d % blk : blk;
             N = ff;
             int ok;
             uint64_t rb = ds_row_bytes(t, (uint64_t)K, &ok);
@@ -372,6 +372,8 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
         /* reference: the decode kernel row by row; got: the batched variant */
         switch (fam) {
         case DS_FAM_MATMUL_F32: case DS_FAM_MATMUL_F16: case DS_FAM_MATMUL_BF16: case DS_FAM_MATMUL_Q8_0:
+        case DS_FAM_MATMUL_Q4_0: case DS_FAM_MATMUL_Q4_1: case DS_FAM_MATMUL_Q5_0: case DS_FAM_MATMUL_Q5_1:
+        case DS_FAM_MATMUL_Q4_K: case DS_FAM_MATMUL_Q5_K: case DS_FAM_MATMUL_Q6_K:
             for (int r = 0; r < M; r++) b->matmul(ex, DS_CANONICAL, W, 1, d_in1 + (size_t)r * K, d_ref + (size_t)r * N);
             b->matmul(ex, v, W, M, d_in1, d_got);
             break;

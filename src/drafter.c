@@ -131,6 +131,49 @@ static const names_t k_names[2] = {
       "dspark.confidence_head.weight", "dspark.confidence_head.bias", "dspark." },
 };
 
+static int check_same_vocab(const gguf_ctx *g, const ds_model *target, int V, char *err, size_t errlen) {
+    const gguf_ctx *tg = target->gguf;
+    uint64_t vs;
+    const char *vkeys[] = { "dflash.vocab_size", "dspark.vocab_size" };
+    for (int i = 0; i < 2; i++)
+        if (gguf_get_u64(g, vkeys[i], &vs) == 0 && vs != (uint64_t)V) {
+            ds_errf(err, errlen, "drafter: %s is %llu but the target's vocabulary has %d tokens (a drafter for another model?)",
+                    vkeys[i], (unsigned long long)vs, V);
+            return -1;
+        }
+    const gguf_kv *tk = gguf_find_kv(g, "tokenizer.ggml.tokens");
+    if (!tk) return 0;                                   /* shares the target's */
+    gguf_str dm, tm;
+    if (gguf_get_str(g, "tokenizer.ggml.model", &dm) == 0 && gguf_str_eq(dm, "none")) return 0;
+    const gguf_kv *ttk = tg ? gguf_find_kv(tg, "tokenizer.ggml.tokens") : NULL;
+    if (tk->type != GGUF_T_ARRAY || tk->arr_type != GGUF_T_STRING) {
+        ds_errf(err, errlen, "drafter: tokenizer.ggml.tokens is not a string array");
+        return -1;
+    }
+    if (!ttk) return tk->arr_n > (uint64_t)V ? (ds_errf(err, errlen, "drafter: its tokenizer has %llu tokens but the target's vocabulary has %d",
+                                                        (unsigned long long)tk->arr_n, V), -1) : 0;
+    if (gguf_get_str(g, "tokenizer.ggml.model", &dm) == 0 && gguf_get_str(tg, "tokenizer.ggml.model", &tm) == 0 &&
+        (dm.len != tm.len || memcmp(dm.ptr, tm.ptr, (size_t)dm.len))) {
+        ds_errf(err, errlen, "drafter: its tokenizer model '%.*s' differs from the target's '%.*s' (a drafter for another model?)",
+                (int)(dm.len > 32 ? 32 : dm.len), dm.ptr, (int)(tm.len > 32 ? 32 : tm.len), tm.ptr);
+        return -1;
+    }
+    if (tk->arr_n != ttk->arr_n) {
+        ds_errf(err, errlen, "drafter: its tokenizer has %llu tokens, the target's %llu (a drafter for another model?)",
+                (unsigned long long)tk->arr_n, (unsigned long long)ttk->arr_n);
+        return -1;
+    }
+    for (uint64_t i = 0; i < tk->arr_n; i++) {
+        gguf_str a, b;
+        if (gguf_arr_str(tk, i, &a) || gguf_arr_str(ttk, i, &b) || a.len != b.len || memcmp(a.ptr, b.ptr, (size_t)a.len)) {
+            ds_errf(err, errlen, "drafter: token %llu differs from the target's tokenizer (a drafter for another model?)",
+                    (unsigned long long)i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int parse_markov_type(const gguf_ctx *g, const char *key, int *type, int *found, char *err, size_t errlen) {
     gguf_str s;
     int rc = gguf_get_str(g, key, &s);
@@ -285,6 +328,12 @@ ds_drafter *ds_drafter_load(const char *path, const ds_model *target, char *err,
         goto fail;
     }
     d->V = thp->n_vocab;
+    /* a tokenizer of its own must be the target's: same model, same token
+     * list byte for byte (the drafter proposes ids the target reads as its
+     * own tokens; a different vocabulary would draft nonsense), and a
+     * vocabulary size, where stated, must be the target's. Checked before
+     * any shape, so the refusal names the real cause. */
+    if (check_same_vocab(g, target, d->V, err, errlen)) goto fail;
 
     /* ---- drafter keys ---- */
     if (kv_u32(g, DK("block_size"), 1, 0, 1u << 30, &u, err, errlen)) goto fail;
@@ -439,6 +488,13 @@ ds_drafter *ds_drafter_load(const char *path, const ds_model *target, char *err,
         }
     }
 
+    /* ---- counts against the file before the arena is sized by them ---- */
+    if ((uint64_t)d->n_layer * 9 > gguf_n_tensors(g)) {
+        ds_errf(err, errlen, "drafter: block_count %d needs at least %llu tensors, the file has %llu", d->n_layer,
+                (unsigned long long)d->n_layer * 9, (unsigned long long)gguf_n_tensors(g));
+        goto fail;
+    }
+
     /* ---- arena for f32 vectors ---- */
     size_t n_arena = 2u * (size_t)D + (size_t)d->n_layer * (2u * (size_t)D + 2u * (size_t)d->head_dim) +
                      4u * (size_t)r + 2u * (size_t)D + 16;
@@ -549,15 +605,6 @@ ds_drafter *ds_drafter_load(const char *path, const ds_model *target, char *err,
     d->embd = &target->tok_embd;
     d->head = &target->output;
     if (prepare_on_device(d, err, errlen)) goto fail;
-    /* a tokenizer of its own must fit the shared vocabulary */
-    {
-        const gguf_kv *tk = gguf_find_kv(g, "tokenizer.ggml.tokens");
-        if (tk && tk->type == GGUF_T_ARRAY && tk->arr_n > (uint64_t)d->V) {
-            ds_errf(err, errlen, "drafter: its tokenizer has %llu tokens but the target's vocabulary has %d",
-                    (unsigned long long)tk->arr_n, d->V);
-            goto fail;
-        }
-    }
 #undef HK
 #undef DK
 

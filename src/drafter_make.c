@@ -141,7 +141,8 @@ int ds_make_drafter(const ds_make_drafter_opts *o, const ds_model *target, const
     kr |= gguf_set_u32(W, HK("attention.value_length"), (uint32_t)hd);
     kr |= gguf_set_f32(W, HK("rope.freq_base"), hp->rope_base);
     kr |= gguf_set_f32(W, HK("attention.layer_norm_rms_epsilon"), hp->norm_eps);
-    kr |= gguf_set_u32(W, "general.file_type", type);
+    kr |= gguf_set_u32(W, "general.file_type", gguf_llama_ftype(type));
+    kr |= gguf_set_u32(W, "general.quantization_version", GGUF_QUANTIZATION_VERSION);
     uint32_t tl[DS_MAX_TAPS];
     for (int i = 0; i < n_taps; i++) tl[i] = (uint32_t)(taps[i] + (dspark ? 0 : 1));
     kr |= gguf_set_u32(W, DK("block_size"), (uint32_t)o->block_size);

@@ -13,6 +13,7 @@
  *
  * The host must be little-endian: raw array/tensor bytes are used in place. */
 #include "gguf.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -382,7 +383,7 @@ static int parse_tensor_info(cursor *c, uint64_t idx, gguf_tensor *t) {
     for (uint32_t d = t->n_dims; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     if (rd_u32(c, "type", &t->type)) return -1;
     if (!ds_type_valid(t->type)) {
-        fail(c, "unsupported tensor type %" PRIu32 " (%s); dspark supports F32, F16, BF16, Q8_0",
+        fail(c, "unsupported tensor type %" PRIu32 " (%s); dspark supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K",
              t->type, ggml_type_name(t->type));
         return -1;
     }
@@ -472,6 +473,16 @@ static int place_tensors(gguf_ctx *g, cursor *c) {
             return -1;
         }
         t->data = g->base + start;
+        /* The kernels read F32/F16/BF16 elements and Q8_0's fp16 scale as
+         * naturally aligned loads: a file whose general.alignment lets a
+         * tensor start off that boundary is refused here, once, instead of
+         * faulting (or being undefined) in every kernel. */
+        uint64_t nat = t->type == DS_TYPE_F32 ? 4 : 2;
+        if ((uintptr_t)t->data % nat) {
+            fail(c, "data at file offset %" PRIu64 " is not %" PRIu64 "-byte aligned, which %s tensors need "
+                 "(general.alignment %" PRIu64 " is too small)", start, nat, ds_type_name(t->type), g->alignment);
+            return -1;
+        }
     }
     return 0;
 }
@@ -1019,9 +1030,32 @@ int gguf_copy_kv(gguf_writer *w, const gguf_ctx *src, const char *const *skip_pr
             size_t pl = strlen(*p);
             skip = kv->key.len >= pl && memcmp(kv->key.ptr, *p, pl) == 0;
         }
-        if (!skip && gguf_set_kv(w, kv)) return -1;
+        if (skip) continue;
+        if (gguf_str_eq(kv->key, "tokenizer.ggml.pre") && kv->type == GGUF_T_STRING &&
+            gguf_str_eq(kv->str, "gpt2")) {
+            if (gguf_set_str(w, "tokenizer.ggml.pre", "gpt-2")) return -1;   /* llama.cpp's name */
+        } else if (gguf_set_kv(w, kv)) {
+            return -1;
+        }
     }
     return 0;
+}
+
+uint32_t gguf_llama_ftype(uint32_t t) {
+    switch (t) {
+    case DS_TYPE_F32: return 0;
+    case DS_TYPE_F16: return 1;
+    case DS_TYPE_Q4_0: return 2;
+    case DS_TYPE_Q4_1: return 3;
+    case DS_TYPE_Q8_0: return 7;
+    case DS_TYPE_Q5_0: return 8;
+    case DS_TYPE_Q5_1: return 9;
+    case DS_TYPE_Q4_K: return 14;
+    case DS_TYPE_Q5_K: return 16;
+    case DS_TYPE_Q6_K: return 18;
+    case DS_TYPE_BF16: return 32;
+    default: return 1;
+    }
 }
 
 int gguf_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
@@ -1121,40 +1155,27 @@ int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen
         ds_errf(err, errlen, "gguf writer: not writing '%s' because an earlier call failed: %s", path, w->err);
         return -1;
     }
+    /* temp file + rename, clean-up on failure and on signals: outfile.c */
+    char e2[DS_ERRLEN];
+    ds_outfile *o = ds_out_open(path, e2, sizeof e2);
+    if (!o) { ds_errf(err, errlen, "gguf writer: %s", e2); return -1; }
+    if (gguf_writer_write_fp(w, ds_out_fp(o), err, errlen)) { ds_out_abort(o); return -1; }
+    if (ds_out_commit(o, e2, sizeof e2)) { ds_errf(err, errlen, "gguf writer: %s", e2); return -1; }
+    return 0;
+}
+
+int gguf_writer_write_fp(gguf_writer *w, FILE *f, char *err, size_t errlen) {
+    if (w->failed) {
+        ds_errf(err, errlen, "gguf writer: not writing because an earlier call failed: %s", w->err);
+        return -1;
+    }
     uint64_t align = GGUF_DEFAULT_ALIGNMENT;
     const wkv *ak = writer_find_kv(w, "general.alignment");
     if (ak) { uint32_t a; memcpy(&a, ak->payload, 4); align = a; }   /* validated at set time */
-
-    size_t pl = strlen(path);
-    char *tmp = malloc(pl + 16);
-    if (!tmp) { ds_errf(err, errlen, "gguf writer: out of memory"); return -1; }
-    memcpy(tmp, path, pl);
-    memcpy(tmp + pl, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        ds_errf(err, errlen, "gguf writer: cannot create temp file for '%s': %s", path, strerror(errno));
-        free(tmp);
+    errno = 0;
+    if (write_body(w, f, align) != 0 || fflush(f) != 0) {
+        ds_errf(err, errlen, "gguf writer: write failed: %s", strerror(errno ? errno : EIO));
         return -1;
     }
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        ds_errf(err, errlen, "gguf writer: cannot write '%s': %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return -1;
-    }
-    int rc = write_body(w, f, align);
-    int saved = errno;
-    if (rc == 0 && fflush(f) != 0) { rc = -1; saved = errno; }
-    if (rc == 0 && fchmod(fd, 0644) != 0) { rc = -1; saved = errno; }
-    if (rc == 0 && fsync(fd) != 0) { rc = -1; saved = errno; }
-    if (fclose(f) != 0 && rc == 0) { rc = -1; saved = errno; }
-    if (rc == 0 && rename(tmp, path) != 0) { rc = -1; saved = errno; }
-    if (rc != 0) {
-        ds_errf(err, errlen, "gguf writer: cannot write '%s': %s", path, strerror(saved ? saved : EIO));
-        unlink(tmp);
-    }
-    free(tmp);
-    return rc;
+    return 0;
 }

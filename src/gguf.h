@@ -115,8 +115,19 @@ int gguf_set_scalar(gguf_writer *w, const char *key, gguf_vtype type, const void
 int gguf_set_arr(gguf_writer *w, const char *key, gguf_vtype elem_type, const void *data, uint64_t n);
 int gguf_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
 /* Copy every key/value of another file except those whose key starts with
- * any of the NULL-terminated skip prefixes (used to copy a tokenizer). */
+ * any of the NULL-terminated skip prefixes (used to copy a tokenizer).
+ * tokenizer.ggml.pre = "gpt2" (what older dspark files hold) is written as
+ * llama.cpp's name "gpt-2"; both mean the same pre-tokenizer to dspark. */
 int gguf_copy_kv(gguf_writer *w, const gguf_ctx *src, const char *const *skip_prefixes);
+/* llama.cpp's LLAMA_FTYPE code for a file whose weights are mostly of ds
+ * type t (F32 0, F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, Q4_K 14
+ * (Q4_K_S), Q5_K 16 (Q5_K_S), Q6_K 18, BF16 32). general.file_type is
+ * written with these codes; readers accept any value (older dspark files
+ * hold the ggml tensor type there, e.g. 8 for Q8_0 — it is informational). */
+uint32_t gguf_llama_ftype(uint32_t t);
+#define GGUF_LLAMA_FTYPE_Q4_K_M 15
+#define GGUF_LLAMA_FTYPE_Q5_K_M 17
+#define GGUF_QUANTIZATION_VERSION 2   /* general.quantization_version (ggml's GGML_QNT_VERSION) */
 /* Added: a string value with explicit length (may contain NUL bytes). */
 int gguf_set_str_n(gguf_writer *w, const char *key, const char *v, uint64_t len);
 /* Added: copy one key/value, byte-exact, from an OPEN reader (kv must come
@@ -126,6 +137,9 @@ int gguf_set_kv(gguf_writer *w, const gguf_kv *kv);
 int gguf_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                     const uint64_t *ne, const void *data, uint64_t nbytes);
 int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen);
+/* The same body into an open stream (flushed; not closed): for callers that
+ * manage the output themselves (convert validates before renaming). */
+int gguf_writer_write_fp(gguf_writer *w, FILE *f, char *err, size_t errlen);
 /* Last error of a setter / add call (setters return -1 and record it).
  * Errors are sticky: once a setter or add call failed, gguf_writer_write
  * refuses to write (so an ignored return value cannot yield a file that is

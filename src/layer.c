@@ -33,6 +33,22 @@ static int wants(const ds_probe *pr, int layer, int cp) {
     return pr && pr->fn && (!pr->wants || pr->wants(pr->user, layer, cp));
 }
 
+/* Weights sharing their input (q/k/v, gate/up) as one launch when the
+ * backend has matmul_multi and they run one variant (one type); else one by
+ * one. Either way the same bits. */
+static void mm_shared(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], int n, const ds_weight *const W[],
+                      int M, const float *x, float *const y[]) {
+    const ds_backend_i *b = ex->be->i;
+    const int fam = ds_matmul_family(W[0]->type);
+    int one = b->matmul_multi != NULL;
+    for (int i = 1; one && i < n; i++) one = ds_matmul_family(W[i]->type) == fam;
+    if (one) {
+        b->matmul_multi(ex, (ds_variant)var[fam], n, W, M, x, y);
+        return;
+    }
+    for (int i = 0; i < n; i++) b->matmul(ex, (ds_variant)var[ds_matmul_family(W[i]->type)], W[i], M, x, y[i]);
+}
+
 void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
                       const float *next_norm, const uint8_t var[DS_FAM_COUNT], int M, int pos0,
                       int causal, int qkv_ready, float *kc, float *vc, ds_acts *a,
@@ -53,9 +69,9 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
 
     /* --- attention: projections, QK-norm, RoPE ---------------------------- */
     if (!qkv_ready) {
-        MM(&L->wq, a->xn, a->q);
-        MM(&L->wk, a->xn, a->k);
-        MM(&L->wv, a->xn, a->v);
+        const ds_weight *const w3[3] = {&L->wq, &L->wk, &L->wv};
+        float *const y3[3] = {a->q, a->k, a->v};
+        mm_shared(ex, var, 3, w3, M, a->xn, y3);
     }
     const int p_qkv = wants(pr, l, DSD_CP_QKV);
     if (p_qkv) {
@@ -107,8 +123,11 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
                       FAM(DS_FAM_RESIDUAL) | FAM(DS_FAM_RMSNORM), a->xn, d, d);
 
     /* --- SwiGLU FFN ------------------------------------------------------------ */
-    MM(&L->w_gate, a->xn, a->gate);
-    MM(&L->w_up, a->xn, a->up);
+    {
+        const ds_weight *const w2[2] = {&L->w_gate, &L->w_up};
+        float *const y2[2] = {a->gate, a->up};
+        mm_shared(ex, var, 2, w2, M, a->xn, y2);
+    }
     if (wants(pr, l, DSD_CP_FFN_GATE_UP)) {
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_GATE, MMF(&L->w_gate), a->gate, ff, ff);
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_UP, MMF(&L->w_up), a->up, ff, ff);

@@ -4,6 +4,10 @@
 #include <string.h>
 
 #include "../tools/cli.h"
+#include "common.h"
+#include "dspark.h"
+#include "kernels/cpu/simd.h"
+#include "outfile.h"
 
 typedef struct {
     const char *name;
@@ -24,6 +28,7 @@ static const command commands[] = {
     { "families",   cmd_families,   "per-family isolated A/B and where each lands on the identity chain" },
     { "surface",    cmd_surface,    "speculative run teacher-forced through plain decode: divergence rate" },
     { "sweep",      cmd_sweep,      "canonicalize family by family to a sufficient set, then C_min" },
+    { "serve",      cmd_serve,      "OpenAI-compatible HTTP server (completions, chat, SSE, metrics)" },
     { "devices",    cmd_devices,    "the devices this build has and whether each can start here" },
 };
 
@@ -38,9 +43,32 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dspark: error: no command given (usage: dspark COMMAND [options]; dspark --help lists commands)\n");
         return DS_EXIT_USAGE;
     }
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
+    if (!strcmp(argv[1], "--version")) {
+        printf("dspark %s\n", dspark_version());
+        return fflush(stdout) || ferror(stdout) ? 1 : 0;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return fflush(stdout) || ferror(stdout) ? 1 : 0;
+    }
+    /* the SIMD level is decided once for the whole process: refuse a cap
+     * nobody can honour before any work is done */
+    char err[DS_ERRLEN];
+    if (ds_simd_check_env(err, sizeof err)) {
+        fprintf(stderr, "dspark: error: %s\n", err);
+        return DS_EXIT_USAGE;
+    }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            int rc = commands[i].fn(argc - 1, argv + 1);
+            /* a lost write to stdout (a full disk, /dev/full, a closed pipe)
+             * is an error, whatever the command */
+            if (ds_out_check_stdout(err, sizeof err)) {
+                fprintf(stderr, "dspark %s: error: %s\n", commands[i].name, err);
+                return rc ? rc : 1;
+            }
+            return rc;
+        }
     fprintf(stderr, "dspark: error: unknown command '%s' (try dspark --help)\n", argv[1]);
     return DS_EXIT_USAGE;
 }

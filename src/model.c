@@ -67,8 +67,9 @@ static int load_weight(const gguf_ctx *g, const char *name, int64_t n_in, int64_
                        char *err, size_t errlen) {
     const gguf_tensor *t = want_tensor(g, name, n_in, n_out, err, errlen);
     if (!t) return -1;
-    if (t->type == DS_TYPE_Q8_0 && n_in % DS_QK8_0) {
-        ds_errf(err, errlen, "model: tensor '%s' is Q8_0 but its row length %lld is not a multiple of 32", name, (long long)n_in);
+    if (n_in % (int64_t)ds_type_block_elems(t->type)) {
+        ds_errf(err, errlen, "model: tensor '%s' is %s but its row length %lld is not a multiple of %d", name,
+                ds_type_name(t->type), (long long)n_in, (int)ds_type_block_elems(t->type));
         return -1;
     }
     w->type = t->type; w->n_in = n_in; w->n_out = n_out; w->data = t->data;
@@ -81,8 +82,8 @@ static int load_norm(const gguf_ctx *g, const char *name, int64_t n, float **cur
                      char *err, size_t errlen) {
     const gguf_tensor *t = want_tensor(g, name, n, 0, err, errlen);
     if (!t) return -1;
-    if (t->type == DS_TYPE_Q8_0 && n % DS_QK8_0) {
-        ds_errf(err, errlen, "model: tensor '%s' is Q8_0 with a length not a multiple of 32", name);
+    if (n % (int64_t)ds_type_block_elems(t->type)) {
+        ds_errf(err, errlen, "model: tensor '%s' is %s with a length not a multiple of its block", name, ds_type_name(t->type));
         return -1;
     }
     ds_row_to_f32(t->type, t->data, n, *cursor);
@@ -196,6 +197,18 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
     }
     if (!(hp->norm_eps > 0.0f && hp->norm_eps < 1.0f) || !(hp->rope_base > 1.0f && hp->rope_base < 1e12f)) {
         ds_errf(err, errlen, "model: rms epsilon %g or rope freq_base %g out of range", hp->norm_eps, hp->rope_base);
+        goto fail;
+    }
+
+    /* counts against the file before anything is sized by them: each layer
+     * needs at least 9 tensors, and the head products must fit an int */
+    if ((uint64_t)hp->n_layer * 9 > gguf_n_tensors(g)) {
+        ds_errf(err, errlen, "model: block_count %d needs at least %lld tensors, the file has %llu", hp->n_layer,
+                (long long)hp->n_layer * 9, (unsigned long long)gguf_n_tensors(g));
+        goto fail;
+    }
+    if ((int64_t)hp->n_head * hp->head_dim > (1 << 30)) {
+        ds_errf(err, errlen, "model: head_count %d x key_length %d is out of range", hp->n_head, hp->head_dim);
         goto fail;
     }
 
@@ -390,6 +403,15 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     }
     if (!ok) {
         ds_errf(err, errlen, "context: out of %s memory for n_ctx=%d", be->i->name, n_ctx);
+        ctx_release(c);
+        free(c);
+        return NULL;
+    }
+    /* the families' scratch, once: no allocation in any later forward
+     * (weights' n_in: d for q/k/v/gate/up and the head, qd for o, ff for down) */
+    const int64_t k_max = (int64_t)(d > ff ? (d > qd ? d : qd) : (ff > qd ? ff : qd));
+    if (be->i->reserve && be->i->reserve(c->ex, c->m_max, k_max, hp->head_dim, n_ctx, e2, sizeof e2)) {
+        ds_errf(err, errlen, "context: %s", e2);
         ctx_release(c);
         free(c);
         return NULL;

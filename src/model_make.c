@@ -79,8 +79,10 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
     }
     if (head_dim % 2) { ds_errf(err, errlen, "make-model: head dim %ld must be even", head_dim); return -1; }
     if (n_head % n_head_kv) { ds_errf(err, errlen, "make-model: n_head %ld must be a multiple of n_head_kv %ld", n_head, n_head_kv); return -1; }
-    if (type == DS_TYPE_Q8_0 && (n_embd % 32 || n_ff % 32 || (n_head * head_dim) % 32)) {
-        ds_errf(err, errlen, "make-model: q8_0 needs n_embd, n_ff and n_head*head_dim to be multiples of 32");
+    const long blk = (long)ds_type_block_elems(type);
+    if (blk > 1 && (n_embd % blk || n_ff % blk || (n_head * head_dim) % blk)) {
+        ds_errf(err, errlen, "make-model: %s needs n_embd, n_ff and n_head*head_dim to be multiples of %ld",
+                ds_type_name(type), blk);
         return -1;
     }
     builder b = { gguf_writer_new(), (uint64_t)seed * 0x2545F4914F6CDD1Dull + 1, type, 0 };
@@ -101,8 +103,10 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
     gguf_set_f32(b.w, KEY("attention.layer_norm_rms_epsilon"), eps);
     gguf_set_u32(b.w, KEY("vocab_size"), (uint32_t)n_vocab);
 #undef KEY
-    gguf_set_u32(b.w, "general.file_type", type);
-    if (ds_tokenizer_build_bpe(b.w, k_text, sizeof k_text - 1, (int32_t)(n_vocab < 1024 ? n_vocab : 1024), err, errlen)) {
+    gguf_set_u32(b.w, "general.file_type", gguf_llama_ftype(type));     /* llama.cpp's code */
+    gguf_set_u32(b.w, "general.quantization_version", GGUF_QUANTIZATION_VERSION);
+    if (ds_tokenizer_build_bpe_padded(b.w, k_text, sizeof k_text - 1, (int32_t)(n_vocab < 1024 ? n_vocab : 1024),
+                                      (int32_t)n_vocab, err, errlen)) {
         gguf_writer_free(b.w);
         return -1;
     }

@@ -67,6 +67,12 @@ static int json_u64(const cJSON *j, uint64_t *out) {
     return 0;
 }
 
+static int span_cmp(const void *x, const void *y) {
+    const uint64_t *a = x, *b = y;
+    if (a[0] != b[0]) return a[0] < b[0] ? -1 : 1;
+    return (a[1] > b[1]) - (a[1] < b[1]);
+}
+
 static int parse_header(ds_st_file *f, char *err, size_t errlen) {
     const char *L = f->path;
     if (f->size < 8) {
@@ -93,6 +99,7 @@ static int parse_header(ds_st_file *f, char *err, size_t errlen) {
         return -1;
     }
     int rc = -1;
+    uint64_t (*spans)[2] = NULL;     /* [begin, end) per tensor, for the tiling check */
     uint64_t data_size = f->size - 8 - hlen;
     const uint8_t *data = f->buf + 8 + hlen;
     if (!cJSON_IsObject(root)) {
@@ -102,7 +109,8 @@ static int parse_header(ds_st_file *f, char *err, size_t errlen) {
     size_t cnt = 0;
     for (cJSON *e = root->child; e; e = e->next) cnt++;
     f->t = calloc(cnt ? cnt : 1, sizeof *f->t);
-    if (!f->t) { ds_errf(err, errlen, "%s: out of memory", L); goto out; }
+    spans = calloc(cnt ? cnt : 1, sizeof *spans);
+    if (!f->t || !spans) { ds_errf(err, errlen, "%s: out of memory", L); goto out; }
     for (cJSON *e = root->child; e; e = e->next) {
         const char *name = e->string ? e->string : "";
         if (!strcmp(name, "__metadata__")) continue;
@@ -169,14 +177,38 @@ static int parse_header(ds_st_file *f, char *err, size_t errlen) {
             goto out;
         }
         t->nbytes = nbytes;
+        spans[f->n][0] = b;
+        spans[f->n][1] = en;
         t->data = data + b;
         t->file = f->path;
         t->name = strdup(name);
         if (!t->name) { ds_errf(err, errlen, "%s: out of memory", L); goto out; }
         f->n++;
     }
+    /* The format's own rule (the reference implementation enforces it): the
+     * tensors tile the data section exactly, no overlap, no hole, nothing
+     * after the last one. A header length one byte off, or two tensors
+     * sharing bytes, breaks the tiling and would otherwise convert into
+     * silently shifted or aliased weights. */
+    qsort(spans, f->n, sizeof *spans, span_cmp);
+    uint64_t at = 0;
+    for (size_t k = 0; k < f->n; k++) {
+        if (spans[k][0] != at) {
+            ds_errf(err, errlen, "%s: tensor data %s at byte %llu of the data section (expected the next tensor at %llu): "
+                    "tensors overlap or leave a hole, or the header length is wrong", L,
+                    spans[k][0] < at ? "overlaps" : "has a hole", (unsigned long long)spans[k][0], (unsigned long long)at);
+            goto out;
+        }
+        at = spans[k][1];
+    }
+    if (at != data_size) {
+        ds_errf(err, errlen, "%s: the tensors cover %llu bytes but the data section is %llu bytes "
+                "(wrong header length, or trailing bytes)", L, (unsigned long long)at, (unsigned long long)data_size);
+        goto out;
+    }
     rc = 0;
 out:
+    free(spans);
     cJSON_Delete(root);
     return rc;
 }

@@ -129,15 +129,31 @@ static int top_p_keep(cand *c, int n, float top_p) {
     return n;
 }
 
+/* min-p over c[0..n): keep the tokens whose probability ratio to the best
+ * one, exp(x_i - x_max) in double, is at least min_p. The best token always
+ * satisfies it (ratio 1 >= min_p for min_p <= 1). Returns the kept count;
+ * c[0..kept) are then the kept tokens (order is irrelevant: the final
+ * Gumbel argmax breaks ties by id). */
+static int min_p_keep(cand *c, int n, float min_p) {
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++) if (c[i].x > m) m = c[i].x;
+    if (m == -INFINITY) return n;
+    int s = 0;
+    for (int i = 0; i < n; i++)
+        if (exp((double)c[i].x - (double)m) >= (double)min_p) { cand t = c[i]; c[i] = c[s]; c[s] = t; s++; }
+    return s;
+}
+
 int32_t ds_sample(const ds_sampler *s, const float *logits, int V, int64_t pos, float *scratch) {
     if (V <= 0) return -1;
     if (!s || !(s->temp > 0.0f)) return (int32_t)ds_argmax(logits, V);
     const float t = s->temp;                    /* x = logit / t, as documented */
     const int use_k = s->top_k > 0 && s->top_k < V;
     const int use_p = s->top_p < 1.0f;
+    const int use_m = s->min_p > 0.0f;          /* off (0): every path below is unchanged */
     int32_t best = -1;
     double best_score = -INFINITY;
-    if (!use_k && !use_p) {
+    if (!use_k && !use_p && !use_m) {
         /* every token competes: one Philox block per pair of ids. A token
          * whose x is more than G_SPAN below the best x can never win (the
          * noise lies in [-3.62, 37.43] for u in [2^-54, 1 - 2^-54]), so its
@@ -179,6 +195,7 @@ int32_t ds_sample(const ds_sampler *s, const float *logits, int V, int64_t pos, 
     int n = V;
     if (use_k) { select_k(c, V, s->top_k); n = s->top_k; }
     if (use_p) n = top_p_keep(c, n, s->top_p);
+    if (use_m) n = min_p_keep(c, n, s->min_p);
     for (int i = 0; i < n; i++) {
         if (c[i].x == -INFINITY) continue;
         double sc = (double)c[i].x + gumbel(ds_philox_uniform(s->seed, pos, (uint32_t)c[i].id));

@@ -4,10 +4,11 @@
  * temp  > 0: Gumbel-max. The token at absolute position `pos` is
  *     argmax_i ( processed_logit_i / temp + g_i ),  g_i = -log(-log(u_i)),
  * with u_i from a counter-based RNG (Philox-4x32-10) keyed on (seed, pos, i).
- * Tokens removed by top-k / top-p get -inf. Processing order (HF's): divide
- * by temp, keep the top_k largest (ties: lower id first), then keep the
- * smallest set of most probable tokens (sorted by probability, ties by lower
- * id) whose softmax mass reaches top_p. NaN logits count as -inf. Because the noise depends only
+ * Tokens removed by top-k / top-p / min-p get -inf. Processing order (HF's):
+ * divide by temp, keep the top_k largest (ties: lower id first), then keep
+ * the smallest set of most probable tokens (sorted by probability, ties by
+ * lower id) whose softmax mass reaches top_p, then keep the tokens with
+ * exp(x_i - x_max) >= min_p (x = logit / temp; the best token always stays). NaN logits count as -inf. Because the noise depends only
  * on (seed, pos, i), plain decoding and speculative decoding draw the same
  * token from the same logits: speculative sampling then emits the same bytes
  * as plain sampling for the same seed, and a drafter that uses the same
@@ -23,6 +24,9 @@ typedef struct {
     int      top_k;     /* 0 = off                                     */
     float    top_p;     /* 1 = off; (0, 1]                             */
     uint64_t seed;
+    float    min_p;     /* 0 = off; [0, 1]: keep tokens whose probability
+                           (after temp, top-k, top-p) is >= min_p times the
+                           most probable token's                        */
 } ds_sampler;
 
 /* scratch: at least 2*V floats (top-k/top-p sorting) or NULL to allocate

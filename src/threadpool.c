@@ -54,11 +54,22 @@ struct ds_pool {
 
     /* the current job; written by the caller before `gen` is bumped */
     ds_range_fn fn;
+    ds_range_idx_fn fn_idx;         /* set instead of fn by ds_pool_for_idx   */
     void *arg;
     int64_t n;
     int chunks;
 
     struct { void *p; size_t cap; } scratch[DS_POOL_SCRATCH];
+
+    /* reserved scratch (ds_pool_reserve): one region per thread + a shared one */
+    unsigned char *thr_mem;
+    size_t thr_bytes;               /* per thread, a multiple of 64           */
+    void *shared;
+    size_t shared_bytes;
+
+    /* counters (ds_pool_stats); jobs/inline/allocs are the caller's, sleeps atomic */
+    uint64_t n_jobs, n_inline, n_allocs;
+    atomic_uint_fast64_t n_sleeps;
 };
 
 /* Poll number s of a spin: pause, and after the first few hundred also give
@@ -81,7 +92,9 @@ static inline void cpu_relax(int s) {
  * chunk holds at least `grain` items. */
 static inline void run_chunk(struct ds_pool *p, int t) {
     int64_t b = p->n * t / p->chunks, e = p->n * (t + 1) / p->chunks;
-    if (e > b) p->fn(p->arg, b, e);
+    if (e <= b) return;
+    if (p->fn_idx) p->fn_idx(p->arg, b, e, t);
+    else p->fn(p->arg, b, e);
 }
 
 static void *worker_main(void *vp) {
@@ -95,6 +108,7 @@ static void *worker_main(void *vp) {
             g = atomic_load_explicit(&p->gen, memory_order_acquire);
         }
         if (g == seen) {
+            atomic_fetch_add_explicit(&p->n_sleeps, 1, memory_order_relaxed);
             pthread_mutex_lock(&p->mu);
             while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen)
                 pthread_cond_wait(&p->cv_go, &p->mu);
@@ -145,6 +159,7 @@ ds_pool *ds_pool_new(int n_threads) {
     atomic_init(&p->pending, 0);
     atomic_init(&p->stop, 0);
     atomic_init(&p->busy, 0);
+    atomic_init(&p->n_sleeps, 0);
     if (pthread_mutex_init(&p->mu, NULL)) { free(p); return NULL; }
     if (pthread_cond_init(&p->cv_go, NULL)) goto fail_mu;
     if (pthread_cond_init(&p->cv_done, NULL)) goto fail_go;
@@ -182,28 +197,38 @@ void ds_pool_free(ds_pool *p) {
     pthread_cond_destroy(&p->cv_go);
     pthread_mutex_destroy(&p->mu);
     for (int s = 0; s < DS_POOL_SCRATCH; s++) free(p->scratch[s].p);
+    free(p->thr_mem);
+    free(p->shared);
     free(p);
 }
 
 int ds_pool_threads(const ds_pool *p) { return p ? p->n_threads : 1; }
 
-void ds_pool_for(ds_pool *p, int64_t n, int64_t grain, ds_range_fn fn, void *arg) {
+/* The one job runner behind ds_pool_for and ds_pool_for_idx (exactly one
+ * of fn / fn_idx set). */
+static void pool_run(ds_pool *p, int64_t n, int64_t grain, ds_range_fn fn, ds_range_idx_fn fn_idx,
+                     void *arg) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     int64_t c = n / grain;
     if (c < 1) c = 1;
     if (!p || c == 1 || p->n_threads == 1) {
-        fn(arg, 0, n);
+        if (p) p->n_inline++;
+        if (fn_idx) fn_idx(arg, 0, n, 0);
+        else fn(arg, 0, n);
         return;
     }
     if (c > p->n_threads) c = p->n_threads;
     /* A ds_pool_for from inside a callback (or from a second thread while a
      * job runs) cannot use the workers: run it inline instead of deadlocking. */
     if (atomic_exchange_explicit(&p->busy, 1, memory_order_acquire)) {
-        fn(arg, 0, n);
+        if (fn_idx) fn_idx(arg, 0, n, 0);
+        else fn(arg, 0, n);
         return;
     }
+    p->n_jobs++;
     p->fn = fn;
+    p->fn_idx = fn_idx;
     p->arg = arg;
     p->n = n;
     p->chunks = (int)c;
@@ -215,12 +240,21 @@ void ds_pool_for(ds_pool *p, int64_t n, int64_t grain, ds_range_fn fn, void *arg
         cpu_relax(s);
     }
     if (!done) {
+        atomic_fetch_add_explicit(&p->n_sleeps, 1, memory_order_relaxed);
         pthread_mutex_lock(&p->mu);
         while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
             pthread_cond_wait(&p->cv_done, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
     atomic_store_explicit(&p->busy, 0, memory_order_release);
+}
+
+void ds_pool_for(ds_pool *p, int64_t n, int64_t grain, ds_range_fn fn, void *arg) {
+    pool_run(p, n, grain, fn, NULL, arg);
+}
+
+void ds_pool_for_idx(ds_pool *p, int64_t n, int64_t grain, ds_range_idx_fn fn, void *arg) {
+    pool_run(p, n, grain, NULL, fn, arg);
 }
 
 void *ds_pool_scratch(ds_pool *p, int slot, size_t bytes) {
@@ -231,9 +265,66 @@ void *ds_pool_scratch(ds_pool *p, int slot, size_t bytes) {
         size_t cap = (bytes + 63) & ~(size_t)63;
         void *np = aligned_alloc(64, cap);
         if (!np) return NULL;
+        p->n_allocs++;
         free(p->scratch[slot].p);
         p->scratch[slot].p = np;
         p->scratch[slot].cap = cap;
     }
     return p->scratch[slot].p;
+}
+
+/* ---- reserved scratch ------------------------------------------------------
+ * Thread t's region is thr_mem + t * thr_bytes. A nested (inline) ds_pool_for
+ * from inside a callback runs as chunk 0 on the calling thread, which may be
+ * a worker: kernels never nest, so that never shares a region in practice. */
+int ds_pool_reserve(ds_pool *p, size_t per_thread, size_t shared) {
+    if (!p) return 0;
+    if (per_thread <= p->thr_bytes && shared <= p->shared_bytes) return 0;
+    /* never free regions a running job may be using (a second caller) */
+    if (atomic_load_explicit(&p->busy, memory_order_acquire)) return -1;
+    if (per_thread > p->thr_bytes) {
+        if (per_thread > (SIZE_MAX - 63) / (size_t)p->n_threads) return -1;
+        size_t each = (per_thread + 63) & ~(size_t)63;
+        unsigned char *m = aligned_alloc(64, each * (size_t)p->n_threads);
+        if (!m) return -1;
+        p->n_allocs++;
+        free(p->thr_mem);
+        p->thr_mem = m;
+        p->thr_bytes = each;
+    }
+    if (shared > p->shared_bytes) {
+        if (shared > SIZE_MAX - 63) return -1;
+        size_t cap = (shared + 63) & ~(size_t)63;
+        void *m = aligned_alloc(64, cap);
+        if (!m) return -1;
+        p->n_allocs++;
+        free(p->shared);
+        p->shared = m;
+        p->shared_bytes = cap;
+    }
+    return 0;
+}
+
+void *ds_pool_thread_scratch(ds_pool *p, int chunk, size_t *bytes) {
+    if (!p || !p->thr_mem || chunk < 0 || chunk >= p->n_threads) {
+        *bytes = 0;
+        return NULL;
+    }
+    *bytes = p->thr_bytes;
+    return p->thr_mem + (size_t)chunk * p->thr_bytes;
+}
+
+void *ds_pool_shared_scratch(ds_pool *p, size_t bytes) {
+    return p && p->shared && bytes <= p->shared_bytes ? p->shared : NULL;
+}
+
+void ds_pool_stats(ds_pool *p, ds_pool_stats_t *out) {
+    if (!p) {
+        *out = (ds_pool_stats_t){0};
+        return;
+    }
+    out->jobs = p->n_jobs;
+    out->inline_runs = p->n_inline;
+    out->sleeps = (uint64_t)atomic_load_explicit(&p->n_sleeps, memory_order_relaxed);
+    out->scratch_allocs = p->n_allocs;
 }

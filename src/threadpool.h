@@ -27,4 +27,32 @@ void     ds_pool_for(ds_pool *p, int64_t n, int64_t grain, ds_range_fn fn, void 
  * on allocation failure. Not for use inside ds_pool_for callbacks. */
 void    *ds_pool_scratch(ds_pool *p, int slot, size_t bytes);
 
+/* ---- scratch reserved up front (no allocation in the forward) -------------
+ * ds_pool_reserve: make sure every thread has a private region of at least
+ * per_thread bytes and the pool one shared region of at least shared bytes
+ * (64-byte aligned, owned by the pool; grow-only, so several users — the
+ * target and the drafter context on one pool — each reserve what they need).
+ * Call it at context creation, outside any job. 0, or -1 if out of memory
+ * (the earlier regions are kept).
+ * ds_pool_for_idx: ds_pool_for whose callback also gets its chunk index,
+ * which is the index of the thread running it (0 = the caller; an inline
+ * run is chunk 0), so that
+ * ds_pool_thread_scratch(p, chunk, &bytes) finds that thread's region. It and
+ * ds_pool_shared_scratch never allocate: NULL (and bytes 0) when nothing (or
+ * not enough, for the shared one) is reserved, or p is NULL.
+ * ds_pool_stats: counters for profiles and the zero-allocation test. */
+typedef void (*ds_range_idx_fn)(void *arg, int64_t begin, int64_t end, int chunk);
+int   ds_pool_reserve(ds_pool *p, size_t per_thread, size_t shared);
+void  ds_pool_for_idx(ds_pool *p, int64_t n, int64_t grain, ds_range_idx_fn fn, void *arg);
+void *ds_pool_thread_scratch(ds_pool *p, int chunk, size_t *bytes);
+void *ds_pool_shared_scratch(ds_pool *p, size_t bytes);
+
+typedef struct {
+    uint64_t jobs;        /* ds_pool_for calls handed to the workers             */
+    uint64_t inline_runs; /* calls run on the caller alone (one chunk / 1 thread) */
+    uint64_t sleeps;      /* times a worker or the caller blocked in the kernel   */
+    uint64_t scratch_allocs; /* allocations by ds_pool_scratch growth + reserve  */
+} ds_pool_stats_t;
+void ds_pool_stats(ds_pool *p, ds_pool_stats_t *out);
+
 #endif

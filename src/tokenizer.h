@@ -71,5 +71,10 @@ int32_t ds_tokenizer_find(const ds_tokenizer *t, const char *text, size_t len);
  * <|endoftext|> (bos = eos) and <|mask|> (tokenizer.ggml.mask_token_id). */
 int ds_tokenizer_build_bpe(gguf_writer *w, const char *text, size_t len, int32_t n_vocab,
                            char *err, size_t errlen);
+/* The same, with the token list padded to n_total entries (n_total >
+ * n_vocab: "<|unused_pad_N|>" tokens of type UNUSED), so that the list has
+ * one token per embedding row as llama.cpp requires. */
+int ds_tokenizer_build_bpe_padded(gguf_writer *w, const char *text, size_t len, int32_t n_vocab,
+                                  int32_t n_total, char *err, size_t errlen);
 
 #endif

@@ -698,15 +698,38 @@ int ds_bpe_vocab_spec(const ds_bpe_vocab *v, ds_tok_spec *s, ds_tok_str **tok_st
     return 0;
 }
 
-int ds_tokenizer_build_bpe(gguf_writer *w, const char *text, size_t len, int32_t n_vocab,
-                           char *err, size_t errlen) {
+int ds_tokenizer_build_bpe_padded(gguf_writer *w, const char *text, size_t len, int32_t n_vocab,
+                                  int32_t n_total, char *err, size_t errlen) {
     ds_bpe_vocab v;
     if (ds_bpe_train(text, len, n_vocab, &v, err, errlen)) return -1;
-    int rc = 0;
+    /* llama.cpp requires one token per embedding row: rows past the learned
+     * vocabulary get unused placeholder tokens (never produced by encode) */
+    const int32_t n_out = n_total > v.n_vocab ? n_total : v.n_vocab;
+    char **toks = malloc((size_t)n_out * sizeof *toks);
+    int32_t *types = malloc((size_t)n_out * sizeof *types);
+    int rc = !toks || !types;
+    for (int32_t i = 0; !rc && i < n_out; i++) {
+        if (i < v.n_vocab) {
+            toks[i] = v.tokens[i];
+            types[i] = v.types[i];
+        } else {
+            char buf[40];
+            snprintf(buf, sizeof buf, "<|unused_pad_%d|>", i - v.n_vocab);
+            toks[i] = strdup(buf);
+            types[i] = DS_TOKTYPE_UNUSED;
+            if (!toks[i]) { rc = 1; for (int32_t k = v.n_vocab; k < i; k++) free(toks[k]); }
+        }
+    }
+    if (rc) {
+        free(toks); free(types);
+        ds_bpe_vocab_free(&v);
+        ds_errf(err, errlen, "out of memory padding the vocabulary");
+        return -1;
+    }
     rc |= gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
     rc |= gguf_set_str(w, "tokenizer.ggml.pre", "qwen2");
-    rc |= gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, (uint64_t)v.n_vocab);
-    rc |= gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_T_I32, v.types, (uint64_t)v.n_vocab);
+    rc |= gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n_out);
+    rc |= gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_T_I32, types, (uint64_t)n_out);
     rc |= gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges, (uint64_t)v.n_merges);
     rc |= gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v.eot_id);
     rc |= gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v.eot_id);
@@ -716,6 +739,13 @@ int ds_tokenizer_build_bpe(gguf_writer *w, const char *text, size_t len, int32_t
         const char *we = gguf_writer_error(w);
         ds_errf(err, errlen, "writing tokenizer keys: %s", we && we[0] ? we : "gguf writer error");
     }
+    for (int32_t i = v.n_vocab; i < n_out; i++) free(toks[i]);
+    free(toks); free(types);
     ds_bpe_vocab_free(&v);
     return rc ? -1 : 0;
+}
+
+int ds_tokenizer_build_bpe(gguf_writer *w, const char *text, size_t len, int32_t n_vocab,
+                           char *err, size_t errlen) {
+    return ds_tokenizer_build_bpe_padded(w, text, len, n_vocab, n_vocab, err, errlen);
 }

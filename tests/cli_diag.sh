@@ -27,7 +27,10 @@ $D diverge -m "$T/m.gguf" -p "$P" --tokens 1,x >"$T/e1" 2>&1; [ $? -eq 2 ] && ok
 $D diverge -m "$T/m.gguf" -p "$P" >"$T/e2" 2>&1; [ $? -eq 2 ] && ok "missing block source rejected" || bad "no block source"
 
 $D families -m "$T/m.gguf" -p "$P" --block-greedy 6 >"$T/fam" 2>&1 || bad "families exit"
-[ "$(grep -c '^FAMILY ' "$T/fam")" -eq 9 ] && ok "families: 9 FAMILY lines" || { bad "families lines"; cat "$T/fam"; }
+[ "$(grep -c '^FAMILY ' "$T/fam")" -eq 16 ] && ok "families: 16 FAMILY lines" || { bad "families lines"; cat "$T/fam"; }
+for f in q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; do       # the kquant families, on synthetic weights
+    grep -q "^FAMILY name=matmul_$f verdict=PROVEN_DIFFERENT" "$T/fam" || bad "matmul_$f verdict"
+done && ok "kquant families PROVEN_DIFFERENT (synthetic weights)"
 grep -q '^FAMILY name=matmul_q8_0 verdict=PROVEN_DIFFERENT' "$T/fam" && ok "matmul_q8_0 PROVEN_DIFFERENT" || bad "matmul_q8_0 verdict"
 
 $D sweep -m "$T/m.gguf" -p "$P" --block-greedy 6 --reps 3 >"$T/sweep" 2>&1 || { bad "sweep exit"; cat "$T/sweep"; }

@@ -27,7 +27,7 @@ expect_err "truncated gguf"        "gguf"             $D generate -m "$T/trunc.g
 expect_err "inspect truncated"     "gguf"             $D inspect "$T/trunc.gguf"
 printf 'not a gguf file at all, just text' > "$T/text.gguf"
 expect_err "not a gguf"            "magic\|gguf"      $D generate -m "$T/text.gguf" -p hi
-expect_err "make-model bad type"   "type"             $D make-model -o "$T/x.gguf" --type q4_0
+expect_err "make-model bad type"   "type"             $D make-model -o "$T/x.gguf" --type q3_k
 expect_err "perplexity no file"    "no text file"     $D perplexity -m "$T/m.gguf"
 
 # good runs: deterministic whatever the thread count

@@ -245,7 +245,9 @@ static int write_tokenizer(const char *path, uint32_t n_tok) {
     r |= gguf_set_str(w, "general.architecture", "qwen3");
     r |= gguf_set_str(w, "general.name", "tokenizer-donor");
     r |= gguf_set_u32(w, "qwen3.block_count", 99);
-    r |= gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    /* a loadable tokenizer (SentencePiece needs no merges): convert now
+     * re-loads what it writes with the runtime loader */
+    r |= gguf_set_str(w, "tokenizer.ggml.model", "llama");
     r |= gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, n_tok);
     r |= gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
     char err[DS_ERRLEN];
@@ -431,7 +433,7 @@ static void test_qwen3(suite_t *su) {
         EXPECT(&tc, rc || g, "gguf_open: %s", err);
         if (g) {
             check_trunk_keys(&tc, g, "qwen3", &QWEN);
-            check_str(&tc, g, "tokenizer.ggml.model", "gpt2");
+            check_str(&tc, g, "tokenizer.ggml.model", "llama");
             check_u32(&tc, g, "tokenizer.ggml.bos_token_id", 1);
             const gguf_kv *tk = gguf_find_kv(g, "tokenizer.ggml.tokens");
             EXPECT(&tc, tk && tk->arr_n == 120, "tokenizer.ggml.tokens copied");
@@ -857,6 +859,12 @@ static void test_errors(suite_t *su) {
          "'model.norm.weight' has unknown dtype 'Q4'", NULL},
         {"err_broken_header_json", 0, "{\"model.norm.weight\": {\"dtype\": \"F32\" \"shape\": [64]}}", 0,
          "invalid safetensors header JSON", "byte"},
+        /* a space-padded header declared one byte short: the JSON still
+         * parses, but every tensor would be read one byte off */
+        {"err_header_one_byte_short", 81, "{\"model.norm.weight\": {\"dtype\": \"F32\", \"shape\": [64], \"data_offsets\": [0, 256]}}  ", 256,
+         "cover 256 bytes but the data section is 257", NULL},
+        {"err_tensors_overlap", 0, "{\"a\": {\"dtype\": \"F32\", \"shape\": [64], \"data_offsets\": [0, 256]}, "
+         "\"b\": {\"dtype\": \"F32\", \"shape\": [64], \"data_offsets\": [128, 384]}}", 384, "overlaps", NULL},
     };
     for (size_t i = 0; i < sizeof R / sizeof *R; i++) {
         snprintf(dir, sizeof dir, "%s/e_raw%zu", su->root, i);
@@ -868,6 +876,59 @@ static void test_errors(suite_t *su) {
         write_raw_st(p, R[i].decl ? R[i].decl : strlen(R[i].hdr), R[i].hdr, R[i].data);
         free(p);
         err_case(su, R[i].name, dir, R[i].w1, R[i].w2);
+    }
+    /* numbers the loader would refuse are refused at conversion (and none
+     * reaches an out-of-range float -> int cast) */
+    {
+        struct { const char *name, *key; double v; const char *want; } C[] = {
+            {"err_layers_2p31", "num_hidden_layers", 2147483648.0, "'num_hidden_layers' must be an integer in [1, 1073741824]"},
+            {"err_layers_vs_tensors", "num_hidden_layers", 1000, "num_hidden_layers 1000 needs at least 9000 tensors"},
+            {"err_rope_theta_huge", "rope_theta", 1e300, "'rope_theta' must be a number in"},
+            {"err_eps_tiny", "rms_norm_eps", 1e-300, "'rms_norm_eps' must be a number in"},
+            {"err_ctx_2p31", "max_position_embeddings", 2147483648.0, "'max_position_embeddings' must be an integer"},
+            {"err_hidden_1e300", "hidden_size", 1e300, "'hidden_size' must be an integer"},
+        };
+        tset_t S = {0};
+        make_target(&S, &QWEN, "F32");
+        for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
+            cJSON *c2 = make_config(&QWEN);
+            cJSON_DeleteItemFromObject(c2, C[i].key);
+            cJSON_AddNumberToObject(c2, C[i].key, C[i].v);
+            snprintf(dir, sizeof dir, "%s/e_num%zu", su->root, i);
+            write_ckpt(dir, c2, &S);
+            cJSON_Delete(c2);
+            err_case(su, C[i].name, dir, C[i].want, NULL);
+        }
+        tset_free(&S);
+    }
+    /* an output that is an input is refused, and the input is untouched */
+    {
+        tc_t tc = {0};
+        tset_t S = {0};
+        make_target(&S, &QWEN, "F32");
+        snprintf(dir, sizeof dir, "%s/e_inout", su->root);
+        write_ckpt(dir, cfg, &S);
+        char tok[320], err[1024];
+        snprintf(tok, sizeof tok, "%s/donor.gguf", su->root);
+        const char *names[] = { "config.json", "model.safetensors" };
+        for (int i = 0; i < 2; i++) {
+            char *in = pj(dir, names[i]);
+            struct stat before, after;
+            stat(in, &before);
+            int rc = do_convert(dir, in, DS_TYPE_F32, DS_CONV_KIND_AUTO, DS_CONV_LAYOUT_DEFAULT, tok, NULL, err, sizeof err);
+            stat(in, &after);
+            EXPECT(&tc, rc != 0 && strstr(err, "refusing to write"), "--out %s: %s", names[i], rc ? err : "accepted");
+            EXPECT(&tc, before.st_size == after.st_size && before.st_ino == after.st_ino, "%s was modified", names[i]);
+            free(in);
+        }
+        /* the tokenizer source too, through a symlink */
+        char link[340];
+        snprintf(link, sizeof link, "%s/tok_link.gguf", su->root);
+        symlink(tok, link);
+        int rc = do_convert(dir, link, DS_TYPE_F32, DS_CONV_KIND_AUTO, DS_CONV_LAYOUT_DEFAULT, tok, NULL, err, sizeof err);
+        EXPECT(&tc, rc != 0 && strstr(err, "same file as the input"), "--out symlink to the tokenizer: %s", rc ? err : "accepted");
+        report(su, "err_output_is_input", &tc);
+        tset_free(&S);
     }
     /* reader robustness: every prefix of a valid file fails cleanly (no crash) */
     {
@@ -929,7 +990,7 @@ static void test_cli(suite_t *su) {
     const char *a5[] = {"convert", "--in", in, "--out", out, "--kind", "target", "--layout", "dspark"};
     EXPECT(&tc, run_cli(9, a5) == 2, "--layout with target -> 2");
     const char *a6[] = {"convert", "--in", bad, "--out", out, "--tokenizer-from", tok, "--quiet"};
-    EXPECT(&tc, run_cli(8, a6) == 1, "conversion error -> 1");
+    EXPECT(&tc, run_cli(8, a6) == 2, "conversion error -> 2");
     EXPECT(&tc, access(out, F_OK) != 0, "no output after failure");
     const char *a7[] = {"convert", "--in", in, "--out", out, "--type", "bf16", "--tokenizer-from", tok,
                         "--name", "tiny", "--quiet"};

@@ -336,7 +336,7 @@ static void test_exact(const char *label, const char *path) {
     d->be->i->exec_free(ex2);
 
     /* sampled: ids == ds_sample(z_k, V, p+k+1), prefix holds too */
-    ds_sampler s = { 0.8f, 0, 1.0f, 42 };
+    ds_sampler s = { 0.8f, 0, 1.0f, 42, 0.0f };
     ok = round_(x, feat, NCTX, ANCHOR, G, &s, i1, c1, L1) == 0;
     int sm = ok;
     for (int k = 0; ok && k < G; k++) sm &= ds_sample(&s, L1 + (size_t)k * V, V, NCTX + k + 1, NULL) == i1[k];

@@ -400,7 +400,7 @@ static void test_writer_errors(tally *T, const char *dir) {
         { "writer rejects non-u32 alignment", "must be u32" },
         { "writer rejects wrong nbytes", "nbytes" },
         { "writer rejects Q8_0 ne[0]=33", "multiple" },
-        { "writer rejects type Q4_0", "unsupported" },
+        { "writer rejects type Q2_K", "unsupported" },
         { "writer rejects nested array", "arrays of arrays" },
         { "writer rejects string array via set_arr", "gguf_set_arr_str" },
     };
@@ -411,7 +411,7 @@ static void test_writer_errors(tally *T, const char *dir) {
         case 1: rc = gguf_set_u64(w, "general.alignment", 64); break;
         case 2: rc = gguf_add_tensor(w, "x", DS_TYPE_F32, 1, ne1, data, 12); break;
         case 3: rc = gguf_add_tensor(w, "y", DS_TYPE_Q8_0, 1, ne33, data, 34); break;
-        case 4: rc = gguf_add_tensor(w, "z", 2, 1, ne1, data, 16); break;
+        case 4: rc = gguf_add_tensor(w, "z", 10, 1, ne1, data, 16); break;     /* Q2_K: not supported */
         case 5: rc = gguf_set_arr(w, "n", GGUF_T_ARRAY, data, 1); break;
         default: rc = gguf_set_arr(w, "n", GGUF_T_STRING, data, 1); break;
         }
@@ -518,7 +518,7 @@ static void test_patches(tally *T, const uint8_t *buf, size_t size, const layout
         { "ne[0] = 2^62 F32 row overflows", "overflow", tf->ne_off, 8, 1ull << 62 },
         { "ne product overflows", "overflow", th->ne_off + 8, 8, (1ull << 63) - 1 },
         { "Q8_0 ne[0] not a block multiple", "multiple", tq->ne_off, 8, 33 },
-        { "tensor type Q4_0", "unsupported tensor type 2 (Q4_0)", tf->type_off, 4, 2 },
+        { "tensor type Q2_K", "unsupported tensor type 10 (Q2_K)", tf->type_off, 4, 10 },
         { "tensor type 1000", "unsupported", tf->type_off, 4, 1000 },
         { "misaligned tensor offset", "not aligned", tf->offset_off, 8, tf_off + 4 },
         { "tensor offset past EOF", "truncated in data section", tf->offset_off, 8, 1ull << 40 },

@@ -120,6 +120,17 @@ static void test_accuracy(ds_pool *pool) {
                                         qerr += 0.57 / 127 * amax * wsum;
                                     }
                                     tol = qerr + ((double)K / 32 + 8) * 0x1p-23 * (mag + qerr) + 1e-30;
+                                } else if (t == DS_TYPE_Q8_0) {
+                                    /* fast Q8_0 on VNNI quantizes the activation with one
+                                     * scale per row: |x - e*p| <= e/2 (+ the f32 1/e),
+                                     * e = amax/127 of the row (other levels: f32, tighter) */
+                                    double amax = 0, wsum = 0;
+                                    for (int64_t k = 0; k < K; k++) {
+                                        amax = fmax(amax, fabs((double)xf[k]));
+                                        wsum += fabs((double)wf[k]);
+                                    }
+                                    const double qerr = 0.51 / 127 * amax * wsum;
+                                    tol = qerr + ((double)K / 16 + 8) * 0x1p-23 * (mag + qerr) + 1e-30;
                                 }
                                 double err = fabs((double)y[m * N + n] - ref);
                                 total++;
@@ -533,7 +544,8 @@ static void test_registry(void) {
     }
     ok &= ds_family_from_name("nope") == -1;
     ok &= ds_matmul_family(DS_TYPE_Q8_0) == DS_FAM_MATMUL_Q8_0 &&
-          ds_matmul_family(DS_TYPE_BF16) == DS_FAM_MATMUL_BF16 && ds_matmul_family(7) == -1;
+          ds_matmul_family(DS_TYPE_BF16) == DS_FAM_MATMUL_BF16 && ds_matmul_family(9) == -1 &&
+          ds_matmul_family(DS_TYPE_Q6_K) == DS_FAM_MATMUL_Q6_K && ds_family_weight_type(DS_FAM_MATMUL_Q4_K) == DS_TYPE_Q4_K;
     CHECK(ok, "family names/describe/matmul_family");
 
     CHECK(ds_kernel_set_parse(&ks, NULL, NULL, NULL, err, sizeof err) == 0, "parse NULL");
@@ -590,6 +602,22 @@ static void test_packed_q8(ds_pool *pools[4]) {
                   (long long)N);
             ds_weight Wp = W.w;
             Wp.extra = pk;
+            /* rows read back from the packed copy alone (the embedding lookup
+             * of a tied head) == the original rows converted (memcmp) */
+            {
+                float *ra = malloc((size_t)K * sizeof(float)), *rb2 = malloc((size_t)K * sizeof(float));
+                int row_bad = 0;
+                int ok;
+                const size_t rbytes = (size_t)ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok);
+                for (int64_t r = 0; r < N; r++) {
+                    ds_row_to_f32(DS_TYPE_Q8_0, (const char *)W.data + (size_t)r * rbytes, K, ra);
+                    ds_q8_0_packed_row(&Wp, r, rb2);
+                    row_bad += memcmp(ra, rb2, (size_t)K * sizeof(float)) != 0;
+                }
+                CHECK(row_bad == 0, "ds_q8_0_packed_row K=%lld N=%lld: %d rows differ from the original",
+                      (long long)K, (long long)N, row_bad);
+                free(ra); free(rb2);
+            }
             float *x = make_x(Mmax, K);
             float *y0 = malloc((size_t)(Mmax * N) * sizeof(float));
             float *y1 = malloc((size_t)(Mmax * N) * sizeof(float));
@@ -628,6 +656,39 @@ static void test_packed_q8(ds_pool *pools[4]) {
         printf("PASS pre-packed Q8_0: packing not used at this SIMD level (ds_q8_0_packed_bytes = 0)\n");
 }
 
+/* ds_matmul_multi (q/k/v and gate/up in one launch) == the separate calls,
+ * every type and variant, widths 1..16, threads 1..3, including a weight
+ * whose column count is not a multiple of the 16-column group. */
+static void test_multi(ds_pool *pools[4]) {
+    const int64_t K = 96, Ns[3] = {48, 21, 37};
+    int bad = 0, runs = 0;
+    for (int ti = 0; ti < 4; ti++) {
+        tw W[3];
+        for (int i = 0; i < 3; i++) W[i] = make_weight(types[ti], K, Ns[i]);
+        const ds_weight *const Wp[3] = {&W[0].w, &W[1].w, &W[2].w};
+        float *x = make_x(16, K), *ya[3], *yb[3];
+        for (int i = 0; i < 3; i++) {
+            ya[i] = malloc((size_t)(16 * Ns[i]) * sizeof(float));
+            yb[i] = malloc((size_t)(16 * Ns[i]) * sizeof(float));
+        }
+        for (int v = 0; v < 2; v++)
+            for (int M = 1; M <= 16; M++)
+                for (int th = 0; th < 4; th++) {
+                    for (int i = 0; i < 3; i++) ds_matmul((ds_variant)v, Wp[i], M, x, ya[i], pools[th]);
+                    ds_matmul_multi((ds_variant)v, 3, Wp, M, x, yb, pools[th]);
+                    for (int i = 0; i < 3; i++) {
+                        runs++;
+                        bad += memcmp(ya[i], yb[i], (size_t)(M * Ns[i]) * sizeof(float)) != 0;
+                    }
+                }
+        for (int i = 0; i < 3; i++) { free(W[i].data); free(ya[i]); free(yb[i]); }
+        free(x);
+    }
+    CHECK(bad == 0, "ds_matmul_multi differs from separate calls in %d of %d outputs", bad, runs);
+    printf("%s ds_matmul_multi == separate ds_matmul calls (memcmp), 4 types x 2 variants, M=1..16, "
+           "no pool and threads 1..3, %d comparisons\n", bad ? "FAIL" : "PASS", runs);
+}
+
 int main(void) {
     ds_pool *pools[4] = {NULL, ds_pool_new(1), ds_pool_new(2), ds_pool_new(3)};
     test_half_conversions();
@@ -638,6 +699,7 @@ int main(void) {
     test_exactness(pools);
     test_canonical_q8(pools);
     test_packed_q8(pools);
+    test_multi(pools);
     for (int i = 1; i < 4; i++) ds_pool_free(pools[i]);
     printf("%d checks passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

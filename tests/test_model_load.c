@@ -14,6 +14,8 @@ typedef struct {
     const char *reshape;       /* tensor whose ne[1] gets +1 row           */
     const char *set_u32_key;   /* set a u32 key to a value                  */
     uint32_t    set_u32_val;
+    const char *set_u32_key2;  /* and a second one                          */
+    uint32_t    set_u32_val2;
 } mutation;
 
 static int derive(const char *src, const char *dst, const mutation *mu) {
@@ -21,14 +23,16 @@ static int derive(const char *src, const char *dst, const mutation *mu) {
     gguf_ctx *g = gguf_open(src, err, sizeof err);
     if (!g) return -1;
     gguf_writer *w = gguf_writer_new();
-    const char *skip[4] = { NULL, NULL, NULL, NULL };
+    const char *skip[6] = { NULL, NULL, NULL, NULL, NULL, NULL };
     int ns = 0;
     if (mu->skip_key) skip[ns++] = mu->skip_key;
     if (mu->set_arch) skip[ns++] = "general.architecture";
     if (mu->set_u32_key) skip[ns++] = mu->set_u32_key;
+    if (mu->set_u32_key2) skip[ns++] = mu->set_u32_key2;
     gguf_copy_kv(w, g, skip);
     if (mu->set_arch) gguf_set_str(w, "general.architecture", mu->set_arch);
     if (mu->set_u32_key) gguf_set_u32(w, mu->set_u32_key, mu->set_u32_val);
+    if (mu->set_u32_key2) gguf_set_u32(w, mu->set_u32_key2, mu->set_u32_val2);
     for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
         if (mu->drop_tensor && !strcmp(t->name, mu->drop_tensor)) continue;
@@ -86,7 +90,16 @@ int main(void) {
     expect_fail(dir, src, "heads_not_multiple", MU(.set_u32_key = "qwen3.attention.head_count_kv", .set_u32_val = 3), "multiple");
     expect_fail(dir, src, "zero_layers", MU(.set_u32_key = "qwen3.block_count", .set_u32_val = 0), "positive");
     expect_fail(dir, src, "huge_embd", MU(.set_u32_key = "qwen3.embedding_length", .set_u32_val = 0xfffffff0u), "out of range");
-    expect_fail(dir, src, "extra_layers", MU(.set_u32_key = "qwen3.block_count", .set_u32_val = 3), "missing tensor 'blk.2");
+    expect_fail(dir, src, "extra_layers", MU(.set_u32_key = "qwen3.block_count", .set_u32_val = 3), "block_count 3 needs");
+    /* validate before allocating: a huge count is refused against the file
+     * (no multi-GB arena first), a head product must not overflow an int */
+    expect_fail(dir, src, "huge_block_count", MU(.set_u32_key = "qwen3.block_count", .set_u32_val = 1u << 30),
+                "block_count 1073741824 needs");
+    expect_fail(dir, src, "head_product_overflow", MU(.set_u32_key = "qwen3.attention.key_length", .set_u32_val = 1u << 30,
+                                                      .set_u32_key2 = "qwen3.attention.value_length", .set_u32_val2 = 1u << 30),
+                "out of range");
+    /* file bytes in an error are sanitised: one line, no escape sequence */
+    expect_fail(dir, src, "arch_control_bytes", MU(.set_arch = "qw\n\x1b[31men"), "unknown architecture 'qw??[31men'");
 
     /* taps validation keeps the previous list on error */
     m = ds_model_load(src, err, sizeof err);

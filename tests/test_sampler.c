@@ -96,18 +96,18 @@ static void test_determinism_and_greedy(void) {
     for (int t = 0; t < 300; t++) {
         rand_logits(l, V, 8.0f);
         int64_t am = ds_argmax(l, V);
-        ds_sampler s = { 0.8f, t % 3 ? 50 : 0, t % 2 ? 0.9f : 1.0f, 42 + (uint64_t)t };
+        ds_sampler s = { 0.8f, t % 3 ? 50 : 0, t % 2 ? 0.9f : 1.0f, 42 + (uint64_t)t, 0.0f };
         int32_t a = ds_sample(&s, l, V, t, scr), b = ds_sample(&s, l, V, t, NULL), c = ds_sample(&s, l, V, t, scr);
         det &= a == b && b == c && a >= 0 && a < V;
-        ds_sampler g = { 0.0f, 0, 1.0f, 7 };
+        ds_sampler g = { 0.0f, 0, 1.0f, 7, 0.0f };
         g0 &= ds_sample(&g, l, V, t, scr) == am;
         int tied = 0;
         for (int i = 0; i < V; i++) tied += l[i] == l[am];
-        ds_sampler tiny = { 1e-6f, 0, 1.0f, (uint64_t)t };
+        ds_sampler tiny = { 1e-6f, 0, 1.0f, (uint64_t)t, 0.0f };
         if (tied == 1) gt &= ds_sample(&tiny, l, V, t, NULL) == am;     /* a tied max may go either way */
-        ds_sampler k = { 1.0f, 1, 1.0f, (uint64_t)t * 3 };
+        ds_sampler k = { 1.0f, 1, 1.0f, (uint64_t)t * 3, 0.0f };
         k1 &= ds_sample(&k, l, V, t, scr) == am;
-        ds_sampler pz = { 1.0f, 0, 1e-7f, (uint64_t)t };
+        ds_sampler pz = { 1.0f, 0, 1e-7f, (uint64_t)t, 0.0f };
         p0 &= ds_sample(&pz, l, V, t, scr) == am;
     }
     CHECK(det, "same inputs gave different tokens (or scratch vs internal allocation differs)");
@@ -120,12 +120,12 @@ static void test_determinism_and_greedy(void) {
 
     /* greedy ties go to the lowest id; NaN never wins */
     float tie[6] = { 1, 3, 2, 3, NAN, 3 };
-    ds_sampler g = { 0.0f, 0, 1.0f, 0 };
+    ds_sampler g = { 0.0f, 0, 1.0f, 0, 0.0f };
     CHECK(ds_sample(&g, tie, 6, 0, NULL) == 1, "greedy tie not to the lowest id");
     int nan_ok = 1;
     float nl[4] = { NAN, 0.0f, NAN, 0.0f };
     for (int t = 0; t < 200; t++) {
-        ds_sampler s = { 1.0f, t % 2 ? 3 : 0, t % 3 ? 0.95f : 1.0f, 5 };
+        ds_sampler s = { 1.0f, t % 2 ? 3 : 0, t % 3 ? 0.95f : 1.0f, 5, 0.0f };
         int32_t x = ds_sample(&s, nl, 4, t, NULL);
         nan_ok &= x == 1 || x == 3;
     }
@@ -136,7 +136,7 @@ static void test_determinism_and_greedy(void) {
     int diff_seed = 0, diff_pos = 0;
     rand_logits(l, V, 1.0f);
     for (int t = 0; t < 100; t++) {
-        ds_sampler a = { 1.0f, 0, 1.0f, 1 }, b = { 1.0f, 0, 1.0f, 2 };
+        ds_sampler a = { 1.0f, 0, 1.0f, 1, 0.0f }, b = { 1.0f, 0, 1.0f, 2, 0.0f };
         diff_seed += ds_sample(&a, l, V, t, NULL) != ds_sample(&b, l, V, t, NULL);
         diff_pos += ds_sample(&a, l, V, t, NULL) != ds_sample(&a, l, V, t + 1000, NULL);
     }
@@ -173,21 +173,21 @@ static void test_distribution(void) {
     double z = 0;
     for (int i = 0; i < V; i++) z += exp(l[i] / 0.7);
     for (int i = 0; i < V; i++) e[i] = exp(l[i] / 0.7) / z;
-    freq_check("temp0.7", l, V, (ds_sampler){ 0.7f, 0, 1.0f, 11 }, e, N);
+    freq_check("temp0.7", l, V, (ds_sampler){ 0.7f, 0, 1.0f, 11, 0.0f }, e, N);
     /* top-k 3 at T = 1: ids 6, 1, 4 */
     z = exp(2.2) + exp(2.0) + exp(1.5);
     for (int i = 0; i < V; i++) e[i] = 0;
     e[6] = exp(2.2) / z; e[1] = exp(2.0) / z; e[4] = exp(1.5) / z;
-    freq_check("topk3", l, V, (ds_sampler){ 1.0f, 3, 1.0f, 12 }, e, N);
+    freq_check("topk3", l, V, (ds_sampler){ 1.0f, 3, 1.0f, 12, 0.0f }, e, N);
     /* top-p: probabilities 0.5, 0.3, 0.15, 0.05 (log-space logits) */
     const float lp[4] = { logf(0.15f), logf(0.5f), logf(0.05f), logf(0.3f) };
     double ep[4];
     ep[0] = 0; ep[1] = 0.5 / 0.8; ep[2] = 0; ep[3] = 0.3 / 0.8;
-    freq_check("topp0.7", lp, 4, (ds_sampler){ 1.0f, 0, 0.7f, 13 }, ep, N);
+    freq_check("topp0.7", lp, 4, (ds_sampler){ 1.0f, 0, 0.7f, 13, 0.0f }, ep, N);
     ep[0] = 0.15 / 0.95; ep[1] = 0.5 / 0.95; ep[2] = 0; ep[3] = 0.3 / 0.95;
-    freq_check("topp0.9", lp, 4, (ds_sampler){ 1.0f, 0, 0.9f, 14 }, ep, N);
+    freq_check("topp0.9", lp, 4, (ds_sampler){ 1.0f, 0, 0.9f, 14, 0.0f }, ep, N);
     ep[0] = 0.15; ep[1] = 0.5; ep[2] = 0.05; ep[3] = 0.3;
-    freq_check("topp0.99", lp, 4, (ds_sampler){ 1.0f, 0, 0.99f, 15 }, ep, N);
+    freq_check("topp0.99", lp, 4, (ds_sampler){ 1.0f, 0, 0.99f, 15, 0.0f }, ep, N);
     /* top-p after temperature: T = 2 flattens to sqrt probabilities */
     double q[4], qs = 0;
     const double pr[4] = { 0.15, 0.5, 0.05, 0.3 };
@@ -197,20 +197,26 @@ static void test_distribution(void) {
     double kept = q[1] + q[3] + q[0];
     ep[1] = q[1] / kept; ep[3] = q[3] / kept; ep[0] = q[0] / kept;
     (void)qs;
-    freq_check("temp2_topp0.7", lp, 4, (ds_sampler){ 2.0f, 0, 0.7f, 16 }, ep, N);
+    freq_check("temp2_topp0.7", lp, 4, (ds_sampler){ 2.0f, 0, 0.7f, 16, 0.0f }, ep, N);
 
     /* ties: equal logits, top-k 2 keeps ids {0,1}; top-p 0.5 keeps {0,1} */
     const float eq[6] = { 1, 1, 1, 1, 1, 1 };
     double et[6] = { 0.5, 0.5, 0, 0, 0, 0 };
-    freq_check("topk2_ties", eq, 6, (ds_sampler){ 1.0f, 2, 1.0f, 17 }, et, 50000);
+    freq_check("topk2_ties", eq, 6, (ds_sampler){ 1.0f, 2, 1.0f, 17, 0.0f }, et, 50000);
     const float eq4[4] = { 1, 1, 1, 1 };
     double et4[4] = { 0.5, 0.5, 0, 0 };
-    freq_check("topp0.5_ties", eq4, 4, (ds_sampler){ 1.0f, 0, 0.5f, 18 }, et4, 50000);
+    freq_check("topp0.5_ties", eq4, 4, (ds_sampler){ 1.0f, 0, 0.5f, 18, 0.0f }, et4, 50000);
     /* top-k then top-p: k=3 of {6,1,4}, then p 0.5 of that: id6 alone has .41 -> {6,1} */
     double p6 = exp(2.2), p1 = exp(2.0);
     for (int i = 0; i < V; i++) e[i] = 0;
     e[6] = p6 / (p6 + p1); e[1] = p1 / (p6 + p1);
-    freq_check("topk3_topp0.5", l, V, (ds_sampler){ 1.0f, 3, 0.5f, 19 }, e, N);
+    freq_check("topk3_topp0.5", l, V, (ds_sampler){ 1.0f, 3, 0.5f, 19, 0.0f }, e, N);
+    /* min-p 0.5 on probabilities 0.5, 0.3, 0.15, 0.05: keeps p >= 0.25 -> ids 1, 3 */
+    ep[0] = 0; ep[1] = 0.5 / 0.8; ep[2] = 0; ep[3] = 0.3 / 0.8;
+    freq_check("minp0.5", lp, 4, (ds_sampler){ 1.0f, 0, 1.0f, 20, 0.5f }, ep, N);
+    /* min-p 0.25: 0.15/0.5 = 0.3 >= 0.25 keeps id 0 too */
+    ep[0] = 0.15 / 0.95; ep[1] = 0.5 / 0.95; ep[2] = 0; ep[3] = 0.3 / 0.95;
+    freq_check("minp0.25", lp, 4, (ds_sampler){ 1.0f, 0, 1.0f, 21, 0.25f }, ep, N);
 }
 
 /* The definition, written the slow obvious way: sort everything, cut top-k,
@@ -236,6 +242,12 @@ static int32_t ref_sample(const ds_sampler *s, const float *l, int V, int64_t po
         }
         n = keep;
     }
+    if (s->min_p > 0.0f) {                     /* c[0] is the best kept token */
+        int keep = 0;
+        for (int i = 0; i < n; i++)
+            if (exp((double)c[i].x - c[0].x) >= (double)s->min_p) keep = i + 1;
+        n = keep;
+    }
     int32_t best = -1;
     double bs = -INFINITY;
     for (int i = 0; i < n; i++) {
@@ -252,8 +264,9 @@ static void test_against_definition(void) {
     int ok = 1, n = 0;
     static const float scales[] = { 1.0f, 10.0f, 100.0f };
     static const ds_sampler cfg[] = {
-        { 1.0f, 0, 1.0f, 3 }, { 0.7f, 0, 1.0f, 4 }, { 1.0f, 40, 1.0f, 5 }, { 1.0f, 0, 0.9f, 6 },
-        { 0.5f, 0, 0.5f, 7 }, { 1.3f, 100, 0.95f, 8 }, { 1.0f, 2999, 0.999f, 9 },
+        { 1.0f, 0, 1.0f, 3, 0.0f }, { 0.7f, 0, 1.0f, 4, 0.0f }, { 1.0f, 40, 1.0f, 5, 0.0f }, { 1.0f, 0, 0.9f, 6, 0.0f },
+        { 0.5f, 0, 0.5f, 7, 0.0f }, { 1.3f, 100, 0.95f, 8, 0.0f }, { 1.0f, 2999, 0.999f, 9, 0.0f },
+        { 1.0f, 0, 1.0f, 10, 0.05f }, { 0.7f, 0, 1.0f, 11, 0.3f }, { 1.0f, 40, 0.9f, 12, 0.1f }, { 1.0f, 0, 1.0f, 13, 1.0f },
     };
     for (int si = 0; si < 3; si++)
         for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++)
@@ -264,7 +277,7 @@ static void test_against_definition(void) {
                 n++;
             }
     CHECK(ok, "ds_sample differs from the slow definition (pruning / partial sort)");
-    printf("%s sample_equals_definition cases=%d (logit scales 1,10,100; top-k, top-p, pruning)\n", ok ? "PASS" : "FAIL", n);
+    printf("%s sample_equals_definition cases=%d (logit scales 1,10,100; top-k, top-p, min-p, pruning)\n", ok ? "PASS" : "FAIL", n);
     free(l);
 }
 
@@ -274,7 +287,7 @@ static void test_speed(void) {
     rand_logits(l, V, 10.0f);
     struct timespec a, b;
     const char *names[3] = { "full", "topk40", "topp0.9" };
-    ds_sampler ss[3] = { { 1.0f, 0, 1.0f, 1 }, { 1.0f, 40, 1.0f, 1 }, { 1.0f, 0, 0.9f, 1 } };
+    ds_sampler ss[3] = { { 1.0f, 0, 1.0f, 1, 0.0f }, { 1.0f, 40, 1.0f, 1, 0.0f }, { 1.0f, 0, 0.9f, 1, 0.0f } };
     for (int k = 0; k < 3; k++) {
         clock_gettime(CLOCK_MONOTONIC, &a);
         for (int t = 0; t < 20; t++) (void)ds_sample(&ss[k], l, V, t, scr);

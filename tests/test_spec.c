@@ -322,7 +322,7 @@ static void device_resident_checks(const char *dir) {
             int32_t ih[8], id[8];
             float ch_[8], cd_[8], *lh = malloc((size_t)gamma * V * sizeof(float)), *ld = malloc((size_t)gamma * V * sizeof(float));
             for (int si = -1; si < 2 && same; si++) {
-                ds_sampler smp = { si < 0 ? 0.0f : 0.8f, 0, 1.0f, (uint64_t)(si + 5) };
+                ds_sampler smp = { si < 0 ? 0.0f : 0.8f, 0, 1.0f, (uint64_t)(si + 5), 0.0f };
                 ds_draft_opts dop = { &smp, gamma };
                 same &= !ds_draft(xh, 17, rows, &dop, ih, ch_, lh, err, sizeof err) &&
                         !ds_draft(xd, 17, rows, &dop, id, cd_, ld, err, sizeof err) &&
@@ -334,7 +334,7 @@ static void device_resident_checks(const char *dir) {
             free(taps); free(lh); free(ld);
         }
         for (int si = -1; si < n_seeds; si++) {
-            ds_sampler smp = { si < 0 ? 0.0f : 0.8f, 0, 1.0f, si < 0 ? 0 : seeds[si] };
+            ds_sampler smp = { si < 0 ? 0.0f : 0.8f, 0, 1.0f, si < 0 ? 0 : seeds[si], 0.0f };
             for (int pi = p_first; pi < N_PROMPTS; pi += light ? N_PROMPTS : 1) {
                 run_out ref;
                 plain(ch, pi, npred, &smp, &ref);
@@ -514,7 +514,8 @@ int main(void) {
         {
             tally t = { 0 };
             static const ds_sampler cfg[] = {
-                { 1.0f, 0, 1.0f, 0 }, { 0.7f, 0, 1.0f, 0 }, { 1.5f, 40, 1.0f, 0 }, { 1.0f, 0, 0.9f, 0 }, { 0.8f, 20, 0.95f, 0 },
+                { 1.0f, 0, 1.0f, 0, 0.0f }, { 0.7f, 0, 1.0f, 0, 0.0f }, { 1.5f, 40, 1.0f, 0, 0.0f }, { 1.0f, 0, 0.9f, 0, 0.0f },
+                { 0.8f, 20, 0.95f, 0, 0.0f }, { 1.2f, 0, 1.0f, 0, 0.05f },
             };
             for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++)
                 for (uint64_t seed = 1; seed <= (light ? 2u : ti == 0 ? 8u : 4u); seed++)
@@ -539,7 +540,7 @@ int main(void) {
             CHECK(t.multi > 0, "no multi-token accept in the sampled runs");
             snprintf(label, sizeof label, "sampled_%s_canonical_spec_equals_plain", tn);
             report(label, &t);
-            o.samp = (ds_sampler){ 0.0f, 0, 1.0f, 0 };
+            o.samp = (ds_sampler){ 0.0f, 0, 1.0f, 0, 0.0f };
             o.sched = DS_SCHED_NONE; o.commit = DS_COMMIT_DIRECT; o.draft_max = 0;
         }
         /* the context limit: stop exactly where plain stops, never past n_ctx */

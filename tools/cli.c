@@ -1,5 +1,8 @@
 /* cli.c — shared flag parsing for the dspark subcommands. */
 #include "cli.h"
+#include "device.h"
+#include "outfile.h"
+#include "tokenizer.h"
 
 #include <errno.h>
 #include <math.h>
@@ -9,12 +12,16 @@
 #include <time.h>
 
 void cli_die(const char *cmd, const char *fmt, ...) {
+    /* one line whatever the arguments hold (file bytes, user strings):
+     * formatted first, then control bytes replaced (common.h) */
+    char line[2048];
     va_list ap;
-    fprintf(stderr, "dspark %s: error: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    ds_sanitize_line(line);
+    fflush(stdout);     /* what was printed so far comes first */
+    fprintf(stderr, "dspark %s: error: %s\n", cmd, line);
     exit(DS_EXIT_USAGE);
 }
 
@@ -78,6 +85,119 @@ void cli_kernel_set(const char *cmd, const cli_kernel_flags *kf, ds_kernel_set *
     char err[256];
     if (ds_kernel_set_parse(ks, kf->kernels, kf->fast, kf->canonical, err, sizeof err))
         cli_die(cmd, "%s", err);
+}
+
+/* ========================================================================
+ * Model flags
+ * ===================================================================== */
+
+void cli_model_flags_init(cli_model_flags *mf) {
+    memset(mf, 0, sizeof *mf);
+    mf->device = "cpu";
+    mf->n_threads = CLI_THREADS_DEFAULT;
+    mf->n_ctx = CLI_N_CTX_DEFAULT;
+}
+
+int cli_model_flag(const char *cmd, int argc, char **argv, int *i, cli_model_flags *mf) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) mf->model = cli_value(cmd, argc, argv, i);
+    else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) mf->prompt = cli_value(cmd, argc, argv, i);
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) mf->n_threads = cli_int(cmd, a, cli_value(cmd, argc, argv, i), 1, 256);
+    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+        mf->n_ctx = cli_int(cmd, a, cli_value(cmd, argc, argv, i), 2, 1 << 24);
+        mf->n_ctx_given = 1;
+    }
+    else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) mf->verbose = 1;
+    else if (!strcmp(a, "--device") || !strcmp(a, "-dev")) mf->device = cli_value(cmd, argc, argv, i);
+    else return cli_kernel_flag(cmd, argc, argv, i, &mf->kf);
+    return 1;
+}
+
+void cli_model_flags_finish(const char *cmd, const cli_model_flags *mf, ds_kernel_set *ks) {
+    if (!ds_device_known(mf->device))
+        cli_die(cmd, "unknown device '%s' (this build has: %s)", mf->device, ds_device_list());
+    if (!mf->model) cli_die(cmd, "no model given (-m MODEL.gguf)");
+    if (ks) cli_kernel_set(cmd, &mf->kf, ks);
+}
+
+void cli_model_flags_help(FILE *f, int prompt_too) {
+    fprintf(f, "model flags (shared by generate, bench, perplexity, diverge, families, sweep, surface):\n"
+               "  -m, --model FILE      model GGUF\n");
+    if (prompt_too) fprintf(f, "  -p, --prompt TEXT     prompt text\n");
+    fprintf(f, "  -t, --threads N       threads (default %d); output bits do not depend on it\n"
+               "  -c, --ctx-size N      context size in tokens (default %d, capped by the model)\n"
+               "  -v, --verbose         model and kernel lines on stderr\n"
+               "  --device, -dev NAME   compute device (default cpu; this build has: %s)\n"
+               "  --kernels SET         canonical (default) or fast, for the batched path\n"
+               "  --fast F,..           families to run fast on top of the base set\n"
+               "  --canonical F,..      families to run canonical on top of the base set\n",
+            CLI_THREADS_DEFAULT, CLI_N_CTX_DEFAULT, ds_device_list());
+}
+
+long cli_ctx_for_model(const cli_model_flags *mf, int n_ctx_train) {
+    return n_ctx_train > 0 && mf->n_ctx > n_ctx_train ? n_ctx_train : mf->n_ctx;
+}
+
+/* ========================================================================
+ * Outputs and token bytes
+ * ===================================================================== */
+
+ds_outfile *cli_out_open(const char *cmd, const char *path, const char *const *inputs, size_t n_inputs) {
+    char err[DS_ERRLEN];
+    if (ds_out_check_inputs(path, inputs, n_inputs, err, sizeof err)) cli_die(cmd, "%s", err);
+    ds_outfile *o = ds_out_open(path, err, sizeof err);
+    if (!o) cli_die(cmd, "%s", err);
+    return o;
+}
+
+void cli_out_commit(const char *cmd, ds_outfile *o) {
+    char err[DS_ERRLEN];
+    if (ds_out_commit(o, err, sizeof err)) cli_die(cmd, "%s", err);
+}
+
+/* Tokens are usually short: a stack buffer, and the heap only for the rare
+ * long one (the loader accepts any length). */
+static const char *token_bytes(const ds_tokenizer *tok, int32_t id, char *small, size_t cap, char **heap, int *n) {
+    *heap = NULL;
+    *n = ds_token_to_bytes(tok, id, small, cap);
+    if (*n <= 0) return small;
+    if ((size_t)*n <= cap) return small;
+    *heap = malloc((size_t)*n);
+    if (!*heap) { *n = -2; return NULL; }
+    ds_token_to_bytes(tok, id, *heap, (size_t)*n);
+    return *heap;
+}
+
+int cli_write_token(FILE *f, const ds_tokenizer *tok, int32_t id) {
+    char small[256], *heap;
+    int n;
+    const char *b = token_bytes(tok, id, small, sizeof small, &heap, &n);
+    int rc = 0;
+    if (n == -2) rc = -1;
+    else if (n > 0 && fwrite(b, 1, (size_t)n, f) != (size_t)n) rc = -1;
+    free(heap);
+    return rc;
+}
+
+int cli_append_token(char **buf, size_t *len, size_t *cap, const ds_tokenizer *tok, int32_t id) {
+    char small[256], *heap;
+    int n;
+    const char *b = token_bytes(tok, id, small, sizeof small, &heap, &n);
+    if (n == -2) return -1;
+    if (n > 0) {
+        if (*len + (size_t)n + 1 > *cap) {
+            size_t nc = 2 * (*len + (size_t)n + 1);
+            char *nb = realloc(*buf, nc);
+            if (!nb) { free(heap); return -1; }
+            *buf = nb;
+            *cap = nc;
+        }
+        memcpy(*buf + *len, b, (size_t)n);
+        *len += (size_t)n;
+        (*buf)[*len] = 0;
+    }
+    free(heap);
+    return 0;
 }
 
 double cli_now(void) {

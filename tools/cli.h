@@ -30,6 +30,44 @@ typedef struct {
 int  cli_kernel_flag(const char *cmd, int argc, char **argv, int *i, cli_kernel_flags *kf);
 void cli_kernel_set(const char *cmd, const cli_kernel_flags *kf, ds_kernel_set *ks);
 
+/* ---- the model flags, one parser and one set of defaults for generate,
+ * bench, perplexity, diverge/families/sweep and surface:
+ *   -m/--model FILE  -p/--prompt TEXT  -t/--threads N (2)  -c/--ctx-size N
+ *   (2048, capped by the model's context length)  -v/--verbose
+ *   --device/-dev NAME (cpu)  --kernels/--fast/--canonical */
+#define CLI_THREADS_DEFAULT 2
+#define CLI_N_CTX_DEFAULT 2048
+typedef struct {
+    const char *model, *prompt, *device;
+    long n_threads, n_ctx;
+    int n_ctx_given;          /* -c was on the command line */
+    int verbose;
+    cli_kernel_flags kf;
+} cli_model_flags;
+void cli_model_flags_init(cli_model_flags *mf);
+/* Handle one of the flags above at argv[*i]; 1 if consumed. */
+int  cli_model_flag(const char *cmd, int argc, char **argv, int *i, cli_model_flags *mf);
+/* After parsing: -m given, the device known to this build (else one line,
+ * exit 2), the kernel set parsed into *ks (may be NULL). */
+void cli_model_flags_finish(const char *cmd, const cli_model_flags *mf, ds_kernel_set *ks);
+/* The help lines for the flags above (prompt_too: include -p). */
+void cli_model_flags_help(FILE *f, int prompt_too);
+/* -c capped by the model's trained context (0 = unknown: not capped). */
+long cli_ctx_for_model(const cli_model_flags *mf, int n_ctx_train);
+
+/* ---- outputs (src/outfile.h): refuse an output that is one of the inputs,
+ * temp file + rename, every write checked. Each dies with one line. */
+struct ds_outfile;
+struct ds_outfile *cli_out_open(const char *cmd, const char *path, const char *const *inputs, size_t n_inputs);
+void cli_out_commit(const char *cmd, struct ds_outfile *o);
+
+/* Write one token's bytes whole (however long the token is); -1 on a write
+ * error. */
+struct ds_tokenizer;
+int cli_write_token(FILE *f, const struct ds_tokenizer *tok, int32_t id);
+/* The same into a malloc-grown buffer (*buf, *len, *cap); -1 out of memory. */
+int cli_append_token(char **buf, size_t *len, size_t *cap, const struct ds_tokenizer *tok, int32_t id);
+
 /* Monotonic seconds. */
 double cli_now(void);
 
@@ -46,6 +84,7 @@ int cmd_families(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_surface(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 
 #endif

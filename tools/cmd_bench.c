@@ -7,9 +7,14 @@
  * A table goes to stdout; --json FILE writes the same numbers as JSON. */
 #include "cli.h"
 #include "model.h"
+#include "outfile.h"
 
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* cmd_bench_profile.c: --profile */
+void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits);
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -25,27 +30,45 @@ static const int k_widths[N_WIDTHS] = { 1, 2, 4, 8, 16 };
 
 int cmd_bench(int argc, char **argv) {
     const char *C = "bench";
-    const char *model_path = NULL, *json = NULL, *device = "cpu";
-    long n_threads = 2, reps = 5, prefix = 64, n_decode = 32, prefill_len = 128;
+    const char *json = NULL, *drafter_path = NULL;
+    int profile = 0;
+    long reps = 5, prefix = 64, n_decode = 32, prefill_len = 128;
+    cli_model_flags mf;
+    cli_model_flags_init(&mf);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help")) {
-            printf("usage: dspark bench -m MODEL.gguf [-t N] [--reps N] [--prefix N] [--decode N] [--prefill-len N] [--json FILE]\n");
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: dspark bench -m MODEL.gguf [-t N] [--reps N] [--prefix N] [--decode N] [--prefill-len N] [--json FILE|-]\n"
+                   "  -c is not used: the context is sized from --prefix/--decode/--prefill-len;\n"
+                   "  --kernels does not apply: canonical and fast are both measured.\n"
+                   "       dspark bench -m MODEL.gguf --profile [-md DRAFTER.gguf] [-t N] [--reps N] [--prefix N]\n"
+                   "  --profile   per-op profile of a decode step, an 8-row verify and (with -md) a drafting\n"
+                   "              round, and each matmul alone at M = 1..16 (ceilings: build/bench/roofline)\n");
+            cli_model_flags_help(stdout, 0);
             return 0;
         }
-        else if (!strcmp(a, "-m")) model_path = cli_value(C, argc, argv, &i);
-        else if (!strcmp(a, "-t")) n_threads = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
+        else if (cli_model_flag(C, argc, argv, &i, &mf)) {}
         else if (!strcmp(a, "--reps")) reps = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1000);
         else if (!strcmp(a, "--prefix")) prefix = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--decode")) n_decode = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--prefill-len")) prefill_len = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--json")) json = cli_value(C, argc, argv, &i);
-        else if (!strcmp(a, "--device") || !strcmp(a, "-dev")) device = cli_value(C, argc, argv, &i);
+        else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "-md")) drafter_path = cli_value(C, argc, argv, &i);
         else cli_die(C, "unknown flag '%s' (see dspark bench --help)", a);
     }
-    if (!model_path) cli_die(C, "no model given (-m MODEL.gguf)");
+    cli_model_flags_finish(C, &mf, NULL);
+    if (mf.prompt) cli_die(C, "-p is not used by bench (it times fixed pseudo-text)");
+    const char *model_path = mf.model;
+    const long n_threads = mf.n_threads;
+    /* refuse a --json that is the model before spending minutes measuring */
+    if (json) {
+        char e[DS_ERRLEN];
+        if (ds_out_check_inputs(json, &model_path, 1, e, sizeof e)) cli_die(C, "%s", e);
+    }
+    if (drafter_path && !profile) cli_die(C, "-md is only used with --profile");
     char err[DS_ERRLEN];
-    ds_model *m = ds_model_load_on(model_path, device, err, sizeof err);
+    ds_model *m = ds_model_load_on(model_path, mf.device, err, sizeof err);
     if (!m) cli_die(C, "%s: %s", model_path, err);
     long need = prefix + n_decode + 16;
     if (prefill_len > need) need = prefill_len;
@@ -60,6 +83,16 @@ int cmd_bench(int argc, char **argv) {
     for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) t_ver[v][w] = malloc((size_t)reps * sizeof(double));
     if (!toks || !logits || !t_dec || !t_pre) cli_die(C, "out of memory");
     for (long i = 0; i < need; i++) toks[i] = (int32_t)((i * 7919 + 13) % V);   /* fixed pseudo-text */
+    if (profile) {
+        printf("model=%s weights=%s params=%llu threads=%ld simd=%s\n", model_path, ds_type_name(m->weight_type),
+               (unsigned long long)m->n_params, n_threads, ds_simd_path());
+        cmd_bench_profile(c, drafter_path, toks, (int)prefix, reps, logits);
+        for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) free(t_ver[v][w]);
+        free(t_dec); free(t_pre); free(toks); free(logits);
+        ds_ctx_free(c);
+        ds_model_free(m);
+        return 0;
+    }
 
     ds_kernel_set canon, fast;
     ds_kernel_set_all(&canon, DS_CANONICAL);
@@ -106,17 +139,36 @@ int cmd_bench(int argc, char **argv) {
     for (int w = 0; w < N_WIDTHS; w++)
         printf("%-4d %14.3f %14.3f %16.3f %18.3f\n", k_widths[w], ver[0][w] * 1e3, ver[1][w] * 1e3, ver[0][w] / ver[1][w], ver[0][w] / dec);
     if (json) {
-        FILE *f = fopen(json, "w");
-        if (!f) cli_die(C, "cannot write '%s'", json);
-        fprintf(f, "{\n  \"model\": \"%s\", \"weights\": \"%s\", \"params\": %llu, \"threads\": %ld, \"simd\": \"%s\", \"reps\": %ld, \"prefix\": %ld,\n",
-                model_path, ds_type_name(m->weight_type), (unsigned long long)m->n_params, n_threads, ds_simd_path(), reps, prefix);
-        fprintf(f, "  \"decode_ms\": %.6f, \"decode_tok_s\": %.3f, \"prefill_len\": %ld, \"prefill_tok_s\": %.3f,\n  \"verify\": [\n",
-                dec * 1e3, 1.0 / dec, prefill_len, (double)prefill_len / pre);
-        for (int w = 0; w < N_WIDTHS; w++)
-            fprintf(f, "    {\"M\": %d, \"canonical_ms\": %.6f, \"fast_ms\": %.6f, \"canonical_over_fast\": %.4f, \"canonical_over_decode\": %.4f}%s\n",
-                    k_widths[w], ver[0][w] * 1e3, ver[1][w] * 1e3, ver[0][w] / ver[1][w], ver[0][w] / dec, w + 1 < N_WIDTHS ? "," : "");
-        fprintf(f, "  ]\n}\n");
-        fclose(f);
+        cJSON *root = cJSON_CreateObject(), *verj = cJSON_AddArrayToObject(root, "verify");
+        cJSON_AddStringToObject(root, "model", model_path);
+        cJSON_AddStringToObject(root, "weights", ds_type_name(m->weight_type));
+        cJSON_AddNumberToObject(root, "params", (double)m->n_params);
+        cJSON_AddNumberToObject(root, "threads", (double)n_threads);
+        cJSON_AddStringToObject(root, "simd", ds_simd_path());
+        cJSON_AddStringToObject(root, "device", mf.device);
+        cJSON_AddNumberToObject(root, "reps", (double)reps);
+        cJSON_AddNumberToObject(root, "prefix", (double)prefix);
+        cJSON_AddNumberToObject(root, "decode_ms", dec * 1e3);
+        cJSON_AddNumberToObject(root, "decode_tok_s", 1.0 / dec);
+        cJSON_AddNumberToObject(root, "prefill_len", (double)prefill_len);
+        cJSON_AddNumberToObject(root, "prefill_tok_s", (double)prefill_len / pre);
+        for (int w = 0; w < N_WIDTHS; w++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "M", k_widths[w]);
+            cJSON_AddNumberToObject(o, "canonical_ms", ver[0][w] * 1e3);
+            cJSON_AddNumberToObject(o, "fast_ms", ver[1][w] * 1e3);
+            cJSON_AddNumberToObject(o, "canonical_over_fast", ver[0][w] / ver[1][w]);
+            cJSON_AddNumberToObject(o, "canonical_over_decode", ver[0][w] / dec);
+            cJSON_AddItemToArray(verj, o);
+        }
+        char *text = cJSON_Print(root);
+        cJSON_Delete(root);
+        if (!text) cli_die(C, "out of memory writing JSON");
+        ds_outfile *o = cli_out_open(C, json, &model_path, 1);
+        fputs(text, ds_out_fp(o));
+        fputc('\n', ds_out_fp(o));
+        cJSON_free(text);
+        cli_out_commit(C, o);
     }
     for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) free(t_ver[v][w]);
     free(t_dec); free(t_pre); free(toks); free(logits);

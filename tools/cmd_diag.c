@@ -11,11 +11,14 @@
  * Blocks are forced token ids: --tokens, the drafter's proposal (-md), or the
  * model's own greedy continuation (--block-greedy N). */
 #include "cli.h"
+#include "diag/diag_json.h"
 #include "diverge.h"
 #include "drafter.h"
 #include "generate.h"
 #include "model.h"
+#include "outfile.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,34 +29,38 @@
 
 typedef struct {
     const char *model_path, *drafter_path, *prompt, *prompt_file, *tokens, *json, *svg, *table;
-    long n_threads, n_ctx, block_greedy, reps;
-    cli_kernel_flags kf;
-    int verbose;
+    long block_greedy, reps;
+    cli_model_flags mf;
 } diag_args;
 
 static void parse_args(const char *C, int argc, char **argv, diag_args *a, void (*usage)(void)) {
     memset(a, 0, sizeof *a);
-    a->n_threads = 2; a->n_ctx = 512; a->reps = 5;
+    cli_model_flags_init(&a->mf);
+    a->reps = 5;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
-        if (!strcmp(s, "--help") || !strcmp(s, "-h")) { usage(); exit(0); }
-        else if (!strcmp(s, "-m")) a->model_path = cli_value(C, argc, argv, &i);
-        else if (!strcmp(s, "-md")) a->drafter_path = cli_value(C, argc, argv, &i);
-        else if (!strcmp(s, "-p")) a->prompt = cli_value(C, argc, argv, &i);
-        else if (!strcmp(s, "-f")) a->prompt_file = cli_value(C, argc, argv, &i);
+        if (!strcmp(s, "--help") || !strcmp(s, "-h")) { usage(); cli_model_flags_help(stdout, 1); exit(0); }
+        else if (cli_model_flag(C, argc, argv, &i, &a->mf)) {}
+        else if (!strcmp(s, "-md") || !strcmp(s, "--model-draft")) a->drafter_path = cli_value(C, argc, argv, &i);
+        else if (!strcmp(s, "-f") || !strcmp(s, "--file")) a->prompt_file = cli_value(C, argc, argv, &i);
         else if (!strcmp(s, "--tokens")) a->tokens = cli_value(C, argc, argv, &i);
         else if (!strcmp(s, "--block-greedy")) a->block_greedy = cli_int(C, s, cli_value(C, argc, argv, &i), 1, 64);
-        else if (!strcmp(s, "-t")) a->n_threads = cli_int(C, s, cli_value(C, argc, argv, &i), 1, 256);
-        else if (!strcmp(s, "-c")) a->n_ctx = cli_int(C, s, cli_value(C, argc, argv, &i), 2, 1 << 20);
         else if (!strcmp(s, "--reps")) a->reps = cli_int(C, s, cli_value(C, argc, argv, &i), 1, 1000);
         else if (!strcmp(s, "--json")) a->json = cli_value(C, argc, argv, &i);
         else if (!strcmp(s, "--svg")) a->svg = cli_value(C, argc, argv, &i);
         else if (!strcmp(s, "--table")) a->table = cli_value(C, argc, argv, &i);
-        else if (!strcmp(s, "-v")) a->verbose = 1;
-        else if (cli_kernel_flag(C, argc, argv, &i, &a->kf)) {}
         else cli_die(C, "unknown flag '%s' (see dspark %s --help)", s, C);
     }
-    if (!a->model_path) cli_die(C, "no model given (-m MODEL.gguf)");
+    cli_model_flags_finish(C, &a->mf, NULL);
+    a->model_path = a->mf.model;
+    a->prompt = a->mf.prompt;
+    /* outputs must not be inputs: checked before minutes of work */
+    const char *inputs[] = { a->model_path, a->drafter_path, a->prompt_file };
+    char e[DS_ERRLEN];
+    if (a->json && ds_out_check_inputs(a->json, inputs, 3, e, sizeof e)) cli_die(C, "--json: %s", e);
+    if (a->svg && ds_out_check_inputs(a->svg, inputs, 3, e, sizeof e)) cli_die(C, "--svg: %s", e);
+    if (a->json && a->svg && (!strcmp(a->json, a->svg) || ds_out_same_file(a->json, a->svg)))
+        cli_die(C, "--json and --svg name the same file '%s'", a->json);
     if (!a->prompt && !a->prompt_file) cli_die(C, "no prompt given (-p TEXT or -f FILE)");
     if (a->prompt && a->prompt_file) cli_die(C, "give either -p or -f, not both");
     int sources = (a->tokens != NULL) + (a->drafter_path != NULL) + (a->block_greedy > 0);
@@ -63,22 +70,25 @@ static void parse_args(const char *C, int argc, char **argv, diag_args *a, void 
         cli_die(C, "--table must be all or diverged, got '%s'", a->table);
 }
 
+/* Rows of a forced block: the anchor plus the largest drafter block the
+ * loader accepts (256), or 256 --tokens ids. */
+#define DIAG_MAX_ROWS (1 + 256)
+
 typedef struct {
     ds_model *m;
     ds_ctx *c;
     int32_t *prompt; int n_prompt;
-    int32_t block[256]; int M;
+    int32_t block[DIAG_MAX_ROWS]; int M;
 } diag_setup;
 
 static void setup(const char *C, const diag_args *a, diag_setup *s) {
     char err[DS_ERRLEN];
     memset(s, 0, sizeof *s);
-    s->m = ds_model_load(a->model_path, err, sizeof err);
+    s->m = ds_model_load_on(a->model_path, a->mf.device, err, sizeof err);
     if (!s->m) cli_die(C, "%s: %s", a->model_path, err);
     if (!s->m->tok) cli_die(C, "%s has no tokenizer", a->model_path);
-    long n_ctx = a->n_ctx;
-    if (s->m->hp.n_ctx_train > 0 && n_ctx > s->m->hp.n_ctx_train) n_ctx = s->m->hp.n_ctx_train;
-    s->c = ds_ctx_new(s->m, (int)n_ctx, (int)a->n_threads, err, sizeof err);
+    long n_ctx = cli_ctx_for_model(&a->mf, s->m->hp.n_ctx_train);
+    s->c = ds_ctx_new(s->m, (int)n_ctx, (int)a->mf.n_threads, err, sizeof err);
     if (!s->c) cli_die(C, "%s", err);
     size_t len = 0;
     char *buf = NULL;
@@ -97,7 +107,7 @@ static void setup(const char *C, const diag_args *a, diag_setup *s) {
             char *end;
             long v = strtol(p, &end, 10);
             if (end == p || v < 0 || v >= V) cli_die(C, "--tokens: '%s' is not a token id in [0, %d)", p, V);
-            if (s->M >= (int)(sizeof s->block / sizeof s->block[0])) cli_die(C, "--tokens: at most 256 ids");
+            if (s->M >= 256) cli_die(C, "--tokens: at most 256 ids");
             s->block[s->M++] = (int32_t)v;
             p = end;
             if (*p == ',') p++;
@@ -129,6 +139,8 @@ static void setup(const char *C, const diag_args *a, diag_setup *s) {
                 cli_die(C, "%s", err);
             s->block[0] = (int32_t)ds_argmax(lg, V);
             int gamma = ds_drafter_block_size(dr);
+            if (gamma < 1 || 1 + gamma > DIAG_MAX_ROWS)
+                cli_die(C, "%s: block size %d does not fit the %d rows diverge holds", a->drafter_path, gamma, DIAG_MAX_ROWS);
             ds_draft_opts dopt = { NULL, gamma };
             if (ds_draft(x, s->block[0], s->n_prompt, &dopt, s->block + 1, NULL, NULL, err, sizeof err)) cli_die(C, "%s", err);
             s->M = 1 + gamma;
@@ -151,16 +163,17 @@ static void print_block(const diag_setup *s) {
     printf("BLOCK rows=%d ids=", s->M);
     for (int i = 0; i < s->M; i++) printf("%s%d", i ? "," : "", s->block[i]);
     printf(" text=\"");
-    for (int i = 0; i < s->M; i++) {
-        char b[64];
-        int n = ds_token_to_bytes(s->m->tok, s->block[i], b, sizeof b);
-        for (int j = 0; j < n && j < (int)sizeof b; j++) {
-            unsigned char ch = (unsigned char)b[j];
-            if (ch == '"' || ch == '\\') printf("\\%c", ch);
-            else if (ch < 0x20) printf("\\x%02x", ch);
-            else putchar(ch);
-        }
+    char *b = NULL;
+    size_t n = 0, cap = 0;
+    for (int i = 0; i < s->M; i++)      /* every token whole, however long */
+        if (cli_append_token(&b, &n, &cap, s->m->tok, s->block[i])) cli_die("diverge", "out of memory");
+    for (size_t j = 0; j < n; j++) {
+        unsigned char ch = (unsigned char)b[j];
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\x%02x", ch);
+        else putchar(ch);
     }
+    free(b);
     printf("\"\n");
 }
 
@@ -183,7 +196,7 @@ static void experiment(const char *C, diag_setup *s, const ds_kernel_set *ks, ds
 static void diverge_usage(void) {
     printf("usage: dspark diverge -m MODEL.gguf (-p TEXT | -f FILE) (--tokens ID,... | -md DRAFTER.gguf | --block-greedy N)\n"
            "       [--kernels canonical|fast] [--fast F,..] [--canonical F,..] [--table all|diverged]\n"
-           "       [--json FILE] [--svg FILE] [-t N] [-c N]\n"
+           "       [--json FILE|-] [--svg FILE|-] [-t N] [-c N]\n"
            "Pass A: batched verify of the forced block with capture; restore S0; Pass B: the same ids\n"
            "through sequential decode; report the earliest bitwise divergence.\n");
 }
@@ -193,7 +206,7 @@ int cmd_diverge(int argc, char **argv) {
     diag_args a;
     parse_args(C, argc, argv, &a, diverge_usage);
     ds_kernel_set ks;
-    cli_kernel_set(C, &a.kf, &ks);
+    cli_kernel_set(C, &a.mf.kf, &ks);
     diag_setup s;
     setup(C, &a, &s);
     char kbuf[256];
@@ -207,17 +220,46 @@ int cmd_diverge(int argc, char **argv) {
     printf("TIMING batch_s=%.6f decode_s=%.6f\n", r.t_batch, r.t_decode);
     if (a.table) dsd_report_print_table(stdout, &r.report, !strcmp(a.table, "diverged"));
     if (a.json) {
-        FILE *f = fopen(a.json, "w");
-        if (!f) cli_die(C, "cannot write '%s'", a.json);
-        dsd_report_json(f, &r.report);
-        fclose(f);
+        /* the whole verdict in one tree: identity of the run, the block,
+         * the gate, the identity chain and the per-object report */
+        cJSON *j = cJSON_CreateObject(), *blk = cJSON_CreateObject(), *gate = cJSON_CreateObject();
+        cJSON *chain = cJSON_CreateObject(), *ids = cJSON_CreateArray();
+        if (!j || !blk || !gate || !chain || !ids) cli_die(C, "out of memory building JSON");
+        cJSON_AddStringToObject(j, "model", a.model_path);
+        cJSON_AddStringToObject(j, "kernels", kbuf);
+        cJSON_AddStringToObject(j, "simd", ds_simd_path());
+        cJSON_AddStringToObject(j, "device", a.mf.device);
+        cJSON_AddNumberToObject(j, "prompt_tokens", s.n_prompt);
+        for (int i = 0; i < s.M; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(s.block[i]));
+        cJSON_AddNumberToObject(blk, "rows", s.M);
+        cJSON_AddItemToObject(blk, "ids", ids);
+        cJSON_AddItemToObject(j, "block", blk);
+        cJSON_AddStringToObject(gate, "control_a0_vs_a1", r.gate_control ? "PASS" : "FAIL");
+        cJSON_AddStringToObject(gate, "probe_a0_vs_a2", r.gate_probe ? "PASS" : "FAIL");
+        cJSON_AddStringToObject(gate, "result", r.gate_control && r.gate_probe ? "PASS" : "FAIL");
+        cJSON_AddItemToObject(j, "gate", gate);
+        int first_break = dsd_chain_print(NULL, r.chain);
+        for (int c = 0; c < DSD_CHAIN_COUNT; c++)
+            cJSON_AddStringToObject(chain, dsd_chain_name((dsd_chain)c),
+                                    r.chain[c] > 0 ? "PASS" : r.chain[c] == 0 ? "FAIL" : "UNTESTED");
+        cJSON_AddStringToObject(chain, "first_break", first_break < DSD_CHAIN_COUNT ? dsd_chain_name((dsd_chain)first_break) : "NONE");
+        cJSON_AddItemToObject(j, "chain", chain);
+        cJSON_AddItemToObject(j, "report", dsd_report_cjson(&r.report));
+        ds_outfile *o = cli_out_open(C, a.json, NULL, 0);
+        errno = 0;
+        int bad = dsd_cjson_write(ds_out_fp(o), j), saved = errno;
+        cJSON_Delete(j);
+        if (bad) {
+            ds_out_abort(o);
+            cli_die(C, "writing '%s' failed: %s", a.json, saved ? strerror(saved) : "out of memory");
+        }
+        cli_out_commit(C, o);
     }
     if (a.svg) {
-        FILE *f = fopen(a.svg, "w");
-        if (!f) cli_die(C, "cannot write '%s'", a.svg);
+        ds_outfile *o = cli_out_open(C, a.svg, NULL, 0);
         const dsd_object_result *first = dsd_report_first(&r.report);
-        dsd_report_svg(f, &r.report, first ? first->key.row : DSD_ALL_ROWS);
-        fclose(f);
+        dsd_report_svg(ds_out_fp(o), &r.report, first ? first->key.row : DSD_ALL_ROWS);
+        cli_out_commit(C, o);
     }
     ds_diverge_result_free(&r);
     teardown(&s);

@@ -10,9 +10,11 @@
 #include "drafter.h"
 #include "generate.h"
 #include "model.h"
+#include "outfile.h"
 #include "sampler.h"
 #include "spec.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,14 +22,22 @@
 typedef struct {
     const ds_tokenizer *tok;
     FILE *out;
+    int failed;           /* errno of a failed write to out: reported at the end */
 } printer;
 
+/* Each token whole (however long), flushed as it comes; a failed write is
+ * remembered, not ignored. */
 static void print_token(void *user, int32_t token) {
     printer *p = user;
-    char buf[256];
-    int n = ds_token_to_bytes(p->tok, token, buf, sizeof buf);
-    if (n > 0) fwrite(buf, 1, (size_t)(n < (int)sizeof buf ? n : (int)sizeof buf), p->out);
-    fflush(p->out);
+    if (p->failed) return;
+    if (cli_write_token(p->out, p->tok, token) || fflush(p->out)) p->failed = errno ? errno : EIO;
+}
+
+/* The text ends with a newline, flushed before the stats line goes to
+ * stderr: with both streams on one pipe or terminal the stats always start
+ * on a line of their own. */
+static void end_text(printer *p) {
+    if (fputc('\n', p->out) == EOF || fflush(p->out)) p->failed = errno ? errno : EIO;
 }
 
 /* --dump-block: one line per round with the full drafted block */
@@ -45,24 +55,24 @@ static void dump_round(void *user, const ds_spec_round *r) {
 
 static void usage(void) {
     printf("usage: dspark generate -m MODEL.gguf (-p TEXT | -f FILE) [options]\n"
-           "  -n N              tokens to generate (default 128)\n"
-           "  -c N              context size in tokens (default 2048, capped by the model)\n"
-           "  -t N              threads (default 2); output bits do not depend on it\n"
-           "  --temp T          temperature (default 0 = greedy); T > 0: Gumbel-max with\n"
-           "                    Philox noise keyed on (seed, position, token id)\n"
-           "  --top-k K         keep the K most likely tokens (0 = off)\n"
-           "  --top-p P         nucleus: smallest set with mass >= P, in (0, 1] (1 = off)\n"
-           "  --seed N          sampling seed (greedy ignores it)\n"
-           "  --prefill MODE    batch (default) or decode\n"
-           "  --kernels SET     canonical (default) or fast, for the batched path\n"
-           "  --fast F,..       families to run fast on top of the base set\n"
-           "  --canonical F,..  families to run canonical on top of the base set\n"
-           "  --parallel N      sequences; only 1 is supported\n"
-           "  --echo            print the prompt before the generated text\n"
-           "  -v                verbose: model and kernel lines on stderr\n"
-           "speculative decoding (DSpark block drafter):\n"
-           "  -md FILE          drafter GGUF (mainline dflash or legacy dspark layout)\n"
-           "  --draft-max N     drafts kept per round, 1..gamma (default gamma)\n"
+           "  -f, --file FILE       read the prompt from FILE\n"
+           "  -n, --n-predict N     tokens to generate (default 128)\n"
+           "  --temp T              temperature (default 0 = greedy); T > 0: Gumbel-max with\n"
+           "                        Philox noise keyed on (seed, position, token id)\n"
+           "  --top-k K             keep the K most likely tokens (default 0 = off)\n"
+           "  --top-p P             nucleus: smallest set with mass >= P, in (0, 1] (default 1 = off)\n"
+           "  -s, --seed N          sampling seed (default 0; greedy ignores it)\n"
+           "  --min-p P             only 0 (off): dspark has no min-p filter; use --top-p/--top-k\n"
+           "  --repeat-penalty F    only 1 (off): dspark applies no repetition penalty\n"
+           "  --prefill MODE        batch (default) or decode\n"
+           "  -np, --parallel N     sequences; only 1 is supported\n"
+           "  --echo                print the prompt before the generated text\n");
+    cli_model_flags_help(stdout, 1);
+    printf("speculative decoding (DSpark block drafter):\n"
+           "  -md, --model-draft FILE  drafter GGUF (mainline dflash or legacy dspark layout)\n"
+           "  --draft-max, --draft N   drafts kept per round, 1..gamma (default gamma)\n"
+           "  --draft-min N     accepted when every round drafts at least N (no --draft-p-min:\n"
+           "                    every round drafts --draft-max); otherwise use --draft-max\n"
            "  --draft-p-min P   stop the draft at the first slot with confidence < P\n"
            "                    (needs a confidence head; implies --draft-sched pmin)\n"
            "  --draft-sched S   none | pmin | table (cost-table scheduler, paper Alg. 1)\n"
@@ -73,7 +83,8 @@ static void usage(void) {
            "  --dump-block FILE one line per round: the full drafted block, confidences,\n"
            "                    verify width, accepted count (needs --draft-max = gamma)\n"
            "  --dump-logits FILE raw f32 logits (plain mode): the prefill's last row, then\n"
-           "                    each greedy decode step's row, n_vocab floats each\n");
+           "                    each greedy decode step's row, n_vocab floats each\n"
+           "The text goes to stdout; one key=value stats line goes to stderr after it.\n");
 }
 
 /* --dump-logits: the raw logits of a batched prefill's last row and of
@@ -102,12 +113,12 @@ typedef struct {
     ds_ctx *ctx;
     ds_drafter *dr;
     double *sps;
-    FILE *dump;
+    ds_outfile *dump;
 } res_t;
 
 static void res_free(res_t *r) {
     free(r->out); free(r->toks); free(r->file_buf); free(r->sps);
-    if (r->dump) fclose(r->dump);
+    ds_out_abort(r->dump);      /* on an error path: remove the temp file */
     if (r->dr) ds_drafter_free(r->dr);
     if (r->ctx) ds_ctx_free(r->ctx);
     if (r->m) ds_model_free(r->m);
@@ -127,32 +138,42 @@ static void die_free(res_t *r, const char *fmt, ...) {
 
 int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL, *device = "cpu";
+    const char *prompt_file = NULL, *draft_path = NULL;
     const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL, *logits_path = NULL;
-    long n_predict = 128, n_ctx = 2048, n_threads = 2, seed = 0, top_k = 0, draft_max = 0, parallel = 1;
-    int verbose = 0, echo = 0, have_pmin = 0;
+    long n_predict = 128, seed = 0, top_k = 0, draft_max = 0, draft_min = 0, parallel = 1;
+    int echo = 0, have_pmin = 0;
     float temp = 0.0f, top_p = 1.0f, p_min = 0.0f;
     ds_commit_mode commit = DS_COMMIT_DIRECT;
     ds_prefill_mode prefill = DS_PREFILL_BATCH;
-    cli_kernel_flags kf = { 0 };
+    cli_model_flags mf;
+    cli_model_flags_init(&mf);
     const char *spec_flag = NULL;     /* first speculative-only flag seen */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = cli_value(C, argc, argv, &i);
+        else if (cli_model_flag(C, argc, argv, &i, &mf)) {}
         else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) draft_path = cli_value(C, argc, argv, &i);
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) prompt_file = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) n_predict = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 24);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) n_ctx = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 24);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) n_threads = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
-        else if (!strcmp(a, "--seed")) seed = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 0x7fffffffL);
+        else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) seed = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 0x7fffffffL);
         else if (!strcmp(a, "--temp")) temp = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 100.0f);
         else if (!strcmp(a, "--top-k")) top_k = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 24);
         else if (!strcmp(a, "--top-p")) {
             const char *v = cli_value(C, argc, argv, &i);
             top_p = cli_float(C, a, v, 0.0f, 1.0f);
             if (!(top_p > 0.0f)) cli_die(C, "--top-p %s is out of range (0, 1]", v);
+        }
+        /* llama.cpp sampler flags dspark does not implement: their "off"
+         * value is accepted, anything else says what to use instead */
+        else if (!strcmp(a, "--min-p")) {
+            const char *v = cli_value(C, argc, argv, &i);
+            if (cli_float(C, a, v, 0.0f, 1.0f) != 0.0f)
+                cli_die(C, "--min-p %s: dspark has no min-p filter; use --top-p P or --top-k K (or --min-p 0)", v);
+        }
+        else if (!strcmp(a, "--repeat-penalty")) {
+            const char *v = cli_value(C, argc, argv, &i);
+            if (cli_float(C, a, v, 0.0f, 100.0f) != 1.0f)
+                cli_die(C, "--repeat-penalty %s: dspark applies no repetition penalty (exact sampling); drop the flag or give 1", v);
         }
         else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) {
             parallel = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
@@ -161,6 +182,10 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft")) {
             spec_flag = spec_flag ? spec_flag : a;
             draft_max = cli_int(C, a, cli_value(C, argc, argv, &i), 1, DS_SPEC_MAX_GAMMA);
+        }
+        else if (!strcmp(a, "--draft-min")) {
+            spec_flag = spec_flag ? spec_flag : a;
+            draft_min = cli_int(C, a, cli_value(C, argc, argv, &i), 0, DS_SPEC_MAX_GAMMA);
         }
         else if (!strcmp(a, "--draft-p-min")) {
             spec_flag = spec_flag ? spec_flag : a;
@@ -174,7 +199,6 @@ int cmd_generate(int argc, char **argv) {
                 cli_die(C, "--draft-sched must be none, pmin or table, got '%s'", sched_s);
         }
         else if (!strcmp(a, "--sps-table")) { spec_flag = spec_flag ? spec_flag : a; sps_path = cli_value(C, argc, argv, &i); }
-        else if (!strcmp(a, "--device") || !strcmp(a, "-dev")) device = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--dump-logits")) logits_path = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--dump-block")) { spec_flag = spec_flag ? spec_flag : a; dump_path = cli_value(C, argc, argv, &i); }
         else if (!strcmp(a, "--commit")) {
@@ -191,11 +215,14 @@ int cmd_generate(int argc, char **argv) {
             else cli_die(C, "--prefill must be batch or decode, got '%s'", v);
         }
         else if (!strcmp(a, "--echo")) echo = 1;
-        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) verbose = 1;
-        else if (cli_kernel_flag(C, argc, argv, &i, &kf)) {}
         else cli_die(C, "unknown flag '%s' (see dspark generate --help)", a);
     }
-    if (!model_path) cli_die(C, "no model given (-m MODEL.gguf)");
+    ds_kernel_set ks;
+    cli_model_flags_finish(C, &mf, &ks);
+    const char *model_path = mf.model, *prompt = mf.prompt;
+    const long n_threads = mf.n_threads;
+    const int verbose = mf.verbose;
+
     if (prompt && prompt_file) cli_die(C, "give either -p or -f, not both");
     if (!prompt && !prompt_file) cli_die(C, "no prompt given (-p TEXT or -f FILE)");
     if (spec_flag && !draft_path) cli_die(C, "%s needs a drafter (-md DRAFTER.gguf)", spec_flag);
@@ -211,8 +238,19 @@ int cmd_generate(int argc, char **argv) {
         } else sched = DS_SCHED_TABLE;
     }
     if (sps_path && sched != DS_SCHED_TABLE) cli_die(C, "--sps-table only applies to --draft-sched table");
-    ds_kernel_set ks;
-    cli_kernel_set(C, &kf, &ks);
+    if (draft_min > 0 && sched != DS_SCHED_NONE)
+        cli_die(C, "--draft-min %ld: with --draft-p-min or --draft-sched the draft length varies and has no floor; "
+                "use --draft-max N instead", draft_min);
+    if (draft_min > 0 && draft_max > 0 && draft_min > draft_max)
+        cli_die(C, "--draft-min %ld exceeds --draft-max %ld", draft_min, draft_max);
+    /* an output must not be one of the inputs (it would truncate them) */
+    const char *inputs[] = { model_path, draft_path, prompt_file, sps_path };
+    const char *outputs[] = { dump_path, logits_path };
+    for (int k = 0; k < 2; k++) {
+        char e[DS_ERRLEN];
+        if (outputs[k] && ds_out_check_inputs(outputs[k], inputs, 4, e, sizeof e)) cli_die(C, "%s", e);
+    }
+    if (dump_path && logits_path) cli_die(C, "--dump-logits is for plain mode and --dump-block for speculative mode");
 
     res_t R = { 0 };
     size_t prompt_len = 0;
@@ -220,12 +258,12 @@ int cmd_generate(int argc, char **argv) {
     else prompt_len = strlen(prompt);
 
     char err[DS_ERRLEN];
-    R.m = ds_model_load_on(model_path, device, err, sizeof err);
+    R.m = ds_model_load_on(model_path, mf.device, err, sizeof err);
     if (!R.m) die_free(&R, "%s: %s", model_path, err);
     ds_model *m = R.m;
     if (!m->tok) die_free(&R, "%s has no tokenizer (tokenizer.ggml.model missing)", model_path);
     if (top_k > m->hp.n_vocab) die_free(&R, "--top-k %ld is out of range [0, %d] (the vocabulary)", top_k, m->hp.n_vocab);
-    if (m->hp.n_ctx_train > 0 && n_ctx > m->hp.n_ctx_train) n_ctx = m->hp.n_ctx_train;
+    long n_ctx = cli_ctx_for_model(&mf, m->hp.n_ctx_train);
 
     /* the drafter and its contracts */
     int gamma = 0;
@@ -236,6 +274,8 @@ int cmd_generate(int argc, char **argv) {
         if (draft_max > gamma)
             die_free(&R, "--draft-max %ld: n_max inconsistent with the drafter (block size gamma = %d)", draft_max, gamma);
         if (draft_max == 0) draft_max = gamma;
+        if (draft_min > draft_max)
+            die_free(&R, "--draft-min %ld exceeds the drafts per round (%ld); use --draft-max", draft_min, draft_max);
         if (sched != DS_SCHED_NONE && !ds_drafter_has_confidence(R.dr))
             die_free(&R, "%s needs a drafter with a confidence head; %s has none",
                      sched == DS_SCHED_TABLE ? "--draft-sched table" : "--draft-p-min", draft_path);
@@ -266,7 +306,7 @@ int cmd_generate(int argc, char **argv) {
     }
     for (char *s = kbuf; *s; s++) if (*s == ' ') *s = '+';   /* one token in the stats line */
 
-    ds_sampler samp = { temp, (int)top_k, top_p, (uint64_t)seed };
+    ds_sampler samp = { temp, (int)top_k, top_p, (uint64_t)seed, 0.0f };
     int n_sps = 0;
     if (R.dr && sched == DS_SCHED_TABLE) {
         n_sps = (int)draft_max + 1;
@@ -287,22 +327,26 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     if (dump_path) {
-        R.dump = fopen(dump_path, "w");
-        if (!R.dump) die_free(&R, "cannot open '%s' for writing", dump_path);
+        char e[DS_ERRLEN];
+        R.dump = ds_out_open(dump_path, e, sizeof e);
+        if (!R.dump) die_free(&R, "%s", e);
     }
 
-    printer pr = { m->tok, stdout };
-    if (echo) fwrite(prompt, 1, prompt_len, stdout);
+    printer pr = { m->tok, stdout, 0 };
+    if (echo && fwrite(prompt, 1, prompt_len, stdout) != prompt_len) pr.failed = errno ? errno : EIO;
     R.out = malloc((size_t)n_predict * sizeof(int32_t));
     if (!R.out) die_free(&R, "out of memory");
     int rc;
     if (logits_path) {
         if (R.dr) die_free(&R, "--dump-logits is for plain mode (drop -md)");
-        FILE *f = fopen(logits_path, "wb");
-        if (!f) die_free(&R, "cannot open '%s' for writing", logits_path);
-        rc = dump_logits(ctx, m->hp.n_vocab, R.toks, (int)n_toks, (int)n_predict, f, err, sizeof err);
-        if (fclose(f) != 0 && rc == 0) { rc = -1; snprintf(err, sizeof err, "write error on '%s'", logits_path); }
-        if (rc) die_free(&R, "%s", err);
+        /* the same rules as every output (outfile.c): temp + rename */
+        R.dump = ds_out_open(logits_path, err, sizeof err);
+        if (!R.dump) die_free(&R, "%s", err);
+        rc = dump_logits(ctx, m->hp.n_vocab, R.toks, (int)n_toks, (int)n_predict, ds_out_fp(R.dump), err, sizeof err);
+        if (rc) die_free(&R, "--dump-logits: %s", err);
+        ds_outfile *d = R.dump;
+        R.dump = NULL;
+        if (ds_out_commit(d, err, sizeof err)) die_free(&R, "--dump-logits: %s", err);
         res_free(&R);
         return 0;
     }
@@ -310,8 +354,8 @@ int cmd_generate(int argc, char **argv) {
         ds_gen_opts o = { (int)n_predict, prefill, 1, print_token, &pr };
         ds_gen_stats st;
         rc = ds_generate(ctx, R.toks, (int)n_toks, &o, &samp, R.out, &st, err, sizeof err);
-        if (rc == 0) {
-            fputc('\n', stdout);
+        if (rc == 0 && !pr.failed) {
+            end_text(&pr);
             fprintf(stderr, "mode=plain n_prompt=%d n_gen=%d stop=%s prefill_s=%.4f decode_s=%.4f prefill_tok_s=%.1f decode_tok_s=%.1f\n",
                     st.n_prompt, st.n_gen, st.stop, st.t_prefill, st.t_decode,
                     st.t_prefill > 0 ? st.n_prompt / st.t_prefill : 0.0,
@@ -332,11 +376,17 @@ int cmd_generate(int argc, char **argv) {
         o.commit = commit;
         o.on_token = print_token;
         o.user = &pr;
-        if (R.dump) { o.on_round = dump_round; o.round_user = R.dump; }
+        if (R.dump) { o.on_round = dump_round; o.round_user = ds_out_fp(R.dump); }
         ds_spec_stats st;
         rc = ds_spec_generate(ctx, R.dr, R.toks, (int)n_toks, &o, R.out, &st, err, sizeof err);
-        if (rc == 0) {
-            fputc('\n', stdout);
+        if (rc == 0 && R.dump) {      /* the dump is complete: make it visible (or fail) before the stats */
+            char e[DS_ERRLEN];
+            ds_outfile *d = R.dump;
+            R.dump = NULL;
+            if (ds_out_commit(d, e, sizeof e)) { fputc('\n', stdout); die_free(&R, "--dump-block: %s", e); }
+        }
+        if (rc == 0 && !pr.failed) {
+            end_text(&pr);
             fprintf(stderr, "mode=spec commit=%s kernels=%s sched=%s gamma=%d draft_max=%d temp=%g n_prompt=%d n_gen=%d stop=%s "
                     "rounds=%d drafted=%ld accepted=%ld mean_accepted_len=%.4f accept_hist=",
                     ds_commit_name(commit), kbuf, ds_sched_name(sched), st.gamma, st.draft_max, temp, st.n_prompt, st.n_gen,
@@ -346,7 +396,14 @@ int cmd_generate(int argc, char **argv) {
                     st.t_prefill, st.t_draft, st.t_verify, st.t_accept, st.t_commit, st.t_total, st.replay_fixups, st.tok_s);
         }
     }
-    if (rc) die_free(&R, "%s", err);
+    if (rc) {
+        fputc('\n', stdout);   /* the error line starts on a line of its own */
+        die_free(&R, "%s", err);
+    }
+    if (pr.failed) {
+        clearerr(stdout);
+        die_free(&R, "writing the generated text to standard output failed: %s", strerror(pr.failed));
+    }
     res_free(&R);
     return 0;
 }

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "drafter_make.h"
 #include "model.h"
+#include "outfile.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -74,10 +75,13 @@ int cmd_make_drafter(int argc, char **argv) {
     if (!model) cli_die(C, "no target model given (-m TARGET.gguf)");
     if (!out) cli_die(C, "no output file given (-o OUT.gguf)");
     char err[DS_ERRLEN];
+    if (ds_out_check_inputs(out, &model, 1, err, sizeof err)) cli_die(C, "%s", err);
     ds_model *m = ds_model_load(model, err, sizeof err);
     if (!m) cli_die(C, "%s", err);
     int rc = ds_make_drafter(&o, m, out, err, sizeof err);
     ds_model_free(m);
     if (rc) cli_die(C, "%s", strncmp(err, "make-drafter: ", 14) ? err : err + 14);
+    fprintf(stderr, "make-drafter: wrote %s: layout=%s block_size=%d n_layer=%d markov=%s type=%s for target %s\n", out,
+            o.layout, o.block_size, o.n_layer, o.markov, ds_type_name(o.type), model);
     return 0;
 }

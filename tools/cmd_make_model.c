@@ -5,11 +5,9 @@
 #include <string.h>
 
 static uint32_t parse_type(const char *C, const char *s) {
-    if (!strcmp(s, "f32")) return DS_TYPE_F32;
-    if (!strcmp(s, "f16")) return DS_TYPE_F16;
-    if (!strcmp(s, "bf16")) return DS_TYPE_BF16;
-    if (!strcmp(s, "q8_0")) return DS_TYPE_Q8_0;
-    cli_die(C, "--type must be f32, f16, bf16 or q8_0, got '%s'", s);
+    const int t = ds_type_from_name(s);
+    if (t < 0) cli_die(C, "--type must be one of " DS_TYPE_NAMES ", got '%s'", s);
+    return (uint32_t)t;
 }
 
 int cmd_make_model(int argc, char **argv) {
@@ -20,7 +18,9 @@ int cmd_make_model(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) {
-            printf("usage: dspark make-model -o OUT.gguf [--arch qwen3|llama] [--type f32|f16|bf16|q8_0]\n"
+            printf("usage: dspark make-model -o OUT.gguf [--arch qwen3|llama] [--type TYPE]\n"
+                   "       TYPE: " DS_TYPE_NAMES " (K types need n_embd, n_ff and\n"
+                   "       n_head*head_dim multiples of 256, the others of 32)\n"
                    "       [--n-embd N] [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N] [--n-ff N]\n"
                    "       [--n-vocab N] [--n-ctx N] [--rope-base F] [--norm-eps F] [--seed N]\n");
             return 0;
@@ -47,5 +47,7 @@ int cmd_make_model(int argc, char **argv) {
     if (!out) cli_die(C, "no output file given (-o OUT.gguf)");
     char err[DS_ERRLEN];
     if (ds_make_model(&o, out, err, sizeof err)) cli_die(C, "%s", err);
+    fprintf(stderr, "make-model: wrote %s: arch=%s type=%s n_layer=%d n_embd=%d n_vocab=%d seed=%ld\n", out, o.arch,
+            ds_type_name(o.type), (int)o.n_layer, (int)o.n_embd, (int)o.n_vocab, (long)o.seed);
     return 0;
 }

@@ -22,46 +22,37 @@ static void usage(void) {
            "--prompts FILE holds one prompt per line. Commit is direct (the verifier's KV rows are kept).\n");
 }
 
-/* Bytes of a token sequence, appended to buf (malloc-grown). */
+/* Bytes of a token sequence, every token whole (malloc-grown *buf). */
 static size_t detok(const ds_tokenizer *t, const int32_t *ids, int n, char **buf) {
-    size_t cap = 256, len = 0;
-    *buf = malloc(cap);
-    for (int i = 0; i < n && *buf; i++) {
-        char b[256];
-        int k = ds_token_to_bytes(t, ids[i], b, sizeof b);
-        if (k <= 0) continue;
-        if (k > (int)sizeof b) k = (int)sizeof b;
-        if (len + (size_t)k > cap) { cap = 2 * (len + (size_t)k); *buf = realloc(*buf, cap); if (!*buf) return 0; }
-        memcpy(*buf + len, b, (size_t)k);
-        len += (size_t)k;
-    }
+    size_t cap = 0, len = 0;
+    *buf = NULL;
+    for (int i = 0; i < n; i++)
+        if (cli_append_token(buf, &len, &cap, t, ids[i])) cli_die("surface", "out of memory");
     return len;
 }
 
 int cmd_surface(int argc, char **argv) {
     const char *C = "surface";
-    const char *model_path = NULL, *drafter_path = NULL, *prompt = NULL, *prompts_file = NULL;
-    long n_predict = 128, n_threads = 2, n_ctx = 512, draft_max = 0;
-    cli_kernel_flags kf = { 0 };
+    const char *drafter_path = NULL, *prompts_file = NULL;
+    long n_predict = 128, draft_max = 0;
+    cli_model_flags mf;
+    cli_model_flags_init(&mf);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
-        else if (!strcmp(a, "-m")) model_path = cli_value(C, argc, argv, &i);
-        else if (!strcmp(a, "-md")) drafter_path = cli_value(C, argc, argv, &i);
-        else if (!strcmp(a, "-p")) prompt = cli_value(C, argc, argv, &i);
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); cli_model_flags_help(stdout, 1); return 0; }
+        else if (cli_model_flag(C, argc, argv, &i, &mf)) {}
+        else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) drafter_path = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--prompts")) prompts_file = cli_value(C, argc, argv, &i);
-        else if (!strcmp(a, "-n")) n_predict = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(a, "-t")) n_threads = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
-        else if (!strcmp(a, "-c")) n_ctx = cli_int(C, a, cli_value(C, argc, argv, &i), 2, 1 << 20);
-        else if (!strcmp(a, "--draft-max")) draft_max = cli_int(C, a, cli_value(C, argc, argv, &i), 1, DS_SPEC_MAX_GAMMA);
-        else if (cli_kernel_flag(C, argc, argv, &i, &kf)) {}
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) n_predict = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft")) draft_max = cli_int(C, a, cli_value(C, argc, argv, &i), 1, DS_SPEC_MAX_GAMMA);
         else cli_die(C, "unknown flag '%s' (see dspark surface --help)", a);
     }
-    if (!model_path) cli_die(C, "no model given (-m TARGET.gguf)");
+    ds_kernel_set ks;
+    cli_model_flags_finish(C, &mf, &ks);
+    const char *model_path = mf.model, *prompt = mf.prompt;
+    const long n_threads = mf.n_threads;
     if (!drafter_path) cli_die(C, "no drafter given (-md DRAFTER.gguf)");
     if (!prompt == !prompts_file) cli_die(C, "give exactly one of -p TEXT and --prompts FILE");
-    ds_kernel_set ks;
-    cli_kernel_set(C, &kf, &ks);
 
     /* prompts: one per non-empty line */
     char *pbuf = NULL;
@@ -80,13 +71,13 @@ int cmd_surface(int argc, char **argv) {
     if (n_lines == 0) cli_die(C, "%s holds no prompt", prompts_file);
 
     char err[DS_ERRLEN];
-    ds_model *m = ds_model_load(model_path, err, sizeof err);
+    ds_model *m = ds_model_load_on(model_path, mf.device, err, sizeof err);
     if (!m) cli_die(C, "%s: %s", model_path, err);
     if (!m->tok) cli_die(C, "%s has no tokenizer", model_path);
     ds_drafter *dr = ds_drafter_load(drafter_path, m, err, sizeof err);
     if (!dr) cli_die(C, "%s: %s", drafter_path, err);
     if (draft_max > ds_drafter_block_size(dr)) cli_die(C, "--draft-max %ld exceeds the drafter's block size %d", draft_max, ds_drafter_block_size(dr));
-    if (m->hp.n_ctx_train > 0 && n_ctx > m->hp.n_ctx_train) n_ctx = m->hp.n_ctx_train;
+    const long n_ctx = cli_ctx_for_model(&mf, m->hp.n_ctx_train);
     ds_ctx *c = ds_ctx_new(m, (int)n_ctx, (int)n_threads, err, sizeof err);
     if (!c) cli_die(C, "%s", err);
     const int V = m->hp.n_vocab;

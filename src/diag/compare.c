@@ -11,6 +11,7 @@
 #endif
 
 #include "dspark_diag.h"
+#include "diag/diag_json.h"
 
 #include <float.h>
 #include <math.h>
@@ -230,15 +231,6 @@ static void put_float(FILE *f, float x) {
     else if (bits_inf(u)) fputs((u >> 31) ? "-inf" : "inf", f);
     else fprintf(f, "%.9g", (double)x);
 }
-static void put_json_double(FILE *f, double d) {
-    if (d_nonfinite(d)) fputs("null", f);
-    else fprintf(f, "%.17g", d);
-}
-static void put_json_float(FILE *f, float x) {
-    if (bits_nan(f32_bits(x)) || bits_inf(f32_bits(x))) fputs("null", f);
-    else fprintf(f, "%.9g", (double)x);
-}
-
 int dsd_metrics_print_kv(FILE *f, const char *prefix, const dsd_metrics *m) {
     if (!f || !m) return DSD_ERR_ARG;
     if (prefix && *prefix) fprintf(f, "%s ", prefix);
@@ -270,34 +262,67 @@ int dsd_metrics_print_kv(FILE *f, const char *prefix, const dsd_metrics *m) {
     return ferror(f) ? DSD_ERR_IO : DSD_OK;
 }
 
+/* JSON through cJSON (every JSON dspark writes is built as a tree, so no
+ * string can break the syntax); non-finite values are null. */
+static void add_num(cJSON *o, const char *k, double d) {
+    if (d_nonfinite(d)) cJSON_AddNullToObject(o, k);
+    else cJSON_AddNumberToObject(o, k, d);
+}
+static void add_f32(cJSON *o, const char *k, float x) {
+    if (bits_nan(f32_bits(x)) || bits_inf(f32_bits(x))) cJSON_AddNullToObject(o, k);
+    else cJSON_AddNumberToObject(o, k, (double)x);
+}
+
+cJSON *dsd_metrics_cjson(const dsd_metrics *m) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    char hex[16];
+    cJSON_AddBoolToObject(o, "valid", m->valid);
+    cJSON_AddBoolToObject(o, "bit_exact", m->bit_exact);
+    cJSON_AddNumberToObject(o, "elements", (double)m->n);
+    cJSON_AddNumberToObject(o, "mismatch_count", (double)m->mismatch_count);
+    add_num(o, "mismatch_fraction", m->mismatch_fraction);
+    cJSON_AddNumberToObject(o, "first_mismatch_index", (double)m->first_mismatch);
+    add_f32(o, "first_actual", m->first_actual);
+    add_f32(o, "first_expected", m->first_expected);
+    /* bits as strings: JSON readers differ on 32-bit hex, strings round-trip */
+    snprintf(hex, sizeof hex, "0x%08x", m->first_actual_bits);
+    cJSON_AddStringToObject(o, "first_actual_bits", hex);
+    snprintf(hex, sizeof hex, "0x%08x", m->first_expected_bits);
+    cJSON_AddStringToObject(o, "first_expected_bits", hex);
+    cJSON_AddNumberToObject(o, "first_diff_bit", m->first_diff_bit);
+    add_num(o, "max_abs", m->max_abs);
+    add_num(o, "max_rel", m->max_rel);
+    cJSON_AddNumberToObject(o, "max_ulp", (double)m->max_ulp);
+    cJSON_AddNumberToObject(o, "max_ulp_index", (double)m->max_ulp_index);
+    add_num(o, "rms_abs", m->rms_abs);
+    add_num(o, "mean_abs", m->mean_abs);
+    add_num(o, "p50_abs", m->p50_abs);
+    add_num(o, "p95_abs", m->p95_abs);
+    add_num(o, "p99_abs", m->p99_abs);
+    add_num(o, "relative_l2", m->rel_l2);
+    add_num(o, "cosine_similarity", m->cosine);
+    cJSON_AddNumberToObject(o, "positive_delta_count", (double)m->delta_pos);
+    cJSON_AddNumberToObject(o, "negative_delta_count", (double)m->delta_neg);
+    cJSON_AddNumberToObject(o, "zero_delta_count", (double)m->delta_zero);
+    cJSON_AddNumberToObject(o, "nan_mismatch_count", (double)m->nan_mismatches);
+    cJSON_AddBoolToObject(o, "metrics_undefined", m->metrics_undefined);
+    cJSON_AddBoolToObject(o, "percentiles_valid", m->percentiles_valid);
+    return o;
+}
+
+int dsd_cjson_write(FILE *f, const cJSON *tree) {
+    char *s = tree ? cJSON_PrintUnformatted(tree) : NULL;
+    if (!s) return DSD_ERR_IO;
+    int bad = fputs(s, f) == EOF || fputc('\n', f) == EOF;
+    cJSON_free(s);
+    return bad || ferror(f) ? DSD_ERR_IO : DSD_OK;
+}
+
 int dsd_metrics_json(FILE *f, const dsd_metrics *m) {
     if (!f || !m) return DSD_ERR_ARG;
-    fprintf(f, "{\"valid\":%s,\"bit_exact\":%s,\"elements\":%zu,\"mismatch_count\":%zu,"
-               "\"mismatch_fraction\":",
-            m->valid ? "true" : "false", m->bit_exact ? "true" : "false", m->n, m->mismatch_count);
-    put_json_double(f, m->mismatch_fraction);
-    fprintf(f, ",\"first_mismatch_index\":%lld,\"first_actual\":", (long long)m->first_mismatch);
-    put_json_float(f, m->first_actual);
-    fputs(",\"first_expected\":", f);
-    put_json_float(f, m->first_expected);
-    /* bits as strings: JSON readers differ on 32-bit hex, strings round-trip */
-    fprintf(f, ",\"first_actual_bits\":\"0x%08x\",\"first_expected_bits\":\"0x%08x\","
-               "\"first_diff_bit\":%d,\"max_abs\":",
-            m->first_actual_bits, m->first_expected_bits, m->first_diff_bit);
-    put_json_double(f, m->max_abs);
-    fputs(",\"max_rel\":", f); put_json_double(f, m->max_rel);
-    fprintf(f, ",\"max_ulp\":%llu,\"max_ulp_index\":%lld,\"rms_abs\":",
-            (unsigned long long)m->max_ulp, (long long)m->max_ulp_index);
-    put_json_double(f, m->rms_abs);
-    fputs(",\"mean_abs\":", f); put_json_double(f, m->mean_abs);
-    fputs(",\"p50_abs\":", f); put_json_double(f, m->p50_abs);
-    fputs(",\"p95_abs\":", f); put_json_double(f, m->p95_abs);
-    fputs(",\"p99_abs\":", f); put_json_double(f, m->p99_abs);
-    fputs(",\"relative_l2\":", f); put_json_double(f, m->rel_l2);
-    fputs(",\"cosine_similarity\":", f); put_json_double(f, m->cosine);
-    fprintf(f, ",\"positive_delta_count\":%zu,\"negative_delta_count\":%zu,\"zero_delta_count\":%zu,"
-               "\"nan_mismatch_count\":%zu,\"metrics_undefined\":%s,\"percentiles_valid\":%s}",
-            m->delta_pos, m->delta_neg, m->delta_zero, m->nan_mismatches,
-            m->metrics_undefined ? "true" : "false", m->percentiles_valid ? "true" : "false");
-    return ferror(f) ? DSD_ERR_IO : DSD_OK;
+    cJSON *o = dsd_metrics_cjson(m);
+    int rc = dsd_cjson_write(f, o);
+    cJSON_Delete(o);
+    return rc;
 }

@@ -7,6 +7,7 @@
  * earliest point where the two state trajectories part. Output formats are
  * line-oriented key=value so logs can be grepped and diffed across runs. */
 #include "dspark_diag.h"
+#include "diag/diag_json.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -23,22 +24,6 @@ static const char *fmt_double(char buf[40], double d) {
     if ((u & 0x7fffffffffffffffull) == 0x7ff0000000000000ull) return (u >> 63) ? "-inf" : "inf";
     snprintf(buf, 40, "%.17g", d);
     return buf;
-}
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
-        default:
-            if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-            else fputc(*p, f);
-        }
-    }
-    fputc('"', f);
 }
 static void xml_str(FILE *f, const char *s) {
     for (; *s; s++) {
@@ -185,36 +170,46 @@ int dsd_report_print_table(FILE *f, const dsd_report *r, int only_diverged) {
 /* =====================================================================
  * JSON
  * =================================================================== */
-static void json_object(FILE *f, const dsd_object_result *o) {
+static cJSON *json_object(const dsd_object_result *o) {
     char sb[DSD_NAME_MAX];
-    fprintf(f, "{\"row\":%d,\"layer\":%d,\"checkpoint\":", o->key.row, o->key.layer);
-    json_str(f, dsd_cp_name(o->key.cp));
-    fputs(",\"subobject\":", f);
-    json_str(f, dsd_sub_name(o->key.sub, sb));
-    fprintf(f, ",\"n_a\":%zu,\"n_b\":%zu,\"diverged\":%s,\"metrics\":", o->n_a, o->n_b,
-            o->diverged ? "true" : "false");
-    dsd_metrics_json(f, &o->m);
-    fputc('}', f);
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    cJSON_AddNumberToObject(j, "row", o->key.row);
+    cJSON_AddNumberToObject(j, "layer", o->key.layer);
+    cJSON_AddStringToObject(j, "checkpoint", dsd_cp_name(o->key.cp));
+    cJSON_AddStringToObject(j, "subobject", dsd_sub_name(o->key.sub, sb));
+    cJSON_AddNumberToObject(j, "n_a", (double)o->n_a);
+    cJSON_AddNumberToObject(j, "n_b", (double)o->n_b);
+    cJSON_AddBoolToObject(j, "diverged", o->diverged);
+    cJSON_AddItemToObject(j, "metrics", dsd_metrics_cjson(&o->m));
+    return j;
+}
+
+cJSON *dsd_report_cjson(const dsd_report *r) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    const dsd_object_result *first = dsd_report_first(r);
+    if (first) cJSON_AddItemToObject(j, "first_divergence", json_object(first));
+    else cJSON_AddNullToObject(j, "first_divergence");
+    cJSON_AddNumberToObject(j, "compared_objects", (double)r->compared_objects);
+    cJSON_AddNumberToObject(j, "bit_exact_objects", (double)r->bit_exact_objects);
+    cJSON_AddNumberToObject(j, "diverged_objects", (double)r->diverged_objects);
+    cJSON_AddNumberToObject(j, "missing_in_a", (double)r->missing_in_a);
+    cJSON_AddNumberToObject(j, "missing_in_b", (double)r->missing_in_b);
+    cJSON_AddNumberToObject(j, "size_mismatches", (double)r->size_mismatches);
+    cJSON_AddNumberToObject(j, "capture_errors_a", (double)r->errors_a);
+    cJSON_AddNumberToObject(j, "capture_errors_b", (double)r->errors_b);
+    cJSON *objs = cJSON_AddArrayToObject(j, "objects");
+    for (size_t i = 0; objs && i < r->n_objects; i++) cJSON_AddItemToArray(objs, json_object(&r->objects[i]));
+    return j;
 }
 
 int dsd_report_json(FILE *f, const dsd_report *r) {
     if (!f || !r) return DSD_ERR_ARG;
-    const dsd_object_result *first = dsd_report_first(r);
-    fputs("{\"first_divergence\":", f);
-    if (first) json_object(f, first);
-    else fputs("null", f);
-    fprintf(f, ",\n\"compared_objects\":%zu,\"bit_exact_objects\":%zu,\"diverged_objects\":%zu,"
-               "\"missing_in_a\":%zu,\"missing_in_b\":%zu,\"size_mismatches\":%zu,"
-               "\"capture_errors_a\":%llu,\"capture_errors_b\":%llu,\n\"objects\":[",
-            r->compared_objects, r->bit_exact_objects, r->diverged_objects, r->missing_in_a,
-            r->missing_in_b, r->size_mismatches, (unsigned long long)r->errors_a,
-            (unsigned long long)r->errors_b);
-    for (size_t i = 0; i < r->n_objects; i++) {
-        fputs(i ? ",\n" : "\n", f);
-        json_object(f, &r->objects[i]);
-    }
-    fputs("\n]}\n", f);
-    return ferror(f) ? DSD_ERR_IO : DSD_OK;
+    cJSON *j = dsd_report_cjson(r);
+    int rc = dsd_cjson_write(f, j);
+    cJSON_Delete(j);
+    return rc;
 }
 
 /* =====================================================================

@@ -23,6 +23,13 @@ typedef enum {
     DS_FAM_MATMUL_F16,
     DS_FAM_MATMUL_BF16,
     DS_FAM_MATMUL_Q8_0,
+    DS_FAM_MATMUL_Q4_0,     /* the kquant families (matmul_kq.c): ggml's   */
+    DS_FAM_MATMUL_Q4_1,     /* legacy and K block types                    */
+    DS_FAM_MATMUL_Q5_0,
+    DS_FAM_MATMUL_Q5_1,
+    DS_FAM_MATMUL_Q4_K,
+    DS_FAM_MATMUL_Q5_K,
+    DS_FAM_MATMUL_Q6_K,
     DS_FAM_ATTENTION,
     DS_FAM_RMSNORM,
     DS_FAM_ROPE,
@@ -35,9 +42,9 @@ typedef enum { DS_CANONICAL = 0, DS_FAST = 1 } ds_variant;
 
 typedef struct { uint8_t v[DS_FAM_COUNT]; } ds_kernel_set;
 
-/* "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "attention",
- * "rmsnorm", "rope", "swiglu", "residual" — the one name used in CLI, code
- * and reports. */
+/* "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "matmul_q4_0",
+ * ..., "matmul_q6_k", "attention", "rmsnorm", "rope", "swiglu", "residual" —
+ * the one name used in CLI, code and reports. */
 const char *ds_family_name(int fam);
 int  ds_family_from_name(const char *name);          /* -1 if unknown */
 /* One line on what differs between the family's fast and canonical kernels. */
@@ -51,6 +58,8 @@ int  ds_kernel_set_parse(ds_kernel_set *ks, const char *kernels, const char *fas
 /* "canonical", "fast", or "canonical fast=a,b" — for logs and reports. */
 void ds_kernel_set_str(const ds_kernel_set *ks, char *buf, size_t n);
 int  ds_matmul_family(uint32_t weight_type);          /* DS_FAM_MATMUL_* */
+/* The weight type a matmul family multiplies; -1 for non-matmul families. */
+int  ds_family_weight_type(int fam);
 
 /* Which SIMD path the process picked at run time: "avx512", "avx2", "neon"
  * or "portable". Canonical and decode always share the path, so the
@@ -80,16 +89,32 @@ typedef struct {
  * ds_q8_0_packed_bytes(W) bytes); returns 0, or -1 if packing is not used. */
 size_t ds_q8_0_packed_bytes(const ds_weight *W);
 int    ds_q8_0_pack(const ds_weight *W, void *dst);
+/* Row `row` of a weight packed by ds_q8_0_pack (W->extra set), converted to
+ * f32 from the packed copy alone: bit for bit ds_row_to_f32 of the original
+ * row, so the original may be paged out once packed. */
+void   ds_q8_0_packed_row(const ds_weight *W, int64_t row, float *out);
 
 /* Dequantize/convert one row of n elements of any supported type to f32. */
 void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out);
 /* Quantize n f32 values (n % 32 == 0) to Q8_0 blocks (ggml's rounding). */
 void ds_quantize_row_q8_0(const float *x, int64_t n, ds_block_q8_0 *out);
+/* ggml's dequantization of one row of the kquant types (kquant.c); n is a
+ * multiple of the type's block. ds_row_to_f32 calls it. */
+void ds_kq_row_to_f32(uint32_t type, const void *row, int64_t n, float *out);
+/* Quantize rows of n_per_row f32 values to a kquant type (kquant.c: ggml's
+ * reference rounding for Q4_0..Q5_1, a least-squares search for the K
+ * types' scales and mins). n_per_row must be a multiple of the block. */
+void ds_kq_quantize(uint32_t type, const float *x, int64_t nrows, int64_t n_per_row, void *out);
 /* Convert a whole f32 matrix to the given type (make-model, convert). */
 void ds_f32_to_type(uint32_t type, const float *x, int64_t n, void *out);
 
 /* ---- matmul: y[m][n] = sum_k W[n][k] * x[m][k], m < M ------------------- */
 void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool);
+/* y[i] = W[i] x for n weights of one type and n_in on the same activations
+ * (q/k/v, gate/up): one activation quantization and one pool hand-off for
+ * all of them; bit for bit the n separate ds_matmul calls. */
+void ds_matmul_multi(ds_variant v, int n, const ds_weight *const W[], int M, const float *x,
+                     float *const y[], ds_pool *pool);
 /* The decode kernel: exactly ds_matmul(DS_CANONICAL, W, 1, ...). */
 void ds_matmul_decode(const ds_weight *W, const float *x, float *y, ds_pool *pool);
 
@@ -138,6 +163,19 @@ void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up
  * in both; the norm output is where the fast variant shows. */
 void ds_residual(ds_variant vres, ds_variant vnorm, int rows, int n, float *x, const float *y,
                  const float *w, float eps, float *xnorm, ds_pool *pool);
+
+/* ---- scratch: reserved once, never allocated in a forward -----------------
+ * The per-thread and shared bytes the kernels take from the pool's reserved
+ * scratch (ds_pool_reserve) so that no call with M <= m_max rows, weights of
+ * n_in <= k_max, head_dim <= hd_max and attention over at most n_ctx
+ * positions allocates. A call whose shape exceeds the reservation (or one
+ * without a pool) still works: it takes a slower path with the same bits,
+ * or, for the standalone API only, allocates. */
+size_t ds_kernels_thread_scratch(int64_t k_max, int hd_max, int64_t n_ctx);
+size_t ds_kernels_shared_scratch(int m_max, int64_t k_max);
+/* The matmul and attention shares of ds_kernels_thread_scratch. */
+size_t ds_matmul_thread_scratch(int64_t k_max);
+size_t ds_attention_thread_scratch(int hd_max, int64_t n_ctx);
 
 /* ---- argmax with ties to the lowest index (NaN never wins) --------------- */
 int64_t ds_argmax(const float *x, int64_t n);

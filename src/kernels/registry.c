@@ -14,6 +14,8 @@
  * ========================================================================== */
 static const char *const fam_names[DS_FAM_COUNT] = {
     "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0",
+    "matmul_q4_0", "matmul_q4_1", "matmul_q5_0", "matmul_q5_1",
+    "matmul_q4_k", "matmul_q5_k", "matmul_q6_k",
     "attention",  "rmsnorm",    "rope",        "swiglu",      "residual",
 };
 
@@ -26,11 +28,37 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "canonical: 16 k-lanes, one fused multiply-add per step, fixed 8-4-2-1 tree",
     "fast: bf16 weights converted on the fly, FMA with split-K and a left-to-right lane sum; "
     "canonical: 16 k-lanes, one fused multiply-add per step, fixed 8-4-2-1 tree",
-    "fast: weights dequantized to f32 (once per batch), FMA with the unquantized f32 "
-    "activations, split-K and a left-to-right lane sum (an f32 GEMM); canonical (= decode): "
+    "fast: int8 VNNI on the packed tiles with ONE activation scale per row (convert + FMA "
+    "per block, the row scale applied once at the end; other SIMD levels: weights dequantized "
+    "to f32, FMA with the unquantized activations, split-K, left-to-right lane sum); "
+    "canonical (= decode): "
     "activation rows quantized to Q8_0 (ds_quantize_row_q8_0), exact int8 x int8 block dots "
     "(AVX512-VNNI repacked or per row / AVX2 maddubs / scalar), one f32 fma per block with "
     "d_w*d_x in block order (llama.cpp's q8_0 x q8_0)",
+    "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q4_1), exact int sub-block dots, "
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q4_1), exact int sub-block dots, "
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q4_1), exact int sub-block dots, "
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "fast: activation rows quantized to Q8_0 (Q8_1-style sums for Q5_1), exact int sub-block dots, "
+    "then the f32 block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) in two interleaved "
+    "chains (even/odd blocks), the min terms in a third, added at the end; canonical (= decode): the same integers, one fma chain per output in block order",
+    "fast: activation rows quantized to Q8_K (8-bit, f32 scale per 256), exact int sub-block dots "
+    "with the 6-bit scales, f32 super-block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) "
+    "in two interleaved chains with the min terms in a third; "
+    "canonical (= decode): the same integers, one fma chain per output in super-block order",
+    "fast: activation rows quantized to Q8_K (8-bit, f32 scale per 256), exact int sub-block dots "
+    "with the 6-bit scales, f32 super-block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) "
+    "in two interleaved chains with the min terms in a third; "
+    "canonical (= decode): the same integers, one fma chain per output in super-block order",
+    "fast: activation rows quantized to Q8_K (8-bit, f32 scale per 256), exact int sub-block dots "
+    "with the int8 scales, f32 super-block updates rounded as llama.cpp's vec_dot does ((I*d)*e, then add) "
+    "in two interleaved chains; "
+    "canonical (= decode): the same integers, one fma chain per output in super-block order",
     "fast: one-pass softmax over the whole prefix with query tiles; canonical: fixed "
     "64-position split-KV chunks at absolute positions, combined left to right",
     "fast: 4-row interleaved sum of squares with 8 accumulators; canonical: 16-lane tree per row",
@@ -60,8 +88,22 @@ int ds_matmul_family(uint32_t weight_type) {
     case DS_TYPE_F16: return DS_FAM_MATMUL_F16;
     case DS_TYPE_BF16: return DS_FAM_MATMUL_BF16;
     case DS_TYPE_Q8_0: return DS_FAM_MATMUL_Q8_0;
+    case DS_TYPE_Q4_0: return DS_FAM_MATMUL_Q4_0;
+    case DS_TYPE_Q4_1: return DS_FAM_MATMUL_Q4_1;
+    case DS_TYPE_Q5_0: return DS_FAM_MATMUL_Q5_0;
+    case DS_TYPE_Q5_1: return DS_FAM_MATMUL_Q5_1;
+    case DS_TYPE_Q4_K: return DS_FAM_MATMUL_Q4_K;
+    case DS_TYPE_Q5_K: return DS_FAM_MATMUL_Q5_K;
+    case DS_TYPE_Q6_K: return DS_FAM_MATMUL_Q6_K;
     default: return -1;
     }
+}
+
+int ds_family_weight_type(int fam) {
+    static const int types[] = { DS_TYPE_F32,  DS_TYPE_F16,  DS_TYPE_BF16, DS_TYPE_Q8_0,
+                                 DS_TYPE_Q4_0, DS_TYPE_Q4_1, DS_TYPE_Q5_0, DS_TYPE_Q5_1,
+                                 DS_TYPE_Q4_K, DS_TYPE_Q5_K, DS_TYPE_Q6_K };
+    return fam >= 0 && fam < (int)(sizeof types / sizeof types[0]) ? types[fam] : -1;
 }
 
 /* ==========================================================================
@@ -175,20 +217,38 @@ static int detect_level(void) {
 
 int ds_simd_level_ok(int lv) { return lv >= 0 && lv <= detect_level(); }
 
+int ds_simd_parse(const char *v, int *cap, char *err, size_t errlen) {
+    *cap = DS_LVL_COUNT;            /* unset or empty: no cap */
+    if (!v || !*v) return 0;
+    if (strcmp(v, "portable") == 0) *cap = DS_LVL_PORTABLE;
+    else if (strcmp(v, "avx2") == 0) *cap = DS_LVL_AVX2;
+    else if (strcmp(v, "avx512") == 0) *cap = DS_LVL_AVX512;
+    else {
+        ds_errf(err, errlen, "DSPARK_SIMD='%.40s' is not a SIMD level (use portable, avx2 or avx512; "
+                "names are lower-case)", v);
+        return -1;
+    }
+    return 0;
+}
+
+int ds_simd_check_env(char *err, size_t errlen) {
+    int cap;
+    return ds_simd_parse(getenv("DSPARK_SIMD"), &cap, err, errlen);
+}
+
+/* The ONE place the SIMD level is decided: every SIMD choice in the CPU
+ * kernels (matmul paths, the attention loops, Q8_0 activation quantizing,
+ * VNNI packing) asks this function. DSPARK_SIMD caps the level (compare
+ * paths end to end on one machine); an unknown value is refused at CLI
+ * start (ds_simd_check_env) and ignored by library callers that skip the
+ * check. */
 int ds_simd_level(void) {
     static atomic_int cached = -1;
     int lv = atomic_load_explicit(&cached, memory_order_relaxed);
     if (lv >= 0) return lv;
     lv = detect_level();
-    /* DSPARK_SIMD caps the level (compare paths end to end on one machine) */
-    const char *env = getenv("DSPARK_SIMD");
-    if (env) {
-        int cap = lv;
-        if (strcmp(env, "portable") == 0) cap = DS_LVL_PORTABLE;
-        else if (strcmp(env, "avx2") == 0) cap = DS_LVL_AVX2;
-        else if (strcmp(env, "avx512") == 0) cap = DS_LVL_AVX512;
-        if (cap < lv) lv = cap;
-    }
+    int cap;
+    if (ds_simd_parse(getenv("DSPARK_SIMD"), &cap, NULL, 0) == 0 && cap < lv) lv = cap;
     atomic_store_explicit(&cached, lv, memory_order_relaxed);
     return lv;
 }
@@ -216,26 +276,31 @@ void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out) {
     case DS_TYPE_F32:
         memcpy(out, row, (size_t)n * sizeof(float));
         break;
+    /* memcpy loads: rows come from files (a safetensors buffer, a GGUF of
+     * any alignment) and need not be aligned */
     case DS_TYPE_F16: {
-        const uint16_t *h = row;
-        for (int64_t i = 0; i < n; i++) out[i] = ds_fp16_to_f32(h[i]);
+        const unsigned char *h = row;
+        for (int64_t i = 0; i < n; i++) { uint16_t u; memcpy(&u, h + 2 * i, 2); out[i] = ds_fp16_to_f32(u); }
         break;
     }
     case DS_TYPE_BF16: {
-        const uint16_t *h = row;
-        for (int64_t i = 0; i < n; i++) out[i] = ds_bf16_to_f32(h[i]);
+        const unsigned char *h = row;
+        for (int64_t i = 0; i < n; i++) { uint16_t u; memcpy(&u, h + 2 * i, 2); out[i] = ds_bf16_to_f32(u); }
         break;
     }
     case DS_TYPE_Q8_0: {
-        const ds_block_q8_0 *b = row;
+        const unsigned char *b = row;
         for (int64_t i = 0; i < n / DS_QK8_0; i++) {
-            float d = ds_fp16_to_f32(b[i].d);
-            for (int j = 0; j < DS_QK8_0; j++) out[i * DS_QK8_0 + j] = d * (float)b[i].qs[j];
+            ds_block_q8_0 blk;
+            memcpy(&blk, b + (size_t)i * sizeof blk, sizeof blk);
+            float d = ds_fp16_to_f32(blk.d);
+            for (int j = 0; j < DS_QK8_0; j++) out[i * DS_QK8_0 + j] = d * (float)blk.qs[j];
         }
         break;
     }
     default:
-        memset(out, 0, (size_t)n * sizeof(float));
+        if (ds_type_is_kq(type)) ds_kq_row_to_f32(type, row, n, out);
+        else memset(out, 0, (size_t)n * sizeof(float));
         break;
     }
 }
@@ -289,9 +354,7 @@ static void q8_quant_avx512(const float *x, int64_t n, ds_block_q8_0 *out) {
 
 void ds_quantize_row_q8_0(const float *x, int64_t n, ds_block_q8_0 *out) {
 #if DS_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    if (ds_simd_level() >= DS_LVL_AVX512) {
         q8_quant_avx512(x, n, out);
         return;
     }
@@ -346,6 +409,7 @@ void ds_f32_to_type(uint32_t type, const float *x, int64_t n, void *out) {
         ds_quantize_row_q8_0(x, n, out);
         break;
     default:
+        if (ds_type_is_kq(type)) ds_kq_quantize(type, x, 1, n, out);
         break;
     }
 }

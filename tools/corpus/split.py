@@ -87,8 +87,9 @@ def main():
         return
     with open(a.manifest, 'w', encoding='utf-8') as fh:
         fh.write('# Corpus manifest (written by tools/corpus/split.py)\n\n')
-        fh.write('Input: the pinned corpus `/work/shared/data/corpus/*.txt.xz` (see its MANIFEST.md for '
-                 'packages, versions and licences), decompressed and checked against SHA256SUMS.txt.\n'
+        fh.write('Input: the pinned corpus `*.txt.xz` (kept outside the repository; packages, versions and '
+                 'licences in models/README.md; tools/corpus/build_corpus.py rebuilds it), decompressed and '
+                 'checked against its SHA256SUMS.txt.\n'
                  'Paragraphs split on blank lines, exact duplicates dropped globally, '
                  'validation = sha256(paragraph)[:8] (big-endian) % 100 == 0.\n\n')
         fh.write('| source | bytes | paragraphs | duplicates dropped | train bytes | validation bytes |\n')

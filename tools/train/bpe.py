@@ -301,7 +301,7 @@ def write_gguf(tok, path):
     merges = ['%s %s' % (to_unicode(l), to_unicode(r)) for l, r in tok.merges]
     kv = [
         ('tokenizer.ggml.model', 'str', 'gpt2'),
-        ('tokenizer.ggml.pre', 'str', 'gpt2'),
+        ('tokenizer.ggml.pre', 'str', 'gpt-2'),   # llama.cpp's name
         ('tokenizer.ggml.tokens', 'arr_str', tok.token_strings()),
         ('tokenizer.ggml.token_type', 'arr_i32', types),
         ('tokenizer.ggml.merges', 'arr_str', merges),

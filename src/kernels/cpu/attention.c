@@ -24,7 +24,7 @@
  *              by a reciprocal. Different dot order, different max (global vs
  *              per chunk, so no rescale products), different exp and different
  *              normalization: different bits.
- * Both heavy loops are compiled per SIMD level (DS_OPS_CLONES); canonical's
+ * Both heavy loops are compiled per SIMD level (DS_OPS_DISPATCH); canonical's
  * bits are the same on every level (plain lane arithmetic, no contraction). */
 #include "kernels/kernels.h"
 #include "kernels/cpu/ops_internal.h"
@@ -40,6 +40,7 @@ typedef struct {
     int M, pos0, causal, n_kv;
     const float *q, *k, *v;
     float *out;
+    ds_pool *pool;      /* for the threads' reserved scratch */
 } attn_args;
 
 static inline int attn_len(const attn_args *a, int m) {
@@ -98,14 +99,17 @@ ATTN_INLINE void attn_row_head(const ds_attn_shape *s, int L, const float *qv, c
 /* ========================================================================
  * CANONICAL — threads split (row, head) pairs; each runs attn_row_head()
  * ======================================================================== */
-DS_OPS_CLONES static void attn_canon_range(void *arg, int64_t i0, int64_t i1) {
+static void attn_canon_range(void *arg, int64_t i0, int64_t i1, int chunk);
+DS_OPS_BODY_IDX(attn_canon_range) {
     const attn_args *a = arg;
     const ds_attn_shape *s = a->s;
     const int hd = s->head_dim, group = s->n_head / s->n_kv_head;
     float stack_buf[2 * ATTN_STACK_HD];
-    float *buf = stack_buf;
-    if (hd > ATTN_STACK_HD) {
-        buf = malloc(sizeof(float) * 2 * (size_t)hd);
+    float *buf = stack_buf, *owned = NULL;
+    if (hd > ATTN_STACK_HD) {   /* the thread's reserved scratch, else (standalone) malloc */
+        size_t have;
+        buf = ds_pool_thread_scratch(a->pool, chunk, &have);
+        if (have < sizeof(float) * 2 * (size_t)hd) buf = owned = malloc(sizeof(float) * 2 * (size_t)hd);
         if (!buf) {   /* cannot compute: make the failure loud, not silent */
             for (int64_t i = i0; i < i1; i++)
                 for (int d = 0; d < hd; d++) a->out[i * hd + d] = NAN;
@@ -118,7 +122,7 @@ DS_OPS_CLONES static void attn_canon_range(void *arg, int64_t i0, int64_t i1) {
         attn_row_head(s, attn_len(a, m), a->q + i * hd, a->k + (int64_t)kvh * hd,
                       a->v + (int64_t)kvh * hd, a->out + i * hd, buf, buf + hd);
     }
-    if (buf != stack_buf) free(buf);
+    free(owned);
 }
 
 /* ========================================================================
@@ -265,7 +269,7 @@ ATTN_INLINE void attn_fast_tile(const attn_args *a, int kvh, int t0, int nq, int
     }
 }
 
-DS_OPS_CLONES static void attn_fast_range(void *arg, int64_t i0, int64_t i1) {
+DS_OPS_BODY_IDX(attn_fast_range) {
     const attn_args *a = arg;
     const ds_attn_shape *s = a->s;
     const int hd = s->head_dim, group = s->n_head / s->n_kv_head;
@@ -273,15 +277,17 @@ DS_OPS_CLONES static void attn_fast_range(void *arg, int64_t i0, int64_t i1) {
     /* the longest prefix any row of this call sees */
     int64_t lmax_all = a->causal ? (int64_t)a->pos0 + a->M : a->n_kv;
     if (lmax_all < 0) lmax_all = 0;
-    /* one allocation per range (not per tile) */
-    size_t nf = (size_t)hd * FAST_Q + (size_t)(lmax_all + 1) * FAST_Q;
-    float *mem = malloc(nf * sizeof(float));
+    /* the thread's reserved scratch (ds_attention_thread_scratch); a call
+     * beyond the reservation (standalone use) allocates once per range */
+    size_t nf = (size_t)hd * FAST_Q + (size_t)(lmax_all + 1) * FAST_Q, have;
+    float *mem = ds_pool_thread_scratch(a->pool, chunk, &have), *owned = NULL;
+    if (have < nf * sizeof(float)) mem = owned = malloc(nf * sizeof(float));
     if (!mem) {   /* out of memory: compute these tiles' pairs canonically */
         for (int64_t i = i0; i < i1; i++) {
             const int kvh = (int)(i / tiles_per_kvh), t0 = (int)(i % tiles_per_kvh) * FAST_Q;
             for (int qi = t0; qi < t0 + FAST_Q && qi < a->M * group; qi++) {
                 int64_t p = (int64_t)(qi / group) * s->n_head + (int64_t)kvh * group + qi % group;
-                attn_canon_range((void *)a, p, p + 1);
+                attn_canon_range((void *)a, p, p + 1, chunk);
             }
         }
         return;
@@ -292,8 +298,18 @@ DS_OPS_CLONES static void attn_fast_range(void *arg, int64_t i0, int64_t i1) {
         const int kvh = (int)(i / tiles_per_kvh), t0 = (int)(i % tiles_per_kvh) * FAST_Q;
         attn_fast_tile(a, kvh, t0, ds_imin(FAST_Q, a->M * group - t0), lmax_all, &t);
     }
-    free(mem);
+    free(owned);
 }
+
+size_t ds_attention_thread_scratch(int hd_max, int64_t n_ctx) {
+    if (hd_max <= 0 || n_ctx < 0) return 0;
+    const size_t fast = ((size_t)hd_max * FAST_Q + (size_t)(n_ctx + 1) * FAST_Q) * sizeof(float);
+    const size_t canon = hd_max > ATTN_STACK_HD ? 2 * (size_t)hd_max * sizeof(float) : 0;
+    return fast > canon ? fast : canon;
+}
+
+DS_OPS_DISPATCH_IDX(attn_canon_range)
+DS_OPS_DISPATCH_IDX(attn_fast_range)
 
 /* ========================================================================
  * entry point
@@ -302,13 +318,15 @@ void ds_attention(ds_variant v, const ds_attn_shape *s, int M, int pos0, int cau
                   const float *q, const float *kcache, const float *vcache, float *out,
                   ds_pool *pool) {
     if (M <= 0 || s->n_head <= 0 || s->n_kv_head <= 0 || s->head_dim <= 0) return;
-    attn_args a = { s, M, pos0, causal, n_kv, q, kcache, vcache, out };
+    attn_args a = { s, M, pos0, causal, n_kv, q, kcache, vcache, out, pool };
+    /* normally a no-op (reserved at context creation); grows once otherwise */
+    ds_pool_reserve(pool, ds_attention_thread_scratch(s->head_dim, causal ? (int64_t)pos0 + M : n_kv), 0);
     if (v == DS_FAST) {
         /* tiles of FAST_Q queries (row-major over (row, GQA head)) per kv head */
         const int group = s->n_head / s->n_kv_head;
         const int64_t tiles = ((int64_t)M * group + FAST_Q - 1) / FAST_Q;
-        ds_pool_for(pool, tiles * s->n_kv_head, 1, attn_fast_range, &a);
+        ds_pool_for_idx(pool, tiles * s->n_kv_head, 1, attn_fast_range, &a);
         return;
     }
-    ds_pool_for(pool, (int64_t)M * s->n_head, 1, attn_canon_range, &a);
+    ds_pool_for_idx(pool, (int64_t)M * s->n_head, 1, attn_canon_range, &a);
 }

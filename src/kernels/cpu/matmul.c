@@ -13,32 +13,63 @@
  * stay aligned within a group. */
 #include "kernels/cpu/matmul_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define DS_MM_GROUP 16          /* output columns per work item            */
 #define DS_MM_MIN_WORK 65536    /* weight elements per chunk, at least     */
 
+/* One job: up to DS_MM_MULTI weights on the same activations, their column
+ * groups laid end to end (weight i owns groups [g_off[i], g_off[i+1])), so
+ * q/k/v or gate/up are one hand-off and one activation quantization. */
+#define DS_MM_MULTI 4
 typedef struct {
     const ds_mm_ctx *ctx;
     ds_mm_range_fn fn;
+    ds_pool *pool;
+    int n;
+    const ds_weight *W[DS_MM_MULTI];
+    float *y[DS_MM_MULTI];
+    int64_t g_off[DS_MM_MULTI + 1];
 } mm_job;
 
-static void mm_range(void *arg, int64_t g0, int64_t g1) {
+/* Each range gets its thread's reserved scratch (ds_pool_reserve) in a
+ * private copy of the call's context: the walkers' dequantization and
+ * repacking buffers live there, so a forward never allocates. */
+static void mm_range(void *arg, int64_t g0, int64_t g1, int chunk) {
     const mm_job *j = arg;
-    int64_t N = j->ctx->W->n_out;
-    int64_t n0 = g0 * DS_MM_GROUP, n1 = g1 * DS_MM_GROUP;
-    if (n1 > N) n1 = N;
-    if (n0 < n1) j->fn(j->ctx, n0, n1);
+    ds_mm_ctx c = *j->ctx;
+    c.tmp = ds_pool_thread_scratch(j->pool, chunk, &c.tmp_bytes);
+    for (int i = 0; i < j->n; i++) {
+        const int64_t a = g0 > j->g_off[i] ? g0 : j->g_off[i];
+        const int64_t b = g1 < j->g_off[i + 1] ? g1 : j->g_off[i + 1];
+        if (a >= b) continue;
+        const int64_t N = j->W[i]->n_out;
+        int64_t n0 = (a - j->g_off[i]) * DS_MM_GROUP, n1 = (b - j->g_off[i]) * DS_MM_GROUP;
+        if (n1 > N) n1 = N;
+        if (n0 >= n1) continue;
+        c.W = j->W[i];
+        c.y = j->y[i];
+        j->fn(&c, n0, n1);
+    }
 }
 
 /* ---- canonical Q8_0: the activation rows quantized once per call ---------------------
  * ds_quantize_row_q8_0 per row (ggml's quantize_row_q8_0), plus each block's
  * scale as f32 and -128 * (sum of its quants), the correction the VNNI tile
  * needs (matmul_q8_0.c). Rows are independent, so they are spread over the
- * pool; the arrays live in the pool's scratch slot DS_MM_SCRATCH_SLOT (no
- * allocation in steady state) or, without a pool, in one malloc per call. */
+ * pool (small batches stay on the caller: one row of K = 1024 quantizes in
+ * well under a microsecond, less than a hand-off). The arrays live in the
+ * pool's reserved shared scratch (ds_pool_reserve, sized at context
+ * creation by ds_kernels_shared_scratch): a forward never allocates. A call
+ * outside the reservation (the standalone API, tests) grows the pool's slot
+ * DS_MM_SCRATCH_SLOT, or without a pool mallocs; and if even that fails,
+ * q8_rows_nomem computes the same bits with a fixed stack buffer — there is
+ * no failure path. */
 #define DS_MM_SCRATCH_SLOT 3
+#define DS_Q8_ACT_BYTES 42      /* per block: ds_block_q8_0 (34) + d (4) + nsum (4) */
 
 typedef struct {
     const float *x;
@@ -62,18 +93,116 @@ static void q8_quant_range(void *arg, int64_t m0, int64_t m1) {
     }
 }
 
-static int q8_quantize_acts(const ds_weight *W, int M, const float *x, ds_pool *pool,
-                            ds_q8_act *act, void **owned) {
-    const int64_t K = W->n_in, nq = (int64_t)M * (K / DS_QK8_0);
-    const size_t qb = ((size_t)nq * sizeof(ds_block_q8_0) + 63) & ~(size_t)63;
-    const size_t bytes = qb + (size_t)nq * (sizeof(float) + sizeof(int32_t));
+static size_t q8_act_bytes(int M, int64_t K) {
+    const size_t nq = (size_t)M * (size_t)(K / DS_QK8_0);
+    return ((nq * sizeof(ds_block_q8_0) + 63) & ~(size_t)63) + nq * (sizeof(float) + sizeof(int32_t));
+}
+
+size_t ds_kernels_shared_scratch(int m_max, int64_t k_max) {
+    return m_max > 0 && k_max > 0 ? q8_act_bytes(m_max, k_max) + 64 : 0;
+}
+
+static void q8_quantize_into(const float *x, int M, int64_t K, char *mem, ds_pool *pool,
+                             ds_q8_act *act) {
+    const size_t nq = (size_t)M * (size_t)(K / DS_QK8_0);
+    const size_t qb = (nq * sizeof(ds_block_q8_0) + 63) & ~(size_t)63;
+    q8_quant_job j = {.x = x, .K = K, .q = (ds_block_q8_0 *)mem, .d = (float *)(mem + qb),
+                      .nsum = (int32_t *)(mem + qb + nq * sizeof(float))};
+    ds_pool_for(pool, M, (4096 + K - 1) / K, q8_quant_range, &j);
+    *act = (ds_q8_act){.q = j.q, .d = j.d, .nsum = j.nsum};
+}
+
+/* The definition with no scratch at all: per row, 32 blocks at a time
+ * quantized into a stack buffer (quantization is per block, so a slice of
+ * the row quantizes as the whole row would), and y[m][n] itself carries the
+ * accumulator between slices (an f32 stored and reloaded is the same f32):
+ * the block-order fma sequence, bit for bit. Slow; only for out-of-memory. */
+static void q8_rows_nomem(const ds_weight *W, int M, const float *x, float *y) {
+    const int64_t K = W->n_in, N = W->n_out, nb = K / DS_QK8_0;
+    ds_block_q8_0 xq[32];
+    for (int m = 0; m < M; m++)
+        for (int64_t b0 = 0; b0 < nb; b0 += 32) {
+            const int64_t bn = nb - b0 < 32 ? nb - b0 : 32;
+            ds_quantize_row_q8_0(x + (size_t)m * (size_t)K + (size_t)b0 * DS_QK8_0, bn * DS_QK8_0, xq);
+            for (int64_t n = 0; n < N; n++) {
+                const ds_block_q8_0 *w = (const ds_block_q8_0 *)W->data + n * nb + b0;
+                float *yo = y + (size_t)m * (size_t)N + (size_t)n;
+                float acc = b0 == 0 ? 0.0f : *yo;
+                for (int64_t b = 0; b < bn; b++) {
+                    int32_t D = 0;
+                    for (int l = 0; l < DS_QK8_0; l++) D += (int32_t)w[b].qs[l] * xq[b].qs[l];
+                    acc = fmaf((float)D, ds_fp16_to_f32(w[b].d) * ds_fp16_to_f32(xq[b].d), acc);
+                }
+                *yo = acc;
+            }
+        }
+}
+
+/* ---- kquant K types: the activation rows quantized to Q8_K once per call ----------------
+ * Per 256-element super-block: the value of largest magnitude (the first
+ * one) maps to -127: iscale = -127 / max, q = round-to-nearest-even(iscale
+ * * x) clamped to [-127, 127] (NaN -> 0), d = 1 / iscale, plus the 16 sums
+ * of 16 quants. ggml's quantize_row_q8_K rule, written out in scalar C: it
+ * is O(M K) per call against the matmul's O(M K N), and one code path
+ * keeps it the same on every level. An all-zero block gets d = 0. */
+void ds_quantize_row_q8_k(const float *x, int64_t K, int8_t *q, float *d, int16_t *bsums) {
+    for (int64_t i = 0; i < K / DS_QK_K; i++) {
+        const float *xb = x + i * DS_QK_K;
+        int8_t *qb = q + i * DS_QK_K;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < DS_QK_K; j++) {
+            const float a = fabsf(xb[j]);
+            if (a > amax) { amax = a; max = xb[j]; }
+        }
+        if (amax == 0.0f) {
+            d[i] = 0.0f;
+            memset(qb, 0, DS_QK_K);
+            memset(bsums + 16 * i, 0, 16 * sizeof(int16_t));
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < DS_QK_K; j++) {
+            float v = iscale * xb[j];
+            v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+            qb[j] = (int8_t)rintf(v);
+        }
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += qb[16 * g + l];
+            bsums[16 * i + g] = (int16_t)s;
+        }
+        d[i] = 1.0f / iscale;
+    }
+}
+
+typedef struct {
+    const float *x;
+    int64_t K;
+    int8_t *q;
+    float *d;
+    int16_t *bsums;
+} q8k_quant_job;
+
+static void q8k_quant_range(void *arg, int64_t m0, int64_t m1) {
+    const q8k_quant_job *j = arg;
+    const int64_t nsb = j->K / DS_QK_K;
+    for (int64_t m = m0; m < m1; m++)
+        ds_quantize_row_q8_k(j->x + m * j->K, j->K, j->q + m * j->K, j->d + m * nsb, j->bsums + m * nsb * 16);
+}
+
+static int q8k_quantize_acts(const ds_weight *W, int M, const float *x, ds_pool *pool,
+                             ds_q8k_act *act, void **owned) {
+    const int64_t K = W->n_in, nsb = (int64_t)M * (K / DS_QK_K);
+    const size_t qb = ((size_t)M * (size_t)K + 63) & ~(size_t)63;
+    const size_t db = ((size_t)nsb * sizeof(float) + 63) & ~(size_t)63;
+    const size_t bytes = qb + db + (size_t)nsb * 16 * sizeof(int16_t);
     char *mem = ds_pool_scratch(pool, DS_MM_SCRATCH_SLOT, bytes);
     if (!mem) mem = *owned = malloc(bytes);
     if (!mem) return -1;
-    q8_quant_job j = {.x = x, .K = K, .q = (ds_block_q8_0 *)mem, .d = (float *)(mem + qb),
-                      .nsum = (int32_t *)(mem + qb + (size_t)nq * sizeof(float))};
-    ds_pool_for(pool, M, (4096 + K - 1) / K, q8_quant_range, &j);
-    *act = (ds_q8_act){.q = j.q, .d = j.d, .nsum = j.nsum};
+    q8k_quant_job j = {.x = x, .K = K, .q = (int8_t *)mem, .d = (float *)(mem + qb),
+                       .bsums = (int16_t *)(mem + qb + db)};
+    ds_pool_for(pool, M, (4096 + K - 1) / K, q8k_quant_range, &j);
+    *act = (ds_q8k_act){.q = j.q, .d = j.d, .bsums = j.bsums};
     return 0;
 }
 
@@ -83,43 +212,110 @@ static ds_mm_range_fn pick(uint32_t type, ds_variant v) {
     case DS_TYPE_F16: return v == DS_FAST ? ds_mm_f16_fast : ds_mm_f16_canonical;
     case DS_TYPE_BF16: return v == DS_FAST ? ds_mm_bf16_fast : ds_mm_bf16_canonical;
     case DS_TYPE_Q8_0: return v == DS_FAST ? ds_mm_q8_0_fast : ds_mm_q8_0_canonical;
+    case DS_TYPE_Q4_0: return v == DS_FAST ? ds_mm_q4_0_fast : ds_mm_q4_0_canonical;
+    case DS_TYPE_Q4_1: return v == DS_FAST ? ds_mm_q4_1_fast : ds_mm_q4_1_canonical;
+    case DS_TYPE_Q5_0: return v == DS_FAST ? ds_mm_q5_0_fast : ds_mm_q5_0_canonical;
+    case DS_TYPE_Q5_1: return v == DS_FAST ? ds_mm_q5_1_fast : ds_mm_q5_1_canonical;
+    case DS_TYPE_Q4_K: return v == DS_FAST ? ds_mm_q4_k_fast : ds_mm_q4_k_canonical;
+    case DS_TYPE_Q5_K: return v == DS_FAST ? ds_mm_q5_k_fast : ds_mm_q5_k_canonical;
+    case DS_TYPE_Q6_K: return v == DS_FAST ? ds_mm_q6_k_fast : ds_mm_q6_k_canonical;
     default: return NULL;
     }
 }
 
-void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, const float *x,
-                        float *y, ds_pool *pool) {
-    if (M <= 0 || W->n_out <= 0) return;
-    const int64_t K = W->n_in, N = W->n_out;
-    ds_mm_range_fn fn = pick(W->type, v);
-    if (!fn || K < 0 || (W->type == DS_TYPE_Q8_0 && K % DS_QK8_0)) {
-        fprintf(stderr, "ds_matmul: unsupported weight (type %u, n_in %lld)\n", W->type,
+/* n weights of one type and n_in (checked by the callers) on the same x. */
+static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weight *const W[], int M,
+                                  const float *x, float *const y[], ds_pool *pool) {
+    if (M <= 0) return;
+    const int64_t K = W[0]->n_in;
+    ds_mm_range_fn fn = pick(W[0]->type, v);
+    if (!fn || K < 0 || K % (int64_t)ds_type_block_elems(W[0]->type)) {
+        fprintf(stderr, "ds_matmul: unsupported weight (type %u, n_in %lld)\n", W[0]->type,
                 (long long)K);
         abort();
     }
-    ds_mm_ctx ctx = {.W = W, .M = M, .x = x, .y = y, .level = level};
-
     if (K == 0) {                               /* empty sums: +0 everywhere */
-        for (int64_t i = 0; i < (int64_t)M * N; i++) y[i] = 0.0f;
+        for (int i = 0; i < n; i++)
+            for (int64_t e = 0; e < (int64_t)M * W[i]->n_out; e++) y[i][e] = 0.0f;
         return;
     }
+    ds_mm_ctx ctx = {.W = W[0], .M = M, .x = x, .y = y[0], .level = level};
     /* canonical (= decode) Q8_0 multiplies quantized activations: quantize
      * x once, here, before the columns are split (matmul_q8_0.c) */
     ds_q8_act act;
+    ds_q8k_act actk;
     void *owned = NULL;
-    if (W->type == DS_TYPE_Q8_0 && v == DS_CANONICAL) {
-        if (q8_quantize_acts(W, M, x, pool, &act, &owned)) {
+    const int kq = ds_type_is_kq(W[0]->type), kq_k = kq && ds_type_block_elems(W[0]->type) == DS_QK_K;
+    if (kq_k) {                                 /* both variants of the K types */
+        if (q8k_quantize_acts(W[0], M, x, pool, &actk, &owned)) {
             fprintf(stderr, "ds_matmul: out of memory quantizing %d activation rows\n", M);
             abort();
         }
+        ctx.xk = &actk;
+    } else if ((W[0]->type == DS_TYPE_Q8_0 && v == DS_CANONICAL) || kq) {
+        const size_t bytes = q8_act_bytes(M, K);
+        char *mem = ds_pool_shared_scratch(pool, bytes);
+        if (!mem) mem = ds_pool_scratch(pool, DS_MM_SCRATCH_SLOT, bytes);
+        if (!mem && !pool) mem = owned = malloc(bytes);
+        if (!mem) {
+            if (kq) {   /* the kquant engines have no scratch-free path (yet) */
+                fprintf(stderr, "ds_matmul: out of memory quantizing %d activation rows\n", M);
+                abort();
+            }
+            for (int i = 0; i < n; i++) q8_rows_nomem(W[i], M, x, y[i]);
+            return;
+        }
+        q8_quantize_into(x, M, K, mem, pool, &act);
         ctx.xq = &act;
+    } else if (W[0]->type == DS_TYPE_Q8_0 && ds_q8_0_fast_vnni(level)) {
+        /* fast Q8_0 on VNNI: its own activation quantization, one scale per
+         * row (matmul_q8_0.c); same scratch as canonical's (row scales fit in
+         * the per-block scale array). Without scratch: the f32 tile engine. */
+        const size_t nq = (size_t)M * (size_t)(K / DS_QK8_0);
+        const size_t qb = (nq * sizeof(ds_block_q8_0) + 63) & ~(size_t)63;
+        char *mem = ds_pool_shared_scratch(pool, q8_act_bytes(M, K));
+        if (!mem) mem = ds_pool_scratch(pool, DS_MM_SCRATCH_SLOT, q8_act_bytes(M, K));
+        if (mem) {
+            act = (ds_q8_act){.q = (ds_block_q8_0 *)mem, .d = (float *)(mem + qb),
+                              .nsum = (int32_t *)(mem + qb + nq * sizeof(float))};
+            ds_q8_0_fast_quantize(x, M, K, (ds_block_q8_0 *)act.q, (int32_t *)act.nsum, (float *)act.d);
+            ctx.xq = &act;
+        }
     }
-    mm_job job = {.ctx = &ctx, .fn = fn};
-    int64_t groups = (N + DS_MM_GROUP - 1) / DS_MM_GROUP;
-    int64_t per_group = K * DS_MM_GROUP;
-    int64_t grain = (DS_MM_MIN_WORK + per_group - 1) / per_group;
-    ds_pool_for(pool, groups, grain, mm_range, &job);
+    /* normally a no-op: the context reserved this at creation; a call with a
+     * larger K grows the reservation once, here, outside the job */
+    ds_pool_reserve(pool, ds_matmul_thread_scratch(K), 0);
+    mm_job job = {.ctx = &ctx, .fn = fn, .pool = pool, .n = n};
+    for (int i = 0; i < n; i++) {
+        job.W[i] = W[i];
+        job.y[i] = y[i];
+        job.g_off[i + 1] = job.g_off[i] + (W[i]->n_out + DS_MM_GROUP - 1) / DS_MM_GROUP;
+    }
+    const int64_t per_group = K * DS_MM_GROUP;
+    const int64_t grain = (DS_MM_MIN_WORK + per_group - 1) / per_group;
+    ds_pool_for_idx(pool, job.g_off[n], grain, mm_range, &job);
     free(owned);
+}
+
+void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, const float *x,
+                        float *y, ds_pool *pool) {
+    if (W->n_out <= 0) return;
+    matmul_multi_at_level(level, v, 1, &W, M, x, &y, pool);
+}
+
+/* Same bits as n ds_matmul calls (every output column runs the same range
+ * kernel on the same quantized rows whichever job carries it); weights of
+ * different types or n_in, or more than DS_MM_MULTI, go one by one. */
+void ds_matmul_multi(ds_variant v, int n, const ds_weight *const W[], int M, const float *x,
+                     float *const y[], ds_pool *pool) {
+    int same = n >= 1 && n <= DS_MM_MULTI;
+    for (int i = 1; same && i < n; i++) same = W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in;
+    for (int i = 0; same && i < n; i++) same = W[i]->n_out > 0;
+    if (!same) {
+        for (int i = 0; i < n; i++) ds_matmul(v, W[i], M, x, y[i], pool);
+        return;
+    }
+    matmul_multi_at_level(ds_simd_level(), v, n, W, M, x, y, pool);
 }
 
 void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool) {
@@ -129,4 +325,20 @@ void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y
 /* The decode kernel is not a separate implementation: it IS canonical(M=1). */
 void ds_matmul_decode(const ds_weight *W, const float *x, float *y, ds_pool *pool) {
     ds_matmul(DS_CANONICAL, W, 1, x, y, pool);
+}
+
+/* ---- scratch sizes (kernels.h) ----------------------------------------------------
+ * Per thread: the walker's dequantization buffer (at most DS_NT_MAX rows of
+ * K floats) or the VNNI tile's repacking buffer (K / 32 blocks of at most 576
+ * bytes), never both at once. */
+size_t ds_matmul_thread_scratch(int64_t k_max) {
+    if (k_max <= 0) return 0;
+    const size_t deq = (size_t)DS_NT_MAX * (size_t)k_max * sizeof(float);
+    const size_t rep = (size_t)(k_max / DS_QK8_0) * 576;
+    return deq > rep ? deq : rep;
+}
+
+size_t ds_kernels_thread_scratch(int64_t k_max, int hd_max, int64_t n_ctx) {
+    const size_t a = ds_matmul_thread_scratch(k_max), b = ds_attention_thread_scratch(hd_max, n_ctx);
+    return a > b ? a : b;
 }

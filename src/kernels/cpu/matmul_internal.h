@@ -50,14 +50,27 @@ typedef struct {
     const int32_t       *nsum;  /* M x nb: -128 * (sum of the block's 32 quants)   */
 } ds_q8_act;
 
+/* The activations of a kquant K-type call (Q4_K / Q5_K / Q6_K), quantized
+ * once per call by matmul.c to the 8-bit super-block partner "Q8_K": per
+ * row and 256-element super-block i, quants q[256 i ..], an f32 scale d[i]
+ * and the 16 sums of 16 consecutive quants bsums[16 i ..]. */
+typedef struct {
+    const int8_t  *q;
+    const float   *d;
+    const int16_t *bsums;
+} ds_q8k_act;
+
 typedef struct {
     const ds_weight *W;
     int          M;
     const float *x;      /* M x K activations                                   */
     float       *y;      /* M x N outputs                                       */
     int          level;  /* DS_LVL_*                                           */
-    const ds_q8_act *xq; /* canonical Q8_0 only: x quantized (else NULL)        */
+    const ds_q8_act *xq; /* canonical Q8_0, and Q4_0..Q5_1: x quantized to Q8_0   */
+    const ds_q8k_act *xk;/* Q4_K / Q5_K / Q6_K: x quantized to Q8_K (else NULL)  */
     int          q8_path;/* canonical Q8_0: 0 = by M, else DS_Q8_PATH_* (tests)  */
+    void        *tmp;    /* this thread's reserved scratch (64-aligned) or NULL */
+    size_t       tmp_bytes;
 } ds_mm_ctx;
 
 /* Canonical Q8_0 paths (matmul_q8_0.c), all with the same bits: the
@@ -74,6 +87,24 @@ void ds_mm_bf16_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1);
 void ds_mm_bf16_fast     (const ds_mm_ctx *c, int64_t n0, int64_t n1);
 void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1);
 void ds_mm_q8_0_fast     (const ds_mm_ctx *c, int64_t n0, int64_t n1);
+void q8_fast_f32_range   (const ds_mm_ctx *c, int64_t n0, int64_t n1);
+
+/* Fast Q8_0 on AVX-512 VNNI (matmul_q8_0.c): whether it runs at this level,
+ * and its activation quantization (one scale per row: d[m]; per block the
+ * quants and -128 * their sum). matmul.c quantizes before the split and
+ * sets ctx.xq; without xq (no scratch) fast runs the f32 tile engine. */
+int  ds_q8_0_fast_vnni(int level);
+void ds_q8_0_fast_quantize(const float *x, int M, int64_t K, ds_block_q8_0 *q, int32_t *nsum,
+                           float *d);
+
+/* the kquant families (matmul_q4_0.c ... matmul_q6_k.c, engine matmul_kq.h) */
+#define DS_KQ_DECL(t) void ds_mm_##t##_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1); \
+                      void ds_mm_##t##_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1);
+DS_KQ_DECL(q4_0) DS_KQ_DECL(q4_1) DS_KQ_DECL(q5_0) DS_KQ_DECL(q5_1)
+DS_KQ_DECL(q4_k) DS_KQ_DECL(q5_k) DS_KQ_DECL(q6_k)
+#undef DS_KQ_DECL
+/* Quantize one activation row of K (K % 256 == 0) to Q8_K (matmul.c). */
+void ds_quantize_row_q8_k(const float *x, int64_t K, int8_t *q, float *d, int16_t *bsums);
 
 /* ds_matmul at an explicit SIMD level (tests compare the levels bit for bit;
  * level must satisfy ds_simd_level_ok). ds_matmul uses ds_simd_level(). */
@@ -225,8 +256,9 @@ DS_INLINE void ds_mm_rows(uint32_t type, int fast, const ds_mm_ctx *c, const voi
  * fetched from memory once), then all M activation rows in tiles of MT
  * (inner, hitting cache). M = 1 (decode) uses the wider one-row tile and
  * converts in registers. M > MT with converted weights goes through the
- * dequantization buffer (top of this file); if it cannot be allocated, the
- * tiles convert in registers — the same bits either way. */
+ * dequantization buffer (top of this file), which lives in the thread's
+ * reserved scratch (c->tmp); without one the tiles convert in registers —
+ * the same bits either way, and never an allocation. */
 DS_INLINE void ds_mm_walk(uint32_t type, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1,
                           int lv) {
     const int64_t K = c->W->n_in;
@@ -244,9 +276,10 @@ DS_INLINE void ds_mm_walk(uint32_t type, int fast, const ds_mm_ctx *c, int64_t n
         return;
     }
     const int NT = DS_TILE_NT(lv);
-    float *buf = NULL;
-    if (type != DS_TYPE_F32 && c->M > DS_TILE_MT(lv))
-        buf = aligned_alloc(64, ((size_t)NT * (size_t)K * sizeof(float) + 63) & ~(size_t)63);
+    float *buf = NULL;      /* in the thread's reserved scratch; without it, registers */
+    if (type != DS_TYPE_F32 && c->M > DS_TILE_MT(lv) &&
+        c->tmp_bytes >= (size_t)NT * (size_t)K * sizeof(float))
+        buf = c->tmp;
     for (int64_t n = n0; n < n1; n += NT) {
         const int nv = (int)(n1 - n < NT ? n1 - n : NT);
         ds_tile_rows(c->W->data, wrow, n, nv, NT, wr);
@@ -258,7 +291,6 @@ DS_INLINE void ds_mm_walk(uint32_t type, int fast, const ds_mm_ctx *c, int64_t n
             ds_mm_rows(type, fast, c, wr, n, nv, DS_TILE_NT(lv), lv);
         }
     }
-    free(buf);
 }
 
 #endif

@@ -131,10 +131,14 @@ Q8C_TGT_AVX2 static void q8c_avx2(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
 
 /* ---- AVX-512 VNNI: 16 output columns per vector ---------------------------------
  * Each 16-column tile of weight rows is first repacked (per call, into a small
- * buffer: 576 bytes per block, L1/L2-resident) so that vector s of block b
- * holds dword s (quants 4s .. 4s+3) of the 16 rows, one row per 32-bit lane
- * (a 16 x 8 dword transpose), biased to unsigned (q + 128 = q ^ 0x80), plus
- * the 16 scales as f32. Then for an activation row m, VPDPBUSD of vector s
+ * buffer, L1/L2-resident) so that vector s of block b holds dword s (quants
+ * 4s .. 4s+3) of the 16 rows, one row per 32-bit lane (a 16 x 8 dword
+ * transpose), biased to unsigned (q + 128 = q ^ 0x80): 512 bytes per block
+ * at b * 512; after the nb blocks, the 16 fp16 scales of each block (32
+ * bytes at nb * 512 + 32 b, converted with VCVTPH2PS, exact), the region
+ * padded to 64 bytes. A tile is Q8C_TILE(nb) bytes: the original's 34 bytes
+ * per row-block exactly, plus at most 32 bytes of padding, so a pre-packed
+ * copy costs no more memory than the weights it replaces. Then for an activation row m, VPDPBUSD of vector s
  * with dword s of the row's block broadcast gives, in lane j, four products
  * of row j; eight of them, started from -128 * sum(p) (matmul.c), give in
  * lane j the exact D of (m, n + j) — no horizontal sums, and the f32 update
@@ -145,7 +149,9 @@ Q8C_TGT_AVX2 static void q8c_avx2(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
  * read from there instead of being rebuilt on every call. */
 #define Q8C_TGT_VNNI \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#define Q8C_BLK 576                             /* bytes per repacked block */
+#define Q8C_QB 512                              /* quant bytes per repacked block */
+/* bytes of a repacked 16-row tile of nb blocks (64-byte multiple) */
+#define Q8C_TILE(nb) ((size_t)(nb) * Q8C_QB + (((size_t)(nb) * 32 + 63) & ~(size_t)63))
 
 Q8C_TGT_VNNI static void q8c_pack16(const void *const wr[16], int64_t nb, unsigned char *buf) {
     const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
@@ -175,14 +181,15 @@ Q8C_TGT_VNNI static void q8c_pack16(const void *const wr[16], int64_t nb, unsign
             u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);   /* 2 | 6 */
             u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);   /* 3 | 7 */
         }
-        unsigned char *o = buf + b * Q8C_BLK;
+        unsigned char *o = buf + b * Q8C_QB;
         for (int s = 0; s < 4; s++) {
             _mm512_store_si512(o + 64 * s,
                                _mm512_xor_si512(_mm512_permutex2var_epi64(u[s], lo, u[4 + s]), bias));
             _mm512_store_si512(o + 64 * (s + 4),
                                _mm512_xor_si512(_mm512_permutex2var_epi64(u[s], hi, u[4 + s]), bias));
         }
-        _mm512_store_ps(o + 512, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh)));
+        _mm256_store_si256((__m256i *)(buf + (size_t)nb * Q8C_QB + (size_t)b * 32),
+                           _mm256_loadu_si256((const __m256i *)dh));
     }
 }
 
@@ -192,10 +199,11 @@ q8c_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int
     __m512 acc[8];
     for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const unsigned char *o = buf + b * Q8C_BLK;
+        const unsigned char *o = buf + b * Q8C_QB;
         __m512i T[8];
         for (int s = 0; s < 8; s++) T[s] = _mm512_load_si512(o + 64 * s);
-        const __m512 dw = _mm512_load_ps(o + 512);
+        const __m512 dw = _mm512_cvtph_ps(
+            _mm256_load_si256((const __m256i *)(buf + (size_t)nb * Q8C_QB + (size_t)b * 32)));
         /* the MT rows' integer chains interleaved (independent: ILP) */
         __m512i D[8];
         for (int i = 0; i < MT; i++) D[i] = _mm512_set1_epi32(a->nsum[(int64_t)(m0 + i) * nb + b]);
@@ -222,22 +230,22 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
     const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
     const int M = c->M;
     /* pre-packed weights (ds_q8_0_pack, at load time): tile t = rows 16t ..
-     * 16t + 15 is at t * nb * Q8C_BLK, exactly what q8c_pack16 builds here.
+     * 16t + 15 is at t * Q8C_TILE(nb), exactly what q8c_pack16 builds here.
      * Ranges start on 16-column groups (matmul.c); any other start repacks. */
     const unsigned char *pk = n0 % 16 == 0 ? c->W->extra : NULL;
     unsigned char *buf = NULL;
-    if (!pk) {
-        buf = aligned_alloc(64, (size_t)nb * Q8C_BLK);
-        if (!buf) {                             /* same bits, without the repacking */
+    if (!pk) {                  /* repack into the thread's reserved scratch */
+        if (c->tmp_bytes < Q8C_TILE(nb)) {   /* none: same bits, no repacking */
             q8c_vnni_rows(c, n0, n1);
             return;
         }
+        buf = c->tmp;
     }
     for (int64_t n = n0; n < n1; n += 16) {
         const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
         const unsigned char *tile;
         if (pk) {
-            tile = pk + (size_t)(n / 16) * (size_t)nb * Q8C_BLK;
+            tile = pk + (size_t)(n / 16) * Q8C_TILE(nb);
         } else {
             const void *wr[16];
             ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
@@ -251,7 +259,6 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
         if (m + 2 <= M) { q8c_rows16(tile, nb, c->xq, m, 2, c->y, N, n, km); m += 2; }
         if (m < M) q8c_rows16(tile, nb, c->xq, m, 1, c->y, N, n, km);
     }
-    free(buf);
 }
 
 /* ---- one activation row, weight rows as stored (decode, small M) -------------------
@@ -353,7 +360,7 @@ static int q8c_have_vnni(void) {
 
 /* ---- pre-packing at load time (kernels.h) ---------------------------------------------
  * The whole weight as consecutive repacked 16-row tiles, tile t at
- * t * nb * Q8C_BLK bytes, the last tile padded by repeating row N - 1 (as
+ * t * Q8C_TILE(nb) bytes, the last tile padded by repeating row N - 1 (as
  * ds_tile_rows does per call). Only where the VNNI tile runs: AVX-512 level
  * with VNNI. */
 size_t ds_q8_0_packed_bytes(const ds_weight *W) {
@@ -361,8 +368,8 @@ size_t ds_q8_0_packed_bytes(const ds_weight *W) {
     if (W->type != DS_TYPE_Q8_0 || W->n_in <= 0 || W->n_in % DS_QK8_0 || W->n_out <= 0) return 0;
     if (ds_simd_level() != DS_LVL_AVX512 || !q8c_have_vnni()) return 0;
     const uint64_t tiles = (uint64_t)(W->n_out + 15) / 16, nb = (uint64_t)(W->n_in / DS_QK8_0);
-    if (tiles > SIZE_MAX / Q8C_BLK / nb) return 0;
-    return (size_t)(tiles * nb * Q8C_BLK);
+    if (tiles > SIZE_MAX / Q8C_TILE(nb)) return 0;
+    return (size_t)tiles * Q8C_TILE(nb);
 #else
     (void)W;
     return 0;
@@ -377,10 +384,32 @@ Q8C_TGT_VNNI static void q8c_pack_all(const ds_weight *W, unsigned char *dst) {
         const int nv = (int)(N - n < 16 ? N - n : 16);
         const void *wr[16];
         ds_tile_rows(W->data, wrow, n, nv, 16, wr);
-        q8c_pack16(wr, nb, dst + (size_t)(n / 16) * (size_t)nb * Q8C_BLK);
+        q8c_pack16(wr, nb, dst + (size_t)(n / 16) * Q8C_TILE(nb));
     }
 }
 #endif
+
+/* Row `row` of a pre-packed weight (W->extra) back to f32, read from the
+ * tile layout alone: lane j = row % 16 of tile row / 16; dword s of block b
+ * at b * 512 + 64 s + 4 j (biased: q ^ 0x80), the block's fp16 scale at
+ * nb * 512 + 32 b + 2 j. d * q is exact, so
+ * this equals ds_row_to_f32 of the original row bit for bit — and the
+ * original's pages need not be resident (the embedding lookup of a tied
+ * head reads this). */
+void ds_q8_0_packed_row(const ds_weight *W, int64_t row, float *out) {
+    const int64_t nb = W->n_in / DS_QK8_0;
+    const unsigned char *t = (const unsigned char *)W->extra + (size_t)(row / 16) * Q8C_TILE(nb);
+    const int j = (int)(row % 16);
+    for (int64_t b = 0; b < nb; b++) {
+        const unsigned char *o = t + b * Q8C_QB;
+        uint16_t dh;
+        memcpy(&dh, t + (size_t)nb * Q8C_QB + (size_t)b * 32 + 2 * (size_t)j, sizeof dh);
+        const float d = ds_fp16_to_f32(dh);
+        for (int s = 0; s < 8; s++)
+            for (int e = 0; e < 4; e++)
+                out[b * DS_QK8_0 + 4 * s + e] = d * (float)(int8_t)(o[64 * s + 4 * j + e] ^ 0x80);
+    }
+}
 
 int ds_q8_0_pack(const ds_weight *W, void *dst) {
     if (!ds_q8_0_packed_bytes(W) || ((uintptr_t)dst & 63)) return -1;
@@ -423,11 +452,127 @@ void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
 }
 
 /* ==========================================================================
- * FAST — dequantized weights, f32 activations: FMA tiles with split-K and a
- * left-to-right lane sum (the shared tile engine; contraction on)
- * ========================================================================== */
-DS_INLINE void q8_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
+ * FAST — int8 VNNI with its own activation grouping (AVX-512 VNNI), else
+ * dequantized weights against f32 activations (other levels)
+ * ==========================================================================
+ * On AVX-512 VNNI the fast kernel is what a performance engineer writes for
+ * a batch once the weights sit in the VNNI tile layout: the same packed
+ * tiles and VPDPBUSD as canonical, but each activation ROW is quantized
+ * with ONE scale (amax / 127 over the whole row, not per 32-block), so the
+ * per-block update needs no activation scale: per (row, 16 columns, block)
+ * one convert and one FMA with the weight scales (canonical: convert,
+ * multiply d_w * e_b, FMA), and the row scale multiplies the sum once at the
+ * end. Fewer vector ops per VPDPBUSD and no per-block scale loads: faster
+ * than canonical at every M (bench --profile's kernel table).
+ *
+ * Why the bits differ: the activation rounding is another one (a row scale
+ * rounds small blocks of a row with a large amax more coarsely), and the
+ * sum is sum_b (float)D_b * d_b then times e, not sum_b (float)D_b * (d_b * e_b).
+ * Still a function of the row and K alone: thread counts and M never change
+ * it. On AVX2 / portable (and without scratch for repacking) fast is the
+ * shared f32 tile engine (matmul_internal.h, fast = 1): dequantized weights
+ * against the unquantized activations, split-K and a left-to-right lane sum. */
+DS_INLINE void q8_fast_f32(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
     ds_mm_walk(DS_TYPE_Q8_0, 1, c, n0, n1, lv);
 }
-DS_MM_INSTANTIATE(ds_mm_q8_0_fast, q8_fast, DS_FAST_FN)
+DS_MM_INSTANTIATE(q8_fast_f32_range, q8_fast_f32, DS_FAST_FN)
 
+#if DS_X86
+int ds_q8_0_fast_vnni(int level) { return level == DS_LVL_AVX512 && q8c_have_vnni(); }
+
+/* Row m of x (K floats) -> K / 32 blocks of quants (the d field unused), the
+ * blocks' -128 * sum(quants) and the row scale amax / 127. Rounding: VCVTPS2DQ
+ * (nearest even) of x * (127 / amax), saturated to [-127, 127]. */
+Q8C_TGT_VNNI void ds_q8_0_fast_quantize(const float *x, int M, int64_t K, ds_block_q8_0 *q,
+                                        int32_t *nsum, float *d) {
+    const int64_t nb = K / DS_QK8_0;
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (size_t)m * (size_t)K;
+        __m512 mx = _mm512_setzero_ps();
+        for (int64_t k = 0; k < K; k += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(xr + k), absmask));
+        const float amax = _mm512_reduce_max_ps(mx);
+        d[m] = amax / 127.0f;
+        const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = xr + b * DS_QK8_0;
+            __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb), inv));
+            __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16), inv));
+            a = _mm512_min_epi32(_mm512_max_epi32(a, lo), hi);
+            c = _mm512_min_epi32(_mm512_max_epi32(c, lo), hi);
+            ds_block_q8_0 *o = q + (size_t)m * (size_t)nb + b;
+            o->d = 0;
+            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(a));
+            _mm_storeu_si128((__m128i *)(o->qs + 16), _mm512_cvtepi32_epi8(c));
+            nsum[(size_t)m * (size_t)nb + b] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(a, c));
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) Q8C_TGT_VNNI void
+q8f_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int MT, float *y,
+           int64_t N, int64_t n0, __mmask16 km) {
+    __m512 acc[8];
+    for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const unsigned char *o = buf + b * Q8C_QB;
+        __m512i T[8];
+        for (int s = 0; s < 8; s++) T[s] = _mm512_load_si512(o + 64 * s);
+        const __m512 dw = _mm512_cvtph_ps(
+            _mm256_load_si256((const __m256i *)(buf + (size_t)nb * Q8C_QB + (size_t)b * 32)));
+        __m512i D[8];
+        for (int i = 0; i < MT; i++) D[i] = _mm512_set1_epi32(a->nsum[(int64_t)(m0 + i) * nb + b]);
+        for (int s = 0; s < 8; s++)
+            for (int i = 0; i < MT; i++) {
+                int32_t ps;
+                memcpy(&ps, a->q[(int64_t)(m0 + i) * nb + b].qs + 4 * s, sizeof ps);
+                D[i] = _mm512_dpbusd_epi32(D[i], T[s], _mm512_set1_epi32(ps));
+            }
+        for (int i = 0; i < MT; i++) acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[i]), dw, acc[i]);
+    }
+    for (int i = 0; i < MT; i++)
+        _mm512_mask_storeu_ps(y + (size_t)(m0 + i) * (size_t)N + (size_t)n0, km,
+                              _mm512_mul_ps(acc[i], _mm512_set1_ps(a->d[m0 + i])));
+}
+
+Q8C_TGT_VNNI static int q8f_vnni(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
+    const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
+    const unsigned char *pk = n0 % 16 == 0 ? c->W->extra : NULL;
+    if (!pk && c->tmp_bytes < Q8C_TILE(nb)) return -1;
+    const int M = c->M;
+    for (int64_t n = n0; n < n1; n += 16) {
+        const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
+        const unsigned char *tile;
+        if (pk) {
+            tile = pk + (size_t)(n / 16) * Q8C_TILE(nb);
+        } else {
+            const void *wr[16];
+            ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
+            q8c_pack16(wr, nb, c->tmp);
+            tile = c->tmp;
+        }
+        const __mmask16 km = (__mmask16)((1u << nv) - 1u);
+        int m = 0;
+        for (; m + 8 <= M; m += 8) q8f_rows16(tile, nb, c->xq, m, 8, c->y, N, n, km);
+        if (m + 4 <= M) { q8f_rows16(tile, nb, c->xq, m, 4, c->y, N, n, km); m += 4; }
+        if (m + 2 <= M) { q8f_rows16(tile, nb, c->xq, m, 2, c->y, N, n, km); m += 2; }
+        if (m < M) q8f_rows16(tile, nb, c->xq, m, 1, c->y, N, n, km);
+    }
+    return 0;
+}
+#else
+int ds_q8_0_fast_vnni(int level) { (void)level; return 0; }
+void ds_q8_0_fast_quantize(const float *x, int M, int64_t K, ds_block_q8_0 *q, int32_t *nsum, float *d) {
+    (void)x; (void)M; (void)K; (void)q; (void)nsum; (void)d;
+}
+#endif
+
+void ds_mm_q8_0_fast(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+#if DS_X86
+    /* c->xq is set (by matmul.c) exactly when the VNNI fast path runs */
+    if (c->xq && q8f_vnni(c, n0, n1) == 0) return;
+#endif
+    q8_fast_f32_range(c, n0, n1);
+}

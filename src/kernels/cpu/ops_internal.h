@@ -91,17 +91,55 @@ static inline float ds_exp_fast(float x) {
 }
 
 /* ---- run-time SIMD level for the heavy loops -------------------------------
- * DS_OPS_CLONES compiles a function three times (AVX-512, AVX2, baseline) and
- * lets the loader pick one per process (GCC target_clones / ifunc). The code
- * is plain C with fixed lane arrays and no contraction, so every clone
- * computes the same bits — only the register width differs. Decode and
- * canonical are the same function, so they always share the clone anyway.
- * -DDS_OPS_NO_CLONES builds the baseline only (tests compare the digests). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && \
-    !defined(DS_OPS_NO_CLONES)
-#define DS_OPS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+ * DS_OPS_DISPATCH(name) compiles a range function three times (AVX-512, AVX2,
+ * baseline) and defines `name` to call the instance of the process's ONE SIMD
+ * level, ds_simd_level() (registry.c: detected once, capped by DSPARK_SIMD).
+ * The caller writes the body as `DS_OPS_BODY(name) { ... }`; it is plain C
+ * with fixed lane arrays and no contraction, inlined into each instance, so
+ * every level computes the same bits — only the register width differs
+ * (tests/cli_simd.sh compares outputs and runs test_ops under each
+ * DSPARK_SIMD value; test_matmul walks every level itself). This
+ * replaces GCC's target_clones, whose ifunc resolver chose by CPU alone and
+ * ignored DSPARK_SIMD. */
+#include "kernels/cpu/simd.h"
+#define DS_OPS_BODY(name) \
+    static inline __attribute__((always_inline)) void name##_body(void *arg, int64_t i0, int64_t i1)
+#if DS_X86
+#define DS_OPS_DISPATCH(name)                                                              \
+    DS_TARGET_AVX512 static void name##_avx512(void *a, int64_t i0, int64_t i1) { name##_body(a, i0, i1); } \
+    DS_TARGET_AVX2 static void name##_avx2(void *a, int64_t i0, int64_t i1) { name##_body(a, i0, i1); }     \
+    static void name##_portable(void *a, int64_t i0, int64_t i1) { name##_body(a, i0, i1); }               \
+    static void name(void *a, int64_t i0, int64_t i1) {                                    \
+        switch (ds_simd_level()) {                                                         \
+        case DS_LVL_AVX512: name##_avx512(a, i0, i1); break;                               \
+        case DS_LVL_AVX2: name##_avx2(a, i0, i1); break;                                   \
+        default: name##_portable(a, i0, i1); break;                                        \
+        }                                                                                  \
+    }
 #else
-#define DS_OPS_CLONES
+#define DS_OPS_DISPATCH(name) \
+    static void name(void *a, int64_t i0, int64_t i1) { name##_body(a, i0, i1); }
+#endif
+
+/* The same for range functions of ds_pool_for_idx, which also receive their
+ * chunk index (the thread's scratch region). */
+#define DS_OPS_BODY_IDX(name) \
+    static inline __attribute__((always_inline)) void name##_body(void *arg, int64_t i0, int64_t i1, int chunk)
+#if DS_X86
+#define DS_OPS_DISPATCH_IDX(name)                                                          \
+    DS_TARGET_AVX512 static void name##_avx512(void *a, int64_t i0, int64_t i1, int c) { name##_body(a, i0, i1, c); } \
+    DS_TARGET_AVX2 static void name##_avx2(void *a, int64_t i0, int64_t i1, int c) { name##_body(a, i0, i1, c); }     \
+    static void name##_portable(void *a, int64_t i0, int64_t i1, int c) { name##_body(a, i0, i1, c); }               \
+    static void name(void *a, int64_t i0, int64_t i1, int c) {                             \
+        switch (ds_simd_level()) {                                                         \
+        case DS_LVL_AVX512: name##_avx512(a, i0, i1, c); break;                            \
+        case DS_LVL_AVX2: name##_avx2(a, i0, i1, c); break;                                \
+        default: name##_portable(a, i0, i1, c); break;                                     \
+        }                                                                                  \
+    }
+#else
+#define DS_OPS_DISPATCH_IDX(name) \
+    static void name(void *a, int64_t i0, int64_t i1, int c) { name##_body(a, i0, i1, c); }
 #endif
 
 static inline int ds_imin(int a, int b) { return a < b ? a : b; }

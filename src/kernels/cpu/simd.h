@@ -84,6 +84,11 @@ enum { DS_LVL_PORTABLE = 0, DS_LVL_AVX2 = 1, DS_LVL_AVX512 = 2, DS_LVL_COUNT = 3
  * __builtin_cpu_supports, optionally capped by DSPARK_SIMD=portable|avx2|avx512
  * so that the three paths can be compared end to end on one machine. */
 int ds_simd_level(void);
+/* Parse a DSPARK_SIMD value: *cap = the level, or DS_LVL_COUNT for NULL/""
+ * (no cap); -1 with one line in err for anything else ("AVX2" included). */
+int ds_simd_parse(const char *v, int *cap, char *err, size_t errlen);
+/* ds_simd_parse(getenv("DSPARK_SIMD")): what the CLI checks at start. */
+int ds_simd_check_env(char *err, size_t errlen);
 /* 1 if level lv can run on this CPU (tests run every available level). */
 int ds_simd_level_ok(int lv);
 const char *ds_simd_level_name(int lv);

@@ -1,0 +1,201 @@
+/* dspark.h — the public C API of the dspark engine (libdspark).
+ *
+ * Speculative decoding with DSpark block drafters whose output is
+ * byte-identical to plain decoding: with the default (canonical) kernel set
+ * and direct commit, dspark_generate emits exactly the same tokens with and
+ * without the drafter, greedy or seeded sampling alike.
+ *
+ * Objects
+ *   dspark_model  a target GGUF (and optionally its drafter), loaded once.
+ *                 Read-only after loading: any number of contexts on any
+ *                 number of threads may use one model at the same time.
+ *   dspark_ctx    one sequence's state: KV caches, thread pool, scratch.
+ *                 A context is used by one thread at a time (except
+ *                 dspark_ctx_cancel, which any thread may call).
+ *
+ * Errors: functions that can fail return a dspark_status (or a negative
+ * count) and, when `err` is not NULL, fill it with the code and one line of
+ * text. The library keeps no global mutable state.
+ *
+ * Every public symbol starts with dspark_ / DSPARK_. See docs/API.md. */
+#ifndef DSPARK_H
+#define DSPARK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- version ------------------------------------------------------------- */
+
+/* "MAJOR.MINOR.PATCH" of the library (the Makefile's VERSION). The shared
+ * library's soname is libdspark.so.MAJOR. */
+const char *dspark_version(void);
+
+/* ---- errors -------------------------------------------------------------- */
+
+typedef enum {
+    DSPARK_OK = 0,
+    DSPARK_ERR_INVALID = 1,      /* a bad argument or option value             */
+    DSPARK_ERR_LOAD = 2,         /* a file cannot be read or is not a valid model */
+    DSPARK_ERR_NOMEM = 3,        /* out of memory                              */
+    DSPARK_ERR_CONTEXT = 4,      /* the prompt does not fit the context        */
+    DSPARK_ERR_UNSUPPORTED = 5,  /* unknown device, a feature the model lacks  */
+    DSPARK_ERR_INTERNAL = 6      /* the engine failed (a bug: please report)   */
+} dspark_status;
+
+typedef struct {
+    dspark_status code;
+    char message[256];           /* one line, no trailing newline             */
+} dspark_error;
+
+/* "ok", "invalid", "load", "nomem", "context", "unsupported", "internal". */
+const char *dspark_status_name(dspark_status s);
+
+/* ---- models -------------------------------------------------------------- */
+
+typedef struct dspark_model dspark_model;
+typedef struct dspark_ctx dspark_ctx;
+
+typedef struct {
+    const char *model_path;      /* target GGUF (Qwen3 / Llama), required      */
+    const char *drafter_path;    /* DSpark drafter GGUF, or NULL               */
+    const char *device;          /* NULL / "cpu" (default), or another device
+                                    this build has ("cuda" in CUDA builds)     */
+} dspark_model_params;
+
+void dspark_model_params_default(dspark_model_params *p);
+
+/* NULL on failure (err says why: LOAD, UNSUPPORTED, INVALID, NOMEM). */
+dspark_model *dspark_model_load(const dspark_model_params *p, dspark_error *err);
+void          dspark_model_free(dspark_model *m);
+
+const char *dspark_model_name(const dspark_model *m);          /* general.name or the file name */
+int         dspark_model_n_vocab(const dspark_model *m);
+int         dspark_model_n_ctx_train(const dspark_model *m);   /* 0 when the file does not say  */
+int         dspark_model_has_drafter(const dspark_model *m);
+int         dspark_model_draft_block(const dspark_model *m);   /* drafter block size gamma, 0 if none */
+/* tokenizer.chat_template of the target GGUF, or NULL. */
+const char *dspark_model_chat_template(const dspark_model *m);
+int32_t     dspark_model_eos(const dspark_model *m);           /* -1 if none */
+int         dspark_model_is_eog(const dspark_model *m, int32_t token);
+
+/* ---- tokens -------------------------------------------------------------- */
+
+/* Text -> token ids. add_bos: 1 / 0, or -1 for what `dspark generate` does
+ * (BOS for SentencePiece vocabularies that have one). parse_special: 1 turns
+ * control tokens written literally ("<|endoftext|>") into their ids.
+ * Returns the token count, which may exceed cap (then only cap ids were
+ * written: call again with a larger buffer), or -1 with err. */
+int dspark_tokenize(const dspark_model *m, const char *text, size_t len, int add_bos, int parse_special,
+                    int32_t *out, int cap, dspark_error *err);
+
+/* The bytes of one token (control tokens: none). Returns the byte count,
+ * which may exceed cap (then only cap bytes were written), or -1 for an id
+ * outside the vocabulary. */
+int dspark_token_to_bytes(const dspark_model *m, int32_t token, char *buf, size_t cap);
+
+/* Token ids -> text: the concatenated bytes, NUL-terminated when cap > the
+ * length. Returns the length (may be >= cap: then call again with more), or
+ * -1 with err for an id outside the vocabulary. */
+long dspark_detokenize(const dspark_model *m, const int32_t *tokens, int n, char *buf, size_t cap,
+                       dspark_error *err);
+
+/* ---- contexts ------------------------------------------------------------ */
+
+typedef struct {
+    int n_ctx;                   /* KV capacity in tokens; 0 = min(2048, the model's) */
+    int n_threads;               /* threads of this context's pool; 0 = 2. Output bits
+                                    never depend on it.                        */
+    const char *kernels;         /* NULL / "canonical" (default) or "fast"     */
+    const char *fast;            /* NULL or "family,..." run fast on top       */
+    const char *canonical;       /* NULL or "family,..." run canonical on top  */
+} dspark_ctx_params;
+
+void dspark_ctx_params_default(dspark_ctx_params *p);
+
+/* A context owns its KV caches and thread pool; the model must outlive it.
+ * NULL on failure (INVALID for a bad n_ctx / threads / kernel name). */
+dspark_ctx *dspark_ctx_new(const dspark_model *m, const dspark_ctx_params *p, dspark_error *err);
+void        dspark_ctx_free(dspark_ctx *c);
+int         dspark_ctx_n_ctx(const dspark_ctx *c);
+/* The kernel set as text: "canonical", "fast", or "canonical fast=a,b". */
+const char *dspark_ctx_kernels(const dspark_ctx *c);
+
+/* Thread-safe. Stops the generation running on c after its current token;
+ * when none is running, the next dspark_generate on c returns at once
+ * (stop "cancel", nothing generated). Consumed by the generation it stops. */
+void dspark_ctx_cancel(dspark_ctx *c);
+
+/* ---- generation ---------------------------------------------------------- */
+
+typedef enum { DSPARK_SCHED_NONE = 0, DSPARK_SCHED_PMIN = 1, DSPARK_SCHED_TABLE = 2 } dspark_sched;
+typedef enum { DSPARK_COMMIT_DIRECT = 0, DSPARK_COMMIT_REPLAY = 1 } dspark_commit;
+
+/* Called once per generated token, in order, as soon as it is chosen.
+ * bytes/n: the token's text (may be 0 bytes; may end inside a multi-byte
+ * UTF-8 character that the next token completes). Return 0 to continue,
+ * nonzero to stop after this token (stop "cancel"). */
+typedef int (*dspark_token_fn)(void *user, int32_t token, const char *bytes, size_t n);
+
+typedef struct {
+    int      max_tokens;         /* >= 1 (default 128)                         */
+    int      stop_at_eog;        /* stop at end-of-generation tokens (default 1) */
+    /* sampling: temperature 0 = greedy. Else Gumbel-max with Philox noise
+     * keyed on (seed, position, token id): a pure function of the logits,
+     * so speculative and plain decoding draw the same tokens. */
+    float    temperature;        /* >= 0 (default 0)                           */
+    int      top_k;              /* 0 = off                                    */
+    float    top_p;              /* (0, 1]; 1 = off                            */
+    float    min_p;              /* [0, 1]; 0 = off                            */
+    uint64_t seed;
+    /* speculative decoding (used when the model has a drafter) */
+    int      speculative;        /* 1 (default): use the drafter; 0: plain decoding */
+    int      draft_max;          /* drafts per round, 1..gamma; 0 = gamma      */
+    float    draft_p_min;        /* PMIN threshold in [0, 1]                   */
+    dspark_sched  sched;         /* PMIN / TABLE need a confidence head        */
+    dspark_commit commit;        /* DIRECT (default) or REPLAY                 */
+    /* streaming */
+    dspark_token_fn on_token;    /* may be NULL                                */
+    void    *user;
+} dspark_gen_params;
+
+void dspark_gen_params_default(dspark_gen_params *p);
+
+#define DSPARK_MAX_DRAFT 64
+
+typedef struct {
+    int    n_prompt;             /* prompt tokens                              */
+    int    n_generated;          /* tokens generated                           */
+    const char *stop;            /* "length", "eog", "context" or "cancel"     */
+    double t_prefill_s;          /* prompt processing (+ first token)          */
+    double t_total_s;            /* whole generation                           */
+    double prefill_tok_s;        /* n_prompt / t_prefill_s                     */
+    double tok_s;                /* (n_generated - 1) / (t_total_s - t_prefill_s) */
+    /* speculative decoding (zero for plain decoding) */
+    int    speculative;          /* 1 when the drafter ran                     */
+    int    draft_max;            /* drafts per round                           */
+    int    rounds;               /* verify passes                              */
+    long   drafted;              /* draft tokens sent to verification          */
+    long   accepted;             /* draft tokens accepted                      */
+    double mean_accepted_len;    /* (accepted + rounds) / rounds, bonus included */
+    long   accept_hist[DSPARK_MAX_DRAFT];   /* [k-1]: rounds that accepted slot k */
+    double t_draft_s, t_verify_s, t_commit_s;
+} dspark_stats;
+
+/* Generate from prompt[0..n_prompt) on an emptied context. out (may be
+ * NULL) receives the generated ids and must hold p->max_tokens; st (may be
+ * NULL) the statistics. Returns DSPARK_OK (also when cancelled: see
+ * st->stop), or an error: INVALID (bad params), CONTEXT (the prompt leaves
+ * no room for one new token), UNSUPPORTED (speculative settings the
+ * drafter cannot honour), NOMEM, INTERNAL. */
+dspark_status dspark_generate(dspark_ctx *c, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
+                              int32_t *out, dspark_stats *st, dspark_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,783 @@
+/* matmul_kq.h — the engine the seven kquant matmul families share
+ * (matmul_q4_0.c ... matmul_q6_k.c each instantiate it for their type; the
+ * "why the bits differ" paragraphs are in those files). Private to
+ * src/kernels/cpu; included once per family file.
+ *
+ * ==== One definition, written as integers plus a fixed f32 epilogue ====================
+ * For a weight row n and an activation row m, block b (32 elements for the
+ * legacy types, a 256-element super-block for the K types) contributes
+ *   I  = an EXACT integer: the block's quant dot, sub-block scales applied
+ *        (K types: sum_j sc_j * sum_{l in j} q_l * p_l) with the weight's
+ *        zero offset folded in (Q4_0: q - 8, Q5_0: q - 16, Q6_K: q - 32),
+ *   and for the types with a min, a second term (F2, G2):
+ *        Q4_1 / Q5_1   F2 = m_w (fp16 min),  G2 = e * sum_l p_l (exact: the
+ *                      sum has 12 bits, e 11)
+ *        Q4_K / Q5_K   F2 = -(float)Mn, Mn = sum_j m_j * (activation sum over
+ *                      sub-block j) (exact integer), G2 = dmin_w * e
+ * where p are the activation row's quants and e their block scale
+ * (matmul.c quantizes the row once per call: Q8_0 blocks for the legacy
+ * types, Q8_K super-blocks for the K types). The canonical (= decode)
+ * output is, with d_w the weight's block scale:
+ *     acc = +0
+ *     for b in block order:   acc = fmaf((float)I, d_w * e, acc)
+ *                             [acc = fmaf(F2, G2, acc)]          (types with a min)
+ *     y = acc   (a NaN result is stored as the one quiet NaN 0x7fc00000)
+ * Every rounding is in the epilogue, in one order fixed by K alone. The
+ * integer I is exact whatever order its products are summed in, so the
+ * SIMD levels (AVX2 maddubs/madd, AVX-512, scalar) and the tile shapes
+ * choose how to compute it and never change a bit; the epilogue is the same
+ * C code on every level (fmaf is IEEE fusedMultiplyAdd on each). NaN
+ * payloads are the one thing an x86 FMA's operand order could change
+ * between compilations (malformed blocks with NaN/inf scales), hence the
+ * single stored NaN.
+ *
+ * Fast keeps the same integers and rounds the f32 updates as llama.cpp's
+ * vec_dot loops do (the products rounded before they are added, several
+ * accumulators, the min terms apart):
+ *     accE/accO = acc + ((float)I * d_w) * e     for even/odd blocks
+ *     accM      = accM + F2 * G2
+ *     y = (accE + accO) + accM
+ * Two independent chains (three with a min) instead of one dependent fma
+ * chain: shorter latency per output, and other roundings — even a row of
+ * one block differs, since its product is rounded twice.
+ *
+ * ==== Tiles ===============================================================================
+ * 8 weight rows x up to 16 activation rows: for each block the 8 rows are
+ * unpacked ONCE (quants widened to unsigned bytes, scales to int16 lanes),
+ * then every activation row of the tile is dotted with them. Rows past the
+ * end repeat the last row (ds_tile_rows) and are not stored. */
+#ifndef DSPARK_MATMUL_KQ_H
+#define DSPARK_MATMUL_KQ_H
+
+#include "kernels/cpu/matmul_internal.h"
+
+#include <math.h>
+
+#define KQ_NT 8                     /* weight rows per tile   */
+static const uint32_t kq_qnan_bits = 0x7fc00000u;   /* the one NaN stored */
+#define KQ_MT 64                    /* activation rows per pass */
+
+/* One weight row's block, unpacked. */
+typedef struct {
+    uint8_t u[DS_QK_K] __attribute__((aligned(64)));  /* unsigned quants             */
+    int16_t scv[DS_QK_K / 2] __attribute__((aligned(64))); /* K: per 32-chunk, 16 lanes:
+                                                             lanes 0..7 the scale of its
+                                                             first 16 elements, 8..15 of
+                                                             the second (maddubs pairs) */
+    int16_t sc16[16] __attribute__((aligned(32)));    /* K: scale per 16 elements     */
+    int16_t mn16[16] __attribute__((aligned(32)));    /* Q4_K/Q5_K: min per 16 elems  */
+    float   d, dm;                                    /* d_w; dmin_w (K) or m_w (_1)  */
+    uint16_t dh, dmh;                                 /* the same as stored (fp16); the
+                                                         AVX2 unpacker sets only these */
+} kq_wblk;
+
+/* ---- type traits (constants after inlining) ---------------------------------------- */
+DS_INLINE int kq_qk(uint32_t t) { return t == DS_TYPE_Q4_K || t == DS_TYPE_Q5_K || t == DS_TYPE_Q6_K ? DS_QK_K : 32; }
+DS_INLINE int kq_is_k(uint32_t t) { return kq_qk(t) == DS_QK_K; }
+DS_INLINE int kq_off(uint32_t t) {
+    return t == DS_TYPE_Q4_0 ? 8 : t == DS_TYPE_Q5_0 ? 16 : t == DS_TYPE_Q6_K ? 32 : 0;
+}
+/* 0: no second term; 1: m_w * e * sum(p) (_1 types); 2: -Mn * dmin_w * e (Q4_K/Q5_K) */
+DS_INLINE int kq_sec(uint32_t t) {
+    return t == DS_TYPE_Q4_1 || t == DS_TYPE_Q5_1 ? 1 : t == DS_TYPE_Q4_K || t == DS_TYPE_Q5_K ? 2 : 0;
+}
+
+/* ---- unpacking ----------------------------------------------------------------------- */
+DS_INLINE void kq_nib32(const uint8_t *qs, uint8_t *u) {
+    for (int l = 0; l < 16; l++) { u[l] = qs[l] & 15; u[l + 16] = qs[l] >> 4; }
+}
+DS_INLINE void kq_hi32(const uint8_t *qh4, uint8_t *u) {
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    for (int l = 0; l < 32; l++) u[l] |= (uint8_t)(((qh >> l) & 1) << 4);
+}
+DS_INLINE void kq_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+DS_INLINE void kq_fill_scv(kq_wblk *o) {
+    for (int c = 0; c < 8; c++)
+        for (int l = 0; l < 16; l++) o->scv[16 * c + l] = o->sc16[2 * c + (l >= 8)];
+}
+
+DS_INLINE void kq_unpack(uint32_t t, const void *row, int64_t b, kq_wblk *o) {
+    switch (t) {
+    case DS_TYPE_Q4_0: {
+        const ds_block_q4_0 *x = (const ds_block_q4_0 *)row + b;
+        kq_nib32(x->qs, o->u);
+        o->d = ds_fp16_to_f32(x->d);
+        break;
+    }
+    case DS_TYPE_Q4_1: {
+        const ds_block_q4_1 *x = (const ds_block_q4_1 *)row + b;
+        kq_nib32(x->qs, o->u);
+        o->d = ds_fp16_to_f32(x->d);
+        o->dm = ds_fp16_to_f32(x->m);
+        break;
+    }
+    case DS_TYPE_Q5_0: {
+        const ds_block_q5_0 *x = (const ds_block_q5_0 *)row + b;
+        kq_nib32(x->qs, o->u);
+        kq_hi32(x->qh, o->u);
+        o->d = ds_fp16_to_f32(x->d);
+        break;
+    }
+    case DS_TYPE_Q5_1: {
+        const ds_block_q5_1 *x = (const ds_block_q5_1 *)row + b;
+        kq_nib32(x->qs, o->u);
+        kq_hi32(x->qh, o->u);
+        o->d = ds_fp16_to_f32(x->d);
+        o->dm = ds_fp16_to_f32(x->m);
+        break;
+    }
+    case DS_TYPE_Q4_K:
+    case DS_TYPE_Q5_K: {
+        const uint8_t *qs, *sc12, *qh = NULL;
+        if (t == DS_TYPE_Q4_K) {
+            const ds_block_q4_K *x = (const ds_block_q4_K *)row + b;
+            qs = x->qs; sc12 = x->scales;
+            o->d = ds_fp16_to_f32(x->d);
+            o->dm = ds_fp16_to_f32(x->dmin);
+        } else {
+            const ds_block_q5_K *x = (const ds_block_q5_K *)row + b;
+            qs = x->qs; sc12 = x->scales; qh = x->qh;
+            o->d = ds_fp16_to_f32(x->d);
+            o->dm = ds_fp16_to_f32(x->dmin);
+        }
+        for (int g = 0; g < 4; g++)
+            for (int l = 0; l < 32; l++) {
+                o->u[64 * g + l] = qs[32 * g + l] & 15;
+                o->u[64 * g + 32 + l] = qs[32 * g + l] >> 4;
+            }
+        if (qh)
+            for (int g = 0; g < 4; g++)
+                for (int l = 0; l < 32; l++) {
+                    o->u[64 * g + l] |= (uint8_t)(((qh[l] >> (2 * g)) & 1) << 4);
+                    o->u[64 * g + 32 + l] |= (uint8_t)(((qh[l] >> (2 * g + 1)) & 1) << 4);
+                }
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            kq_scale_min_k4(j, sc12, &sc, &m);
+            o->sc16[2 * j] = o->sc16[2 * j + 1] = (int16_t)sc;
+            o->mn16[2 * j] = o->mn16[2 * j + 1] = (int16_t)m;
+        }
+        kq_fill_scv(o);
+        break;
+    }
+    case DS_TYPE_Q6_K: {
+        const ds_block_q6_K *x = (const ds_block_q6_K *)row + b;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x->ql + 64 * h, *qh = x->qh + 32 * h;
+            uint8_t *u = o->u + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                u[l] = (uint8_t)((ql[l] & 15) | ((qh[l] & 3) << 4));
+                u[l + 32] = (uint8_t)((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4));
+                u[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                u[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+            }
+        }
+        for (int j = 0; j < 16; j++) o->sc16[j] = x->scales[j];
+        o->d = ds_fp16_to_f32(x->d);
+        kq_fill_scv(o);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* ---- the activation side of one (row m, block b) --------------------------------------- */
+typedef struct {
+    const int8_t  *p;       /* QK quants                                   */
+    float          e;       /* block scale                                 */
+    int32_t        psum;    /* legacy: sum of the 32 quants                */
+    const int16_t *bsums;   /* K: 16 sums of 16 quants                     */
+} kq_act;
+
+DS_INLINE kq_act kq_act_at(uint32_t t, const ds_mm_ctx *c, int m, int64_t b) {
+    kq_act a;
+    if (kq_is_k(t)) {
+        const int64_t nsb = c->W->n_in / DS_QK_K, i = (int64_t)m * nsb + b;
+        a.p = c->xk->q + i * DS_QK_K;
+        a.e = c->xk->d[i];
+        a.bsums = c->xk->bsums + i * 16;
+        a.psum = 0;
+    } else {
+        const int64_t nb = c->W->n_in / 32, i = (int64_t)m * nb + b;
+        a.p = c->xq->q[i].qs;
+        a.e = c->xq->d[i];
+        a.psum = c->xq->nsum[i] / -128;
+        a.bsums = NULL;
+    }
+    return a;
+}
+
+/* ---- integer parts, portable: I[j] (and Mn[j]) for the 8 unpacked rows ------------------ */
+DS_INLINE void kq_ints_scalar(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
+                              int32_t Mn[KQ_NT]) {
+    for (int j = 0; j < KQ_NT; j++) {
+        int32_t s = 0;
+        if (kq_is_k(t)) {
+            for (int g = 0; g < 16; g++) {
+                int32_t d = 0;
+                for (int l = 0; l < 16; l++) d += (int32_t)w[j].u[16 * g + l] * a->p[16 * g + l];
+                s += w[j].sc16[g] * (d - kq_off(t) * a->bsums[g]);
+            }
+            if (kq_sec(t) == 2) {
+                int32_t mn = 0;
+                for (int g = 0; g < 16; g++) mn += w[j].mn16[g] * a->bsums[g];
+                Mn[j] = mn;
+            }
+        } else {
+            for (int l = 0; l < 32; l++) s += (int32_t)w[j].u[l] * a->p[l];
+            s -= kq_off(t) * a->psum;
+        }
+        I[j] = s;
+    }
+}
+
+#if DS_X86
+#include <immintrin.h>
+/* 8 vectors of 8 int32 -> one vector of their 8 totals (exact integers) */
+#define KQ_HSUM8(v, out)                                                                    \
+    do {                                                                                    \
+        const __m256i e_ = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]),                 \
+                                             _mm256_hadd_epi32(v[2], v[3]));                \
+        const __m256i f_ = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]),                 \
+                                             _mm256_hadd_epi32(v[6], v[7]));                \
+        out = _mm256_add_epi32(_mm256_permute2x128_si256(e_, f_, 0x20),                     \
+                               _mm256_permute2x128_si256(e_, f_, 0x31));                    \
+    } while (0)
+
+/* AVX2 unpacking: the same bytes as kq_unpack, with vector shifts and masks
+ * (the scalar loops compile to byte inserts that stall on store forwarding;
+ * unpacking is half the work of a decode-time block dot). */
+#define KQ_TGT_AVX2 __attribute__((target("avx2,fma,f16c")))
+static inline KQ_TGT_AVX2 __m256i kq_nib_lohi(const uint8_t *qs16) {   /* 16 bytes -> 32 nibbles */
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs16), m = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+static inline KQ_TGT_AVX2 __m256i kq_bits32(const uint8_t *qh4) {       /* bit j -> 0x10 in byte j */
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(0x10));
+}
+static inline KQ_TGT_AVX2 void kq_fill_scv_avx2(kq_wblk *o) {
+    for (int c = 0; c < 8; c++)
+        _mm256_store_si256((__m256i *)(o->scv + 16 * c),
+                           _mm256_set_m128i(_mm_set1_epi16(o->sc16[2 * c + 1]), _mm_set1_epi16(o->sc16[2 * c])));
+}
+static inline KQ_TGT_AVX2 void kq_unpack_avx2(uint32_t t, const void *row, int64_t b, kq_wblk *o) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    switch (t) {
+    case DS_TYPE_Q4_0: case DS_TYPE_Q4_1: case DS_TYPE_Q5_0: case DS_TYPE_Q5_1: {
+        const uint8_t *qs, *qh = NULL;
+        uint16_t d, m = 0;
+        if (t == DS_TYPE_Q4_0) { const ds_block_q4_0 *x = (const ds_block_q4_0 *)row + b; qs = x->qs; d = x->d; }
+        else if (t == DS_TYPE_Q4_1) { const ds_block_q4_1 *x = (const ds_block_q4_1 *)row + b; qs = x->qs; d = x->d; m = x->m; }
+        else if (t == DS_TYPE_Q5_0) { const ds_block_q5_0 *x = (const ds_block_q5_0 *)row + b; qs = x->qs; qh = x->qh; d = x->d; }
+        else { const ds_block_q5_1 *x = (const ds_block_q5_1 *)row + b; qs = x->qs; qh = x->qh; d = x->d; m = x->m; }
+        __m256i u = kq_nib_lohi(qs);
+        if (qh) u = _mm256_or_si256(u, kq_bits32(qh));
+        _mm256_store_si256((__m256i *)o->u, u);
+        o->dh = d;
+        o->dmh = m;
+        break;
+    }
+    case DS_TYPE_Q4_K: case DS_TYPE_Q5_K: {
+        const uint8_t *qs, *sc12, *qh = NULL;
+        if (t == DS_TYPE_Q4_K) {
+            const ds_block_q4_K *x = (const ds_block_q4_K *)row + b;
+            qs = x->qs; sc12 = x->scales;
+            o->dh = x->d;
+            o->dmh = x->dmin;
+        } else {
+            const ds_block_q5_K *x = (const ds_block_q5_K *)row + b;
+            qs = x->qs; sc12 = x->scales; qh = x->qh;
+            o->dh = x->d;
+            o->dmh = x->dmin;
+        }
+        const __m256i H = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+        const __m256i one = _mm256_set1_epi8(1);
+        for (int g = 0; g < 4; g++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (qh) {
+                const __m256i hs = _mm256_srl_epi16(H, _mm_cvtsi32_si128(2 * g));
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hs, one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hs, 1), one), 4));
+            }
+            _mm256_store_si256((__m256i *)(o->u + 64 * g), lo);
+            _mm256_store_si256((__m256i *)(o->u + 64 * g + 32), hi);
+        }
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            kq_scale_min_k4(j, sc12, &sc, &m);
+            o->sc16[2 * j] = o->sc16[2 * j + 1] = (int16_t)sc;
+            o->mn16[2 * j] = o->mn16[2 * j + 1] = (int16_t)m;
+        }
+        kq_fill_scv_avx2(o);
+        break;
+    }
+    case DS_TYPE_Q6_K: {
+        const ds_block_q6_K *x = (const ds_block_q6_K *)row + b;
+        const __m256i m2 = _mm256_set1_epi8(3);
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+            uint8_t *u = o->u + 128 * h;
+#define KQ_H2(s) _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, s), m2), 4)
+            _mm256_store_si256((__m256i *)u, _mm256_or_si256(_mm256_and_si256(l0, m4), KQ_H2(0)));
+            _mm256_store_si256((__m256i *)(u + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), KQ_H2(2)));
+            _mm256_store_si256((__m256i *)(u + 64),
+                               _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), KQ_H2(4)));
+            _mm256_store_si256((__m256i *)(u + 96),
+                               _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), KQ_H2(6)));
+#undef KQ_H2
+        }
+        _mm256_store_si256((__m256i *)o->sc16,
+                           _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales)));
+        o->dh = x->d;
+        o->dmh = 0;
+        kq_fill_scv_avx2(o);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* AVX2 (also run by the AVX-512 level): maddubs of the unsigned weight
+ * quants (<= 63) with the signed activation quants (|p| <= 127; a pair sum
+ * is at most 16002, no int16 saturation), madd with the int16 scales (or
+ * ones), int32 lanes accumulated over the block, one hadd tree for 8 rows. */
+static inline KQ_TGT_AVX2 void kq_ints_avx2(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
+                            int32_t Mn[KQ_NT]) {
+    __m256i v[KQ_NT], tot;
+    if (kq_is_k(t)) {
+        __m256i P[8];
+        for (int c = 0; c < 8; c++) P[c] = _mm256_loadu_si256((const __m256i *)(a->p + 32 * c));
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+        for (int j = 0; j < KQ_NT; j++) {
+            __m256i acc = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) {
+                const __m256i u = _mm256_load_si256((const __m256i *)(w[j].u + 32 * c));
+                const __m256i sc = _mm256_load_si256((const __m256i *)(w[j].scv + 16 * c));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, P[c]), sc));
+            }
+            if (kq_off(t)) {
+                const __m256i corr = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)w[j].sc16), bs);
+                acc = _mm256_sub_epi32(acc, _mm256_mullo_epi32(corr, _mm256_set1_epi32(kq_off(t))));
+            }
+            v[j] = acc;
+        }
+        KQ_HSUM8(v, tot);
+        _mm256_storeu_si256((__m256i *)I, tot);
+        if (kq_sec(t) == 2) {
+            for (int j = 0; j < KQ_NT; j++)
+                v[j] = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)w[j].mn16), bs);
+            KQ_HSUM8(v, tot);
+            _mm256_storeu_si256((__m256i *)Mn, tot);
+        }
+    } else {
+        const __m256i P = _mm256_loadu_si256((const __m256i *)a->p), ones = _mm256_set1_epi16(1);
+        for (int j = 0; j < KQ_NT; j++)
+            v[j] = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)w[j].u), P), ones);
+        KQ_HSUM8(v, tot);
+        if (kq_off(t)) tot = _mm256_sub_epi32(tot, _mm256_set1_epi32(kq_off(t) * a->psum));
+        _mm256_storeu_si256((__m256i *)I, tot);
+    }
+}
+
+/* One block of the tile on AVX2: unpack the 8 weight rows, then for each
+ * activation row the exact integers and the f32 epilogue as 8-lane vector
+ * operations — lane j performs exactly the scalar epilogue's operations
+ * (int -> f32 conversion, products, fma / add: IEEE, one rounding each), so
+ * it is the same bits as the portable loop. The fp16 scales are widened with
+ * VCVTPH2PS (exact; NaN payloads may differ from the software converter,
+ * but every NaN output is stored as the one quiet NaN). */
+/* The block body, instantiated for AVX2 and for AVX-512 + VNNI (its integer
+ * part: INTS). */
+#define KQ_BLOCK_BODY(INTS)                                                                  \
+    uint16_t dh[KQ_NT], mh[KQ_NT];                                                           \
+    for (int j = 0; j < KQ_NT; j++) {                                                        \
+        kq_unpack_avx2(t, wr[j], b, &wb[j]);                                                 \
+        dh[j] = wb[j].dh;                                                                    \
+        mh[j] = wb[j].dmh;                                                                   \
+    }                                                                                        \
+    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));                 \
+    const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mh));                 \
+    for (int i = 0; i < mb; i++) {                                                           \
+        const kq_act a = kq_act_at(t, c, m0 + i, b);                                         \
+        int32_t I[KQ_NT], Mn[KQ_NT];                                                         \
+        INTS(t, wb, &a, I, Mn);                                                              \
+        const __m256 fi = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)I));        \
+        const __m256 ev = _mm256_set1_ps(a.e);                                               \
+        float *A = fast && (b & 1) ? acc2[i] : acc[i];                                       \
+        __m256 av = _mm256_loadu_ps(A);                                                      \
+        if (!fast) av = _mm256_fmadd_ps(fi, _mm256_mul_ps(dv, ev), av);                      \
+        else av = _mm256_add_ps(av, _mm256_mul_ps(_mm256_mul_ps(fi, dv), ev));               \
+        _mm256_storeu_ps(A, av);                                                             \
+        if (kq_sec(t)) {                                                                     \
+            float *S = fast ? acc3[i] : acc[i];                                              \
+            __m256 F2, G2;                                                                   \
+            if (kq_sec(t) == 1) {                                                            \
+                F2 = mv;                                                                     \
+                G2 = _mm256_set1_ps((float)a.psum * a.e);                                    \
+            } else {                                                                         \
+                F2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(),             \
+                                                         _mm256_loadu_si256((const __m256i *)Mn))); \
+                G2 = _mm256_mul_ps(mv, ev);                                                  \
+            }                                                                                \
+            __m256 sv = _mm256_loadu_ps(S);                                                  \
+            sv = fast ? _mm256_add_ps(sv, _mm256_mul_ps(F2, G2)) : _mm256_fmadd_ps(F2, G2, sv); \
+            _mm256_storeu_ps(S, sv);                                                         \
+        }                                                                                    \
+    }
+
+#define KQ_BLOCK_ARGS uint32_t t, int fast, const ds_mm_ctx *c, const void *const wr[], int64_t b, \
+                      kq_wblk wb[], int m0, int mb, float (*acc)[KQ_NT], float (*acc2)[KQ_NT],      \
+                      float (*acc3)[KQ_NT]
+static inline KQ_TGT_AVX2 void kq_block_avx2(KQ_BLOCK_ARGS) { KQ_BLOCK_BODY(kq_ints_avx2) }
+
+/* AVX-512 with VNNI: the same integers with fewer instructions — legacy
+ * blocks as one VPDPBUSD (unsigned weight quants x signed activation
+ * quants, four products per lane) per row, K super-blocks as 512-bit
+ * maddubs/madd over two 32-element chunks at a time. */
+#define KQ_TGT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+static inline KQ_TGT_VNNI void kq_ints_vnni(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
+                                            int32_t Mn[KQ_NT]) {
+    __m256i v[KQ_NT], tot;
+    if (kq_is_k(t)) {
+        __m512i P[4];
+        for (int c2 = 0; c2 < 4; c2++) P[c2] = _mm512_loadu_si512((const void *)(a->p + 64 * c2));
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+        for (int j = 0; j < KQ_NT; j++) {
+            __m512i acc = _mm512_setzero_si512();
+            for (int c2 = 0; c2 < 4; c2++) {
+                const __m512i u = _mm512_load_si512((const void *)(w[j].u + 64 * c2));
+                const __m512i sc = _mm512_load_si512((const void *)(w[j].scv + 32 * c2));
+                acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, P[c2]), sc));
+            }
+            __m256i r = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+            if (kq_off(t)) {
+                const __m256i corr = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)w[j].sc16), bs);
+                r = _mm256_sub_epi32(r, _mm256_slli_epi32(corr, 5));        /* Q6_K: offset 32 */
+            }
+            v[j] = r;
+        }
+        KQ_HSUM8(v, tot);
+        _mm256_storeu_si256((__m256i *)I, tot);
+        if (kq_sec(t) == 2) {
+            for (int j = 0; j < KQ_NT; j++)
+                v[j] = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)w[j].mn16), bs);
+            KQ_HSUM8(v, tot);
+            _mm256_storeu_si256((__m256i *)Mn, tot);
+        }
+    } else {
+        const __m256i P = _mm256_loadu_si256((const __m256i *)a->p);
+        for (int j = 0; j < KQ_NT; j++)
+            v[j] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_load_si256((const __m256i *)w[j].u), P);
+        KQ_HSUM8(v, tot);
+        if (kq_off(t)) tot = _mm256_sub_epi32(tot, _mm256_set1_epi32(kq_off(t) * a->psum));
+        _mm256_storeu_si256((__m256i *)I, tot);
+    }
+}
+static inline KQ_TGT_VNNI void kq_block_vnni(KQ_BLOCK_ARGS) { KQ_BLOCK_BODY(kq_ints_vnni) }
+
+/* ---- legacy types, M >= KQ_TILE16_MIN_M: the transposed VNNI tile ----------------------
+ * 16 weight rows per tile: each row's block is unpacked to 32 unsigned
+ * bytes, then the 16 x 8 dwords are transposed (the layout of the Q8_0 tile,
+ * matmul_q8_0.c) so that vector s holds dword s of the 16 rows, one row per
+ * 32-bit lane. For an activation row, VPDPBUSD of vector s with dword s of
+ * its quants broadcast gives in lane j four products of row j; eight of them
+ * give the exact I of 16 outputs at once — no horizontal sums — and the f32
+ * epilogue runs on 16 lanes with the scalar loop's operations lane by lane:
+ * the same bits as every other path. */
+/* 16 rows' 32-byte chunks (wb[j].u + off) -> T[s], lane j = dword s of row j
+ * (the 16 x 8 dword transpose of the Q8_0 tile, matmul_q8_0.c) */
+static inline KQ_TGT_VNNI void kq_transpose16(const kq_wblk wb[16], int off, __m512i T[8]) {
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    __m512i z[8], tt[8], u[8];
+    for (int q = 0; q < 8; q++)
+        z[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(wb[q].u + off))),
+                                  _mm256_load_si256((const __m256i *)(wb[q + 8].u + off)), 1);
+    for (int q = 0; q < 4; q++) {
+        tt[2 * q] = _mm512_unpacklo_epi32(z[2 * q], z[2 * q + 1]);
+        tt[2 * q + 1] = _mm512_unpackhi_epi32(z[2 * q], z[2 * q + 1]);
+    }
+    for (int g = 0; g < 2; g++) {
+        u[4 * g + 0] = _mm512_unpacklo_epi64(tt[4 * g], tt[4 * g + 2]);
+        u[4 * g + 1] = _mm512_unpackhi_epi64(tt[4 * g], tt[4 * g + 2]);
+        u[4 * g + 2] = _mm512_unpacklo_epi64(tt[4 * g + 1], tt[4 * g + 3]);
+        u[4 * g + 3] = _mm512_unpackhi_epi64(tt[4 * g + 1], tt[4 * g + 3]);
+    }
+    for (int q = 0; q < 4; q++) {
+        T[q] = _mm512_permutex2var_epi64(u[q], lo, u[4 + q]);
+        T[q + 4] = _mm512_permutex2var_epi64(u[q], hi, u[4 + q]);
+    }
+}
+
+/* zero the accumulators of a pass / store its outputs (NaN -> the one NaN) */
+static inline KQ_TGT_VNNI void kq_acc16_zero(float (*acc)[16], float (*acc2)[16], float (*acc3)[16], int mb) {
+    for (int i = 0; i < mb; i++) {
+        _mm512_store_ps(acc[i], _mm512_setzero_ps());
+        _mm512_store_ps(acc2[i], _mm512_setzero_ps());
+        _mm512_store_ps(acc3[i], _mm512_setzero_ps());
+    }
+}
+static inline void kq_acc16_store(const ds_mm_ctx *c, int fast, float (*acc)[16], float (*acc2)[16],
+                                  float (*acc3)[16], int m0, int mb, int64_t n, int nv) {
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nv; j++) {
+            float y = fast ? (acc[i][j] + acc2[i][j]) + acc3[i][j] : acc[i][j];
+            if (y != y) y = ds_bits_f32(kq_qnan_bits);
+            c->y[(size_t)(m0 + i) * (size_t)c->W->n_out + (size_t)(n + j)] = y;
+        }
+}
+
+#define KQ_TILE16_MIN_M 4
+#define KQ_TILE16K_MIN_M 16         /* K types: the per-super-block scale transposition pays from here */
+static inline KQ_TGT_VNNI void kq_tile16_vnni(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+    const int64_t K = c->W->n_in, nb = K / 32;
+    const size_t wrow = (size_t)nb * ds_type_block_bytes(t);
+    kq_wblk wb[16];
+    float acc[KQ_MT][16] __attribute__((aligned(64))), acc2[KQ_MT][16] __attribute__((aligned(64)));
+    float acc3[KQ_MT][16] __attribute__((aligned(64)));
+    for (int64_t n = n0; n < n1; n += 16) {
+        const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
+        const void *wr[16];
+        ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
+        for (int m0 = 0; m0 < c->M; m0 += KQ_MT) {
+            const int mb = c->M - m0 < KQ_MT ? c->M - m0 : KQ_MT;
+            kq_acc16_zero(acc, acc2, acc3, mb);
+            for (int64_t b = 0; b < nb; b++) {
+                uint16_t dh[16], mh[16];
+                for (int j = 0; j < 16; j++) {
+                    kq_unpack_avx2(t, wr[j], b, &wb[j]);
+                    dh[j] = wb[j].dh;
+                    mh[j] = wb[j].dmh;
+                }
+                __m512i T[8];
+                kq_transpose16(wb, 0, T);
+                const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
+                const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mh));
+                for (int i = 0; i < mb; i++) {
+                    const kq_act a = kq_act_at(t, c, m0 + i, b);
+                    __m512i D = _mm512_set1_epi32(-kq_off(t) * a.psum);
+                    for (int q = 0; q < 8; q++) {
+                        int32_t pd;
+                        memcpy(&pd, a.p + 4 * q, 4);
+                        D = _mm512_dpbusd_epi32(D, T[q], _mm512_set1_epi32(pd));
+                    }
+                    const __m512 fi = _mm512_cvtepi32_ps(D), ev = _mm512_set1_ps(a.e);
+                    float *A = fast && (b & 1) ? acc2[i] : acc[i];
+                    __m512 av = _mm512_load_ps(A);
+                    if (!fast) av = _mm512_fmadd_ps(fi, _mm512_mul_ps(dv, ev), av);
+                    else av = _mm512_add_ps(av, _mm512_mul_ps(_mm512_mul_ps(fi, dv), ev));
+                    _mm512_store_ps(A, av);
+                    if (kq_sec(t) == 1) {
+                        float *S = fast ? acc3[i] : acc[i];
+                        const __m512 G2 = _mm512_set1_ps((float)a.psum * a.e);
+                        __m512 sv = _mm512_load_ps(S);
+                        sv = fast ? _mm512_add_ps(sv, _mm512_mul_ps(mv, G2)) : _mm512_fmadd_ps(mv, G2, sv);
+                        _mm512_store_ps(S, sv);
+                    }
+                }
+            }
+            kq_acc16_store(c, fast, acc, acc2, acc3, m0, mb, n, nv);
+        }
+    }
+}
+
+/* ---- K types, M >= KQ_TILE16_MIN_M: the same transposed tile per 32-element chunk ----------
+ * Chunk c of the super-block (sub-block c of Q4_K / Q5_K, sub-blocks 2c and
+ * 2c+1 of Q6_K) is transposed like a legacy block; its dots, exact int32
+ * per lane, are multiplied by the 16 rows' scales of the sub-block
+ * (VPMULLD) and summed into the row's S; the offset (Q6_K: 32 * sum_g sc_g
+ * * bsum_g) and the mins (Q4_K / Q5_K: sum_j m_j * bsum of sub-block j)
+ * are lane-wise integer sums too. The integers are the definition's, so
+ * the epilogue gives the same bits as every other path. */
+static inline KQ_TGT_VNNI void kq_tile16k_vnni(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+    const int64_t K = c->W->n_in, nb = K / DS_QK_K;
+    const size_t wrow = (size_t)nb * ds_type_block_bytes(t);
+    kq_wblk wb[16];
+    float acc[KQ_MT][16] __attribute__((aligned(64))), acc2[KQ_MT][16] __attribute__((aligned(64)));
+    float acc3[KQ_MT][16] __attribute__((aligned(64)));
+    int32_t S[KQ_MT][16] __attribute__((aligned(64)));
+    int32_t sc[16][16] __attribute__((aligned(64))), mn[16][16] __attribute__((aligned(64)));  /* [group][row] */
+    for (int64_t n = n0; n < n1; n += 16) {
+        const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
+        const void *wr[16];
+        ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
+        for (int m0 = 0; m0 < c->M; m0 += KQ_MT) {
+            const int mb = c->M - m0 < KQ_MT ? c->M - m0 : KQ_MT;
+            kq_acc16_zero(acc, acc2, acc3, mb);
+            for (int64_t b = 0; b < nb; b++) {
+                uint16_t dh[16], mh[16];
+                for (int j = 0; j < 16; j++) {
+                    kq_unpack_avx2(t, wr[j], b, &wb[j]);
+                    dh[j] = wb[j].dh;
+                    mh[j] = wb[j].dmh;
+                    for (int g = 0; g < 16; g++) { sc[g][j] = wb[j].sc16[g]; mn[g][j] = wb[j].mn16[g]; }
+                }
+                /* per activation row: offset and mins first (S starts at -offset) */
+                for (int i = 0; i < mb; i++) {
+                    const kq_act a = kq_act_at(t, c, m0 + i, b);
+                    __m512i corr = _mm512_setzero_si512();
+                    if (kq_off(t))
+                        for (int g = 0; g < 16; g++)
+                            corr = _mm512_add_epi32(corr, _mm512_mullo_epi32(_mm512_load_si512((const void *)sc[g]),
+                                                                            _mm512_set1_epi32(a.bsums[g])));
+                    _mm512_store_si512((void *)S[i], _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                                      _mm512_slli_epi32(corr, 5)));
+                }
+                for (int ch = 0; ch < 8; ch++) {
+                    __m512i T[8];
+                    kq_transpose16(wb, 32 * ch, T);
+                    const __m512i s0 = _mm512_load_si512((const void *)sc[2 * ch]);
+                    const __m512i s1 = _mm512_load_si512((const void *)sc[2 * ch + 1]);
+                    for (int i = 0; i < mb; i++) {
+                        const int8_t *p = kq_act_at(t, c, m0 + i, b).p + 32 * ch;
+                        __m512i D0 = _mm512_setzero_si512(), D1 = _mm512_setzero_si512();
+                        for (int q = 0; q < 4; q++) {
+                            int32_t p0, p1;
+                            memcpy(&p0, p + 4 * q, 4);
+                            memcpy(&p1, p + 16 + 4 * q, 4);
+                            D0 = _mm512_dpbusd_epi32(D0, T[q], _mm512_set1_epi32(p0));
+                            D1 = _mm512_dpbusd_epi32(D1, T[q + 4], _mm512_set1_epi32(p1));
+                        }
+                        __m512i Si = _mm512_load_si512((const void *)S[i]);
+                        Si = _mm512_add_epi32(Si, _mm512_add_epi32(_mm512_mullo_epi32(D0, s0), _mm512_mullo_epi32(D1, s1)));
+                        _mm512_store_si512((void *)S[i], Si);
+                    }
+                }
+                const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
+                const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mh));
+                for (int i = 0; i < mb; i++) {
+                    const kq_act a = kq_act_at(t, c, m0 + i, b);
+                    const __m512 fi = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)S[i]));
+                    const __m512 ev = _mm512_set1_ps(a.e);
+                    float *A = fast && (b & 1) ? acc2[i] : acc[i];
+                    __m512 av = _mm512_load_ps(A);
+                    if (!fast) av = _mm512_fmadd_ps(fi, _mm512_mul_ps(dv, ev), av);
+                    else av = _mm512_add_ps(av, _mm512_mul_ps(_mm512_mul_ps(fi, dv), ev));
+                    _mm512_store_ps(A, av);
+                    if (kq_sec(t) == 2) {
+                        __m512i Mn = _mm512_setzero_si512();      /* mn16 holds m_j twice: 8 products */
+                        for (int g = 0; g < 16; g += 2)
+                            Mn = _mm512_add_epi32(Mn, _mm512_mullo_epi32(_mm512_load_si512((const void *)mn[g]),
+                                                                        _mm512_set1_epi32(a.bsums[g] + a.bsums[g + 1])));
+                        const __m512 F2 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), Mn));
+                        const __m512 G2 = _mm512_mul_ps(mv, ev);
+                        float *Sf = fast ? acc3[i] : acc[i];
+                        __m512 sv = _mm512_load_ps(Sf);
+                        sv = fast ? _mm512_add_ps(sv, _mm512_mul_ps(F2, G2)) : _mm512_fmadd_ps(F2, G2, sv);
+                        _mm512_store_ps(Sf, sv);
+                    }
+                }
+            }
+            kq_acc16_store(c, fast, acc, acc2, acc3, m0, mb, n, nv);
+        }
+    }
+}
+
+static inline int kq_have_vnni(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni");
+}
+#endif
+
+/* ---- the tile walker ---------------------------------------------------------------------- */
+
+DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
+    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / kq_qk(t);
+    const size_t wrow = (size_t)nb * ds_type_block_bytes(t);
+    kq_wblk wb[KQ_NT];
+#if DS_X86
+    const int vnni = lv == DS_LVL_AVX512 && kq_have_vnni();
+    if (vnni && !kq_is_k(t) && c->M >= KQ_TILE16_MIN_M) {
+        kq_tile16_vnni(t, fast, c, n0, n1);
+        return;
+    }
+    if (vnni && kq_is_k(t) && c->M >= KQ_TILE16K_MIN_M) {
+        kq_tile16k_vnni(t, fast, c, n0, n1);
+        return;
+    }
+#endif
+    for (int64_t n = n0; n < n1; n += KQ_NT) {
+        const int nv = (int)(n1 - n < KQ_NT ? n1 - n : KQ_NT);
+        const void *wr[KQ_NT];
+        ds_tile_rows(c->W->data, wrow, n, nv, KQ_NT, wr);
+        for (int m0 = 0; m0 < c->M; m0 += KQ_MT) {
+            const int mb = c->M - m0 < KQ_MT ? c->M - m0 : KQ_MT;
+            float acc[KQ_MT][KQ_NT], acc2[KQ_MT][KQ_NT], acc3[KQ_MT][KQ_NT];
+            for (int i = 0; i < mb; i++)
+                for (int j = 0; j < KQ_NT; j++) acc[i][j] = acc2[i][j] = acc3[i][j] = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+#if DS_X86
+                if (vnni) {
+                    kq_block_vnni(t, fast, c, wr, b, wb, m0, mb, acc, acc2, acc3);
+                    continue;
+                }
+                if (lv >= DS_LVL_AVX2) {
+                    kq_block_avx2(t, fast, c, wr, b, wb, m0, mb, acc, acc2, acc3);
+                    continue;
+                }
+#endif
+                for (int j = 0; j < KQ_NT; j++) kq_unpack(t, wr[j], b, &wb[j]);
+                for (int i = 0; i < mb; i++) {
+                    const kq_act a = kq_act_at(t, c, m0 + i, b);
+                    int32_t I[KQ_NT], Mn[KQ_NT];
+                    kq_ints_scalar(t, wb, &a, I, Mn);
+                    /* the f32 epilogue: the same C on every level */
+                    float *A = fast && (b & 1) ? acc2[i] : acc[i];
+                    if (!fast)
+                        for (int j = 0; j < KQ_NT; j++) A[j] = fmaf((float)I[j], wb[j].d * a.e, A[j]);
+                    else            /* llama.cpp's scalar rounding: (I * d_w) * e, then add */
+                        for (int j = 0; j < KQ_NT; j++) A[j] = A[j] + ((float)I[j] * wb[j].d) * a.e;
+                    if (kq_sec(t)) {
+                        float *S = fast ? acc3[i] : acc[i];
+                        for (int j = 0; j < KQ_NT; j++) {
+                            const float F2 = kq_sec(t) == 1 ? wb[j].dm : -(float)Mn[j];
+                            const float G2 = kq_sec(t) == 1 ? (float)a.psum * a.e : wb[j].dm * a.e;
+                            S[j] = fast ? S[j] + F2 * G2 : fmaf(F2, G2, S[j]);
+                        }
+                    }
+                }
+            }
+            for (int i = 0; i < mb; i++)
+                for (int j = 0; j < nv; j++) {
+                    float y = fast ? (acc[i][j] + acc2[i][j]) + acc3[i][j] : acc[i][j];
+                    if (y != y) y = ds_bits_f32(kq_qnan_bits);
+                    c->y[(size_t)(m0 + i) * (size_t)N + (size_t)(n + j)] = y;
+                }
+        }
+    }
+    (void)lv;
+}
+
+/* Canonical and fast range kernels of one type, per level. */
+#define KQ_FAMILY(tname, TYPE)                                                               \
+    DS_INLINE void kq_canon_##tname(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {    \
+        kq_walk(TYPE, 0, c, n0, n1, lv);                                                     \
+    }                                                                                        \
+    DS_INLINE void kq_fast_##tname(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {     \
+        kq_walk(TYPE, 1, c, n0, n1, lv);                                                     \
+    }                                                                                        \
+    DS_MM_INSTANTIATE(ds_mm_##tname##_canonical, kq_canon_##tname, )                         \
+    DS_MM_INSTANTIATE(ds_mm_##tname##_fast, kq_fast_##tname, )
+
+#endif
