@@ -81,7 +81,7 @@ expect_err "drafter for another vocabulary" "drafter"  $D generate -m "$T/m320.g
 expect_err "dspark drafter, other vocab"    "vocab"    $D generate -m "$T/m320.gguf" -md "$T/dsp.gguf" -p hi -n 4
 expect_err "control bytes in an error"      "error"    $D generate -m "$(printf 'no\nsuch\033[31m')" -p hi
 expect_err "DSPARK_SIMD=AVX2"               "DSPARK_SIMD" env DSPARK_SIMD=AVX2 $D generate -m "$M" -p hi
-expect_err "unknown device"   "unknown device 'gpu' (this build has: cpu)" $D generate -m "$M" -p hi --device gpu
+expect_err "unknown device"   "unknown device 'gpu' (this build has: cpu" $D generate -m "$M" -p hi --device gpu
 expect_err "unknown device (diverge)" "unknown device" $D diverge -m "$M" -p hi --block-greedy 2 -dev tpu
 $D generate -m "$M" -p hi -n 4 --device cpu >"$T/dev1" 2>/dev/null && $D generate -m "$M" -p hi -n 4 >"$T/dev0" 2>/dev/null \
     && cmp -s "$T/dev0" "$T/dev1" && ok "--device cpu is the default" || bad "--device cpu"
