@@ -135,7 +135,7 @@ typedef struct ds_backend_i {
                          const float *x, float *const y[]);
 
     /* ---- the drafter's heads and token selection on the device ---------
-     * Appended after the graph hooks so that older positional initialisers
+     * Appended after the optional hooks so that older positional initialisers
      * of this table still compile (the fields below are then NULL). A
      * backend without them cannot run a drafter (ds_dctx_new says so) and
      * its token selection falls back to downloading the logits
@@ -160,7 +160,7 @@ typedef struct ds_backend_i {
      * keyed on (seed, position, id); temp 0 is argmax, the argmax op's
      * answer). scratch: a device buffer of 2n floats the backend may use.
      * Returns 0, or -1 when this backend cannot run this sampler
-     * configuration (e.g. top-k / top-p on a device); nothing is written
+     * configuration (e.g. top-k / top-p / min-p on a device); nothing is written
      * then and the caller selects on the host. */
     int  (*sample)(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x,
                    int64_t pos0, float *scratch, int32_t *out);

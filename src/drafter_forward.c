@@ -149,6 +149,9 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
         ds_dctx_free(x);
         return NULL;
     }
+    /* constants on the device: the MASK id and the confidence bias */
+    be->i->upload(ex, x->toks + G + 1, &d->mask_id, sizeof(int32_t));
+    be->i->upload(ex, x->scal + 1, &d->conf_b, sizeof(float));
     /* the families' scratch on the (possibly shared) execution context:
      * weights' n_in are the fc's n_taps*d, d, qd and ff; attention spans
      * the context rows plus the block */
@@ -161,9 +164,6 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
         ds_dctx_free(x);
         return NULL;
     }
-    /* constants on the device: the MASK id and the confidence bias */
-    be->i->upload(ex, x->toks + G + 1, &d->mask_id, sizeof(int32_t));
-    be->i->upload(ex, x->scal + 1, &d->conf_b, sizeof(float));
     /* MASK-row reuse cache (constant per drafter) */
     be->i->embed(ex, d->embd, 1, x->toks + G + 1, x->mask_x);
     layer0_proj_row(d, ex, x->mask_x, x->o, x->mask_q, x->mask_k, x->mask_v);

@@ -15,8 +15,8 @@
  *     seeds and positions (also beyond 2^32), rows with NaN, -inf, the MASK
  *     logit and all-NaN rows: every id equal;
  *   - greedy selection (temp 0) equals the CPU's argmax, and a top-k /
- *     top-p sampler is either run or declined (-1) with the host fallback
- *     (ds_backend_select) giving the CPU's ids. */
+ *     top-p / min-p sampler is either run or declined (-1) with the host
+ *     fallback (ds_backend_select) giving the CPU's ids. */
 #include "testutil.h"
 #include "backend.h"
 #include "sampler.h"
@@ -214,14 +214,16 @@ int main(int argc, char **argv) {
                                        (unsigned long long)seeds[si], (long long)poss[pi]);
                         }
                     }
-            /* top-k / top-p: run or declined; through ds_backend_select always the CPU's ids */
-            ds_sampler tk = { 0.8f, 40, 0.9f, 99, 0.0f };
-            declined += g.be->i->sample(g.ex, &tk, rows, V, dx, 11, dsc, dout) != 0;
-            for (int r = 0; r < rows; r++) idc[r] = ds_sample(&tk, x + (size_t)r * V, V, 11 + r, scratch);
-            if (ds_backend_select(g.ex, &tk, rows, V, dx, 11, dsc, dout, err, sizeof err)) { printf("FAIL select: %s\n", err); return 1; }
-            from_dev(&g, idg, dout, sizeof idg);
-            runs++;
-            bad += memcmp(idc, idg, sizeof idc) != 0;
+            /* top-k / top-p / min-p: run or declined; through ds_backend_select always the CPU's ids */
+            const ds_sampler filt[3] = { { 0.8f, 40, 0.9f, 99, 0.0f }, { 0.8f, 0, 0.7f, 98, 0.0f }, { 0.8f, 0, 1.0f, 97, 0.05f } };
+            for (int fi = 0; fi < 3; fi++) {
+                declined += g.be->i->sample(g.ex, &filt[fi], rows, V, dx, 11, dsc, dout) != 0;
+                for (int r = 0; r < rows; r++) idc[r] = ds_sample(&filt[fi], x + (size_t)r * V, V, 11 + r, scratch);
+                if (ds_backend_select(g.ex, &filt[fi], rows, V, dx, 11, dsc, dout, err, sizeof err)) { printf("FAIL select: %s\n", err); return 1; }
+                from_dev(&g, idg, dout, sizeof idg);
+                runs++;
+                bad += memcmp(idc, idg, sizeof idc) != 0;
+            }
             drop(&g, dx); drop(&g, dsc); drop(&g, dout);
             free(x); free(scratch);
         }

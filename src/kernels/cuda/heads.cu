@@ -46,9 +46,9 @@
  * double (~1e-15 relative) of each other. Plain and speculative
  * generation on the GPU both select through this op, so spec == plain on
  * the GPU does not depend on it; CPU == GPU sampled text does, with that
- * (unmeasured, astronomically small) exception. top-k / top-p are not
- * implemented here: the op declines them and ds_backend_select selects on
- * the host from downloaded logits (the documented slow path). */
+ * (unmeasured, astronomically small) exception. top-k / top-p / min-p are
+ * not implemented here: the op declines them and ds_backend_select selects
+ * on the host from downloaded logits (the documented slow path). */
 #include "kernels/cuda/heads.cuh"
 
 #include <math.h>
@@ -234,7 +234,8 @@ int dsc_sample(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float 
         dsc_argmax(ex, rows, n, x, out);
         return 0;
     }
-    if ((smp->top_k > 0 && smp->top_k < n) || smp->top_p < 1.0f) return -1;   /* host fallback */
+    if ((smp->top_k > 0 && smp->top_k < n) || smp->top_p < 1.0f || smp->min_p > 0.0f)
+        return -1;                                /* filters: the host fallback (sampler.c's rules) */
     sample_rows<<<rows, SMP_THREADS, 0, DSC_EXEC_STREAM(ex)>>>(n, x, smp->temp, (uint32_t)smp->seed,
                                                   (uint32_t)(smp->seed >> 32), pos0, out);
     DSC_LAUNCHED(ex, "sample");
