@@ -22,7 +22,7 @@ for i in $(seq "$REPS"); do
 done
 med() { sort -g "$1" | awk '{a[NR]=$1} END{if(NR==0){print "nan"; exit} print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}'; }
 spread() { sort -g "$1" | awk 'NR==1{lo=$1} {hi=$1} END{if(NR==0||lo==0){print "nan"; exit} printf "%.2f", hi/lo}'; }
-printf '%-26s %12s %12s %9s %13s\n' metric old new new/old spread(o,n)
+printf '%-26s %12s %12s %9s %13s\n' metric old new new/old 'spread(o,n)'
 for k in plain spec dec ver; do
     case $k in plain) n="plain decode tok/s";; spec) n="spec canon+direct tok/s";; dec) n="bench decode ms";; ver) n="bench verify(8) canon ms";; esac
     a=$(med "$T/${k}_a"); b=$(med "$T/${k}_b")
