@@ -6,12 +6,17 @@
 
 #include <string.h>
 
+/* One list of names: the registry's (ds_backend_names, comma-separated). */
 int ds_device_known(const char *name) {
-    if (!name) return 0;
-    if (strcmp(name, "cpu") == 0) return 1;
-#ifdef DS_HAVE_CUDA
-    if (strcmp(name, "cuda") == 0) return 1;
-#endif
+    if (!name || !*name || strchr(name, ',')) return 0;
+    const size_t n = strlen(name);
+    for (const char *p = ds_backend_names(); *p;) {
+        const char *e = strchr(p, ',');
+        const size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && !strncmp(p, name, n)) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
     return 0;
 }
 

@@ -11,14 +11,20 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int ds_prefill(ds_ctx *c, const int32_t *prompt, int n_prompt, ds_prefill_mode mode, float *logits,
-               float *taps, char *err, size_t errlen) {
+/* A prompt must be non-empty and leave room for one new token. */
+static int prompt_fits(const ds_ctx *c, int n_prompt, char *err, size_t errlen) {
     if (n_prompt < 1) { ds_errf(err, errlen, "prefill: the prompt is empty"); return -1; }
     if (n_prompt >= ds_ctx_n_ctx(c)) {
         ds_errf(err, errlen, "prefill: the prompt has %d tokens but the context holds %d (need room for at least one new token)",
                 n_prompt, ds_ctx_n_ctx(c));
         return -1;
     }
+    return 0;
+}
+
+int ds_prefill(ds_ctx *c, const int32_t *prompt, int n_prompt, ds_prefill_mode mode, float *logits,
+               float *taps, char *err, size_t errlen) {
+    if (prompt_fits(c, n_prompt, err, errlen)) return -1;
     ds_kv_truncate(c, 0);
     if (mode == DS_PREFILL_BATCH)
         return ds_forward_batch(c, prompt, n_prompt, 0, DS_LOGITS_LAST, logits, taps, err, errlen);
@@ -40,12 +46,7 @@ int ds_generate_greedy(ds_ctx *c, const int32_t *prompt, int n_prompt, const ds_
  * the same selection code. On the CPU the op is ds_sample itself. */
 static int select_prefill(ds_ctx *c, const int32_t *prompt, int n_prompt, ds_prefill_mode mode,
                           const ds_sampler *samp, int32_t *first, char *err, size_t errlen) {
-    if (n_prompt < 1) { ds_errf(err, errlen, "prefill: the prompt is empty"); return -1; }
-    if (n_prompt >= ds_ctx_n_ctx(c)) {
-        ds_errf(err, errlen, "prefill: the prompt has %d tokens but the context holds %d (need room for at least one new token)",
-                n_prompt, ds_ctx_n_ctx(c));
-        return -1;
-    }
+    if (prompt_fits(c, n_prompt, err, errlen)) return -1;
     ds_kv_truncate(c, 0);
     if (mode == DS_PREFILL_BATCH) {
         const ds_select_opts so = {0, DS_LOGITS_LAST, samp, first, NULL};

@@ -68,6 +68,9 @@ int cli_write_token(FILE *f, const struct ds_tokenizer *tok, int32_t id);
 /* The same into a malloc-grown buffer (*buf, *len, *cap); -1 out of memory. */
 int cli_append_token(char **buf, size_t *len, size_t *cap, const struct ds_tokenizer *tok, int32_t id);
 
+/* Median of v[0..n) (n >= 1; sorts v in place). */
+double cli_median(double *v, int n);
+
 /* Monotonic seconds. */
 double cli_now(void);
 

@@ -16,14 +16,6 @@
 /* cmd_bench_profile.c: --profile */
 void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits);
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 #define N_WIDTHS 5
 static const int k_widths[N_WIDTHS] = { 1, 2, 4, 8, 16 };
@@ -127,8 +119,8 @@ int cmd_bench(int argc, char **argv) {
         CHECK(ds_forward_batch(c, toks, (int)prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
     }
 #undef CHECK
-    double dec = median(t_dec, (int)reps), pre = median(t_pre, (int)reps), ver[2][N_WIDTHS];
-    for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) ver[v][w] = median(t_ver[v][w], (int)reps);
+    double dec = cli_median(t_dec, (int)reps), pre = cli_median(t_pre, (int)reps), ver[2][N_WIDTHS];
+    for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) ver[v][w] = cli_median(t_ver[v][w], (int)reps);
 
     printf("model=%s arch=%s weights=%s params=%llu threads=%ld simd=%s reps=%ld prefix=%ld\n", model_path,
            ds_arch_name(m->hp.arch), ds_type_name(m->weight_type), (unsigned long long)m->n_params, n_threads,

@@ -88,14 +88,6 @@ static void pf_probe(void *user, int pos, int layer, int cp, int sub, unsigned f
     if (layer >= 0 && layer < PF_MAX_LAYERS) s->layer[layer] += dt;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits);
 
@@ -141,18 +133,18 @@ static void profile_forward(ds_ctx *c, const int32_t *toks, int prefix, long rep
             for (int l = 0; l < L; l++) lay[k][l][r] = s.layer[l];
         }
     ds_ctx_set_probe(c, NULL);
-    const double td = median(tot[0], (int)reps), tv = median(tot[1], (int)reps);
+    const double td = cli_median(tot[0], (int)reps), tv = cli_median(tot[1], (int)reps);
     printf("\n== profile: one decode step vs one 8-row canonical verify (medians of %ld, interleaved) ==\n", reps);
     printf("%-16s %12s %12s %10s\n", "family", "decode_us", "verify8_us", "ratio");
     for (int f = 0; f < PF_COUNT; f++) {
-        const double a = median(fam[0][f], (int)reps), b = median(fam[1][f], (int)reps);
+        const double a = cli_median(fam[0][f], (int)reps), b = cli_median(fam[1][f], (int)reps);
         if (a < 5e-8 && b < 5e-8) continue;
         printf("%-16s %12.1f %12.1f %10.2f\n", k_pf_name[f], a * 1e6, b * 1e6, a > 0 ? b / a : 0.0);
     }
     printf("%-16s %12.1f %12.1f %10.2f\n", "total", td * 1e6, tv * 1e6, tv / td);
     printf("%-16s %12s %12s\n", "layer", "decode_us", "verify8_us");
     for (int l = 0; l < L; l++)
-        printf("%-16d %12.1f %12.1f\n", l, median(lay[0][l], (int)reps) * 1e6, median(lay[1][l], (int)reps) * 1e6);
+        printf("%-16d %12.1f %12.1f\n", l, cli_median(lay[0][l], (int)reps) * 1e6, cli_median(lay[1][l], (int)reps) * 1e6);
     printf("pool per decode step: handoffs=%.1f inline=%.1f sleeps=%.2f | per verify(8): handoffs=%.1f inline=%.1f sleeps=%.2f\n",
            st[0][0], st[0][1], st[0][2], st[1][0], st[1][1], st[1][2]);
     for (int k = 0; k < 2; k++) {
@@ -203,7 +195,7 @@ static void profile_kernels(ds_ctx *c, long reps, int cpu) {
                     for (int it = 0; it < 8; it++) ds_matmul((ds_variant)v, w, M, x, y, pool);
                     t[r] = (pf_now(cpu) - t0) / 8;
                 }
-                tv[v] = median(t, (int)reps);
+                tv[v] = cli_median(t, (int)reps);
             }
             const double macs = (double)M * (double)w->n_in * (double)w->n_out;
             printf("%-8s %5s %6lld %6lld %9.3f %3d %11.1f %11.1f %9.2f %9.1f %9.1f\n", mm[i].name, ds_type_name(w->type),
@@ -261,7 +253,7 @@ static void profile_draft(ds_ctx *c, const char *drafter_path, const int32_t *to
         ds_matmul(DS_CANONICAL, ds_drafter_head(d), G, hx, hy, pool);
         th[r] = pf_now(cpu) - t0;
     }
-    const double a = median(td, (int)reps), b = median(tr, (int)reps), h = median(th, (int)reps);
+    const double a = cli_median(td, (int)reps), b = cli_median(tr, (int)reps), h = cli_median(th, (int)reps);
     printf("\n== profile: one drafting round (gamma=%d) vs one decode step (medians of %ld, interleaved) ==\n", G, reps);
     printf("drafter: %s\n", ds_drafter_describe(d));
     printf("decode_us=%.1f draft_round_us=%.1f draft_over_decode=%.2f lm_head_M%d_us=%.1f (%.0f%% of the round)\n",
