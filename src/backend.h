@@ -164,6 +164,20 @@ typedef struct ds_backend_i {
      * then and the caller selects on the host. */
     int  (*sample)(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x,
                    int64_t pos0, float *scratch, int32_t *out);
+
+    /* ---- optional: the attention prologue in one launch -----------------
+     * NULL: the separate calls. Bit for bit, for M rows at positions pos[]:
+     *   rmsnorm(CANONICAL, M * n_head,    head_dim, q, q_norm, eps, q)   if q_norm
+     *   rmsnorm(CANONICAL, M * n_head_kv, head_dim, k, k_norm, eps, k)   if k_norm
+     *   rope(CANONICAL, M, n_head, ...q); rope(CANONICAL, M, n_head_kv, ...k)
+     *   kv_write(kc, vc, n_head_kv * head_dim, M, pos, k, v)
+     * n_head may be 0 (q unused: the drafter's context rows). Only for the
+     * canonical variants of both families; launch-bound decode steps are
+     * why it exists (five launches per layer become one). */
+    void (*qk_norm_rope_kv)(ds_exec *ex, int M, int n_head, int n_head_kv, int head_dim,
+                            const int *pos, float freq_base, ds_rope_mode mode,
+                            const float *q_norm, const float *k_norm, float eps, float *q,
+                            float *k, const float *v, float *kc, float *vc);
 } ds_backend_i;
 
 struct ds_backend {

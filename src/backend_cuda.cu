@@ -360,11 +360,12 @@ static const ds_backend_i dsc_iface = {
     dsc_graph_begin,
     dsc_graph_end,
     /* reserve */ NULL,
-    /* matmul_multi */ NULL,
+    dsc_matmul_multi,
     dsc_add,
     dsc_fill,
     dsc_gate,
     dsc_sample,
+    dsc_qk_norm_rope_kv,
 };
 
 /* One clear line for each way a GPU can be missing. */

@@ -79,24 +79,33 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_PROJ, MMF(&L->wk), a->k, kvd, kvd);
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_V_PROJ, MMF(&L->wv), a->v, kvd, kvd);
     }
-    if (L->q_norm && !qkv_ready) {
-        /* per-head RMSNorm: rows = tokens x heads, in place */
-        b->rmsnorm(ex, vnorm, M * H, hd, a->q, L->q_norm, eps, a->q);
-        b->rmsnorm(ex, vnorm, M * Hkv, hd, a->k, L->k_norm, eps, a->k);
+    /* Canonical norm and RoPE with nothing to observe in between: the
+     * backend's one-launch prologue when it has one (same bits). */
+    const int fuse = b->qk_norm_rope_kv && vnorm == DS_CANONICAL && vrope == DS_CANONICAL && !p_qkv;
+    const int norm = L->q_norm && !qkv_ready;
+    if (fuse) {
+        b->qk_norm_rope_kv(ex, M, H, Hkv, hd, a->pos, s->rope_base, s->rope_mode,
+                           norm ? L->q_norm : NULL, norm ? L->k_norm : NULL, eps, a->q, a->k, a->v,
+                           kc, vc);
+    } else {
+        if (norm) {
+            /* per-head RMSNorm: rows = tokens x heads, in place */
+            b->rmsnorm(ex, vnorm, M * H, hd, a->q, L->q_norm, eps, a->q);
+            b->rmsnorm(ex, vnorm, M * Hkv, hd, a->k, L->k_norm, eps, a->k);
+        }
+        if (L->q_norm && p_qkv) {
+            ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_NORM, FAM(DS_FAM_RMSNORM), a->q, qd, qd);
+            ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_NORM, FAM(DS_FAM_RMSNORM), a->k, kvd, kvd);
+        }
+        b->rope(ex, vrope, M, H, hd, a->pos, s->rope_base, s->rope_mode, a->q);
+        b->rope(ex, vrope, M, Hkv, hd, a->pos, s->rope_base, s->rope_mode, a->k);
+        if (p_qkv) {
+            ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_ROPE, FAM(DS_FAM_ROPE), a->q, qd, qd);
+            ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_ROPE, FAM(DS_FAM_ROPE), a->k, kvd, kvd);
+        }
+        /* this call's K/V rows first, then attend */
+        b->kv_write(ex, kc, vc, (int)kvd, M, a->pos, a->k, a->v);
     }
-    if (L->q_norm && p_qkv) {
-        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_NORM, FAM(DS_FAM_RMSNORM), a->q, qd, qd);
-        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_NORM, FAM(DS_FAM_RMSNORM), a->k, kvd, kvd);
-    }
-    b->rope(ex, vrope, M, H, hd, a->pos, s->rope_base, s->rope_mode, a->q);
-    b->rope(ex, vrope, M, Hkv, hd, a->pos, s->rope_base, s->rope_mode, a->k);
-    if (p_qkv) {
-        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_ROPE, FAM(DS_FAM_ROPE), a->q, qd, qd);
-        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_ROPE, FAM(DS_FAM_ROPE), a->k, kvd, kvd);
-    }
-
-    /* --- this call's K/V rows first, then attend ---------------------------- */
-    b->kv_write(ex, kc, vc, (int)kvd, M, a->pos, a->k, a->v);
     if (wants(pr, l, DSD_CP_KV_WRITE)) {
         const unsigned f = FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM) | f_qkv;
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_KV_WRITE, DSD_SUB_K_CACHE_ROW, f, kc + (size_t)pos0 * kvd, kvd, kvd);

@@ -650,7 +650,7 @@ int main(void) {
     mo.n_embd = 64; mo.n_layer = 3; mo.n_head = 4; mo.n_head_kv = 2; mo.n_ff = 128; mo.n_vocab = 300; mo.n_ctx = 256; mo.seed = 3;
     pathf(g_target, sizeof g_target, "target.gguf");
     if (ds_make_model(&mo, g_target, err, sizeof err)) { printf("FAIL make-model: %s\n", err); return 1; }
-    g_tm = ds_model_load(g_target, err, sizeof err);
+    g_tm = ds_model_load_on(g_target, tu_device(), err, sizeof err);
     if (!g_tm) { printf("FAIL load target: %s\n", err); return 1; }
     g_V = g_tm->hp.n_vocab;
     g_D = g_tm->hp.n_embd;
@@ -718,7 +718,7 @@ int main(void) {
         memcpy(qwen_path, g_target, sizeof qwen_path);
         mo.arch = "llama"; mo.n_layer = 2; mo.seed = 4;
         pathf(g_target, sizeof g_target, "target_llama.gguf");
-        g_tm = ds_make_model(&mo, g_target, err, sizeof err) == 0 ? ds_model_load(g_target, err, sizeof err) : NULL;
+        g_tm = ds_make_model(&mo, g_target, err, sizeof err) == 0 ? ds_model_load_on(g_target, tu_device(), err, sizeof err) : NULL;
         CHECK(g_tm != NULL, "llama target: %s", err);
         if (g_tm && mkd("llama_drafter.gguf", (mk_t){ "dflash", "vanilla", 16, 1, 24, 6, 2, DS_TYPE_F32, 21 }, L1, sizeof L1) == 0) {
             test_tier1("tier1 llama target", L1);

@@ -7,7 +7,7 @@
 #      property (logits, every layer's K/V, taps; M = 1..16 around the
 #      chunk boundaries; F32/F16/BF16/Q8_0; Qwen3 and Llama), trained
 #      weights, diverge (gate, NONE, attribution, CPU-vs-GPU cross mode),
-#      speculative == plain;
+#      speculative == plain, the drafter (tier1, tier2 against the reference);
 #   3. the golden outputs on the GPU (bit-identical to the CPU's where the
 #      CUDA canonical kernels match the CPU's bits).
 BUILD=${BUILD:-build}
@@ -35,7 +35,7 @@ mkdir -p "$BUILD/tests"
 for t in "$BUILD"/tests/cuda/test_*; do
     [ -x "$t" ] && one "$(basename "$t")" "$t"
 done
-for t in test_canonical test_diverge test_models test_spec; do
+for t in test_canonical test_diverge test_models test_spec test_drafter; do
     [ -x "$BUILD/tests/$t" ] && one "$t" env DSPARK_DEVICE=cuda "$BUILD/tests/$t"
 done
 one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh

@@ -585,6 +585,104 @@ static void bench_small(T *t) {
     free(h);
 }
 
+/* ==========================================================================
+ * fused launches: matmul_multi and the attention prologue (same bits as the
+ * separate calls, which the tests above tie to the CPU)
+ * ========================================================================== */
+static void test_matmul_multi(T *t, int64_t K) {
+    const int MM = 16, n = 3;
+    const int64_t N[3] = {384, 128, 72};
+    ds_weight wg[3];
+    const ds_weight *W[3];
+    void *wd[3];
+    float *dy[3], *dyr[3];
+    char err[DS_ERRLEN];
+    for (int i = 0; i < n; i++) {
+        int ok;
+        const uint64_t rb = ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok);
+        float *wf = rnd(t, (size_t)(N[i] * K), 1.0f);
+        wd[i] = malloc((size_t)(rb * N[i]));
+        ds_f32_to_type(DS_TYPE_Q8_0, wf, N[i] * K, wd[i]);
+        free(wf);
+        wg[i] = (ds_weight){.type = DS_TYPE_Q8_0, .n_in = K, .n_out = N[i], .data = wd[i]};
+        CHECK(t->i->prepare_weight(t->be, &wg[i], DS_USE_MATMUL, err, sizeof err) == 0, "prepare_weight: %s", err);
+        W[i] = &wg[i];
+        dy[i] = dmem(t, (size_t)MM * N[i] * 4);
+        dyr[i] = dmem(t, (size_t)MM * N[i] * 4);
+    }
+    float *x = rnd(t, (size_t)(MM * K), 2.0f);
+    float *dx = dput(t, x, (size_t)MM * K * 4);
+    float *a = malloc((size_t)MM * N[0] * 4), *b = malloc((size_t)MM * N[0] * 4);
+    int ok = 1;
+    for (int M = 1; M <= MM; M += (M < 4 ? 1 : 5)) {
+        t->i->matmul_multi(t->ex, DS_CANONICAL, n, W, M, dx, dy);
+        for (int i = 0; i < n; i++) t->i->matmul(t->ex, DS_CANONICAL, W[i], M, dx, dyr[i]);
+        for (int i = 0; i < n; i++) {
+            dget(t, a, dy[i], (size_t)M * N[i] * 4);
+            dget(t, b, dyr[i], (size_t)M * N[i] * 4);
+            ok &= !memcmp(a, b, (size_t)M * N[i] * 4);
+        }
+    }
+    CHECK(ok, "matmul_multi Q8_0 K=%lld: != the separate matmul calls", (long long)K);
+    printf("matmul_multi Q8_0 K=%-5lld (3 weights, one launch) == separate calls: %s\n", (long long)K, ok ? "yes" : "NO");
+    sync_ok(t, "matmul_multi");
+    for (int i = 0; i < n; i++) {
+        t->i->release_weight(t->be, &wg[i]);
+        free(wd[i]);
+        dfree(t, dy[i]);
+        dfree(t, dyr[i]);
+    }
+    dfree(t, dx);
+    free(x); free(a); free(b);
+}
+
+static void test_qk_prologue(T *t, int hd, int norm, int n_head, ds_rope_mode mode) {
+    const int M = 9, Hkv = 2, H = n_head, P = 64;
+    const size_t qn = (size_t)M * H * hd, kn = (size_t)M * Hkv * hd, kvd = (size_t)Hkv * hd;
+    float *q = rnd(t, qn ? qn : 1, 2.0f), *k = rnd(t, kn, 2.0f), *v = rnd(t, kn, 1.0f);
+    float *qw = rnd(t, (size_t)hd, 1.0f), *kw = rnd(t, (size_t)hd, 1.0f);
+    int pos[9];
+    for (int r = 0; r < M; r++) pos[r] = 40 + r;
+    float *dq[2], *dk[2], *dkc[2], *dvc[2];
+    float *zero = calloc((size_t)P * kvd, 4);
+    for (int j = 0; j < 2; j++) {
+        dq[j] = dput(t, q, (qn ? qn : 1) * 4);
+        dk[j] = dput(t, k, kn * 4);
+        dkc[j] = dput(t, zero, (size_t)P * kvd * 4);
+        dvc[j] = dput(t, zero, (size_t)P * kvd * 4);
+    }
+    float *dv = dput(t, v, kn * 4), *dqw = dput(t, qw, (size_t)hd * 4), *dkw = dput(t, kw, (size_t)hd * 4);
+    int *dpos = dput(t, pos, sizeof pos);
+    const float eps = 1e-6f;
+    /* separate: the layer's unfused sequence */
+    if (norm) {
+        if (H) t->i->rmsnorm(t->ex, DS_CANONICAL, M * H, hd, dq[0], dqw, eps, dq[0]);
+        t->i->rmsnorm(t->ex, DS_CANONICAL, M * Hkv, hd, dk[0], dkw, eps, dk[0]);
+    }
+    if (H) t->i->rope(t->ex, DS_CANONICAL, M, H, hd, dpos, 10000.0f, mode, dq[0]);
+    t->i->rope(t->ex, DS_CANONICAL, M, Hkv, hd, dpos, 10000.0f, mode, dk[0]);
+    t->i->kv_write(t->ex, dkc[0], dvc[0], (int)kvd, M, dpos, dk[0], dv);
+    /* fused */
+    t->i->qk_norm_rope_kv(t->ex, M, H, Hkv, hd, dpos, 10000.0f, mode, norm ? dqw : NULL, norm ? dkw : NULL, eps,
+                          H ? dq[1] : NULL, dk[1], dv, dkc[1], dvc[1]);
+    int ok = 1;
+    float *a = malloc((size_t)P * kvd * 4 + qn * 4 + 4), *b = malloc((size_t)P * kvd * 4 + qn * 4 + 4);
+    const struct { float **d; size_t n; } cmp[4] = {{dq, qn}, {dk, kn}, {dkc, (size_t)P * kvd}, {dvc, (size_t)P * kvd}};
+    for (int c = 0; c < 4; c++) {
+        if (!cmp[c].n) continue;
+        dget(t, a, cmp[c].d[0], cmp[c].n * 4);
+        dget(t, b, cmp[c].d[1], cmp[c].n * 4);
+        ok &= !memcmp(a, b, cmp[c].n * 4);
+    }
+    CHECK(ok, "qk_norm_rope_kv hd=%d norm=%d n_head=%d mode=%d: != rmsnorm + rope + kv_write", hd, norm, H, mode);
+    printf("qk_norm_rope_kv hd=%-3d norm=%d n_head=%d %s == separate launches: %s\n", hd, norm, H,
+           mode == DS_ROPE_NEOX ? "neox  " : "normal", ok ? "yes" : "NO");
+    sync_ok(t, "qk_norm_rope_kv");
+    for (int j = 0; j < 2; j++) { dfree(t, dq[j]); dfree(t, dk[j]); dfree(t, dkc[j]); dfree(t, dvc[j]); }
+    dfree(t, dv); dfree(t, dqw); dfree(t, dkw); dfree(t, dpos);
+    free(q); free(k); free(v); free(qw); free(kw); free(zero); free(a); free(b);
+}
+
 int main(int argc, char **argv) {
     const int bench = argc > 1 && !strcmp(argv[1], "--bench");
     setvbuf(stdout, NULL, _IOLBF, 0);      /* lines survive a timeout or a hang */
@@ -628,6 +726,12 @@ int main(int argc, char **argv) {
     test_rope(&t, 128, 1000000.0f, DS_ROPE_NEOX);
     test_rope(&t, 64, 10000.0f, DS_ROPE_NORMAL);
     test_small(&t);
+    test_matmul_multi(&t, 384);        /* activations quantized inside the kernel */
+    test_matmul_multi(&t, 1536);       /* a separate quantization launch first    */
+    test_qk_prologue(&t, 64, 1, 6, DS_ROPE_NEOX);
+    test_qk_prologue(&t, 128, 1, 4, DS_ROPE_NEOX);
+    test_qk_prologue(&t, 64, 0, 6, DS_ROPE_NORMAL);
+    test_qk_prologue(&t, 64, 1, 0, DS_ROPE_NEOX);   /* k only: the drafter's context rows */
     if (bench) {
         bench_matmul(&t, "8B wq/wo", DS_TYPE_F16, 4096, 4096);
         bench_matmul(&t, "8B wq/wo", DS_TYPE_Q8_0, 4096, 4096);

@@ -28,7 +28,7 @@ extern "C" {
 /* ---- the backend's private state ------------------------------------------------ */
 #define DSC_MAX_ROPE 8          /* RoPE tables kept (distinct freq_base x head_dim)   */
 #define DSC_ROPE_POS DS_CUDA_ROPE_POS  /* positions a RoPE table covers (rope.cu says why) */
-#define DSC_MAX_GRAPHS 64       /* recorded launch sequences per execution context   */
+#define DSC_MAX_GRAPHS 128      /* recorded launch sequences per execution context   */
 
 typedef struct {
     uint32_t fbits;             /* freq_base's bits                                    */
@@ -141,12 +141,46 @@ __device__ __forceinline__ void dsc_prefetch_l2(const void *p, uint32_t bytes) {
 #endif
 }
 
+/* The canonical RMSNorm scale of one row (n floats at xr), computed by the 32
+ * lanes of one warp, all of which get it: lanes 0..15 are the 16 lanes of the
+ * CPU's ds_sumsq16 (element i in lane i mod 16, the n % 16 tail in its own
+ * lanes, acc = acc + x*x rounded twice), the tree 8-4-2-1 through shuffles,
+ * then mean = sum / n and 1 / sqrt(mean + eps), IEEE division and square
+ * root. rmsnorm.cu's kernels and the fused QK-norm (rope.cu) share it. */
+__device__ __forceinline__ float dsc_rms_scale_canonical(const float *xr, int n, float eps, int lane) {
+    float a = 0.0f;
+    if (lane < 16) {
+        int i = 0;
+        for (; i + 16 <= n; i += 16) {
+            const float v = xr[i + lane];
+            a = __fadd_rn(a, __fmul_rn(v, v));
+        }
+        if (i + lane < n) {
+            const float v = xr[i + lane];
+            a = __fadd_rn(a, __fmul_rn(v, v));
+        }
+    }
+#pragma unroll
+    for (int s = 8; s >= 1; s /= 2) a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s, 16));
+    const float sum = __shfl_sync(0xffffffffu, a, 0);
+    const float mean = __fdiv_rn(sum, (float)n);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
 static inline unsigned dsc_blocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
 /* ---- the families (src/kernels/cuda/<family>.cu) ------------------------------------ */
 void dsc_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y);
 void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
+int dsc_matmul_q8_0_multi(ds_exec *ex, ds_variant v, int n, const dsc_weight *const w[], int M,
+                          const float *x, float *const y[]);
+void dsc_matmul_multi(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,
+                      const float *x, float *const y[]);
+void dsc_qk_norm_rope_kv(ds_exec *ex, int M, int n_head, int n_head_kv, int head_dim,
+                         const int *pos, float freq_base, ds_rope_mode mode, const float *q_norm,
+                         const float *k_norm, float eps, float *q, float *k, const float *v,
+                         float *kc, float *vc);
 void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
                    int causal, const float *q, const float *kc, const float *vc, float *out);
 void dsc_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,

@@ -37,13 +37,10 @@
 /* ==========================================================================
  * activation quantization (ds_quantize_row_q8_0, scalar form)
  * ========================================================================== */
-/* One thread per 32-element block: the C loop literally. q: int8 [M][K],
- * e: the block scale as f32 (the fp16 value, exact). */
-__global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t *__restrict__ q,
-                            float *__restrict__ e) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= nblocks) return;
-    const float *xb = x + i * 32;
+/* One 32-element block, the C loop literally: the 32 int8 quants to dst
+ * (two 16-byte stores), the block scale returned as f32 (the fp16 value,
+ * exact). */
+__device__ __forceinline__ float q8_block(const float *xb, uint4 *dst) {
     float amax = 0.0f;
     for (int j = 0; j < 32; j++) {
         const float v = fabsf(xb[j]);
@@ -52,7 +49,6 @@ __global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t
     const float d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
     const uint16_t d16 = dsc_f32_to_fp16(d);
-    e[i] = dsc_fp16_to_f32(d16);
     uint32_t packed[8];
 #pragma unroll
     for (int w = 0; w < 8; w++) {
@@ -68,9 +64,17 @@ __global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t
         }
         packed[w] = word;
     }
-    uint4 *dst = (uint4 *)(q + i * 32);
     dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+    return dsc_fp16_to_f32(d16);
+}
+
+/* One thread per block. q: int8 [M][K], e: the block scales. */
+__global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t *__restrict__ q,
+                            float *__restrict__ e) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nblocks) return;
+    e[i] = q8_block(x + i * 32, (uint4 *)(q + i * 32));
 }
 
 /* ==========================================================================
@@ -91,25 +95,54 @@ __global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t
  *            the definition's single rounding per block.
  *
  * The row group index is blockIdx.x (the fastest), so the groups of 8 that
- * make up M > 8 read the same weight tile one after another, from L2. */
+ * make up M > 8 read the same weight tile one after another, from L2.
+ *
+ * Short rows (K <= 1024: one tile) quantize their own activations (FQ): the
+ * block's threads run q8_block on the MT x nb activation blocks into shared
+ * memory before phase 1 — the same function on the same floats, so the same
+ * bytes as the separate q8_quantize launch, which decode steps of small
+ * models cannot afford (they are launch-bound). Longer rows keep the
+ * separate launch: every block would re-read M x K floats from L2. */
 #define Q8V_THREADS 256
 #define Q8V_R 4                 /* weight rows per warp                                  */
 
-template <int MT>
+/* The weights of one launch: up to 4 sharing K and the quantized input (q/k/v,
+ * gate/up: matmul_multi). Row group blockIdx.y belongs to weight i when
+ * blk0[i] <= blockIdx.y < blk0[i + 1]; which launch computes a row never
+ * changes its chain. */
+#define Q8V_MAXW 4
+struct q8v_set {
+    const int8_t *wq[Q8V_MAXW];
+    const float  *wd[Q8V_MAXW];
+    float        *y[Q8V_MAXW];
+    int64_t       N[Q8V_MAXW];
+    unsigned      blk0[Q8V_MAXW + 1];
+};
+
+#define Q8V_FQ_MAXNB 32           /* FQ: at most one tile of 32 blocks (K <= 1024) */
+
+template <int MT, bool FQ>
 __global__ void __launch_bounds__(Q8V_THREADS)
-q8v_kernel(const int8_t *__restrict__ wq, const float *__restrict__ wd, int64_t N, int64_t K,
-           int M, int WK, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-           float *__restrict__ y) {
-    extern __shared__ int32_t q8v_smem[];
+q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict__ xq,
+           const float *__restrict__ xd, const float *__restrict__ xf) {
+    extern __shared__ __align__(16) int32_t q8v_smem[];
+    int wi = 0;
+#pragma unroll
+    for (int i = 1; i < Q8V_MAXW; i++) wi += blockIdx.y >= set.blk0[i];
+    const int8_t *__restrict__ wq = set.wq[wi];
+    const float *__restrict__ wd = set.wd[wi];
+    float *__restrict__ y = set.y[wi];
+    const int64_t N = set.N[wi];
     const int RB = (8 / WK) * Q8V_R, TKB = 32 * WK, LD = TKB + 1;
-    int32_t *Ds = q8v_smem;                            /* [RB * MT][LD]: chain c = r * MT + m */
+    uint4 *Xq = (uint4 *)q8v_smem;                     /* FQ: [MT][32 blocks][2] quants      */
+    int32_t *Ds = q8v_smem + (FQ ? MT * Q8V_FQ_MAXNB * 8 : 0);  /* [RB * MT][LD]: chain r * MT + m */
     float *Ws = (float *)(Ds + RB * MT * LD);          /* [RB][LD]  weight block scales       */
     float *Xs = Ws + RB * LD;                          /* [MT][LD]  activation block scales   */
     const int64_t nb = K / 32;
     const int t = threadIdx.x, warp = t / 32, lane = t & 31;
     const int wk = warp % WK, wr = warp / WK, col = wk * 32 + lane;
     const int m0 = blockIdx.x * MT, mv = M - m0 < MT ? M - m0 : MT;
-    const int64_t nbase = (int64_t)blockIdx.y * RB;
+    const int64_t nbase = (int64_t)(blockIdx.y - set.blk0[wi]) * RB;
 
     /* phase-1 rows (padding rows repeat the last row; never written) */
     int64_t nr[Q8V_R];
@@ -123,6 +156,14 @@ q8v_kernel(const int8_t *__restrict__ wq, const float *__restrict__ wd, int64_t 
     const int rc = t / MT, mc = t % MT;
     float acc = 0.0f;
 
+    if (FQ) {                       /* this block's copy of the quantized activations */
+        for (int i = t; i < MT * nb; i += Q8V_THREADS) {
+            const int m = i / (int)nb, b = i % (int)nb;
+            const int mrow = m0 + (m < mv ? m : mv - 1);
+            Xs[m * LD + b] = q8_block(xf + (int64_t)mrow * K + (int64_t)b * 32, Xq + (m * Q8V_FQ_MAXNB + b) * 2);
+        }
+        __syncthreads();
+    }
     uint4 wv[Q8V_R][2];
     if (col < nb) {
 #pragma unroll
@@ -139,8 +180,15 @@ q8v_kernel(const int8_t *__restrict__ wq, const float *__restrict__ wd, int64_t 
 #pragma unroll
             for (int m = 0; m < MT; m++) {
                 const int mrow = m0 + (m < mv ? m : mv - 1);
-                const uint4 *xp = (const uint4 *)(xq + (int64_t)mrow * K + b * 32);
-                const uint4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+                uint4 x0, x1;
+                if (FQ) {
+                    x0 = Xq[(m * Q8V_FQ_MAXNB + (int)b) * 2];
+                    x1 = Xq[(m * Q8V_FQ_MAXNB + (int)b) * 2 + 1];
+                } else {
+                    const uint4 *xp = (const uint4 *)(xq + (int64_t)mrow * K + b * 32);
+                    x0 = __ldg(xp);
+                    x1 = __ldg(xp + 1);
+                }
 #pragma unroll
                 for (int r = 0; r < Q8V_R; r++) {
                     int D = 0;
@@ -154,7 +202,7 @@ q8v_kernel(const int8_t *__restrict__ wq, const float *__restrict__ wd, int64_t 
                     D = __dp4a((int)wv[r][1].w, (int)x1.w, D);
                     Ds[((wr * Q8V_R + r) * MT + m) * LD + col] = D;
                 }
-                if (wr == 0) Xs[m * LD + col] = __ldg(xd + (int64_t)mrow * nb + b);
+                if (!FQ && wr == 0) Xs[m * LD + col] = __ldg(xd + (int64_t)mrow * nb + b);
             }
 #pragma unroll
             for (int r = 0; r < Q8V_R; r++) Ws[(wr * Q8V_R + r) * LD + col] = __ldg(wd + nr[r] * nb + b);
@@ -185,17 +233,34 @@ q8v_kernel(const int8_t *__restrict__ wq, const float *__restrict__ wd, int64_t 
 }
 
 template <int MT>
-static void q8v_launch(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq,
-                       const float *xd, float *y) {
-    const int64_t nb = w->n_in / 32;
+static void q8v_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq,
+                       const float *xd, const float *xf, float *const y[]) {
+    const int64_t K = w[0]->n_in, nb = K / 32;
     /* K-slices per row group: one warp-wide tile for short rows, four (128
      * blocks = 4 KiB of a row per tile) for long ones */
     const int WK = nb <= 32 ? 1 : nb <= 64 ? 2 : 4;
     const int RB = (8 / WK) * Q8V_R, LD = 32 * WK + 1;
-    const size_t smem = (size_t)(RB * MT + RB + MT) * LD * 4;
-    const dim3 grid((unsigned)((M + MT - 1) / MT), dsc_blocks(w->n_out, RB));
-    q8v_kernel<MT><<<grid, Q8V_THREADS, smem, ex->st>>>((const int8_t *)w->data, w->scale,
-                                                       w->n_out, w->n_in, M, WK, xq, xd, y);
+    const bool fq = xq == NULL;
+    const size_t smem = (size_t)(RB * MT + RB + MT) * LD * 4 + (fq ? (size_t)MT * Q8V_FQ_MAXNB * 32 : 0);
+    q8v_set set;
+    memset(&set, 0, sizeof set);
+    unsigned blk = 0;
+    for (int i = 0; i < Q8V_MAXW; i++) {
+        if (i >= n) {                   /* unused: no row group maps here */
+            set.blk0[i] = 0xffffffffu;
+            continue;
+        }
+        set.blk0[i] = blk;
+        set.wq[i] = (const int8_t *)w[i]->data;
+        set.wd[i] = w[i]->scale;
+        set.y[i] = y[i];
+        set.N[i] = w[i]->n_out;
+        blk += dsc_blocks(w[i]->n_out, RB);
+    }
+    set.blk0[Q8V_MAXW] = blk;
+    const dim3 grid((unsigned)((M + MT - 1) / MT), blk);
+    if (fq) q8v_kernel<MT, true><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf);
+    else q8v_kernel<MT, false><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf);
     DSC_LAUNCHED(ex, "matmul_q8_0 canonical");
 }
 
@@ -258,10 +323,32 @@ static void q8f_launch(ds_exec *ex, const dsc_weight *w, int M, const float *x, 
 /* ==========================================================================
  * entry point
  * ========================================================================== */
+/* Canonical: quantize the rows (inside the integer kernel for short rows,
+ * else one launch first), then one integer launch for all n weights (n = 1:
+ * plain matmul; n > 1: matmul_multi, weights of one K). */
+static void q8v_run(ds_exec *ex, int n, const dsc_weight *const w[], int M, const float *x,
+                    float *const y[]) {
+    const int64_t K = w[0]->n_in, nq = (int64_t)M * (K / 32);
+    const int8_t *xq = NULL;
+    const float *xd = NULL;
+    if (K / 32 > Q8V_FQ_MAXNB) {    /* long rows: quantize once for all blocks */
+        const size_t qbytes = ((size_t)M * (size_t)K + 255) & ~(size_t)255;
+        char *mem = (char *)dsc_scratch(ex, DSC_SLOT_Q8_ACT, qbytes + (size_t)nq * sizeof(float));
+        if (!mem) return;
+        xq = (const int8_t *)mem;
+        xd = (const float *)(mem + qbytes);
+        q8_quantize<<<dsc_blocks(nq, 128), 128, 0, ex->st>>>(x, nq, (int8_t *)mem, (float *)(mem + qbytes));
+        DSC_LAUNCHED(ex, "q8_0 quantize");
+    }
+    if (M <= 1) q8v_launch<1>(ex, n, w, M, xq, xd, x, y);
+    else if (M <= 2) q8v_launch<2>(ex, n, w, M, xq, xd, x, y);
+    else if (M <= 4) q8v_launch<4>(ex, n, w, M, xq, xd, x, y);
+    else q8v_launch<8>(ex, n, w, M, xq, xd, x, y);
+}
+
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x,
                      float *y) {
     if (M <= 0 || w->n_out <= 0 || w->n_in <= 0) return;
-    const int64_t K = w->n_in, nq = (int64_t)M * (K / 32);
     if (v == DS_FAST && ((uintptr_t)x & 15) == 0) {
         if (M <= 1) q8f_launch<1>(ex, w, M, x, y);
         else if (M <= 2) q8f_launch<2>(ex, w, M, x, y);
@@ -269,16 +356,17 @@ void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, cons
         else q8f_launch<8>(ex, w, M, x, y);
         return;
     }
-    /* canonical: quantize the rows once, then the integer kernel */
-    const size_t qbytes = ((size_t)M * (size_t)K + 255) & ~(size_t)255;
-    char *mem = (char *)dsc_scratch(ex, DSC_SLOT_Q8_ACT, qbytes + (size_t)nq * sizeof(float));
-    if (!mem) return;
-    int8_t *xq = (int8_t *)mem;
-    float *xd = (float *)(mem + qbytes);
-    q8_quantize<<<dsc_blocks(nq, 128), 128, 0, ex->st>>>(x, nq, xq, xd);
-    DSC_LAUNCHED(ex, "q8_0 quantize");
-    if (M <= 1) q8v_launch<1>(ex, w, M, xq, xd, y);
-    else if (M <= 2) q8v_launch<2>(ex, w, M, xq, xd, y);
-    else if (M <= 4) q8v_launch<4>(ex, w, M, xq, xd, y);
-    else q8v_launch<8>(ex, w, M, xq, xd, y);
+    q8v_run(ex, 1, &w, M, x, &y);
+}
+
+/* matmul_multi for Q8_0 canonical weights of one K: one quantization of x and
+ * one launch. Returns 0 when it does not apply (the caller loops). */
+int dsc_matmul_q8_0_multi(ds_exec *ex, ds_variant v, int n, const dsc_weight *const w[], int M,
+                          const float *x, float *const y[]) {
+    if (v == DS_FAST || n < 1 || n > Q8V_MAXW || M <= 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (w[i]->type != DS_TYPE_Q8_0 || w[i]->n_in != w[0]->n_in || w[i]->n_out <= 0 || w[i]->n_in <= 0)
+            return 0;
+    q8v_run(ex, n, w, M, x, y);
+    return 1;
 }

@@ -22,34 +22,13 @@
 
 #define RMS_WARPS 8
 
-/* the canonical per-row scale, computed by the 32 lanes of one warp (all get it) */
-__device__ __forceinline__ float rms_scale_canonical(const float *xr, int n, float eps, int lane) {
-    float a = 0.0f;
-    if (lane < 16) {
-        int i = 0;
-        for (; i + 16 <= n; i += 16) {
-            const float v = xr[i + lane];
-            a = __fadd_rn(a, __fmul_rn(v, v));
-        }
-        if (i + lane < n) {
-            const float v = xr[i + lane];
-            a = __fadd_rn(a, __fmul_rn(v, v));
-        }
-    }
-#pragma unroll
-    for (int s = 8; s >= 1; s /= 2) a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s, 16));
-    const float sum = __shfl_sync(0xffffffffu, a, 0);
-    const float mean = __fdiv_rn(sum, (float)n);
-    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-}
-
 __global__ void rms_canonical(int rows, int n, const float *x, const float *__restrict__ w,
                               float eps, float *y) {
     const int r = blockIdx.x * RMS_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (r >= rows) return;
     const float *xr = x + (int64_t)r * n;
     float *yr = y + (int64_t)r * n;
-    const float scale = rms_scale_canonical(xr, n, eps, lane);
+    const float scale = dsc_rms_scale_canonical(xr, n, eps, lane);
     __syncwarp();
     if (w)
         for (int i = lane; i < n; i += 32) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
@@ -61,7 +40,7 @@ __global__ void rms_canonical(int rows, int n, const float *x, const float *__re
  * staged in shared memory by all threads at once (one memory latency instead
  * of n / 16 dependent ones), then lanes 0..15 of warp 0 run the 16 lane
  * chains from shared memory — the same adds in the same order as
- * rms_scale_canonical — and every thread writes its outputs. With `add`
+ * dsc_rms_scale_canonical — and every thread writes its outputs. With `add`
  * (the residual family's canonical epilogue fused in one launch) the staged
  * value is x + add, one rounding, also written back to x first. */
 #define RMSB_MAXN 8192          /* floats staged (32 KiB); longer rows: rms_canonical */

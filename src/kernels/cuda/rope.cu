@@ -134,3 +134,84 @@ void dsc_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, co
     }
     DSC_LAUNCHED(ex, "rope");
 }
+
+/* ==========================================================================
+ * the attention prologue in one launch (backend.h: qk_norm_rope_kv)
+ * ==========================================================================
+ * One warp per (row, head) of q and k: the canonical per-head RMSNorm scale
+ * (dsc_rms_scale_canonical, rmsnorm.cu's), each element (x * scale) * w as
+ * rmsnorm writes it, then the canonical rotation of each pair from the same
+ * table — the separate launches' operations on the same values in the same
+ * order, so the same bits. K heads also go to the cache row pos[r], with
+ * this row's V head beside them (kv_write's copy). Decode steps are
+ * launch-bound: five launches per layer become one. */
+#define QRK_WARPS 4
+
+__global__ void __launch_bounds__(32 * QRK_WARPS)
+qk_norm_rope_kv_k(int M, int H, int Hkv, int hd, const int *__restrict__ pos, int neox,
+                  const float *__restrict__ cs, const float *__restrict__ inv,
+                  const float *__restrict__ qw, const float *__restrict__ kw, float eps,
+                  float *q, float *k, const float *__restrict__ v, float *kc, float *vc) {
+    const int heads = H + Hkv, lane = threadIdx.x & 31;
+    const int64_t t = (int64_t)blockIdx.x * QRK_WARPS + threadIdx.x / 32;
+    if (t >= (int64_t)M * heads) return;
+    const int r = (int)(t / heads), h = (int)(t % heads);
+    const bool is_k = h >= H;
+    const int hk = h - H, kvd = Hkv * hd;
+    float *x = is_k ? k + (int64_t)r * kvd + (int64_t)hk * hd : q + ((int64_t)r * H + h) * hd;
+    const float *w = is_k ? kw : qw;
+    const float scale = w ? dsc_rms_scale_canonical(x, hd, eps, lane) : 1.0f;
+    __syncwarp();
+    const int half = hd / 2, p = pos[r];
+    float *kdst = NULL;
+    if (is_k) {
+        kdst = kc + (int64_t)p * kvd + (int64_t)hk * hd;
+        const float *vs = v + (int64_t)r * kvd + (int64_t)hk * hd;
+        float *vd = vc + (int64_t)p * kvd + (int64_t)hk * hd;
+        for (int i = lane; i < hd; i += 32) vd[i] = vs[i];
+    }
+    for (int i = lane; i < half; i += 32) {
+        const int ia = neox ? i : 2 * i, ib = neox ? half + i : 2 * i + 1;
+        float x0 = x[ia], x1 = x[ib];
+        if (w) {
+            x0 = __fmul_rn(__fmul_rn(x0, scale), w[ia]);
+            x1 = __fmul_rn(__fmul_rn(x1, scale), w[ib]);
+        }
+        float c, s;
+        if (p >= 0 && p < DSC_ROPE_POS) {
+            c = cs[(int64_t)p * half + i];
+            s = cs[(int64_t)DSC_ROPE_POS * half + (int64_t)p * half + i];
+        } else {
+            sincosf(__fmul_rn((float)p, inv[i]), &s, &c);
+        }
+        const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        const float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        x[ia] = y0;
+        x[ib] = y1;
+        if (kdst) {
+            kdst[ia] = y0;
+            kdst[ib] = y1;
+        }
+    }
+    /* an odd head_dim's last element: normed, never rotated (rope's pairs stop at half) */
+    if ((hd & 1) && lane == 0) {
+        float xl = x[hd - 1];
+        if (w) xl = __fmul_rn(__fmul_rn(xl, scale), w[hd - 1]);
+        x[hd - 1] = xl;
+        if (kdst) kdst[hd - 1] = xl;
+    }
+}
+
+void dsc_qk_norm_rope_kv(ds_exec *ex, int M, int n_head, int n_head_kv, int head_dim,
+                         const int *pos, float freq_base, ds_rope_mode mode, const float *q_norm,
+                         const float *k_norm, float eps, float *q, float *k, const float *v,
+                         float *kc, float *vc) {
+    if (M <= 0 || n_head < 0 || n_head_kv <= 0 || head_dim < 2) return;
+    const dsc_rope_table *t = dsc_rope_get(ex, freq_base, head_dim);
+    if (!t) return;
+    const int64_t warps = (int64_t)M * (n_head + n_head_kv);
+    qk_norm_rope_kv_k<<<dsc_blocks(warps, QRK_WARPS), 32 * QRK_WARPS, 0, ex->st>>>(
+        M, n_head, n_head_kv, head_dim, pos, mode == DS_ROPE_NEOX, t->cs, t->inv_freq, q_norm,
+        k_norm, eps, q, k, v, kc, vc);
+    DSC_LAUNCHED(ex, "qk_norm + rope + kv_write canonical");
+}
