@@ -46,6 +46,31 @@ typedef struct ds_exec    ds_exec;      /* an execution context on it          *
 enum { DS_USE_MATMUL = 1, DS_USE_LOOKUP = 2 };   /* prepare_weight's `use` */
 
 /* ---- the function table ------------------------------------------------ */
+/* The drafter's sequential head chain (drafter_forward.c), for a backend
+ * that runs it in one launch. Greedy only; per slot k = 0..n_keep-1 with
+ * prev = toks[k], exactly the ops the engine would issue one by one:
+ *   if w2:   e = embed(w1, prev);  z_k = add(z_k, matmul(CANONICAL, w2, e))
+ *   always:  z_k[mask_id] = mask_logit
+ *   if conf: in = [h_k; e if conf_with_markov];
+ *            conf_logit[0] = matmul(CANONICAL, conf_w, in);
+ *            conf[k] = gate(SIGMOID, conf_logit[0], conf_b[0])
+ *   always:  toks[k + 1] = argmax(z_k)
+ * All pointers are device memory; z holds the LM head's logits on entry. */
+typedef struct {
+    int n_keep, V, D;
+    const ds_weight *w1, *w2;          /* the vanilla Markov head, or both NULL  */
+    const ds_weight *conf_w;           /* the confidence head, or NULL            */
+    int conf_with_markov;
+    const float *h;                    /* [n_keep][D]                             */
+    float *z;                          /* [n_keep][V]                             */
+    int32_t *toks;                     /* [n_keep + 1]                            */
+    int32_t mask_id;
+    float mask_logit;
+    const float *conf_b;               /* [1]                                     */
+    float *conf_logit;                 /* [1]                                     */
+    float *conf;                       /* [n_keep]                                */
+} ds_draft_chain;
+
 typedef struct ds_backend_i {
     const char *name;                    /* "cpu", "cuda": the --device name    */
     int host_memory;                     /* 1: buffers are host memory          */
@@ -178,6 +203,20 @@ typedef struct ds_backend_i {
                             const int *pos, float freq_base, ds_rope_mode mode,
                             const float *q_norm, const float *k_norm, float eps, float *q,
                             float *k, const float *v, float *kc, float *vc);
+
+    /* ---- optional: the drafter's head chain in one launch ----------------
+     * NULL, or returns 1 when this backend declines this configuration
+     * (types, sizes): the engine then issues the ops one by one. 0 when the
+     * chain was issued: bit for bit the ops above (ds_draft_chain). A
+     * speculative round's sequential part is ~10 tiny launches per slot. */
+    int (*draft_chain)(ds_exec *ex, const ds_draft_chain *c);
+
+    /* ---- optional: SwiGLU feeding a matmul in one launch ------------------
+     * h = swiglu(vsw, gate, up); y = matmul(vmm, W, h), bit for bit those two
+     * calls (h is written too). Returns 1 when declined (the caller makes
+     * the two calls), 0 when issued. */
+    int (*swiglu_matmul)(ds_exec *ex, ds_variant vsw, ds_variant vmm, const ds_weight *W, int M,
+                         const float *gate, const float *up, float *h, float *y);
 } ds_backend_i;
 
 struct ds_backend {

@@ -366,6 +366,8 @@ static const ds_backend_i dsc_iface = {
     dsc_gate,
     dsc_sample,
     dsc_qk_norm_rope_kv,
+    dsc_draft_chain,
+    dsc_swiglu_matmul,
 };
 
 /* One clear line for each way a GPU can be missing. */

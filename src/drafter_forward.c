@@ -81,9 +81,15 @@ static void layer0_proj_row(const ds_drafter *d, ds_exec *ex, const float *x0, f
     const ds_backend_i *b = ex->be->i;
     const ds_layer *L = &d->layers[0];
     b->rmsnorm(ex, CANON, 1, d->d, x0, L->attn_norm, d->eps, a);
-    b->matmul(ex, CANON, &L->wq, 1, a, q);
-    b->matmul(ex, CANON, &L->wk, 1, a, k);
-    b->matmul(ex, CANON, &L->wv, 1, a, v);
+    if (b->matmul_multi && L->wq.type == L->wk.type && L->wq.type == L->wv.type) {  /* one launch, same bits */
+        const ds_weight *const w3[3] = {&L->wq, &L->wk, &L->wv};
+        float *const y3[3] = {q, k, v};
+        b->matmul_multi(ex, CANON, 3, w3, 1, a, y3);
+    } else {
+        b->matmul(ex, CANON, &L->wq, 1, a, q);
+        b->matmul(ex, CANON, &L->wk, 1, a, k);
+        b->matmul(ex, CANON, &L->wv, 1, a, v);
+    }
     if (L->q_norm) {
         b->rmsnorm(ex, CANON, d->n_head, d->head_dim, q, L->q_norm, d->eps, q);
         b->rmsnorm(ex, CANON, d->n_head_kv, d->head_dim, k, L->k_norm, d->eps, k);
@@ -122,6 +128,7 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
     const size_t R = (size_t)x->rows, D = (size_t)d->d, hd = (size_t)d->head_dim;
     const size_t qd = (size_t)d->n_head * hd, kvd = (size_t)d->n_head_kv * hd, V = (size_t)d->V;
     const size_t r = (size_t)d->rank, G = (size_t)d->gamma, w = (size_t)(d->has_corr ? d->corr_w : 0);
+    const size_t GM = G > 1 ? G - 1 : 1;      /* MASK rows of a block: cached as G - 1 copies */
     char e2[DS_ERRLEN];
     x->kv = ds_kv_new(be, d->n_layer, x->cap, (int)kvd, e2, sizeof e2);
     if (!x->kv) {
@@ -135,7 +142,7 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
         R * (size_t)d->n_ff, R * (size_t)d->n_ff, R * (size_t)d->n_ff, G * D,  /* gate up hff h */
         G * V, V, 2 * V,                                       /* z bias samp        */
         7 * r + 4 * D + 16, 3 * w + 1, D, r + 1,               /* vec cw hc state    */
-        D, qd, kvd, kvd, V,                                    /* mask x q k v bias  */
+        GM * D, GM * qd, GM * kvd, GM * kvd, V,                /* mask x q k v bias  */
         G, 2};                                                 /* conf scal          */
     float **slot[DCTX_NBUF];
     dctx_slots(x, slot);
@@ -167,6 +174,14 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
     /* MASK-row reuse cache (constant per drafter) */
     be->i->embed(ex, d->embd, 1, x->toks + G + 1, x->mask_x);
     layer0_proj_row(d, ex, x->mask_x, x->o, x->mask_q, x->mask_k, x->mask_v);
+    /* ... repeated for the block's G - 1 MASK rows, so that a round restores
+     * them with one copy per buffer instead of one per row */
+    for (size_t i = 1; i < GM; i++) {
+        be->i->copy(ex, x->mask_x + i * D, x->mask_x, D * sizeof(float));
+        be->i->copy(ex, x->mask_q + i * qd, x->mask_q, qd * sizeof(float));
+        be->i->copy(ex, x->mask_k + i * kvd, x->mask_k, kvd * sizeof(float));
+        be->i->copy(ex, x->mask_v + i * kvd, x->mask_v, kvd * sizeof(float));
+    }
     if (d->has_corr && r > 0) {
         be->i->embed(ex, &d->w1, 1, x->toks + G + 1, x->vec);
         be->i->matmul(ex, CANON, &d->w2, 1, x->vec, x->mask_bias);
@@ -300,20 +315,17 @@ static void block_forward(ds_dctx *x, int p) {
                  .o = x->o, .gate = x->gate, .up = x->up, .h = x->hff, .pos = x->pos};
 
     b->embed(ex, d->embd, 1, x->toks, x->x);                       /* the anchor (toks[0]) */
-    for (int r = 1; r < G; r++) {
-        if (reuse) b->copy(ex, x->x + (size_t)r * D, x->mask_x, (size_t)D * sizeof(float));
-        else b->embed(ex, d->embd, 1, x->toks + G + 1, x->x + (size_t)r * D);
-    }
+    if (reuse) b->copy(ex, x->x + D, x->mask_x, (size_t)(G - 1) * D * sizeof(float));
+    else
+        for (int r = 1; r < G; r++) b->embed(ex, d->embd, 1, x->toks + G + 1, x->x + (size_t)r * D);
     for (int l = 0; l < d->n_layer; l++) {
         int qkv_ready = 0;
         if (l == 0 && reuse) {
             /* anchor row computed; MASK rows copied from the per-context cache */
             layer0_proj_row(d, ex, x->x, x->xn, x->q, x->k, x->v);
-            for (int r = 1; r < G; r++) {
-                b->copy(ex, x->q + (size_t)r * qd, x->mask_q, (size_t)qd * sizeof(float));
-                b->copy(ex, x->k + (size_t)r * kvd, x->mask_k, (size_t)kvd * sizeof(float));
-                b->copy(ex, x->v + (size_t)r * kvd, x->mask_v, (size_t)kvd * sizeof(float));
-            }
+            b->copy(ex, x->q + qd, x->mask_q, (size_t)(G - 1) * qd * sizeof(float));
+            b->copy(ex, x->k + kvd, x->mask_k, (size_t)(G - 1) * kvd * sizeof(float));
+            b->copy(ex, x->v + kvd, x->mask_v, (size_t)(G - 1) * kvd * sizeof(float));
             qkv_ready = 1;
         } else if (l == 0) {
             b->rmsnorm(ex, CANON, G, D, x->x, d->layers[0].attn_norm, d->eps, x->xn);
@@ -368,6 +380,23 @@ static int draft_ops(ds_dctx *x, int n_keep, const ds_sampler *samp, int p, int 
         be->matmul(ex, CANON, d->head, n_keep, x->h, x->z);
     }
     if (d->markov == DS_MARKOV_RNN) be->fill(ex, r, x->state, 0.0f);
+
+    /* greedy, no correction head, a vanilla Markov head or none: the
+     * backend's one-launch chain when it has one (the same ops' bits) */
+    const int greedy = !samp || !(samp->temp > 0.0f);
+    const int vanilla = d->markov == DS_MARKOV_VANILLA || (d->markov == DS_MARKOV_NONE && r == 0);
+    if (be->draft_chain && greedy && vanilla && !d->has_corr && !x->dbg_unmasked && !x->no_chain) {
+        const ds_draft_chain ch = {
+            .n_keep = n_keep, .V = V, .D = D,
+            .w1 = r > 0 ? &d->w1 : NULL, .w2 = r > 0 ? &d->w2 : NULL,
+            .conf_w = d->has_conf && want_conf ? &d->conf_w : NULL,
+            .conf_with_markov = d->conf_with_markov,
+            .h = x->h, .z = x->z, .toks = x->toks,
+            .mask_id = d->mask_id, .mask_logit = DS_MASK_LOGIT,
+            .conf_b = x->scal + 1, .conf_logit = x->scal, .conf = x->conf,
+        };
+        if (be->draft_chain(ex, &ch) == 0) return 0;
+    }
 
     for (int k = 0; k < n_keep; k++) {
         const float *hk = x->h + (size_t)k * D;
@@ -486,7 +515,8 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
     if (rec) {
         uint64_t key = 0x6472616674000000ull;                    /* "draft" */
         key ^= (uint64_t)(uintptr_t)x * 1099511628211ull;
-        key ^= ((uint64_t)n_keep << 8) | ((uint64_t)(confidence != NULL) << 1) | (uint64_t)x->no_mask_cache;
+        key ^= ((uint64_t)n_keep << 8) | ((uint64_t)x->no_chain << 2) | ((uint64_t)(confidence != NULL) << 1) |
+               (uint64_t)x->no_mask_cache;
         if ((replayed = be->graph_begin(ex, key, err, errlen)) < 0) return -1;
     }
     if (!replayed && draft_ops(x, n_keep, samp, p, confidence != NULL, err, errlen)) {

@@ -101,10 +101,11 @@ struct ds_dctx {
      * and for the graph-corrected mode the constant Markov bias of MASK. The
      * MASK row is a function of constant weights only, so the cache is built
      * once in ds_dctx_new and reused every round. */
-    float *mask_x, *mask_q, *mask_k, *mask_v;   /* [d], [H*hd], [Hkv*hd] x2      */
+    float *mask_x, *mask_q, *mask_k, *mask_v;   /* [G-1][d], [G-1][H*hd], [G-1][Hkv*hd] x2 */
     float *mask_bias;               /* [V] (correction mode with a Markov head)  */
     /* test hooks (drafter_internal.h only) */
     int    no_mask_cache;           /* 1: recompute MASK rows every round        */
+    int    no_chain;                /* 1: the head chain op by op, never fused   */
     float *dbg_unmasked;            /* if set: [n_keep][V] logits before z[MASK]=-1e6 */
     float *dbg_hidden;              /* if set: [gamma][d] post-output_norm h     */
 };

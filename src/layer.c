@@ -141,10 +141,16 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_GATE, MMF(&L->w_gate), a->gate, ff, ff);
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_UP, MMF(&L->w_up), a->up, ff, ff);
     }
-    b->swiglu(ex, (ds_variant)var[DS_FAM_SWIGLU], M, (int)ff, a->gate, a->up, a->h);
+    /* SwiGLU and the down projection: one launch where the backend can
+     * (it still writes h, so the probe below reads the same rows) */
+    const ds_variant vsw = (ds_variant)var[DS_FAM_SWIGLU];
+    const int fused_down = b->swiglu_matmul &&
+        b->swiglu_matmul(ex, vsw, (ds_variant)var[ds_matmul_family(L->w_down.type)], &L->w_down, M, a->gate,
+                         a->up, a->h, a->o) == 0;
+    if (!fused_down) b->swiglu(ex, vsw, M, (int)ff, a->gate, a->up, a->h);
     if (wants(pr, l, DSD_CP_FFN_ACT))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_ACT, DSD_SUB_ALL, FAM(DS_FAM_SWIGLU), a->h, ff, ff);
-    MM(&L->w_down, a->h, a->o);
+    if (!fused_down) MM(&L->w_down, a->h, a->o);
     if (wants(pr, l, DSD_CP_FFN_DOWN))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_DOWN, DSD_SUB_ALL, MMF(&L->w_down), a->o, d, d);
 

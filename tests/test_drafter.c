@@ -306,6 +306,17 @@ static void test_exact(const char *label, const char *path) {
     CHECK(same, "%s", name);
     if (same) PASS(name);
 
+    /* the backend's one-launch head chain == the ops one by one (on a
+     * backend without it both rounds take the op path) */
+    x->no_chain = 1;
+    ok = ok && round_(x, feat, NCTX, ANCHOR, G, NULL, i1, c1, L1) == 0;
+    x->no_chain = 0;
+    same = ok && !memcmp(L0, L1, nl * 4) && !memcmp(i0, i1, (size_t)G * 4) && !memcmp(c0, c1, (size_t)G * 4);
+    snprintf(name, sizeof name, "%s: head chain in one launch == op by op (bitwise%s)", label,
+             d->be->i->draft_chain ? "" : "; this device has no fused chain");
+    CHECK(same, "%s", name);
+    if (same) PASS(name);
+
     /* prefix A/B */
     static const int keeps[] = { 1, 2, 3, 4, 6, 8 };
     int pre = ok, n_pre = 0;
@@ -656,6 +667,7 @@ int main(void) {
     g_D = g_tm->hp.n_embd;
 
     char A[400], Al[400], C[400], Cl[400], Gd[400], Rn[400], N0[400], Q8[400], BF[400], F16[400], G7[400], A2[400], Cw[400];
+    char Q8V[400], Q8N[400];
     int rc = 0;
     rc |= mkd("A.gguf", (mk_t){ "dflash", "vanilla", 32, 1, 0, 8, 2, DS_TYPE_F32, 7 }, A, sizeof A);
     rc |= mkd("A_legacy.gguf", (mk_t){ "dspark", "vanilla", 32, 1, 0, 8, 2, DS_TYPE_F32, 7 }, Al, sizeof Al);
@@ -667,6 +679,10 @@ int main(void) {
     rc |= mkd("rnn.gguf", (mk_t){ "dspark", "rnn", 16, 1, 0, 7, 2, DS_TYPE_F32, 12 }, Rn, sizeof Rn);
     rc |= mkd("nomarkov.gguf", (mk_t){ "dflash", "vanilla", 0, 1, 0, 4, 1, DS_TYPE_F32, 13 }, N0, sizeof N0);
     rc |= mkd("q8.gguf", (mk_t){ "dflash", "vanilla", 32, 1, 32, 7, 2, DS_TYPE_Q8_0, 14 }, Q8, sizeof Q8);
+    /* Q8_0 vanilla / no-Markov with confidence: what a device's one-launch
+     * head chain takes (test_exact compares it with the op-by-op path) */
+    rc |= mkd("q8v.gguf", (mk_t){ "dflash", "vanilla", 32, 1, 0, 7, 2, DS_TYPE_Q8_0, 18 }, Q8V, sizeof Q8V);
+    rc |= mkd("q8n.gguf", (mk_t){ "dflash", "vanilla", 0, 1, 0, 5, 1, DS_TYPE_Q8_0, 19 }, Q8N, sizeof Q8N);
     rc |= mkd("bf16.gguf", (mk_t){ "dflash", "rnn", 32, 1, 0, 7, 2, DS_TYPE_BF16, 15 }, BF, sizeof BF);
     rc |= mkd("f16.gguf", (mk_t){ "dspark", "gated", 32, 0, 0, 7, 2, DS_TYPE_F16, 16 }, F16, sizeof F16);
     rc |= mkd("g1.gguf", (mk_t){ "dflash", "vanilla", 8, 1, 0, 1, 1, DS_TYPE_F32, 17 }, G7, sizeof G7);
@@ -698,6 +714,8 @@ int main(void) {
     test_tier2("bf16_rnn", BF, 1e-4);
     test_tier2("f16_gated", F16, 1e-4);
     test_tier2("q8_0_correction", Q8, 5e-2);
+    test_tier2("q8_0_vanilla", Q8V, 5e-2);
+    test_tier2("q8_0_no_markov", Q8N, 5e-2);
 
     test_correction_oracle(C);
     test_exact("vanilla", A);
@@ -705,6 +723,8 @@ int main(void) {
     test_exact("rnn", Rn);
     test_exact("gated", Gd);
     test_exact("gamma1", G7);
+    test_exact("q8_0 vanilla", Q8V);
+    test_exact("q8_0 no-markov", Q8N);
     test_layouts("layouts dflash == dspark (vanilla)", A, Al);
     test_layouts("layouts dflash == dspark (correction)", C, Cl);
     test_bad_files(A, Cl);

@@ -683,6 +683,48 @@ static void test_qk_prologue(T *t, int hd, int norm, int n_head, ds_rope_mode mo
     free(q); free(k); free(v); free(qw); free(kw); free(zero); free(a); free(b);
 }
 
+static void test_swiglu_matmul(T *t, int64_t K) {
+    const int MM = 16;
+    const int64_t N = 200;
+    int ok8;
+    const uint64_t rb = ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok8);
+    float *wf = rnd(t, (size_t)(N * K), 1.0f);
+    void *wd = malloc((size_t)(rb * N));
+    ds_f32_to_type(DS_TYPE_Q8_0, wf, N * K, wd);
+    ds_weight wg = {.type = DS_TYPE_Q8_0, .n_in = K, .n_out = N, .data = wd};
+    char err[DS_ERRLEN];
+    CHECK(t->i->prepare_weight(t->be, &wg, DS_USE_MATMUL, err, sizeof err) == 0, "prepare_weight: %s", err);
+    float *g = rnd(t, (size_t)(MM * K), 3.0f), *u = rnd(t, (size_t)(MM * K), 2.0f);
+    float *dg = dput(t, g, (size_t)MM * K * 4), *du = dput(t, u, (size_t)MM * K * 4);
+    float *dh[2] = {dmem(t, (size_t)MM * K * 4), dmem(t, (size_t)MM * K * 4)};
+    float *dy[2] = {dmem(t, (size_t)MM * N * 4), dmem(t, (size_t)MM * N * 4)};
+    float *a = malloc((size_t)MM * K * 4), *b = malloc((size_t)MM * K * 4);
+    int ok = 1, issued = 1;
+    for (int M = 1; M <= MM; M += (M < 4 ? 1 : 5)) {
+        t->i->swiglu(t->ex, DS_CANONICAL, M, (int)K, dg, du, dh[0]);
+        t->i->matmul(t->ex, DS_CANONICAL, &wg, M, dh[0], dy[0]);
+        const int rc = t->i->swiglu_matmul(t->ex, DS_CANONICAL, DS_CANONICAL, &wg, M, dg, du, dh[1], dy[1]);
+        issued &= rc == 0;
+        if (rc) continue;
+        dget(t, a, dh[0], (size_t)M * K * 4); dget(t, b, dh[1], (size_t)M * K * 4);
+        ok &= !memcmp(a, b, (size_t)M * K * 4);
+        dget(t, a, dy[0], (size_t)M * N * 4); dget(t, b, dy[1], (size_t)M * N * 4);
+        ok &= !memcmp(a, b, (size_t)M * N * 4);
+    }
+    /* rows past the in-kernel quantization are declined, never wrong */
+    const int want_issued = K / 32 <= 32;
+    CHECK(issued == want_issued, "swiglu_matmul K=%lld: issued=%d, expected %d", (long long)K, issued, want_issued);
+    CHECK(ok, "swiglu_matmul Q8_0 K=%lld: h or y != swiglu + matmul", (long long)K);
+    CHECK(t->i->swiglu_matmul(t->ex, DS_FAST, DS_CANONICAL, &wg, 1, dg, du, dh[1], dy[1]) == 1,
+          "swiglu_matmul: a fast variant must be declined");
+    printf("swiglu_matmul Q8_0 K=%-5lld %s\n", (long long)K,
+           !want_issued ? "declined (two launches)" : ok ? "== swiglu + matmul (h and y)" : "NO");
+    sync_ok(t, "swiglu_matmul");
+    t->i->release_weight(t->be, &wg);
+    dfree(t, dg); dfree(t, du); dfree(t, dh[0]); dfree(t, dh[1]); dfree(t, dy[0]); dfree(t, dy[1]);
+    free(wf); free(wd); free(g); free(u); free(a); free(b);
+}
+
 int main(int argc, char **argv) {
     const int bench = argc > 1 && !strcmp(argv[1], "--bench");
     setvbuf(stdout, NULL, _IOLBF, 0);      /* lines survive a timeout or a hang */
@@ -728,6 +770,8 @@ int main(int argc, char **argv) {
     test_small(&t);
     test_matmul_multi(&t, 384);        /* activations quantized inside the kernel */
     test_matmul_multi(&t, 1536);       /* a separate quantization launch first    */
+    test_swiglu_matmul(&t, 1024);
+    test_swiglu_matmul(&t, 1536);
     test_qk_prologue(&t, 64, 1, 6, DS_ROPE_NEOX);
     test_qk_prologue(&t, 128, 1, 4, DS_ROPE_NEOX);
     test_qk_prologue(&t, 64, 0, 6, DS_ROPE_NORMAL);

@@ -11,11 +11,6 @@
 
 #define ARG_THREADS 256
 
-__device__ __forceinline__ void arg_pick(float &bv, int64_t &bi, float v, int64_t i) {
-    if (i < 0) return;
-    if (bi < 0 || v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
-}
-
 __global__ void argmax_rows(int64_t n, const float *__restrict__ x, int32_t *out) {
     __shared__ float sv[ARG_THREADS / 32];
     __shared__ int64_t si[ARG_THREADS / 32];
@@ -30,13 +25,13 @@ __global__ void argmax_rows(int64_t n, const float *__restrict__ x, int32_t *out
     for (int o = 16; o >= 1; o /= 2) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        arg_pick(bv, bi, ov, oi);
+        dsc_arg_pick(bv, bi, ov, oi);
     }
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < ARG_THREADS / 32; w++) arg_pick(bv, bi, sv[w], si[w]);
+        for (int w = 1; w < ARG_THREADS / 32; w++) dsc_arg_pick(bv, bi, sv[w], si[w]);
         out[blockIdx.x] = bi < 0 ? 0 : (int32_t)bi;
     }
 }
@@ -60,16 +55,7 @@ __global__ void embed_rows(uint32_t type, const void *__restrict__ data, const f
         out[t] = __int_as_float(0x7fc00000);
         return;
     }
-    float v;
-    switch (type) {
-    case DS_TYPE_F32: v = ((const float *)data)[id * n_in + k]; break;
-    case DS_TYPE_F16: v = dsc_fp16_to_f32(((const unsigned short *)data)[id * n_in + k]); break;
-    case DS_TYPE_BF16: v = dsc_bf16_to_f32(((const unsigned short *)data)[id * n_in + k]); break;
-    default: /* Q8_0: d * q */
-        v = __fmul_rn(scale[id * (n_in / 32) + k / 32], (float)((const int8_t *)data)[id * n_in + k]);
-        break;
-    }
-    out[t] = v;
+    out[t] = dsc_embed_elem(type, data, scale, n_in, id, k);
 }
 
 void dsc_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out) {

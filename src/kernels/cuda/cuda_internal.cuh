@@ -131,6 +131,65 @@ __device__ __forceinline__ uint16_t dsc_f32_to_fp16(float f) {
     return (uint16_t)(sign | q);
 }
 
+/* Q8_0 quantization of one 32-element activation block (ds_quantize_row_q8_0
+ * scalar form), the C loop literally: the 32 int8 quants to dst
+ * (two 16-byte stores), the block scale returned as f32 (the fp16 value,
+ * exact). */
+__device__ __forceinline__ float dsc_q8_block(const float *xb, uint4 *dst) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        const float v = fabsf(xb[j]);
+        amax = amax > v ? amax : v;
+    }
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    const uint16_t d16 = dsc_f32_to_fp16(d);
+    uint32_t packed[8];
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float v = __fmul_rn(xb[4 * w + k], id);
+            v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v;
+            const int32_t t = __float2int_rz(v);
+            const float r = __fsub_rn(v, (float)t);
+            const int32_t qv = t + (r >= 0.5f) - (r <= -0.5f);
+            word |= (uint32_t)(qv & 0xff) << (8 * k);
+        }
+        packed[w] = word;
+    }
+    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+    return dsc_fp16_to_f32(d16);
+}
+
+/* SwiGLU's canonical element (swiglu.cu): silu(g) * u with one IEEE
+ * division, the project-owned exp and one product. */
+__device__ __forceinline__ float dsc_swiglu_canonical(float g, float u) {
+    const float silu = __fdiv_rn(g, __fadd_rn(1.0f, ds_expf(-g)));
+    return __fmul_rn(silu, u);
+}
+
+/* Element k of row id of a lookup table (embed): exact conversions; Q8_0 is
+ * d * q, one rounding-free product. */
+__device__ __forceinline__ float dsc_embed_elem(uint32_t type, const void *data, const float *scale,
+                                               int64_t n_in, int64_t id, int64_t k) {
+    switch (type) {
+    case DS_TYPE_F32: return ((const float *)data)[id * n_in + k];
+    case DS_TYPE_F16: return dsc_fp16_to_f32(((const unsigned short *)data)[id * n_in + k]);
+    case DS_TYPE_BF16: return dsc_bf16_to_f32(((const unsigned short *)data)[id * n_in + k]);
+    default: return __fmul_rn(scale[id * (n_in / 32) + k / 32], (float)((const int8_t *)data)[id * n_in + k]);
+    }
+}
+
+/* argmax's combine: the larger value, on equal values the lower index (the
+ * left-to-right scan's answer in any order); bi < 0 means none yet. */
+__device__ __forceinline__ void dsc_arg_pick(float &bv, int64_t &bi, float v, int64_t i) {
+    if (i < 0) return;
+    if (bi < 0 || v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
+}
+
 /* Hopper: ask L2 to fetch [p, p + bytes) ahead of the loads (bytes: a
  * multiple of 16, p 16-byte aligned). A hint: no result, no ordering. */
 __device__ __forceinline__ void dsc_prefetch_l2(const void *p, uint32_t bytes) {
@@ -173,6 +232,10 @@ static inline unsigned dsc_blocks(int64_t n, int per) { return (unsigned)((n + p
 void dsc_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y);
 void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
+int dsc_matmul_q8_0_swiglu(ds_exec *ex, const dsc_weight *w, int M, const float *gate,
+                           const float *up, float *h, float *y);
+int dsc_swiglu_matmul(ds_exec *ex, ds_variant vsw, ds_variant vmm, const ds_weight *W, int M,
+                      const float *gate, const float *up, float *h, float *y);
 int dsc_matmul_q8_0_multi(ds_exec *ex, ds_variant v, int n, const dsc_weight *const w[], int M,
                           const float *x, float *const y[]);
 void dsc_matmul_multi(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,

@@ -241,3 +241,162 @@ int dsc_sample(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float 
     DSC_LAUNCHED(ex, "sample");
     return 0;
 }
+
+/* ==========================================================================
+ * the drafter's head chain in one launch (backend.h: draft_chain)
+ * ==========================================================================
+ * A round's sequential part: per slot, the Markov bias of the token chosen
+ * at the previous slot, MASK suppression, the confidence, the argmax that
+ * picks the next token. Issued op by op that is ~10 launches per slot, each
+ * tiny; here ONE block walks the slots. Every value is the op-by-op value:
+ *   e        dsc_embed_elem (embed's conversion)
+ *   W2 e     Q8_0 canonical: e quantized by dsc_q8_block, per output the
+ *            exact int block dots, acc = fma((float)D, w_d * e_d, acc) in
+ *            block order from +0 (matmul_q8_0.cu's chain)
+ *   z + b    one __fadd_rn (add)            z[mask] = mask_logit (fill)
+ *   conf     the same Q8_0 chain over [h_k; e], then heads_sigmoidf(l + b)
+ *   argmax   strict > per thread in index order, dsc_arg_pick across
+ *            threads (argmax_rows' rule: the first maximum, NaN never wins)
+ * Declined (the engine issues the ops): non-Q8_0 W2 / confidence weights,
+ * rank > 1024, a confidence row > 4096. One block streams W2 (V x rank
+ * int8, L2-resident after the first slot) once per slot. */
+#define CH_THREADS 1024
+#define CH_R_MAX 1024
+#define CH_KC_MAX 4096
+
+struct ch_args {
+    int n_keep, V, D, r, kc, conf_with_markov;
+    uint32_t w1_type;
+    const void *w1;
+    const float *w1_scale;
+    int64_t w1_rows;
+    const int8_t *w2;
+    const float *w2_scale;
+    const int8_t *cw;
+    const float *cw_scale;
+    const float *h;
+    float *z;
+    int32_t *toks;
+    int32_t mask_id;
+    float mask_logit;
+    const float *conf_b;
+    float *conf_logit, *conf;
+};
+
+__global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
+    __shared__ float e[CH_R_MAX];
+    __shared__ float in[CH_KC_MAX];
+    __shared__ __align__(16) uint4 xq[2 * (CH_KC_MAX / 32)];
+    __shared__ float xs[CH_KC_MAX / 32];
+    __shared__ int dots[CH_KC_MAX / 32];
+    __shared__ float av[CH_THREADS / 32];
+    __shared__ int64_t ai[CH_THREADS / 32];
+    const int t = threadIdx.x, lane = t & 31, warp = t / 32;
+    const int nbr = a.r / 32, nbc = a.kc / 32;
+    for (int k = 0; k < a.n_keep; k++) {
+        const int64_t prev = a.toks[k];
+        float *zk = a.z + (int64_t)k * a.V;
+        if (a.w2) {
+            /* e = W1[prev] */
+            for (int j = t; j < a.r; j += CH_THREADS)
+                e[j] = prev < 0 || prev >= a.w1_rows ? __int_as_float(0x7fc00000)
+                                                     : dsc_embed_elem(a.w1_type, a.w1, a.w1_scale, a.r, prev, j);
+            __syncthreads();
+            for (int b = t; b < nbr; b += CH_THREADS) xs[b] = dsc_q8_block(e + 32 * b, xq + 2 * b);
+            __syncthreads();
+        }
+        /* z_k (+ W2 e), MASK, and this thread's first maximum */
+        float bv = 0.0f;
+        int64_t bi = -1;
+        for (int n = t; n < a.V; n += CH_THREADS) {
+            float zv = zk[n];
+            if (a.w2) {
+                float acc = 0.0f;
+                const uint4 *wr = (const uint4 *)(a.w2 + (int64_t)n * a.r);
+                for (int b = 0; b < nbr; b++) {
+                    const uint4 w0 = __ldg(wr + 2 * b), w1 = __ldg(wr + 2 * b + 1);
+                    const uint4 x0 = xq[2 * b], x1 = xq[2 * b + 1];
+                    int D = 0;
+                    D = __dp4a((int)w0.x, (int)x0.x, D);
+                    D = __dp4a((int)w0.y, (int)x0.y, D);
+                    D = __dp4a((int)w0.z, (int)x0.z, D);
+                    D = __dp4a((int)w0.w, (int)x0.w, D);
+                    D = __dp4a((int)w1.x, (int)x1.x, D);
+                    D = __dp4a((int)w1.y, (int)x1.y, D);
+                    D = __dp4a((int)w1.z, (int)x1.z, D);
+                    D = __dp4a((int)w1.w, (int)x1.w, D);
+                    acc = __fmaf_rn((float)D, __fmul_rn(__ldg(a.w2_scale + (int64_t)n * nbr + b), xs[b]), acc);
+                }
+                zv = __fadd_rn(zv, acc);
+            }
+            if (n == a.mask_id) zv = a.mask_logit;
+            zk[n] = zv;
+            if (zv == zv && (bi < 0 || zv > bv)) { bv = zv; bi = n; }
+        }
+        for (int o = 16; o >= 1; o /= 2) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            dsc_arg_pick(bv, bi, ov, oi);
+        }
+        if (lane == 0) { av[warp] = bv; ai[warp] = bi; }
+        /* the confidence: [h_k; e] quantized, one Q8_0 chain, the sigmoid */
+        if (a.cw) {
+            __syncthreads();                       /* xq / xs reused below */
+            for (int j = t; j < a.kc; j += CH_THREADS)
+                in[j] = j < a.D ? a.h[(int64_t)k * a.D + j] : e[j - a.D];
+            __syncthreads();
+            for (int b = t; b < nbc; b += CH_THREADS) xs[b] = dsc_q8_block(in + 32 * b, xq + 2 * b);
+            __syncthreads();
+            for (int b = t; b < nbc; b += CH_THREADS) {
+                const uint4 *wp = (const uint4 *)(a.cw + (int64_t)b * 32);
+                const uint4 w0 = __ldg(wp), w1 = __ldg(wp + 1), x0 = xq[2 * b], x1 = xq[2 * b + 1];
+                int D = 0;
+                D = __dp4a((int)w0.x, (int)x0.x, D);
+                D = __dp4a((int)w0.y, (int)x0.y, D);
+                D = __dp4a((int)w0.z, (int)x0.z, D);
+                D = __dp4a((int)w0.w, (int)x0.w, D);
+                D = __dp4a((int)w1.x, (int)x1.x, D);
+                D = __dp4a((int)w1.y, (int)x1.y, D);
+                D = __dp4a((int)w1.z, (int)x1.z, D);
+                D = __dp4a((int)w1.w, (int)x1.w, D);
+                dots[b] = D;
+            }
+        }
+        __syncthreads();
+        if (t == 0) {
+            if (a.cw) {
+                float acc = 0.0f;
+                for (int b = 0; b < nbc; b++) acc = __fmaf_rn((float)dots[b], __fmul_rn(__ldg(a.cw_scale + b), xs[b]), acc);
+                a.conf_logit[0] = acc;
+                a.conf[k] = heads_sigmoidf(__fadd_rn(acc, a.conf_b[0]));
+            }
+            for (int w = 1; w < CH_THREADS / 32; w++) dsc_arg_pick(bv, bi, av[w], ai[w]);
+            a.toks[k + 1] = bi < 0 ? 0 : (int32_t)bi;
+        }
+        __syncthreads();                           /* toks[k + 1] visible to the block */
+    }
+}
+
+int dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
+    const dsc_weight *w1 = c->w1 ? dsc_w(c->w1) : NULL, *w2 = c->w2 ? dsc_w(c->w2) : NULL;
+    const dsc_weight *cw = c->conf_w ? dsc_w(c->conf_w) : NULL;
+    if ((c->w1 && !w1) || (c->w2 && !w2) || (c->conf_w && !cw) || (!w1) != (!w2)) return 1;
+    if (c->n_keep < 1 || c->V < 1 || c->D < 1) return 1;
+    const int r = w2 ? (int)w2->n_in : 0;
+    if (w2 && (w2->type != DS_TYPE_Q8_0 || r % 32 || r > CH_R_MAX || w2->n_out != c->V || w1->n_in != r)) return 1;
+    const int kc = cw ? (int)cw->n_in : 0;
+    if (cw && (cw->type != DS_TYPE_Q8_0 || kc % 32 || kc > CH_KC_MAX || cw->n_out != 1 ||
+               kc != c->D + (c->conf_with_markov ? r : 0)))
+        return 1;
+    ch_args a;
+    a.n_keep = c->n_keep; a.V = c->V; a.D = c->D; a.r = r; a.kc = kc; a.conf_with_markov = c->conf_with_markov;
+    a.w1_type = w1 ? w1->type : 0; a.w1 = w1 ? w1->data : NULL; a.w1_scale = w1 ? w1->scale : NULL;
+    a.w1_rows = w1 ? w1->n_out : 0;
+    a.w2 = w2 ? (const int8_t *)w2->data : NULL; a.w2_scale = w2 ? w2->scale : NULL;
+    a.cw = cw ? (const int8_t *)cw->data : NULL; a.cw_scale = cw ? cw->scale : NULL;
+    a.h = c->h; a.z = c->z; a.toks = c->toks; a.mask_id = c->mask_id; a.mask_logit = c->mask_logit;
+    a.conf_b = c->conf_b; a.conf_logit = c->conf_logit; a.conf = c->conf;
+    draft_chain_k<<<1, CH_THREADS, 0, DSC_EXEC_STREAM(ex)>>>(a);
+    DSC_LAUNCHED(ex, "draft chain");
+    return 0;
+}

@@ -23,6 +23,7 @@ void dsc_add(ds_exec *ex, int64_t n, const float *a, const float *b, float *y);
 void dsc_fill(ds_exec *ex, int64_t n, float *x, float v);
 void dsc_gate(ds_exec *ex, ds_gate_kind kind, int n, const float *a, const float *b, const float *e,
               float *s, float *y);
+int  dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c);
 int  dsc_sample(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x, int64_t pos0,
                 float *scratch, int32_t *out);
 

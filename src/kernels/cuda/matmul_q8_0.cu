@@ -37,44 +37,12 @@
 /* ==========================================================================
  * activation quantization (ds_quantize_row_q8_0, scalar form)
  * ========================================================================== */
-/* One 32-element block, the C loop literally: the 32 int8 quants to dst
- * (two 16-byte stores), the block scale returned as f32 (the fp16 value,
- * exact). */
-__device__ __forceinline__ float q8_block(const float *xb, uint4 *dst) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; j++) {
-        const float v = fabsf(xb[j]);
-        amax = amax > v ? amax : v;
-    }
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    const uint16_t d16 = dsc_f32_to_fp16(d);
-    uint32_t packed[8];
-#pragma unroll
-    for (int w = 0; w < 8; w++) {
-        uint32_t word = 0;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float v = __fmul_rn(xb[4 * w + k], id);
-            v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v;
-            const int32_t t = __float2int_rz(v);
-            const float r = __fsub_rn(v, (float)t);
-            const int32_t qv = t + (r >= 0.5f) - (r <= -0.5f);
-            word |= (uint32_t)(qv & 0xff) << (8 * k);
-        }
-        packed[w] = word;
-    }
-    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-    return dsc_fp16_to_f32(d16);
-}
-
 /* One thread per block. q: int8 [M][K], e: the block scales. */
 __global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t *__restrict__ q,
                             float *__restrict__ e) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nblocks) return;
-    e[i] = q8_block(x + i * 32, (uint4 *)(q + i * 32));
+    e[i] = dsc_q8_block(x + i * 32, (uint4 *)(q + i * 32));
 }
 
 /* ==========================================================================
@@ -98,7 +66,7 @@ __global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t
  * make up M > 8 read the same weight tile one after another, from L2.
  *
  * Short rows (K <= 1024: one tile) quantize their own activations (FQ): the
- * block's threads run q8_block on the MT x nb activation blocks into shared
+ * block's threads run dsc_q8_block on the MT x nb activation blocks into shared
  * memory before phase 1 — the same function on the same floats, so the same
  * bytes as the separate q8_quantize launch, which decode steps of small
  * models cannot afford (they are launch-bound). Longer rows keep the
@@ -124,7 +92,8 @@ struct q8v_set {
 template <int MT, bool FQ>
 __global__ void __launch_bounds__(Q8V_THREADS)
 q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict__ xq,
-           const float *__restrict__ xd, const float *__restrict__ xf) {
+           const float *__restrict__ xd, const float *__restrict__ xf, const float *__restrict__ xu,
+           float *__restrict__ hout) {
     extern __shared__ __align__(16) int32_t q8v_smem[];
     int wi = 0;
 #pragma unroll
@@ -160,7 +129,18 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
         for (int i = t; i < MT * nb; i += Q8V_THREADS) {
             const int m = i / (int)nb, b = i % (int)nb;
             const int mrow = m0 + (m < mv ? m : mv - 1);
-            Xs[m * LD + b] = q8_block(xf + (int64_t)mrow * K + (int64_t)b * 32, Xq + (m * Q8V_FQ_MAXNB + b) * 2);
+            const int64_t off = (int64_t)mrow * K + (int64_t)b * 32;
+            uint4 *dst = Xq + (m * Q8V_FQ_MAXNB + b) * 2;
+            if (xu) {               /* x = swiglu(gate = xf, up = xu), element by element */
+                float hb[32];
+#pragma unroll
+                for (int j = 0; j < 32; j++) hb[j] = dsc_swiglu_canonical(xf[off + j], xu[off + j]);
+                if (hout && blockIdx.y == 0 && m < mv)
+                    for (int j = 0; j < 32; j++) hout[off + j] = hb[j];
+                Xs[m * LD + b] = dsc_q8_block(hb, dst);
+            } else {
+                Xs[m * LD + b] = dsc_q8_block(xf + off, dst);
+            }
         }
         __syncthreads();
     }
@@ -234,7 +214,8 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
 
 template <int MT>
 static void q8v_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq,
-                       const float *xd, const float *xf, float *const y[]) {
+                       const float *xd, const float *xf, const float *xu, float *hout,
+                       float *const y[]) {
     const int64_t K = w[0]->n_in, nb = K / 32;
     /* K-slices per row group: one warp-wide tile for short rows, four (128
      * blocks = 4 KiB of a row per tile) for long ones */
@@ -259,8 +240,8 @@ static void q8v_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, c
     }
     set.blk0[Q8V_MAXW] = blk;
     const dim3 grid((unsigned)((M + MT - 1) / MT), blk);
-    if (fq) q8v_kernel<MT, true><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf);
-    else q8v_kernel<MT, false><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf);
+    if (fq) q8v_kernel<MT, true><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf, xu, hout);
+    else q8v_kernel<MT, false><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf, NULL, NULL);
     DSC_LAUNCHED(ex, "matmul_q8_0 canonical");
 }
 
@@ -323,6 +304,15 @@ static void q8f_launch(ds_exec *ex, const dsc_weight *w, int M, const float *x, 
 /* ==========================================================================
  * entry point
  * ========================================================================== */
+static void q8v_dispatch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq,
+                         const float *xd, const float *xf, const float *xu, float *hout,
+                         float *const y[]) {
+    if (M <= 1) q8v_launch<1>(ex, n, w, M, xq, xd, xf, xu, hout, y);
+    else if (M <= 2) q8v_launch<2>(ex, n, w, M, xq, xd, xf, xu, hout, y);
+    else if (M <= 4) q8v_launch<4>(ex, n, w, M, xq, xd, xf, xu, hout, y);
+    else q8v_launch<8>(ex, n, w, M, xq, xd, xf, xu, hout, y);
+}
+
 /* Canonical: quantize the rows (inside the integer kernel for short rows,
  * else one launch first), then one integer launch for all n weights (n = 1:
  * plain matmul; n > 1: matmul_multi, weights of one K). */
@@ -340,10 +330,7 @@ static void q8v_run(ds_exec *ex, int n, const dsc_weight *const w[], int M, cons
         q8_quantize<<<dsc_blocks(nq, 128), 128, 0, ex->st>>>(x, nq, (int8_t *)mem, (float *)(mem + qbytes));
         DSC_LAUNCHED(ex, "q8_0 quantize");
     }
-    if (M <= 1) q8v_launch<1>(ex, n, w, M, xq, xd, x, y);
-    else if (M <= 2) q8v_launch<2>(ex, n, w, M, xq, xd, x, y);
-    else if (M <= 4) q8v_launch<4>(ex, n, w, M, xq, xd, x, y);
-    else q8v_launch<8>(ex, n, w, M, xq, xd, x, y);
+    q8v_dispatch(ex, n, w, M, xq, xd, x, NULL, NULL, y);
 }
 
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x,
@@ -368,5 +355,15 @@ int dsc_matmul_q8_0_multi(ds_exec *ex, ds_variant v, int n, const dsc_weight *co
         if (w[i]->type != DS_TYPE_Q8_0 || w[i]->n_in != w[0]->n_in || w[i]->n_out <= 0 || w[i]->n_in <= 0)
             return 0;
     q8v_run(ex, n, w, M, x, y);
+    return 1;
+}
+
+/* y = W swiglu(gate, up), h = swiglu(gate, up): canonical, rows short enough
+ * for the in-kernel quantization only (returns 0 otherwise: not issued). */
+int dsc_matmul_q8_0_swiglu(ds_exec *ex, const dsc_weight *w, int M, const float *gate,
+                           const float *up, float *h, float *y) {
+    if (w->type != DS_TYPE_Q8_0 || M <= 0 || w->n_out <= 0 || w->n_in <= 0 || w->n_in / 32 > Q8V_FQ_MAXNB)
+        return 0;
+    q8v_dispatch(ex, 1, &w, M, NULL, NULL, gate, up, h, &y);
     return 1;
 }

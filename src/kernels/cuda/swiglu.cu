@@ -16,9 +16,7 @@ __global__ void swiglu_canonical(int64_t total, const float *__restrict__ g,
                                  const float *__restrict__ u, float *o) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
-    const float x = g[i];
-    const float silu = __fdiv_rn(x, __fadd_rn(1.0f, ds_expf(-x)));
-    o[i] = __fmul_rn(silu, u[i]);
+    o[i] = dsc_swiglu_canonical(g[i], u[i]);
 }
 
 __global__ void swiglu_fast(int64_t total, const float *__restrict__ g,
@@ -36,4 +34,15 @@ void dsc_swiglu(ds_exec *ex, ds_variant v, int rows, int n, const float *gate, c
     if (v == DS_FAST) swiglu_fast<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(total, gate, up, out);
     else swiglu_canonical<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(total, gate, up, out);
     DSC_LAUNCHED(ex, "swiglu");
+}
+
+/* SwiGLU then a matmul of its output (backend.h: swiglu_matmul): Q8_0
+ * canonical rows short enough to be quantized inside the integer kernel
+ * compute h there, from gate and up, with the same canonical element (and
+ * write it, as the separate launch would). Else the two calls. */
+int dsc_swiglu_matmul(ds_exec *ex, ds_variant vsw, ds_variant vmm, const ds_weight *W, int M,
+                      const float *gate, const float *up, float *h, float *y) {
+    const dsc_weight *w = dsc_w(W);
+    if (M <= 0 || !w || vsw == DS_FAST || vmm == DS_FAST) return 1;
+    return dsc_matmul_q8_0_swiglu(ex, w, M, gate, up, h, y) ? 0 : 1;
 }
