@@ -296,6 +296,7 @@ int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, ch
 int ds_diverge_run_path(ds_ctx *c, const ds_diverge_opts *o, ds_capture_path path, ds_diverge_result *r,
                         char *err, size_t errlen) {
     if (path != DS_CAPTURE_AUTO && path != DS_CAPTURE_ARENA && path != DS_CAPTURE_DIRECT) {
+        memset(r, 0, sizeof *r);          /* freeable, as after any failed run */
         ds_errf(err, errlen, "diverge: capture path %d is not AUTO, ARENA or DIRECT", (int)path);
         return -1;
     }
