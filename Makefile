@@ -77,7 +77,8 @@ bench-cuda: $(CUDA_TESTS)
 	@$(BUILD)/tests/cuda/test_cuda_ops --bench
 endif
 
-test-cuda: all $(CUDA_TESTS)
+# the shipped Q8_0 target: the golden outputs and the CLI diagnostics run on it
+test-cuda: all $(CUDA_TESTS) $(TARGET_Q8)
 	@BUILD=$(BUILD) sh tests/cuda/run.sh
 
 .PHONY: all test test-san test-cuda bench-cuda bench clean deps run models

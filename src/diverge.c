@@ -105,6 +105,30 @@ static dsd_capture *capture_for(const ds_ctx *c, int M) {
     return dsd_capture_new(floats * sizeof(float) + 4096, entries);
 }
 
+void ds_diverge_arena_size(const ds_ctx *c, int M, size_t *floats, size_t *rows) {
+    const ds_hparams *hp = &ds_ctx_model(c)->hp;
+    const size_t d = (size_t)hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim;
+    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, taps = (size_t)ds_ctx_n_taps(c);
+    /* per layer and row, as ds_layer_forward reports them: attn_norm,
+     * out_proj, attn_residual, ffn_norm, down, layer_out (d); q proj, norm,
+     * rope, heads (qd); k, v proj, k norm, k rope, K and V rows (kvd);
+     * gate, up, act (ff) — 19 objects plus one per head; after the stack
+     * the final norm, the logits and the taps */
+    const size_t per_layer = 6 * d + 4 * qd + 6 * kvd + 3 * (size_t)hp->n_ff;
+    *floats = (size_t)M * ((size_t)hp->n_layer * per_layer + (size_t)hp->n_vocab + (1 + taps) * d);
+    *rows = (size_t)M * ((size_t)hp->n_layer * (19 + (size_t)hp->n_head) + 2 + taps);
+}
+
+/* The arena of one side of the experiment, when its path takes one. */
+static int arena_for(ds_ctx *c, const ds_diverge_opts *o, ds_capture_path path, ds_probe_arena *a,
+                     char *err, size_t errlen) {
+    ds_backend *be = ds_ctx_exec(c)->be;
+    if (path == DS_CAPTURE_DIRECT || (path == DS_CAPTURE_AUTO && be->i->host_memory)) return 0;
+    size_t floats, rows;
+    ds_diverge_arena_size(c, o->M, &floats, &rows);
+    return ds_probe_arena_init(a, be, floats, rows, err, errlen);
+}
+
 /* ========================================================================
  * The experiment
  * ===================================================================== */
@@ -135,7 +159,7 @@ static int make_s0(ds_ctx *c, const ds_diverge_opts *o, ds_state *s0, char *err,
 /* The experiment: Pass A (batched, o->ks, with the gate) on ca; Pass B on
  * cb (decode, or batched with *ksb). ca == cb for the classic form. */
 static int diverge_core(ds_ctx *ca, ds_ctx *cb, const ds_diverge_opts *o, const ds_kernel_set *ksb,
-                        ds_diverge_result *r, char *err, size_t errlen) {
+                        ds_capture_path path, ds_diverge_result *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     for (int i = 0; i < DSD_CHAIN_COUNT; i++) r->chain[i] = -1;
     r->first_token_mismatch_row = -1;
@@ -166,6 +190,10 @@ static int diverge_core(ds_ctx *ca, ds_ctx *cb, const ds_diverge_opts *o, const 
     dsd_capture *cap_h = NULL, *cap_a = NULL, *cap_b = NULL;
     ds_state s0 = { 0 }, s0b = { 0 };
     ds_state *sb = cb == ca ? &s0 : &s0b;
+    /* Arenas, one per device: the probed passes run one after another and
+     * each is flushed before the next, so two sides on one device share. */
+    ds_probe_arena arena_a = { 0 }, arena_b = { 0 };
+    ds_probe_arena *ar_a = NULL, *ar_b = NULL;
     int rc = -1;
 
     /* S0: the true state — canonical prefill of the prompt (on each side) */
@@ -177,8 +205,16 @@ static int diverge_core(ds_ctx *ca, ds_ctx *cb, const ds_diverge_opts *o, const 
         ds_errf(err, errlen, "diverge: out of memory for the capture arenas");
         goto done;
     }
+    if (arena_for(ca, o, path, &arena_a, err, errlen)) goto done;
+    ar_a = arena_a.dev ? &arena_a : NULL;
+    if (ds_ctx_exec(cb)->be == ds_ctx_exec(ca)->be) ar_b = ar_a;
+    else {
+        if (arena_for(cb, o, path, &arena_b, err, errlen)) goto done;
+        ar_b = arena_b.dev ? &arena_b : NULL;
+    }
+    r->capture_arena = ar_a != NULL || ar_b != NULL;
     probe_ctx ph = { cap_h, o->n_prompt, r }, pa = { cap_a, o->n_prompt, r }, pb = { cap_b, o->n_prompt, r };
-    ds_probe pr = { .wants = probe_wants_all, .fn = probe_to_capture, .user = &ph };
+    ds_probe pr = { .wants = probe_wants_all, .fn = probe_to_capture, .user = &ph, .arena = ar_a };
 
     /* A0: no probe */
     double t0 = now_s();
@@ -188,13 +224,13 @@ static int diverge_core(ds_ctx *ca, ds_ctx *cb, const ds_diverge_opts *o, const 
     /* A1: hooks armed, nothing copied */
     dsd_capture_arm(cap_h, DSD_CAP_HOOKS);
     ds_ctx_set_probe(ca, &pr);
-    if (batch_pass(ca, o, &a1, err, errlen)) goto done;
+    if (batch_pass(ca, o, &a1, err, errlen) || ds_probe_flush(ds_ctx_exec(ca), &pr, err, errlen)) goto done;
     ds_state_restore(ca, &s0);
     /* A2: full copies — this is Pass A */
     dsd_capture_arm(cap_a, DSD_CAP_COPY);
     pr.user = &pa;
     ds_ctx_set_probe(ca, &pr);
-    if (batch_pass(ca, o, &a2, err, errlen)) goto done;
+    if (batch_pass(ca, o, &a2, err, errlen) || ds_probe_flush(ds_ctx_exec(ca), &pr, err, errlen)) goto done;
     ds_ctx_set_probe(ca, NULL);
     ds_state_restore(ca, &s0);
     r->gate_control = same_state(&a0, &a1) && same_logits(&a0, &a1);
@@ -203,8 +239,9 @@ static int diverge_core(ds_ctx *ca, ds_ctx *cb, const ds_diverge_opts *o, const 
     /* Pass B: the same ids on the other configuration, captured */
     dsd_capture_arm(cap_b, DSD_CAP_COPY);
     pr.user = &pb;
+    pr.arena = ar_b;
     ds_ctx_set_probe(cb, &pr);
-    if (pass_b(cb, o, ksb, &b, err, errlen)) goto done;
+    if (pass_b(cb, o, ksb, &b, err, errlen) || ds_probe_flush(ds_ctx_exec(cb), &pr, err, errlen)) goto done;
     ds_ctx_set_probe(cb, NULL);
     ds_state_restore(cb, sb);
     /* an unprobed Pass B, for timing only */
@@ -245,16 +282,30 @@ done:
     ds_ctx_set_kernels(cb, &saved_b);
     pass_free(&a0); pass_free(&a1); pass_free(&a2); pass_free(&b);
     dsd_capture_free(cap_h); dsd_capture_free(cap_a); dsd_capture_free(cap_b);
+    r->capture_downloads = arena_a.downloads + arena_b.downloads;
+    r->capture_early = arena_a.early + arena_b.early;
+    ds_probe_arena_free(&arena_a);
+    ds_probe_arena_free(&arena_b);
     return rc;
 }
 
 int ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, char *err, size_t errlen) {
-    return diverge_core(c, c, o, NULL, r, err, errlen);
+    return diverge_core(c, c, o, NULL, DS_CAPTURE_AUTO, r, err, errlen);
+}
+
+int ds_diverge_run_path(ds_ctx *c, const ds_diverge_opts *o, ds_capture_path path, ds_diverge_result *r,
+                        char *err, size_t errlen) {
+    if (path != DS_CAPTURE_AUTO && path != DS_CAPTURE_ARENA && path != DS_CAPTURE_DIRECT) {
+        memset(r, 0, sizeof *r);          /* freeable, as after any failed run */
+        ds_errf(err, errlen, "diverge: capture path %d is not AUTO, ARENA or DIRECT", (int)path);
+        return -1;
+    }
+    return diverge_core(c, c, o, NULL, path, r, err, errlen);
 }
 
 int ds_diverge_cross(ds_ctx *ca, ds_ctx *cb, const ds_diverge_opts *o, const ds_kernel_set *ksb,
                      ds_diverge_result *r, char *err, size_t errlen) {
-    return diverge_core(ca, cb, o, ksb, r, err, errlen);
+    return diverge_core(ca, cb, o, ksb, DS_CAPTURE_AUTO, r, err, errlen);
 }
 
 void ds_diverge_result_free(ds_diverge_result *r) {

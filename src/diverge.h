@@ -34,12 +34,36 @@ typedef struct {
      * them to the probe (ds_families_for_checkpoint reads it) */
     unsigned  *fam_map;
     int        fam_layers;
+    /* how the probed passes reached the host: 1 when through capture arenas
+     * (ds_probe_arena), with the arenas' downloads (one per probed pass:
+     * 3, A1 A2 B) and how many of them a full arena forced mid-pass */
+    int        capture_arena;
+    long       capture_downloads, capture_early;
 } ds_diverge_result;
+
+/* How Pass A's and Pass B's checkpoints travel to the host captures:
+ *   AUTO    a device backend: same-stream device-to-device copies into a
+ *           preallocated arena, downloaded once per pass; a host-memory
+ *           backend (the CPU): the rows themselves, at once;
+ *   ARENA   the arena on every backend (on the CPU, a host buffer filled
+ *           by the backend's copy: the tests' way to run the GPU's capture
+ *           logic under CI);
+ *   DIRECT  no arena (on a device, one synchronising download per row: the
+ *           reference the arena is tested against).
+ * Every path gives the same report, byte for byte. */
+typedef enum { DS_CAPTURE_AUTO = 0, DS_CAPTURE_ARENA = 1, DS_CAPTURE_DIRECT = 2 } ds_capture_path;
+
+/* Arena capacity for one probed pass of M rows on c (every checkpoint, the
+ * logits and the context's taps): floats and rows (records). */
+void ds_diverge_arena_size(const ds_ctx *c, int M, size_t *floats, size_t *rows);
 
 /* Runs the gate and the experiment. The context's n_past and kernel set are
  * restored afterwards. 0, or -1 with err. Free the result with
  * ds_diverge_result_free. */
 int  ds_diverge_run(ds_ctx *c, const ds_diverge_opts *o, ds_diverge_result *r, char *err, size_t errlen);
+/* The same with the capture path chosen (ds_diverge_run is AUTO). */
+int  ds_diverge_run_path(ds_ctx *c, const ds_diverge_opts *o, ds_capture_path path, ds_diverge_result *r,
+                         char *err, size_t errlen);
 void ds_diverge_result_free(ds_diverge_result *r);
 
 /* The same experiment between any two execution configurations: Pass A =

@@ -13,12 +13,54 @@
 #include "dspark_diag.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #define FAM(f) (1u << (f))
+
+/* Hands the arena's pending rows to fn() in enqueue order from the host
+ * copy, and empties the arena. */
+static void arena_deliver(const ds_probe *pr) {
+    ds_probe_arena *a = pr->arena;
+    for (size_t i = 0; i < a->n_rec; i++) {
+        const ds_probe_rec *r = &a->rec[i];
+        pr->fn(pr->user, r->pos, r->layer, r->cp, r->sub, r->fams, a->host + r->off, r->n);
+    }
+    a->used = a->n_rec = 0;
+}
 
 void ds_probe_rows(ds_exec *ex, const ds_probe *pr, int M, int pos0, int layer, int cp, int sub,
                    unsigned fams, const float *base, size_t stride, size_t n) {
     const ds_backend_i *b = ex->be->i;
+    ds_probe_arena *a = pr->arena;
+    if (a && M > 0) {
+        const size_t need = (size_t)M * n;
+        /* Full: deliver what is pending first (a mid-pass download; the
+         * owner's sizing makes it rare), so that no row is lost or
+         * reordered. A device fault in that download stays noted on ex for
+         * the forward's own synchronisation to report. */
+        if ((need > a->cap - a->used || (size_t)M > a->rec_cap - a->n_rec) && a->n_rec) {
+            b->download(ex, a->host, a->dev, a->used * sizeof(float));
+            a->downloads++;
+            a->early++;
+            arena_deliver(pr);
+        }
+        if (need <= a->cap - a->used && (size_t)M <= a->rec_cap - a->n_rec) {
+            /* Enqueued on the forward's stream: the copy reads the rows
+             * before any later kernel can overwrite them, and the host waits
+             * for nothing until ds_probe_flush. */
+            float *dst = a->dev + a->used;
+            if (stride == n) b->copy(ex, dst, base, need * sizeof(float));
+            else
+                for (int r = 0; r < M; r++)
+                    b->copy(ex, dst + (size_t)r * n, base + (size_t)r * stride, n * sizeof(float));
+            for (int r = 0; r < M; r++)
+                a->rec[a->n_rec++] = (ds_probe_rec){ pos0 + r, layer, cp, sub, fams, a->used + (size_t)r * n, n };
+            a->used += need;
+            return;
+        }
+        /* one checkpoint wider than the whole arena: reported row by row */
+    }
     for (int r = 0; r < M; r++) {
         const float *row = base + (size_t)r * stride;
         if (!b->host_memory) {
@@ -27,6 +69,52 @@ void ds_probe_rows(ds_exec *ex, const ds_probe *pr, int M, int pos0, int layer, 
         }
         pr->fn(pr->user, pos0 + r, layer, cp, sub, fams, row, n);
     }
+}
+
+int ds_probe_arena_init(ds_probe_arena *a, ds_backend *be, size_t floats, size_t rows, char *err,
+                        size_t errlen) {
+    memset(a, 0, sizeof *a);
+    if (!be || floats == 0 || rows == 0 || floats > SIZE_MAX / 2 / sizeof(float) ||
+        rows > SIZE_MAX / 2 / sizeof(ds_probe_rec)) {
+        ds_errf(err, errlen, "probe arena: bad size (%zu floats, %zu rows)", floats, rows);
+        return -1;
+    }
+    a->be = be;
+    a->host = malloc(floats * sizeof(float));
+    a->rec = malloc(rows * sizeof(ds_probe_rec));
+    a->dev = a->host && a->rec ? be->i->alloc(be, floats * sizeof(float)) : NULL;
+    if (!a->dev) {
+        ds_errf(err, errlen, "probe arena: out of memory for %zu MiB on %s",
+                (floats * sizeof(float)) >> 20, be->i->name);
+        ds_probe_arena_free(a);
+        return -1;
+    }
+    a->cap = floats;
+    a->rec_cap = rows;
+    return 0;
+}
+
+void ds_probe_arena_free(ds_probe_arena *a) {
+    if (a->dev) a->be->i->release(a->be, a->dev);
+    free(a->host);
+    free(a->rec);
+    memset(a, 0, sizeof *a);
+}
+
+int ds_probe_flush(ds_exec *ex, const ds_probe *pr, char *err, size_t errlen) {
+    ds_probe_arena *a = pr ? pr->arena : NULL;
+    if (!a || !a->n_rec) return 0;
+    const ds_backend_i *b = ex->be->i;
+    /* one download after the stream has run the whole pass; the sync turns
+     * a device fault into an error instead of rows of garbage */
+    b->download(ex, a->host, a->dev, a->used * sizeof(float));
+    a->downloads++;
+    if (b->sync(ex, err, errlen)) {
+        a->used = a->n_rec = 0;
+        return -1;
+    }
+    arena_deliver(pr);
+    return 0;
 }
 
 static int wants(const ds_probe *pr, int layer, int cp) {

@@ -28,23 +28,70 @@ typedef struct {
 
 /* ---- probes: the diagnostics' capture hook --------------------------------
  * wants(): asked once per (layer, checkpoint) before anything is copied, so
- * a backend moves only what is wanted. fn() receives host rows (a device
- * backend downloads them into `stage` first), with the family bits
- * (1 << ds_family) of the kernels that produced the checkpoint. pos is the
- * row's absolute position, layer -1 (DSD_LAYER_POST) for non-layer objects;
- * checkpoint / subobject are dsd_checkpoint / dsd_subobject values. */
+ * a backend moves only what is wanted. fn() receives host rows, with the
+ * family bits (1 << ds_family) of the kernels that produced the checkpoint.
+ * pos is the row's absolute position, layer -1 (DSD_LAYER_POST) for
+ * non-layer objects; checkpoint / subobject are dsd_checkpoint /
+ * dsd_subobject values.
+ *
+ * How rows reach fn(), by probe and backend:
+ *   - host-memory backend, no arena: fn() gets the activation row itself,
+ *     at once (the CPU's path);
+ *   - an arena (ds_probe_arena): every row is enqueued as a copy into the
+ *     arena's buffer on the forward's own stream (device to device on a
+ *     GPU: no host round trip, no synchronisation inside the layer loop);
+ *     ds_probe_flush later downloads the arena once and calls fn() for the
+ *     rows in the order they were enqueued — the same calls, with the same
+ *     bytes, as the direct path;
+ *   - device backend, no arena: each row is downloaded into `stage` and
+ *     reported at once (one synchronising download per row: the simple
+ *     path, kept as the reference the arena is tested against). */
+typedef struct ds_probe_arena ds_probe_arena;
 typedef struct ds_probe {
     int  (*wants)(void *user, int layer, int checkpoint);
     void (*fn)(void *user, int pos, int layer, int checkpoint, int subobject, unsigned families,
                const float *data, size_t n);
     void  *user;
     float *stage;                    /* host staging, >= m_max * widest row    */
+    ds_probe_arena *arena;           /* NULL: report each row at once          */
 } ds_probe;
 
 /* Report M rows of one checkpoint (device rows `stride` floats apart, n
  * floats each) when the probe wants it. pos0: position of row 0. */
 void ds_probe_rows(ds_exec *ex, const ds_probe *pr, int M, int pos0, int layer, int cp, int sub,
                    unsigned fams, const float *base, size_t stride, size_t n);
+
+/* ---- the capture arena: same-stream snapshots, compared after the stream --
+ * A backend buffer of `cap` floats and a host list of the rows enqueued
+ * into it. Sized by its owner for one probed pass (what the probe wants of
+ * every row); should a pass enqueue more, ds_probe_rows flushes early (one
+ * more download, never a lost or reordered row). */
+typedef struct {
+    int      pos, layer, cp, sub;
+    unsigned fams;
+    size_t   off, n;                 /* floats into the arena                  */
+} ds_probe_rec;
+
+struct ds_probe_arena {
+    ds_backend   *be;
+    float        *dev;               /* backend buffer [cap]                   */
+    float        *host;              /* where a flush lands [cap]              */
+    ds_probe_rec *rec;               /* [rec_cap], in enqueue order            */
+    size_t cap, used, rec_cap, n_rec;
+    long   downloads;                /* flushes that moved data (statistics)   */
+    long   early;                    /* of which forced by a full arena        */
+};
+
+/* floats: row capacity in floats; rows: how many rows (records). Both > 0.
+ * 0, or -1 with err (nothing allocated then). */
+int  ds_probe_arena_init(ds_probe_arena *a, ds_backend *be, size_t floats, size_t rows, char *err,
+                         size_t errlen);
+void ds_probe_arena_free(ds_probe_arena *a);
+/* Waits for the stream, downloads the used part of the arena once and calls
+ * pr->fn for every pending row in enqueue order; the arena is then empty.
+ * No-op without an arena or pending rows. 0, or -1 with err when the
+ * device reports a fault (the pending rows are dropped, fn is not called). */
+int  ds_probe_flush(ds_exec *ex, const ds_probe *pr, char *err, size_t errlen);
 
 /* Run one layer over M rows at consecutive positions pos0.. (a->pos on the
  * device). Expects a->xn = attn_norm(x) unless qkv_ready, in which case

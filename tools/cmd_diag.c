@@ -177,6 +177,16 @@ static void print_block(const diag_setup *s) {
     printf("\"\n");
 }
 
+/* The isolated A/B of family f on the model's device: 0, or 1 when the
+ * device refuses the family (a weight type it has no kernels for: the
+ * kquant types on CUDA; the model then has no such weights, so no pass of
+ * it can involve the family). Any other failure ends the command. */
+static int family_ab(const char *C, diag_setup *s, int f, ds_family_ab *ab, char *err, size_t errlen) {
+    if (!ds_family_ab_run(s->m, ds_ctx_exec(s->c), f, DS_FAST, 16, ab, err, errlen)) return 0;
+    if (!strstr(err, "not supported")) cli_die(C, "%s", err);
+    return 1;
+}
+
 /* Run one experiment; dies if the gate fails (diverge refuses to report). */
 static void experiment(const char *C, diag_setup *s, const ds_kernel_set *ks, ds_diverge_result *r, int print_gate) {
     char err[DS_ERRLEN];
@@ -293,7 +303,10 @@ int cmd_families(int argc, char **argv) {
     print_block(&s);
     for (int f = 0; f < DS_FAM_COUNT; f++) {
         ds_family_ab ab;
-        if (ds_family_ab_run(s.m, ds_ctx_exec(s.c), f, DS_FAST, 16, &ab, err, sizeof err)) cli_die(C, "%s", err);
+        if (family_ab(C, &s, f, &ab, err, sizeof err)) {
+            printf("FAMILY name=%s verdict=UNSUPPORTED device=%s reason=\"%s\"\n", ds_family_name(f), a.mf.device, err);
+            continue;
+        }
         ds_kernel_set ks;
         ds_kernel_set_all(&ks, DS_CANONICAL);
         ks.v[f] = DS_FAST;
@@ -415,7 +428,10 @@ int cmd_sweep(int argc, char **argv) {
         for (int f = 0; f < DS_FAM_COUNT && chosen < 0; f++) {
             if (!(cand & (1u << f))) continue;
             ds_family_ab ab;
-            if (ds_family_ab_run(s.m, ds_ctx_exec(s.c), f, DS_FAST, 16, &ab, err, sizeof err)) cli_die(C, "%s", err);
+            if (family_ab(C, &s, f, &ab, err, sizeof err)) {
+                printf("  ATTRIBUTE site=%s candidate=%s isolated_ab=UNSUPPORTED device=%s\n", fd, ds_family_name(f), a.mf.device);
+                continue;
+            }
             tested |= 1u << f;
             printf("  ATTRIBUTE site=%s candidate=%s isolated_ab=%s\n", fd, ds_family_name(f), ab.proven_different ? "PROVEN_DIFFERENT" : "IDENTICAL");
             if (ab.proven_different) chosen = f;

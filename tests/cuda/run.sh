@@ -6,10 +6,18 @@
 #   2. the model-level suites on the GPU (DSPARK_DEVICE=cuda): the canonical
 #      property (logits, every layer's K/V, taps; M = 1..16 around the
 #      chunk boundaries; F32/F16/BF16/Q8_0; Qwen3 and Llama), trained
-#      weights, diverge (gate, NONE, attribution, CPU-vs-GPU cross mode),
-#      speculative == plain, the drafter (tier1, tier2 against the reference);
+#      weights, diverge (gate, NONE, each fast family alone found and
+#      attributed, CPU-vs-GPU cross mode, the capture arena of same-stream
+#      device copies == per-row downloads byte for byte, a bit planted in
+#      the device arena caught exactly), speculative == plain (its
+#      comparison catches a planted token flip), the drafter (tier1, tier2
+#      against the reference, the one-launch head chain == op by op);
 #   3. the golden outputs on the GPU (bit-identical to the CPU's where the
-#      CUDA canonical kernels match the CPU's bits).
+#      CUDA canonical kernels match the CPU's bits);
+#   4. the diagnostics through the CLI on the shipped pair with --device
+#      cuda (tests/cuda/diag_cli.sh, one line per case): surface canonical =
+#      0 and fast > 0, diverge on the drafter's block, families (each fast
+#      family alone found at a checkpoint it produces), sweep to C_min.
 BUILD=${BUILD:-build}
 D="$BUILD/dspark"
 if ! "$D" devices --require cuda >/dev/null 2>&1; then
@@ -39,5 +47,8 @@ for t in test_canonical test_diverge test_models test_spec test_drafter; do
     [ -x "$BUILD/tests/$t" ] && one "$t" env DSPARK_DEVICE=cuda "$BUILD/tests/$t"
 done
 one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh
+for c in surface_canonical surface_fast diverge_drafter families sweep; do
+    one "diag_$c" env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/diag_cli.sh "$c"
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
