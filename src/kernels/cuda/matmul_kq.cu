@@ -435,33 +435,48 @@ kqv_kernel(const uint8_t *__restrict__ wq, const float *__restrict__ wf, int64_t
 #pragma unroll
     for (int i = 0; i < MT; i++) acc[i] = accm[i] = 0.0f;
 
-    kq_wlane cur, nxt;
-    if (nb > 0) kq_load<TYPE>(wrow, frow, s, nxt);
-    for (int64_t b = 0; b < nb; b++) {
-        cur = nxt;
-        if (b + 1 < nb) kq_load<TYPE>(wrow + (b + 1) * BB, frow + (b + 1) * NF, s, nxt);  /* in flight */
+    /* PD super-blocks of weights per step, the next PD loaded while these
+     * are used: decode (MT = 1) has few warps per SM, so each keeps 4
+     * super-blocks of loads in flight; larger MT have more work per load */
+    const int PD = MT == 1 ? 4 : MT == 2 ? 2 : 1;
+    kq_wlane nxt[PD];
 #pragma unroll
-        for (int i = 0; i < MT; i++) {
-            const int64_t mrow = m0 + (i < mv ? i : mv - 1);
-            int I, Mn;
-            kq_lane_ints<TYPE>(cur, xq + mrow * K + b * DS_QK_K, s, I, Mn);
-            const float e = __ldg(xd + mrow * nb + b);
-            if (!FAST) {
-                /* the exact integers of the row: sum over the group's 8 lanes */
+    for (int j = 0; j < PD; j++)
+        if (j < nb) kq_load<TYPE>(wrow + j * BB, frow + j * NF, s, nxt[j]);
+    for (int64_t b0 = 0; b0 < nb; b0 += PD) {
+        kq_wlane cur[PD];
 #pragma unroll
-                for (int o = 4; o >= 1; o /= 2) {
-                    I += __shfl_xor_sync(0xffffffffu, I, o);
-                    if (TYPE != DS_TYPE_Q6_K) Mn += __shfl_xor_sync(0xffffffffu, Mn, o);
+        for (int j = 0; j < PD; j++) cur[j] = nxt[j];
+#pragma unroll
+        for (int j = 0; j < PD; j++)                          /* in flight during the work below */
+            if (b0 + PD + j < nb) kq_load<TYPE>(wrow + (b0 + PD + j) * BB, frow + (b0 + PD + j) * NF, s, nxt[j]);
+#pragma unroll
+        for (int j = 0; j < PD; j++) {
+            const int64_t b = b0 + j;
+            if (b >= nb) break;                               /* warp-uniform */
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                const int64_t mrow = m0 + (i < mv ? i : mv - 1);
+                int I, Mn;
+                kq_lane_ints<TYPE>(cur[j], xq + mrow * K + b * DS_QK_K, s, I, Mn);
+                const float e = __ldg(xd + mrow * nb + b);
+                if (!FAST) {
+                    /* the exact integers of the row: sum over the group's 8 lanes */
+#pragma unroll
+                    for (int o = 4; o >= 1; o /= 2) {
+                        I += __shfl_xor_sync(0xffffffffu, I, o);
+                        if (TYPE != DS_TYPE_Q6_K) Mn += __shfl_xor_sync(0xffffffffu, Mn, o);
+                    }
+                    /* the CPU epilogue, in super-block order */
+                    acc[i] = __fmaf_rn(__int2float_rn(I), __fmul_rn(cur[j].d, e), acc[i]);
+                    if (TYPE != DS_TYPE_Q6_K)
+                        acc[i] = __fmaf_rn(-__int2float_rn(Mn), __fmul_rn(cur[j].dm, e), acc[i]);
+                } else {
+                    /* llama.cpp's rounding: per-lane sums of rounded products */
+                    acc[i] = __fadd_rn(acc[i], __fmul_rn(__fmul_rn(cur[j].d, e), __int2float_rn(I)));
+                    if (TYPE != DS_TYPE_Q6_K)
+                        accm[i] = __fadd_rn(accm[i], __fmul_rn(__fmul_rn(cur[j].dm, e), __int2float_rn(Mn)));
                 }
-                /* the CPU epilogue, in super-block order */
-                acc[i] = __fmaf_rn(__int2float_rn(I), __fmul_rn(cur.d, e), acc[i]);
-                if (TYPE != DS_TYPE_Q6_K)
-                    acc[i] = __fmaf_rn(-__int2float_rn(Mn), __fmul_rn(cur.dm, e), acc[i]);
-            } else {
-                /* llama.cpp's rounding: per-lane sums of rounded products */
-                acc[i] = __fadd_rn(acc[i], __fmul_rn(__fmul_rn(cur.d, e), __int2float_rn(I)));
-                if (TYPE != DS_TYPE_Q6_K)
-                    accm[i] = __fadd_rn(accm[i], __fmul_rn(__fmul_rn(cur.dm, e), __int2float_rn(Mn)));
             }
         }
     }
