@@ -1,14 +1,16 @@
 /* test_kq_lanes.cu — the kquant GPU kernels' integer and layout logic on the
  * HOST, no GPU needed (built with nvcc; `make test-kq-lanes`).
  *
- * matmul_kq.cu's per-lane functions (kq_load, kq_lane_ints), its weight
- * repacking (kq_repack_row) and its embed dequantization (kq_embed_value)
- * are __host__ __device__; this file includes matmul_kq.cu and drives them
- * exactly as kqv_kernel does — 8 lanes per super-block, their integers
- * summed, then the canonical f32 chain in super-block order — against the
- * CPU's canonical ds_matmul and ds_row_to_f32, memcmp. What it cannot check
- * is what only a GPU does (the launch geometry, the shuffles, the Q8_K
- * quantizer kernel): tests/cuda/test_cuda_ops.c checks those on a GPU.
+ * matmul_kq.cu's per-lane functions (kq_load, kq_lane_ints, the Q8_K
+ * quantizer's kq8k_lane_max / kq8k_combine / kq8k_q), its weight repacking
+ * (kq_repack_row) and its embed dequantization (kq_embed_value) are
+ * __host__ __device__; this file includes matmul_kq.cu and drives them
+ * exactly as the kernels do — 8 lanes per super-block, their integers
+ * summed, then the canonical f32 chain in super-block order; 32 lanes and
+ * an xor butterfly for the quantizer — against the CPU's canonical
+ * ds_matmul, ds_quantize_row_q8_k and ds_row_to_f32, memcmp. What it cannot
+ * check is what only a GPU does (the launch geometry, the real shuffles and
+ * loads): tests/cuda/test_cuda_ops.c checks those on a GPU.
  * Ends with "test_kq_lanes: N checks passed, N failed". */
 #include "kernels/cuda/matmul_kq.cu"
 
@@ -71,6 +73,29 @@ static float emulate(const host_w &h, int64_t n, int64_t nb, const int8_t *xq, c
         if (TYPE != DS_TYPE_Q6_K) acc = fmaf(-(float)Mn, dm * xd[b], acc);
     }
     return acc != acc ? ds_bits_f32(KQ_QNAN_BITS) : acc;
+}
+
+/* kq8k_quantize's warp on one super-block: 32 lanes, the xor butterfly
+ * (every lane reads its partner's value from before the step) */
+static void emulate_q8k(const float *x, int8_t *q, float *d, int *lanes_agree) {
+    float am[32], oam[32];
+    int id[32], oid[32];
+    for (int l = 0; l < 32; l++) kq8k_lane_max(x + 8 * l, l, am[l], id[l]);
+    for (int o = 16; o >= 1; o /= 2) {
+        memcpy(oam, am, sizeof am);
+        memcpy(oid, id, sizeof id);
+        for (int l = 0; l < 32; l++) kq8k_combine(oam[l ^ o], oid[l ^ o], am[l], id[l]);
+    }
+    *lanes_agree = 1;
+    for (int l = 1; l < 32; l++) *lanes_agree &= !memcmp(&am[l], &am[0], 4) && id[l] == id[0];
+    if (am[0] == 0.0f) {
+        memset(q, 0, DS_QK_K);
+        *d = 0.0f;
+        return;
+    }
+    const float iscale = kq_fdiv(-127.0f, x[id[0]]);
+    for (int j = 0; j < DS_QK_K; j++) q[j] = (int8_t)kq8k_q(iscale, x[j]);
+    *d = kq_fdiv(1.0f, iscale);
 }
 
 static uint64_t rng = 0x1234abcdull;
@@ -147,7 +172,43 @@ static uint8_t *raw_blocks(uint32_t t, int64_t N, int64_t K) {
     return wd;
 }
 
+static void check_q8k(void) {
+    const int R = 12;
+    float x[DS_QK_K];
+    int same = 1, agree = 1;
+    for (int r = 0; r < R; r++) {
+        for (int k = 0; k < DS_QK_K; k++) x[k] = ds_uniform_pm1(&rng) * (r == 1 ? 1e-40f : 3.0f);
+        switch (r) {
+        case 2: memset(x, 0, sizeof x); x[200] = -0.0f; break;           /* zero block */
+        case 3: x[17] = -9.0f; x[230] = 9.0f; x[100] = -9.0f; break;     /* tie: the first */
+        case 4: x[5] = NAN; x[6] = 8.0f; break;                          /* NaN never wins */
+        case 5: x[77] = INFINITY; break;                                 /* iscale -0, d -inf */
+        case 6: for (int k = 0; k < DS_QK_K; k++) x[k] = NAN; break;     /* all NaN: zero block */
+        case 7: for (int k = 0; k < DS_QK_K; k++) x[k] = (float)(k % 7) - 3.0f; break;   /* ties of .5 */
+        case 8: x[255] = 1e30f; break;
+        case 9: x[0] = -3.5f; x[31] = 3.5f; x[32] = 3.5f; break;          /* ties across lanes */
+        case 10: for (int k = 0; k < DS_QK_K; k++) x[k] = k == 128 ? 1.0f : 0.0f; break;
+        default: break;
+        }
+        int8_t qc[DS_QK_K], qe[DS_QK_K];
+        float dc, de;
+        int16_t bs[16];
+        int ag;
+        ds_quantize_row_q8_k(x, DS_QK_K, qc, &dc, bs);
+        emulate_q8k(x, qe, &de, &ag);
+        agree &= ag;
+        if (memcmp(qc, qe, sizeof qc) || memcmp(&dc, &de, 4)) {
+            same = 0;
+            printf("INFO q8_k row %d: d cpu %.9g emul %.9g\n", r, dc, de);
+        }
+    }
+    CHECK(same && agree, "Q8_K quantizer warp emulation != ds_quantize_row_q8_k (lanes agree: %d)", agree);
+    printf("Q8_K quantizer (warp butterfly, %d rows incl. zero / NaN / inf / ties / subnormal) == CPU: %s\n", R,
+           same && agree ? "yes" : "NO");
+}
+
 int main(void) {
+    check_q8k();
     const uint32_t types[3] = {DS_TYPE_Q4_K, DS_TYPE_Q5_K, DS_TYPE_Q6_K};
     const int64_t Ks[3] = {256, 1024, 2560};
     const int M = 9;

@@ -214,63 +214,13 @@ cudaError_t dsc_kq_upload(const ds_weight *w, dsc_weight *d) {
 }
 
 /* ==========================================================================
- * activation quantization: ds_quantize_row_q8_k, one warp per super-block
+ * host twins of the device intrinsics
  * ==========================================================================
- * The C loop keeps the FIRST element of largest |x| (strict >, NaN never
- * wins): here each lane finds the first of its 8 consecutive elements, and
- * the butterfly keeps the larger magnitude, on a tie the lower index — the
- * same element. Then, per element, the loop's operations: v = iscale * x
- * (one rounding), NaN -> 0, clamp to [-127, 127], round to nearest even;
- * d = 1 / iscale. An all-zero (or all-NaN) block: q = 0, d = 0. */
-#define KQ8_WARPS 4
-__global__ void __launch_bounds__(32 * KQ8_WARPS)
-kq8k_quantize(const float *__restrict__ x, int64_t nsb, int8_t *__restrict__ q, float *__restrict__ d) {
-    const int lane = threadIdx.x & 31;
-    const int64_t i = (int64_t)blockIdx.x * KQ8_WARPS + threadIdx.x / 32;
-    if (i >= nsb) return;                         /* whole warps only: nsb is per warp */
-    const float *xp = x + i * DS_QK_K + 8 * lane;     /* scalar loads: x may be unaligned */
-    float xv[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) xv[j] = __ldg(xp + j);
-    float amax = 0.0f;
-    int idx = 8 * lane;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const float a = fabsf(xv[j]);
-        if (a > amax) { amax = a; idx = 8 * lane + j; }
-    }
-#pragma unroll
-    for (int o = 16; o >= 1; o /= 2) {
-        const float oa = __shfl_xor_sync(0xffffffffu, amax, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (oa > amax || (oa == amax && oi < idx)) { amax = oa; idx = oi; }
-    }
-    uint2 packed = make_uint2(0u, 0u);
-    if (amax == 0.0f) {
-        if (lane == 0) d[i] = 0.0f;
-    } else {
-        const float max = x[i * DS_QK_K + idx];
-        const float iscale = __fdiv_rn(-127.0f, max);
-        uint32_t word[2] = {0u, 0u};
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float v = __fmul_rn(iscale, xv[j]);
-            v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-            const int qv = (int)rintf(v);
-            word[j / 4] |= (uint32_t)(qv & 0xff) << (8 * (j % 4));
-        }
-        packed = make_uint2(word[0], word[1]);
-        if (lane == 0) d[i] = __fdiv_rn(1.0f, iscale);
-    }
-    *(uint2 *)(q + i * DS_QK_K + 8 * lane) = packed;
-}
-
-/* ==========================================================================
- * the lane integers of one super-block
- * ==========================================================================
+ * The per-lane pieces below (quantizer, lane integers, embed) are
  * __host__ __device__: tests/cuda/test_kq_lanes.cu runs these very functions
- * on the host (no GPU needed) against the CPU definition; the three
- * intrinsics they use have exact host twins here. */
+ * on the host (no GPU needed) against the CPU definition. The intrinsics
+ * they use have exact host twins here (the host code is built without
+ * contraction, so a * b is one rounding there too). */
 #ifdef __CUDA_ARCH__
 #define KQ_UNROLL _Pragma("unroll")
 #else
@@ -292,12 +242,18 @@ __host__ __device__ __forceinline__ int kq_dp4a(int a, int b, int c) {   /* sign
     return c;
 #endif
 }
-/* one IEEE rounding each, on both sides (the host code is built without contraction) */
 __host__ __device__ __forceinline__ float kq_fmul(float a, float b) {
 #ifdef __CUDA_ARCH__
     return __fmul_rn(a, b);
 #else
     return a * b;
+#endif
+}
+__host__ __device__ __forceinline__ float kq_fdiv(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
 #endif
 }
 __host__ __device__ __forceinline__ float kq_fadd(float a, float b) {
@@ -316,6 +272,75 @@ __host__ __device__ __forceinline__ uint32_t kq_vsub4(uint32_t a, uint32_t b) { 
     return r;
 #endif
 }
+
+/* ==========================================================================
+ * activation quantization: ds_quantize_row_q8_k, one warp per super-block
+ * ==========================================================================
+ * The C loop keeps the FIRST element of largest |x| (strict >, NaN never
+ * wins): here each lane finds the first of its 8 consecutive elements, and
+ * the butterfly keeps the larger magnitude, on a tie the lower index — the
+ * same element. Then, per element, the loop's operations: v = iscale * x
+ * (one rounding), NaN -> 0, clamp to [-127, 127], round to nearest even;
+ * d = 1 / iscale. An all-zero (or all-NaN) block: q = 0, d = 0. */
+#define KQ8_WARPS 4
+/* the pieces of one warp's work, __host__ __device__ for test_kq_lanes.cu */
+/* lane's candidate: the first of its 8 elements with the largest |x| > 0 */
+__host__ __device__ __forceinline__ void kq8k_lane_max(const float xv[8], int lane, float &amax, int &idx) {
+    amax = 0.0f;
+    idx = 8 * lane;
+    KQ_UNROLL
+    for (int j = 0; j < 8; j++) {
+        const float a = fabsf(xv[j]);
+        if (a > amax) { amax = a; idx = 8 * lane + j; }
+    }
+}
+/* two candidates -> the larger magnitude, on a tie the lower index (a total
+ * order, so every butterfly order gives the scalar loop's element) */
+__host__ __device__ __forceinline__ void kq8k_combine(float oa, int oi, float &amax, int &idx) {
+    if (oa > amax || (oa == amax && oi < idx)) { amax = oa; idx = oi; }
+}
+/* q of one element: v = iscale * x rounded once, NaN -> 0, clamped, rounded to nearest even */
+__host__ __device__ __forceinline__ uint32_t kq8k_q(float iscale, float x) {
+    float v = kq_fmul(iscale, x);
+    v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+    return (uint32_t)((int)rintf(v) & 0xff);
+}
+
+__global__ void __launch_bounds__(32 * KQ8_WARPS)
+kq8k_quantize(const float *__restrict__ x, int64_t nsb, int8_t *__restrict__ q, float *__restrict__ d) {
+    const int lane = threadIdx.x & 31;
+    const int64_t i = (int64_t)blockIdx.x * KQ8_WARPS + threadIdx.x / 32;
+    if (i >= nsb) return;                         /* whole warps only: nsb is per warp */
+    const float *xp = x + i * DS_QK_K + 8 * lane;     /* scalar loads: x may be unaligned */
+    float xv[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) xv[j] = __ldg(xp + j);
+    float amax;
+    int idx;
+    kq8k_lane_max(xv, lane, amax, idx);
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) {
+        const float oa = __shfl_xor_sync(0xffffffffu, amax, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        kq8k_combine(oa, oi, amax, idx);
+    }
+    uint2 packed = make_uint2(0u, 0u);
+    if (amax == 0.0f) {                           /* warp-uniform: every lane holds the result */
+        if (lane == 0) d[i] = 0.0f;
+    } else {
+        const float iscale = kq_fdiv(-127.0f, x[i * DS_QK_K + idx]);
+        uint32_t word[2] = {0u, 0u};
+#pragma unroll
+        for (int j = 0; j < 8; j++) word[j / 4] |= kq8k_q(iscale, xv[j]) << (8 * (j % 4));
+        packed = make_uint2(word[0], word[1]);
+        if (lane == 0) d[i] = kq_fdiv(1.0f, iscale);
+    }
+    *(uint2 *)(q + i * DS_QK_K + 8 * lane) = packed;
+}
+
+/* ==========================================================================
+ * the lane integers of one super-block
+ * ========================================================================== */
 /* A lane's share of a weight super-block, loaded ahead of its use. */
 struct kq_wlane {
     uint4    q;          /* Q4_K/Q5_K: 16 qs bytes; Q6_K: .x.y ql_a, .z.w ql_b */
