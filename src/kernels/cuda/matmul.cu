@@ -1,9 +1,9 @@
 /* matmul.cu — the dsc_matmul dispatcher: the weight's prepared device layout
  * (ds_weight.extra, backend_cuda.cu) picks the family file:
  * matmul_dense.cu (F32, F16, BF16), matmul_q8_0.cu or matmul_kq.cu (the
- * kquant types). No reduction ever
- * splits K across threads in a canonical kernel; which rows share a launch
- * changes speed, never bits (see the family files). */
+ * kquant types). No f32 reduction ever splits K across threads in a
+ * canonical kernel (exact integer partial sums may); which rows share a
+ * launch changes speed, never bits (see the family files). */
 #include "kernels/cuda/cuda_internal.cuh"
 
 void dsc_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y) {

@@ -386,11 +386,11 @@ __host__ __device__ __forceinline__ void kq_lane_ints(const kq_wlane &w, const i
         const int h = s >> 2, c = s & 3;
         const uint32_t qa[2] = {w.q.x, w.q.y}, qb[2] = {w.q.z, w.q.w}, qh[2] = {w.h.x, w.h.y};
         int dk[4] = {0, 0, 0, 0};
-KQ_UNROLL
+        KQ_UNROLL
         for (int k = 0; k < 4; k++) {
             const uint2 a = kq_ldg((const uint2 *)(p + 128 * h + 32 * k + 8 * c));
             const uint32_t aw[2] = {a.x, a.y};
-KQ_UNROLL
+            KQ_UNROLL
             for (int j = 0; j < 2; j++) {
                 const uint32_t lo = k & 1 ? qb[j] : qa[j];          /* k = 0, 2: ql[l]; 1, 3: ql[l + 32] */
                 const uint32_t nib = k < 2 ? lo & 0x0f0f0f0fu : (lo >> 4) & 0x0f0f0f0fu;
@@ -399,7 +399,7 @@ KQ_UNROLL
             }
         }
         I = 0;
-KQ_UNROLL
+        KQ_UNROLL
         for (int k = 0; k < 4; k++) I += (int)(int8_t)(w.sw >> (8 * k)) * dk[k];
         Mn = 0;
     } else {
@@ -409,7 +409,7 @@ KQ_UNROLL
         const uint32_t qw[4] = {w.q.x, w.q.y, w.q.z, w.q.w}, hw[4] = {w.h.x, w.h.y, w.h.z, w.h.w};
         const uint32_t al[4] = {alo.x, alo.y, alo.z, alo.w}, ah[4] = {ahi.x, ahi.y, ahi.z, ahi.w};
         int dl = 0, dh = 0, sl = 0, sh = 0;
-KQ_UNROLL
+        KQ_UNROLL
         for (int j = 0; j < 4; j++) {
             uint32_t lo = qw[j] & 0x0f0f0f0fu, hi = (qw[j] >> 4) & 0x0f0f0f0fu;
             if (TYPE == DS_TYPE_Q5_K) {                 /* bit 2g / 2g+1 of qh[l] is bit 4 */
