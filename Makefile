@@ -75,13 +75,24 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/libdspark.a $(wildcard tests/*.h)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests $< $(BUILD)/libdspark.a -o $@ $(LDLIBS)
 bench-cuda: $(CUDA_TESTS)
 	@$(BUILD)/tests/cuda/test_cuda_ops --bench
+# matmul_kq.cu's lane, layout and embed logic run on the host against the CPU
+# (no GPU needed): `make test-kq-lanes`; test-cuda runs it too
+CUDA_TESTS += $(BUILD)/tests/cuda/test_kq_lanes
+all: $(BUILD)/tests/cuda/test_kq_lanes
+$(BUILD)/tests/cuda/test_kq_lanes.o: tests/cuda/test_kq_lanes.cu src/kernels/cuda/matmul_kq.cu $(HEADERS) $(wildcard src/kernels/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+$(BUILD)/tests/cuda/test_kq_lanes: $(BUILD)/tests/cuda/test_kq_lanes.o $(BUILD)/libdspark.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdspark.a -o $@ $(LDLIBS)
+test-kq-lanes: $(BUILD)/tests/cuda/test_kq_lanes
+	@$(BUILD)/tests/cuda/test_kq_lanes
 endif
 
 # the shipped Q8_0 target: the golden outputs and the CLI diagnostics run on it
 test-cuda: all $(CUDA_TESTS) $(TARGET_Q8)
 	@BUILD=$(BUILD) sh tests/cuda/run.sh
 
-.PHONY: all test test-san test-cuda bench-cuda bench clean deps run models
+.PHONY: all test test-san test-cuda test-kq-lanes bench-cuda bench clean deps run models
 
 all: $(BUILD)/dspark $(TEST_BIN) $(BENCH_BIN)
 # the device harness for the heads' ops, built here so it keeps compiling (run it with a GPU)

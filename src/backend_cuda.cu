@@ -181,7 +181,7 @@ static int dsc_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, 
     if (dsc_w(w)) return 0;
     int ok = 0;
     const uint64_t rb = ds_row_bytes(w->type, (uint64_t)w->n_in, &ok);
-    if (ds_type_is_kq(w->type)) {   /* the kquant families are CPU-only so far */
+    if (ds_type_is_kq(w->type) && !dsc_kq_supported(w->type)) {   /* matmul_kq.cu lists them */
         ds_errf(err, errlen, "cuda: %s weights are not supported on the CUDA backend yet (use the CPU)",
                 ds_type_name(w->type));
         return -1;
@@ -198,7 +198,9 @@ static int dsc_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, 
     d->n_out = w->n_out;
     const size_t N = (size_t)w->n_out, K = (size_t)w->n_in;
     cudaError_t e = cudaSuccess;
-    if (w->type != DS_TYPE_Q8_0) {
+    if (ds_type_is_kq(w->type)) {
+        e = dsc_kq_upload(w, d);        /* repacked for matmul_kq.cu */
+    } else if (w->type != DS_TYPE_Q8_0) {
         const size_t bytes = (size_t)rb * N;
         e = cudaMalloc(&d->data, bytes ? bytes : 1);
         if (e == cudaSuccess && bytes) e = cudaMemcpy(d->data, w->data, bytes, cudaMemcpyHostToDevice);

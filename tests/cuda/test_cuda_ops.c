@@ -15,8 +15,13 @@
  *     position with the bytes of direct execution.
  * Prints "N passed, N failed". Without a usable GPU it says so and exits 0.
  *
+ * The kquant types (test_kq): Q4_K, Q5_K, Q6_K, Q4_0, Q5_0 the same way
+ * (CUDA canonical == CPU canonical bit for bit), also on malformed and
+ * extreme blocks (NaN / inf / subnormal / negative scales, zero and NaN
+ * activation blocks); their embed rows; Q4_1 / Q5_1 refused.
+ *
  * --bench: the kernel benchmark (medians of 25 CUDA-event timings): matmul
- * at the Qwen3-8B and Qwen3-0.6B shapes, F16 and Q8_0, M = 1, 2, 4, 8, 16,
+ * at the Qwen3-8B and Qwen3-0.6B shapes, F16, Q8_0, Q4_K and Q6_K, M = 1, 2, 4, 8, 16,
  * canonical and fast, achieved GB/s of weight bytes; attention at 512 and
  * 4096 keys; the elementwise families. */
 #include "backend.h"
@@ -26,6 +31,7 @@
 
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,19 +133,21 @@ static void test_dsmath(void) {
 /* ==========================================================================
  * matmul
  * ========================================================================== */
-static void test_matmul_type(T *t, uint32_t type, int64_t N, int64_t K) {
+/* Every matmul check on one weight (file bytes wd) and 16 activation rows x.
+ * label names the case in every line. near: also require fast to be close
+ * to canonical (off for the malformed-block cases, whose NaN / inf outputs
+ * have no relative error). */
+static void matmul_check(T *t, const char *label, uint32_t type, int64_t N, int64_t K, const void *wd,
+                         const float *x, int near_check) {
     const int MM = 16;
-    int ok;
-    const uint64_t rb = ds_row_bytes(type, (uint64_t)K, &ok);
-    float *wf = rnd(t, (size_t)(N * K), 1.0f);
-    void *wd = malloc((size_t)(rb * N));
-    ds_f32_to_type(type, wf, N * K, wd);
-    float *x = rnd(t, (size_t)(MM * K), 2.0f);
-    for (int64_t k = 0; k < K; k += 7) x[3 * K + k] *= 100.0f;         /* a row with outliers */
-    ds_weight wc = {.type = type, .n_in = K, .n_out = N, .data = wd};
+    ds_weight wc = {.type = type, .n_in = K, .n_out = N, .data = (void *)wd};
     ds_weight wg = wc;
     char err[DS_ERRLEN];
-    CHECK(t->i->prepare_weight(t->be, &wg, DS_USE_MATMUL | DS_USE_LOOKUP, err, sizeof err) == 0, "prepare_weight: %s", err);
+    const char *tn = ds_type_name(type);
+    if (t->i->prepare_weight(t->be, &wg, DS_USE_MATMUL | DS_USE_LOOKUP, err, sizeof err)) {
+        CHECK(0, "matmul %s %s N=%lld K=%lld: prepare_weight: %s", tn, label, (long long)N, (long long)K, err);
+        return;
+    }
     const size_t ny = (size_t)(MM * N);
     float *ycpu = malloc(ny * 4), *ydec = malloc(ny * 4), *yb = malloc(ny * 4), *yb2 = malloc(ny * 4);
     ds_matmul(DS_CANONICAL, &wc, MM, x, ycpu, NULL);
@@ -154,30 +162,113 @@ static void test_matmul_type(T *t, uint32_t type, int64_t N, int64_t K) {
         dget(t, yb, dy, (size_t)M * N * 4);
         if (memcmp(yb, ydec, (size_t)M * N * 4)) { rows_ok = 0; worst_m = M; }
     }
-    const char *tn = ds_type_name(type);
-    CHECK(rows_ok, "matmul %s N=%lld K=%lld: canonical(M=%d) rows != decode", tn, (long long)N, (long long)K, worst_m);
-    CHECK(!memcmp(ydec, ycpu, ny * 4), "matmul %s N=%lld K=%lld: CUDA canonical != CPU canonical", tn,
-          (long long)N, (long long)K);
+    CHECK(rows_ok, "matmul %s %s N=%lld K=%lld: canonical(M=%d) rows != decode", tn, label, (long long)N,
+          (long long)K, worst_m);
+    const int cpu_same = !memcmp(ydec, ycpu, ny * 4);
+    CHECK(cpu_same, "matmul %s %s N=%lld K=%lld: CUDA canonical != CPU canonical", tn, label, (long long)N,
+          (long long)K);
     float me = 0;
     close_to(ydec, ycpu, ny, &me);
-    printf("matmul %-4s N=%-5lld K=%-5lld  canonical==decode(M=1..16): %s  CUDA==CPU bits: %s (max err %.3g)\n",
-           tn, (long long)N, (long long)K, rows_ok ? "yes" : "NO", memcmp(ydec, ycpu, ny * 4) ? "NO" : "yes", me);
+    printf("matmul %-4s %-8s N=%-5lld K=%-5lld  canonical==decode(M=1..16): %s  CUDA==CPU bits: %s (max err %.3g)\n",
+           tn, label, (long long)N, (long long)K, rows_ok ? "yes" : "NO", cpu_same ? "yes" : "NO", me);
+    if (!cpu_same)                      /* name the first differing output */
+        for (size_t e = 0; e < ny; e++)
+            if (memcmp(&ydec[e], &ycpu[e], 4)) {
+                printf("INFO matmul %s %s first mismatch: m=%zu n=%zu cuda=%.9g (0x%08x) cpu=%.9g (0x%08x)\n", tn,
+                       label, e / (size_t)N, e % (size_t)N, ydec[e], ds_f32_bits(ydec[e]), ycpu[e], ds_f32_bits(ycpu[e]));
+                break;
+            }
     /* twice: the same bytes */
     t->i->matmul(t->ex, DS_CANONICAL, &wg, MM, dx, dy);
     dget(t, yb2, dy, ny * 4);
-    CHECK(!memcmp(yb2, ydec, ny * 4), "matmul %s: two runs differ", tn);
+    CHECK(!memcmp(yb2, ydec, ny * 4), "matmul %s %s: two runs differ", tn, label);
     /* fast: close, and not the canonical bits */
     t->i->matmul(t->ex, DS_FAST, &wg, 8, dx, dy);
     dget(t, yb, dy, (size_t)8 * N * 4);
     const int same = !memcmp(yb, ydec, (size_t)8 * N * 4);
-    const double re = rel_err(yb, ydec, (size_t)8 * N);
-    const int near = re < 1e-2;
-    CHECK(!same, "matmul %s: fast gives the canonical bits (counter-test)", tn);
-    CHECK(near, "matmul %s: fast far from canonical (relative error %g)", tn, re);
+    CHECK(!same, "matmul %s %s: fast gives the canonical bits (counter-test)", tn, label);
+    if (near_check) {
+        const double re = rel_err(yb, ydec, (size_t)8 * N);
+        CHECK(re < 1e-2, "matmul %s %s: fast far from canonical (relative error %g)", tn, label, re);
+    }
     sync_ok(t, "matmul");
     t->i->release_weight(t->be, &wg);
     dfree(t, dx); dfree(t, dy);
-    free(wf); free(wd); free(x); free(ycpu); free(ydec); free(yb); free(yb2);
+    free(ycpu); free(ydec); free(yb); free(yb2);
+}
+
+static void test_matmul_type(T *t, uint32_t type, int64_t N, int64_t K) {
+    const int MM = 16;
+    int ok;
+    const uint64_t rb = ds_row_bytes(type, (uint64_t)K, &ok);
+    float *wf = rnd(t, (size_t)(N * K), 1.0f);
+    void *wd = malloc((size_t)(rb * N));
+    ds_f32_to_type(type, wf, N * K, wd);
+    float *x = rnd(t, (size_t)(MM * K), 2.0f);
+    for (int64_t k = 0; k < K; k += 7) x[3 * K + k] *= 100.0f;         /* a row with outliers */
+    matmul_check(t, "random", type, N, K, wd, x, 1);
+    free(wf); free(wd); free(x);
+}
+
+/* ---- the kquant types on malformed and extreme blocks ---------------------------------
+ * Weights of random bytes (every quant and sub-block scale pattern, Q6_K's
+ * int8 scales down to -128), the fp16 scales set per row: 0 negative d and
+ * dmin, 1 d = 65504 (fp16 max), 2 a subnormal d, 3 d = +inf in super-block 1,
+ * 4 dmin = NaN, 5 d = -inf and dmin = +inf, 6 a signalling-NaN d, 7 all
+ * zero scales; other rows small random scales of both signs. Activations:
+ * row 3 with outliers, row 5 a zero first super-block (d = 0), row 6 a tie
+ * of +-max (the first wins), row 7 a NaN and an inf, row 8 subnormals (the
+ * scale overflows). The outputs hold NaN, inf, -0: all must be the CPU's
+ * bits (NaN stored as 0x7fc00000 on both). */
+/* byte offsets of the fp16 d (and dmin, else 0 with *has_min = 0) in a block */
+static size_t kq_scale_offsets(uint32_t type, size_t *dmin, int *has_min) {
+    *has_min = type == DS_TYPE_Q4_K || type == DS_TYPE_Q5_K;
+    *dmin = type == DS_TYPE_Q4_K ? offsetof(ds_block_q4_K, dmin) : type == DS_TYPE_Q5_K ? offsetof(ds_block_q5_K, dmin) : 0;
+    switch (type) {
+    case DS_TYPE_Q4_K: return offsetof(ds_block_q4_K, d);
+    case DS_TYPE_Q5_K: return offsetof(ds_block_q5_K, d);
+    case DS_TYPE_Q6_K: return offsetof(ds_block_q6_K, d);
+    case DS_TYPE_Q4_0: return offsetof(ds_block_q4_0, d);
+    default: return offsetof(ds_block_q5_0, d);
+    }
+}
+static void test_matmul_kq_blocks(T *t, uint32_t type, int64_t N, int64_t K) {
+    const int MM = 16;
+    int ok;
+    const uint64_t rb = ds_row_bytes(type, (uint64_t)K, &ok), bb = ds_type_block_bytes(type);
+    const int64_t nb = K / (int64_t)ds_type_block_elems(type);
+    uint8_t *wd = malloc((size_t)(rb * N));
+    for (uint64_t k = 0; k < rb * (uint64_t)N; k++) wd[k] = (uint8_t)(ds_splitmix64(&t->rng) >> 56);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = wd + (uint64_t)n * rb + (uint64_t)b * bb;
+            size_t om;
+            int has_min;
+            const size_t od = kq_scale_offsets(type, &om, &has_min);
+            uint16_t dv = ds_f32_to_fp16(ds_uniform_pm1(&t->rng) * 0.02f);
+            uint16_t mv = ds_f32_to_fp16(ds_uniform_pm1(&t->rng) * 0.02f);
+            switch (n) {
+            case 0: dv |= 0x8000; mv |= 0x8000; break;
+            case 1: dv = 0x7bff; break;
+            case 2: dv = 0x0003; break;
+            case 3: if (b == (nb > 1)) dv = 0x7c00; break;
+            case 4: mv = 0x7e00; break;
+            case 5: dv = 0xfc00; mv = 0x7c00; break;
+            case 6: dv = 0x7c01; break;
+            case 7: dv = 0; mv = 0; break;
+            default: break;
+            }
+            memcpy(blk + od, &dv, 2);
+            if (has_min) memcpy(blk + om, &mv, 2);
+        }
+    float *x = rnd(t, (size_t)(MM * K), 2.0f);
+    for (int64_t k = 0; k < K; k += 7) x[3 * K + k] *= 100.0f;
+    for (int64_t k = 0; k < 256 && k < K; k++) x[5 * K + k] = 0.0f;
+    x[6 * K + 10] = -50.0f; x[6 * K + 20] = 50.0f;
+    x[7 * K + 3] = NAN; x[7 * K + K - 1] = INFINITY;
+    for (int64_t k = 0; k < 32; k++) x[8 * K + k] = 1e-40f * (float)(k - 16);
+    matmul_check(t, "blocks", type, N, K, wd, x, 0);
+    free(wd); free(x);
 }
 
 /* ==========================================================================
@@ -406,6 +497,35 @@ static void test_swiglu(T *t) {
 /* ==========================================================================
  * argmax, embed, sanitize, kv_write
  * ========================================================================== */
+/* embed rows 0, V-1 and 17 of a V x D weight of the type == ds_row_to_f32 */
+static int embed_ok(T *t, uint32_t type, int64_t D) {
+    const int64_t V = 50;
+    int okb;
+    const uint64_t rb = ds_row_bytes(type, (uint64_t)D, &okb);
+    float *ef = rnd(t, (size_t)(V * D), 1.0f), *ref = malloc((size_t)(3 * D) * 4), *got = malloc((size_t)(3 * D) * 4);
+    void *e = malloc((size_t)(rb * V));
+    ds_f32_to_type(type, ef, V * D, e);
+    ds_weight w = {.type = type, .n_in = D, .n_out = V, .data = e};
+    char err[DS_ERRLEN];
+    int ok = 0;
+    if (!t->i->prepare_weight(t->be, &w, DS_USE_MATMUL | DS_USE_LOOKUP, err, sizeof err)) {
+        const int32_t ids[3] = {0, (int32_t)V - 1, 17};
+        int32_t *did = dput(t, ids, sizeof ids);
+        float *dout = dmem(t, (size_t)(3 * D) * 4);
+        t->i->embed(t->ex, &w, 3, did, dout);
+        dget(t, got, dout, (size_t)(3 * D) * 4);
+        for (int m = 0; m < 3; m++) ds_row_to_f32(type, (const char *)e + rb * (uint64_t)ids[m], D, ref + m * D);
+        ok = !memcmp(got, ref, (size_t)(3 * D) * 4);
+        t->i->release_weight(t->be, &w);
+        dfree(t, did); dfree(t, dout);
+    } else {
+        printf("FAIL embed %s: prepare_weight: %s\n", ds_type_name(type), err);
+    }
+    if (!ok) printf("INFO embed %s D=%lld != ds_row_to_f32\n", ds_type_name(type), (long long)D);
+    free(ef); free(ref); free(got); free(e);
+    return ok;
+}
+
 static void test_small(T *t) {
     const int R = 6;
     const int64_t n = 5000;
@@ -432,28 +552,8 @@ static void test_small(T *t) {
               so[5] == 65504.0f, "sanitize");
     /* embed, every type */
     const uint32_t types[4] = {DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_BF16, DS_TYPE_Q8_0};
-    const int64_t V = 50, D = 96;
     int eok = 1;
-    for (int ti = 0; ti < 4; ti++) {
-        int okb;
-        const uint64_t rb = ds_row_bytes(types[ti], (uint64_t)D, &okb);
-        float *ef = rnd(t, (size_t)(V * D), 1.0f), ref[3 * 96], got[3 * 96];
-        void *e = malloc((size_t)(rb * V));
-        ds_f32_to_type(types[ti], ef, V * D, e);
-        ds_weight w = {.type = types[ti], .n_in = D, .n_out = V, .data = e};
-        char err[DS_ERRLEN];
-        if (t->i->prepare_weight(t->be, &w, DS_USE_MATMUL | DS_USE_LOOKUP, err, sizeof err)) { eok = 0; free(ef); free(e); continue; }
-        const int32_t ids[3] = {0, 49, 17};
-        int32_t *did = dput(t, ids, sizeof ids);
-        float *dout2 = dmem(t, sizeof got);
-        t->i->embed(t->ex, &w, 3, did, dout2);
-        dget(t, got, dout2, sizeof got);
-        for (int m = 0; m < 3; m++) ds_row_to_f32(types[ti], (const char *)e + rb * (uint64_t)ids[m], D, ref + m * D);
-        eok &= !memcmp(got, ref, sizeof got);
-        t->i->release_weight(t->be, &w);
-        dfree(t, did); dfree(t, dout2);
-        free(ef); free(e);
-    }
+    for (int ti = 0; ti < 4; ti++) eok &= embed_ok(t, types[ti], 96);
     CHECK(eok, "embed != ds_row_to_f32");
     /* kv_write at device positions */
     const int row = 8, cap = 10;
@@ -473,6 +573,54 @@ static void test_small(T *t) {
     sync_ok(t, "small ops");
     dfree(t, dx); dfree(t, dout); dfree(t, ds); dfree(t, dk); dfree(t, dv); dfree(t, dkn); dfree(t, dvn); dfree(t, dpos);
     free(x);
+}
+
+/* ==========================================================================
+ * the kquant types (issue 12): Q4_K, Q5_K, Q6_K (matmul_kq.cu), Q4_0 and
+ * Q5_0 (the Q8_0 kernels on a repacked layout); Q4_1 / Q5_1 refused
+ * ========================================================================== */
+static void test_kq(T *t) {
+    /* K: one super-block, several, long rows (10 and 16); odd N, N < 4 (a
+     * warp's 4 row groups partly padding), N past one block of 16 rows */
+    test_matmul_type(t, DS_TYPE_Q4_K, 67, 256);
+    test_matmul_type(t, DS_TYPE_Q4_K, 3, 512);
+    test_matmul_type(t, DS_TYPE_Q4_K, 301, 1024);
+    test_matmul_type(t, DS_TYPE_Q4_K, 37, 2560);
+    test_matmul_type(t, DS_TYPE_Q6_K, 67, 256);
+    test_matmul_type(t, DS_TYPE_Q6_K, 5, 768);
+    test_matmul_type(t, DS_TYPE_Q6_K, 301, 1024);
+    test_matmul_type(t, DS_TYPE_Q6_K, 33, 4096);
+    test_matmul_type(t, DS_TYPE_Q5_K, 67, 512);
+    test_matmul_type(t, DS_TYPE_Q5_K, 33, 2560);
+    test_matmul_type(t, DS_TYPE_Q4_0, 67, 384);
+    test_matmul_type(t, DS_TYPE_Q4_0, 70, 5216);
+    test_matmul_type(t, DS_TYPE_Q5_0, 67, 384);
+    test_matmul_type(t, DS_TYPE_Q5_0, 41, 1536);
+    const uint32_t kt[5] = {DS_TYPE_Q4_K, DS_TYPE_Q5_K, DS_TYPE_Q6_K, DS_TYPE_Q4_0, DS_TYPE_Q5_0};
+    for (int i = 0; i < 5; i++) test_matmul_kq_blocks(t, kt[i], 37, kt[i] == DS_TYPE_Q4_0 || kt[i] == DS_TYPE_Q5_0 ? 320 : 1536);
+    test_matmul_kq_blocks(t, DS_TYPE_Q4_K, 9, 256);
+    /* embed (a Q4_K / Q6_K token_embd is common in llama.cpp files) */
+    int eok = 1;
+    for (int i = 0; i < 5; i++) {
+        const int ok = embed_ok(t, kt[i], i < 3 ? 512 : 96);
+        CHECK(ok, "embed %s != ds_row_to_f32", ds_type_name(kt[i]));
+        eok &= ok;
+    }
+    /* the types not on the GPU: one clear line */
+    int refused = 1;
+    const uint32_t no[2] = {DS_TYPE_Q4_1, DS_TYPE_Q5_1};
+    for (int i = 0; i < 2; i++) {
+        uint8_t blk[2 * sizeof(ds_block_q5_1)] = {0};
+        ds_weight w = {.type = no[i], .n_in = 32, .n_out = 1, .data = blk};
+        char err[DS_ERRLEN] = "";
+        const int rc = t->i->prepare_weight(t->be, &w, DS_USE_MATMUL, err, sizeof err);
+        refused &= rc != 0 && strstr(err, "not supported on the CUDA backend") != NULL;
+        if (rc == 0) t->i->release_weight(t->be, &w);
+    }
+    CHECK(refused, "Q4_1 / Q5_1: not refused with the clear error line");
+    printf("kquant embed (Q4_K Q5_K Q6_K Q4_0 Q5_0): %s; Q4_1 / Q5_1 refused: %s\n", eok ? "exact" : "WRONG",
+           refused ? "yes" : "NO");
+    sync_ok(t, "kquant");
 }
 
 /* ==========================================================================
@@ -521,6 +669,14 @@ static void bench_matmul(T *t, const char *label, uint32_t type, int64_t N, int6
     } else if (type == DS_TYPE_Q8_0) {
         ds_block_q8_0 *b = (ds_block_q8_0 *)h;
         for (size_t k = 0; k < bytes / sizeof *b; k++) b[k].d = 0x2000;
+    } else if (type == DS_TYPE_Q4_K) {                  /* finite scales */
+        ds_block_q4_K *b = (ds_block_q4_K *)h;
+        for (size_t k = 0; k < bytes / sizeof *b; k++) b[k].d = b[k].dmin = 0x2000;
+    } else if (type == DS_TYPE_Q6_K) {                  /* 210-byte blocks: unaligned fields */
+        for (size_t k = 0; k < bytes / sizeof(ds_block_q6_K); k++) {
+            const uint16_t d = 0x2000;
+            memcpy((char *)h + k * sizeof(ds_block_q6_K) + offsetof(ds_block_q6_K, d), &d, 2);
+        }
     }
     ds_weight w = {.type = type, .n_in = K, .n_out = N, .data = h};
     char err[DS_ERRLEN];
@@ -755,6 +911,7 @@ int main(int argc, char **argv) {
     test_matmul_type(&t, DS_TYPE_F16, 70, 4096);     /* 16 batches of 256    */
     test_matmul_type(&t, DS_TYPE_F16, 37, 4104);     /* K % 16 = 8: tail path */
     test_matmul_type(&t, DS_TYPE_BF16, 37, 2080);
+    test_kq(&t);
     test_attention(&t, 64);
     test_attention(&t, 72);
     test_attention(&t, 128);
@@ -783,6 +940,11 @@ int main(int argc, char **argv) {
         bench_matmul(&t, "8B gate/up", DS_TYPE_F16, 12288, 4096);
         bench_matmul(&t, "8B gate/up", DS_TYPE_Q8_0, 12288, 4096);
         bench_matmul(&t, "8B down", DS_TYPE_Q8_0, 4096, 12288);
+        bench_matmul(&t, "8B wq/wo", DS_TYPE_Q4_K, 4096, 4096);
+        bench_matmul(&t, "8B wq/wo", DS_TYPE_Q6_K, 4096, 4096);
+        bench_matmul(&t, "8B gate/up", DS_TYPE_Q4_K, 12288, 4096);
+        bench_matmul(&t, "8B gate/up", DS_TYPE_Q6_K, 12288, 4096);
+        bench_matmul(&t, "8B down", DS_TYPE_Q6_K, 4096, 12288);
         bench_matmul(&t, "8B vocab", DS_TYPE_F16, 151936, 4096);
         bench_matmul(&t, "8B vocab", DS_TYPE_Q8_0, 151936, 4096);
         bench_matmul(&t, "0.6B gate", DS_TYPE_F16, 3072, 1024);

@@ -65,6 +65,10 @@ void dsc_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float
         dsc_note(ex, cudaErrorInvalidValue, "embed on a weight that prepare_weight did not upload");
         return;
     }
+    if (ds_type_is_kq(w->type)) {                 /* the kquant device layouts */
+        dsc_embed_kq(ex, w, M, ids, out);
+        return;
+    }
     const int64_t total = (int64_t)M * w->n_in;
     embed_rows<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(w->type, w->data, w->scale, w->n_in,
                                                           w->n_out, ids, M, out);

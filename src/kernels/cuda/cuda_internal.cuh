@@ -244,6 +244,14 @@ void dsc_qk_norm_rope_kv(ds_exec *ex, int M, int n_head, int n_head_kv, int head
                          const int *pos, float freq_base, ds_rope_mode mode, const float *q_norm,
                          const float *k_norm, float eps, float *q, float *k, const float *v,
                          float *kc, float *vc);
+/* matmul_kq.cu: the kquant types on the GPU (Q4_K, Q5_K, Q6_K; Q4_0 and Q5_0 in
+ * the Q8_0 layout). dsc_kq_supported: 1 if prepare_weight may upload type t;
+ * dsc_kq_upload: allocates d->data / d->scale and fills them (the caller frees
+ * both on failure); dsc_embed_kq: embedding rows of such a weight. */
+int dsc_kq_supported(uint32_t t);
+cudaError_t dsc_kq_upload(const ds_weight *w, dsc_weight *d);
+void dsc_matmul_kq(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
+void dsc_embed_kq(ds_exec *ex, const dsc_weight *w, int M, const int32_t *ids, float *out);
 void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
                    int causal, const float *q, const float *kc, const float *vc, float *out);
 void dsc_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,

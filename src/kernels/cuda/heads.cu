@@ -382,6 +382,9 @@ int dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     const dsc_weight *cw = c->conf_w ? dsc_w(c->conf_w) : NULL;
     if ((c->w1 && !w1) || (c->w2 && !w2) || (c->conf_w && !cw) || (!w1) != (!w2)) return 1;
     if (c->n_keep < 1 || c->V < 1 || c->D < 1) return 1;
+    if (w1 && w1->type != DS_TYPE_F32 && w1->type != DS_TYPE_F16 && w1->type != DS_TYPE_BF16 &&
+        w1->type != DS_TYPE_Q8_0)
+        return 1;                                  /* dsc_embed_elem's layouts only */
     const int r = w2 ? (int)w2->n_in : 0;
     if (w2 && (w2->type != DS_TYPE_Q8_0 || r % 32 || r > CH_R_MAX || w2->n_out != c->V || w1->n_in != r)) return 1;
     const int kc = cw ? (int)cw->n_in : 0;
