@@ -73,6 +73,7 @@ void *dsc_scratch(ds_exec *ex, int s, size_t bytes) {
  * execution contexts
  * ========================================================================== */
 #define DSC_BLAS_WS (32u << 20)
+#define DSC_PIN_BYTES (256u << 10)   /* pinned staging: ids, positions, selected tokens */
 
 static void dsc_exec_free(ds_exec *ex);
 
@@ -88,6 +89,11 @@ static ds_exec *dsc_exec_new(ds_backend *be, int n_threads, char *err, size_t er
         (void)cudaGetLastError();
         dsc_exec_free(ex);
         return NULL;
+    }
+    /* optional: without it transfers go through pageable memory */
+    if (cudaMallocHost((void **)&ex->pinned, DSC_PIN_BYTES) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ex->pinned = NULL;
     }
     cublasStatus_t s = cublasCreate(&ex->blas);
     if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(ex->blas, ex->st);
@@ -106,6 +112,7 @@ static void dsc_exec_free(ds_exec *ex) {
     for (int i = 0; i < ex->n_graphs; i++) cudaGraphExecDestroy(ex->gexec[i]);
     for (int s = 0; s < DSC_SLOT_COUNT; s++) cudaFree(ex->slot[s]);
     for (int i = 0; i < ex->n_retired; i++) cudaFree(ex->retired[i]);
+    if (ex->pinned) cudaFreeHost(ex->pinned);
     if (ex->blas) cublasDestroy(ex->blas);
     cudaFree(ex->blas_ws);
     if (ex->st) cudaStreamDestroy(ex->st);
@@ -114,6 +121,7 @@ static void dsc_exec_free(ds_exec *ex) {
 
 static int dsc_sync(ds_exec *ex, char *err, size_t errlen) {
     const cudaError_t e = cudaStreamSynchronize(ex->st);
+    ex->pin_off = 0;
     dsc_note(ex, e, "device fault");
     if (ex->err) {
         ds_errf(err, errlen, "%s", ex->errmsg);
@@ -145,16 +153,34 @@ static void dsc_release(ds_backend *be, void *p) {
 /* Host <-> device copies are not recordable (a graph would re-read the host
  * buffer at replay): the engine uploads ids and positions before
  * graph_begin and downloads after graph_end. */
+/* Small transfers go through the exec's pinned staging (a pageable copy
+ * costs the driver its own staging and, downwards, a blocking call):
+ * uploads take the next free slice, which no later upload reuses before the
+ * stream has been synchronised; downloads land in a slice and are copied
+ * out after the synchronisation they need anyway. */
+static unsigned char *dsc_pin(ds_exec *ex, size_t bytes) {
+    if (!ex->pinned || bytes > DSC_PIN_BYTES - ex->pin_off) return NULL;
+    unsigned char *p = ex->pinned + ex->pin_off;
+    ex->pin_off += (bytes + 63) & ~(size_t)63;
+    if (ex->pin_off > DSC_PIN_BYTES) ex->pin_off = DSC_PIN_BYTES;
+    return p;
+}
 static void dsc_upload(ds_exec *ex, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     if (ex->capturing) { dsc_note(ex, cudaErrorStreamCaptureUnsupported, "upload inside a recorded graph"); return; }
-    dsc_note(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ex->st), "upload");
+    unsigned char *p = dsc_pin(ex, bytes);
+    if (p) memcpy(p, src, bytes);
+    dsc_note(ex, cudaMemcpyAsync(dst, p ? (const void *)p : src, bytes, cudaMemcpyHostToDevice, ex->st), "upload");
 }
 static void dsc_download(ds_exec *ex, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     if (ex->capturing) { dsc_note(ex, cudaErrorStreamCaptureUnsupported, "download inside a recorded graph"); return; }
-    dsc_note(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ex->st), "download");
-    dsc_note(ex, cudaStreamSynchronize(ex->st), "download");
+    unsigned char *p = dsc_pin(ex, bytes);
+    dsc_note(ex, cudaMemcpyAsync(p ? (void *)p : dst, src, bytes, cudaMemcpyDeviceToHost, ex->st), "download");
+    const cudaError_t e = cudaStreamSynchronize(ex->st);
+    dsc_note(ex, e, "download");
+    if (p && e == cudaSuccess) memcpy(dst, p, bytes);
+    ex->pin_off = 0;
 }
 static void dsc_copy(ds_exec *ex, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
@@ -410,6 +436,7 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     ds_backend *be = (ds_backend *)calloc(1, sizeof *be);
     if (e == cudaSuccess && (!b || !be)) e = cudaErrorMemoryAllocation;
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->aux, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = dsc_matmul_q8_0_init();
     if (e != cudaSuccess) {
         ds_errf(err, errlen, "cuda: cannot start the GPU: %s", cudaGetErrorString(e));
         if (b && b->aux) cudaStreamDestroy(b->aux);

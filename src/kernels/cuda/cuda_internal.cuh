@@ -85,6 +85,11 @@ struct ds_exec {
     int             n_graphs;
     int             capturing;                 /* 1: recording for key cap_key     */
     uint64_t        cap_key;
+    /* pinned host staging for small uploads / downloads (the ids and
+     * positions of every step): filled from pin_off, reset whenever the
+     * stream has been synchronised (every copy out of it is done) */
+    unsigned char *pinned;
+    size_t         pin_off;
     /* the first error since the last sync (sticky) */
     int            err;
     char           errmsg[256];
@@ -232,6 +237,7 @@ static inline unsigned dsc_blocks(int64_t n, int per) { return (unsigned)((n + p
 void dsc_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y);
 void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
+cudaError_t dsc_matmul_q8_0_init(void);
 int dsc_matmul_q8_0_swiglu(ds_exec *ex, const dsc_weight *w, int M, const float *gate,
                            const float *up, float *h, float *y);
 int dsc_swiglu_matmul(ds_exec *ex, ds_variant vsw, ds_variant vmm, const ds_weight *W, int M,

@@ -66,11 +66,14 @@ __global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t
  * make up M > 8 read the same weight tile one after another, from L2.
  *
  * Short rows (K <= 1024: one tile) quantize their own activations (FQ): the
- * block's threads run dsc_q8_block on the MT x nb activation blocks into shared
- * memory before phase 1 — the same function on the same floats, so the same
- * bytes as the separate q8_quantize launch, which decode steps of small
- * models cannot afford (they are launch-bound). Longer rows keep the
- * separate launch: every block would re-read M x K floats from L2. */
+ * block's threads stage the MT x K floats in shared memory (all at once,
+ * coalesced), then run dsc_q8_block on the MT x nb blocks there, before
+ * phase 1 — the same function on the same floats, so the same bytes as the
+ * separate q8_quantize launch, which decode steps of small models cannot
+ * afford (they are launch-bound). Staging keeps each thread's work to a few
+ * elements: SwiGLU fused in here (swiglu_matmul) costs one element per
+ * thread, not the 32 serial ones a thread per block would do. Longer rows
+ * keep the separate launch: every block would re-read M x K floats. */
 #define Q8V_THREADS 256
 #define Q8V_R 4                 /* weight rows per warp                                  */
 
@@ -88,6 +91,7 @@ struct q8v_set {
 };
 
 #define Q8V_FQ_MAXNB 32           /* FQ: at most one tile of 32 blocks (K <= 1024) */
+#define Q8V_SMEM_MAX (96 * 1024)  /* FQ at MT = 8: ~80 KB (dsc_matmul_q8_0_init)      */
 
 template <int MT, bool FQ>
 __global__ void __launch_bounds__(Q8V_THREADS)
@@ -104,7 +108,8 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
     const int64_t N = set.N[wi];
     const int RB = (8 / WK) * Q8V_R, TKB = 32 * WK, LD = TKB + 1;
     uint4 *Xq = (uint4 *)q8v_smem;                     /* FQ: [MT][32 blocks][2] quants      */
-    int32_t *Ds = q8v_smem + (FQ ? MT * Q8V_FQ_MAXNB * 8 : 0);  /* [RB * MT][LD]: chain r * MT + m */
+    /* FQ: Xq, then Xf [MT][K] floats; then the chains' buffers */
+    int32_t *Ds = q8v_smem + (FQ ? MT * Q8V_FQ_MAXNB * 8 + MT * (int)K : 0);  /* [RB * MT][LD] */
     float *Ws = (float *)(Ds + RB * MT * LD);          /* [RB][LD]  weight block scales       */
     float *Xs = Ws + RB * LD;                          /* [MT][LD]  activation block scales   */
     const int64_t nb = K / 32;
@@ -125,22 +130,27 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
     const int rc = t / MT, mc = t % MT;
     float acc = 0.0f;
 
-    if (FQ) {                       /* this block's copy of the quantized activations */
+    if (FQ) {
+        /* this block's copy of the activations, staged by all threads at
+         * once (coalesced; swiglu(gate, up) element by element when xu is
+         * given, written to hout by the first row group), then quantized
+         * block by block from shared memory */
+        float *Xf = (float *)(Xq + MT * Q8V_FQ_MAXNB * 2);  /* [MT][K] */
+        const int Ki = (int)K;
+        for (int i = t; i < MT * Ki; i += Q8V_THREADS) {
+            const int m = i / Ki, j = i % Ki;
+            const int64_t g = (int64_t)(m0 + (m < mv ? m : mv - 1)) * K + j;
+            float v = xf[g];
+            if (xu) {
+                v = dsc_swiglu_canonical(v, xu[g]);
+                if (hout && blockIdx.y == 0 && m < mv) hout[g] = v;
+            }
+            Xf[i] = v;
+        }
+        __syncthreads();
         for (int i = t; i < MT * nb; i += Q8V_THREADS) {
             const int m = i / (int)nb, b = i % (int)nb;
-            const int mrow = m0 + (m < mv ? m : mv - 1);
-            const int64_t off = (int64_t)mrow * K + (int64_t)b * 32;
-            uint4 *dst = Xq + (m * Q8V_FQ_MAXNB + b) * 2;
-            if (xu) {               /* x = swiglu(gate = xf, up = xu), element by element */
-                float hb[32];
-#pragma unroll
-                for (int j = 0; j < 32; j++) hb[j] = dsc_swiglu_canonical(xf[off + j], xu[off + j]);
-                if (hout && blockIdx.y == 0 && m < mv)
-                    for (int j = 0; j < 32; j++) hout[off + j] = hb[j];
-                Xs[m * LD + b] = dsc_q8_block(hb, dst);
-            } else {
-                Xs[m * LD + b] = dsc_q8_block(xf + off, dst);
-            }
+            Xs[m * LD + b] = dsc_q8_block(Xf + (int64_t)m * K + (int64_t)b * 32, Xq + (m * Q8V_FQ_MAXNB + b) * 2);
         }
         __syncthreads();
     }
@@ -222,7 +232,8 @@ static void q8v_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, c
     const int WK = nb <= 32 ? 1 : nb <= 64 ? 2 : 4;
     const int RB = (8 / WK) * Q8V_R, LD = 32 * WK + 1;
     const bool fq = xq == NULL;
-    const size_t smem = (size_t)(RB * MT + RB + MT) * LD * 4 + (fq ? (size_t)MT * Q8V_FQ_MAXNB * 32 : 0);
+    const size_t smem = (size_t)(RB * MT + RB + MT) * LD * 4 +
+                        (fq ? (size_t)MT * Q8V_FQ_MAXNB * 32 + (size_t)MT * (size_t)K * 4 : 0);
     q8v_set set;
     memset(&set, 0, sizeof set);
     unsigned blk = 0;
@@ -366,4 +377,16 @@ int dsc_matmul_q8_0_swiglu(ds_exec *ex, const dsc_weight *w, int M, const float 
         return 0;
     q8v_dispatch(ex, 1, &w, M, NULL, NULL, gate, up, h, &y);
     return 1;
+}
+
+/* The in-kernel quantization stages M x K floats: up to 80 KB of shared
+ * memory per block at MT = 8, past the 48 KB a launch gets without asking.
+ * Asked once, when the backend starts. */
+cudaError_t dsc_matmul_q8_0_init(void) {
+    const int bytes = Q8V_SMEM_MAX;
+    cudaError_t e = cudaFuncSetAttribute(q8v_kernel<1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<4, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return e;
 }
