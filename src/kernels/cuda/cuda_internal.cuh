@@ -43,7 +43,20 @@ typedef struct {
     dsc_rope_table rope[DSC_MAX_ROPE];
     int            n_rope;
     cudaStream_t   aux;         /* uploads of tables, outside any capture            */
+    unsigned       off;         /* DSC_OFF_* bits from $DSPARK_CUDA_OFF (A/B only)    */
 } dsc_backend;
+
+/* Launch-saving paths that can be switched off for an A/B measurement
+ * (bench/cuda_ab.sh): DSPARK_CUDA_OFF=swiglu,fq,pinned,chain,prologue,multi.
+ * Read once when the backend starts; every path gives the same bits. */
+enum {
+    DSC_OFF_SWIGLU = 1u << 0,    /* SwiGLU inside the down projection          */
+    DSC_OFF_FQ = 1u << 1,        /* Q8_0 activations quantized inside the kernel */
+    DSC_OFF_PINNED = 1u << 2,    /* pinned staging of small transfers          */
+    DSC_OFF_CHAIN = 1u << 3,     /* the drafter's head chain in one launch     */
+    DSC_OFF_PROLOGUE = 1u << 4,  /* QK-norm + RoPE + KV write in one launch    */
+    DSC_OFF_MULTI = 1u << 5,     /* q/k/v and gate/up in one launch            */
+};
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
  * matrix with 16-byte aligned rows and f32 scales (the exact values of the

@@ -381,7 +381,7 @@ int dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     const dsc_weight *w1 = c->w1 ? dsc_w(c->w1) : NULL, *w2 = c->w2 ? dsc_w(c->w2) : NULL;
     const dsc_weight *cw = c->conf_w ? dsc_w(c->conf_w) : NULL;
     if ((c->w1 && !w1) || (c->w2 && !w2) || (c->conf_w && !cw) || (!w1) != (!w2)) return 1;
-    if (c->n_keep < 1 || c->V < 1 || c->D < 1) return 1;
+    if (c->n_keep < 1 || c->V < 1 || c->D < 1 || (dsc_be(ex)->off & DSC_OFF_CHAIN)) return 1;
     if (w1 && w1->type != DS_TYPE_F32 && w1->type != DS_TYPE_F16 && w1->type != DS_TYPE_BF16 &&
         w1->type != DS_TYPE_Q8_0)
         return 1;                                  /* dsc_embed_elem's layouts only */

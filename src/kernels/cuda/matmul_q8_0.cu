@@ -332,7 +332,7 @@ static void q8v_run(ds_exec *ex, int n, const dsc_weight *const w[], int M, cons
     const int64_t K = w[0]->n_in, nq = (int64_t)M * (K / 32);
     const int8_t *xq = NULL;
     const float *xd = NULL;
-    if (K / 32 > Q8V_FQ_MAXNB) {    /* long rows: quantize once for all blocks */
+    if (K / 32 > Q8V_FQ_MAXNB || (dsc_be(ex)->off & DSC_OFF_FQ)) {   /* long rows: quantize once */
         const size_t qbytes = ((size_t)M * (size_t)K + 255) & ~(size_t)255;
         char *mem = (char *)dsc_scratch(ex, DSC_SLOT_Q8_ACT, qbytes + (size_t)nq * sizeof(float));
         if (!mem) return;
@@ -361,7 +361,7 @@ void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, cons
  * one launch. Returns 0 when it does not apply (the caller loops). */
 int dsc_matmul_q8_0_multi(ds_exec *ex, ds_variant v, int n, const dsc_weight *const w[], int M,
                           const float *x, float *const y[]) {
-    if (v == DS_FAST || n < 1 || n > Q8V_MAXW || M <= 0) return 0;
+    if (v == DS_FAST || n < 1 || n > Q8V_MAXW || M <= 0 || (dsc_be(ex)->off & DSC_OFF_MULTI)) return 0;
     for (int i = 0; i < n; i++)
         if (w[i]->type != DS_TYPE_Q8_0 || w[i]->n_in != w[0]->n_in || w[i]->n_out <= 0 || w[i]->n_in <= 0)
             return 0;
@@ -373,7 +373,8 @@ int dsc_matmul_q8_0_multi(ds_exec *ex, ds_variant v, int n, const dsc_weight *co
  * for the in-kernel quantization only (returns 0 otherwise: not issued). */
 int dsc_matmul_q8_0_swiglu(ds_exec *ex, const dsc_weight *w, int M, const float *gate,
                            const float *up, float *h, float *y) {
-    if (w->type != DS_TYPE_Q8_0 || M <= 0 || w->n_out <= 0 || w->n_in <= 0 || w->n_in / 32 > Q8V_FQ_MAXNB)
+    if (w->type != DS_TYPE_Q8_0 || M <= 0 || w->n_out <= 0 || w->n_in <= 0 || w->n_in / 32 > Q8V_FQ_MAXNB ||
+        (dsc_be(ex)->off & DSC_OFF_FQ))
         return 0;
     q8v_dispatch(ex, 1, &w, M, NULL, NULL, gate, up, h, &y);
     return 1;

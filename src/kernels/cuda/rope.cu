@@ -207,6 +207,14 @@ void dsc_qk_norm_rope_kv(ds_exec *ex, int M, int n_head, int n_head_kv, int head
                          const float *k_norm, float eps, float *q, float *k, const float *v,
                          float *kc, float *vc) {
     if (M <= 0 || n_head < 0 || n_head_kv <= 0 || head_dim < 2) return;
+    if (dsc_be(ex)->off & DSC_OFF_PROLOGUE) {      /* A/B: the separate launches */
+        if (q_norm && n_head) dsc_rmsnorm(ex, DS_CANONICAL, M * n_head, head_dim, q, q_norm, eps, q);
+        if (k_norm) dsc_rmsnorm(ex, DS_CANONICAL, M * n_head_kv, head_dim, k, k_norm, eps, k);
+        if (n_head) dsc_rope(ex, DS_CANONICAL, M, n_head, head_dim, pos, freq_base, mode, q);
+        dsc_rope(ex, DS_CANONICAL, M, n_head_kv, head_dim, pos, freq_base, mode, k);
+        dsc_kv_write(ex, kc, vc, n_head_kv * head_dim, M, pos, k, v);
+        return;
+    }
     const dsc_rope_table *t = dsc_rope_get(ex, freq_base, head_dim);
     if (!t) return;
     const int64_t warps = (int64_t)M * (n_head + n_head_kv);

@@ -43,6 +43,9 @@ void dsc_swiglu(ds_exec *ex, ds_variant v, int rows, int n, const float *gate, c
 int dsc_swiglu_matmul(ds_exec *ex, ds_variant vsw, ds_variant vmm, const ds_weight *W, int M,
                       const float *gate, const float *up, float *h, float *y) {
     const dsc_weight *w = dsc_w(W);
-    if (M <= 0 || !w || vsw == DS_FAST || vmm == DS_FAST) return 1;
+    /* M <= 2 only: every block of the down projection recomputes the M x K
+     * SwiGLU elements, which past two rows costs more than the launch it
+     * saves (measured on the H200: verify(8) slower) */
+    if (M <= 0 || M > 2 || !w || vsw == DS_FAST || vmm == DS_FAST || (dsc_be(ex)->off & DSC_OFF_SWIGLU)) return 1;
     return dsc_matmul_q8_0_swiglu(ex, w, M, gate, up, h, y) ? 0 : 1;
 }
