@@ -71,6 +71,23 @@ typedef struct {
     float *conf;                       /* [n_keep]                                */
 } ds_draft_chain;
 
+/* A matmul with its neighbours in one launch (matmul_res):
+ *   in = x, or with up: h = swiglu(vsw, x, up) (written), in = h
+ *   y = matmul(vmm, W, in)                                   (written)
+ *   res += y; xnorm = rmsnorm(vnorm, res, norm_w, eps)        (residual(vres, vnorm))
+ * bit for bit those calls. */
+typedef struct {
+    ds_variant vmm, vres, vnorm, vsw;
+    const ds_weight *W;
+    int M;
+    const float *x, *up;
+    float *h, *y;
+    float *res;
+    const float *norm_w;
+    float eps;
+    float *xnorm;
+} ds_matmul_res;
+
 typedef struct ds_backend_i {
     const char *name;                    /* "cpu", "cuda": the --device name    */
     int host_memory;                     /* 1: buffers are host memory          */
@@ -217,6 +234,12 @@ typedef struct ds_backend_i {
      * the two calls), 0 when issued. */
     int (*swiglu_matmul)(ds_exec *ex, ds_variant vsw, ds_variant vmm, const ds_weight *W, int M,
                          const float *gate, const float *up, float *h, float *y);
+
+    /* ---- optional: a matmul, its residual and the next norm in one launch
+     * (ds_matmul_res above). Returns 1 when declined (the caller makes the
+     * separate calls), 0 when issued. The residual epilogue after o_proj
+     * and after down_proj is two launches per layer. */
+    int (*matmul_res)(ds_exec *ex, const ds_matmul_res *a);
 } ds_backend_i;
 
 struct ds_backend {

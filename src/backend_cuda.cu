@@ -84,6 +84,8 @@ static ds_exec *dsc_exec_new(ds_backend *be, int n_threads, char *err, size_t er
     ex->be = be;
     cudaError_t e = cudaStreamCreateWithFlags(&ex->st, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaMalloc(&ex->blas_ws, DSC_BLAS_WS);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&ex->count, sizeof(unsigned));
+    if (e == cudaSuccess) e = cudaMemset(ex->count, 0, sizeof(unsigned));
     if (e != cudaSuccess) {
         ds_errf(err, errlen, "cuda: cannot create an execution context: %s", cudaGetErrorString(e));
         (void)cudaGetLastError();
@@ -113,6 +115,7 @@ static void dsc_exec_free(ds_exec *ex) {
     for (int s = 0; s < DSC_SLOT_COUNT; s++) cudaFree(ex->slot[s]);
     for (int i = 0; i < ex->n_retired; i++) cudaFree(ex->retired[i]);
     if (ex->pinned) cudaFreeHost(ex->pinned);
+    cudaFree(ex->count);
     if (ex->blas) cublasDestroy(ex->blas);
     cudaFree(ex->blas_ws);
     if (ex->st) cudaStreamDestroy(ex->st);
@@ -396,6 +399,7 @@ static const ds_backend_i dsc_iface = {
     dsc_qk_norm_rope_kv,
     dsc_draft_chain,
     dsc_swiglu_matmul,
+    dsc_matmul_res,
 };
 
 /* $DSPARK_CUDA_OFF: comma-separated names of launch-saving paths to leave
@@ -404,6 +408,7 @@ static unsigned dsc_parse_off(const char *v) {
     static const struct { const char *name; unsigned bit; } names[] = {
         {"swiglu", DSC_OFF_SWIGLU}, {"fq", DSC_OFF_FQ}, {"pinned", DSC_OFF_PINNED},
         {"chain", DSC_OFF_CHAIN}, {"prologue", DSC_OFF_PROLOGUE}, {"multi", DSC_OFF_MULTI},
+        {"epilogue", DSC_OFF_EPILOGUE},
     };
     unsigned off = 0;
     for (const char *p = v; p && *p;) {

@@ -207,12 +207,18 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
                 ds_probe_rows(ex, pr, 1, pos0 + r, l, DSD_CP_ATTN_HEADS, (int)DSD_SUB_HEAD(h),
                               FAM(DS_FAM_ATTENTION), a->att + ((size_t)r * H + h) * hd, hd, hd);
 
-    MM(&L->wo, a->att, a->o);
+    /* o_proj with the residual epilogue and the FFN norm in one launch where
+     * the backend can (o, x and xn are all written: the probes below read
+     * the same rows either way) */
+    const ds_matmul_res ro = {(ds_variant)var[ds_matmul_family(L->wo.type)], vres, vnorm, DS_CANONICAL,
+                              &L->wo, M, a->att, NULL, NULL, a->o, a->x, L->ffn_norm, eps, a->xn};
+    const int fused_o = L->ffn_norm && b->matmul_res && b->matmul_res(ex, &ro) == 0;
+    if (!fused_o) MM(&L->wo, a->att, a->o);
     if (wants(pr, l, DSD_CP_ATTN_OUT_PROJ))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_OUT_PROJ, DSD_SUB_ALL, MMF(&L->wo), a->o, d, d);
 
     /* --- residual epilogue + FFN norm --------------------------------------- */
-    b->residual(ex, vres, vnorm, M, d, a->x, a->o, L->ffn_norm, eps, a->xn);
+    if (!fused_o) b->residual(ex, vres, vnorm, M, d, a->x, a->o, L->ffn_norm, eps, a->xn);
     if (wants(pr, l, DSD_CP_ATTN_RESIDUAL))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_RESIDUAL, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), a->x, d, d);
     if (wants(pr, l, DSD_CP_FFN_NORM))
@@ -232,9 +238,14 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
     /* SwiGLU and the down projection: one launch where the backend can
      * (it still writes h, so the probe below reads the same rows) */
     const ds_variant vsw = (ds_variant)var[DS_FAM_SWIGLU];
-    const int fused_down = b->swiglu_matmul &&
-        b->swiglu_matmul(ex, vsw, (ds_variant)var[ds_matmul_family(L->w_down.type)], &L->w_down, M, a->gate,
-                         a->up, a->h, a->o) == 0;
+    const ds_variant vdown = (ds_variant)var[ds_matmul_family(L->w_down.type)];
+    /* all of SwiGLU, down, the residual and the next norm in one launch;
+     * else SwiGLU inside down; else each alone */
+    const ds_matmul_res rd = {vdown, vres, vnorm, vsw, &L->w_down, M, a->gate, a->up, a->h, a->o, a->x,
+                              next_norm, eps, a->xn};
+    const int fused_all = next_norm && b->matmul_res && b->matmul_res(ex, &rd) == 0;
+    const int fused_down = fused_all ||
+        (b->swiglu_matmul && b->swiglu_matmul(ex, vsw, vdown, &L->w_down, M, a->gate, a->up, a->h, a->o) == 0);
     if (!fused_down) b->swiglu(ex, vsw, M, (int)ff, a->gate, a->up, a->h);
     if (wants(pr, l, DSD_CP_FFN_ACT))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_ACT, DSD_SUB_ALL, FAM(DS_FAM_SWIGLU), a->h, ff, ff);
@@ -244,7 +255,7 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
 
     /* residual, fused with the next norm (the next layer's attn_norm, or the
      * final output_norm after the last layer) */
-    b->residual(ex, vres, vnorm, M, d, a->x, a->o, next_norm, eps, a->xn);
+    if (!fused_all) b->residual(ex, vres, vnorm, M, d, a->x, a->o, next_norm, eps, a->xn);
     if (wants(pr, l, DSD_CP_LAYER_OUT))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_LAYER_OUT, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), a->x, d, d);
 #undef MM

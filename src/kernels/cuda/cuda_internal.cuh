@@ -47,7 +47,7 @@ typedef struct {
 } dsc_backend;
 
 /* Launch-saving paths that can be switched off for an A/B measurement
- * (bench/cuda_ab.sh): DSPARK_CUDA_OFF=swiglu,fq,pinned,chain,prologue,multi.
+ * (bench/cuda_ab.sh): DSPARK_CUDA_OFF=swiglu,fq,pinned,chain,prologue,multi,epilogue.
  * Read once when the backend starts; every path gives the same bits. */
 enum {
     DSC_OFF_SWIGLU = 1u << 0,    /* SwiGLU inside the down projection          */
@@ -56,6 +56,7 @@ enum {
     DSC_OFF_CHAIN = 1u << 3,     /* the drafter's head chain in one launch     */
     DSC_OFF_PROLOGUE = 1u << 4,  /* QK-norm + RoPE + KV write in one launch    */
     DSC_OFF_MULTI = 1u << 5,     /* q/k/v and gate/up in one launch            */
+    DSC_OFF_EPILOGUE = 1u << 6,  /* residual + norm inside the matmul          */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
@@ -103,6 +104,7 @@ struct ds_exec {
      * stream has been synchronised (every copy out of it is done) */
     unsigned char *pinned;
     size_t         pin_off;
+    unsigned      *count;         /* device: matmul_res's completion count (0 at rest) */
     /* the first error since the last sync (sticky) */
     int            err;
     char           errmsg[256];
@@ -251,8 +253,9 @@ void dsc_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const floa
 void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 cudaError_t dsc_matmul_q8_0_init(void);
-int dsc_matmul_q8_0_swiglu(ds_exec *ex, const dsc_weight *w, int M, const float *gate,
-                           const float *up, float *h, float *y);
+int dsc_matmul_q8_0_fused(ds_exec *ex, const dsc_weight *w, int M, const float *x, const float *up,
+                          float *h, float *y, float *res, const float *nw, float eps, float *xn);
+int dsc_matmul_res(ds_exec *ex, const ds_matmul_res *a);
 int dsc_swiglu_matmul(ds_exec *ex, ds_variant vsw, ds_variant vmm, const ds_weight *W, int M,
                       const float *gate, const float *up, float *h, float *y);
 int dsc_matmul_q8_0_multi(ds_exec *ex, ds_variant v, int n, const dsc_weight *const w[], int M,

@@ -90,6 +90,67 @@ struct q8v_set {
     unsigned      blk0[Q8V_MAXW + 1];
 };
 
+/* The residual epilogue (matmul_res): after every block has written its
+ * outputs, the LAST block to finish (a completion count, not a reduction:
+ * no value is ever summed through an atomic) runs the residual family's
+ * canonical step on the M rows, x += y then rmsnorm(x) * w, exactly as
+ * rmsnorm.cu's staged kernel: the row staged in shared memory, lanes 0..15
+ * of warp 0 the 16-lane chains and the 8-4-2-1 tree, IEEE division and
+ * square root. The count returns to 0 for the next launch or replay. */
+struct q8v_epi {
+    float *x;                   /* the residual stream [M][N], NULL: no epilogue */
+    const float *w;             /* the norm's weights [N]                         */
+    float eps;
+    float *xn;                  /* [M][N]                                         */
+    unsigned *count;            /* device counter, 0 between launches             */
+};
+
+__device__ __noinline__ void q8v_epilogue(const q8v_epi &e, const float *y, int64_t N, int M, float *row) {
+    __shared__ unsigned last;
+    __shared__ float scale_s;
+    __threadfence();                               /* this block's y before the count */
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(e.count, 1u) == gridDim.x * gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();                               /* every block's y, seen after the count */
+    const int n = (int)N;
+    for (int m = 0; m < M; m++) {
+        float *xr = e.x + (int64_t)m * N;
+        const float *yr = y + (int64_t)m * N;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const float v = __fadd_rn(xr[i], __ldcg(yr + i));
+            xr[i] = v;
+            row[i] = v;
+        }
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            const int lane = threadIdx.x;
+            float a = 0.0f;
+            if (lane < 16) {
+                int i = 0;
+                for (; i + 16 <= n; i += 16) {
+                    const float v = row[i + lane];
+                    a = __fadd_rn(a, __fmul_rn(v, v));
+                }
+                if (i + lane < n) {
+                    const float v = row[i + lane];
+                    a = __fadd_rn(a, __fmul_rn(v, v));
+                }
+            }
+#pragma unroll
+            for (int s = 8; s >= 1; s /= 2) a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s, 16));
+            if (lane == 0) scale_s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(a, (float)n), e.eps)));
+        }
+        __syncthreads();
+        const float sc = scale_s;
+        float *xnr = e.xn + (int64_t)m * N;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) xnr[i] = __fmul_rn(__fmul_rn(row[i], sc), e.w[i]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *e.count = 0u;
+}
+
 #define Q8V_FQ_MAXNB 32           /* FQ: at most one tile of 32 blocks (K <= 1024) */
 #define Q8V_SMEM_MAX (96 * 1024)  /* FQ at MT = 8: ~80 KB (dsc_matmul_q8_0_init)      */
 
@@ -97,7 +158,7 @@ template <int MT, bool FQ>
 __global__ void __launch_bounds__(Q8V_THREADS)
 q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict__ xq,
            const float *__restrict__ xd, const float *__restrict__ xf, const float *__restrict__ xu,
-           float *__restrict__ hout) {
+           float *__restrict__ hout, const q8v_epi epi) {
     extern __shared__ __align__(16) int32_t q8v_smem[];
     int wi = 0;
 #pragma unroll
@@ -220,20 +281,22 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
         __syncthreads();
     }
     if (chain && mc < mv && nbase + rc < N) y[(int64_t)(m0 + mc) * N + nbase + rc] = acc;
+    if (epi.x) q8v_epilogue(epi, y, N, M, (float *)q8v_smem);   /* one weight per launch here */
 }
 
 template <int MT>
 static void q8v_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq,
                        const float *xd, const float *xf, const float *xu, float *hout,
-                       float *const y[]) {
+                       float *const y[], const q8v_epi &epi) {
     const int64_t K = w[0]->n_in, nb = K / 32;
     /* K-slices per row group: one warp-wide tile for short rows, four (128
      * blocks = 4 KiB of a row per tile) for long ones */
     const int WK = nb <= 32 ? 1 : nb <= 64 ? 2 : 4;
     const int RB = (8 / WK) * Q8V_R, LD = 32 * WK + 1;
     const bool fq = xq == NULL;
-    const size_t smem = (size_t)(RB * MT + RB + MT) * LD * 4 +
-                        (fq ? (size_t)MT * Q8V_FQ_MAXNB * 32 + (size_t)MT * (size_t)K * 4 : 0);
+    size_t smem = (size_t)(RB * MT + RB + MT) * LD * 4 +
+                  (fq ? (size_t)MT * Q8V_FQ_MAXNB * 32 + (size_t)MT * (size_t)K * 4 : 0);
+    if (epi.x && smem < (size_t)w[0]->n_out * 4) smem = (size_t)w[0]->n_out * 4;   /* the staged row */
     q8v_set set;
     memset(&set, 0, sizeof set);
     unsigned blk = 0;
@@ -251,8 +314,8 @@ static void q8v_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, c
     }
     set.blk0[Q8V_MAXW] = blk;
     const dim3 grid((unsigned)((M + MT - 1) / MT), blk);
-    if (fq) q8v_kernel<MT, true><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf, xu, hout);
-    else q8v_kernel<MT, false><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf, NULL, NULL);
+    if (fq) q8v_kernel<MT, true><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf, xu, hout, epi);
+    else q8v_kernel<MT, false><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf, NULL, NULL, epi);
     DSC_LAUNCHED(ex, "matmul_q8_0 canonical");
 }
 
@@ -317,18 +380,18 @@ static void q8f_launch(ds_exec *ex, const dsc_weight *w, int M, const float *x, 
  * ========================================================================== */
 static void q8v_dispatch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq,
                          const float *xd, const float *xf, const float *xu, float *hout,
-                         float *const y[]) {
-    if (M <= 1) q8v_launch<1>(ex, n, w, M, xq, xd, xf, xu, hout, y);
-    else if (M <= 2) q8v_launch<2>(ex, n, w, M, xq, xd, xf, xu, hout, y);
-    else if (M <= 4) q8v_launch<4>(ex, n, w, M, xq, xd, xf, xu, hout, y);
-    else q8v_launch<8>(ex, n, w, M, xq, xd, xf, xu, hout, y);
+                         float *const y[], const q8v_epi &epi) {
+    if (M <= 1) q8v_launch<1>(ex, n, w, M, xq, xd, xf, xu, hout, y, epi);
+    else if (M <= 2) q8v_launch<2>(ex, n, w, M, xq, xd, xf, xu, hout, y, epi);
+    else if (M <= 4) q8v_launch<4>(ex, n, w, M, xq, xd, xf, xu, hout, y, epi);
+    else q8v_launch<8>(ex, n, w, M, xq, xd, xf, xu, hout, y, epi);
 }
 
 /* Canonical: quantize the rows (inside the integer kernel for short rows,
  * else one launch first), then one integer launch for all n weights (n = 1:
  * plain matmul; n > 1: matmul_multi, weights of one K). */
 static void q8v_run(ds_exec *ex, int n, const dsc_weight *const w[], int M, const float *x,
-                    float *const y[]) {
+                    float *const y[], const q8v_epi &epi) {
     const int64_t K = w[0]->n_in, nq = (int64_t)M * (K / 32);
     const int8_t *xq = NULL;
     const float *xd = NULL;
@@ -341,7 +404,7 @@ static void q8v_run(ds_exec *ex, int n, const dsc_weight *const w[], int M, cons
         q8_quantize<<<dsc_blocks(nq, 128), 128, 0, ex->st>>>(x, nq, (int8_t *)mem, (float *)(mem + qbytes));
         DSC_LAUNCHED(ex, "q8_0 quantize");
     }
-    q8v_dispatch(ex, n, w, M, xq, xd, x, NULL, NULL, y);
+    q8v_dispatch(ex, n, w, M, xq, xd, x, NULL, NULL, y, epi);
 }
 
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x,
@@ -354,7 +417,8 @@ void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, cons
         else q8f_launch<8>(ex, w, M, x, y);
         return;
     }
-    q8v_run(ex, 1, &w, M, x, &y);
+    const q8v_epi none = {};
+    q8v_run(ex, 1, &w, M, x, &y, none);
 }
 
 /* matmul_multi for Q8_0 canonical weights of one K: one quantization of x and
@@ -365,18 +429,31 @@ int dsc_matmul_q8_0_multi(ds_exec *ex, ds_variant v, int n, const dsc_weight *co
     for (int i = 0; i < n; i++)
         if (w[i]->type != DS_TYPE_Q8_0 || w[i]->n_in != w[0]->n_in || w[i]->n_out <= 0 || w[i]->n_in <= 0)
             return 0;
-    q8v_run(ex, n, w, M, x, y);
+    const q8v_epi none = {};
+    q8v_run(ex, n, w, M, x, y, none);
     return 1;
 }
 
-/* y = W swiglu(gate, up), h = swiglu(gate, up): canonical, rows short enough
- * for the in-kernel quantization only (returns 0 otherwise: not issued). */
-int dsc_matmul_q8_0_swiglu(ds_exec *ex, const dsc_weight *w, int M, const float *gate,
-                           const float *up, float *h, float *y) {
-    if (w->type != DS_TYPE_Q8_0 || M <= 0 || w->n_out <= 0 || w->n_in <= 0 || w->n_in / 32 > Q8V_FQ_MAXNB ||
-        (dsc_be(ex)->off & DSC_OFF_FQ))
-        return 0;
-    q8v_dispatch(ex, 1, &w, M, NULL, NULL, gate, up, h, &y);
+/* y = W in, in = x or (up given) swiglu(x, up) written to h; then, with
+ * res: res += y, xn = rmsnorm(res) * nw (the epilogue above). Canonical;
+ * SwiGLU only for rows short enough for the in-kernel quantization.
+ * Returns 0 when it does not apply (nothing issued). */
+int dsc_matmul_q8_0_fused(ds_exec *ex, const dsc_weight *w, int M, const float *x, const float *up,
+                          float *h, float *y, float *res, const float *nw, float eps, float *xn) {
+    if (w->type != DS_TYPE_Q8_0 || M <= 0 || w->n_out <= 0 || w->n_in <= 0) return 0;
+    const bool fq_ok = w->n_in / 32 <= Q8V_FQ_MAXNB && !(dsc_be(ex)->off & DSC_OFF_FQ);
+    if (up && !fq_ok) return 0;
+    q8v_epi epi = {};
+    if (res) {
+        if (!nw || !xn || !ex->count || w->n_out > 8192) return 0;
+        epi.x = res; epi.w = nw; epi.eps = eps; epi.xn = xn; epi.count = ex->count;
+    }
+    if (up) {
+        q8v_dispatch(ex, 1, &w, M, NULL, NULL, x, up, h, &y, epi);
+        DSC_LAUNCHED(ex, "matmul_q8_0 canonical (swiglu in)");
+    } else {
+        q8v_run(ex, 1, &w, M, x, &y, epi);
+    }
     return 1;
 }
 

@@ -47,5 +47,17 @@ int dsc_swiglu_matmul(ds_exec *ex, ds_variant vsw, ds_variant vmm, const ds_weig
      * SwiGLU elements, which past two rows costs more than the launch it
      * saves (measured on the H200: verify(8) slower) */
     if (M <= 0 || M > 2 || !w || vsw == DS_FAST || vmm == DS_FAST || (dsc_be(ex)->off & DSC_OFF_SWIGLU)) return 1;
-    return dsc_matmul_q8_0_swiglu(ex, w, M, gate, up, h, y) ? 0 : 1;
+    return dsc_matmul_q8_0_fused(ex, w, M, gate, up, h, y, NULL, NULL, 0.0f, NULL) ? 0 : 1;
+}
+
+/* backend.h's matmul_res: the matmul (SwiGLU in front when asked, as
+ * above), then the residual epilogue in the same launch (matmul_q8_0.cu).
+ * Canonical variants only; declined otherwise. */
+int dsc_matmul_res(ds_exec *ex, const ds_matmul_res *a) {
+    const dsc_weight *w = dsc_w(a->W);
+    if (!w || a->M <= 0 || a->vmm == DS_FAST || a->vres == DS_FAST || a->vnorm == DS_FAST ||
+        (dsc_be(ex)->off & DSC_OFF_EPILOGUE))
+        return 1;
+    if (a->up && (a->vsw == DS_FAST || a->M > 2 || (dsc_be(ex)->off & DSC_OFF_SWIGLU))) return 1;
+    return dsc_matmul_q8_0_fused(ex, w, a->M, a->x, a->up, a->h, a->y, a->res, a->norm_w, a->eps, a->xnorm) ? 0 : 1;
 }
