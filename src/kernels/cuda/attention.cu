@@ -44,6 +44,7 @@
 #define ATT_HD_MAX 256
 #define ATT_CHUNK DS_ATTN_CHUNK
 #define ATT_KB 4                /* keys per half-warp whose loads fly together */
+#define ATT_WIDE_MAX 2          /* up to this many chunks: all warps on one chunk at a time */
 
 /* ==========================================================================
  * CANONICAL (= decode)
@@ -76,6 +77,91 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
 #pragma unroll
     for (int r = 0; r < ATT_HD_MAX / (32 * ATT_WARPS); r++) acc[r] = 0.0f;
     const int half = lane / 16, l16 = lane & 15;
+
+    if (nch <= ATT_WIDE_MAX) {
+        /* Few chunks (decode at short contexts): one chunk at a
+         * time with ALL warps on its keys, instead of a warp per chunk and
+         * most warps idle — the same per-chunk quantities (each key's 16-lane
+         * sum, the max, ds_expf, the key-order sum, p·V in key order per d)
+         * and the same fold, so the same bits; only fewer sequential steps. */
+        for (int c = 0; c < nch; c++) {
+            const int c0 = c * ATT_CHUNK, cl = min(ATT_CHUNK, L - c0);
+            for (int jj = warp * 2 * ATT_KB; jj < cl; jj += ATT_WARPS * 2 * ATT_KB) {
+                const float *kr[ATT_KB];
+                float a[ATT_KB];
+#pragma unroll
+                for (int u = 0; u < ATT_KB; u++) {
+                    const int j = jj + 2 * u + half;
+                    kr[u] = kb + (int64_t)(c0 + (j < cl ? j : cl - 1)) * st;
+                    a[u] = 0.0f;
+                }
+                int i = 0;
+#pragma unroll 4
+                for (; i + 16 <= hd; i += 16) {
+                    const float qx = qs[i + l16];
+                    float kx[ATT_KB];
+#pragma unroll
+                    for (int u = 0; u < ATT_KB; u++) kx[u] = __ldg(kr[u] + i + l16);
+#pragma unroll
+                    for (int u = 0; u < ATT_KB; u++) a[u] = __fadd_rn(a[u], __fmul_rn(qx, kx[u]));
+                }
+                if (i + l16 < hd) {
+                    const float qx = qs[i + l16];
+#pragma unroll
+                    for (int u = 0; u < ATT_KB; u++) a[u] = __fadd_rn(a[u], __fmul_rn(qx, __ldg(kr[u] + i + l16)));
+                }
+#pragma unroll
+                for (int u = 0; u < ATT_KB; u++) {
+#pragma unroll
+                    for (int s = 8; s >= 1; s /= 2) a[u] = __fadd_rn(a[u], __shfl_down_sync(0xffffffffu, a[u], s, 16));
+                    const int j = jj + 2 * u + half;
+                    if (j < cl && l16 == 0) ps[0][j] = __fmul_rn(a[u], scale);
+                }
+            }
+            __syncthreads();
+            if (warp == 0) {
+                float mx = -INFINITY;
+                for (int j = lane; j < cl; j += 32) {
+                    const float x = ps[0][j];
+                    if (x > mx) mx = x;
+                }
+#pragma unroll
+                for (int o = 16; o >= 1; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                __syncwarp();
+                for (int j = lane; j < cl; j += 32) ps[0][j] = ds_expf(__fsub_rn(ps[0][j], mx));
+                __syncwarp();
+                if (lane == 0) {
+                    float sum = 0.0f;
+                    for (int j = 0; j < cl; j++) sum = __fadd_rn(sum, ps[0][j]);
+                    cs[0] = sum;
+                    cm[0] = mx;
+                }
+            }
+            __syncthreads();
+            const int d = threadIdx.x;
+            float ca_d = 0.0f;
+            if (d < hd) {
+#pragma unroll 8
+                for (int j = 0; j < cl; j++)
+                    ca_d = __fadd_rn(ca_d, __fmul_rn(ps[0][j], __ldg(vb + (int64_t)(c0 + j) * st + d)));
+            }
+            const float cmax = cm[0], csum = cs[0];
+            if (c == 0) {
+                m_run = cmax;
+                l_run = csum;
+                acc[0] = ca_d;
+            } else {
+                const float mn = m_run > cmax ? m_run : cmax;
+                const float ea = ds_expf(__fsub_rn(m_run, mn)), eb = ds_expf(__fsub_rn(cmax, mn));
+                l_run = __fadd_rn(__fmul_rn(l_run, ea), __fmul_rn(csum, eb));
+                acc[0] = __fadd_rn(__fmul_rn(acc[0], ea), __fmul_rn(ca_d, eb));
+                m_run = mn;
+            }
+            __syncthreads();                      /* ps / cs / cm reused by the next chunk */
+        }
+        if (threadIdx.x < hd) ov[threadIdx.x] = __fdiv_rn(acc[0], l_run);
+        return;
+    }
 
     for (int base = 0; base < nch; base += ATT_WARPS) {
         const int c = base + warp;

@@ -94,9 +94,9 @@ struct q8v_set {
  * outputs, the LAST block to finish (a completion count, not a reduction:
  * no value is ever summed through an atomic) runs the residual family's
  * canonical step on the M rows, x += y then rmsnorm(x) * w, exactly as
- * rmsnorm.cu's staged kernel: the row staged in shared memory, lanes 0..15
- * of warp 0 the 16-lane chains and the 8-4-2-1 tree, IEEE division and
- * square root. The count returns to 0 for the next launch or replay. */
+ * rmsnorm.cu's warp kernel: lanes 0..15 the 16-lane chains and the 8-4-2-1
+ * tree, IEEE division and square root, a warp per row. The count returns to
+ * 0 for the next launch or replay. */
 struct q8v_epi {
     float *x;                   /* the residual stream [M][N], NULL: no epilogue */
     const float *w;             /* the norm's weights [N]                         */
@@ -105,49 +105,45 @@ struct q8v_epi {
     unsigned *count;            /* device counter, 0 between launches             */
 };
 
-__device__ __noinline__ void q8v_epilogue(const q8v_epi &e, const float *y, int64_t N, int M, float *row) {
+__device__ __noinline__ void q8v_epilogue(const q8v_epi &e, const float *y, int64_t N, int M) {
     __shared__ unsigned last;
-    __shared__ float scale_s;
     __threadfence();                               /* this block's y before the count */
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(e.count, 1u) == gridDim.x * gridDim.y - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();                               /* every block's y, seen after the count */
-    const int n = (int)N;
-    for (int m = 0; m < M; m++) {
+    /* a warp per row (rows are independent): lanes 0..15 form x + y in the
+     * 16-lane order as they sum its squares, writing x back; the scale goes
+     * to all 32 lanes, which then write xn from the x just written */
+    const int n = (int)N, lane = threadIdx.x & 31;
+    for (int m = threadIdx.x / 32; m < M; m += blockDim.x / 32) {
         float *xr = e.x + (int64_t)m * N;
         const float *yr = y + (int64_t)m * N;
-        for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const float v = __fadd_rn(xr[i], __ldcg(yr + i));
-            xr[i] = v;
-            row[i] = v;
-        }
-        __syncthreads();
-        if (threadIdx.x < 32) {
-            const int lane = threadIdx.x;
-            float a = 0.0f;
-            if (lane < 16) {
-                int i = 0;
-                for (; i + 16 <= n; i += 16) {
-                    const float v = row[i + lane];
-                    a = __fadd_rn(a, __fmul_rn(v, v));
-                }
-                if (i + lane < n) {
-                    const float v = row[i + lane];
-                    a = __fadd_rn(a, __fmul_rn(v, v));
-                }
+        float a = 0.0f;
+        if (lane < 16) {
+            int i = 0;
+#pragma unroll 4
+            for (; i + 16 <= n; i += 16) {
+                const float v = __fadd_rn(xr[i + lane], __ldcg(yr + i + lane));
+                xr[i + lane] = v;
+                a = __fadd_rn(a, __fmul_rn(v, v));
             }
-#pragma unroll
-            for (int s = 8; s >= 1; s /= 2) a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s, 16));
-            if (lane == 0) scale_s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(a, (float)n), e.eps)));
+            if (i + lane < n) {
+                const float v = __fadd_rn(xr[i + lane], __ldcg(yr + i + lane));
+                xr[i + lane] = v;
+                a = __fadd_rn(a, __fmul_rn(v, v));
+            }
         }
-        __syncthreads();
-        const float sc = scale_s;
+#pragma unroll
+        for (int s = 8; s >= 1; s /= 2) a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s, 16));
+        const float sum = __shfl_sync(0xffffffffu, a, 0);
+        const float sc = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)n), e.eps)));
+        __syncwarp();                              /* x written above, read below */
         float *xnr = e.xn + (int64_t)m * N;
-        for (int i = threadIdx.x; i < n; i += blockDim.x) xnr[i] = __fmul_rn(__fmul_rn(row[i], sc), e.w[i]);
-        __syncthreads();
+        for (int i = lane; i < n; i += 32) xnr[i] = __fmul_rn(__fmul_rn(xr[i], sc), e.w[i]);
     }
+    __syncthreads();
     if (threadIdx.x == 0) *e.count = 0u;
 }
 
@@ -191,6 +187,16 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
     const int rc = t / MT, mc = t % MT;
     float acc = 0.0f;
 
+    /* the first tile's weights: in flight during the staging below */
+    uint4 wv[Q8V_R][2];
+    if (col < nb) {
+#pragma unroll
+        for (int r = 0; r < Q8V_R; r++) {
+            const uint4 *wp = (const uint4 *)(wq + nr[r] * K + (int64_t)col * 32);
+            wv[r][0] = __ldg(wp);
+            wv[r][1] = __ldg(wp + 1);
+        }
+    }
     if (FQ) {
         /* this block's copy of the activations, staged by all threads at
          * once (coalesced; swiglu(gate, up) element by element when xu is
@@ -214,15 +220,6 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
             Xs[m * LD + b] = dsc_q8_block(Xf + (int64_t)m * K + (int64_t)b * 32, Xq + (m * Q8V_FQ_MAXNB + b) * 2);
         }
         __syncthreads();
-    }
-    uint4 wv[Q8V_R][2];
-    if (col < nb) {
-#pragma unroll
-        for (int r = 0; r < Q8V_R; r++) {
-            const uint4 *wp = (const uint4 *)(wq + nr[r] * K + (int64_t)col * 32);
-            wv[r][0] = __ldg(wp);
-            wv[r][1] = __ldg(wp + 1);
-        }
     }
     for (int64_t b0 = 0; b0 < nb; b0 += TKB) {
         const int64_t b = b0 + col;
@@ -281,7 +278,7 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
         __syncthreads();
     }
     if (chain && mc < mv && nbase + rc < N) y[(int64_t)(m0 + mc) * N + nbase + rc] = acc;
-    if (epi.x) q8v_epilogue(epi, y, N, M, (float *)q8v_smem);   /* one weight per launch here */
+    if (epi.x) q8v_epilogue(epi, y, N, M);         /* one weight per launch here */
 }
 
 template <int MT>
@@ -296,7 +293,6 @@ static void q8v_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, c
     const bool fq = xq == NULL;
     size_t smem = (size_t)(RB * MT + RB + MT) * LD * 4 +
                   (fq ? (size_t)MT * Q8V_FQ_MAXNB * 32 + (size_t)MT * (size_t)K * 4 : 0);
-    if (epi.x && smem < (size_t)w[0]->n_out * 4) smem = (size_t)w[0]->n_out * 4;   /* the staged row */
     q8v_set set;
     memset(&set, 0, sizeof set);
     unsigned blk = 0;
@@ -378,6 +374,21 @@ static void q8f_launch(ds_exec *ex, const dsc_weight *w, int M, const float *x, 
 /* ==========================================================================
  * entry point
  * ========================================================================== */
+/* In-kernel quantization pays only where a launch saved is worth more than
+ * the staging every block repeats: rows of at most 1024 and a grid of at
+ * most one wave (measured on the H200: on the 0.6B shape's 4748-block LM
+ * head and in 512-token prefill it cost 30% and 2.8x). */
+static bool q8v_fq_ok(ds_exec *ex, int n, const dsc_weight *const w[], int M) {
+    const int64_t nb = w[0]->n_in / 32;
+    if (nb > Q8V_FQ_MAXNB || (dsc_be(ex)->off & DSC_OFF_FQ)) return false;
+    const int RB = 8 * Q8V_R;                      /* WK = 1 below 33 blocks */
+    int64_t blocks = 0;
+    for (int i = 0; i < n; i++) blocks += (w[i]->n_out + RB - 1) / RB;
+    const int MT = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
+    blocks *= (M + MT - 1) / MT;
+    return blocks <= dsc_be(ex)->n_sm;
+}
+
 static void q8v_dispatch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq,
                          const float *xd, const float *xf, const float *xu, float *hout,
                          float *const y[], const q8v_epi &epi) {
@@ -395,7 +406,7 @@ static void q8v_run(ds_exec *ex, int n, const dsc_weight *const w[], int M, cons
     const int64_t K = w[0]->n_in, nq = (int64_t)M * (K / 32);
     const int8_t *xq = NULL;
     const float *xd = NULL;
-    if (K / 32 > Q8V_FQ_MAXNB || (dsc_be(ex)->off & DSC_OFF_FQ)) {   /* long rows: quantize once */
+    if (!q8v_fq_ok(ex, n, w, M)) {  /* quantize once, for all blocks */
         const size_t qbytes = ((size_t)M * (size_t)K + 255) & ~(size_t)255;
         char *mem = (char *)dsc_scratch(ex, DSC_SLOT_Q8_ACT, qbytes + (size_t)nq * sizeof(float));
         if (!mem) return;
@@ -441,7 +452,7 @@ int dsc_matmul_q8_0_multi(ds_exec *ex, ds_variant v, int n, const dsc_weight *co
 int dsc_matmul_q8_0_fused(ds_exec *ex, const dsc_weight *w, int M, const float *x, const float *up,
                           float *h, float *y, float *res, const float *nw, float eps, float *xn) {
     if (w->type != DS_TYPE_Q8_0 || M <= 0 || w->n_out <= 0 || w->n_in <= 0) return 0;
-    const bool fq_ok = w->n_in / 32 <= Q8V_FQ_MAXNB && !(dsc_be(ex)->off & DSC_OFF_FQ);
+    const bool fq_ok = q8v_fq_ok(ex, 1, &w, M);
     if (up && !fq_ok) return 0;
     q8v_epi epi = {};
     if (res) {
