@@ -193,6 +193,12 @@ Q8C_TGT_VNNI static void q8c_pack16(const void *const wr[16], int64_t nb, unsign
     }
 }
 
+/* D += T . broadcast(dword at p): VPDPBUSD with the activation dword as an
+ * embedded {1to16} broadcast memory operand — one load uop, no separate
+ * VPBROADCASTD competing for the vector pipes (GCC does not fold it). */
+#define Q8C_DPBUSD_BCST(D, T, p) \
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(D) : "v"(T), "m"(*(const int32_t *)(const void *)(p)))
+
 static inline __attribute__((always_inline)) Q8C_TGT_VNNI void
 q8c_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int MT, float *y,
            int64_t N, int64_t n0, __mmask16 km) {
@@ -209,9 +215,8 @@ q8c_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int
         for (int i = 0; i < MT; i++) D[i] = _mm512_set1_epi32(a->nsum[(int64_t)(m0 + i) * nb + b]);
         for (int s = 0; s < 8; s++)
             for (int i = 0; i < MT; i++) {
-                int32_t ps;
-                memcpy(&ps, a->q[(int64_t)(m0 + i) * nb + b].qs + 4 * s, sizeof ps);
-                D[i] = _mm512_dpbusd_epi32(D[i], T[s], _mm512_set1_epi32(ps));
+                const int8_t *pp = a->q[(int64_t)(m0 + i) * nb + b].qs + 4 * s;
+                Q8C_DPBUSD_BCST(D[i], T[s], pp);
             }
         for (int i = 0; i < MT; i++) {
             const int64_t ib = (int64_t)(m0 + i) * nb + b;
@@ -255,9 +260,19 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
         const __mmask16 km = (__mmask16)((1u << nv) - 1u);
         int m = 0;
         for (; m + 8 <= M; m += 8) q8c_rows16(tile, nb, c->xq, m, 8, c->y, N, n, km);
-        if (m + 4 <= M) { q8c_rows16(tile, nb, c->xq, m, 4, c->y, N, n, km); m += 4; }
-        if (m + 2 <= M) { q8c_rows16(tile, nb, c->xq, m, 2, c->y, N, n, km); m += 2; }
-        if (m < M) q8c_rows16(tile, nb, c->xq, m, 1, c->y, N, n, km);
+        /* the rest (a verify of ell + 1 <= 8 rows, the drafter's 7) in ONE
+         * pass over the tile: each register-tile height is its own
+         * instantiation, so the weights are read once for all rows */
+        switch (M - m) {
+        case 7: q8c_rows16(tile, nb, c->xq, m, 7, c->y, N, n, km); break;
+        case 6: q8c_rows16(tile, nb, c->xq, m, 6, c->y, N, n, km); break;
+        case 5: q8c_rows16(tile, nb, c->xq, m, 5, c->y, N, n, km); break;
+        case 4: q8c_rows16(tile, nb, c->xq, m, 4, c->y, N, n, km); break;
+        case 3: q8c_rows16(tile, nb, c->xq, m, 3, c->y, N, n, km); break;
+        case 2: q8c_rows16(tile, nb, c->xq, m, 2, c->y, N, n, km); break;
+        case 1: q8c_rows16(tile, nb, c->xq, m, 1, c->y, N, n, km); break;
+        default: break;
+        }
     }
 }
 
