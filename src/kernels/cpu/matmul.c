@@ -292,7 +292,15 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
         job.g_off[i + 1] = job.g_off[i] + (W[i]->n_out + DS_MM_GROUP - 1) / DS_MM_GROUP;
     }
     const int64_t per_group = K * DS_MM_GROUP;
-    const int64_t grain = (DS_MM_MIN_WORK + per_group - 1) / per_group;
+    int64_t grain = (DS_MM_MIN_WORK + per_group - 1) / per_group;
+    /* One row against a weight of at most two blocks per output (K <= 64:
+     * the drafter's Markov W2, rank -> vocab, once per drafted slot) stays on
+     * the calling thread: each output is one or two integer dots, the whole
+     * call a few microseconds, and splitting it saves about what the hand-off
+     * (wake, join, the imbalance) costs on an idle machine — and far less
+     * than it costs on a loaded one, where the worker may not be running.
+     * Seven such calls per drafting round, each one hand-off fewer. */
+    if (M == 1 && K <= 2 * DS_QK8_0) grain = job.g_off[n];
     ds_pool_for_idx(pool, job.g_off[n], grain, mm_range, &job);
     free(owned);
 }
