@@ -55,6 +55,38 @@ static inline int attn_len(const attn_args *a, int m) {
  * it is decoded alone or is row m of a verify batch of any width. */
 #define ATTN_INLINE static inline __attribute__((always_inline))
 
+/* GCC vector extensions: lane-wise IEEE ops, lowered to whatever registers
+ * the clone has (2 x SSE, 1 x AVX2, ...). x * scalar broadcasts. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float   v8f  __attribute__((vector_size(32)));
+typedef int32_t v8i  __attribute__((vector_size(32)));
+typedef float   v16f __attribute__((vector_size(64)));
+ATTN_INLINE v16f ld16(const float *p) { v16f v; memcpy(&v, p, sizeof v); return v; }
+ATTN_INLINE void st16p(float *p, const v16f *v) { memcpy(p, v, sizeof *v); }
+
+/* One chunk's exp-sum and p.V for head_dim = 16 * NV (NV a constant: 4 for
+ * head_dim 64, 8 for 128): the chunk's accumulator lives in NV vector
+ * registers across the keys instead of in memory, where every key's update
+ * waited on the previous key's store (a store-forwarding chain per 16
+ * columns). Lane by lane the same products and sums in the same key order
+ * (x * p then + as separately rounded IEEE operations, no contraction):
+ * the same bits as the generic loop below. */
+ATTN_INLINE float attn_chunk_pv(int NV, int cl, const float *sc, float cmax, const float *vb, int64_t st,
+                                int c0, float *ca) {
+    v16f a[8];
+    const v16f z = {0};
+    for (int u = 0; u < NV; u++) a[u] = z;
+    float csum = 0.0f;
+    for (int j = 0; j < cl; j++) {
+        const float p = ds_expf(sc[j] - cmax);
+        const float *vr = vb + (int64_t)(c0 + j) * st;
+        csum += p;
+        for (int u = 0; u < NV; u++) a[u] += p * ld16(vr + 16 * u);
+    }
+    for (int u = 0; u < NV; u++) st16p(ca + 16 * u, &a[u]);
+    return csum;
+}
+
 ATTN_INLINE void attn_row_head(const ds_attn_shape *s, int L, const float *qv, const float *kb,
                                const float *vb, float *out, float *acc, float *cacc) {
     const int hd = s->head_dim;
@@ -74,12 +106,16 @@ ATTN_INLINE void attn_row_head(const ds_attn_shape *s, int L, const float *qv, c
         /* exp-sum and p·V for the chunk; the first chunk writes acc directly */
         float *ca = c0 == 0 ? acc : cacc;
         float csum = 0.0f;
-        for (int d = 0; d < hd; d++) ca[d] = 0.0f;
-        for (int j = 0; j < cl; j++) {
-            const float p = ds_expf(sc[j] - cmax);
-            const float *vr = vb + (int64_t)(c0 + j) * st;
-            csum += p;
-            for (int d = 0; d < hd; d++) ca[d] += p * vr[d];
+        if (hd == 64) csum = attn_chunk_pv(4, cl, sc, cmax, vb, st, c0, ca);
+        else if (hd == 128) csum = attn_chunk_pv(8, cl, sc, cmax, vb, st, c0, ca);
+        else {
+            for (int d = 0; d < hd; d++) ca[d] = 0.0f;
+            for (int j = 0; j < cl; j++) {
+                const float p = ds_expf(sc[j] - cmax);
+                const float *vr = vb + (int64_t)(c0 + j) * st;
+                csum += p;
+                for (int d = 0; d < hd; d++) ca[d] += p * vr[d];
+            }
         }
         /* fold the chunk into the running state, left to right */
         if (c0 == 0) {
@@ -145,18 +181,10 @@ DS_OPS_BODY_IDX(attn_canon_range) {
  *    divide. */
 #define FAST_Q 8     /* queries per tile: one AVX2 vector, two SSE/NEON vectors */
 
-/* GCC vector extensions: lane-wise IEEE ops, lowered to whatever registers
- * the clone has (2 x SSE, 1 x AVX2, ...). x * scalar broadcasts. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float   v8f  __attribute__((vector_size(32)));
-typedef int32_t v8i  __attribute__((vector_size(32)));
-typedef float   v16f __attribute__((vector_size(64)));
 #define st8(p, v) do { v8f st_tmp_ = (v); st8p((p), &st_tmp_); } while (0)
 #define st16(p, v) do { v16f st_tmp_ = (v); st16p((p), &st_tmp_); } while (0)
 ATTN_INLINE v8f ld8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
 ATTN_INLINE void st8p(float *p, const v8f *v) { memcpy(p, v, sizeof *v); }
-ATTN_INLINE v16f ld16(const float *p) { v16f v; memcpy(&v, p, sizeof v); return v; }
-ATTN_INLINE void st16p(float *p, const v16f *v) { memcpy(p, v, sizeof *v); }
 
 typedef struct {
     float *qt;       /* [head_dim][FAST_Q]              */
