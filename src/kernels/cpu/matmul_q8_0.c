@@ -207,12 +207,15 @@ Q8C_TGT_VNNI static void q8c_pack16(const void *const wr[16], int64_t nb, unsign
  * pointers spilled at MT = 8: ~3% at M = 8). */
 static inline __attribute__((always_inline)) Q8C_TGT_VNNI void
 q8c_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int MT, float *y,
-           int64_t N, int64_t n0, __mmask16 km) {
+           int64_t N, int64_t n0, __mmask16 km, const unsigned char *pf) {
     __m512 acc[8];
     for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
     const unsigned char *g = a->qi + (size_t)(m0 / 8) * (size_t)nb * DS_Q8_GROUP_BYTES;
     for (int64_t b = 0; b < nb; b++, g += DS_Q8_GROUP_BYTES) {
         const unsigned char *o = buf + b * Q8C_QB;
+        if (pf)   /* the next tile's block b (and its scales' line), a tile ahead */
+            for (int s = 0; s < 8; s++) _mm_prefetch((const char *)pf + b * Q8C_QB + 64 * s, _MM_HINT_T0);
+        if (pf && b % 2 == 0) _mm_prefetch((const char *)pf + (size_t)nb * Q8C_QB + (size_t)b * 32, _MM_HINT_T0);
         __m512i T[8];
         for (int s = 0; s < 8; s++) T[s] = _mm512_load_si512(o + 64 * s);
         const __m512 dw = _mm512_cvtph_ps(
@@ -266,20 +269,25 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
             tile = buf;
         }
         const __mmask16 km = (__mmask16)((1u << nv) - 1u);
+        /* With several rows a tile's compute is long enough to hide the next
+         * tile's fetch from L3 / memory if it is asked for now (the hardware
+         * prefetcher alone left the 8-row verify paying compute + stalls).
+         * The first register tile of rows issues the prefetches. */
+        const unsigned char *pf = pk && M > 1 && n + 16 < n1 ? tile + Q8C_TILE(nb) : NULL;
         /* canonical activations always carry the interleaved copy (matmul.c) */
         int m = 0;
-        for (; m + 8 <= M; m += 8) q8c_rows16(tile, nb, c->xq, m, 8, c->y, N, n, km);
+        for (; m + 8 <= M; m += 8, pf = NULL) q8c_rows16(tile, nb, c->xq, m, 8, c->y, N, n, km, pf);
         /* the rest (a verify of ell + 1 <= 8 rows, the drafter's 7) in ONE
          * pass over the tile: each register-tile height is its own
          * instantiation, so the weights are read once for all rows */
         switch (M - m) {
-        case 7: q8c_rows16(tile, nb, c->xq, m, 7, c->y, N, n, km); break;
-        case 6: q8c_rows16(tile, nb, c->xq, m, 6, c->y, N, n, km); break;
-        case 5: q8c_rows16(tile, nb, c->xq, m, 5, c->y, N, n, km); break;
-        case 4: q8c_rows16(tile, nb, c->xq, m, 4, c->y, N, n, km); break;
-        case 3: q8c_rows16(tile, nb, c->xq, m, 3, c->y, N, n, km); break;
-        case 2: q8c_rows16(tile, nb, c->xq, m, 2, c->y, N, n, km); break;
-        case 1: q8c_rows16(tile, nb, c->xq, m, 1, c->y, N, n, km); break;
+        case 7: q8c_rows16(tile, nb, c->xq, m, 7, c->y, N, n, km, pf); break;
+        case 6: q8c_rows16(tile, nb, c->xq, m, 6, c->y, N, n, km, pf); break;
+        case 5: q8c_rows16(tile, nb, c->xq, m, 5, c->y, N, n, km, pf); break;
+        case 4: q8c_rows16(tile, nb, c->xq, m, 4, c->y, N, n, km, pf); break;
+        case 3: q8c_rows16(tile, nb, c->xq, m, 3, c->y, N, n, km, pf); break;
+        case 2: q8c_rows16(tile, nb, c->xq, m, 2, c->y, N, n, km, pf); break;
+        case 1: q8c_rows16(tile, nb, c->xq, m, 1, c->y, N, n, km, pf); break;
         default: break;
         }
     }
