@@ -131,7 +131,7 @@ void dspark_ctx_cancel(dspark_ctx *c);
 
 /* ---- generation ---------------------------------------------------------- */
 
-typedef enum { DSPARK_SCHED_NONE = 0, DSPARK_SCHED_PMIN = 1, DSPARK_SCHED_TABLE = 2 } dspark_sched;
+typedef enum { DSPARK_SCHED_NONE = 0, DSPARK_SCHED_PMIN = 1, DSPARK_SCHED_TABLE = 2, DSPARK_SCHED_AUTO = 3 } dspark_sched;
 typedef enum { DSPARK_COMMIT_DIRECT = 0, DSPARK_COMMIT_REPLAY = 1 } dspark_commit;
 
 /* Called once per generated token, in order, as soon as it is chosen.

@@ -364,7 +364,8 @@ static dspark_status check_params(const dspark_ctx *x, const dspark_gen_params *
         set_err(err, DSPARK_ERR_INVALID, "unknown commit mode %d", (int)p->commit);
         return DSPARK_ERR_INVALID;
     }
-    if (p->sched != DSPARK_SCHED_NONE && p->sched != DSPARK_SCHED_PMIN && p->sched != DSPARK_SCHED_TABLE) {
+    if (p->sched != DSPARK_SCHED_NONE && p->sched != DSPARK_SCHED_PMIN && p->sched != DSPARK_SCHED_TABLE &&
+        p->sched != DSPARK_SCHED_AUTO) {
         set_err(err, DSPARK_ERR_INVALID, "unknown scheduler %d", (int)p->sched);
         return DSPARK_ERR_INVALID;
     }
@@ -379,7 +380,7 @@ static dspark_status check_params(const dspark_ctx *x, const dspark_gen_params *
         set_err(err, DSPARK_ERR_INVALID, "draft_max %d is out of range [0, %d] (the drafter's block size)", p->draft_max, gamma);
         return DSPARK_ERR_INVALID;
     }
-    if (p->sched != DSPARK_SCHED_NONE && !ds_drafter_has_confidence(d)) {
+    if (p->sched != DSPARK_SCHED_NONE && p->sched != DSPARK_SCHED_AUTO && !ds_drafter_has_confidence(d)) {
         set_err(err, DSPARK_ERR_UNSUPPORTED, "scheduler '%s' needs a drafter with a confidence head",
                 ds_sched_name((ds_sched_mode)p->sched));
         return DSPARK_ERR_UNSUPPORTED;
@@ -459,7 +460,8 @@ dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt
     } else {
         const int gamma = ds_drafter_block_size(x->dm->d);
         const int draft_max = p->draft_max ? p->draft_max : gamma;
-        if (p->sched == DSPARK_SCHED_TABLE && (rc = ensure_sps(x, draft_max + 1, err))) {
+        const int sps = p->sched == DSPARK_SCHED_TABLE || p->sched == DSPARK_SCHED_AUTO;
+        if (sps && (rc = ensure_sps(x, draft_max + 1, err))) {
             if (!out) free(buf);
             return rc;
         }
@@ -471,8 +473,8 @@ dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt
         o.draft_max = draft_max;
         o.sched = (ds_sched_mode)p->sched;
         o.p_min = p->draft_p_min;
-        o.sps_sec = p->sched == DSPARK_SCHED_TABLE ? x->sps : NULL;
-        o.n_sps = p->sched == DSPARK_SCHED_TABLE ? x->n_sps : 0;
+        o.sps_sec = sps ? x->sps : NULL;
+        o.n_sps = sps ? x->n_sps : 0;
         o.commit = (ds_commit_mode)p->commit;
         o.on_token = on_engine_token;
         o.user = &em;

@@ -16,7 +16,7 @@ static double now_s(void) {
 
 const char *ds_commit_name(ds_commit_mode m) { return m == DS_COMMIT_REPLAY ? "replay" : "direct"; }
 const char *ds_sched_name(ds_sched_mode m) {
-    return m == DS_SCHED_PMIN ? "pmin" : m == DS_SCHED_TABLE ? "table" : "none";
+    return m == DS_SCHED_PMIN ? "pmin" : m == DS_SCHED_TABLE ? "table" : m == DS_SCHED_AUTO ? "auto" : "none";
 }
 
 void ds_spec_opts_default(ds_spec_opts *o) {
@@ -57,6 +57,118 @@ int ds_spec_choose_len(ds_sched_mode mode, const float *conf, int n, float p_min
         else break;                                   /* early stop: required for losslessness */
     }
     return ell_best;
+}
+
+/* ---- AUTO: the measured, cost-aware scheduler (spec.h) ---------------------
+ * State of one generation. Seconds are exponential moving averages of the
+ * loop's own wall-clock timings; a sample more than 3x the estimate is
+ * clipped to 3x first, so one preempted round on a shared machine moves the
+ * estimate a little, not 10x. Acceptance counts decay by AUTO_DECAY per
+ * speculative round so that the estimate follows the text. */
+#define AUTO_EMA 0.2            /* weight of a new timing                        */
+#define AUTO_DECAY 0.97         /* per speculative round, on the depth counts    */
+#define AUTO_WARM 3             /* first speculative rounds: full width          */
+#define AUTO_FULL_EVERY 8       /* every 8th speculative round: full width       */
+#define AUTO_GAP0 4             /* plain steps before a probing round ...        */
+#define AUTO_GAP_MAX 64         /* ... doubling up to this                       */
+typedef struct {
+    int    W;                               /* widths 1..W                      */
+    double v[DS_SPEC_MAX_GAMMA + 1];        /* seconds per verify pass, width w at v[w-1] */
+    double nv[DS_SPEC_MAX_GAMMA + 1];       /* the weight of v[w-1] in the fit  */
+    double draft_s, commit_s;               /* per speculative round; < 0: none yet */
+    double n[DS_SPEC_MAX_GAMMA], k[DS_SPEC_MAX_GAMMA]; /* depth j at [j-1]: reached, accepted */
+    int    spec_rounds, plain_run, gap;
+} auto_sched;
+
+/* The start-up table seeds only the two ends of the line (a plain step and
+ * the full width), with the weight of one observation each: measured at
+ * start-up on a shared machine, single widths can be off by 2-3x (seen:
+ * width 5 three times width 4), and a wrong interior point would bend every
+ * decision; the loop's own timings then take over. */
+static void auto_init(auto_sched *a, const double *sps, int W) {
+    memset(a, 0, sizeof *a);
+    a->W = W;
+    for (int w = 0; w < W; w++) a->v[w] = sps[w];
+    a->nv[0] = a->nv[W - 1] = 1.0;
+    a->draft_s = a->commit_s = -1.0;
+    a->gap = AUTO_GAP0;
+}
+
+static void auto_ema(double *e, double x) {
+    if (!(x >= 0.0) || !isfinite(x)) return;
+    if (*e < 0.0) { *e = x; return; }
+    if (x > 3.0 * *e) x = 3.0 * *e;
+    *e += AUTO_EMA * (x - *e);
+}
+
+/* Verify seconds of width w from the line c0 + c1 (w - 1) fitted by least
+ * squares over the widths' estimates, each weighted by how many timings it
+ * rests on (decayed): one line through the few widths the loop runs, and
+ * c1 >= 0 (a wider pass never costs less). */
+static void auto_fit(const auto_sched *a, double *c0, double *c1) {
+    double s0 = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int w = 0; w < a->W; w++) {
+        const double n = a->nv[w];
+        s0 += n; sx += n * w; sy += n * a->v[w]; sxx += n * w * w; sxy += n * w * a->v[w];
+    }
+    const double den = s0 * sxx - sx * sx;
+    double b = den > 1e-12 ? (s0 * sxy - sx * sy) / den : 0.0;
+    if (!(b >= 0)) b = 0;
+    double c = s0 > 0 ? (sy - b * sx) / s0 : a->v[0];
+    if (!(c > 0)) c = a->v[0] > 0 ? a->v[0] : 1e-9;
+    *c0 = c;
+    *c1 = b;
+}
+
+/* The round's plan: the ell to verify (0..cap), *draft = 0 for a plain step. */
+static int auto_choose(auto_sched *a, int cap, int *draft) {
+    *draft = 1;
+    if (cap <= 0) { *draft = 0; return 0; }
+    if (a->spec_rounds < AUTO_WARM || a->draft_s < 0 || a->commit_s < 0) return cap;
+    if (a->plain_run > 0 && a->plain_run >= a->gap) {        /* probe a plain run */
+        if (a->gap < AUTO_GAP_MAX) a->gap *= 2;
+        return cap;
+    }
+    if (a->spec_rounds % AUTO_FULL_EVERY == 0 && a->plain_run == 0) return cap;
+    double c0, c1;
+    auto_fit(a, &c0, &c1);
+    const double plain_tp = 1.0 / (c0 + a->commit_s);
+    double best_tp = 0.0, tau = 1.0, prod = 1.0;
+    int best = 0;
+    for (int ell = 1; ell <= cap && ell < a->W; ell++) {
+        /* prior: right two times in three, with the weight of three rounds */
+        prod *= (a->k[ell - 1] + 2.0) / (a->n[ell - 1] + 3.0);
+        tau += prod;
+        const double tp = tau / (a->draft_s + a->commit_s + c0 + c1 * ell);
+        if (tp > best_tp) { best_tp = tp; best = ell; }
+    }
+    if (best == 0 || best_tp < plain_tp) { *draft = 0; return 0; }
+    a->gap = AUTO_GAP0;                                       /* speculation pays again */
+    return best;
+}
+
+/* After a round: its timings and, for a speculative one, the depths reached. */
+static void auto_update(auto_sched *a, int drafted, int ell, int acc, double t_draft, double t_verify,
+                        double t_commit) {
+    if (ell + 1 <= a->W && t_verify >= 0.0 && isfinite(t_verify)) {
+        double *v = &a->v[ell];
+        if (t_verify > 3.0 * *v) t_verify = 3.0 * *v;
+        /* the first timing of a width replaces its start-up value */
+        if (a->nv[ell] < 1.0 && !(ell == 0 || ell == a->W - 1)) *v = t_verify;
+        else *v += AUTO_EMA * (t_verify - *v);
+        for (int w = 0; w < a->W; w++) a->nv[w] *= 0.98;
+        a->nv[ell] += 1.0;
+    }
+    if (!drafted) { a->plain_run++; return; }
+    a->plain_run = 0;
+    a->spec_rounds++;
+    auto_ema(&a->draft_s, t_draft);
+    auto_ema(&a->commit_s, t_commit);
+    for (int j = 0; j < a->W - 1 && j < DS_SPEC_MAX_GAMMA; j++) { a->n[j] *= AUTO_DECAY; a->k[j] *= AUTO_DECAY; }
+    for (int j = 1; j <= ell && j - 1 <= acc; j++) {          /* draft j was reached */
+        a->n[j - 1] += 1.0;
+        if (j <= acc) a->k[j - 1] += 1.0;
+    }
 }
 
 /* ---- SPS table ------------------------------------------------------------ */
@@ -213,12 +325,13 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         return -1;
     }
     const int has_conf = ds_drafter_has_confidence(d);
-    if (o->sched != DS_SCHED_NONE && !has_conf) {
+    if (o->sched != DS_SCHED_NONE && o->sched != DS_SCHED_AUTO && !has_conf) {
         ds_errf(err, errlen, "spec: scheduler '%s' needs a drafter with a confidence head", ds_sched_name(o->sched));
         return -1;
     }
-    if (o->sched == DS_SCHED_TABLE && (!o->sps_sec || o->n_sps < draft_max + 1)) {
-        ds_errf(err, errlen, "spec: the table scheduler needs seconds per pass for widths 1..%d", draft_max + 1);
+    if ((o->sched == DS_SCHED_TABLE || o->sched == DS_SCHED_AUTO) && (!o->sps_sec || o->n_sps < draft_max + 1)) {
+        ds_errf(err, errlen, "spec: the %s scheduler needs seconds per pass for widths 1..%d",
+                ds_sched_name(o->sched), draft_max + 1);
         return -1;
     }
     if (o->commit != DS_COMMIT_DIRECT && o->commit != DS_COMMIT_REPLAY) {
@@ -248,6 +361,8 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     dx = ds_dctx_new(d, ds_ctx_n_ctx(c) + gamma, ds_ctx_exec(c), err, errlen);
     if (!dx || ds_dctx_set_retained(dx, draft_max, err, errlen)) goto done;
 
+    auto_sched as;
+    if (o->sched == DS_SCHED_AUTO) auto_init(&as, o->sps_sec, draft_max + 1);
     emitter em = { o, ds_ctx_model(c)->tok, out, st };
     const ds_sampler *samp = &o->samp;
     double t0 = now_s();
@@ -266,14 +381,16 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         if (cap > ds_ctx_n_ctx(c) - 1 - p) cap = ds_ctx_n_ctx(c) - 1 - p;            /* p + ell < n_ctx      */
         if (cap > o->n_predict - st->n_gen - 1) cap = o->n_predict - st->n_gen - 1;
         if (cap < 0) cap = 0;
-        int ell = 0, n_draft = 0;
+        int ell = 0, n_draft = 0, want = cap, draft = cap > 0;
+        if (o->sched == DS_SCHED_AUTO) want = auto_choose(&as, cap, &draft);
         double ta = now_s();
-        if (cap > 0) {
+        if (draft) {
             ds_draft_opts dop = { samp, draft_max };
             if (ds_draft(dx, anchor, p, &dop, ids, has_conf ? conf : NULL, NULL, err, errlen)) goto done;
             n_draft = draft_max;
             if (o->draft_override) o->draft_override(o->override_user, p, anchor, n_draft, ids, has_conf ? conf : NULL);
-            ell = ds_spec_choose_len(o->sched, has_conf ? conf : NULL, draft_max, o->p_min, o->sps_sec, o->n_sps);
+            ell = o->sched == DS_SCHED_AUTO ? want
+                : ds_spec_choose_len(o->sched, has_conf ? conf : NULL, draft_max, o->p_min, o->sps_sec, o->n_sps);
             if (ell > cap) ell = cap;
         }
         double tb = now_s();
@@ -319,7 +436,10 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         }
         if (ds_dctx_truncate(dx, p)) { ds_errf(err, errlen, "spec: drafter truncate to %d failed", p); goto done; }
         if (ds_dctx_append_dev(dx, vtaps, a + 1, p, err, errlen)) goto done;
-        st->t_commit += now_s() - td;
+        const double te = now_s();
+        st->t_commit += te - td;
+        if (o->sched == DS_SCHED_AUTO) auto_update(&as, n_draft > 0, ell, a, tb - ta, tc - tb, te - td);
+        if (!n_draft) st->plain_rounds += cap > 0;
 
         if (o->on_round) {
             ds_spec_round r = { st->rounds, p, anchor, n_draft, ids, has_conf && n_draft ? conf : NULL, ell, a, bonus };

@@ -35,8 +35,25 @@ typedef enum { DS_COMMIT_DIRECT = 0, DS_COMMIT_REPLAY = 1 } ds_commit_mode;
  *          stopping at the first non-improvement. SPS(B) = 1/seconds per
  *          verify pass of width B. When p_min > 0 the p_min truncation caps
  *          the scan first.
+ *   AUTO   cost-aware and measured, for this machine and this stream: before
+ *          each round, from the verify seconds per pass of every width (the
+ *          SPS table as the prior, then the loop's own verify timings, a
+ *          line a + b (w - 1) fitted over the widths), the drafting round's
+ *          and the commit's measured seconds, and the acceptance rate of
+ *          each depth measured on this stream (decayed counts: the chance
+ *          that draft j is accepted once drafts 1..j-1 were), ell maximises
+ *          the round's expected tokens per second, (1 + sum_{j<=ell} prod_{i<=j}
+ *          q_i) / (draft + commit + verify(ell + 1)). When no ell beats a
+ *          plain step (one-row verify + commit) the round does not draft
+ *          at all (ell = 0, the drafter only takes the row in), so
+ *          speculation is never much slower than plain decoding; plain runs
+ *          are probed with a full-width round after 4, 8, .. 64 plain steps,
+ *          and every 8th speculative round verifies the full width to keep
+ *          the deep acceptance counts fresh. Needs the SPS table, not a
+ *          confidence head. Output bytes: the same as every mode (the
+ *          choice of ell never changes what is accepted, only how much).
  * PMIN and TABLE need a drafter with a confidence head. */
-typedef enum { DS_SCHED_NONE = 0, DS_SCHED_PMIN = 1, DS_SCHED_TABLE = 2 } ds_sched_mode;
+typedef enum { DS_SCHED_NONE = 0, DS_SCHED_PMIN = 1, DS_SCHED_TABLE = 2, DS_SCHED_AUTO = 3 } ds_sched_mode;
 
 /* One round as seen by an observer (diagnostics, --dump-block). */
 typedef struct {
@@ -59,7 +76,7 @@ typedef struct {
     int             draft_max;      /* drafts kept per round, 1..gamma; 0 = gamma     */
     ds_sched_mode   sched;
     float           p_min;          /* PMIN threshold (and TABLE cap when > 0)        */
-    const double   *sps_sec;        /* TABLE: sps_sec[w-1] = seconds per verify pass  */
+    const double   *sps_sec;        /* TABLE, AUTO: sps_sec[w-1] = seconds per pass   */
     int             n_sps;          /*   of width w, for w = 1..n_sps (>= draft_max+1) */
     ds_commit_mode  commit;
     void          (*on_token)(void *user, int32_t token);   /* may be NULL            */
@@ -91,6 +108,7 @@ typedef struct {
     long   accept_hist[DS_SPEC_MAX_GAMMA];     /* [k-1]: rounds that accepted slot k */
     long   len_hist[DS_SPEC_MAX_GAMMA + 1];    /* [a]: rounds that accepted exactly a */
     long   width_hist[DS_SPEC_MAX_GAMMA + 1];  /* [ell]: rounds that verified ell drafts */
+    long   plain_rounds;            /* AUTO: rounds that did not draft (a plain step) */
     long   replay_fixups;           /* REPLAY: acceptances overturned by decode logits */
     double t_prefill;               /* target prefill + drafter context rows + first sample */
     double t_draft, t_verify, t_accept, t_commit, t_total;   /* seconds; accept = sampling */
@@ -130,7 +148,7 @@ int ds_spec_load_sps(const char *path, int max_width, double *sec, char *err, si
 int ds_spec_choose_len(ds_sched_mode mode, const float *conf, int n, float p_min, const double *sps_sec,
                        int n_sps);
 
-/* "direct" / "replay", "none" / "pmin" / "table" */
+/* "direct" / "replay", "none" / "pmin" / "table" / "auto" */
 const char *ds_commit_name(ds_commit_mode m);
 const char *ds_sched_name(ds_sched_mode m);
 

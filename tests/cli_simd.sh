@@ -27,6 +27,18 @@ for lv in avx2 avx512; do
     cmp -s "$T/out.portable" "$T/out.$lv" && echo "PASS outputs identical: portable vs $lv" \
         || { echo "FAIL outputs differ between portable and $lv"; fail=1; }
 done
+# Past two attention chunk boundaries (64, 128): the raw logits of 140
+# greedy decode steps and a speculative run (the drafter's non-causal rows)
+# are the same bits on every level (AVX-512 scores and exps 16 keys at a
+# time, the other levels one key at a time).
+for lv in portable avx512; do
+    DSPARK_SIMD=$lv $D generate -m $M -p "$P" -n 140 --dump-logits "$T/lg.$lv" >/dev/null 2>&1 &&
+    DSPARK_SIMD=$lv $D generate -m $M -md $DR -p "$P" -n 140 >"$T/long.$lv" 2>/dev/null \
+        || { echo "FAIL DSPARK_SIMD=$lv long run"; fail=1; }
+done
+cmp -s "$T/lg.portable" "$T/lg.avx512" && cmp -s "$T/long.portable" "$T/long.avx512" \
+    && echo "PASS 140-step logits and speculative text identical: portable vs avx512" \
+    || { echo "FAIL 140-step logits or speculative text differ between portable and avx512"; fail=1; }
 if [ -z "${DSPARK_SAN:-}" ]; then
     for lv in portable avx2; do
         DSPARK_SIMD=$lv "$B/tests/test_ops" >"$T/ops.$lv" 2>&1 && echo "PASS test_ops under DSPARK_SIMD=$lv" \

@@ -30,6 +30,7 @@ expect_err "--draft-p-min non-numeric"    "number"              $G -md "$T/d.ggu
 expect_err "--draft-sched bad"            "draft-sched"         $G -md "$T/d.gguf" --draft-sched greedy
 expect_err "--draft-sched pmin no p"      "needs --draft-p-min" $G -md "$T/d.gguf" --draft-sched pmin
 expect_err "--draft-sched none + p-min"   "conflicts"           $G -md "$T/d.gguf" --draft-sched none --draft-p-min 0.3
+expect_err "--draft-sched auto + p-min"   "conflicts"           $G -md "$T/d.gguf" --draft-sched auto --draft-p-min 0.3
 expect_err "--sps-table without table"    "only applies"        $G -md "$T/d.gguf" --sps-table "$T/sps"
 expect_err "--sps-table missing file"     "cannot open"         $G -md "$T/d.gguf" --draft-sched table --sps-table "$T/nope"
 printf '1 0.01\n2 0.011\n' > "$T/sps_short"
@@ -67,6 +68,9 @@ same "greedy -md table (measured) == plain"  "$T/plain" $D generate -m "$T/m.ggu
 printf '# width seconds\n1 0.010\n2 0.0105\n3 0.011\n4 0.0115\n5 0.012\n' > "$T/sps"
 same "greedy -md table (file) == plain"      "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-sched table --sps-table "$T/sps"
 same "greedy -md no-conf drafter == plain"   "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/dnc.gguf"
+same "greedy -md auto (measured) == plain"   "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-sched auto
+same "greedy -md auto (file) == plain"       "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-sched auto --sps-table "$T/sps"
+same "greedy -md auto no-conf == plain"      "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/dnc.gguf" --draft-sched auto
 same "greedy -md -t 3 == plain"              "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" -t 3
 $D generate -m "$T/m.gguf" -p "$P" -n 40 --kernels fast >"$T/plain_fast" 2>/dev/null
 same "greedy -md fast replay == plain fast"  "$T/plain_fast" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --kernels fast --commit replay

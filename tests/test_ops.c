@@ -502,6 +502,29 @@ static void test_argmax(void) {
              ds_argmax(a4, 2) == 0 && ds_argmax(a5, 3) == 2 && ds_argmax(a6, 3) == 0 &&
              ds_argmax(a1, 0) == 0 && ds_argmax(a7, 3) == 0;
     result(ok, "argmax_ties_nan", "wrong index for a tie/NaN/empty case");
+    /* long rows take the vector path on AVX-512: it must give the scan's
+     * index (written out here) for ties, NaNs, signed zeros, infinities and
+     * every tail length */
+    static const float pal[8] = { 0.0f, -0.0f, 1.0f, -1.0f, 2.0f, NAN, INFINITY, -INFINITY };
+    float row[100];
+    uint32_t st = 12345u;
+    int bad = 0, runs = 0;
+    for (int n = 16; n <= 100; n++)
+        for (int rep = 0; rep < 40; rep++, runs++) {
+            const int span = 1 + rep % 8;     /* small palettes: many ties and all-NaN rows */
+            for (int i = 0; i < n; i++) {
+                st = st * 1664525u + 1013904223u;
+                /* every third row draws from the NaN / inf end of the palette */
+                row[i] = pal[((st >> 24) % (uint32_t)span + (rep % 3 == 2 ? 5u : 0u)) % 8u];
+            }
+            int64_t ref = -1;
+            float bv = 0.0f;
+            for (int i = 0; i < n; i++)
+                if (row[i] == row[i] && (ref < 0 || row[i] > bv)) { ref = i; bv = row[i]; }
+            if (ref < 0) ref = 0;
+            bad += ds_argmax(row, n) != ref;
+        }
+    result(bad == 0, "argmax_vector_path", "%d of %d random rows differ from the scan", bad, runs);
 }
 
 int main(void) {

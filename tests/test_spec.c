@@ -502,6 +502,28 @@ int main(void) {
             printf("\n");
             o.sps_sec = NULL; o.n_sps = 0; o.sched = DS_SCHED_NONE; o.commit = DS_COMMIT_DIRECT;
         }
+        /* auto scheduler: the same three start-up tables (steep: wide passes
+         * look dear, so it starts with plain steps and probes), its own
+         * timings after that; also with the oracle's long accepts. Whatever
+         * it decides, the output is plain's. */
+        {
+            tally t = { 0 };
+            double flat[8], steep[8], meas[8];
+            for (int w = 0; w < 8; w++) { flat[w] = 1e-4 * (1.0 + 0.01 * w); steep[w] = 1e-4 * (1.0 + 20.0 * w); }
+            CHECK(ds_spec_measure_sps(c, gamma + 1, 3, meas, err, sizeof err) == 0, "measure: %s", err);
+            const double *tabs[3] = { flat, steep, meas };
+            o.sched = DS_SCHED_AUTO; o.p_min = 0.0f; o.draft_max = 0;
+            for (int tb = 0; tb < 3; tb++)
+                for (int p = 0; p < N_PROMPTS; p++) {
+                    o.sps_sec = tabs[tb]; o.n_sps = gamma + 1;
+                    o.commit = p & 1 ? DS_COMMIT_REPLAY : DS_COMMIT_DIRECT;
+                    one(c, d, p, &o, &ref[p], &t);
+                    if (tb == 1) oracle_runs(c, d, p, &o, &ref[p], gamma, &t, 0);
+                }
+            snprintf(label, sizeof label, "greedy_%s_canonical_auto_sched", tn);
+            report(label, &t);
+            o.sps_sec = NULL; o.n_sps = 0; o.sched = DS_SCHED_NONE; o.commit = DS_COMMIT_DIRECT;
+        }
         /* oracle drafts: long accepts, full blocks, replay of long prefixes */
         {
             tally t = { 0 };

@@ -14,7 +14,8 @@
 #include <string.h>
 
 /* cmd_bench_profile.c: --profile */
-void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits);
+void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits,
+                       int round_only);
 
 
 #define N_WIDTHS 5
@@ -35,7 +36,8 @@ int cmd_bench(int argc, char **argv) {
                    "  --kernels does not apply: canonical and fast are both measured.\n"
                    "       dspark bench -m MODEL.gguf --profile [-md DRAFTER.gguf] [-t N] [--reps N] [--prefix N]\n"
                    "  --profile   per-op profile of a decode step, an 8-row verify and (with -md) a drafting\n"
-                   "              round, and each matmul alone at M = 1..16 (ceilings: build/bench/roofline)\n");
+                   "              round, and each matmul alone at M = 1..16 (ceilings: build/bench/roofline)\n"
+                   "  --profile-round  (with -md) only the speculative round: draft, verify, commit vs a decode step\n");
             cli_model_flags_help(stdout, 0);
             return 0;
         }
@@ -46,6 +48,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--prefill-len")) prefill_len = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--json")) json = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--profile-round")) profile = 2;
         else if (!strcmp(a, "-md")) drafter_path = cli_value(C, argc, argv, &i);
         else cli_die(C, "unknown flag '%s' (see dspark bench --help)", a);
     }
@@ -59,6 +62,7 @@ int cmd_bench(int argc, char **argv) {
         if (ds_out_check_inputs(json, &model_path, 1, e, sizeof e)) cli_die(C, "%s", e);
     }
     if (drafter_path && !profile) cli_die(C, "-md is only used with --profile");
+    if (profile == 2 && !drafter_path) cli_die(C, "--profile-round needs -md DRAFTER.gguf");
     char err[DS_ERRLEN];
     ds_model *m = ds_model_load_on(model_path, mf.device, err, sizeof err);
     if (!m) cli_die(C, "%s: %s", model_path, err);
@@ -78,7 +82,7 @@ int cmd_bench(int argc, char **argv) {
     if (profile) {
         printf("model=%s weights=%s params=%llu threads=%ld simd=%s\n", model_path, ds_type_name(m->weight_type),
                (unsigned long long)m->n_params, n_threads, ds_simd_path());
-        cmd_bench_profile(c, drafter_path, toks, (int)prefix, reps, logits);
+        cmd_bench_profile(c, drafter_path, toks, (int)prefix, reps, logits, profile == 2);
         for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) free(t_ver[v][w]);
         free(t_dec); free(t_pre); free(toks); free(logits);
         ds_ctx_free(c);

@@ -89,7 +89,8 @@ static void pf_probe(void *user, int pos, int layer, int cp, int sub, unsigned f
 }
 
 
-void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits);
+void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits,
+                       int round_only);
 
 #define CHECK(x) do { if (x) cli_die("bench", "%s", err); } while (0)
 
@@ -214,7 +215,19 @@ static void profile_kernels(ds_ctx *c, long reps, int cpu) {
     free(x); free(y); free(t);
 }
 
-/* ---- a drafting round ----------------------------------------------------------------- */
+/* ---- a speculative round, phase by phase ----------------------------------------------
+ * What ds_spec_generate runs per round, at the same prefix, against one
+ * decode step as plain generation runs it (ds_forward_select, decode path,
+ * the token chosen on the device):
+ *   draft    ds_draft of gamma slots with confidences (as spec.c asks);
+ *   verify   ds_forward_select of gamma + 1 rows, every row selecting, taps kept;
+ *   commit   KV truncate + the drafter's context append of `acc` rows (the
+ *            accepted tokens plus the bonus; acc = 4 by default, about the
+ *            shipped pair's mean accepted length);
+ * each in microseconds, pool hand-offs (jobs given to the workers) and
+ * inline runs, and the round as a multiple of a decode step: the mean
+ * tokens per round speculation must beat to pay (break-even). Also the
+ * drafter's LM head alone as one M = gamma matmul. */
 static void profile_draft(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps,
                           float *logits, int cpu) {
     char err[DS_ERRLEN];
@@ -223,14 +236,21 @@ static void profile_draft(ds_ctx *c, const char *drafter_path, const int32_t *to
     ds_drafter *d = ds_drafter_load(drafter_path, m, err, sizeof err);
     if (!d) cli_die("bench", "%s: %s", drafter_path, err);
     const int G = ds_drafter_block_size(d), D = m->hp.n_embd, nt = ds_drafter_n_taps(d);
+    const int acc = G < 4 ? G : 4;
     CHECK(ds_set_taps(c, ds_drafter_tap_layers(d), nt, err, sizeof err));
     ds_dctx *x = ds_dctx_new(d, ds_ctx_n_ctx(c), ds_ctx_exec(c), err, sizeof err);
     if (!x) cli_die("bench", "%s", err);
-    float *taps = malloc((size_t)prefix * (size_t)nt * (size_t)D * sizeof(float));
-    double *td = malloc((size_t)reps * sizeof(double)), *tr = malloc((size_t)reps * sizeof(double));
-    double *th = malloc((size_t)reps * sizeof(double));
+    ds_backend *be = m->be;
+    const size_t T = (size_t)nt * (size_t)D;
+    float *taps = malloc((size_t)prefix * T * sizeof(float));
+    float *vtaps = be->i->alloc(be, (size_t)(G + 1) * T * sizeof(float));
+    enum { PH_DEC, PH_DRAFT, PH_VER, PH_COMMIT, PH_HEAD, PH_N };
+    static const char *ph_name[PH_N] = {"decode step", "draft", "verify", "commit", "drafter lm head"};
+    double *t[PH_N], st[PH_N][2] = {{0}};
+    for (int k = 0; k < PH_N; k++) t[k] = malloc((size_t)reps * sizeof(double));
     float *hx = calloc((size_t)G * (size_t)D, sizeof(float)), *hy = malloc((size_t)G * m->hp.n_vocab * sizeof(float));
-    if (!taps || !td || !tr || !th || !hx || !hy) cli_die("bench", "out of memory");
+    if (!taps || !vtaps || !hx || !hy) cli_die("bench", "out of memory");
+    for (int k = 0; k < PH_N; k++) if (!t[k]) cli_die("bench", "out of memory");
     ds_kernel_set canon;
     ds_kernel_set_all(&canon, DS_CANONICAL);
     ds_ctx_set_kernels(c, &canon);
@@ -240,32 +260,72 @@ static void profile_draft(ds_ctx *c, const char *drafter_path, const int32_t *to
     for (int i = 0; i < G * D; i++) hx[i] = (float)((i * 13) % 29) / 14.0f - 1.0f;
     const ds_sampler samp = {.temp = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     ds_draft_opts o = {.samp = &samp, .n_keep = G};
-    int32_t ids[64];
-    for (long r = 0; r < reps; r++) {
-        CHECK(ds_kv_truncate(c, prefix));
-        double t0 = pf_now(cpu);
-        CHECK(ds_decode(c, toks[prefix], prefix, logits, NULL, err, sizeof err));
-        td[r] = pf_now(cpu) - t0;
-        t0 = pf_now(cpu);
-        CHECK(ds_draft(x, toks[prefix], prefix, &o, ids, NULL, NULL, err, sizeof err));
-        tr[r] = pf_now(cpu) - t0;
-        t0 = pf_now(cpu);
-        ds_matmul(DS_CANONICAL, ds_drafter_head(d), G, hx, hy, pool);
-        th[r] = pf_now(cpu) - t0;
-    }
-    const double a = cli_median(td, (int)reps), b = cli_median(tr, (int)reps), h = cli_median(th, (int)reps);
-    printf("\n== profile: one drafting round (gamma=%d) vs one decode step (medians of %ld, interleaved) ==\n", G, reps);
+    int32_t ids[64], vtok[65], vsel[65], y1;
+    float conf[64];
+    for (long r = 0; r < reps; r++)
+        for (int k = 0; k < PH_N; k++) {
+            ds_pool_stats_t p0, p1;
+            ds_pool_stats(pool, &p0);
+            double t0 = pf_now(cpu);
+            switch (k) {
+            case PH_DEC: {
+                CHECK(ds_kv_truncate(c, prefix));
+                const ds_select_opts so = {1, DS_LOGITS_LAST, &samp, &y1, NULL};
+                t0 = pf_now(cpu);
+                CHECK(ds_forward_select(c, toks + prefix, 1, prefix, &so, err, sizeof err));
+                break;
+            }
+            case PH_DRAFT:
+                CHECK(ds_draft(x, toks[prefix], prefix, &o, ids, conf, NULL, err, sizeof err));
+                break;
+            case PH_VER: {
+                CHECK(ds_kv_truncate(c, prefix));
+                vtok[0] = toks[prefix];
+                for (int i = 0; i < G; i++) vtok[i + 1] = ids[i];
+                const ds_select_opts so = {0, DS_LOGITS_ALL, &samp, vsel, vtaps};
+                t0 = pf_now(cpu);
+                CHECK(ds_forward_select(c, vtok, G + 1, prefix, &so, err, sizeof err));
+                break;
+            }
+            case PH_COMMIT:
+                CHECK(ds_kv_truncate(c, prefix + acc));
+                CHECK(ds_dctx_truncate(x, prefix));
+                CHECK(ds_dctx_append_dev(x, vtaps, acc, prefix, err, sizeof err));
+                break;
+            case PH_HEAD:
+                ds_matmul(DS_CANONICAL, ds_drafter_head(d), G, hx, hy, pool);
+                break;
+            }
+            t[k][r] = pf_now(cpu) - t0;
+            if (k == PH_COMMIT) CHECK(ds_dctx_truncate(x, prefix));   /* the next round drafts at prefix again */
+            ds_pool_stats(pool, &p1);
+            st[k][0] += (double)(p1.jobs - p0.jobs) / (double)reps;
+            st[k][1] += (double)(p1.inline_runs - p0.inline_runs) / (double)reps;
+        }
+    double med[PH_N];
+    for (int k = 0; k < PH_N; k++) med[k] = cli_median(t[k], (int)reps);
+    printf("\n== profile: one speculative round (gamma=%d, verify %d rows, commit %d rows) vs one decode step (medians of %ld, interleaved) ==\n",
+           G, G + 1, acc, reps);
     printf("drafter: %s\n", ds_drafter_describe(d));
-    printf("decode_us=%.1f draft_round_us=%.1f draft_over_decode=%.2f lm_head_M%d_us=%.1f (%.0f%% of the round)\n",
-           a * 1e6, b * 1e6, b / a, G, h * 1e6, 100.0 * h / b);
-    free(taps); free(td); free(tr); free(th); free(hx); free(hy);
+    printf("%-16s %12s %10s %10s %10s\n", "phase", "us", "x decode", "handoffs", "inline");
+    for (int k = 0; k < PH_N; k++)
+        printf("%-16s %12.1f %10.2f %10.1f %10.1f\n", ph_name[k], med[k] * 1e6, med[k] / med[PH_DEC], st[k][0], st[k][1]);
+    const double round = med[PH_DRAFT] + med[PH_VER] + med[PH_COMMIT];
+    printf("decode_us=%.1f draft_round_us=%.1f draft_over_decode=%.2f verify_over_decode=%.2f round_over_decode=%.2f "
+           "(break-even tokens per round) lm_head_M%d_us=%.1f (%.0f%% of the draft)\n",
+           med[PH_DEC] * 1e6, med[PH_DRAFT] * 1e6, med[PH_DRAFT] / med[PH_DEC], med[PH_VER] / med[PH_DEC],
+           round / med[PH_DEC], G, med[PH_HEAD] * 1e6, 100.0 * med[PH_HEAD] / med[PH_DRAFT]);
+    free(taps); free(hx); free(hy);
+    be->i->release(be, vtaps);
+    for (int k = 0; k < PH_N; k++) free(t[k]);
     ds_dctx_free(x);
     ds_drafter_free(d);
     CHECK(ds_set_taps(c, NULL, 0, err, sizeof err));
 }
 
 /* Entry from cmd_bench (the context holds at least prefix + 16 positions). */
-void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits) {
+void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks, int prefix, long reps, float *logits,
+                       int round_only) {
     char err[DS_ERRLEN];
     ds_pool *pool = ds_exec_cpu_pool(ds_ctx_exec(c));
     if (!pool) cli_die("bench", "--profile runs on the cpu device only");
@@ -273,7 +333,9 @@ void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks,
     CHECK(ds_forward_batch(c, toks, prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
     const int cpu = ds_pool_threads(pool) == 1;
     printf("clock=%s\n", cpu ? "thread-cpu (one thread: other processes' time slices excluded)" : "wall");
-    profile_forward(c, toks, prefix, reps, logits, cpu);
-    profile_kernels(c, reps, cpu);
+    if (!round_only) {
+        profile_forward(c, toks, prefix, reps, logits, cpu);
+        profile_kernels(c, reps, cpu);
+    }
     if (drafter_path) profile_draft(c, drafter_path, toks, prefix, reps, logits, cpu);
 }

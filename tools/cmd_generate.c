@@ -76,8 +76,11 @@ static void usage(void) {
            "                    every round drafts --draft-max); otherwise use --draft-max\n"
            "  --draft-p-min P   stop the draft at the first slot with confidence < P\n"
            "                    (needs a confidence head; implies --draft-sched pmin)\n"
-           "  --draft-sched S   none | pmin | table (cost-table scheduler, paper Alg. 1)\n"
-           "  --sps-table FILE  lines 'width seconds_per_pass' for --draft-sched table\n"
+           "  --draft-sched S   none | pmin | table (cost-table scheduler, paper Alg. 1) |\n"
+           "                    auto (this machine's measured costs and this stream's measured\n"
+           "                    acceptance pick each round's width, or a plain step when\n"
+           "                    drafting does not pay)\n"
+           "  --sps-table FILE  lines 'width seconds_per_pass' for --draft-sched table / auto\n"
            "                    (default: measured at start-up, widths 1..draft-max+1)\n"
            "  --commit MODE     direct (keep the verifier's KV rows, default) or replay\n"
            "                    (re-decode accepted tokens; exact with any kernels)\n"
@@ -192,8 +195,8 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--draft-sched")) {
             spec_flag = spec_flag ? spec_flag : a;
             sched_s = cli_value(C, argc, argv, &i);
-            if (strcmp(sched_s, "none") && strcmp(sched_s, "pmin") && strcmp(sched_s, "table"))
-                cli_die(C, "--draft-sched must be none, pmin or table, got '%s'", sched_s);
+            if (strcmp(sched_s, "none") && strcmp(sched_s, "pmin") && strcmp(sched_s, "table") && strcmp(sched_s, "auto"))
+                cli_die(C, "--draft-sched must be none, pmin, table or auto, got '%s'", sched_s);
         }
         else if (!strcmp(a, "--sps-table")) { spec_flag = spec_flag ? spec_flag : a; sps_path = cli_value(C, argc, argv, &i); }
         else if (!strcmp(a, "--dump-logits")) logits_path = cli_value(C, argc, argv, &i);
@@ -232,9 +235,13 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(sched_s, "pmin")) {
             if (!have_pmin) cli_die(C, "--draft-sched pmin needs --draft-p-min P");
             sched = DS_SCHED_PMIN;
+        } else if (!strcmp(sched_s, "auto")) {
+            if (have_pmin) cli_die(C, "--draft-p-min conflicts with --draft-sched auto (it measures acceptance instead)");
+            sched = DS_SCHED_AUTO;
         } else sched = DS_SCHED_TABLE;
     }
-    if (sps_path && sched != DS_SCHED_TABLE) cli_die(C, "--sps-table only applies to --draft-sched table");
+    const int sched_sps = sched == DS_SCHED_TABLE || sched == DS_SCHED_AUTO;
+    if (sps_path && !sched_sps) cli_die(C, "--sps-table only applies to --draft-sched table or auto");
     if (draft_min > 0 && sched != DS_SCHED_NONE)
         cli_die(C, "--draft-min %ld: with --draft-p-min or --draft-sched the draft length varies and has no floor; "
                 "use --draft-max N instead", draft_min);
@@ -273,7 +280,7 @@ int cmd_generate(int argc, char **argv) {
         if (draft_max == 0) draft_max = gamma;
         if (draft_min > draft_max)
             die_free(&R, "--draft-min %ld exceeds the drafts per round (%ld); use --draft-max", draft_min, draft_max);
-        if (sched != DS_SCHED_NONE && !ds_drafter_has_confidence(R.dr))
+        if (sched != DS_SCHED_NONE && sched != DS_SCHED_AUTO && !ds_drafter_has_confidence(R.dr))
             die_free(&R, "%s needs a drafter with a confidence head; %s has none",
                      sched == DS_SCHED_TABLE ? "--draft-sched table" : "--draft-p-min", draft_path);
         if (dump_path && draft_max < gamma)
@@ -305,7 +312,7 @@ int cmd_generate(int argc, char **argv) {
 
     ds_sampler samp = { temp, (int)top_k, top_p, (uint64_t)seed, min_p };
     int n_sps = 0;
-    if (R.dr && sched == DS_SCHED_TABLE) {
+    if (R.dr && sched_sps) {
         n_sps = (int)draft_max + 1;
         R.sps = malloc((size_t)n_sps * sizeof(double));
         if (!R.sps) die_free(&R, "out of memory");
@@ -389,8 +396,9 @@ int cmd_generate(int argc, char **argv) {
                     ds_commit_name(commit), kbuf, ds_sched_name(sched), st.gamma, st.draft_max, temp, st.n_prompt, st.n_gen,
                     st.stop, st.rounds, st.drafted, st.accepted, st.mean_accepted_len);
             for (int k = 0; k < st.draft_max; k++) fprintf(stderr, "%s%ld", k ? "," : "", st.accept_hist[k]);
-            fprintf(stderr, " prefill_s=%.4f draft_s=%.4f verify_s=%.4f accept_s=%.4f commit_s=%.4f total_s=%.4f replay_fixups=%ld tok_s=%.1f\n",
-                    st.t_prefill, st.t_draft, st.t_verify, st.t_accept, st.t_commit, st.t_total, st.replay_fixups, st.tok_s);
+            fprintf(stderr, " prefill_s=%.4f draft_s=%.4f verify_s=%.4f accept_s=%.4f commit_s=%.4f total_s=%.4f replay_fixups=%ld plain_rounds=%ld tok_s=%.1f\n",
+                    st.t_prefill, st.t_draft, st.t_verify, st.t_accept, st.t_commit, st.t_total, st.replay_fixups,
+                    st.plain_rounds, st.tok_s);
         }
     }
     if (rc) {

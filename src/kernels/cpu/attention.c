@@ -55,6 +55,112 @@ static inline int attn_len(const attn_args *a, int m) {
  * it is decoded alone or is row m of a verify batch of any width. */
 #define ATTN_INLINE static inline __attribute__((always_inline))
 
+/* GCC vector extensions: lane-wise IEEE ops, lowered to whatever registers
+ * the clone has (2 x SSE, 1 x AVX2, ...). x * scalar broadcasts. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float   v8f  __attribute__((vector_size(32)));
+typedef int32_t v8i  __attribute__((vector_size(32)));
+typedef float   v16f __attribute__((vector_size(64)));
+ATTN_INLINE v16f ld16(const float *p) { v16f v; memcpy(&v, p, sizeof v); return v; }
+ATTN_INLINE void st16p(float *p, const v16f *v) { memcpy(p, v, sizeof *v); }
+
+/* One chunk's exp-sum and p.V for head_dim = 16 * NV (NV a constant: 4 for
+ * head_dim 64, 8 for 128), from the chunk's exps p[]: the accumulator lives
+ * in NV vector registers across the keys instead of in memory, where every
+ * key's update waited on the previous key's store (a store-forwarding chain
+ * per 16 columns). Lane by lane the same products and sums in the same key
+ * order (x * p then + as separately rounded IEEE operations, no
+ * contraction): the same bits as the generic loop. */
+ATTN_INLINE float attn_chunk_pv(int NV, int cl, const float *p, const float *vb, int64_t st, int c0,
+                                float *ca) {
+    v16f a[8];
+    const v16f z = {0};
+    for (int u = 0; u < NV; u++) a[u] = z;
+    float csum = 0.0f;
+    for (int j = 0; j < cl; j++) {
+        const float *vr = vb + (int64_t)(c0 + j) * st;
+        csum += p[j];
+        for (int u = 0; u < NV; u++) a[u] += p[j] * ld16(vr + 16 * u);
+    }
+    for (int u = 0; u < NV; u++) st16p(ca + 16 * u, &a[u]);
+    return csum;
+}
+
+/* ---- 16 keys at a time on AVX-512: the same scores and exps ----------------
+ * attn_scores16: sc[j] = ds_dot16(q, k_j, hd) * scale for 16 keys, hd a
+ * multiple of 16. Each key's 16 lane accumulators are exactly ds_dot16's
+ * (0 + q*k, then + q*k per 16 columns, separately rounded); the fixed combine
+ * tree (a[l] += a[l+8], += a[l+4], += a[l+2], a[0] + a[1]) runs for the 16
+ * keys at once — each level adds the same lane pairs of the same key, the
+ * shuffles only move keys side by side — and one permute puts the keys back
+ * in order. attn_exp16: p[j] = ds_expf(x[j] - cmax), ds_expf's operations
+ * lane by lane (mul, add, fnmadd = fma(-kf, c, x), exact conversions and
+ * exponent-field scaling; n / 2 rounding toward zero as C's) with its three
+ * special cases as masks. So every level gives the same bits
+ * (tests/cli_simd.sh, cli_golden's raw logits). */
+#if DS_X86
+#include <immintrin.h>
+#define ATTN_TGT512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")))
+ATTN_TGT512 static void attn_scores16(const float *qv, const float *k0, int64_t st, int hd, float scale,
+                                      float *sc) {
+    __m512 a[16];
+    for (int j = 0; j < 16; j++) {
+        const float *kr = k0 + (int64_t)j * st;
+        __m512 acc = _mm512_setzero_ps();
+        for (int i = 0; i < hd; i += 16)
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(qv + i), _mm512_loadu_ps(kr + i)));
+        a[j] = acc;
+    }
+    __m512 v1[8], v2[4], v3[2];
+    for (int p = 0; p < 8; p++)              /* a[l] += a[l+8]: [key 2p | key 2p+1], 8 lanes each */
+        v1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int r = 0; r < 4; r++)              /* a[l] += a[l+4]: keys 4r .. 4r+3, 4 lanes each */
+        v2[r] = _mm512_add_ps(_mm512_shuffle_f32x4(v1[2 * r], v1[2 * r + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_f32x4(v1[2 * r], v1[2 * r + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int t = 0; t < 2; t++) {            /* a[l] += a[l+2]: block c = keys 8t+c, 8t+4+c, 2 lanes each */
+        const __m512d x = _mm512_castps_pd(v2[2 * t]), y = _mm512_castps_pd(v2[2 * t + 1]);
+        v3[t] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                              _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    /* a[0] + a[1]: lane 4c + m holds key 4m + c */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(v3[0], v3[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(v3[0], v3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i back = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(sc, _mm512_mul_ps(_mm512_permutexvar_ps(back, r), _mm512_set1_ps(scale)));
+}
+
+ATTN_TGT512 static void attn_exp16(const float *sc, float cmax, float *p) {
+    const __m512 x = _mm512_sub_ps(_mm512_loadu_ps(sc), _mm512_set1_ps(cmax));
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    const __m512 kb = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269502162933349609375f)), magic);
+    const __m512 kf = _mm512_sub_ps(kb, magic);
+    const __m512i n = _mm512_cvttps_epi32(kf);
+    __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(0.693147182464599609375f), x);
+    r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(-1.904654323148236e-09f), r);
+    __m512 q = _mm512_set1_ps(1.98412698412698412e-04f);
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.38888888888888889e-03f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.33333333333333333e-03f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.16666666666666667e-02f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.66666666666666667e-01f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0.5f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f));
+    const __m512i n1 = _mm512_srai_epi32(_mm512_add_epi32(n, _mm512_srli_epi32(n, 31)), 1);  /* n / 2 */
+    const __m512i n2 = _mm512_sub_epi32(n, n1);
+    const __m512i e127 = _mm512_set1_epi32(127);
+    const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, e127), 23));
+    const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, e127), 23));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(q, s1), s2);
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.97208404541015625f), _CMP_LT_OQ),
+                           _mm512_setzero_ps());
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283935546875f), _CMP_GT_OQ),
+                           _mm512_castsi512_ps(_mm512_set1_epi32(0x7f800000)));
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_add_ps(x, x));
+    _mm512_storeu_ps(p, y);
+}
+#endif
+
 ATTN_INLINE void attn_row_head(const ds_attn_shape *s, int L, const float *qv, const float *kb,
                                const float *vb, float *out, float *acc, float *cacc) {
     const int hd = s->head_dim;
@@ -63,23 +169,38 @@ ATTN_INLINE void attn_row_head(const ds_attn_shape *s, int L, const float *qv, c
     float m_run = -INFINITY, l_run = 0.0f;
     for (int c0 = 0; c0 < L; c0 += DS_ATTN_CHUNK) {
         const int cl = ds_imin(DS_ATTN_CHUNK, L - c0);
-        float sc[DS_ATTN_CHUNK];
-        /* scores and chunk max (strict >, key order) */
+        float sc[DS_ATTN_CHUNK], pb[DS_ATTN_CHUNK];
+        /* scores, 16 keys at a time where the level allows (the same bits) */
+        int j = 0;
+#if DS_X86
+        const int v16 = hd % 16 == 0 && ds_simd_level() == DS_LVL_AVX512;
+        if (v16)
+            for (; j + 16 <= cl; j += 16) attn_scores16(qv, kb + (int64_t)(c0 + j) * st, st, hd, s->scale, sc + j);
+#endif
+        for (; j < cl; j++) sc[j] = ds_dot16(qv, kb + (int64_t)(c0 + j) * st, hd) * s->scale;
+        /* chunk max (strict >, key order) */
         float cmax = -INFINITY;
-        for (int j = 0; j < cl; j++) {
-            float x = ds_dot16(qv, kb + (int64_t)(c0 + j) * st, hd) * s->scale;
-            sc[j] = x;
-            if (x > cmax) cmax = x;
-        }
+        for (j = 0; j < cl; j++)
+            if (sc[j] > cmax) cmax = sc[j];
+        /* the chunk's exps */
+        j = 0;
+#if DS_X86
+        if (v16)
+            for (; j + 16 <= cl; j += 16) attn_exp16(sc + j, cmax, pb + j);
+#endif
+        for (; j < cl; j++) pb[j] = ds_expf(sc[j] - cmax);
         /* exp-sum and p·V for the chunk; the first chunk writes acc directly */
         float *ca = c0 == 0 ? acc : cacc;
         float csum = 0.0f;
-        for (int d = 0; d < hd; d++) ca[d] = 0.0f;
-        for (int j = 0; j < cl; j++) {
-            const float p = ds_expf(sc[j] - cmax);
-            const float *vr = vb + (int64_t)(c0 + j) * st;
-            csum += p;
-            for (int d = 0; d < hd; d++) ca[d] += p * vr[d];
+        if (hd == 64) csum = attn_chunk_pv(4, cl, pb, vb, st, c0, ca);
+        else if (hd == 128) csum = attn_chunk_pv(8, cl, pb, vb, st, c0, ca);
+        else {
+            for (int d = 0; d < hd; d++) ca[d] = 0.0f;
+            for (j = 0; j < cl; j++) {
+                const float *vr = vb + (int64_t)(c0 + j) * st;
+                csum += pb[j];
+                for (int d = 0; d < hd; d++) ca[d] += pb[j] * vr[d];
+            }
         }
         /* fold the chunk into the running state, left to right */
         if (c0 == 0) {
@@ -145,18 +266,10 @@ DS_OPS_BODY_IDX(attn_canon_range) {
  *    divide. */
 #define FAST_Q 8     /* queries per tile: one AVX2 vector, two SSE/NEON vectors */
 
-/* GCC vector extensions: lane-wise IEEE ops, lowered to whatever registers
- * the clone has (2 x SSE, 1 x AVX2, ...). x * scalar broadcasts. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float   v8f  __attribute__((vector_size(32)));
-typedef int32_t v8i  __attribute__((vector_size(32)));
-typedef float   v16f __attribute__((vector_size(64)));
 #define st8(p, v) do { v8f st_tmp_ = (v); st8p((p), &st_tmp_); } while (0)
 #define st16(p, v) do { v16f st_tmp_ = (v); st16p((p), &st_tmp_); } while (0)
 ATTN_INLINE v8f ld8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
 ATTN_INLINE void st8p(float *p, const v8f *v) { memcpy(p, v, sizeof *v); }
-ATTN_INLINE v16f ld16(const float *p) { v16f v; memcpy(&v, p, sizeof v); return v; }
-ATTN_INLINE void st16p(float *p, const v16f *v) { memcpy(p, v, sizeof *v); }
 
 typedef struct {
     float *qt;       /* [head_dim][FAST_Q]              */

@@ -77,6 +77,7 @@ typedef struct {
     ds_block_q8_0 *q;
     float *d;
     int32_t *nsum;
+    unsigned char *qi;          /* the interleaved copy (ds_q8_act.qi)       */
 } q8_quant_job;
 
 static void q8_quant_range(void *arg, int64_t m0, int64_t m1) {
@@ -84,18 +85,28 @@ static void q8_quant_range(void *arg, int64_t m0, int64_t m1) {
     const int64_t nb = j->K / DS_QK8_0;
     for (int64_t m = m0; m < m1; m++) {
         ds_quantize_row_q8_0(j->x + m * j->K, j->K, j->q + m * nb);
-        for (int64_t b = m * nb; b < (m + 1) * nb; b++) {
+        unsigned char *g = j->qi + (size_t)(m / 8) * (size_t)nb * DS_Q8_GROUP_BYTES;
+        const int i = (int)(m % 8);
+        for (int64_t b = m * nb; b < (m + 1) * nb; b++, g += DS_Q8_GROUP_BYTES) {
             int32_t s = 0;
             for (int l = 0; l < DS_QK8_0; l++) s += j->q[b].qs[l];
             j->d[b] = ds_fp16_to_f32(j->q[b].d);
             j->nsum[b] = -128 * s;
+            memcpy(g + 32 * i, j->q[b].qs, DS_QK8_0);
+            memcpy(g + 256 + 4 * i, &j->nsum[b], sizeof(int32_t));
+            memcpy(g + 288 + 4 * i, &j->d[b], sizeof(float));
         }
     }
 }
 
-static size_t q8_act_bytes(int M, int64_t K) {
+/* q | d | nsum | (64-aligned) the interleaved groups */
+static size_t q8_act_head_bytes(int M, int64_t K) {
     const size_t nq = (size_t)M * (size_t)(K / DS_QK8_0);
-    return ((nq * sizeof(ds_block_q8_0) + 63) & ~(size_t)63) + nq * (sizeof(float) + sizeof(int32_t));
+    return (((nq * sizeof(ds_block_q8_0) + 63) & ~(size_t)63) + nq * (sizeof(float) + sizeof(int32_t)) + 63) &
+           ~(size_t)63;
+}
+static size_t q8_act_bytes(int M, int64_t K) {
+    return q8_act_head_bytes(M, K) + ((size_t)M + 7) / 8 * (size_t)(K / DS_QK8_0) * DS_Q8_GROUP_BYTES;
 }
 
 size_t ds_kernels_shared_scratch(int m_max, int64_t k_max) {
@@ -107,9 +118,10 @@ static void q8_quantize_into(const float *x, int M, int64_t K, char *mem, ds_poo
     const size_t nq = (size_t)M * (size_t)(K / DS_QK8_0);
     const size_t qb = (nq * sizeof(ds_block_q8_0) + 63) & ~(size_t)63;
     q8_quant_job j = {.x = x, .K = K, .q = (ds_block_q8_0 *)mem, .d = (float *)(mem + qb),
-                      .nsum = (int32_t *)(mem + qb + nq * sizeof(float))};
+                      .nsum = (int32_t *)(mem + qb + nq * sizeof(float)),
+                      .qi = (unsigned char *)mem + q8_act_head_bytes(M, K)};
     ds_pool_for(pool, M, (4096 + K - 1) / K, q8_quant_range, &j);
-    *act = (ds_q8_act){.q = j.q, .d = j.d, .nsum = j.nsum};
+    *act = (ds_q8_act){.q = j.q, .d = j.d, .nsum = j.nsum, .qi = j.qi};
 }
 
 /* The definition with no scratch at all: per row, 32 blocks at a time
@@ -292,7 +304,15 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
         job.g_off[i + 1] = job.g_off[i] + (W[i]->n_out + DS_MM_GROUP - 1) / DS_MM_GROUP;
     }
     const int64_t per_group = K * DS_MM_GROUP;
-    const int64_t grain = (DS_MM_MIN_WORK + per_group - 1) / per_group;
+    int64_t grain = (DS_MM_MIN_WORK + per_group - 1) / per_group;
+    /* One row against a weight of at most two blocks per output (K <= 64:
+     * the drafter's Markov W2, rank -> vocab, once per drafted slot) stays on
+     * the calling thread: each output is one or two integer dots, the whole
+     * call a few microseconds, and splitting it saves about what the hand-off
+     * (wake, join, the imbalance) costs on an idle machine — and far less
+     * than it costs on a loaded one, where the worker may not be running.
+     * Seven such calls per drafting round, each one hand-off fewer. */
+    if (M == 1 && K <= 2 * DS_QK8_0) grain = job.g_off[n];
     ds_pool_for_idx(pool, job.g_off[n], grain, mm_range, &job);
     free(owned);
 }

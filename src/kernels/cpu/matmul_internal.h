@@ -48,7 +48,14 @@ typedef struct {
     const ds_block_q8_0 *q;     /* M x nb blocks: ds_quantize_row_q8_0 of each row */
     const float         *d;     /* M x nb: the block scale q[].d as f32 (exact)    */
     const int32_t       *nsum;  /* M x nb: -128 * (sum of the block's 32 quants)   */
+    /* The same three, interleaved for the VNNI tile (NULL when not built):
+     * rows in groups of 8, group g's block b at (g * nb + b) * DS_Q8_GROUP_BYTES:
+     * 8 x 32 quant bytes (row i at 32 i), 8 x int32 nsum (at 256), 8 x f32 d
+     * (at 288). One pointer walks all rows of a register tile, every row's
+     * operand an immediate offset from it. */
+    const unsigned char *qi;
 } ds_q8_act;
+#define DS_Q8_GROUP_BYTES 320
 
 /* The activations of a kquant K-type call (Q4_K / Q5_K / Q6_K), quantized
  * once per call by matmul.c to the 8-bit super-block partner "Q8_K": per

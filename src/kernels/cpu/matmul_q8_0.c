@@ -143,8 +143,9 @@ Q8C_TGT_AVX2 static void q8c_avx2(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
  * of row j; eight of them, started from -128 * sum(p) (matmul.c), give in
  * lane j the exact D of (m, n + j) — no horizontal sums, and the f32 update
  * is one convert, one multiply (the scales) and one FMA for 16 outputs.
- * Rows run in register tiles of 8 (then 4, 2, 1): 8 weight vectors, 8 int32
- * and 8 f32 accumulators live; each repacked tile is read by all M rows.
+ * Rows run in register tiles of 8 (the remainder, 1..7, as one more tile):
+ * 8 weight vectors, 8 int32 and 8 f32 accumulators live; each repacked tile
+ * is read by all M rows.
  * When W->packed is set (ds_q8_0_pack, once at load time) the tiles are
  * read from there instead of being rebuilt on every call. */
 #define Q8C_TGT_VNNI \
@@ -193,29 +194,44 @@ Q8C_TGT_VNNI static void q8c_pack16(const void *const wr[16], int64_t nb, unsign
     }
 }
 
+/* D += T . broadcast(dword at p): VPDPBUSD with the activation dword as an
+ * embedded {1to16} broadcast memory operand — one load uop, no separate
+ * VPBROADCASTD competing for the vector pipes (GCC does not fold it). */
+#define Q8C_DPBUSD_BCST(D, T, p) \
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(D) : "v"(T), "m"(*(const int32_t *)(const void *)(p)))
+
+/* Rows m0 .. m0 + MT - 1 (MT <= 8, m0 % 8 == 0: one group of the
+ * interleaved activations, ds_q8_act.qi) against one repacked 16-column
+ * tile. Every activation operand is an immediate offset from one pointer per
+ * block, so the register tile needs no general register per row (per-row
+ * pointers spilled at MT = 8: ~3% at M = 8). */
 static inline __attribute__((always_inline)) Q8C_TGT_VNNI void
 q8c_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int MT, float *y,
-           int64_t N, int64_t n0, __mmask16 km) {
+           int64_t N, int64_t n0, __mmask16 km, const unsigned char *pf) {
     __m512 acc[8];
     for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+    const unsigned char *g = a->qi + (size_t)(m0 / 8) * (size_t)nb * DS_Q8_GROUP_BYTES;
+    for (int64_t b = 0; b < nb; b++, g += DS_Q8_GROUP_BYTES) {
         const unsigned char *o = buf + b * Q8C_QB;
+        if (pf)   /* the next tile's block b (and its scales' line), a tile ahead */
+            for (int s = 0; s < 8; s++) _mm_prefetch((const char *)pf + b * Q8C_QB + 64 * s, _MM_HINT_T0);
+        if (pf && b % 2 == 0) _mm_prefetch((const char *)pf + (size_t)nb * Q8C_QB + (size_t)b * 32, _MM_HINT_T0);
         __m512i T[8];
         for (int s = 0; s < 8; s++) T[s] = _mm512_load_si512(o + 64 * s);
         const __m512 dw = _mm512_cvtph_ps(
             _mm256_load_si256((const __m256i *)(buf + (size_t)nb * Q8C_QB + (size_t)b * 32)));
-        /* the MT rows' integer chains interleaved (independent: ILP) */
         __m512i D[8];
-        for (int i = 0; i < MT; i++) D[i] = _mm512_set1_epi32(a->nsum[(int64_t)(m0 + i) * nb + b]);
-        for (int s = 0; s < 8; s++)
-            for (int i = 0; i < MT; i++) {
-                int32_t ps;
-                memcpy(&ps, a->q[(int64_t)(m0 + i) * nb + b].qs + 4 * s, sizeof ps);
-                D[i] = _mm512_dpbusd_epi32(D[i], T[s], _mm512_set1_epi32(ps));
-            }
         for (int i = 0; i < MT; i++) {
-            const int64_t ib = (int64_t)(m0 + i) * nb + b;
-            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[ib]));
+            int32_t ns;
+            memcpy(&ns, g + 256 + 4 * i, sizeof ns);
+            D[i] = _mm512_set1_epi32(ns);
+        }
+        for (int s = 0; s < 8; s++)
+            for (int i = 0; i < MT; i++) Q8C_DPBUSD_BCST(D[i], T[s], g + 32 * i + 4 * s);
+        for (int i = 0; i < MT; i++) {
+            float e;
+            memcpy(&e, g + 288 + 4 * i, sizeof e);
+            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(e));
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[i]), sc, acc[i]);
         }
     }
@@ -253,11 +269,27 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
             tile = buf;
         }
         const __mmask16 km = (__mmask16)((1u << nv) - 1u);
+        /* With several rows a tile's compute is long enough to hide the next
+         * tile's fetch from L3 / memory if it is asked for now (the hardware
+         * prefetcher alone left the 8-row verify paying compute + stalls).
+         * The first register tile of rows issues the prefetches. */
+        const unsigned char *pf = pk && M > 1 && n + 16 < n1 ? tile + Q8C_TILE(nb) : NULL;
+        /* canonical activations always carry the interleaved copy (matmul.c) */
         int m = 0;
-        for (; m + 8 <= M; m += 8) q8c_rows16(tile, nb, c->xq, m, 8, c->y, N, n, km);
-        if (m + 4 <= M) { q8c_rows16(tile, nb, c->xq, m, 4, c->y, N, n, km); m += 4; }
-        if (m + 2 <= M) { q8c_rows16(tile, nb, c->xq, m, 2, c->y, N, n, km); m += 2; }
-        if (m < M) q8c_rows16(tile, nb, c->xq, m, 1, c->y, N, n, km);
+        for (; m + 8 <= M; m += 8, pf = NULL) q8c_rows16(tile, nb, c->xq, m, 8, c->y, N, n, km, pf);
+        /* the rest (a verify of ell + 1 <= 8 rows, the drafter's 7) in ONE
+         * pass over the tile: each register-tile height is its own
+         * instantiation, so the weights are read once for all rows */
+        switch (M - m) {
+        case 7: q8c_rows16(tile, nb, c->xq, m, 7, c->y, N, n, km, pf); break;
+        case 6: q8c_rows16(tile, nb, c->xq, m, 6, c->y, N, n, km, pf); break;
+        case 5: q8c_rows16(tile, nb, c->xq, m, 5, c->y, N, n, km, pf); break;
+        case 4: q8c_rows16(tile, nb, c->xq, m, 4, c->y, N, n, km, pf); break;
+        case 3: q8c_rows16(tile, nb, c->xq, m, 3, c->y, N, n, km, pf); break;
+        case 2: q8c_rows16(tile, nb, c->xq, m, 2, c->y, N, n, km, pf); break;
+        case 1: q8c_rows16(tile, nb, c->xq, m, 1, c->y, N, n, km, pf); break;
+        default: break;
+        }
     }
 }
 
