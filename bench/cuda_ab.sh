@@ -1,8 +1,9 @@
 #!/bin/sh
 # cuda_ab.sh — what each launch-saving path of the CUDA backend is worth, on
 # the GPU, measured as an interleaved A/B in one run: `dspark bench` (decode
-# ms/token and the 8-row canonical verify) with all paths on, then with each
-# switched off alone through DSPARK_CUDA_OFF (same bits in every
+# ms/token and the 8-row canonical verify) with the default paths, then with
+# each switched off alone through DSPARK_CUDA_OFF, or, written +NAME, an
+# opt-in path switched on through DSPARK_CUDA_ON (same bits in every
 # configuration: test_cuda_ops and test_drafter compare them), ROUNDS rounds,
 # configurations interleaved inside each round. Medians and ratios to "all on".
 #   MODEL=models/dspark-tiny-q8_0.gguf ROUNDS=3 CONFIGS="none swiglu fq ..."
@@ -11,21 +12,22 @@ B=${BUILD:-build}
 D=$B/dspark
 MODEL=${MODEL:-models/dspark-tiny-q8_0.gguf}
 ROUNDS=${ROUNDS:-3}
-CONFIGS=${CONFIGS:-"none swiglu fq multi prologue pinned"}
+CONFIGS=${CONFIGS:-"none +epilogue swiglu fq multi prologue pinned"}
 $D devices --require cuda >/dev/null || { echo "cuda_ab.sh: no usable CUDA device" >&2; exit 2; }
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     for c in $CONFIGS; do
-        off=$c; [ "$c" = none ] && off=
-        DSPARK_CUDA_OFF=$off $D bench -m "$MODEL" --device cuda --reps 7 --prefix 128 --decode 64 --prefill-len 64 \
+        off=$c; on=; [ "$c" = none ] && off=
+        case $c in +*) on=${c#+}; off= ;; esac
+        DSPARK_CUDA_OFF=$off DSPARK_CUDA_ON=$on $D bench -m "$MODEL" --device cuda --reps 7 --prefix 128 --decode 64 --prefill-len 64 \
             > "$T/$c.$r" 2>&1 || { echo "cuda_ab.sh: bench failed ($c)" >&2; cat "$T/$c.$r" >&2; exit 1; }
     done
     r=$((r + 1))
 done
 med() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
-echo "model=$MODEL rounds=$ROUNDS (interleaved; off = the path switched off alone)"
-printf '%-10s %10s %10s %12s %12s\n' off decode_ms verify8_ms decode/all verify8/all
+echo "model=$MODEL rounds=$ROUNDS (interleaved; NAME = that path switched off alone, +NAME = switched on)"
+printf '%-10s %10s %10s %12s %12s\n' config decode_ms verify8_ms decode/dflt verify8/dflt
 for c in $CONFIGS; do
     dm=$(cat "$T/$c".* | awk '/^decode:/{print $2}' | med)
     vm=$(cat "$T/$c".* | awk '$1 == 8 {print $2}' | med)
