@@ -106,6 +106,7 @@
 #include "model.h"
 #include "outfile.h"
 #include "safetensors.h"
+#include "tokenizer_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -680,6 +681,47 @@ static int emit(gguf_writer *w, const job_t *j, const ds_convert_opts *o, char *
 }
 
 /* ---- tokenizer ------------------------------------------------------------------ */
+/* tokens (and types / scores when given) padded to n_vocab entries. */
+static int pad_tokenizer(gguf_writer *w, const gguf_kv *toks, const gguf_kv *types, const gguf_kv *scores,
+                         uint32_t n_vocab, char *err, size_t errlen) {
+    const uint64_t n0 = toks->arr_n;
+    char **str = calloc(n_vocab, sizeof *str);
+    int32_t *ty = types ? malloc((size_t)n_vocab * sizeof *ty) : NULL;
+    float *sc = scores ? malloc((size_t)n_vocab * sizeof *sc) : NULL;
+    int rc = -1;
+    if (!str || (types && !ty) || (scores && !sc)) { ds_errf(err, errlen, "out of memory padding the vocabulary"); goto out; }
+    for (uint64_t i = 0; i < n_vocab; i++) {
+        if (i < n0) {
+            gguf_str t;
+            if (gguf_arr_str(toks, i, &t)) { ds_errf(err, errlen, "tokenizer token %llu is unreadable", (unsigned long long)i); goto out; }
+            str[i] = strndup(t.ptr, (size_t)t.len);
+        } else {
+            str[i] = malloc(32);
+            if (str[i]) snprintf(str[i], 32, "<|unused_pad_%llu|>", (unsigned long long)(i - n0));
+        }
+        if (!str[i]) { ds_errf(err, errlen, "out of memory padding the vocabulary"); goto out; }
+        if (ty) {
+            if (i < n0) memcpy(&ty[i], types->arr_data + i * 4, 4);
+            else ty[i] = DS_TOKTYPE_UNUSED;
+        }
+        if (sc) {
+            if (i < n0) memcpy(&sc[i], scores->arr_data + i * 4, 4);
+            else sc[i] = -1e30f;
+        }
+    }
+    if (gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)str, n_vocab) ||
+        (ty && gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_T_I32, ty, n_vocab)) ||
+        (sc && gguf_set_arr(w, "tokenizer.ggml.scores", GGUF_T_F32, sc, n_vocab))) {
+        ds_errf(err, errlen, "writing the padded tokenizer: %s", gguf_writer_error(w));
+        goto out;
+    }
+    rc = 0;
+out:
+    if (str) for (uint32_t i = 0; i < n_vocab; i++) free(str[i]);
+    free(str); free(ty); free(sc);
+    return rc;
+}
+
 /* Copy every tokenizer.* key of src: the skip list is every other key's
  * first dotted component (plus extra_skip), handed to gguf_copy_kv. */
 static int copy_tokenizer(gguf_writer *w, const char *path, const hparams_t *hp, const char *extra_skip,
@@ -688,7 +730,7 @@ static int copy_tokenizer(gguf_writer *w, const char *path, const hparams_t *hp,
     gguf_ctx *g = gguf_open(path, e2, sizeof e2);
     if (!g) { ds_errf(err, errlen, "tokenizer source: %s", e2); return -1; }
     uint64_t n = gguf_n_kv(g);
-    char **skip = calloc((size_t)n + 2, sizeof *skip);
+    char **skip = calloc((size_t)n + 5, sizeof *skip);
     size_t ns = 0, n_tok = 0;
     int rc = -1;
     if (!skip) { ds_errf(err, errlen, "out of memory"); goto out; }
@@ -719,10 +761,37 @@ static int copy_tokenizer(gguf_writer *w, const char *path, const hparams_t *hp,
                 (unsigned long long)toks->arr_n, hp->n_vocab);
         goto out;
     }
+    /* Fewer tokens than embedding rows (a donor tokenizer for a model with
+     * a padded vocabulary): llama.cpp requires one token per row, so the
+     * list is padded with unused placeholders, and the per-token arrays
+     * that come with it (types, scores) with UNUSED / a score no merge
+     * reaches. */
+    const gguf_kv *ttype = gguf_find_kv(g, "tokenizer.ggml.token_type");
+    const gguf_kv *tscore = gguf_find_kv(g, "tokenizer.ggml.scores");
+    const int pad = toks && toks->type == GGUF_T_ARRAY && toks->arr_type == GGUF_T_STRING && toks->arr_n < hp->n_vocab;
+    const int pad_type = pad && ttype && ttype->type == GGUF_T_ARRAY && ttype->arr_type == GGUF_T_I32 &&
+                         ttype->arr_n == toks->arr_n;
+    const int pad_score = pad && tscore && tscore->type == GGUF_T_ARRAY && tscore->arr_type == GGUF_T_F32 &&
+                          tscore->arr_n == toks->arr_n;
+    if (pad) {
+        const char *k3[3] = {"tokenizer.ggml.tokens", pad_type ? "tokenizer.ggml.token_type" : NULL,
+                             pad_score ? "tokenizer.ggml.scores" : NULL};
+        for (int i = 0; i < 3; i++)
+            if (k3[i]) {
+                skip[ns] = strdup(k3[i]);
+                if (!skip[ns]) { ds_errf(err, errlen, "out of memory"); goto out; }
+                ns++;
+            }
+    }
     if (gguf_copy_kv(w, g, (const char *const *)skip)) {
         ds_errf(err, errlen, "copying tokenizer from %s: %s", path, gguf_writer_error(w));
         goto out;
     }
+    if (pad && pad_tokenizer(w, toks, pad_type ? ttype : NULL, pad_score ? tscore : NULL, hp->n_vocab, err, errlen))
+        goto out;
+    if (pad)
+        logln(o, "tokenizer: %llu tokens padded to vocab_size %u with <|unused_pad_N|>",
+              (unsigned long long)toks->arr_n, hp->n_vocab);
     logln(o, "tokenizer: %zu tokenizer.* keys from %s", n_tok, path);
     rc = 0;
 out:

@@ -240,8 +240,21 @@ static void write_ckpt(const char *dir, const cJSON *cfg, const tset_t *S) {
 static int write_tokenizer(const char *path, uint32_t n_tok) {
     gguf_writer *w = gguf_writer_new();
     char **toks = malloc(n_tok * sizeof *toks);
-    for (uint32_t i = 0; i < n_tok; i++) { toks[i] = malloc(16); snprintf(toks[i], 16, "tok%u", i); }
+    int32_t *types = malloc(n_tok * sizeof *types);
+    float *scores = malloc(n_tok * sizeof *scores);
+    for (uint32_t i = 0; i < n_tok; i++) {
+        toks[i] = malloc(16);
+        snprintf(toks[i], 16, "tok%u", i);
+        types[i] = 1;
+        scores[i] = -(float)i;
+    }
     int r = 0;
+    /* per-token arrays of the list's length: padded with it when the
+     * model's vocabulary is longer */
+    r |= gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_T_I32, types, n_tok);
+    r |= gguf_set_arr(w, "tokenizer.ggml.scores", GGUF_T_F32, scores, n_tok);
+    free(types);
+    free(scores);
     r |= gguf_set_str(w, "general.architecture", "qwen3");
     r |= gguf_set_str(w, "general.name", "tokenizer-donor");
     r |= gguf_set_u32(w, "qwen3.block_count", 99);
@@ -436,7 +449,20 @@ static void test_qwen3(suite_t *su) {
             check_str(&tc, g, "tokenizer.ggml.model", "llama");
             check_u32(&tc, g, "tokenizer.ggml.bos_token_id", 1);
             const gguf_kv *tk = gguf_find_kv(g, "tokenizer.ggml.tokens");
-            EXPECT(&tc, tk && tk->arr_n == 120, "tokenizer.ggml.tokens copied");
+            /* 120 donor tokens, vocab_size 128: padded to one token per row
+             * (llama.cpp requires it), types and scores with them */
+            EXPECT(&tc, tk && tk->arr_n == 128, "tokenizer.ggml.tokens padded to vocab_size (%llu)",
+                   tk ? (unsigned long long)tk->arr_n : 0ull);
+            gguf_str t0 = {0}, t8 = {0};
+            EXPECT(&tc, tk && !gguf_arr_str(tk, 119, &t0) && t0.len == 6 && !memcmp(t0.ptr, "tok119", 6) &&
+                            !gguf_arr_str(tk, 127, &t8) && t8.len == 16 && !memcmp(t8.ptr, "<|unused_pad_7|>", 16),
+                   "padded tokens: the donor's, then <|unused_pad_N|>");
+            const gguf_kv *ty = gguf_find_kv(g, "tokenizer.ggml.token_type");
+            const gguf_kv *sc = gguf_find_kv(g, "tokenizer.ggml.scores");
+            int32_t ty0 = 0, ty8 = 0;
+            if (ty && ty->arr_n == 128) { memcpy(&ty0, ty->arr_data + 119 * 4, 4); memcpy(&ty8, ty->arr_data + 127 * 4, 4); }
+            EXPECT(&tc, ty && ty->arr_n == 128 && ty0 == 1 && ty8 == 5, "token_type padded with UNUSED (5)");
+            EXPECT(&tc, sc && sc->arr_n == 128, "scores padded");
             uint32_t bc = 0;
             gguf_get_u32(g, "qwen3.block_count", &bc);
             EXPECT(&tc, bc == 2, "donor's qwen3.block_count must not be copied (got %u)", bc);
