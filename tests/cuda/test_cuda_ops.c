@@ -842,17 +842,26 @@ static void test_qk_prologue(T *t, int hd, int norm, int n_head, ds_rope_mode mo
     free(q); free(k); free(v); free(qw); free(kw); free(zero); free(a); free(b);
 }
 
-static void test_swiglu_matmul(T *t, int64_t K) {
-    const int MM = 16;
-    const int64_t N = 200;
+/* A random N x K Q8_0 weight on the device (*host: its file bytes, freed by
+ * the caller after release_weight). */
+static ds_weight q8_weight(T *t, int64_t N, int64_t K, void **host) {
     int ok8;
     const uint64_t rb = ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok8);
     float *wf = rnd(t, (size_t)(N * K), 1.0f);
-    void *wd = malloc((size_t)(rb * N));
-    ds_f32_to_type(DS_TYPE_Q8_0, wf, N * K, wd);
-    ds_weight wg = {.type = DS_TYPE_Q8_0, .n_in = K, .n_out = N, .data = wd};
+    *host = malloc((size_t)(rb * N));
+    ds_f32_to_type(DS_TYPE_Q8_0, wf, N * K, *host);
+    free(wf);
+    ds_weight wg = {.type = DS_TYPE_Q8_0, .n_in = K, .n_out = N, .data = *host};
     char err[DS_ERRLEN];
     CHECK(t->i->prepare_weight(t->be, &wg, DS_USE_MATMUL, err, sizeof err) == 0, "prepare_weight: %s", err);
+    return wg;
+}
+
+static void test_swiglu_matmul(T *t, int64_t K) {
+    const int MM = 16;
+    const int64_t N = 200;
+    void *wd = NULL;
+    ds_weight wg = q8_weight(t, N, K, &wd);
     float *g = rnd(t, (size_t)(MM * K), 3.0f), *u = rnd(t, (size_t)(MM * K), 2.0f);
     float *dg = dput(t, g, (size_t)MM * K * 4), *du = dput(t, u, (size_t)MM * K * 4);
     float *dh[2] = {dmem(t, (size_t)MM * K * 4), dmem(t, (size_t)MM * K * 4)};
@@ -881,20 +890,14 @@ static void test_swiglu_matmul(T *t, int64_t K) {
     sync_ok(t, "swiglu_matmul");
     t->i->release_weight(t->be, &wg);
     dfree(t, dg); dfree(t, du); dfree(t, dh[0]); dfree(t, dh[1]); dfree(t, dy[0]); dfree(t, dy[1]);
-    free(wf); free(wd); free(g); free(u); free(a); free(b);
+    free(wd); free(g); free(u); free(a); free(b);
 }
 
 /* matmul_res == matmul (+ SwiGLU in front) + residual(canonical) + the norm */
 static void test_matmul_res(T *t, int64_t K, int64_t N, int with_up) {
     const int MM = 16;
-    int ok8;
-    const uint64_t rb = ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok8);
-    float *wf = rnd(t, (size_t)(N * K), 1.0f);
-    void *wd = malloc((size_t)(rb * N));
-    ds_f32_to_type(DS_TYPE_Q8_0, wf, N * K, wd);
-    ds_weight wg = {.type = DS_TYPE_Q8_0, .n_in = K, .n_out = N, .data = wd};
-    char err[DS_ERRLEN];
-    CHECK(t->i->prepare_weight(t->be, &wg, DS_USE_MATMUL, err, sizeof err) == 0, "prepare_weight: %s", err);
+    void *wd = NULL;
+    ds_weight wg = q8_weight(t, N, K, &wd);
     float *x = rnd(t, (size_t)(MM * K), 2.0f), *u = rnd(t, (size_t)(MM * K), 2.0f);
     float *r0 = rnd(t, (size_t)(MM * N), 3.0f), *nw = rnd(t, (size_t)N, 1.0f);
     float *dx = dput(t, x, (size_t)MM * K * 4), *du = dput(t, u, (size_t)MM * K * 4), *dnw = dput(t, nw, (size_t)N * 4);
@@ -939,7 +942,7 @@ static void test_matmul_res(T *t, int64_t K, int64_t N, int with_up) {
     t->i->release_weight(t->be, &wg);
     for (int j = 0; j < 2; j++) { dfree(t, dh[j]); dfree(t, dy[j]); dfree(t, dr[j]); dfree(t, dn[j]); }
     dfree(t, dx); dfree(t, du); dfree(t, dnw);
-    free(wf); free(wd); free(x); free(u); free(r0); free(nw); free(a); free(b);
+    free(wd); free(x); free(u); free(r0); free(nw); free(a); free(b);
 }
 
 int main(int argc, char **argv) {

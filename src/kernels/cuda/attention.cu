@@ -49,6 +49,47 @@
 /* ==========================================================================
  * CANONICAL (= decode)
  * ========================================================================== */
+/* The scores of keys jj + 2u + half (u < ATT_KB) of the chunk at c0 (cl
+ * keys): a half-warp per key, lane l16 = the 16-lane dot's lane, the
+ * ATT_KB keys' loads in flight together (one memory latency per batch, not
+ * per key; each key's own sum is the CPU's: lane chains over head_dim in
+ * order, the head_dim % 16 tail in its lanes, tree 8-4-2-1), times scale,
+ * into p[j]. All 32 lanes call it (the shuffles): keys past the chunk
+ * compute a duplicate of its last key and are not stored. */
+__device__ __forceinline__ void att_scores(const float *__restrict__ kb, int64_t st, int c0, int cl, int jj,
+                                           int half, int l16, int hd, const float *qs, float scale, float *p) {
+    const float *kr[ATT_KB];
+    float a[ATT_KB];
+#pragma unroll
+    for (int u = 0; u < ATT_KB; u++) {
+        const int j = jj + 2 * u + half;
+        kr[u] = kb + (int64_t)(c0 + (j < cl ? j : cl - 1)) * st;
+        a[u] = 0.0f;
+    }
+    int i = 0;
+#pragma unroll 4
+    for (; i + 16 <= hd; i += 16) {
+        const float qx = qs[i + l16];
+        float kx[ATT_KB];
+#pragma unroll
+        for (int u = 0; u < ATT_KB; u++) kx[u] = __ldg(kr[u] + i + l16);
+#pragma unroll
+        for (int u = 0; u < ATT_KB; u++) a[u] = __fadd_rn(a[u], __fmul_rn(qx, kx[u]));
+    }
+    if (i + l16 < hd) {
+        const float qx = qs[i + l16];
+#pragma unroll
+        for (int u = 0; u < ATT_KB; u++) a[u] = __fadd_rn(a[u], __fmul_rn(qx, __ldg(kr[u] + i + l16)));
+    }
+#pragma unroll
+    for (int u = 0; u < ATT_KB; u++) {
+#pragma unroll
+        for (int s = 8; s >= 1; s /= 2) a[u] = __fadd_rn(a[u], __shfl_down_sync(0xffffffffu, a[u], s, 16));
+        const int j = jj + 2 * u + half;
+        if (j < cl && l16 == 0) p[j] = __fmul_rn(a[u], scale);
+    }
+}
+
 __global__ void __launch_bounds__(32 * ATT_WARPS)
 att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
               const int *__restrict__ pos, int causal, const float *__restrict__ q,
@@ -87,36 +128,7 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
         for (int c = 0; c < nch; c++) {
             const int c0 = c * ATT_CHUNK, cl = min(ATT_CHUNK, L - c0);
             for (int jj = warp * 2 * ATT_KB; jj < cl; jj += ATT_WARPS * 2 * ATT_KB) {
-                const float *kr[ATT_KB];
-                float a[ATT_KB];
-#pragma unroll
-                for (int u = 0; u < ATT_KB; u++) {
-                    const int j = jj + 2 * u + half;
-                    kr[u] = kb + (int64_t)(c0 + (j < cl ? j : cl - 1)) * st;
-                    a[u] = 0.0f;
-                }
-                int i = 0;
-#pragma unroll 4
-                for (; i + 16 <= hd; i += 16) {
-                    const float qx = qs[i + l16];
-                    float kx[ATT_KB];
-#pragma unroll
-                    for (int u = 0; u < ATT_KB; u++) kx[u] = __ldg(kr[u] + i + l16);
-#pragma unroll
-                    for (int u = 0; u < ATT_KB; u++) a[u] = __fadd_rn(a[u], __fmul_rn(qx, kx[u]));
-                }
-                if (i + l16 < hd) {
-                    const float qx = qs[i + l16];
-#pragma unroll
-                    for (int u = 0; u < ATT_KB; u++) a[u] = __fadd_rn(a[u], __fmul_rn(qx, __ldg(kr[u] + i + l16)));
-                }
-#pragma unroll
-                for (int u = 0; u < ATT_KB; u++) {
-#pragma unroll
-                    for (int s = 8; s >= 1; s /= 2) a[u] = __fadd_rn(a[u], __shfl_down_sync(0xffffffffu, a[u], s, 16));
-                    const int j = jj + 2 * u + half;
-                    if (j < cl && l16 == 0) ps[0][j] = __fmul_rn(a[u], scale);
-                }
+                att_scores(kb, st, c0, cl, jj, half, l16, hd, qs, scale, ps[0]);
             }
             __syncthreads();
             if (warp == 0) {
@@ -167,45 +179,10 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
         const int c = base + warp;
         if (c < nch) {
             const int c0 = c * ATT_CHUNK, cl = min(ATT_CHUNK, L - c0);
-            /* scores: a half-warp per key, lane l16 = the 16-lane dot's lane,
-             * ATT_KB keys per half-warp at once so that their loads are in
-             * flight together (one memory latency per batch, not per key;
-             * each key's own sum is unchanged). The loop bound is the same
-             * for the whole warp (the shuffles need all 32 lanes): keys past
-             * the chunk compute a duplicate of its last key and are not
-             * stored. */
-            for (int jj = 0; jj < cl; jj += 2 * ATT_KB) {
-                const float *kr[ATT_KB];
-                float a[ATT_KB];
-#pragma unroll
-                for (int u = 0; u < ATT_KB; u++) {
-                    const int j = jj + 2 * u + half;
-                    kr[u] = kb + (int64_t)(c0 + (j < cl ? j : cl - 1)) * st;
-                    a[u] = 0.0f;
-                }
-                int i = 0;
-#pragma unroll 4
-                for (; i + 16 <= hd; i += 16) {
-                    const float qx = qs[i + l16];
-                    float kx[ATT_KB];
-#pragma unroll
-                    for (int u = 0; u < ATT_KB; u++) kx[u] = __ldg(kr[u] + i + l16);
-#pragma unroll
-                    for (int u = 0; u < ATT_KB; u++) a[u] = __fadd_rn(a[u], __fmul_rn(qx, kx[u]));
-                }
-                if (i + l16 < hd) {
-                    const float qx = qs[i + l16];
-#pragma unroll
-                    for (int u = 0; u < ATT_KB; u++) a[u] = __fadd_rn(a[u], __fmul_rn(qx, __ldg(kr[u] + i + l16)));
-                }
-#pragma unroll
-                for (int u = 0; u < ATT_KB; u++) {
-#pragma unroll
-                    for (int s = 8; s >= 1; s /= 2) a[u] = __fadd_rn(a[u], __shfl_down_sync(0xffffffffu, a[u], s, 16));
-                    const int j = jj + 2 * u + half;
-                    if (j < cl && l16 == 0) ps[warp][j] = __fmul_rn(a[u], scale);
-                }
-            }
+            /* scores: this warp alone over its chunk (the loop bound is the
+             * same for the whole warp: att_scores needs all 32 lanes) */
+            for (int jj = 0; jj < cl; jj += 2 * ATT_KB)
+                att_scores(kb, st, c0, cl, jj, half, l16, hd, qs, scale, ps[warp]);
             __syncwarp();
             /* chunk max (NaN never wins; the value is order-free) */
             float mx = -INFINITY;

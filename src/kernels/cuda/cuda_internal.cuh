@@ -193,6 +193,21 @@ __device__ __forceinline__ float dsc_swiglu_canonical(float g, float u) {
     return __fmul_rn(silu, u);
 }
 
+/* The exact int32 dot of two 32-byte int8 blocks (two 16-byte words each):
+ * integers, so the order of the dp4a steps cannot matter. */
+__device__ __forceinline__ int dsc_dot_q8(uint4 w0, uint4 w1, uint4 x0, uint4 x1) {
+    int D = 0;
+    D = __dp4a((int)w0.x, (int)x0.x, D);
+    D = __dp4a((int)w0.y, (int)x0.y, D);
+    D = __dp4a((int)w0.z, (int)x0.z, D);
+    D = __dp4a((int)w0.w, (int)x0.w, D);
+    D = __dp4a((int)w1.x, (int)x1.x, D);
+    D = __dp4a((int)w1.y, (int)x1.y, D);
+    D = __dp4a((int)w1.z, (int)x1.z, D);
+    D = __dp4a((int)w1.w, (int)x1.w, D);
+    return D;
+}
+
 /* Element k of row id of a lookup table (embed): exact conversions; Q8_0 is
  * d * q, one rounding-free product. */
 __device__ __forceinline__ float dsc_embed_elem(uint32_t type, const void *data, const float *scale,

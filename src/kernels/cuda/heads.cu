@@ -314,17 +314,7 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
                 float acc = 0.0f;
                 const uint4 *wr = (const uint4 *)(a.w2 + (int64_t)n * a.r);
                 for (int b = 0; b < nbr; b++) {
-                    const uint4 w0 = __ldg(wr + 2 * b), w1 = __ldg(wr + 2 * b + 1);
-                    const uint4 x0 = xq[2 * b], x1 = xq[2 * b + 1];
-                    int D = 0;
-                    D = __dp4a((int)w0.x, (int)x0.x, D);
-                    D = __dp4a((int)w0.y, (int)x0.y, D);
-                    D = __dp4a((int)w0.z, (int)x0.z, D);
-                    D = __dp4a((int)w0.w, (int)x0.w, D);
-                    D = __dp4a((int)w1.x, (int)x1.x, D);
-                    D = __dp4a((int)w1.y, (int)x1.y, D);
-                    D = __dp4a((int)w1.z, (int)x1.z, D);
-                    D = __dp4a((int)w1.w, (int)x1.w, D);
+                    const int D = dsc_dot_q8(__ldg(wr + 2 * b), __ldg(wr + 2 * b + 1), xq[2 * b], xq[2 * b + 1]);
                     acc = __fmaf_rn((float)D, __fmul_rn(__ldg(a.w2_scale + (int64_t)n * nbr + b), xs[b]), acc);
                 }
                 zv = __fadd_rn(zv, acc);
@@ -349,17 +339,7 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
             __syncthreads();
             for (int b = t; b < nbc; b += CH_THREADS) {
                 const uint4 *wp = (const uint4 *)(a.cw + (int64_t)b * 32);
-                const uint4 w0 = __ldg(wp), w1 = __ldg(wp + 1), x0 = xq[2 * b], x1 = xq[2 * b + 1];
-                int D = 0;
-                D = __dp4a((int)w0.x, (int)x0.x, D);
-                D = __dp4a((int)w0.y, (int)x0.y, D);
-                D = __dp4a((int)w0.z, (int)x0.z, D);
-                D = __dp4a((int)w0.w, (int)x0.w, D);
-                D = __dp4a((int)w1.x, (int)x1.x, D);
-                D = __dp4a((int)w1.y, (int)x1.y, D);
-                D = __dp4a((int)w1.z, (int)x1.z, D);
-                D = __dp4a((int)w1.w, (int)x1.w, D);
-                dots[b] = D;
+                dots[b] = dsc_dot_q8(__ldg(wp), __ldg(wp + 1), xq[2 * b], xq[2 * b + 1]);
             }
         }
         __syncthreads();

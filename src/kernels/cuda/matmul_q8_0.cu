@@ -239,15 +239,7 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
                 }
 #pragma unroll
                 for (int r = 0; r < Q8V_R; r++) {
-                    int D = 0;
-                    D = __dp4a((int)wv[r][0].x, (int)x0.x, D);
-                    D = __dp4a((int)wv[r][0].y, (int)x0.y, D);
-                    D = __dp4a((int)wv[r][0].z, (int)x0.z, D);
-                    D = __dp4a((int)wv[r][0].w, (int)x0.w, D);
-                    D = __dp4a((int)wv[r][1].x, (int)x1.x, D);
-                    D = __dp4a((int)wv[r][1].y, (int)x1.y, D);
-                    D = __dp4a((int)wv[r][1].z, (int)x1.z, D);
-                    D = __dp4a((int)wv[r][1].w, (int)x1.w, D);
+                    const int D = dsc_dot_q8(wv[r][0], wv[r][1], x0, x1);
                     Ds[((wr * Q8V_R + r) * MT + m) * LD + col] = D;
                 }
                 if (!FQ && wr == 0) Xs[m * LD + col] = __ldg(xd + (int64_t)mrow * nb + b);

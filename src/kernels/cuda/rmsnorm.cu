@@ -62,27 +62,9 @@ __global__ void rms_canonical_block(int n, float *x, const float *__restrict__ a
         for (int i = threadIdx.x; i < n; i += blockDim.x) rms_row[i] = xr[i];
     }
     __syncthreads();
-    if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        float a = 0.0f;
-        if (lane < 16) {
-            int i = 0;
-#pragma unroll 8
-            for (; i + 16 <= n; i += 16) {
-                const float v = rms_row[i + lane];
-                a = __fadd_rn(a, __fmul_rn(v, v));
-            }
-            if (i + lane < n) {
-                const float v = rms_row[i + lane];
-                a = __fadd_rn(a, __fmul_rn(v, v));
-            }
-        }
-#pragma unroll
-        for (int s = 8; s >= 1; s /= 2) a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s, 16));
-        if (lane == 0) {
-            const float mean = __fdiv_rn(a, (float)n);
-            rms_sc = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-        }
+    if (threadIdx.x < 32) {                      /* the chains, from shared memory */
+        const float sc = dsc_rms_scale_canonical(rms_row, n, eps, threadIdx.x);
+        if (threadIdx.x == 0) rms_sc = sc;
     }
     __syncthreads();
     const float scale = rms_sc;

@@ -76,6 +76,18 @@ const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim) {
 }
 
 /* ---- kernels: one thread per (row, head, pair) ----------------------------------------- */
+/* cos and sin of pair i at position p: the host table, or past it the
+ * device's sincosf of the same float angle */
+__device__ __forceinline__ void rope_cs(int p, int i, int half, const float *__restrict__ cs,
+                                        const float *__restrict__ inv, float *c, float *s) {
+    if (p >= 0 && p < DSC_ROPE_POS) {
+        *c = cs[(int64_t)p * half + i];
+        *s = cs[(int64_t)DSC_ROPE_POS * half + (int64_t)p * half + i];
+    } else {
+        sincosf(__fmul_rn((float)p, inv[i]), s, c);
+    }
+}
+
 __device__ __forceinline__ void rope_pair(float *xh, int i, int half, int neox, float c, float s) {
     float *a = neox ? xh + i : xh + 2 * i;
     float *b = neox ? xh + half + i : xh + 2 * i + 1;
@@ -92,14 +104,8 @@ __global__ void rope_canonical(int64_t total, int n_heads, int hd, const int *__
     const int half = hd / 2;
     const int i = (int)(t % half);
     const int64_t rh = t / half;                  /* row * n_heads + head */
-    const int p = pos[rh / n_heads];
     float c, s;
-    if (p >= 0 && p < DSC_ROPE_POS) {
-        c = cs[(int64_t)p * half + i];
-        s = cs[(int64_t)DSC_ROPE_POS * half + (int64_t)p * half + i];
-    } else {
-        sincosf(__fmul_rn((float)p, inv[i]), &s, &c);
-    }
+    rope_cs(pos[rh / n_heads], i, half, cs, inv, &c, &s);
     rope_pair(x + rh * hd, i, half, neox, c, s);
 }
 
@@ -178,12 +184,7 @@ qk_norm_rope_kv_k(int M, int H, int Hkv, int hd, const int *__restrict__ pos, in
             x1 = __fmul_rn(__fmul_rn(x1, scale), w[ib]);
         }
         float c, s;
-        if (p >= 0 && p < DSC_ROPE_POS) {
-            c = cs[(int64_t)p * half + i];
-            s = cs[(int64_t)DSC_ROPE_POS * half + (int64_t)p * half + i];
-        } else {
-            sincosf(__fmul_rn((float)p, inv[i]), &s, &c);
-        }
+        rope_cs(p, i, half, cs, inv, &c, &s);
         const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
         const float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
         x[ia] = y0;
