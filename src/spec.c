@@ -325,6 +325,12 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         return -1;
     }
     const int has_conf = ds_drafter_has_confidence(d);
+    /* the confidence head runs only when something reads it (pmin / table
+     * scheduling, an override hook, the per-round report): with none of
+     * those it would be a head per slot for nothing; the tokens never
+     * depend on it */
+    const int use_conf = has_conf && ((o->sched != DS_SCHED_NONE && o->sched != DS_SCHED_AUTO) ||
+                                      o->draft_override || o->on_round);
     if (o->sched != DS_SCHED_NONE && o->sched != DS_SCHED_AUTO && !has_conf) {
         ds_errf(err, errlen, "spec: scheduler '%s' needs a drafter with a confidence head", ds_sched_name(o->sched));
         return -1;
@@ -386,11 +392,11 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         double ta = now_s();
         if (draft) {
             ds_draft_opts dop = { samp, draft_max };
-            if (ds_draft(dx, anchor, p, &dop, ids, has_conf ? conf : NULL, NULL, err, errlen)) goto done;
+            if (ds_draft(dx, anchor, p, &dop, ids, use_conf ? conf : NULL, NULL, err, errlen)) goto done;
             n_draft = draft_max;
-            if (o->draft_override) o->draft_override(o->override_user, p, anchor, n_draft, ids, has_conf ? conf : NULL);
+            if (o->draft_override) o->draft_override(o->override_user, p, anchor, n_draft, ids, use_conf ? conf : NULL);
             ell = o->sched == DS_SCHED_AUTO ? want
-                : ds_spec_choose_len(o->sched, has_conf ? conf : NULL, draft_max, o->p_min, o->sps_sec, o->n_sps);
+                : ds_spec_choose_len(o->sched, use_conf ? conf : NULL, draft_max, o->p_min, o->sps_sec, o->n_sps);
             if (ell > cap) ell = cap;
         }
         double tb = now_s();
@@ -442,7 +448,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         if (!n_draft) st->plain_rounds += cap > 0;
 
         if (o->on_round) {
-            ds_spec_round r = { st->rounds, p, anchor, n_draft, ids, has_conf && n_draft ? conf : NULL, ell, a, bonus };
+            ds_spec_round r = { st->rounds, p, anchor, n_draft, ids, use_conf && n_draft ? conf : NULL, ell, a, bonus };
             o->on_round(o->round_user, &r);
         }
         /* stats */
