@@ -205,11 +205,12 @@ $(DRAFTER): $(DRAFTER_F16) $(BUILD)/dspark
 # stderr), then the same prompt decoded plainly, and a byte comparison.
 PROMPT ?= It is a truth universally acknowledged, that
 N ?= 128
+DEVICE ?= cpu
 run: all $(TARGET_Q8) $(DRAFTER)
-	@echo "== speculative (canonical kernels, direct commit) =="
-	@$(BUILD)/dspark generate -m $(TARGET_Q8) -md $(DRAFTER) -p "$(PROMPT)" -n $(N) -t 2 | tee $(BUILD)/run-spec.txt
-	@echo "== plain greedy decoding =="
-	@$(BUILD)/dspark generate -m $(TARGET_Q8) -p "$(PROMPT)" -n $(N) -t 2 | tee $(BUILD)/run-plain.txt
+	@echo "== speculative (canonical kernels, direct commit, device $(DEVICE)) =="
+	@$(BUILD)/dspark generate -m $(TARGET_Q8) -md $(DRAFTER) -p "$(PROMPT)" -n $(N) -t 2 --device $(DEVICE) | tee $(BUILD)/run-spec.txt
+	@echo "== plain greedy decoding (device $(DEVICE)) =="
+	@$(BUILD)/dspark generate -m $(TARGET_Q8) -p "$(PROMPT)" -n $(N) -t 2 --device $(DEVICE) | tee $(BUILD)/run-plain.txt
 	@cmp -s $(BUILD)/run-spec.txt $(BUILD)/run-plain.txt && echo "identical bytes: yes" || { echo "identical bytes: NO"; exit 1; }
 
 test: all $(TARGET_Q8)
