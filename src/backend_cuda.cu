@@ -409,7 +409,7 @@ static unsigned dsc_parse_off(const char *v) {
     static const struct { const char *name; unsigned bit; } names[] = {
         {"swiglu", DSC_OFF_SWIGLU}, {"fq", DSC_OFF_FQ}, {"pinned", DSC_OFF_PINNED},
         {"chain", DSC_OFF_CHAIN}, {"prologue", DSC_OFF_PROLOGUE}, {"multi", DSC_OFF_MULTI},
-        {"epilogue", DSC_OFF_EPILOGUE},
+        {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE},
     };
     unsigned off = 0;
     for (const char *p = v; p && *p;) {
