@@ -44,7 +44,7 @@
 #define ATT_HD_MAX 256
 #define ATT_CHUNK DS_ATTN_CHUNK
 #define ATT_KB 4                /* keys per half-warp whose loads fly together */
-#define ATT_WIDE_MAX 2          /* up to this many chunks: all warps on one chunk at a time */
+#define ATT_WIDE_MAX 16         /* up to this many chunks: all warps on one chunk at a time */
 
 /* ==========================================================================
  * CANONICAL (= decode)
