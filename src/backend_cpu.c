@@ -12,6 +12,14 @@
 typedef struct {
     ds_exec  base;                /* first member: the engine sees ds_exec   */
     ds_pool *pool;
+    /* canonical RoPE's cos/sin per position (ds_rope_cached), made by
+     * reserve for n_pos positions of up to rope_hd_max; claimed by the first
+     * (freq_base, head_dim) that uses it, others compute directly */
+    float         *rope_tab;
+    unsigned char *rope_done;
+    int64_t        rope_npos;
+    int            rope_hd_max, rope_hd, rope_claimed;
+    float          rope_base;
 } cpu_exec;
 
 static ds_pool *pool_of(ds_exec *ex) { return ((cpu_exec *)ex)->pool; }
@@ -45,6 +53,8 @@ static ds_exec *cpu_exec_new(ds_backend *be, int n_threads, char *err, size_t er
 static void cpu_exec_free(ds_exec *ex) {
     if (!ex) return;
     ds_pool_free(pool_of(ex));
+    free(((cpu_exec *)ex)->rope_tab);
+    free(((cpu_exec *)ex)->rope_done);
     free(ex);
 }
 
@@ -118,7 +128,20 @@ static void cpu_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float 
 }
 static void cpu_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
                      float freq_base, ds_rope_mode mode, float *x) {
-    ds_rope(v, rows, n_heads, head_dim, pos, freq_base, mode, x, pool_of(ex));
+    cpu_exec *c = (cpu_exec *)ex;
+    if (v != DS_FAST && c->rope_tab && head_dim <= c->rope_hd_max) {
+        if (!c->rope_claimed) {
+            c->rope_claimed = 1;
+            c->rope_hd = head_dim;
+            c->rope_base = freq_base;
+        }
+        if (c->rope_hd == head_dim && !memcmp(&c->rope_base, &freq_base, sizeof freq_base)) {
+            ds_rope_cached(rows, n_heads, head_dim, pos, freq_base, mode, x, c->rope_tab, c->rope_done,
+                           c->rope_npos, c->pool);
+            return;
+        }
+    }
+    ds_rope(v, rows, n_heads, head_dim, pos, freq_base, mode, x, c->pool);
 }
 static void cpu_swiglu(ds_exec *ex, ds_variant v, int rows, int n, const float *gate, const float *up,
                        float *out) {
@@ -170,6 +193,27 @@ static int cpu_reserve(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_
         ds_errf(err, errlen, "cpu: out of memory reserving kernel scratch (%zu bytes per thread, %zu shared)",
                 thr, shared);
         return -1;
+    }
+    /* the RoPE table: grow-only like the scratch (a larger reservation
+     * starts it again; filled rows are only a cache) */
+    cpu_exec *c = (cpu_exec *)ex;
+    if (hd_max >= 2 && n_pos > 0 && n_pos <= (1 << 24) && (n_pos > c->rope_npos || hd_max > c->rope_hd_max)) {
+        const int64_t np = n_pos > c->rope_npos ? n_pos : c->rope_npos;
+        const int hm = hd_max > c->rope_hd_max ? hd_max : c->rope_hd_max;
+        float *tab = malloc((size_t)np * (size_t)hm * sizeof *tab);
+        unsigned char *done = calloc((size_t)np, 1);
+        if (!tab || !done) {
+            free(tab);
+            free(done);
+            return 0;                               /* optional: RoPE computes directly */
+        }
+        free(c->rope_tab);
+        free(c->rope_done);
+        c->rope_tab = tab;
+        c->rope_done = done;
+        c->rope_npos = np;
+        c->rope_hd_max = hm;
+        c->rope_claimed = 0;
     }
     return 0;
 }

@@ -150,6 +150,14 @@ void ds_rmsnorm(ds_variant v, int rows, int n, const float *x, const float *w, f
 typedef enum { DS_ROPE_NORMAL = 0, DS_ROPE_NEOX = 2 } ds_rope_mode;
 void ds_rope(ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
              float freq_base, ds_rope_mode mode, float *x, ds_pool *pool);
+/* Canonical RoPE with the per-position cos/sin cached: tab holds n_pos rows
+ * of head_dim/2 cos then head_dim/2 sin, done[p] != 0 once row p is filled
+ * (by the same expressions decode evaluates, on first use of position p;
+ * rows of one call must have distinct positions). Same bits as
+ * ds_rope(DS_CANONICAL, ...); positions outside [0, n_pos) are computed. */
+void ds_rope_cached(int rows, int n_heads, int head_dim, const int *pos, float freq_base,
+                    ds_rope_mode mode, float *x, float *tab, unsigned char *done, int64_t n_pos,
+                    ds_pool *pool);
 
 /* ---- SwiGLU: out = silu(gate) * up, elementwise over rows x n ------------ */
 void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up, float *out,

@@ -86,6 +86,50 @@ static void rope_canon_range(void *arg, int64_t r0, int64_t r1) {
         rope_row(a->n_heads, a->head_dim, a->pos[r], a->freq_base, a->mode, a->x + r * row);
 }
 
+/* The same rows with the angles' cos/sin cached per position (a decode
+ * step evaluates head_dim/2 powf + cosf + sinf per row and layer; the values
+ * are a pure function of (freq_base, head_dim, pos), so the cache holds
+ * exactly what rope_row would compute). */
+typedef struct {
+    rope_args a;
+    float *tab;
+    unsigned char *done;
+    int64_t n_pos;
+} rope_cached_args;
+
+static void rope_cached_range(void *arg, int64_t r0, int64_t r1) {
+    const rope_cached_args *c = arg;
+    const rope_args *a = &c->a;
+    const int hd = a->head_dim, half = hd / 2;
+    const int64_t row = (int64_t)a->n_heads * hd;
+    for (int64_t r = r0; r < r1; r++) {
+        const int p = a->pos[r];
+        if (p < 0 || p >= c->n_pos || half > ROPE_BLOCK) {
+            rope_row(a->n_heads, hd, p, a->freq_base, a->mode, a->x + r * row);
+            continue;
+        }
+        float *cs = c->tab + (int64_t)p * hd;
+        if (!c->done[p]) {
+            for (int k = 0; k < half; k++) {
+                float theta = (float)p * rope_inv_freq(a->freq_base, k, hd);
+                cs[k] = cosf(theta);
+                cs[half + k] = sinf(theta);
+            }
+            c->done[p] = 1;
+        }
+        rope_apply(a->n_heads, hd, a->mode, 0, half, cs, cs + half, a->x + r * row);
+    }
+}
+
+void ds_rope_cached(int rows, int n_heads, int head_dim, const int *pos, float freq_base,
+                    ds_rope_mode mode, float *x, float *tab, unsigned char *done, int64_t n_pos,
+                    ds_pool *pool) {
+    if (rows <= 0 || n_heads <= 0 || head_dim < 2) return;
+    rope_cached_args c = { { n_heads, head_dim, pos, freq_base, mode, x }, tab, done, n_pos };
+    int64_t grain = ds_grain((int64_t)n_heads * head_dim, 8192);
+    ds_pool_for(pool, rows, grain, rope_cached_range, &c);
+}
+
 /* ========================================================================
  * FAST — ggml's angle recurrence (one powf per row)
  * ======================================================================== */
