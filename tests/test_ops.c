@@ -10,6 +10,7 @@
  * Prints PASS/FAIL lines; exits non-zero on any failure. */
 #include "kernels/kernels.h"
 #include "kernels/cpu/ops_internal.h"   /* ds_exp_fast, the fast variants' exp */
+#include "kernels/dsmath.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -412,6 +413,31 @@ static void test_swiglu_extremes(void) {
     result(!bad, "swiglu_extremes", "%d extreme inputs wrong", bad);
 }
 
+/* canonical SwiGLU == its scalar definition with ds_expf, bit for bit, on
+ * every element — whatever SIMD level runs it (cli_simd.sh runs this file
+ * under each DSPARK_SIMD): random values, the exp's range edges, specials,
+ * and a length that leaves a tail past the 16-lane blocks */
+static void test_swiglu_exact(void) {
+    const float edge[] = { -200.0f, -104.0f, -103.97f, -89.0f, -88.73f, -88.7f, -20.0f, -1e-30f, -0.0f, 0.0f,
+                           1e-30f, 1e-45f, 20.0f, 88.7f, 88.73f, 89.0f, 104.0f, 200.0f, 1e30f, -1e30f,
+                           INFINITY, -INFINITY, NAN, -NAN };
+    const int ne = (int)(sizeof edge / sizeof edge[0]), n = 1000 + 7;
+    float *g = rand_buf((size_t)n, 30.0f), *u = rand_buf((size_t)n, 2.0f), *y = xalloc((size_t)n);
+    for (int i = 0; i < ne; i++) { g[37 * i] = edge[i]; u[37 * i + 1] = edge[i]; }
+    ds_swiglu(DS_CANONICAL, 1, n, g, u, y, NULL);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const float x = g[i];
+        const float want = (x / (1.0f + ds_expf(-x))) * u[i];
+        if (memcmp(&want, &y[i], 4)) {
+            if (bad < 5) printf("  swiglu exact: g=%g u=%g got %a want %a\n", x, u[i], y[i], want);
+            bad++;
+        }
+    }
+    result(!bad, "swiglu_canonical_eq_scalar_definition", "%d of %d elements differ", bad, n);
+    free(g); free(u); free(y);
+}
+
 static void test_residual(int n) {
     char name[128];
     const float eps = 1e-6f;
@@ -548,6 +574,7 @@ int main(void) {
     test_swiglu(100);
     test_swiglu(4096 + 37);
     test_swiglu_extremes();
+    test_swiglu_exact();
     test_residual(100);
     test_residual(1024);
     test_argmax();
