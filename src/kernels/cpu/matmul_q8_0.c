@@ -241,6 +241,17 @@ q8c_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int
 
 Q8C_TGT_VNNI static void q8c_vnni_rows(const ds_mm_ctx *c, int64_t n0, int64_t n1);
 
+/* The VNNI tile of weight rows n .. n+nv-1: the pre-packed one (pk, from
+ * load time), else packed here into buf. */
+Q8C_TGT_VNNI static inline const unsigned char *q8c_tile(const ds_mm_ctx *c, const unsigned char *pk, size_t wrow,
+                                                         int64_t nb, int64_t n, int nv, unsigned char *buf) {
+    if (pk) return pk + (size_t)(n / 16) * Q8C_TILE(nb);
+    const void *wr[16];
+    ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
+    q8c_pack16(wr, nb, buf);
+    return buf;
+}
+
 Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
     const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
     const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
@@ -259,15 +270,7 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
     }
     for (int64_t n = n0; n < n1; n += 16) {
         const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
-        const unsigned char *tile;
-        if (pk) {
-            tile = pk + (size_t)(n / 16) * Q8C_TILE(nb);
-        } else {
-            const void *wr[16];
-            ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
-            q8c_pack16(wr, nb, buf);
-            tile = buf;
-        }
+        const unsigned char *tile = q8c_tile(c, pk, wrow, nb, n, nv, buf);
         const __mmask16 km = (__mmask16)((1u << nv) - 1u);
         /* With several rows a tile's compute is long enough to hide the next
          * tile's fetch from L3 / memory if it is asked for now (the hardware
@@ -576,15 +579,7 @@ Q8C_TGT_VNNI static int q8f_vnni(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
     const int M = c->M;
     for (int64_t n = n0; n < n1; n += 16) {
         const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
-        const unsigned char *tile;
-        if (pk) {
-            tile = pk + (size_t)(n / 16) * Q8C_TILE(nb);
-        } else {
-            const void *wr[16];
-            ds_tile_rows(c->W->data, wrow, n, nv, 16, wr);
-            q8c_pack16(wr, nb, c->tmp);
-            tile = c->tmp;
-        }
+        const unsigned char *tile = q8c_tile(c, pk, wrow, nb, n, nv, c->tmp);
         const __mmask16 km = (__mmask16)((1u << nv) - 1u);
         int m = 0;
         for (; m + 8 <= M; m += 8) q8f_rows16(tile, nb, c->xq, m, 8, c->y, N, n, km);
