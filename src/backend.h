@@ -240,6 +240,12 @@ typedef struct ds_backend_i {
      * separate calls), 0 when issued. The residual epilogue after o_proj
      * and after down_proj is two launches per layer. */
     int (*matmul_res)(ds_exec *ex, const ds_matmul_res *a);
+
+    /* ---- optional: forget one recorded launch sequence --------------------
+     * With graph_begin: drop what was recorded under key (after the stream
+     * has finished it), so that buffers it names may be freed and their
+     * addresses reused. A no-op for an unknown key. */
+    void (*graph_drop)(ds_exec *ex, uint64_t key);
 } ds_backend_i;
 
 struct ds_backend {

@@ -329,6 +329,18 @@ static int dsc_graph_end(ds_exec *ex, char *err, size_t errlen) {
     return 0;
 }
 
+static void dsc_graph_drop(ds_exec *ex, uint64_t key) {
+    for (int i = 0; i < ex->n_graphs; i++)
+        if (ex->gkey[i] == key) {
+            dsc_note(ex, cudaStreamSynchronize(ex->st), "graph drop");
+            cudaGraphExecDestroy(ex->gexec[i]);
+            ex->n_graphs--;
+            ex->gkey[i] = ex->gkey[ex->n_graphs];
+            ex->gexec[i] = ex->gexec[ex->n_graphs];
+            return;
+        }
+}
+
 /* ==========================================================================
  * the table
  * ========================================================================== */
@@ -400,6 +412,7 @@ static const ds_backend_i dsc_iface = {
     dsc_draft_chain,
     dsc_swiglu_matmul,
     dsc_matmul_res,
+    dsc_graph_drop,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving
@@ -409,7 +422,7 @@ static unsigned dsc_parse_off(const char *v) {
     static const struct { const char *name; unsigned bit; } names[] = {
         {"swiglu", DSC_OFF_SWIGLU}, {"fq", DSC_OFF_FQ}, {"pinned", DSC_OFF_PINNED},
         {"chain", DSC_OFF_CHAIN}, {"prologue", DSC_OFF_PROLOGUE}, {"multi", DSC_OFF_MULTI},
-        {"epilogue", DSC_OFF_EPILOGUE},
+        {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE},
     };
     unsigned off = 0;
     for (const char *p = v; p && *p;) {

@@ -63,6 +63,8 @@ static void dctx_slots(ds_dctx *x, float **slot[DCTX_NBUF]) {
 void ds_dctx_free(ds_dctx *x) {
     if (!x) return;
     ds_backend *be = x->d->be;
+    if (!x->own_ex)     /* a shared execution context outlives this one's recordings */
+        for (int i = 0; i < x->n_gkeys; i++) be->i->graph_drop(x->ex, x->gkeys[i]);
     float **slot[DCTX_NBUF];
     dctx_slots(x, slot);
     for (int i = 0; i < DCTX_NBUF; i++)
@@ -194,6 +196,19 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
     return x;
 }
 
+/* graph_begin for a key this context owns: tracked so that ds_dctx_free can
+ * drop it. A key that cannot be tracked is not recorded (0: run directly). */
+static int dctx_graph_begin(ds_dctx *x, uint64_t key, char *err, size_t errlen) {
+    const ds_backend_i *b = x->ex->be->i;
+    int known = 0;
+    for (int i = 0; i < x->n_gkeys && !known; i++) known = x->gkeys[i] == key;
+    if (!known) {
+        if (x->n_gkeys == DS_DCTX_MAX_GRAPHS || !b->graph_drop) return 0;
+        x->gkeys[x->n_gkeys++] = key;
+    }
+    return b->graph_begin(x->ex, key, err, errlen);
+}
+
 /* Positions p0..p0+M-1 onto the device. */
 static void set_positions(ds_dctx *x, int M, int p0) {
     for (int r = 0; r < M; r++) x->pos_host[r] = p0 + r;
@@ -244,7 +259,7 @@ static int dctx_append(ds_dctx *x, const float *taps, int on_device, int n, int 
             key ^= (uint64_t)(uintptr_t)x * 1099511628211ull;
             key ^= (uint64_t)(uintptr_t)src * 0x9e3779b97f4a7c15ull;
             key ^= (uint64_t)M;
-            if ((replayed = b->graph_begin(x->ex, key, err, errlen)) < 0) return -1;
+            if ((replayed = dctx_graph_begin(x, key, err, errlen)) < 0) return -1;
         }
         if (replayed) {
             if (b->graph_end(x->ex, err, errlen)) return -1;
@@ -517,7 +532,7 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
         key ^= (uint64_t)(uintptr_t)x * 1099511628211ull;
         key ^= ((uint64_t)n_keep << 8) | ((uint64_t)x->no_chain << 2) | ((uint64_t)(confidence != NULL) << 1) |
                (uint64_t)x->no_mask_cache;
-        if ((replayed = be->graph_begin(ex, key, err, errlen)) < 0) return -1;
+        if ((replayed = dctx_graph_begin(x, key, err, errlen)) < 0) return -1;
     }
     if (!replayed && draft_ops(x, n_keep, samp, p, confidence != NULL, err, errlen)) {
         if (rec) (void)be->graph_end(ex, NULL, 0);

@@ -63,11 +63,18 @@ struct ds_drafter {
 };
 
 #define DS_DRAFT_CHUNK 64           /* context rows per internal append chunk    */
+#define DS_DCTX_MAX_GRAPHS 32       /* recorded launch sequences a context tracks */
 
 struct ds_dctx {
     const ds_drafter *d;
     ds_exec *ex;                    /* the target context's (shared)             */
     int      own_ex;                /* 1: made by ds_dctx_new (none was given)   */
+    /* keys of the launch sequences this context recorded on a shared
+     * execution context: they name its device buffers, so they are dropped
+     * when the context goes (a later context at the same address must not
+     * replay them) */
+    uint64_t gkeys[DS_DCTX_MAX_GRAPHS];
+    int      n_gkeys;
     int   n_ctx;                    /* context rows capacity                     */
     int   cap;                      /* cache rows = n_ctx + gamma (block rows)   */
     int   len;                      /* context rows held                         */

@@ -277,8 +277,10 @@ static void test_matmul_kq_blocks(T *t, uint32_t type, int64_t N, int64_t K) {
 /* ==========================================================================
  * attention
  * ========================================================================== */
-static void test_attention(T *t, int hd) {
-    const int nh = 4, nkv = 2, cap = 200, MM = 16;
+/* long = 1: rows past 16 chunks (1024 positions), where the kernel gives each
+ * chunk its own warp instead of all warps one chunk at a time */
+static void test_attention(T *t, int hd, int long_ctx) {
+    const int nh = 4, nkv = 2, cap = long_ctx ? 1300 : 200, MM = 16;
     const int row = nkv * hd;
     ds_attn_shape s = {nh, nkv, hd, row, 1.0f / sqrtf((float)hd)};
     float *kc = rnd(t, (size_t)cap * row, 1.0f), *vc = rnd(t, (size_t)cap * row, 1.0f);
@@ -288,10 +290,13 @@ static void test_attention(T *t, int hd) {
     float *dq = dput(t, q, no * 4), *dout = dmem(t, no * 4);
     int *dpos = dmem(t, MM * sizeof(int));
     float *dec = malloc(no * 4), *ob = malloc(no * 4), *cpu = malloc(no * 4);
-    const int starts[] = {0, 5, 48, 49, 63, 64, 65, 112, 127, 128, 150, 184};
+    static const int short_starts[] = {0, 5, 48, 49, 63, 64, 65, 112, 127, 128, 150, 184};
+    static const int long_starts[] = {1000, 1009, 1023, 1024, 1025, 1100, 1216, 1284};
+    const int *starts = long_ctx ? long_starts : short_starts;
+    const size_t n_starts = long_ctx ? sizeof long_starts / sizeof *long_starts : sizeof short_starts / sizeof *short_starts;
     int rows_ok = 1, cpu_same = 1, cpu_near = 1, fast_diff = 0, nc_ok = 1;
     float worst = 0;
-    for (size_t si = 0; si < sizeof starts / sizeof *starts; si++) {
+    for (size_t si = 0; si < n_starts; si++) {
         const int p0 = starts[si];
         int pos[16];
         for (int m = 0; m < MM; m++) pos[m] = p0 + m;
@@ -325,7 +330,7 @@ static void test_attention(T *t, int hd) {
     CHECK(cpu_near, "attention hd=%d: CUDA far from CPU (max err %g)", hd, worst);
     CHECK(fast_diff, "attention hd=%d: fast gives the canonical bits (counter-test)", hd);
     CHECK(nc_ok, "attention hd=%d: non-causal differs from the CPU", hd);
-    printf("attention hd=%-3d  canonical==decode: %s  CUDA==CPU bits: %s (max err %.3g; CPU exp: %s)\n", hd,
+    printf("attention hd=%-3d%s canonical==decode: %s  CUDA==CPU bits: %s (max err %.3g; CPU exp: %s)\n", hd, long_ctx ? " L>1024" : "       ",
            rows_ok ? "yes" : "NO", cpu_same ? "yes" : "no", worst, t->cpu_dsexp ? "ds_expf" : "libm expf");
     sync_ok(t, "attention");
     dfree(t, dk); dfree(t, dv); dfree(t, dq); dfree(t, dout); dfree(t, dpos);
@@ -979,9 +984,11 @@ int main(int argc, char **argv) {
     test_matmul_type(&t, DS_TYPE_F16, 37, 4104);     /* K % 16 = 8: tail path */
     test_matmul_type(&t, DS_TYPE_BF16, 37, 2080);
     test_kq(&t);
-    test_attention(&t, 64);
-    test_attention(&t, 72);
-    test_attention(&t, 128);
+    test_attention(&t, 64, 0);
+    test_attention(&t, 72, 0);
+    test_attention(&t, 128, 0);
+    test_attention(&t, 64, 1);
+    test_attention(&t, 128, 1);
     test_graph(&t);
     test_rmsnorm(&t, 384);
     test_rmsnorm(&t, 100);

@@ -44,7 +44,7 @@
 #define ATT_HD_MAX 256
 #define ATT_CHUNK DS_ATTN_CHUNK
 #define ATT_KB 4                /* keys per half-warp whose loads fly together */
-#define ATT_WIDE_MAX 2          /* up to this many chunks: all warps on one chunk at a time */
+#define ATT_WIDE_MAX 16         /* up to this many chunks: all warps on one chunk at a time */
 
 /* ==========================================================================
  * CANONICAL (= decode)
@@ -93,7 +93,8 @@ __device__ __forceinline__ void att_scores(const float *__restrict__ kb, int64_t
 __global__ void __launch_bounds__(32 * ATT_WARPS)
 att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
               const int *__restrict__ pos, int causal, const float *__restrict__ q,
-              const float *__restrict__ kc, const float *__restrict__ vc, float *__restrict__ out) {
+              const float *__restrict__ kc, const float *__restrict__ vc, float *__restrict__ out,
+              int wide_max) {
     __shared__ float qs[ATT_HD_MAX];
     __shared__ float ps[ATT_WARPS][ATT_CHUNK];
     __shared__ float ca[ATT_WARPS][ATT_HD_MAX];
@@ -119,7 +120,7 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
     for (int r = 0; r < ATT_HD_MAX / (32 * ATT_WARPS); r++) acc[r] = 0.0f;
     const int half = lane / 16, l16 = lane & 15;
 
-    if (nch <= ATT_WIDE_MAX) {
+    if (nch <= wide_max) {
         /* Few chunks (decode at short contexts): one chunk at a
          * time with ALL warps on its keys, instead of a warp per chunk and
          * most warps idle — the same per-chunk quantities (each key's 16-lane
@@ -336,6 +337,7 @@ void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, con
     else
         att_canonical<<<grid, 32 * ATT_WARPS, 0, ex->st>>>(s->n_head, s->n_kv_head, s->head_dim,
                                                           s->kv_stride, s->scale, M, pos, causal,
-                                                          q, kc, vc, out);
+                                                          q, kc, vc, out,
+                                                          (dsc_be(ex)->off & DSC_OFF_WIDE) ? 0 : ATT_WIDE_MAX);
     DSC_LAUNCHED(ex, "attention");
 }

@@ -47,7 +47,7 @@ typedef struct {
 } dsc_backend;
 
 /* Launch-saving paths that can be switched off for an A/B measurement
- * (bench/cuda_ab.sh): DSPARK_CUDA_OFF=swiglu,fq,pinned,chain,prologue,multi
+ * (bench/cuda_ab.sh): DSPARK_CUDA_OFF=swiglu,fq,pinned,chain,prologue,multi,wide
  * switch paths off, DSPARK_CUDA_ON=epilogue switches the one that is off by
  * default on (it measured slower). Read once when the backend starts; every
  * path gives the same bits. */
@@ -59,6 +59,7 @@ enum {
     DSC_OFF_PROLOGUE = 1u << 4,  /* QK-norm + RoPE + KV write in one launch    */
     DSC_OFF_MULTI = 1u << 5,     /* q/k/v and gate/up in one launch            */
     DSC_OFF_EPILOGUE = 1u << 6,  /* residual + norm inside the matmul          */
+    DSC_OFF_WIDE = 1u << 7,      /* attention: all warps on one chunk (<= 2)   */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
