@@ -45,8 +45,13 @@
 
 template <int TYPE> struct mmd_traits;           /* TYPE: ds_type                     */
 template <> struct mmd_traits<DS_TYPE_F32>  { enum { ES = 4, LPT = 4 }; };
-template <> struct mmd_traits<DS_TYPE_F16>  { enum { ES = 2, LPT = 8 }; };
-template <> struct mmd_traits<DS_TYPE_BF16> { enum { ES = 2, LPT = 8 }; };
+/* F16 / BF16: one lane chain per thread (16 threads per output). Two
+ * threads per output (8 lanes each, 16-byte loads) left ~2 warps per SM at
+ * decode shapes and streamed 0.1-0.5 TB/s; 16 x N independent chains give
+ * the grid enough warps to cover the memory latency. EXPERIMENT (branch
+ * f16lanes): compile-checked only, not yet run on a GPU. */
+template <> struct mmd_traits<DS_TYPE_F16>  { enum { ES = 2, LPT = 1 }; };
+template <> struct mmd_traits<DS_TYPE_BF16> { enum { ES = 2, LPT = 1 }; };
 
 /* LPT weights of a row starting at element k, as f32 (exact). VEC: the row
  * is 16-byte aligned and the LPT elements are in range; else element-wise
@@ -147,7 +152,7 @@ mmd_canonical(const char *__restrict__ W, int64_t N, int64_t K, int M,
               const float *__restrict__ x, float *__restrict__ y) {
     constexpr int LPT = mmd_traits<TYPE>::LPT, TPN = 16 / LPT, NPB = MMD_THREADS / TPN;
     constexpr int ES = mmd_traits<TYPE>::ES;
-    constexpr int U = VEC ? (MT == 1 ? 16 : 8) : MMD_U;     /* 16-element steps per batch */
+    constexpr int U = VEC ? (MT == 1 ? 16 : 8) : (LPT == 1 ? 16 : MMD_U);   /* 16-element steps per batch */
     const int g = threadIdx.x % TPN;
     const int64_t n_raw = (int64_t)blockIdx.y * NPB + threadIdx.x / TPN;
     const int64_t n = n_raw < N ? n_raw : N - 1;          /* padding threads repeat a row */
@@ -233,11 +238,17 @@ static void mmd_launch_mt(ds_exec *ex, const dsc_weight *w, int M, const float *
     constexpr int TPN = 16 / mmd_traits<TYPE>::LPT, NPB = MMD_THREADS / TPN;
     const dim3 grid((unsigned)((M + MT - 1) / MT), dsc_blocks(w->n_out, NPB));
     /* 16-byte loads need 16-byte aligned rows and whole steps */
-    const bool vec = w->n_in % 16 == 0 && ((uintptr_t)x & 15) == 0;
-    if (vec)
-        mmd_canonical<TYPE, MT, true><<<grid, MMD_THREADS, 0, ex->st>>>(
-            (const char *)w->data, w->n_out, w->n_in, M, x, y);
-    else
+    constexpr bool can_vec = mmd_traits<TYPE>::LPT * mmd_traits<TYPE>::ES == 16;   /* 16-byte words */
+    const bool vec = can_vec && w->n_in % 16 == 0 && ((uintptr_t)x & 15) == 0;
+    if constexpr (can_vec) {
+        if (vec) {
+            mmd_canonical<TYPE, MT, true><<<grid, MMD_THREADS, 0, ex->st>>>(
+                (const char *)w->data, w->n_out, w->n_in, M, x, y);
+            DSC_LAUNCHED(ex, "matmul canonical");
+            return;
+        }
+    }
+    if (!vec)
         mmd_canonical<TYPE, MT, false><<<grid, MMD_THREADS, 0, ex->st>>>(
             (const char *)w->data, w->n_out, w->n_in, M, x, y);
     DSC_LAUNCHED(ex, "matmul canonical");
