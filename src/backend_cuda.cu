@@ -33,6 +33,7 @@
  * errors and scratch
  * ========================================================================== */
 void dsc_note(ds_exec *ex, cudaError_t e, const char *what) {
+    ex->n_ops++;                      /* called after every launch and copy: dsc_q8x */
     if (e == cudaSuccess || ex->err) return;
     ex->err = 1;
     snprintf(ex->errmsg, sizeof ex->errmsg, "cuda: %s: %s", what, cudaGetErrorString(e));
@@ -136,6 +137,7 @@ static int dsc_sync(ds_exec *ex, char *err, size_t errlen) {
 }
 
 void *ds_exec_cuda_stream(ds_exec *ex) { return (void *)ex->st; }
+unsigned long long ds_exec_cuda_q8x_hits(ds_exec *ex) { return ex->q8x_hits; }
 
 /* ==========================================================================
  * buffers
@@ -206,7 +208,6 @@ static void dsc_release_weight(ds_backend *be, ds_weight *w) {
 #define DSC_STAGE_BYTES (64u << 20)   /* host staging for the Q8_0 split */
 
 static int dsc_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, size_t errlen) {
-    (void)be;
     if (dsc_w(w)) return 0;
     int ok = 0;
     const uint64_t rb = ds_row_bytes(w->type, (uint64_t)w->n_in, &ok);
@@ -275,6 +276,11 @@ static int dsc_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, 
         return -1;
     }
     w->DSC_WEIGHT_SLOT = d;
+    /* Q8_0, and Q4_0 / Q5_0 in its layout: their canonical matmuls read
+     * Q8_0 activations, which producers then make (dsc_q8x) */
+    if ((use & DS_USE_MATMUL) &&
+        (w->type == DS_TYPE_Q8_0 || w->type == DS_TYPE_Q4_0 || w->type == DS_TYPE_Q5_0))
+        ((dsc_backend *)be->priv)->q8_layout = 1;
     return 0;
 }
 
@@ -282,6 +288,7 @@ static int dsc_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, 
  * recorded launch sequences
  * ========================================================================== */
 static int dsc_graph_begin(ds_exec *ex, uint64_t key, char *err, size_t errlen) {
+    ex->n_ops++;                      /* a replay writes buffers behind the host's back */
     if (ex->capturing) {
         ds_errf(err, errlen, "cuda: graph_begin inside a recording");
         return -1;
@@ -307,6 +314,7 @@ static int dsc_graph_begin(ds_exec *ex, uint64_t key, char *err, size_t errlen) 
 }
 
 static int dsc_graph_end(ds_exec *ex, char *err, size_t errlen) {
+    ex->n_ops++;
     if (!ex->capturing) return 0;                      /* replayed, or ran directly */
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(ex->st, &g);
@@ -422,7 +430,8 @@ static unsigned dsc_parse_off(const char *v) {
     static const struct { const char *name; unsigned bit; } names[] = {
         {"swiglu", DSC_OFF_SWIGLU}, {"fq", DSC_OFF_FQ}, {"pinned", DSC_OFF_PINNED},
         {"chain", DSC_OFF_CHAIN}, {"prologue", DSC_OFF_PROLOGUE}, {"multi", DSC_OFF_MULTI},
-        {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE},
+        {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE}, {"q8x", DSC_OFF_Q8X},
+        {"staged", DSC_OFF_STAGED},
     };
     unsigned off = 0;
     for (const char *p = v; p && *p;) {
@@ -474,6 +483,7 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     if (e == cudaSuccess && (!b || !be)) e = cudaErrorMemoryAllocation;
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->aux, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = dsc_matmul_q8_0_init();
+    if (e == cudaSuccess) e = dsc_matmul_dense_init();
     if (e != cudaSuccess) {
         ds_errf(err, errlen, "cuda: cannot start the GPU: %s", cudaGetErrorString(e));
         if (b && b->aux) cudaStreamDestroy(b->aux);

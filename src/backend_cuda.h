@@ -13,4 +13,9 @@
  * headers), for timing with CUDA events on the same stream. */
 void *ds_exec_cuda_stream(ds_exec *ex);
 
+/* How many Q8_0 canonical matmuls of this exec read the Q8_0 copy their
+ * input's producer made (kernels/cuda/cuda_internal.cuh: dsc_q8x) instead
+ * of quantizing it themselves. */
+unsigned long long ds_exec_cuda_q8x_hits(ds_exec *ex);
+
 #endif

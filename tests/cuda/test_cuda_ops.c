@@ -959,6 +959,98 @@ static void test_matmul_res(T *t, int64_t K, int64_t N, int with_up) {
     free(wd); free(x); free(u); free(r0); free(nw); free(a); free(b);
 }
 
+/* ==========================================================================
+ * activations quantized by their producer (dsc_q8x)
+ * ==========================================================================
+ * rmsnorm, residual+norm and SwiGLU write the Q8_0 copy of their output
+ * when Q8_0 weights exist; the Q8_0 canonical matmul that reads that output
+ * next must use the copy (the hit counter moves) and give the CPU canonical
+ * matmul of the downloaded floats bit for bit — also where the block's
+ * quantization is delicate: NaN first, last and inside a block (the scalar
+ * amax fold restarts after a NaN), inf, zeros, subnormals, a row that is
+ * all NaN. */
+static void q8x_case(T *t, const char *what, ds_weight *wg, const ds_weight *wc, int M, int64_t K,
+                     const float *dy, unsigned long long hits0) {
+    const int64_t N = wc->n_out;
+    float *dout = dmem(t, (size_t)M * N * 4);
+    t->i->matmul(t->ex, DS_CANONICAL, wg, M, dy, dout);
+    const unsigned long long hits = ds_exec_cuda_q8x_hits(t->ex) - hits0;
+    float *y = malloc((size_t)M * K * 4), *out = malloc((size_t)M * N * 4), *ref = malloc((size_t)M * N * 4);
+    dget(t, y, dy, (size_t)M * K * 4);
+    dget(t, out, dout, (size_t)M * N * 4);
+    ds_matmul(DS_CANONICAL, wc, M, y, ref, NULL);
+    const int same = !memcmp(out, ref, (size_t)M * N * 4);
+    CHECK(hits == 1, "q8x %s: the matmul did not use the producer's copy (%llu hits)", what, hits);
+    CHECK(same, "q8x %s: matmul of the producer's Q8_0 copy != CPU canonical matmul of its floats", what);
+    printf("q8x %-14s copy used: %s  == CPU canonical bits: %s\n", what, hits == 1 ? "yes" : "NO", same ? "yes" : "NO");
+    sync_ok(t, "q8x");
+    dfree(t, dout);
+    free(y); free(out); free(ref);
+}
+
+static void test_q8x(T *t) {
+    const int M = 3;
+    const int64_t K = 512, N = 40, nb = K / 32;
+    ds_block_q8_0 *wd = malloc((size_t)(N * nb) * sizeof *wd);
+    for (int64_t b = 0; b < N * nb; b++) {
+        for (int j = 0; j < 32; j++) wd[b].qs[j] = (int8_t)(ds_splitmix64(&t->rng) & 0xff);
+        wd[b].d = (uint16_t)(0x2000 + (ds_splitmix64(&t->rng) & 0x3ff));
+    }
+    ds_weight wc = {.type = DS_TYPE_Q8_0, .n_in = K, .n_out = N, .data = wd}, wg = wc;
+    char err[DS_ERRLEN];
+    if (t->i->prepare_weight(t->be, &wg, DS_USE_MATMUL, err, sizeof err)) {
+        CHECK(0, "q8x: prepare_weight: %s", err);
+        free(wd);
+        return;
+    }
+    /* norm weights with the delicate blocks; x: rows 0-1 random, row 2 has
+     * a NaN (its whole norm is NaN: every block ends on NaN) */
+    float *nw = rnd(t, (size_t)K, 1.0f), *x = rnd(t, (size_t)M * K, 2.0f), *add = rnd(t, (size_t)M * K, 1.0f);
+    nw[0] = NAN;                                    /* block 0: NaN first        */
+    nw[32 + 31] = NAN;                              /* block 1: NaN last         */
+    nw[64 + 5] = NAN; nw[64 + 17] = NAN;            /* block 2: two inside       */
+    for (int j = 0; j < 32; j++) nw[96 + j] = 0.0f; /* block 3: zeros            */
+    nw[128 + 3] = INFINITY;                         /* block 4: inf              */
+    for (int j = 0; j < 32; j++) nw[160 + j] = 1e-40f * (float)(j - 16);   /* block 5: subnormal */
+    nw[192 + 9] = -INFINITY; nw[192 + 20] = NAN;    /* block 6: inf, then NaN    */
+    nw[224 + 30] = 1e30f;                           /* block 7: one huge         */
+    x[2 * K + 7] = NAN;
+    float *dx = dput(t, x, (size_t)M * K * 4), *dnw = dput(t, nw, (size_t)K * 4), *dadd = dput(t, add, (size_t)M * K * 4);
+    float *dy = dmem(t, (size_t)M * K * 4);
+
+    unsigned long long h0 = ds_exec_cuda_q8x_hits(t->ex);
+    t->i->rmsnorm(t->ex, DS_CANONICAL, M, (int)K, dx, dnw, 1e-6f, dy);
+    q8x_case(t, "rmsnorm", &wg, &wc, M, K, dy, h0);
+
+    h0 = ds_exec_cuda_q8x_hits(t->ex);
+    t->i->residual(t->ex, DS_CANONICAL, DS_CANONICAL, M, (int)K, dx, dadd, dnw, 1e-6f, dy);
+    q8x_case(t, "residual+norm", &wg, &wc, M, K, dy, h0);
+
+    /* SwiGLU: gate with NaN / inf / huge entries, up with zeros and inf */
+    float *g = rnd(t, (size_t)M * K, 8.0f), *u = rnd(t, (size_t)M * K, 2.0f);
+    g[5] = NAN; g[31] = NAN; g[40] = INFINITY; g[70] = -INFINITY; g[100] = 1e30f;
+    for (int j = 0; j < 32; j++) u[K + 64 + j] = 0.0f;
+    u[K + 200] = INFINITY;
+    float *dg = dput(t, g, (size_t)M * K * 4), *du = dput(t, u, (size_t)M * K * 4);
+    h0 = ds_exec_cuda_q8x_hits(t->ex);
+    t->i->swiglu(t->ex, DS_CANONICAL, M, (int)K, dg, du, dy);
+    q8x_case(t, "swiglu", &wg, &wc, M, K, dy, h0);
+
+    /* anything in between (here a copy into the rows) makes the copy stale */
+    t->i->rmsnorm(t->ex, DS_CANONICAL, M, (int)K, dx, dnw, 1e-6f, dy);
+    t->i->copy(t->ex, dy, dadd, (size_t)K * 4);
+    h0 = ds_exec_cuda_q8x_hits(t->ex);
+    float *dout = dmem(t, (size_t)M * N * 4);
+    t->i->matmul(t->ex, DS_CANONICAL, &wg, M, dy, dout);
+    CHECK(ds_exec_cuda_q8x_hits(t->ex) == h0, "q8x: a copy made before a write into its rows was used");
+    sync_ok(t, "q8x stale");
+    dfree(t, dout);
+
+    t->i->release_weight(t->be, &wg);
+    dfree(t, dx); dfree(t, dnw); dfree(t, dadd); dfree(t, dy); dfree(t, dg); dfree(t, du);
+    free(wd); free(nw); free(x); free(add); free(g); free(u);
+}
+
 int main(int argc, char **argv) {
     /* --bench: the tests, then the benchmark; --bench-only: the benchmark
      * alone (for a profiler: its first launches are the benchmark's) */
@@ -997,6 +1089,7 @@ int main(int argc, char **argv) {
         test_matmul_type(&t, DS_TYPE_F16, 37, 4104);     /* K % 16 = 8: tail path */
         test_matmul_type(&t, DS_TYPE_BF16, 37, 2080);
         test_kq(&t);
+        test_q8x(&t);
         test_attention(&t, 64, 0);
         test_attention(&t, 72, 0);
         test_attention(&t, 128, 0);

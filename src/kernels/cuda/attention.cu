@@ -90,11 +90,26 @@ __device__ __forceinline__ void att_scores(const float *__restrict__ kb, int64_t
     }
 }
 
+/* Thread d's output of row-head (m, h): out[e0 + d], e0 = (m * n_head + h) *
+ * hd. With oq (dsc_q8x; hd % 32 == 0, so each warp's 32 d's are one block
+ * of the row and warps enter whole) the block's Q8_0 copy too. */
+static_assert(ATT_HD_MAX == 32 * ATT_WARPS, "one output per thread");
+__device__ __forceinline__ void att_store(float *__restrict__ out, int64_t e0, int hd, float v,
+                                          int8_t *__restrict__ oq, float *__restrict__ od) {
+    const int d = threadIdx.x;
+    if (d >= hd) return;
+    out[e0 + d] = v;
+    if (oq) {
+        const float s = dsc_q8_block_warp(v, d & 31, oq + e0 + (d & ~31));
+        if ((d & 31) == 0) od[(e0 + d) / 32] = s;
+    }
+}
+
 __global__ void __launch_bounds__(32 * ATT_WARPS)
 att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
               const int *__restrict__ pos, int causal, const float *__restrict__ q,
               const float *__restrict__ kc, const float *__restrict__ vc, float *__restrict__ out,
-              int wide_max) {
+              int wide_max, int8_t *__restrict__ oq, float *__restrict__ od) {
     __shared__ float qs[ATT_HD_MAX];
     __shared__ float ps[ATT_WARPS][ATT_CHUNK];
     __shared__ float ca[ATT_WARPS][ATT_HD_MAX];
@@ -103,12 +118,12 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
     const int kvh = h / (n_head / n_kv_head);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int L = causal ? pos[m] + 1 : pos[0] + M;
-    const float *qv = q + ((int64_t)m * n_head + h) * hd;
-    float *ov = out + ((int64_t)m * n_head + h) * hd;
+    const int64_t e0 = ((int64_t)m * n_head + h) * hd;
+    const float *qv = q + e0;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qv[d];
     __syncthreads();                      /* q read before out (they may alias) is written */
     if (L <= 0) {
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) ov[d] = 0.0f;
+        att_store(out, e0, hd, 0.0f, oq, od);
         return;
     }
     const float *kb = kc + (int64_t)kvh * hd, *vb = vc + (int64_t)kvh * hd;
@@ -172,7 +187,7 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
             }
             __syncthreads();                      /* ps / cs / cm reused by the next chunk */
         }
-        if (threadIdx.x < hd) ov[threadIdx.x] = __fdiv_rn(acc[0], l_run);
+        att_store(out, e0, hd, __fdiv_rn(acc[0], l_run), oq, od);
         return;
     }
 
@@ -237,11 +252,7 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int r = 0; r < ATT_HD_MAX / (32 * ATT_WARPS); r++) {
-        const int d = threadIdx.x + r * 32 * ATT_WARPS;
-        if (d < hd) ov[d] = __fdiv_rn(acc[r], l_run);
-    }
+    att_store(out, e0, hd, __fdiv_rn(acc[0], l_run), oq, od);
 }
 
 /* ==========================================================================
@@ -334,10 +345,20 @@ void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, con
         att_fast<<<grid, 32 * ATT_WARPS, 0, ex->st>>>(s->n_head, s->n_kv_head, s->head_dim,
                                                      s->kv_stride, s->scale, M, pos, causal, q,
                                                      kc, vc, out);
-    else
+    else {
+        /* the o projection's Q8_0 input, made here (dsc_q8x) */
+        const int64_t K = (int64_t)s->n_head * s->head_dim;
+        int8_t *oq = NULL;
+        float *od = NULL;
+        if (s->head_dim % 32 || !dsc_q8x_reserve(ex, M, K, &oq, &od)) oq = NULL, od = NULL;
         att_canonical<<<grid, 32 * ATT_WARPS, 0, ex->st>>>(s->n_head, s->n_kv_head, s->head_dim,
                                                           s->kv_stride, s->scale, M, pos, causal,
                                                           q, kc, vc, out,
-                                                          (dsc_be(ex)->off & DSC_OFF_WIDE) ? 0 : ATT_WIDE_MAX);
+                                                          (dsc_be(ex)->off & DSC_OFF_WIDE) ? 0 : ATT_WIDE_MAX,
+                                                          oq, od);
+        DSC_LAUNCHED(ex, "attention");
+        if (oq) dsc_q8x_publish(ex, out, M, K, oq, od);
+        return;
+    }
     DSC_LAUNCHED(ex, "attention");
 }

@@ -44,6 +44,7 @@ typedef struct {
     int            n_rope;
     cudaStream_t   aux;         /* uploads of tables, outside any capture            */
     unsigned       off;         /* DSC_OFF_* bits from $DSPARK_CUDA_OFF (A/B only)    */
+    int            q8_layout;   /* a weight in the Q8_0 layout was prepared (Q8_0, Q4_0, Q5_0) */
 } dsc_backend;
 
 /* Launch-saving paths that can be switched off for an A/B measurement
@@ -59,7 +60,9 @@ enum {
     DSC_OFF_PROLOGUE = 1u << 4,  /* QK-norm + RoPE + KV write in one launch    */
     DSC_OFF_MULTI = 1u << 5,     /* q/k/v and gate/up in one launch            */
     DSC_OFF_EPILOGUE = 1u << 6,  /* residual + norm inside the matmul          */
-    DSC_OFF_WIDE = 1u << 7,      /* attention: all warps on one chunk (<= 2)   */
+    DSC_OFF_WIDE = 1u << 7,      /* attention: all warps on one chunk (<= 16)  */
+    DSC_OFF_Q8X = 1u << 8,       /* activations quantized by their producer    */
+    DSC_OFF_STAGED = 1u << 9,    /* dense canonical GEMV through shared memory */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
@@ -87,6 +90,23 @@ static inline const dsc_weight *dsc_w(const ds_weight *W) {
 enum { DSC_SLOT_Q8_ACT = 0, DSC_SLOT_HALF_X, DSC_SLOT_COUNT };
 #define DSC_MAX_RETIRED 32
 
+/* The Q8_0 copy of an activation buffer, made by the kernel that wrote the
+ * buffer (rmsnorm / residual+norm, SwiGLU, attention: dsc_q8x_*), for the
+ * Q8_0 canonical matmuls that read it next. Quantizing is a function of the
+ * floats alone (dsc_q8_block), so the copy is the bytes the matmul's own
+ * quantization would make: the bits cannot move, only a launch is saved.
+ * Valid while nothing else has run on the stream since (seq == n_ops): every
+ * launch, copy and recording bumps n_ops, the matmuls that use the copy
+ * carry it forward. */
+typedef struct {
+    const float  *x;            /* the float rows it was made from [M][K]       */
+    int           M;
+    int64_t       K;
+    const int8_t *q;            /* [M][K] quants (DSC_SLOT_Q8_ACT)              */
+    const float  *d;            /* [M][K / 32] block scales                     */
+    uint64_t      seq;          /* ex->n_ops right after the producer's launch  */
+} dsc_q8x;
+
 struct ds_exec {
     ds_backend    *be;            /* first: the engine-visible header        */
     cudaStream_t   st;
@@ -108,6 +128,9 @@ struct ds_exec {
     unsigned char *pinned;
     size_t         pin_off;
     unsigned      *count;         /* device: matmul_res's completion count (0 at rest) */
+    uint64_t       n_ops;         /* launches, copies and recordings so far (dsc_note) */
+    dsc_q8x        q8x;
+    unsigned long long q8x_hits;  /* matmuls that used a producer's copy        */
     /* the first error since the last sync (sticky) */
     int            err;
     char           errmsg[256];
@@ -123,6 +146,13 @@ void dsc_note(ds_exec *ex, cudaError_t e, const char *what);
 void *dsc_scratch(ds_exec *ex, int s, size_t bytes);
 /* The RoPE table for (freq_base, head_dim), built on first use (rope.cu). */
 const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim);
+
+/* dsc_q8x (matmul_q8_0.cu): where a producer of M rows of K writes their
+ * Q8_0 copy (q, d), or 0 when none is wanted (no Q8_0-layout weights, K not
+ * whole blocks, switched off, out of memory); then, after its launch,
+ * publish. */
+int dsc_q8x_reserve(ds_exec *ex, int M, int64_t K, int8_t **q, float **d);
+void dsc_q8x_publish(ds_exec *ex, const float *x, int M, int64_t K, const int8_t *q, const float *d);
 
 /* ---- exact conversions (the same formulas as common.h) ---------------------------- */
 __device__ __forceinline__ float dsc_fp16_to_f32(uint32_t h) {
@@ -187,6 +217,35 @@ __device__ __forceinline__ float dsc_q8_block(const float *xb, uint4 *dst) {
     return dsc_fp16_to_f32(d16);
 }
 
+/* The same block quantized by a warp, lane j holding element j: the same
+ * operations per element as dsc_q8_block. Only the block's absolute
+ * maximum is found in parallel, and it must equal the scalar fold
+ * amax = amax > v ? amax : v from +0 — which is the plain maximum, except
+ * that a NaN makes the fold restart: it ends on v31 when v31 is NaN, else
+ * it is the maximum of the elements after the last NaN. Lane j writes
+ * dst[j]; every lane gets the block scale (the fp16 value as f32). */
+__device__ __forceinline__ float dsc_q8_block_warp(float x, int lane, int8_t *dst) {
+    const float a = fabsf(x);
+    const unsigned nan = __ballot_sync(0xffffffffu, a != a);
+    float amax;
+    if (nan >> 31) {
+        amax = __shfl_sync(0xffffffffu, a, 31);
+    } else {
+        const int last = nan ? 31 - __clz(nan) : -1;
+        amax = lane > last ? a : 0.0f;
+#pragma unroll
+        for (int o = 16; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    }
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    float v = __fmul_rn(x, id);
+    v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v;
+    const int32_t t = __float2int_rz(v);
+    const float r = __fsub_rn(v, (float)t);
+    dst[lane] = (int8_t)(t + (r >= 0.5f) - (r <= -0.5f));
+    return dsc_fp16_to_f32(dsc_f32_to_fp16(d));
+}
+
 /* SwiGLU's canonical element (swiglu.cu): silu(g) * u with one IEEE
  * division, the project-owned exp and one product. */
 __device__ __forceinline__ float dsc_swiglu_canonical(float g, float u) {
@@ -248,6 +307,7 @@ __device__ __forceinline__ float dsc_rms_scale_canonical(const float *xr, int n,
     float a = 0.0f;
     if (lane < 16) {
         int i = 0;
+#pragma unroll 8
         for (; i + 16 <= n; i += 16) {
             const float v = xr[i + lane];
             a = __fadd_rn(a, __fmul_rn(v, v));
@@ -271,6 +331,7 @@ void dsc_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const floa
 void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 cudaError_t dsc_matmul_q8_0_init(void);
+cudaError_t dsc_matmul_dense_init(void);
 int dsc_matmul_q8_0_fused(ds_exec *ex, const dsc_weight *w, int M, const float *x, const float *up,
                           float *h, float *y, float *res, const float *nw, float eps, float *xn);
 int dsc_matmul_res(ds_exec *ex, const ds_matmul_res *a);

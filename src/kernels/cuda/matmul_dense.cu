@@ -45,11 +45,9 @@
 
 template <int TYPE> struct mmd_traits;           /* TYPE: ds_type                     */
 template <> struct mmd_traits<DS_TYPE_F32>  { enum { ES = 4, LPT = 4 }; };
-/* F16 / BF16: one lane chain per thread (16 threads per output). Two
- * threads per output (8 lanes each, 16-byte loads) left ~2 warps per SM at
- * decode shapes and streamed 0.1-0.5 TB/s; 16 x N independent chains give
- * the grid enough warps to cover the memory latency. EXPERIMENT (branch
- * f16lanes): compile-checked only, not yet run on a GPU. */
+/* F16 / BF16: one lane chain per thread (16 threads per output). This
+ * register kernel only runs rows that are not whole 16-byte pieces (the
+ * staged kernel below takes the rest). */
 template <> struct mmd_traits<DS_TYPE_F16>  { enum { ES = 2, LPT = 1 }; };
 template <> struct mmd_traits<DS_TYPE_BF16> { enum { ES = 2, LPT = 1 }; };
 
@@ -263,6 +261,153 @@ static void mmd_launch(ds_exec *ex, const dsc_weight *w, int M, const float *x, 
     else mmd_launch_mt<TYPE, 8>(ex, w, M, x, y);
 }
 
+/* ==========================================================================
+ * CANONICAL, staged: the same chains with the weights streamed through
+ * shared memory (rows whose byte length is a multiple of 16)
+ * ==========================================================================
+ * The kernel above keeps each thread's next weights in registers, and a
+ * thread can only hold a few hundred bytes: at decode shapes the grid had
+ * too few bytes in flight to cover the memory latency (0.2-0.6 TB/s). Here
+ * a block of MMS_ROWS outputs x 16 lanes (one thread per lane chain) copies
+ * its rows' next segments into shared memory with asynchronous 16-byte
+ * copies, MMS_STAGES - 1 segments ahead of the one it computes — tens of KB
+ * in flight per block whatever the chains do. Each thread then runs its
+ * chain over the segment from shared memory: lane l of output r takes
+ * elements k = 16 s + l in step order, exactly the definition's chain (the
+ * K % 16 tail as one more step with +0 operands in the missing lanes), and
+ * the 16 lanes end in the same 8-4-2-1 tree. So the bits are the kernel
+ * above's and the CPU's. */
+#include <cuda_pipeline.h>
+
+#define MMS_ROWS 8                               /* outputs per block                 */
+#define MMS_THREADS (16 * MMS_ROWS)              /* one thread per (output, lane)     */
+#define MMS_SEG 1024                             /* bytes of a row per stage          */
+#define MMS_STAGES 4
+
+template <int TYPE>
+__device__ __forceinline__ float mms_w(const unsigned char *p) {
+    if (TYPE == DS_TYPE_F32) return *(const float *)p;
+    const uint32_t h = *(const unsigned short *)p;
+    return TYPE == DS_TYPE_F16 ? dsc_fp16_to_f32(h) : dsc_bf16_to_f32(h);
+}
+
+template <int TYPE, int MT>
+__global__ void __launch_bounds__(MMS_THREADS)
+mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float *__restrict__ x,
+           float *__restrict__ y) {
+    constexpr int ES = mmd_traits<TYPE>::ES;
+    constexpr int SE = MMS_SEG / ES;              /* elements per segment (whole steps) */
+    constexpr int RB = MMS_SEG + 16 * ES;         /* a staged row, padded: the two rows a
+                                                     warp reads sit in different banks */
+    constexpr int CPR = MMS_SEG / 16;             /* 16-byte copies per row and stage   */
+    static_assert(SE % 16 == 0, "segments of whole steps");
+    extern __shared__ __align__(16) unsigned char mms_smem[];
+    const int t = threadIdx.x, r = t / 16, l = t % 16;
+    const int64_t n0 = (int64_t)blockIdx.y * MMS_ROWS;
+    const int m0 = blockIdx.x * MT, mv = M - m0 < MT ? M - m0 : MT;
+    const int64_t rowb = K * ES, nseg = (K + SE - 1) / SE;
+
+    /* segment `seg` of the block's rows into stage buffer `st` (padding
+     * outputs repeat the last row; pieces past the row are not copied and
+     * never read) */
+    auto stage = [&](int64_t seg, int st) {
+        unsigned char *dst = mms_smem + (size_t)st * MMS_ROWS * RB;
+        const int64_t off0 = seg * MMS_SEG;
+        for (int c = t; c < MMS_ROWS * CPR; c += MMS_THREADS) {
+            const int rr = c / CPR, pc = c % CPR;
+            const int64_t off = off0 + (int64_t)pc * 16;
+            if (off >= rowb) continue;
+            const int64_t n = n0 + rr < N ? n0 + rr : N - 1;
+            __pipeline_memcpy_async(dst + rr * RB + pc * 16, W + n * rowb + off, 16);
+        }
+    };
+
+    const float *xr[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) xr[i] = x + (int64_t)(m0 + (i < mv ? i : mv - 1)) * K;
+    float acc[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) acc[i] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < MMS_STAGES - 1; s++) {
+        if (s < nseg) stage(s, s);
+        __pipeline_commit();
+    }
+    for (int64_t seg = 0; seg < nseg; seg++) {
+        if (seg + MMS_STAGES - 1 < nseg) stage(seg + MMS_STAGES - 1, (int)((seg + MMS_STAGES - 1) % MMS_STAGES));
+        __pipeline_commit();
+        __pipeline_wait_prior(MMS_STAGES - 1);    /* segment seg has landed */
+        __syncthreads();
+        const unsigned char *row = mms_smem + (size_t)(seg % MMS_STAGES) * MMS_ROWS * RB + r * RB;
+        const int64_t k0 = seg * SE;
+        const int64_t left = K - k0;
+        const int full = (int)((left < SE ? left : SE) / 16);
+#pragma unroll 8
+        for (int st = 0; st < full; st++) {
+            const int kk = st * 16 + l;
+            const float wv = mms_w<TYPE>(row + kk * ES);
+#pragma unroll
+            for (int i = 0; i < MT; i++) acc[i] = __fmaf_rn(wv, __ldg(xr[i] + k0 + kk), acc[i]);
+        }
+        if (left < SE && left % 16) {             /* the tail step: +0 past K */
+            const int kk = full * 16 + l;
+            const bool in = kk < left;
+            const float wv = in ? mms_w<TYPE>(row + kk * ES) : 0.0f;
+#pragma unroll
+            for (int i = 0; i < MT; i++) acc[i] = __fmaf_rn(wv, in ? __ldg(xr[i] + k0 + kk) : 0.0f, acc[i]);
+        }
+        __syncthreads();                          /* this buffer is staged into next */
+    }
+    const int64_t n = n0 + r;
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        float a[1] = {acc[i]};
+        const float v = mmd_tree<1>(a, l);
+        if (l == 0 && n < N && i < mv) y[(int64_t)(m0 + i) * N + n] = v;
+    }
+}
+
+static size_t mms_smem_bytes(int type) {
+    return (size_t)MMS_STAGES * MMS_ROWS * (MMS_SEG + 16 * (type == DS_TYPE_F32 ? 4 : 2));
+}
+
+template <int TYPE, int MT>
+static void mms_launch_mt(ds_exec *ex, const dsc_weight *w, int M, const float *x, float *y) {
+    const dim3 grid((unsigned)((M + MT - 1) / MT), dsc_blocks(w->n_out, MMS_ROWS));
+    mmd_staged<TYPE, MT><<<grid, MMS_THREADS, mms_smem_bytes(TYPE), ex->st>>>(
+        (const char *)w->data, w->n_out, w->n_in, M, x, y);
+    DSC_LAUNCHED(ex, "matmul canonical (staged)");
+}
+
+template <int TYPE>
+static void mms_launch(ds_exec *ex, const dsc_weight *w, int M, const float *x, float *y) {
+    if (M <= 1) mms_launch_mt<TYPE, 1>(ex, w, M, x, y);
+    else if (M <= 2) mms_launch_mt<TYPE, 2>(ex, w, M, x, y);
+    else if (M <= 4) mms_launch_mt<TYPE, 4>(ex, w, M, x, y);
+    else mms_launch_mt<TYPE, 8>(ex, w, M, x, y);
+}
+
+template <int TYPE>
+static cudaError_t mms_init_type(void) {
+    const int bytes = (int)mms_smem_bytes(TYPE);
+    cudaError_t e = cudaFuncSetAttribute(mmd_staged<TYPE, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return e;
+}
+
+/* The staged kernel's shared memory (~34 KB today), allowed up to its size
+ * once when the backend starts, so that deeper stages or longer segments
+ * past the 48 KB a launch gets without asking need only the constants. */
+cudaError_t dsc_matmul_dense_init(void) {
+    cudaError_t e = mms_init_type<DS_TYPE_F32>();
+    if (e == cudaSuccess) e = mms_init_type<DS_TYPE_F16>();
+    if (e == cudaSuccess) e = mms_init_type<DS_TYPE_BF16>();
+    return e;
+}
+
 __global__ void mmd_zero(float *y, int64_t n) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = 0.0f;
@@ -325,10 +470,14 @@ void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, con
         mmd_fast(ex, w, M, x, y);
         return;
     }
+    /* rows of whole 16-byte pieces (and 16-byte aligned: the allocation
+     * is) stream through shared memory; others take the register kernel */
+    const int es = w->type == DS_TYPE_F32 ? 4 : 2;
+    const bool staged = (w->n_in * es) % 16 == 0 && !(dsc_be(ex)->off & DSC_OFF_STAGED);
     switch (w->type) {
-    case DS_TYPE_F32: mmd_launch<DS_TYPE_F32>(ex, w, M, x, y); break;
-    case DS_TYPE_F16: mmd_launch<DS_TYPE_F16>(ex, w, M, x, y); break;
-    case DS_TYPE_BF16: mmd_launch<DS_TYPE_BF16>(ex, w, M, x, y); break;
+    case DS_TYPE_F32: staged ? mms_launch<DS_TYPE_F32>(ex, w, M, x, y) : mmd_launch<DS_TYPE_F32>(ex, w, M, x, y); break;
+    case DS_TYPE_F16: staged ? mms_launch<DS_TYPE_F16>(ex, w, M, x, y) : mmd_launch<DS_TYPE_F16>(ex, w, M, x, y); break;
+    case DS_TYPE_BF16: staged ? mms_launch<DS_TYPE_BF16>(ex, w, M, x, y) : mmd_launch<DS_TYPE_BF16>(ex, w, M, x, y); break;
     default: break;
     }
 }

@@ -390,24 +390,66 @@ static void q8v_dispatch(ds_exec *ex, int n, const dsc_weight *const w[], int M,
     else q8v_launch<8>(ex, n, w, M, xq, xd, xf, xu, hout, y, epi);
 }
 
-/* Canonical: quantize the rows (inside the integer kernel for short rows,
- * else one launch first), then one integer launch for all n weights (n = 1:
- * plain matmul; n > 1: matmul_multi, weights of one K). */
+/* ==========================================================================
+ * activations quantized by their producer (dsc_q8x, cuda_internal.cuh)
+ * ========================================================================== */
+/* The slot's layout: M x K quants (rounded up to 256 bytes), then the
+ * M x K/32 scales — the layout q8v_run quantizes into itself. */
+static char *q8x_slot(ds_exec *ex, int M, int64_t K, int8_t **q, float **d) {
+    const size_t qbytes = ((size_t)M * (size_t)K + 255) & ~(size_t)255;
+    char *mem = (char *)dsc_scratch(ex, DSC_SLOT_Q8_ACT, qbytes + (size_t)M * (size_t)(K / 32) * sizeof(float));
+    if (mem) {
+        *q = (int8_t *)mem;
+        *d = (float *)(mem + qbytes);
+    }
+    return mem;
+}
+
+int dsc_q8x_reserve(ds_exec *ex, int M, int64_t K, int8_t **q, float **d) {
+    const dsc_backend *b = dsc_be(ex);
+    if (!b->q8_layout || (b->off & DSC_OFF_Q8X) || M <= 0 || K <= 0 || K % 32) return 0;
+    return q8x_slot(ex, M, K, q, d) != NULL;
+}
+
+void dsc_q8x_publish(ds_exec *ex, const float *x, int M, int64_t K, const int8_t *q, const float *d) {
+    ex->q8x.x = x;
+    ex->q8x.M = M;
+    ex->q8x.K = K;
+    ex->q8x.q = q;
+    ex->q8x.d = d;
+    ex->q8x.seq = ex->n_ops;
+}
+
+static bool q8x_valid(const ds_exec *ex, const float *x, int M, int64_t K) {
+    return ex->q8x.x == x && ex->q8x.M == M && ex->q8x.K == K && ex->q8x.seq == ex->n_ops &&
+           !(dsc_be(ex)->off & DSC_OFF_Q8X);
+}
+
+/* Canonical: the rows' Q8_0 copy made by their producer when there is one;
+ * else quantize them (inside the integer kernel for short rows, else one
+ * launch first, whose result later matmuls of the same rows reuse); then
+ * one integer launch for all n weights (n = 1: plain matmul; n > 1:
+ * matmul_multi, weights of one K). */
 static void q8v_run(ds_exec *ex, int n, const dsc_weight *const w[], int M, const float *x,
                     float *const y[], const q8v_epi &epi) {
     const int64_t K = w[0]->n_in, nq = (int64_t)M * (K / 32);
-    const int8_t *xq = NULL;
-    const float *xd = NULL;
-    if (!q8v_fq_ok(ex, n, w, M)) {  /* quantize once, for all blocks */
-        const size_t qbytes = ((size_t)M * (size_t)K + 255) & ~(size_t)255;
-        char *mem = (char *)dsc_scratch(ex, DSC_SLOT_Q8_ACT, qbytes + (size_t)nq * sizeof(float));
-        if (!mem) return;
-        xq = (const int8_t *)mem;
-        xd = (const float *)(mem + qbytes);
-        q8_quantize<<<dsc_blocks(nq, 128), 128, 0, ex->st>>>(x, nq, (int8_t *)mem, (float *)(mem + qbytes));
+    int8_t *xq = NULL;
+    float *xd = NULL;
+    if (q8x_valid(ex, x, M, K)) {
+        ex->q8x_hits++;
+        xq = (int8_t *)ex->q8x.q;
+        xd = (float *)ex->q8x.d;
+    } else if (!q8v_fq_ok(ex, n, w, M)) {  /* quantize once, for all blocks */
+        if (!q8x_slot(ex, M, K, &xq, &xd)) return;
+        q8_quantize<<<dsc_blocks(nq, 128), 128, 0, ex->st>>>(x, nq, xq, xd);
         DSC_LAUNCHED(ex, "q8_0 quantize");
     }
     q8v_dispatch(ex, n, w, M, xq, xd, x, NULL, NULL, y, epi);
+    /* the copy stays good for the next matmul of the same rows (the launch
+     * above read it, wrote only y) — unless y is x's own buffer */
+    bool aliased = false;
+    for (int i = 0; i < n; i++) aliased = aliased || y[i] == x;
+    if (xq && !epi.x && !aliased) dsc_q8x_publish(ex, x, M, K, xq, xd);
 }
 
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x,

@@ -45,7 +45,8 @@ __global__ void rms_canonical(int rows, int n, const float *x, const float *__re
  * value is x + add, one rounding, also written back to x first. */
 #define RMSB_MAXN 8192          /* floats staged (32 KiB); longer rows: rms_canonical */
 __global__ void rms_canonical_block(int n, float *x, const float *__restrict__ add,
-                                    const float *__restrict__ w, float eps, float *y) {
+                                    const float *__restrict__ w, float eps, float *y,
+                                    int8_t *__restrict__ q, float *__restrict__ qd) {
     extern __shared__ float rms_row[];
     __shared__ float rms_sc;
     const int64_t r = blockIdx.x;
@@ -68,6 +69,19 @@ __global__ void rms_canonical_block(int n, float *x, const float *__restrict__ a
     }
     __syncthreads();
     const float scale = rms_sc;
+    if (q) {
+        /* with the Q8_0 copy (dsc_q8x; n % 32 == 0): a warp per block of
+         * 32 outputs, each lane its element, then the block quantized */
+        const int nb = n / 32, lane = threadIdx.x & 31;
+        for (int b = threadIdx.x / 32; b < nb; b += blockDim.x / 32) {
+            const int i = b * 32 + lane;
+            const float v = w ? __fmul_rn(__fmul_rn(rms_row[i], scale), w[i]) : __fmul_rn(rms_row[i], scale);
+            yr[i] = v;
+            const float d = dsc_q8_block_warp(v, lane, q + r * n + (int64_t)b * 32);
+            if (lane == 0) qd[r * nb + b] = d;
+        }
+        return;
+    }
     if (w)
         for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(rms_row[i], scale), w[i]);
     else
@@ -80,8 +94,14 @@ int dsc_rmsnorm_staged(ds_exec *ex, int rows, int n, float *x, const float *add,
                        float eps, float *y) {
     if (n > RMSB_MAXN) return 0;
     const int threads = n <= 512 ? 128 : n <= 2048 ? 256 : 512;
-    rms_canonical_block<<<(unsigned)rows, threads, (size_t)n * 4, ex->st>>>(n, x, add, w, eps, y);
+    /* the Q8_0 copy for the matmuls that read y next (not for per-head
+     * norms: rows of one head are no matmul's input) */
+    int8_t *q = NULL;
+    float *qd = NULL;
+    if (n < 256 || !dsc_q8x_reserve(ex, rows, n, &q, &qd)) q = NULL;
+    rms_canonical_block<<<(unsigned)rows, threads, (size_t)n * 4, ex->st>>>(n, x, add, w, eps, y, q, qd);
     DSC_LAUNCHED(ex, add ? "residual+rmsnorm canonical" : "rmsnorm canonical");
+    if (q) dsc_q8x_publish(ex, y, rows, n, q, qd);
     return 1;
 }
 

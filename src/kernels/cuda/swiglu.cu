@@ -12,11 +12,19 @@
  * the two are the same function of the input bits. */
 #include "kernels/cuda/cuda_internal.cuh"
 
+/* With q (dsc_q8x; rows of whole blocks, so every warp is one block of one
+ * row, 256-thread blocks): the warp's 32 outputs quantized as well. */
 __global__ void swiglu_canonical(int64_t total, const float *__restrict__ g,
-                                 const float *__restrict__ u, float *o) {
+                                 const float *__restrict__ u, float *o, int8_t *__restrict__ q,
+                                 float *__restrict__ qd) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    o[i] = dsc_swiglu_canonical(g[i], u[i]);
+    if (i >= total) return;                       /* whole warps (total % 32 == 0 with q) */
+    const float v = dsc_swiglu_canonical(g[i], u[i]);
+    o[i] = v;
+    if (q) {
+        const float d = dsc_q8_block_warp(v, threadIdx.x & 31, q + (i & ~(int64_t)31));
+        if ((threadIdx.x & 31) == 0) qd[i / 32] = d;
+    }
 }
 
 __global__ void swiglu_fast(int64_t total, const float *__restrict__ g,
@@ -31,9 +39,17 @@ void dsc_swiglu(ds_exec *ex, ds_variant v, int rows, int n, const float *gate, c
                 float *out) {
     if (rows <= 0 || n <= 0) return;
     const int64_t total = (int64_t)rows * n;
-    if (v == DS_FAST) swiglu_fast<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(total, gate, up, out);
-    else swiglu_canonical<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(total, gate, up, out);
+    if (v == DS_FAST) {
+        swiglu_fast<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(total, gate, up, out);
+        DSC_LAUNCHED(ex, "swiglu");
+        return;
+    }
+    int8_t *q = NULL;                             /* the down projection's Q8_0 input */
+    float *qd = NULL;
+    if (!dsc_q8x_reserve(ex, rows, n, &q, &qd)) q = NULL;
+    swiglu_canonical<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(total, gate, up, out, q, qd);
     DSC_LAUNCHED(ex, "swiglu");
+    if (q) dsc_q8x_publish(ex, out, rows, n, q, qd);
 }
 
 /* SwiGLU then a matmul of its output (backend.h: swiglu_matmul): Q8_0
