@@ -431,7 +431,7 @@ static unsigned dsc_parse_off(const char *v) {
         {"swiglu", DSC_OFF_SWIGLU}, {"fq", DSC_OFF_FQ}, {"pinned", DSC_OFF_PINNED},
         {"chain", DSC_OFF_CHAIN}, {"prologue", DSC_OFF_PROLOGUE}, {"multi", DSC_OFF_MULTI},
         {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE}, {"q8x", DSC_OFF_Q8X},
-        {"staged", DSC_OFF_STAGED},
+        {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL},
     };
     unsigned off = 0;
     for (const char *p = v; p && *p;) {

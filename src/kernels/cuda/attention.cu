@@ -114,6 +114,8 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
     __shared__ float ps[ATT_WARPS][ATT_CHUNK];
     __shared__ float ca[ATT_WARPS][ATT_HD_MAX];
     __shared__ float cm[ATT_WARPS], cs[ATT_WARPS];
+    dsc_pdl_wait();                       /* dsc_launch */
+    dsc_pdl_trigger();
     const int m = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int kvh = h / (n_head / n_kv_head);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -351,12 +353,9 @@ void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, con
         int8_t *oq = NULL;
         float *od = NULL;
         if (s->head_dim % 32 || !dsc_q8x_reserve(ex, M, K, &oq, &od)) oq = NULL, od = NULL;
-        att_canonical<<<grid, 32 * ATT_WARPS, 0, ex->st>>>(s->n_head, s->n_kv_head, s->head_dim,
-                                                          s->kv_stride, s->scale, M, pos, causal,
-                                                          q, kc, vc, out,
-                                                          (dsc_be(ex)->off & DSC_OFF_WIDE) ? 0 : ATT_WIDE_MAX,
-                                                          oq, od);
-        DSC_LAUNCHED(ex, "attention");
+        dsc_launch(ex, "attention", att_canonical, dim3(grid), dim3(32 * ATT_WARPS), 0, s->n_head, s->n_kv_head,
+                   s->head_dim, s->kv_stride, s->scale, M, pos, causal, q, kc, vc, out,
+                   (dsc_be(ex)->off & DSC_OFF_WIDE) ? 0 : ATT_WIDE_MAX, oq, od);
         if (oq) dsc_q8x_publish(ex, out, M, K, oq, od);
         return;
     }

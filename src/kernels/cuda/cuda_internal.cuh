@@ -63,6 +63,7 @@ enum {
     DSC_OFF_WIDE = 1u << 7,      /* attention: all warps on one chunk (<= 16)  */
     DSC_OFF_Q8X = 1u << 8,       /* activations quantized by their producer    */
     DSC_OFF_STAGED = 1u << 9,    /* dense canonical GEMV through shared memory */
+    DSC_OFF_PDL = 1u << 10,      /* programmatic dependent launch (dsc_launch)  */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
@@ -153,6 +154,40 @@ const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim);
  * publish. */
 int dsc_q8x_reserve(ds_exec *ex, int M, int64_t K, int8_t **q, float **d);
 void dsc_q8x_publish(ds_exec *ex, const float *x, int M, int64_t K, const int8_t *q, const float *d);
+
+/* ---- programmatic dependent launch ------------------------------------------------
+ * A decode step is a chain of short kernels, each waiting for the one before
+ * it: at small shapes the gaps between them (launch, ramp-up, drain) are much
+ * of the step. dsc_launch starts a kernel with programmatic stream
+ * serialization (Hopper): its blocks may be scheduled while the previous
+ * kernel still runs, and every such kernel calls dsc_pdl_wait() — which
+ * returns once the previous grid has completed and its memory is visible —
+ * before it touches anything another kernel writes. Only weights (never
+ * written after the upload) may be read before the wait: the Q8_0 and dense
+ * GEMVs issue their first weight loads there, which then stream in during
+ * the previous kernel's tail. dsc_pdl_trigger() lets the next kernel be
+ * scheduled as soon as every block of this one has started. The bits cannot
+ * change: every value is still computed from the same completed inputs.
+ * Kernels launched the ordinary way wait for full completion, as before;
+ * the wait is a no-op in a kernel launched without the attribute. */
+__device__ __forceinline__ void dsc_pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void dsc_pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
+template <typename... KArgs, typename... Args>
+static inline void dsc_launch(ds_exec *ex, const char *what, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                              size_t smem, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ex->st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = (dsc_be(ex)->off & DSC_OFF_PDL) ? 0 : 1;
+    dsc_note(ex, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), what);
+}
 
 /* ---- exact conversions (the same formulas as common.h) ---------------------------- */
 __device__ __forceinline__ float dsc_fp16_to_f32(uint32_t h) {

@@ -284,11 +284,16 @@ static void mmd_launch(ds_exec *ex, const dsc_weight *w, int M, const float *x, 
 #define MMS_SEG 1024                             /* bytes of a row per stage          */
 #define MMS_STAGES 4
 
+/* One staged weight as f32. F16: the hardware conversion, exact for every
+ * finite and infinite value like common.h's formula; a NaN weight may come
+ * out with another payload, which cannot show: the fused multiply-add it
+ * enters returns the GPU's one canonical NaN either way. (No branches: the
+ * step loop below keeps its loads ahead of its chain.) */
 template <int TYPE>
 __device__ __forceinline__ float mms_w(const unsigned char *p) {
     if (TYPE == DS_TYPE_F32) return *(const float *)p;
-    const uint32_t h = *(const unsigned short *)p;
-    return TYPE == DS_TYPE_F16 ? dsc_fp16_to_f32(h) : dsc_bf16_to_f32(h);
+    const unsigned short h = *(const unsigned short *)p;
+    return TYPE == DS_TYPE_F16 ? __half2float(__ushort_as_half(h)) : dsc_bf16_to_f32(h);
 }
 
 template <int TYPE, int MT>
@@ -334,6 +339,10 @@ mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float 
         if (s < nseg) stage(s, s);
         __pipeline_commit();
     }
+    /* the first segments' weights are in flight; x comes from the previous
+     * kernel (dsc_launch) */
+    dsc_pdl_wait();
+    dsc_pdl_trigger();
     for (int64_t seg = 0; seg < nseg; seg++) {
         if (seg + MMS_STAGES - 1 < nseg) stage(seg + MMS_STAGES - 1, (int)((seg + MMS_STAGES - 1) % MMS_STAGES));
         __pipeline_commit();
@@ -375,9 +384,8 @@ static size_t mms_smem_bytes(int type) {
 template <int TYPE, int MT>
 static void mms_launch_mt(ds_exec *ex, const dsc_weight *w, int M, const float *x, float *y) {
     const dim3 grid((unsigned)((M + MT - 1) / MT), dsc_blocks(w->n_out, MMS_ROWS));
-    mmd_staged<TYPE, MT><<<grid, MMS_THREADS, mms_smem_bytes(TYPE), ex->st>>>(
-        (const char *)w->data, w->n_out, w->n_in, M, x, y);
-    DSC_LAUNCHED(ex, "matmul canonical (staged)");
+    dsc_launch(ex, "matmul canonical (staged)", mmd_staged<TYPE, MT>, grid, dim3(MMS_THREADS), mms_smem_bytes(TYPE),
+               (const char *)w->data, w->n_out, w->n_in, M, x, y);
 }
 
 template <int TYPE>

@@ -40,6 +40,8 @@
 /* One thread per block. q: int8 [M][K], e: the block scales. */
 __global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t *__restrict__ q,
                             float *__restrict__ e) {
+    dsc_pdl_wait();
+    dsc_pdl_trigger();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nblocks) return;
     e[i] = dsc_q8_block(x + i * 32, (uint4 *)(q + i * 32));
@@ -197,6 +199,10 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
             wv[r][1] = __ldg(wp + 1);
         }
     }
+    /* the weights above are in flight; the activations come from the
+     * previous kernel (dsc_launch) */
+    dsc_pdl_wait();
+    dsc_pdl_trigger();
     if (FQ) {
         /* this block's copy of the activations, staged by all threads at
          * once (coalesced; swiglu(gate, up) element by element when xu is
@@ -302,9 +308,10 @@ static void q8v_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, c
     }
     set.blk0[Q8V_MAXW] = blk;
     const dim3 grid((unsigned)((M + MT - 1) / MT), blk);
-    if (fq) q8v_kernel<MT, true><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf, xu, hout, epi);
-    else q8v_kernel<MT, false><<<grid, Q8V_THREADS, smem, ex->st>>>(set, K, M, WK, xq, xd, xf, NULL, NULL, epi);
-    DSC_LAUNCHED(ex, "matmul_q8_0 canonical");
+    if (fq) dsc_launch(ex, "matmul_q8_0 canonical", q8v_kernel<MT, true>, grid, dim3(Q8V_THREADS), smem, set, K, M, WK,
+                       xq, xd, xf, xu, hout, epi);
+    else dsc_launch(ex, "matmul_q8_0 canonical", q8v_kernel<MT, false>, grid, dim3(Q8V_THREADS), smem, set, K, M, WK,
+                    xq, xd, xf, (const float *)NULL, (float *)NULL, epi);
 }
 
 /* ==========================================================================
@@ -441,8 +448,7 @@ static void q8v_run(ds_exec *ex, int n, const dsc_weight *const w[], int M, cons
         xd = (float *)ex->q8x.d;
     } else if (!q8v_fq_ok(ex, n, w, M)) {  /* quantize once, for all blocks */
         if (!q8x_slot(ex, M, K, &xq, &xd)) return;
-        q8_quantize<<<dsc_blocks(nq, 128), 128, 0, ex->st>>>(x, nq, xq, xd);
-        DSC_LAUNCHED(ex, "q8_0 quantize");
+        dsc_launch(ex, "q8_0 quantize", q8_quantize, dim3(dsc_blocks(nq, 128)), dim3(128), 0, x, nq, xq, xd);
     }
     q8v_dispatch(ex, n, w, M, xq, xd, x, NULL, NULL, y, epi);
     /* the copy stays good for the next matmul of the same rows (the launch

@@ -19,6 +19,8 @@
 #define RES_WARPS 8
 
 __global__ void res_add(int64_t total, float *x, const float *__restrict__ y) {
+    dsc_pdl_wait();                              /* dsc_launch */
+    dsc_pdl_trigger();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) x[i] = __fadd_rn(x[i], y[i]);
 }
@@ -56,7 +58,6 @@ void dsc_residual(ds_exec *ex, ds_variant vres, ds_variant vnorm, int rows, int 
     /* canonical add + canonical norm: one launch, the same two steps per element */
     if (w && xnorm && vnorm != DS_FAST && dsc_rmsnorm_staged(ex, rows, n, x, y, w, eps, xnorm)) return;
     const int64_t total = (int64_t)rows * n;
-    res_add<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(total, x, y);
-    DSC_LAUNCHED(ex, "residual add");
+    dsc_launch(ex, "residual add", res_add, dim3(dsc_blocks(total, 256)), dim3(256), 0, total, x, y);
     if (w && xnorm) dsc_rmsnorm(ex, vnorm, rows, n, x, w, eps, xnorm);
 }

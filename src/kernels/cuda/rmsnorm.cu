@@ -44,11 +44,14 @@ __global__ void rms_canonical(int rows, int n, const float *x, const float *__re
  * (the residual family's canonical epilogue fused in one launch) the staged
  * value is x + add, one rounding, also written back to x first. */
 #define RMSB_MAXN 8192          /* floats staged (32 KiB); longer rows: rms_canonical */
+#define RMSB_WPF 16             /* 32-blocks per warp: 8192 / 32 / 16 warps of 512 threads */
 __global__ void rms_canonical_block(int n, float *x, const float *__restrict__ add,
                                     const float *__restrict__ w, float eps, float *y,
                                     int8_t *__restrict__ q, float *__restrict__ qd) {
     extern __shared__ float rms_row[];
     __shared__ float rms_sc;
+    dsc_pdl_wait();                              /* dsc_launch */
+    dsc_pdl_trigger();
     const int64_t r = blockIdx.x;
     float *xr = x + r * n;
     float *yr = y + r * n;
@@ -62,6 +65,15 @@ __global__ void rms_canonical_block(int n, float *x, const float *__restrict__ a
     } else {
         for (int i = threadIdx.x; i < n; i += blockDim.x) rms_row[i] = xr[i];
     }
+    /* rows of whole 32-blocks write a block per warp (below); this thread's
+     * norm weights are loaded now, to arrive during the chains */
+    const int nb = n % 32 ? 0 : n / 32, lane = threadIdx.x & 31, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    float wreg[RMSB_WPF];
+#pragma unroll
+    for (int j = 0; j < RMSB_WPF; j++) {
+        const int b = warp + j * nw;
+        wreg[j] = w && b < nb ? __ldg(w + b * 32 + lane) : 1.0f;
+    }
     __syncthreads();
     if (threadIdx.x < 32) {                      /* the chains, from shared memory */
         const float sc = dsc_rms_scale_canonical(rms_row, n, eps, threadIdx.x);
@@ -69,16 +81,20 @@ __global__ void rms_canonical_block(int n, float *x, const float *__restrict__ a
     }
     __syncthreads();
     const float scale = rms_sc;
-    if (q) {
-        /* with the Q8_0 copy (dsc_q8x; n % 32 == 0): a warp per block of
-         * 32 outputs, each lane its element, then the block quantized */
-        const int nb = n / 32, lane = threadIdx.x & 31;
-        for (int b = threadIdx.x / 32; b < nb; b += blockDim.x / 32) {
+    if (nb) {
+        /* a warp per block of 32 outputs, each lane its element; with the
+         * Q8_0 copy (dsc_q8x) the block is quantized as well */
+#pragma unroll
+        for (int j = 0; j < RMSB_WPF; j++) {
+            const int b = warp + j * nw;
+            if (b >= nb) break;
             const int i = b * 32 + lane;
-            const float v = w ? __fmul_rn(__fmul_rn(rms_row[i], scale), w[i]) : __fmul_rn(rms_row[i], scale);
+            const float v = w ? __fmul_rn(__fmul_rn(rms_row[i], scale), wreg[j]) : __fmul_rn(rms_row[i], scale);
             yr[i] = v;
-            const float d = dsc_q8_block_warp(v, lane, q + r * n + (int64_t)b * 32);
-            if (lane == 0) qd[r * nb + b] = d;
+            if (q) {
+                const float d = dsc_q8_block_warp(v, lane, q + r * n + (int64_t)b * 32);
+                if (lane == 0) qd[r * nb + b] = d;
+            }
         }
         return;
     }
@@ -99,8 +115,8 @@ int dsc_rmsnorm_staged(ds_exec *ex, int rows, int n, float *x, const float *add,
     int8_t *q = NULL;
     float *qd = NULL;
     if (n < 256 || !dsc_q8x_reserve(ex, rows, n, &q, &qd)) q = NULL;
-    rms_canonical_block<<<(unsigned)rows, threads, (size_t)n * 4, ex->st>>>(n, x, add, w, eps, y, q, qd);
-    DSC_LAUNCHED(ex, add ? "residual+rmsnorm canonical" : "rmsnorm canonical");
+    dsc_launch(ex, add ? "residual+rmsnorm canonical" : "rmsnorm canonical", rms_canonical_block, dim3((unsigned)rows),
+               dim3(threads), (size_t)n * 4, n, x, add, w, eps, y, q, qd);
     if (q) dsc_q8x_publish(ex, y, rows, n, q, qd);
     return 1;
 }

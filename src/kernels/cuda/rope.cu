@@ -158,6 +158,8 @@ qk_norm_rope_kv_k(int M, int H, int Hkv, int hd, const int *__restrict__ pos, in
                   const float *__restrict__ cs, const float *__restrict__ inv,
                   const float *__restrict__ qw, const float *__restrict__ kw, float eps,
                   float *q, float *k, const float *__restrict__ v, float *kc, float *vc) {
+    dsc_pdl_wait();                              /* dsc_launch */
+    dsc_pdl_trigger();
     const int heads = H + Hkv, lane = threadIdx.x & 31;
     const int64_t t = (int64_t)blockIdx.x * QRK_WARPS + threadIdx.x / 32;
     if (t >= (int64_t)M * heads) return;
@@ -219,8 +221,7 @@ void dsc_qk_norm_rope_kv(ds_exec *ex, int M, int n_head, int n_head_kv, int head
     const dsc_rope_table *t = dsc_rope_get(ex, freq_base, head_dim);
     if (!t) return;
     const int64_t warps = (int64_t)M * (n_head + n_head_kv);
-    qk_norm_rope_kv_k<<<dsc_blocks(warps, QRK_WARPS), 32 * QRK_WARPS, 0, ex->st>>>(
-        M, n_head, n_head_kv, head_dim, pos, mode == DS_ROPE_NEOX, t->cs, t->inv_freq, q_norm,
-        k_norm, eps, q, k, v, kc, vc);
-    DSC_LAUNCHED(ex, "qk_norm + rope + kv_write canonical");
+    dsc_launch(ex, "qk_norm + rope + kv_write canonical", qk_norm_rope_kv_k, dim3(dsc_blocks(warps, QRK_WARPS)),
+               dim3(32 * QRK_WARPS), 0, M, n_head, n_head_kv, head_dim, pos, (int)(mode == DS_ROPE_NEOX),
+               (const float *)t->cs, (const float *)t->inv_freq, q_norm, k_norm, eps, q, k, v, kc, vc);
 }

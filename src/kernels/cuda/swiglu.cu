@@ -17,6 +17,8 @@
 __global__ void swiglu_canonical(int64_t total, const float *__restrict__ g,
                                  const float *__restrict__ u, float *o, int8_t *__restrict__ q,
                                  float *__restrict__ qd) {
+    dsc_pdl_wait();                               /* dsc_launch */
+    dsc_pdl_trigger();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;                       /* whole warps (total % 32 == 0 with q) */
     const float v = dsc_swiglu_canonical(g[i], u[i]);
@@ -47,8 +49,7 @@ void dsc_swiglu(ds_exec *ex, ds_variant v, int rows, int n, const float *gate, c
     int8_t *q = NULL;                             /* the down projection's Q8_0 input */
     float *qd = NULL;
     if (!dsc_q8x_reserve(ex, rows, n, &q, &qd)) q = NULL;
-    swiglu_canonical<<<dsc_blocks(total, 256), 256, 0, ex->st>>>(total, gate, up, out, q, qd);
-    DSC_LAUNCHED(ex, "swiglu");
+    dsc_launch(ex, "swiglu", swiglu_canonical, dim3(dsc_blocks(total, 256)), dim3(256), 0, total, gate, up, out, q, qd);
     if (q) dsc_q8x_publish(ex, out, rows, n, q, qd);
 }
 
