@@ -18,4 +18,9 @@ void *ds_exec_cuda_stream(ds_exec *ex);
  * of quantizing it themselves. */
 unsigned long long ds_exec_cuda_q8x_hits(ds_exec *ex);
 
+/* That copy of rows x (M x K), while it is valid: device pointers to its
+ * quants (int8 [M][K]) and block scales (f32 [M][K / 32]); 0 when there is
+ * none. For tests, which compare its bytes with the CPU's quantization. */
+int ds_exec_cuda_q8x_peek(ds_exec *ex, const float *x, int M, int64_t K, const void **q, const void **d);
+
 #endif

@@ -964,28 +964,57 @@ static void test_matmul_res(T *t, int64_t K, int64_t N, int with_up) {
  * ==========================================================================
  * rmsnorm, residual+norm and SwiGLU write the Q8_0 copy of their output
  * when Q8_0 weights exist; the Q8_0 canonical matmul that reads that output
- * next must use the copy (the hit counter moves) and give the CPU canonical
- * matmul of the downloaded floats bit for bit — also where the block's
- * quantization is delicate: NaN first, last and inside a block (the scalar
- * amax fold restarts after a NaN), inf, zeros, subnormals, a row that is
- * all NaN. */
+ * next must use the copy (the hit counter moves); the copy's bytes must be
+ * the CPU's quantization of the downloaded floats, and the matmul the CPU
+ * canonical matmul of them — also where the block's quantization is
+ * delicate: NaN first, last and inside a block (the scalar amax fold
+ * restarts after a NaN), inf, zeros, subnormals, a row that is all NaN. */
 static void q8x_case(T *t, const char *what, ds_weight *wg, const ds_weight *wc, int M, int64_t K,
                      const float *dy, unsigned long long hits0) {
-    const int64_t N = wc->n_out;
+    const int64_t N = wc->n_out, nb = K / 32;
     float *dout = dmem(t, (size_t)M * N * 4);
     t->i->matmul(t->ex, DS_CANONICAL, wg, M, dy, dout);
     const unsigned long long hits = ds_exec_cuda_q8x_hits(t->ex) - hits0;
+    const void *dq = NULL, *dd = NULL;
+    const int have = ds_exec_cuda_q8x_peek(t->ex, dy, M, K, &dq, &dd);
     float *y = malloc((size_t)M * K * 4), *out = malloc((size_t)M * N * 4), *ref = malloc((size_t)M * N * 4);
+    int8_t *q = malloc((size_t)M * K);
+    float *d = malloc((size_t)M * nb * 4);
+    ds_block_q8_0 *cb = malloc((size_t)nb * sizeof *cb);
+    if (have) {                                   /* downloads end the copy's validity: after the peek */
+        dget(t, q, dq, (size_t)M * K);
+        dget(t, d, dd, (size_t)M * nb * 4);
+    }
     dget(t, y, dy, (size_t)M * K * 4);
     dget(t, out, dout, (size_t)M * N * 4);
+    /* the copy's bytes == the CPU's quantization of the same floats */
+    int bytes_same = have, bad_m = -1, bad_b = -1;
+    for (int m = 0; have && m < M; m++) {
+        ds_quantize_row_q8_0(y + (size_t)m * K, K, cb);
+        for (int64_t b = 0; b < nb; b++) {
+            const float cd = ds_fp16_to_f32(cb[b].d);
+            if (memcmp(cb[b].qs, q + (size_t)m * K + b * 32, 32) || memcmp(&cd, &d[m * nb + b], 4)) {
+                if (bytes_same) { bad_m = m; bad_b = (int)b; }
+                bytes_same = 0;
+            }
+        }
+    }
+    /* the matmul == the CPU's on the same floats (NaN outputs: any NaN — the
+     * delicate blocks make NaN scales, and the CPU's NaN bits are not the
+     * GPU's canonical NaN) */
     ds_matmul(DS_CANONICAL, wc, M, y, ref, NULL);
-    const int same = !memcmp(out, ref, (size_t)M * N * 4);
-    CHECK(hits == 1, "q8x %s: the matmul did not use the producer's copy (%llu hits)", what, hits);
+    int same = 1;
+    for (int64_t e = 0; e < (int64_t)M * N; e++)
+        if (memcmp(&out[e], &ref[e], 4) && !(out[e] != out[e] && ref[e] != ref[e])) same = 0;
+    CHECK(hits == 1 && have, "q8x %s: the matmul did not use the producer's copy (%llu hits, copy %s)", what, hits,
+          have ? "valid" : "gone");
+    CHECK(bytes_same, "q8x %s: the Q8_0 copy != the CPU's quantization of its floats (row %d block %d)", what, bad_m, bad_b);
     CHECK(same, "q8x %s: matmul of the producer's Q8_0 copy != CPU canonical matmul of its floats", what);
-    printf("q8x %-14s copy used: %s  == CPU canonical bits: %s\n", what, hits == 1 ? "yes" : "NO", same ? "yes" : "NO");
+    printf("q8x %-14s copy used: %s  copy == CPU quantization: %s  matmul == CPU canonical: %s\n", what,
+           hits == 1 ? "yes" : "NO", bytes_same ? "yes" : "NO", same ? "yes" : "NO");
     sync_ok(t, "q8x");
     dfree(t, dout);
-    free(y); free(out); free(ref);
+    free(y); free(out); free(ref); free(q); free(d); free(cb);
 }
 
 static void test_q8x(T *t) {

@@ -271,7 +271,10 @@ static void mmd_launch(ds_exec *ex, const dsc_weight *w, int M, const float *x, 
  * a block of MMS_ROWS outputs x 16 lanes (one thread per lane chain) copies
  * its rows' next segments into shared memory with asynchronous 16-byte
  * copies, MMS_STAGES - 1 segments ahead of the one it computes — tens of KB
- * in flight per block whatever the chains do. Each thread then runs its
+ * in flight per block whatever the chains do — and the activation rows'
+ * matching segments with them (read from L2 step by step, each step of a
+ * chain would wait a full L2 latency: the loads of a thread cannot run
+ * ahead of its own fused multiply-adds). Each thread then runs its
  * chain over the segment from shared memory: lane l of output r takes
  * elements k = 16 s + l in step order, exactly the definition's chain (the
  * K % 16 tail as one more step with +0 operands in the missing lanes), and
@@ -305,6 +308,7 @@ mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float 
     constexpr int RB = MMS_SEG + 16 * ES;         /* a staged row, padded: the two rows a
                                                      warp reads sit in different banks */
     constexpr int CPR = MMS_SEG / 16;             /* 16-byte copies per row and stage   */
+    constexpr int SB = MMS_ROWS * RB + MT * SE * 4;   /* a stage: the weights, then x   */
     static_assert(SE % 16 == 0, "segments of whole steps");
     extern __shared__ __align__(16) unsigned char mms_smem[];
     const int t = threadIdx.x, r = t / 16, l = t % 16;
@@ -315,8 +319,11 @@ mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float 
     /* segment `seg` of the block's rows into stage buffer `st` (padding
      * outputs repeat the last row; pieces past the row are not copied and
      * never read) */
-    auto stage = [&](int64_t seg, int st) {
-        unsigned char *dst = mms_smem + (size_t)st * MMS_ROWS * RB;
+    const float *xr[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) xr[i] = x + (int64_t)(m0 + (i < mv ? i : mv - 1)) * K;
+    auto stage_w = [&](int64_t seg, int st) {
+        unsigned char *dst = mms_smem + (size_t)st * SB;
         const int64_t off0 = seg * MMS_SEG;
         for (int c = t; c < MMS_ROWS * CPR; c += MMS_THREADS) {
             const int rr = c / CPR, pc = c % CPR;
@@ -326,29 +333,44 @@ mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float 
             __pipeline_memcpy_async(dst + rr * RB + pc * 16, W + n * rowb + off, 16);
         }
     };
-
-    const float *xr[MT];
-#pragma unroll
-    for (int i = 0; i < MT; i++) xr[i] = x + (int64_t)(m0 + (i < mv ? i : mv - 1)) * K;
+    /* x's segment: MT rows x SE floats in 16-byte pieces (K % 4 == 0 and x
+     * 16-byte aligned: the launch checks), pieces past K left out */
+    auto stage_x = [&](int64_t seg, int st) {
+        float *dst = (float *)(mms_smem + (size_t)st * SB + MMS_ROWS * RB);
+        const int64_t k0 = seg * SE;
+        for (int c = t; c < MT * (SE / 4); c += MMS_THREADS) {
+            const int i = c / (SE / 4), p = c % (SE / 4);
+            if (k0 + 4 * p >= K) continue;
+            __pipeline_memcpy_async(dst + i * SE + 4 * p, xr[i] + k0 + 4 * p, 16);
+        }
+    };
     float acc[MT];
 #pragma unroll
     for (int i = 0; i < MT; i++) acc[i] = 0.0f;
 
+    /* the first segments' weights fly before the wait; x comes from the
+     * previous kernel (dsc_launch), so its copies start after it */
 #pragma unroll
-    for (int s = 0; s < MMS_STAGES - 1; s++) {
-        if (s < nseg) stage(s, s);
-        __pipeline_commit();
-    }
-    /* the first segments' weights are in flight; x comes from the previous
-     * kernel (dsc_launch) */
+    for (int s = 0; s < MMS_STAGES - 1; s++)
+        if (s < nseg) stage_w(s, s);
     dsc_pdl_wait();
     dsc_pdl_trigger();
+#pragma unroll
+    for (int s = 0; s < MMS_STAGES - 1; s++) {   /* group s: all of segment s */
+        if (s < nseg) stage_x(s, s);
+        __pipeline_commit();
+    }
     for (int64_t seg = 0; seg < nseg; seg++) {
-        if (seg + MMS_STAGES - 1 < nseg) stage(seg + MMS_STAGES - 1, (int)((seg + MMS_STAGES - 1) % MMS_STAGES));
+        const int64_t sn = seg + MMS_STAGES - 1;
+        if (sn < nseg) {
+            stage_w(sn, (int)(sn % MMS_STAGES));
+            stage_x(sn, (int)(sn % MMS_STAGES));
+        }
         __pipeline_commit();
         __pipeline_wait_prior(MMS_STAGES - 1);    /* segment seg has landed */
         __syncthreads();
-        const unsigned char *row = mms_smem + (size_t)(seg % MMS_STAGES) * MMS_ROWS * RB + r * RB;
+        const unsigned char *row = mms_smem + (size_t)(seg % MMS_STAGES) * SB + r * RB;
+        const float *xs = (const float *)(mms_smem + (size_t)(seg % MMS_STAGES) * SB + MMS_ROWS * RB);
         const int64_t k0 = seg * SE;
         const int64_t left = K - k0;
         const int full = (int)((left < SE ? left : SE) / 16);
@@ -357,14 +379,14 @@ mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float 
             const int kk = st * 16 + l;
             const float wv = mms_w<TYPE>(row + kk * ES);
 #pragma unroll
-            for (int i = 0; i < MT; i++) acc[i] = __fmaf_rn(wv, __ldg(xr[i] + k0 + kk), acc[i]);
+            for (int i = 0; i < MT; i++) acc[i] = __fmaf_rn(wv, xs[i * SE + kk], acc[i]);
         }
         if (left < SE && left % 16) {             /* the tail step: +0 past K */
             const int kk = full * 16 + l;
             const bool in = kk < left;
             const float wv = in ? mms_w<TYPE>(row + kk * ES) : 0.0f;
 #pragma unroll
-            for (int i = 0; i < MT; i++) acc[i] = __fmaf_rn(wv, in ? __ldg(xr[i] + k0 + kk) : 0.0f, acc[i]);
+            for (int i = 0; i < MT; i++) acc[i] = __fmaf_rn(wv, in ? xs[i * SE + kk] : 0.0f, acc[i]);
         }
         __syncthreads();                          /* this buffer is staged into next */
     }
@@ -377,14 +399,15 @@ mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float 
     }
 }
 
-static size_t mms_smem_bytes(int type) {
-    return (size_t)MMS_STAGES * MMS_ROWS * (MMS_SEG + 16 * (type == DS_TYPE_F32 ? 4 : 2));
+static size_t mms_smem_bytes(int type, int mt) {
+    const int es = type == DS_TYPE_F32 ? 4 : 2;
+    return (size_t)MMS_STAGES * ((size_t)MMS_ROWS * (MMS_SEG + 16 * es) + (size_t)mt * (MMS_SEG / es) * 4);
 }
 
 template <int TYPE, int MT>
 static void mms_launch_mt(ds_exec *ex, const dsc_weight *w, int M, const float *x, float *y) {
     const dim3 grid((unsigned)((M + MT - 1) / MT), dsc_blocks(w->n_out, MMS_ROWS));
-    dsc_launch(ex, "matmul canonical (staged)", mmd_staged<TYPE, MT>, grid, dim3(MMS_THREADS), mms_smem_bytes(TYPE),
+    dsc_launch(ex, "matmul canonical (staged)", mmd_staged<TYPE, MT>, grid, dim3(MMS_THREADS), mms_smem_bytes(TYPE, MT),
                (const char *)w->data, w->n_out, w->n_in, M, x, y);
 }
 
@@ -398,17 +421,16 @@ static void mms_launch(ds_exec *ex, const dsc_weight *w, int M, const float *x, 
 
 template <int TYPE>
 static cudaError_t mms_init_type(void) {
-    const int bytes = (int)mms_smem_bytes(TYPE);
-    cudaError_t e = cudaFuncSetAttribute(mmd_staged<TYPE, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    cudaError_t e = cudaFuncSetAttribute(mmd_staged<TYPE, 1>, a, (int)mms_smem_bytes(TYPE, 1));
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 2>, a, (int)mms_smem_bytes(TYPE, 2));
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 4>, a, (int)mms_smem_bytes(TYPE, 4));
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 8>, a, (int)mms_smem_bytes(TYPE, 8));
     return e;
 }
 
-/* The staged kernel's shared memory (~34 KB today), allowed up to its size
- * once when the backend starts, so that deeper stages or longer segments
- * past the 48 KB a launch gets without asking need only the constants. */
+/* The staged kernel's shared memory (up to ~97 KB at 8 rows of x), past the
+ * 48 KB a launch gets without asking: allowed once when the backend starts. */
 cudaError_t dsc_matmul_dense_init(void) {
     cudaError_t e = mms_init_type<DS_TYPE_F32>();
     if (e == cudaSuccess) e = mms_init_type<DS_TYPE_F16>();
@@ -481,7 +503,8 @@ void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, con
     /* rows of whole 16-byte pieces (and 16-byte aligned: the allocation
      * is) stream through shared memory; others take the register kernel */
     const int es = w->type == DS_TYPE_F32 ? 4 : 2;
-    const bool staged = (w->n_in * es) % 16 == 0 && !(dsc_be(ex)->off & DSC_OFF_STAGED);
+    const bool staged = (w->n_in * es) % 16 == 0 && w->n_in % 4 == 0 && ((uintptr_t)x & 15) == 0 &&
+                        !(dsc_be(ex)->off & DSC_OFF_STAGED);
     switch (w->type) {
     case DS_TYPE_F32: staged ? mms_launch<DS_TYPE_F32>(ex, w, M, x, y) : mmd_launch<DS_TYPE_F32>(ex, w, M, x, y); break;
     case DS_TYPE_F16: staged ? mms_launch<DS_TYPE_F16>(ex, w, M, x, y) : mmd_launch<DS_TYPE_F16>(ex, w, M, x, y); break;

@@ -432,6 +432,13 @@ static bool q8x_valid(const ds_exec *ex, const float *x, int M, int64_t K) {
            !(dsc_be(ex)->off & DSC_OFF_Q8X);
 }
 
+int ds_exec_cuda_q8x_peek(ds_exec *ex, const float *x, int M, int64_t K, const void **q, const void **d) {
+    if (!q8x_valid(ex, x, M, K)) return 0;
+    *q = ex->q8x.q;
+    *d = ex->q8x.d;
+    return 1;
+}
+
 /* Canonical: the rows' Q8_0 copy made by their producer when there is one;
  * else quantize them (inside the integer kernel for short rows, else one
  * launch first, whose result later matmuls of the same rows reuse); then

@@ -143,8 +143,10 @@ void dsc_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, con
                  float eps, float *y) {
     if (rows <= 0 || n <= 0) return;
     const unsigned grid = dsc_blocks(rows, RMS_WARPS);
+    /* the staged kernel notes its own launch (and publishes its Q8_0 copy
+     * after it: a second note here would make the copy look stale) */
+    if (v != DS_FAST && dsc_rmsnorm_staged(ex, rows, n, (float *)x, NULL, w, eps, y)) return;
     if (v == DS_FAST) rms_fast<<<grid, 32 * RMS_WARPS, 0, ex->st>>>(rows, n, x, w, eps, y);
-    else if (!dsc_rmsnorm_staged(ex, rows, n, (float *)x, NULL, w, eps, y))
-        rms_canonical<<<grid, 32 * RMS_WARPS, 0, ex->st>>>(rows, n, x, w, eps, y);
+    else rms_canonical<<<grid, 32 * RMS_WARPS, 0, ex->st>>>(rows, n, x, w, eps, y);
     DSC_LAUNCHED(ex, "rmsnorm");
 }
