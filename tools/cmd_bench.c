@@ -21,6 +21,30 @@ void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks,
 #define N_WIDTHS 5
 static const int k_widths[N_WIDTHS] = { 1, 2, 4, 8, 16 };
 
+/* Memory at the end of a run: the process's peak resident set (Linux
+ * /proc; -1 elsewhere) and, on a device with its own memory, the device
+ * memory in use — total minus free from the backend's describe line, so on
+ * a GPU this process has to itself: its weights, KV cache, scratch and the
+ * driver's context (-1 on the CPU). */
+static void bench_memory(const ds_model *m, double *rss_mib, double *dev_mib) {
+    *rss_mib = *dev_mib = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) *rss_mib = (double)kb / 1024.0;
+        fclose(f);
+    }
+    if (m->be->i->host_memory || !m->be->i->describe) return;
+    char d[512] = "";
+    m->be->i->describe(m->be, d, sizeof d);
+    const char *t = strstr(d, "mem_total_mib="), *fr = strstr(d, "mem_free_mib=");
+    long long total, free_b;
+    if (t && fr && sscanf(t, "mem_total_mib=%lld", &total) == 1 && sscanf(fr, "mem_free_mib=%lld", &free_b) == 1)
+        *dev_mib = (double)(total - free_b);
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *C = "bench";
     const char *json = NULL, *drafter_path = NULL;
@@ -134,6 +158,11 @@ int cmd_bench(int argc, char **argv) {
     printf("%-4s %14s %14s %16s %18s\n", "M", "canonical_ms", "fast_ms", "canonical/fast", "canonical/decode");
     for (int w = 0; w < N_WIDTHS; w++)
         printf("%-4d %14.3f %14.3f %16.3f %18.3f\n", k_widths[w], ver[0][w] * 1e3, ver[1][w] * 1e3, ver[0][w] / ver[1][w], ver[0][w] / dec);
+    double rss_mib, dev_mib;
+    bench_memory(m, &rss_mib, &dev_mib);
+    printf("memory: peak_rss_mib=%.0f", rss_mib);
+    if (dev_mib >= 0) printf(" device_used_mib=%.0f", dev_mib);
+    printf("\n");
     if (json) {
         cJSON *root = cJSON_CreateObject(), *verj = cJSON_AddArrayToObject(root, "verify");
         cJSON_AddStringToObject(root, "model", model_path);
@@ -148,6 +177,8 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(root, "decode_tok_s", 1.0 / dec);
         cJSON_AddNumberToObject(root, "prefill_len", (double)prefill_len);
         cJSON_AddNumberToObject(root, "prefill_tok_s", (double)prefill_len / pre);
+        cJSON_AddNumberToObject(root, "peak_rss_mib", rss_mib);
+        if (dev_mib >= 0) cJSON_AddNumberToObject(root, "device_used_mib", dev_mib);
         for (int w = 0; w < N_WIDTHS; w++) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "M", k_widths[w]);
