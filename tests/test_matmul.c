@@ -15,12 +15,15 @@
  *   threads      1 vs 2 vs 3 threads bit-identical for both variants
  *   simd levels  canonical bits identical on every SIMD level the CPU has
  *   conversions  Q8_0 quantization by hand, all 65536 fp16/bf16 values through
- *                every lane width's converter, hardware fp16 per level */
+ *                every lane width's converter, hardware fp16 per level
+ *   epilogue     ds_matmul_epi's y == ds_matmul's (memcmp), every column in
+ *                one epilogue call, ranges in chunk order, small K split */
 #include "kernels/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -689,6 +692,58 @@ static void test_multi(ds_pool *pools[4]) {
            "no pool and threads 1..3, %d comparisons\n", bad ? "FAIL" : "PASS", runs);
 }
 
+/* ds_matmul_epi: y bitwise ds_matmul's; every column in exactly one
+ * epilogue call, called on ranges ordered by chunk, chunk < the threads;
+ * a small K is split too. */
+typedef struct {
+    atomic_int hits[4096];
+    int64_t lo[8], hi[8];
+    atomic_int bad;
+} epi_rec;
+static void epi_note(void *arg, int64_t n0, int64_t n1, int chunk) {
+    epi_rec *r = arg;
+    if (chunk < 0 || chunk >= 8) { atomic_fetch_add(&r->bad, 1); return; }
+    r->lo[chunk] = n0;
+    r->hi[chunk] = n1;
+    for (int64_t i = n0; i < n1; i++) atomic_fetch_add(&r->hits[i], 1);
+}
+static void test_epi(ds_pool *pools[4]) {
+    static const int64_t Ks[] = {32, 384};
+    int bad = 0, split = 0;
+    for (int ki = 0; ki < 2; ki++)
+        for (int ti = 0; ti < 4; ti++) {
+            const int64_t K = Ks[ki], N = 4096;
+            tw W = make_weight(types[ti], K, N);
+            for (int M = 1; M <= 3; M += 2) {
+                float *x = make_x(M, K), *y0 = malloc((size_t)M * N * sizeof(float)),
+                      *y1 = malloc((size_t)M * N * sizeof(float));
+                for (int pi = 0; pi < 4; pi++) {
+                    ds_matmul(DS_CANONICAL, &W.w, M, x, y0, pools[pi]);
+                    epi_rec *r = calloc(1, sizeof *r);
+                    for (int c = 0; c < 8; c++) r->lo[c] = r->hi[c] = -1;
+                    ds_matmul_epi(DS_CANONICAL, &W.w, M, x, y1, pools[pi], epi_note, r);
+                    bad += memcmp(y0, y1, (size_t)M * N * sizeof(float)) != 0;
+                    for (int64_t i = 0; i < N; i++) bad += atomic_load(&r->hits[i]) != 1;
+                    int64_t at = 0, used = 0;
+                    for (int c = 0; c < 8; c++) {
+                        if (r->lo[c] < 0) continue;
+                        bad += r->lo[c] != at || c >= ds_pool_threads(pools[pi]);
+                        at = r->hi[c];
+                        used++;
+                    }
+                    bad += at != N || atomic_load(&r->bad);
+                    split += used > 1;
+                    free(r);
+                }
+                free(x); free(y0); free(y1);
+            }
+            free(W.data);
+        }
+    CHECK(bad == 0 && split > 0, "ds_matmul_epi: %d mismatches, %d split calls", bad, split);
+    printf("%s ds_matmul_epi == ds_matmul (memcmp), each column in one ordered epilogue range, K=32 and 384 split "
+           "over the pool (%d split calls)\n", bad == 0 && split > 0 ? "PASS" : "FAIL", split);
+}
+
 int main(void) {
     ds_pool *pools[4] = {NULL, ds_pool_new(1), ds_pool_new(2), ds_pool_new(3)};
     test_half_conversions();
@@ -700,6 +755,7 @@ int main(void) {
     test_canonical_q8(pools);
     test_packed_q8(pools);
     test_multi(pools);
+    test_epi(pools);
     for (int i = 1; i < 4; i++) ds_pool_free(pools[i]);
     printf("%d checks passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -33,6 +33,8 @@ typedef struct {
     const ds_weight *W[DS_MM_MULTI];
     float *y[DS_MM_MULTI];
     int64_t g_off[DS_MM_MULTI + 1];
+    ds_mm_epi_fn epi;           /* ds_matmul_epi: after a range's columns   */
+    void *epi_arg;
 } mm_job;
 
 /* Each range gets its thread's reserved scratch (ds_pool_reserve) in a
@@ -53,6 +55,7 @@ static void mm_range(void *arg, int64_t g0, int64_t g1, int chunk) {
         c.W = j->W[i];
         c.y = j->y[i];
         j->fn(&c, n0, n1);
+        if (j->epi) j->epi(j->epi_arg, n0, n1, chunk);
     }
 }
 
@@ -235,9 +238,11 @@ static ds_mm_range_fn pick(uint32_t type, ds_variant v) {
     }
 }
 
-/* n weights of one type and n_in (checked by the callers) on the same x. */
+/* n weights of one type and n_in (checked by the callers) on the same x;
+ * with epi (n = 1), ds_matmul_epi's epilogue after each range. */
 static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weight *const W[], int M,
-                                  const float *x, float *const y[], ds_pool *pool) {
+                                  const float *x, float *const y[], ds_pool *pool, ds_mm_epi_fn epi,
+                                  void *epi_arg) {
     if (M <= 0) return;
     const int64_t K = W[0]->n_in;
     ds_mm_range_fn fn = pick(W[0]->type, v);
@@ -249,6 +254,7 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
     if (K == 0) {                               /* empty sums: +0 everywhere */
         for (int i = 0; i < n; i++)
             for (int64_t e = 0; e < (int64_t)M * W[i]->n_out; e++) y[i][e] = 0.0f;
+        if (epi) epi(epi_arg, 0, W[0]->n_out, 0);
         return;
     }
     ds_mm_ctx ctx = {.W = W[0], .M = M, .x = x, .y = y[0], .level = level};
@@ -275,6 +281,7 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
                 abort();
             }
             for (int i = 0; i < n; i++) q8_rows_nomem(W[i], M, x, y[i]);
+            if (epi) epi(epi_arg, 0, W[0]->n_out, 0);
             return;
         }
         q8_quantize_into(x, M, K, mem, pool, &act);
@@ -297,7 +304,7 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
     /* normally a no-op: the context reserved this at creation; a call with a
      * larger K grows the reservation once, here, outside the job */
     ds_pool_reserve(pool, ds_matmul_thread_scratch(K), 0);
-    mm_job job = {.ctx = &ctx, .fn = fn, .pool = pool, .n = n};
+    mm_job job = {.ctx = &ctx, .fn = fn, .pool = pool, .n = n, .epi = epi, .epi_arg = epi_arg};
     for (int i = 0; i < n; i++) {
         job.W[i] = W[i];
         job.y[i] = y[i];
@@ -312,7 +319,10 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
      * (wake, join, the imbalance) costs on an idle machine — and far less
      * than it costs on a loaded one, where the worker may not be running.
      * Seven such calls per drafting round, each one hand-off fewer. */
-    if (M == 1 && K <= 2 * DS_QK8_0) grain = job.g_off[n];
+    if (M == 1 && K <= 2 * DS_QK8_0 && !epi) grain = job.g_off[n];
+    /* an epilogue carries work of its own (the drafter's chain: a bias add
+     * and an argmax over the columns): count it as one more K block */
+    if (epi) grain = (DS_MM_MIN_WORK + (K + DS_QK8_0) * DS_MM_GROUP - 1) / ((K + DS_QK8_0) * DS_MM_GROUP);
     ds_pool_for_idx(pool, job.g_off[n], grain, mm_range, &job);
     free(owned);
 }
@@ -320,7 +330,13 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
 void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, const float *x,
                         float *y, ds_pool *pool) {
     if (W->n_out <= 0) return;
-    matmul_multi_at_level(level, v, 1, &W, M, x, &y, pool);
+    matmul_multi_at_level(level, v, 1, &W, M, x, &y, pool, NULL, NULL);
+}
+
+void ds_matmul_epi(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool,
+                   ds_mm_epi_fn epi, void *arg) {
+    if (W->n_out <= 0) return;
+    matmul_multi_at_level(ds_simd_level(), v, 1, &W, M, x, &y, pool, epi, arg);
 }
 
 /* Same bits as n ds_matmul calls (every output column runs the same range
@@ -335,7 +351,7 @@ void ds_matmul_multi(ds_variant v, int n, const ds_weight *const W[], int M, con
         for (int i = 0; i < n; i++) ds_matmul(v, W[i], M, x, y[i], pool);
         return;
     }
-    matmul_multi_at_level(ds_simd_level(), v, n, W, M, x, y, pool);
+    matmul_multi_at_level(ds_simd_level(), v, n, W, M, x, y, pool, NULL, NULL);
 }
 
 void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool) {
