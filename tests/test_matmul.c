@@ -295,10 +295,10 @@ static void test_exactness(ds_pool *pools[4]) {
  * (matmul_q8_0.c), through ds_matmul and through each forced path
  * ========================================================================== */
 static void test_canonical_q8(ds_pool *pools[4]) {
-    static const int64_t Ks[] = {32, 288, 1024};
+    static const int64_t Ks[] = {32, 288, 1024, 544};   /* 1, 9, 32, 17 blocks: 16-block groups and tails */
     const int64_t N = 53;                       /* 3 x 16 + 5: tile tails on every level */
     int bad = 0, nlv = 0, runs = 0;
-    for (int ki = 0; ki < 3; ki++) {
+    for (int ki = 0; ki < 4; ki++) {
         const int64_t K = Ks[ki], nb = K / 32;
         tw W = make_weight(DS_TYPE_Q8_0, K, N);
         /* the extreme quant -128 in some weight blocks (any GGUF may hold it) */
@@ -308,6 +308,8 @@ static void test_canonical_q8(ds_pool *pools[4]) {
         float *x = make_x(Mmax, K);
         for (int64_t k = 0; k < 32; k++) x[k] = 0.0f;          /* an all-zero block: e = 0 */
         for (int64_t k = K; k < K + 32 && k < 2 * K; k++) x[k] *= 1e4f;
+        for (int64_t k = 2 * K; k < 3 * K; k++) x[k] *= 1e-5f;  /* e an fp16 subnormal */
+        for (int64_t k = 3 * K; k < 4 * K; k++) x[k] *= 1e-39f; /* f32 subnormal x: e = 0 */
         float *ref = malloc((size_t)(Mmax * N) * sizeof(float));
         float *y = malloc((size_t)(Mmax * N) * sizeof(float));
         ds_block_q8_0 *xq = malloc((size_t)nb * sizeof *xq);
@@ -354,7 +356,7 @@ static void test_canonical_q8(ds_pool *pools[4]) {
     }
     CHECK(bad == 0, "canonical Q8_0 differs from its scalar definition in %d of %d runs", bad, runs);
     printf("%s canonical Q8_0 == scalar int8 x int8 definition (memcmp) on %d SIMD level(s), "
-           "K=32,288,1024 M=1..17 threads 1,3, per-row and repacked paths\n",
+           "K=32,288,1024,544 (x rows incl. fp16-subnormal and zero scales) M=1..17 threads 1,3, per-row and repacked paths\n",
            bad ? "FAIL" : "PASS", nlv);
 }
 
@@ -530,6 +532,47 @@ static void test_hw_conversions(void) {
     CHECK(bad == 0, "per-level converters differ in %d values", bad);
     printf("%s per-level fp16/int8 -> f32 (x86 instructions %s) on %d level(s), all 65536 / 256 values\n",
            bad ? "FAIL" : "PASS", DS_X86_BUILTINS ? "on" : "off: software", nlv);
+#endif
+}
+
+/* VCVTPS2PH with round-to-nearest-even == ds_f32_to_fp16 on non-negative
+ * non-NaN floats (what the AVX-512 activation quantizer in matmul.c relies
+ * on for the blocks' scales d = amax / 127): every exponent at a stride,
+ * the rounding ties and overflow edge, the fp16 subnormal range densely.
+ * (All 2^31 such values agree; that sweep takes seconds, this one a tenth.) */
+#if DS_X86
+__attribute__((target("avx512f,f16c"))) static int f16_hw_round(const uint32_t *u, int n) {
+    int bad = 0;
+    for (int i = 0; i + 16 <= n; i += 16) {
+        uint16_t h[16];
+        _mm256_storeu_si256((__m256i *)h, _mm512_cvtps_ph(_mm512_castsi512_ps(_mm512_loadu_si512(u + i)),
+                                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        for (int l = 0; l < 16; l++) bad += h[l] != ds_f32_to_fp16(ds_bits_f32(u[i + l]));
+    }
+    return bad;
+}
+#endif
+static void test_f16_round(void) {
+#if DS_X86
+    if (!ds_simd_level_ok(DS_LVL_AVX512)) return;
+    enum { CAP = 1 << 16 };
+    uint32_t *u = malloc(CAP * sizeof *u);
+    int bad = 0, n = 0, total = 0;
+#define F16_ADD(v) do { u[n++] = (v); if (n == CAP) { bad += f16_hw_round(u, n); total += n; n = 0; } } while (0)
+    for (uint64_t v = 0; v <= 0x7f800000u; v += 40961) F16_ADD((uint32_t)v);
+    for (uint32_t v = 0x477fe000u; v < 0x47800010u; v++) F16_ADD(v);        /* 65504 .. inf */
+    for (uint32_t v = 0x33000000u - 64; v < 0x38800000u + 64; v += 7) F16_ADD(v);   /* subnormals */
+    for (uint32_t e = 0; e < 255; e++)                                        /* ties, every exponent */
+        for (uint32_t m = 0x0ff8u; m < 0x1008u; m++) F16_ADD((e << 23) | m);
+    F16_ADD(0x7f800000u);
+    while (n % 16) F16_ADD(0u);
+    bad += f16_hw_round(u, n);
+    total += n;
+#undef F16_ADD
+    free(u);
+    CHECK(bad == 0, "VCVTPS2PH (nearest even) differs from ds_f32_to_fp16 on %d of %d values", bad, total);
+    printf("%s VCVTPS2PH (nearest even) == ds_f32_to_fp16 on %d non-negative floats (every exponent, ties, "
+           "overflow edge, subnormals)\n", bad ? "FAIL" : "PASS", total);
 #endif
 }
 
@@ -748,6 +791,7 @@ int main(void) {
     ds_pool *pools[4] = {NULL, ds_pool_new(1), ds_pool_new(2), ds_pool_new(3)};
     test_half_conversions();
     test_hw_conversions();
+    test_f16_round();
     test_quantize();
     test_registry();
     test_accuracy(pools[2]);

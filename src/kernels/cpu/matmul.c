@@ -83,10 +83,99 @@ typedef struct {
     unsigned char *qi;          /* the interleaved copy (ds_q8_act.qi)       */
 } q8_quant_job;
 
+#if DS_X86
+#include <immintrin.h>
+
+/* ---- the same four outputs on AVX-512, 16 blocks at a time -----------------
+ * Per block the reference (registry.c: ds_quantize_row_q8_0 and the loop in
+ * q8_quant_range) runs a chain of latencies: the |x| maximum, d = amax / 127,
+ * id = 1 / d, d to fp16, then the rounding, the quant sum, fp16 back to f32
+ * — about 20 ns a block, 2 us for the 8 rows of a verify's K = 384, on the
+ * calling thread before the workers can start (a seventh of a verify). Here
+ * the maxima of 16 blocks go into one vector and the divisions, the fp16
+ * conversion (VCVTPS2PH, round to nearest even) and its way back run once
+ * for the 16. Same bits: the max of |x| over a NaN-free block is one value
+ * in any order, the divisions are the same IEEE operations, VCVTPS2PH with
+ * nearest-even gives ds_f32_to_fp16's bits on every non-negative non-NaN
+ * float (overflow to inf and the fp16 subnormals included: test_matmul
+ * compares them on every exponent) and VCVTPH2PS is exact; the rounding of
+ * each block is q8_quant_avx512's instruction sequence; the quant sum is an
+ * integer. A group holding a NaN takes the reference path. */
+#define Q8Q_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+Q8Q_TGT static int q8_quant_row16(const float *x, int64_t nb, ds_block_q8_0 *q, float *d, int32_t *nsum,
+                                  unsigned char *g, int i) {
+    const __m512 c127 = _mm512_set1_ps(127.0f), cm128 = _mm512_set1_ps(-128.0f);
+    const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f);
+    const __m512i one = _mm512_set1_epi32(1);
+    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+        const int n = nb - b0 < 16 ? (int)(nb - b0) : 16;
+        const float *xg = x + b0 * DS_QK8_0;
+        __mmask16 nan = 0;
+        float am[16];
+        for (int k = 0; k < n; k++) {
+            const __m512 x0 = _mm512_loadu_ps(xg + k * DS_QK8_0), x1 = _mm512_loadu_ps(xg + k * DS_QK8_0 + 16);
+            nan |= _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q);
+            am[k] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        }
+        if (nan) return -1;
+        const __mmask16 kn = (__mmask16)((1u << n) - 1u);
+        const __m512 vd = _mm512_div_ps(_mm512_maskz_loadu_ps(kn, am), c127);
+        const __mmask16 nz = _mm512_cmp_ps_mask(vd, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+        const __m512 vid = _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), vd);
+        const __m256i vh = _mm512_cvtps_ph(vd, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        float idv[16], df[16];
+        uint16_t dh[16];
+        _mm512_storeu_ps(idv, vid);
+        _mm512_storeu_ps(df, _mm512_cvtph_ps(vh));
+        _mm256_storeu_si256((__m256i *)dh, vh);
+        for (int k = 0; k < n; k++, g += DS_Q8_GROUP_BYTES) {
+            const float *xb = xg + k * DS_QK8_0;
+            const __m512 id = _mm512_set1_ps(idv[k]);
+            __m512i qv[2];
+            for (int h = 0; h < 2; h++) {
+                __m512 v = _mm512_mul_ps(_mm512_loadu_ps(xb + 16 * h), id);
+                v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);   /* NaN (inf * 0) -> 0 */
+                v = _mm512_max_ps(_mm512_min_ps(v, c127), cm128);
+                const __m512i t = _mm512_cvttps_epi32(v);
+                const __m512 r = _mm512_sub_ps(v, _mm512_cvtepi32_ps(t));
+                __m512i u = _mm512_mask_add_epi32(t, _mm512_cmp_ps_mask(r, half, _CMP_GE_OQ), t, one);
+                qv[h] = _mm512_mask_sub_epi32(u, _mm512_cmp_ps_mask(r, mhalf, _CMP_LE_OQ), u, one);
+            }
+            /* the 32 quant bytes stored from registers to both places (not
+             * copied back out of the block: a 32-byte load of two fresh
+             * 16-byte stores stalls on store forwarding) */
+            const __m256i qb = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(qv[0])),
+                                                       _mm512_cvtepi32_epi8(qv[1]), 1);
+            ds_block_q8_0 *o = q + b0 + k;
+            o->d = dh[k];
+            _mm256_storeu_si256((__m256i *)o->qs, qb);
+            _mm256_storeu_si256((__m256i *)(g + 32 * i), qb);
+            const int32_t ns = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(qv[0], qv[1]));
+            d[b0 + k] = df[k];
+            nsum[b0 + k] = ns;
+            memcpy(g + 256 + 4 * i, &ns, sizeof ns);
+            memcpy(g + 288 + 4 * i, &df[k], sizeof(float));
+        }
+    }
+    return 0;
+}
+
+static int q8_quant_fast_ok(void) {
+    __builtin_cpu_init();
+    return ds_simd_level() == DS_LVL_AVX512 && __builtin_cpu_supports("f16c");
+}
+#endif
+
 static void q8_quant_range(void *arg, int64_t m0, int64_t m1) {
     const q8_quant_job *j = arg;
     const int64_t nb = j->K / DS_QK8_0;
     for (int64_t m = m0; m < m1; m++) {
+#if DS_X86
+        if (q8_quant_fast_ok() &&
+            q8_quant_row16(j->x + m * j->K, nb, j->q + m * nb, j->d + m * nb, j->nsum + m * nb,
+                           j->qi + (size_t)(m / 8) * (size_t)nb * DS_Q8_GROUP_BYTES, (int)(m % 8)) == 0)
+            continue;
+#endif
         ds_quantize_row_q8_0(j->x + m * j->K, j->K, j->q + m * nb);
         unsigned char *g = j->qi + (size_t)(m / 8) * (size_t)nb * DS_Q8_GROUP_BYTES;
         const int i = (int)(m % 8);
