@@ -84,7 +84,7 @@ typedef struct {
 } q8_quant_job;
 
 #if DS_X86
-#include <immintrin.h>
+#include "kernels/cpu/q8_round.h"
 
 /* ---- the same four outputs on AVX-512, 16 blocks at a time -----------------
  * Per block the reference (registry.c: ds_quantize_row_q8_0 and the loop in
@@ -98,15 +98,13 @@ typedef struct {
  * in any order, the divisions are the same IEEE operations, VCVTPS2PH with
  * nearest-even gives ds_f32_to_fp16's bits on every non-negative non-NaN
  * float (overflow to inf and the fp16 subnormals included: test_matmul
- * compares them on every exponent) and VCVTPH2PS is exact; the rounding of
- * each block is q8_quant_avx512's instruction sequence; the quant sum is an
- * integer. A group holding a NaN takes the reference path. */
+ * compares them on every exponent) and VCVTPH2PS is exact; each block's
+ * rounding is q8_quant_avx512's instruction sequence (ds_q8_round16); the
+ * quant sum is an integer. A group holding a NaN takes the reference path. */
 #define Q8Q_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
 Q8Q_TGT static int q8_quant_row16(const float *x, int64_t nb, ds_block_q8_0 *q, float *d, int32_t *nsum,
                                   unsigned char *g, int i) {
-    const __m512 c127 = _mm512_set1_ps(127.0f), cm128 = _mm512_set1_ps(-128.0f);
-    const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f);
-    const __m512i one = _mm512_set1_epi32(1);
+    const __m512 c127 = _mm512_set1_ps(127.0f);
     for (int64_t b0 = 0; b0 < nb; b0 += 16) {
         const int n = nb - b0 < 16 ? (int)(nb - b0) : 16;
         const float *xg = x + b0 * DS_QK8_0;
@@ -131,16 +129,7 @@ Q8Q_TGT static int q8_quant_row16(const float *x, int64_t nb, ds_block_q8_0 *q, 
         for (int k = 0; k < n; k++, g += DS_Q8_GROUP_BYTES) {
             const float *xb = xg + k * DS_QK8_0;
             const __m512 id = _mm512_set1_ps(idv[k]);
-            __m512i qv[2];
-            for (int h = 0; h < 2; h++) {
-                __m512 v = _mm512_mul_ps(_mm512_loadu_ps(xb + 16 * h), id);
-                v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);   /* NaN (inf * 0) -> 0 */
-                v = _mm512_max_ps(_mm512_min_ps(v, c127), cm128);
-                const __m512i t = _mm512_cvttps_epi32(v);
-                const __m512 r = _mm512_sub_ps(v, _mm512_cvtepi32_ps(t));
-                __m512i u = _mm512_mask_add_epi32(t, _mm512_cmp_ps_mask(r, half, _CMP_GE_OQ), t, one);
-                qv[h] = _mm512_mask_sub_epi32(u, _mm512_cmp_ps_mask(r, mhalf, _CMP_LE_OQ), u, one);
-            }
+            const __m512i qv[2] = {ds_q8_round16(_mm512_loadu_ps(xb), id), ds_q8_round16(_mm512_loadu_ps(xb + 16), id)};
             /* the 32 quant bytes stored from registers to both places (not
              * copied back out of the block: a 32-byte load of two fresh
              * 16-byte stores stalls on store forwarding) */
