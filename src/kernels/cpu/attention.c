@@ -6,18 +6,18 @@
  * head h / (n_head / n_kv_head). q and out are [M][n_head][head_dim]; out may
  * alias q (each (row, head) reads its q before writing its out).
  *
- *   decode     attn_rows_head(): split-KV over chunks of DS_ATTN_CHUNK keys at
+ *   decode     attn_block(): split-KV over chunks of DS_ATTN_CHUNK keys at
  *              ABSOLUTE boundaries (0, 64, 128, ...). Per chunk: scores with
  *              the 16-lane dot (ds_dot16) times scale, the chunk max,
  *              p = ds_expf(s - chunk_max) (kernels/dsmath.h: the GPU's bits too) summed in key order, p·V accumulated in
  *              key order; chunks folded left to right by the online-softmax
  *              rescale (m, l, acc); one final divide. Every quantity is a
  *              function of the row's own prefix only.
- *   canonical  (row, kv head, batch of up to ATTN_PV_Q of its GQA heads)
- *              items split over threads, each through attn_rows_head(),
- *              which runs every head of the batch through the decode
- *              sequence above and only shares the loads of K and V between
- *              them — decode is canonical with M = 1.
+ *   canonical  items of (a group of rows, a kv head, a batch of up to
+ *              ATTN_PV_Q of its GQA heads) split over threads, each through
+ *              attn_block(), which runs every query of the item through the
+ *              decode sequence above and only shares the loads of K and V
+ *              between them — decode is canonical with M = 1.
  *   fast       what a batch kernel does: per tile of 8 queries sharing a kv
  *              head (GQA heads x rows), the whole prefix in one pass — all
  *              scores of the tile (dots vectorized across the 8 queries, so
@@ -37,7 +37,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define ATTN_STACK_HD 512   /* head_dim up to this keeps its accumulators on the stack */
+#define ATTN_STACK_HD 128   /* head_dim up to this keeps its accumulators on the stack */
 
 typedef struct {
     const ds_attn_shape *s;
@@ -45,7 +45,7 @@ typedef struct {
     const float *q, *k, *v;
     float *out;
     ds_pool *pool;      /* for the threads' reserved scratch */
-    int qb;             /* canonical: GQA heads per work item (attn_item) */
+    int qb, rb;         /* canonical: GQA heads and rows per work item (attn_item) */
 } attn_args;
 
 static inline int attn_len(const attn_args *a, int m) {
@@ -193,125 +193,154 @@ ATTN_TGT512 static void attn_exp16(const float *sc, int n, float cmax, float *p)
 }
 #endif
 
-/* nq (<= ATTN_PV_Q) queries of one row that share a kv head (so one prefix
- * length L and one chunking), each exactly the decode sequence above: per
- * chunk its scores, its max, its exps, its exp-sum and p.V, its fold. The
- * queries only share the pass over V (attn_chunk_pv) and the loop; no
- * value of one query enters another's. acc and cacc are nq x head_dim
- * floats of scratch each. */
-ATTN_INLINE void attn_rows_head(const ds_attn_shape *s, int L, int nq, const float *const qv[],
-                                const float *kb, const float *vb, float *const out[], float *acc, float *cacc) {
+/* A block of queries that share a kv head: nr rows (row r of prefix length
+ * L[r]) x nq (<= ATTN_PV_Q) of the kv head's GQA heads, query u = r * nq + h
+ * at qv[u], its output at out[u]. Each query runs exactly the decode
+ * sequence above — per chunk its scores, its max, its exps, its exp-sum and
+ * p.V, its fold — and no value of one query enters another's. What the
+ * queries share is the memory traffic: chunk by chunk, every 16-key block
+ * of K is read from L2 once and scored for all of them from L1, and a
+ * chunk's V rows serve a whole row's heads in one pass (attn_chunk_pv) and
+ * the block's rows one after the other while they are in L1. acc and cacc
+ * are nr * nq * head_dim floats of scratch each. */
+#define ATTN_QMAX 16
+ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int nq, const float *const qv[],
+                            const float *kb, const float *vb, float *const out[], float *acc, float *cacc) {
     const int hd = s->head_dim;
     const int64_t st = s->kv_stride;
-    if (L <= 0) {
-        for (int u = 0; u < nq; u++) memset(out[u], 0, sizeof(float) * (size_t)hd);
-        return;
-    }
-    float m_run[ATTN_PV_Q], l_run[ATTN_PV_Q];
-    float sc[ATTN_PV_Q][DS_ATTN_CHUNK], pb[ATTN_PV_Q][DS_ATTN_CHUNK];
-    const float *pq[ATTN_PV_Q];
-    float *ca[ATTN_PV_Q];
-    for (int u = 0; u < nq; u++) {
-        m_run[u] = -INFINITY;
-        l_run[u] = 0.0f;
-        pq[u] = pb[u];
+    float m_run[ATTN_QMAX], l_run[ATTN_QMAX], csum[ATTN_QMAX];
+    float sc[ATTN_QMAX][DS_ATTN_CHUNK], pb[ATTN_QMAX][DS_ATTN_CHUNK];
+    const float *pq[ATTN_QMAX];
+    float *ca[ATTN_QMAX];
+    int Lmax = 0;
+    for (int r = 0; r < nr; r++) {
+        if (L[r] > Lmax) Lmax = L[r];
+        for (int h = 0; h < nq; h++) {
+            const int u = r * nq + h;
+            m_run[u] = -INFINITY;
+            l_run[u] = 0.0f;
+            pq[u] = pb[u];
+            if (L[r] <= 0) memset(out[u], 0, sizeof(float) * (size_t)hd);
+        }
     }
 #if DS_X86
     const int v16 = hd % 16 == 0 && ds_simd_level() == DS_LVL_AVX512;
 #endif
-    for (int c0 = 0; c0 < L; c0 += DS_ATTN_CHUNK) {
-        const int cl = ds_imin(DS_ATTN_CHUNK, L - c0);
+    for (int c0 = 0; c0 < Lmax; c0 += DS_ATTN_CHUNK) {
+        int cl[ATTN_QMAX], clmax = 0;
+        for (int r = 0; r < nr; r++) {
+            cl[r] = ds_imin(DS_ATTN_CHUNK, L[r] - c0);   /* <= 0: the row is done */
+            if (cl[r] > clmax) clmax = cl[r];
+        }
         /* scores, 16 keys at a time where the level allows (the same bits;
-         * the ragged end as a partial block of 16), block by block for all
-         * the queries: a block of K rows is read from L2 once and reused
-         * from L1 (the rows of one kv head are kv_stride apart, a power of
-         * two for the usual shapes, so a whole chunk of them competes for a
-         * fraction of L1's sets and does not survive a second pass) */
+         * a ragged end as a partial block of 16), block by block for all
+         * the queries (the rows of one kv head are kv_stride apart, a power
+         * of two for the usual shapes, so a whole chunk of them competes
+         * for a fraction of L1's sets and would not survive a second pass) */
         int j0 = 0;
 #if DS_X86
         if (v16)
-            for (; j0 < cl; j0 += 16)
-                for (int u = 0; u < nq; u++)
-                    attn_scores16(qv[u], kb + (int64_t)(c0 + j0) * st, st, hd, ds_imin(16, cl - j0), s->scale,
-                                  sc[u] + j0);
+            for (; j0 < clmax; j0 += 16)
+                for (int r = 0; r < nr; r++)
+                    for (int h = 0; cl[r] > j0 && h < nq; h++)
+                        attn_scores16(qv[r * nq + h], kb + (int64_t)(c0 + j0) * st, st, hd,
+                                      ds_imin(16, cl[r] - j0), s->scale, sc[r * nq + h] + j0);
 #endif
-        for (int u = 0; u < nq; u++) {
-            int j = j0;
-            for (; j < cl; j++) sc[u][j] = ds_dot16(qv[u], kb + (int64_t)(c0 + j) * st, hd) * s->scale;
-            /* chunk max (strict >, key order; 16 lanes at a time where the
-             * level allows: attn_max16 says why that is the same value) */
-            float cmax = -INFINITY;
-            j = 0;
+        for (int r = 0; r < nr; r++)
+            for (int h = 0; h < nq; h++) {
+                const int u = r * nq + h;
+                int j = j0;
+                for (; j < cl[r]; j++) sc[u][j] = ds_dot16(qv[u], kb + (int64_t)(c0 + j) * st, hd) * s->scale;
+                if (cl[r] <= 0) continue;
+                /* chunk max (strict >, key order; 16 lanes at a time where the
+                 * level allows: attn_max16 says why that is the same value) */
+                float cmax = -INFINITY;
+                j = 0;
 #if DS_X86
-            if (v16) {
-                cmax = attn_max16(sc[u], cl);
-                j = cl;
-            }
-#endif
-            for (; j < cl; j++)
-                if (sc[u][j] > cmax) cmax = sc[u][j];
-            /* the chunk's exps; cmax parked in m_run until the fold */
-            j = 0;
-#if DS_X86
-            if (v16)
-                for (; j < cl; j += 16) attn_exp16(sc[u] + j, ds_imin(16, cl - j), cmax, pb[u] + j);
-#endif
-            for (; j < cl; j++) pb[u][j] = ds_expf(sc[u][j] - cmax);
-            sc[u][0] = cmax;
-            /* the first chunk writes acc directly */
-            ca[u] = (c0 == 0 ? acc : cacc) + (size_t)u * hd;
-        }
-        /* exp-sums and p.V for the chunk */
-        float csum[ATTN_PV_Q];
-        if (hd == 64 && nq == 4) attn_chunk_pv(4, 4, cl, pq, vb, st, c0, ca, csum);
-        else if (hd == 64 && nq == 3) attn_chunk_pv(3, 4, cl, pq, vb, st, c0, ca, csum);
-        else if (hd == 64 && nq == 2) attn_chunk_pv(2, 4, cl, pq, vb, st, c0, ca, csum);
-        else if (hd == 64) attn_chunk_pv(1, 4, cl, pq, vb, st, c0, ca, csum);
-        else if (hd == 128 && nq == 2) attn_chunk_pv(2, 8, cl, pq, vb, st, c0, ca, csum);
-        else if (hd == 128)
-            for (int u = 0; u < nq; u++) attn_chunk_pv(1, 8, cl, pq + u, vb, st, c0, ca + u, csum + u);
-        else
-            for (int u = 0; u < nq; u++) {
-                float *cu = ca[u], cs = 0.0f;
-                for (int d = 0; d < hd; d++) cu[d] = 0.0f;
-                for (int j = 0; j < cl; j++) {
-                    const float *vr = vb + (int64_t)(c0 + j) * st;
-                    cs += pb[u][j];
-                    for (int d = 0; d < hd; d++) cu[d] += pb[u][j] * vr[d];
+                if (v16) {
+                    cmax = attn_max16(sc[u], cl[r]);
+                    j = cl[r];
                 }
-                csum[u] = cs;
+#endif
+                for (; j < cl[r]; j++)
+                    if (sc[u][j] > cmax) cmax = sc[u][j];
+                /* the chunk's exps; cmax parked in sc[u][0] until the fold */
+                j = 0;
+#if DS_X86
+                if (v16)
+                    for (; j < cl[r]; j += 16) attn_exp16(sc[u] + j, ds_imin(16, cl[r] - j), cmax, pb[u] + j);
+#endif
+                for (; j < cl[r]; j++) pb[u][j] = ds_expf(sc[u][j] - cmax);
+                sc[u][0] = cmax;
+                /* the first chunk writes acc directly */
+                ca[u] = (c0 == 0 ? acc : cacc) + (size_t)u * hd;
             }
-        /* fold the chunk into each query's running state, left to right */
-        for (int u = 0; u < nq; u++) {
-            const float cmax = sc[u][0];
-            float *au = acc + (size_t)u * hd;
-            const float *cu = cacc + (size_t)u * hd;
-            if (c0 == 0) {
-                m_run[u] = cmax;
-                l_run[u] = csum[u];
-            } else {
-                const float mn = m_run[u] > cmax ? m_run[u] : cmax;
-                const float ea = ds_expf(m_run[u] - mn), eb = ds_expf(cmax - mn);
-                l_run[u] = l_run[u] * ea + csum[u] * eb;
-                for (int d = 0; d < hd; d++) au[d] = au[d] * ea + cu[d] * eb;
-                m_run[u] = mn;
-            }
+        /* exp-sums and p.V for the chunk, a row's heads in one pass */
+        for (int r = 0; r < nr; r++) {
+            if (cl[r] <= 0) continue;
+            const int u0 = r * nq, n = cl[r];
+            const float *const *p = pq + u0;
+            float *const *c = ca + u0;
+            float *cs = csum + u0;
+            if (hd == 64 && nq == 4) attn_chunk_pv(4, 4, n, p, vb, st, c0, c, cs);
+            else if (hd == 64 && nq == 3) attn_chunk_pv(3, 4, n, p, vb, st, c0, c, cs);
+            else if (hd == 64 && nq == 2) attn_chunk_pv(2, 4, n, p, vb, st, c0, c, cs);
+            else if (hd == 64)
+                for (int h = 0; h < nq; h++) attn_chunk_pv(1, 4, n, p + h, vb, st, c0, c + h, cs + h);
+            else if (hd == 128 && nq == 2) attn_chunk_pv(2, 8, n, p, vb, st, c0, c, cs);
+            else if (hd == 128)
+                for (int h = 0; h < nq; h++) attn_chunk_pv(1, 8, n, p + h, vb, st, c0, c + h, cs + h);
+            else
+                for (int h = 0; h < nq; h++) {
+                    float *cu = c[h], sum = 0.0f;
+                    for (int d = 0; d < hd; d++) cu[d] = 0.0f;
+                    for (int j = 0; j < n; j++) {
+                        const float *vr = vb + (int64_t)(c0 + j) * st;
+                        sum += p[h][j];
+                        for (int d = 0; d < hd; d++) cu[d] += p[h][j] * vr[d];
+                    }
+                    cs[h] = sum;
+                }
         }
+        /* fold the chunk into each query's running state, left to right */
+        for (int r = 0; r < nr; r++)
+            for (int h = 0; cl[r] > 0 && h < nq; h++) {
+                const int u = r * nq + h;
+                const float cmax = sc[u][0];
+                float *au = acc + (size_t)u * hd;
+                const float *cu = cacc + (size_t)u * hd;
+                if (c0 == 0) {
+                    m_run[u] = cmax;
+                    l_run[u] = csum[u];
+                } else {
+                    const float mn = m_run[u] > cmax ? m_run[u] : cmax;
+                    const float ea = ds_expf(m_run[u] - mn), eb = ds_expf(cmax - mn);
+                    l_run[u] = l_run[u] * ea + csum[u] * eb;
+                    for (int d = 0; d < hd; d++) au[d] = au[d] * ea + cu[d] * eb;
+                    m_run[u] = mn;
+                }
+            }
     }
-    for (int u = 0; u < nq; u++)
-        for (int d = 0; d < hd; d++) out[u][d] = acc[(size_t)u * hd + d] / l_run[u];
+    for (int r = 0; r < nr; r++)
+        for (int h = 0; L[r] > 0 && h < nq; h++) {
+            const int u = r * nq + h;
+            for (int d = 0; d < hd; d++) out[u][d] = acc[(size_t)u * hd + d] / l_run[u];
+        }
 }
 
 /* ========================================================================
- * CANONICAL — threads split (row, kv head, query batch) items; each runs
- * attn_rows_head() on a batch of up to ATTN_PV_Q of the kv head's GQA heads
+ * CANONICAL — threads split items of (a group of rows, a kv head, a batch
+ * of up to ATTN_PV_Q of its GQA heads); each runs attn_block()
  * ======================================================================== */
-/* Item i -> row m, kv head, and its batch's query heads [h0, h0 + nq). */
-static inline void attn_item(const attn_args *a, int64_t i, int *m, int *kvh, int *h0, int *nq) {
+/* Item i -> rows [m0, m0 + nr), kv head, heads [h0, h0 + nq). Items are
+ * row-group-major, so with one row and one head per item (rb = qb = 1)
+ * item i is the (row, head) pair i = m * n_head + h. */
+static inline void attn_item(const attn_args *a, int64_t i, int *m0, int *nr, int *kvh, int *h0, int *nq) {
     const ds_attn_shape *s = a->s;
     const int group = s->n_head / s->n_kv_head, nsub = (group + a->qb - 1) / a->qb;
-    const int per_row = s->n_kv_head * nsub, r = (int)(i % per_row);
-    *m = (int)(i / per_row);
+    const int per_group = s->n_kv_head * nsub, r = (int)(i % per_group);
+    *m0 = (int)(i / per_group) * a->rb;
+    *nr = ds_imin(a->rb, a->M - *m0);
     *kvh = r / nsub;
     *h0 = *kvh * group + (r % nsub) * a->qb;
     *nq = ds_imin(a->qb, (*kvh + 1) * group - *h0);
@@ -322,8 +351,8 @@ DS_OPS_BODY_IDX(attn_canon_range) {
     const attn_args *a = arg;
     const ds_attn_shape *s = a->s;
     const int hd = s->head_dim;
-    const size_t need = 2 * (size_t)ATTN_PV_Q * (size_t)hd;
-    float stack_buf[2 * ATTN_PV_Q * ATTN_STACK_HD];
+    const size_t need = 2 * (size_t)ATTN_QMAX * (size_t)hd;
+    float stack_buf[2 * ATTN_QMAX * ATTN_STACK_HD];
     float *buf = stack_buf, *owned = NULL;
     if (hd > ATTN_STACK_HD) {   /* the thread's reserved scratch, else (standalone) malloc */
         size_t have;
@@ -331,22 +360,25 @@ DS_OPS_BODY_IDX(attn_canon_range) {
         if (have < sizeof(float) * need) buf = owned = malloc(sizeof(float) * need);
     }
     for (int64_t i = i0; i < i1; i++) {
-        int m, kvh, h0, nq;
-        attn_item(a, i, &m, &kvh, &h0, &nq);
-        const float *qv[ATTN_PV_Q];
-        float *out[ATTN_PV_Q];
-        for (int u = 0; u < nq; u++) {
-            const int64_t row = (int64_t)m * s->n_head + h0 + u;
-            qv[u] = a->q + row * hd;
-            out[u] = a->out + row * hd;
+        int m0, nr, kvh, h0, nq, L[ATTN_QMAX];
+        attn_item(a, i, &m0, &nr, &kvh, &h0, &nq);
+        const float *qv[ATTN_QMAX];
+        float *out[ATTN_QMAX];
+        for (int r = 0; r < nr; r++) {
+            L[r] = attn_len(a, m0 + r);
+            for (int h = 0; h < nq; h++) {
+                const int64_t row = (int64_t)(m0 + r) * s->n_head + h0 + h;
+                qv[r * nq + h] = a->q + row * hd;
+                out[r * nq + h] = a->out + row * hd;
+            }
         }
         if (!buf) {   /* cannot compute: make the failure loud, not silent */
-            for (int u = 0; u < nq; u++)
+            for (int u = 0; u < nr * nq; u++)
                 for (int d = 0; d < hd; d++) out[u][d] = NAN;
             continue;
         }
-        attn_rows_head(s, attn_len(a, m), nq, qv, a->k + (int64_t)kvh * hd, a->v + (int64_t)kvh * hd, out, buf,
-                       buf + (size_t)ATTN_PV_Q * hd);
+        attn_block(s, nr, L, nq, qv, a->k + (int64_t)kvh * hd, a->v + (int64_t)kvh * hd, out, buf,
+                   buf + (size_t)ATTN_QMAX * hd);
     }
     free(owned);
 }
@@ -522,7 +554,7 @@ DS_OPS_BODY_IDX(attn_fast_range) {
 size_t ds_attention_thread_scratch(int hd_max, int64_t n_ctx) {
     if (hd_max <= 0 || n_ctx < 0) return 0;
     const size_t fast = ((size_t)hd_max * FAST_Q + (size_t)(n_ctx + 1) * FAST_Q) * sizeof(float);
-    const size_t canon = hd_max > ATTN_STACK_HD ? 2 * (size_t)ATTN_PV_Q * (size_t)hd_max * sizeof(float) : 0;
+    const size_t canon = hd_max > ATTN_STACK_HD ? 2 * (size_t)ATTN_QMAX * (size_t)hd_max * sizeof(float) : 0;
     return fast > canon ? fast : canon;
 }
 
@@ -536,7 +568,7 @@ void ds_attention(ds_variant v, const ds_attn_shape *s, int M, int pos0, int cau
                   const float *q, const float *kcache, const float *vcache, float *out,
                   ds_pool *pool) {
     if (M <= 0 || s->n_head <= 0 || s->n_kv_head <= 0 || s->head_dim <= 0) return;
-    attn_args a = { s, M, pos0, causal, n_kv, q, kcache, vcache, out, pool, 1 };
+    attn_args a = { s, M, pos0, causal, n_kv, q, kcache, vcache, out, pool, 1, 1 };
     /* normally a no-op (reserved at context creation); grows once otherwise */
     ds_pool_reserve(pool, ds_attention_thread_scratch(s->head_dim, causal ? (int64_t)pos0 + M : n_kv), 0);
     if (v == DS_FAST) {
@@ -546,13 +578,25 @@ void ds_attention(ds_variant v, const ds_attn_shape *s, int M, int pos0, int cau
         ds_pool_for_idx(pool, tiles * s->n_kv_head, 1, attn_fast_range, &a);
         return;
     }
-    /* The GQA heads of a kv head in batches of up to ATTN_PV_Q (one pass
-     * over V serves the batch), unless that leaves fewer items than threads
-     * (decode with few kv heads on many threads): then one head per item.
-     * Each query's bits are the same either way (attn_rows_head). */
+    /* Items of up to ATTN_QMAX queries of one kv head: its GQA heads in
+     * batches of up to ATTN_PV_Q (one pass over V serves a row's batch),
+     * rows in groups of ATTN_QMAX / batch (K and V read once from L2 per
+     * group), the groups as even as the row count allows. Fewer rows per
+     * group, then one head per item, while that leaves fewer items than
+     * threads (decode with few kv heads on many threads). Each query's bits
+     * are the same however the items are cut (attn_block). */
     const int group = s->n_head / s->n_kv_head, nt = pool ? ds_pool_threads(pool) : 1;
     a.qb = group < ATTN_PV_Q ? group : ATTN_PV_Q;
-    if ((int64_t)M * s->n_kv_head * ((group + a.qb - 1) / a.qb) < nt) a.qb = 1;
-    const int64_t items = (int64_t)M * s->n_kv_head * ((group + a.qb - 1) / a.qb);
+    int ngr = 1;
+    for (;;) {
+        const int rb = ds_imin(ATTN_QMAX / a.qb, M);
+        ngr = (M + rb - 1) / rb;
+        while ((int64_t)ngr * s->n_kv_head * ((group + a.qb - 1) / a.qb) < nt && ngr < M) ngr++;
+        a.rb = (M + ngr - 1) / ngr;
+        ngr = (M + a.rb - 1) / a.rb;
+        if ((int64_t)ngr * s->n_kv_head * ((group + a.qb - 1) / a.qb) >= nt || a.qb == 1) break;
+        a.qb = 1;
+    }
+    const int64_t items = (int64_t)ngr * s->n_kv_head * ((group + a.qb - 1) / a.qb);
     ds_pool_for_idx(pool, items, 1, attn_canon_range, &a);
 }
