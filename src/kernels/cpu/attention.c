@@ -119,19 +119,27 @@ ATTN_INLINE void attn_chunk_pv(int NQ, int NV, int cl, const float *const p[], c
 #if DS_X86
 #include <immintrin.h>
 #define ATTN_TGT512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")))
-ATTN_TGT512 static inline __attribute__((always_inline)) void
-attn_scores16_at(const float *qv, const float *const kr[16], int hd, int nk, float scale, float *sc) {
+ATTN_TGT512 static void attn_scores16(const float *qv, const float *k0, int64_t st, int hd, int nk, float scale,
+                                      float *sc) {
     /* The 16 keys' chains side by side (the q vector loaded once per 16
      * columns, 16 independent adds in flight): key by key the same
      * 0 + q*k, + q*k, ... as one key at a time, which left the adder's
      * latency exposed on a single chain. hd >= 16 (a positive multiple of
-     * 16), so the first step is 0 + q*k too. */
+     * 16), so the first step is 0 + q*k too. Keys past nk (a chunk's ragged
+     * end) repeat key nk - 1 and are never stored. The key rows are walked
+     * by adding the stride (an array of 16 row pointers was built with
+     * 64-bit vector multiplies, slower than the dots). */
+    const int64_t step = st, last = nk - 1;
     __m512 a[16];
     const __m512 q0 = _mm512_loadu_ps(qv);
-    for (int j = 0; j < 16; j++) a[j] = _mm512_add_ps(_mm512_setzero_ps(), _mm512_mul_ps(q0, _mm512_loadu_ps(kr[j])));
+    const float *kj = k0;
+    for (int j = 0; j < 16; j++, kj += j <= last ? step : 0)
+        a[j] = _mm512_add_ps(_mm512_setzero_ps(), _mm512_mul_ps(q0, _mm512_loadu_ps(kj)));
     for (int i = 16; i < hd; i += 16) {
         const __m512 qi = _mm512_loadu_ps(qv + i);
-        for (int j = 0; j < 16; j++) a[j] = _mm512_add_ps(a[j], _mm512_mul_ps(qi, _mm512_loadu_ps(kr[j] + i)));
+        kj = k0 + i;
+        for (int j = 0; j < 16; j++, kj += j <= last ? step : 0)
+            a[j] = _mm512_add_ps(a[j], _mm512_mul_ps(qi, _mm512_loadu_ps(kj)));
     }
     __m512 v1[8], v2[4], v3[2];
     for (int p = 0; p < 8; p++)              /* a[l] += a[l+8]: [key 2p | key 2p+1], 8 lanes each */
@@ -153,18 +161,6 @@ attn_scores16_at(const float *qv, const float *const kr[16], int hd, int nk, flo
                           _mm512_mul_ps(_mm512_permutexvar_ps(back, r), _mm512_set1_ps(scale)));
 }
 
-/* keys k0, k0 + st, ...: nk of them (1..16); past nk key 0 again, never
- * stored (a chunk's ragged end) */
-ATTN_TGT512 static void attn_scores16(const float *qv, const float *k0, int64_t st, int hd, int nk, float scale,
-                                      float *sc) {
-    const float *kr[16];
-    if (nk == 16) {
-        for (int j = 0; j < 16; j++) kr[j] = k0 + (int64_t)j * st;
-    } else {
-        for (int j = 0; j < 16; j++) kr[j] = k0 + (j < nk ? (int64_t)j * st : 0);
-    }
-    attn_scores16_at(qv, kr, hd, nk, scale, sc);
-}
 
 /* The chunk max of sc[0 .. n) (n >= 1), as the scalar scan computes it:
  * cmax = -inf, then cmax = sc[j] wherever sc[j] > cmax, in key order. A
