@@ -69,6 +69,8 @@ typedef struct {
     const float *conf_b;               /* [1]                                     */
     float *conf_logit;                 /* [1]                                     */
     float *conf;                       /* [n_keep]                                */
+    float *bias;                       /* [V] scratch: W2 e (the engine's bias)   */
+    float *in;                         /* [D + rank] scratch: the conf input      */
 } ds_draft_chain;
 
 /* A matmul with its neighbours in one launch (matmul_res):

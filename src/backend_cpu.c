@@ -259,6 +259,77 @@ static int cpu_sample(ds_exec *ex, const ds_sampler *smp, int rows, int n, const
     return 0;
 }
 
+/* ---- the drafter's head chain (backend.h: ds_draft_chain) ----------------
+ * Per slot the engine's ops run one after the other on the calling thread:
+ * W2 e over the whole vocabulary (K = rank: the matmul's small-K rule keeps
+ * it off the workers), the bias add, the mask, the argmax — a quarter of a
+ * drafting round on two threads, with the worker idle. Here W2 e is one
+ * ds_matmul_epi job per slot and its epilogue does the rest for the
+ * thread's own columns while they are hot: z += bias, the mask, and the
+ * argmax of the range; the ranges' winners are then combined in column
+ * order. Same bits: W2 e is ds_matmul's (canonical) output, the add is
+ * cpu_add's z + bias per element, and the combined winner is ds_argmax's —
+ * the scan keeps the first element numerically equal to the maximum of the
+ * non-NaN values, and so does "the first range whose winner is strictly
+ * larger than every earlier range's" when each range's winner is its own
+ * first such element (ds_argmax of the range; a range of NaNs has none). */
+#define CPU_CHAIN_MAX_CHUNKS 256             /* = cpu_exec_new's thread limit */
+typedef struct {
+    float *z;
+    const float *bias;
+    int32_t mask_id;
+    float mask_logit;
+    int64_t best[CPU_CHAIN_MAX_CHUNKS];      /* -1: no range / all NaN      */
+    float best_v[CPU_CHAIN_MAX_CHUNKS];
+} chain_slot;
+
+static void chain_epi(void *arg, int64_t n0, int64_t n1, int chunk) {
+    chain_slot *c = arg;
+    float *z = c->z;
+    for (int64_t i = n0; i < n1; i++) z[i] = z[i] + c->bias[i];
+    if (c->mask_id >= n0 && c->mask_id < n1) z[c->mask_id] = c->mask_logit;
+    const int64_t i = n0 + ds_argmax(z + n0, n1 - n0);
+    c->best[chunk] = z[i] == z[i] ? i : -1;  /* ds_argmax gives 0 for all-NaN */
+    c->best_v[chunk] = z[i];
+}
+
+static int cpu_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
+    const int r = c->w2 ? (int)c->w2->n_in : 0;
+    if (!c->bias || !c->in || (!c->w1) != (!c->w2) || (c->w2 && (c->w2->n_out != c->V || c->w1->n_in != r)))
+        return 1;
+    ds_pool *pool = pool_of(ex);
+    chain_slot st = {.bias = c->bias, .mask_id = c->mask_id, .mask_logit = c->mask_logit};
+    float *e = c->in + c->D;                 /* in = [h_k; e]: e lands in place */
+    for (int k = 0; k < c->n_keep; k++) {
+        const float *hk = c->h + (size_t)k * c->D;
+        st.z = c->z + (size_t)k * c->V;
+        int32_t tok;
+        if (c->w2) {
+            cpu_embed(ex, c->w1, 1, c->toks + k, e);
+            for (int t = 0; t < CPU_CHAIN_MAX_CHUNKS; t++) st.best[t] = -1;
+            ds_matmul_epi(DS_CANONICAL, c->w2, 1, e, c->bias, pool, chain_epi, &st);
+            int64_t b = -1;
+            float bv = 0.0f;
+            for (int t = 0; t < CPU_CHAIN_MAX_CHUNKS; t++)
+                if (st.best[t] >= 0 && (b < 0 || st.best_v[t] > bv)) {
+                    b = st.best[t];
+                    bv = st.best_v[t];
+                }
+            tok = (int32_t)(b < 0 ? 0 : b);
+        } else {
+            st.z[c->mask_id] = c->mask_logit;
+            tok = (int32_t)ds_argmax(st.z, c->V);
+        }
+        if (c->conf_w) {
+            memcpy(c->in, hk, (size_t)c->D * sizeof(float));   /* e already follows it */
+            cpu_matmul(ex, DS_CANONICAL, c->conf_w, 1, c->in, c->conf_logit);
+            cpu_gate(ex, DS_GATE_SIGMOID, 1, c->conf_logit, c->conf_b, NULL, NULL, c->conf + k);
+        }
+        c->toks[k + 1] = tok;
+    }
+    return 0;
+}
+
 static const ds_backend_i cpu_i = {
     .name = "cpu",
     .host_memory = 1,
@@ -292,6 +363,7 @@ static const ds_backend_i cpu_i = {
     .fill = cpu_fill,
     .gate = cpu_gate,
     .sample = cpu_sample,
+    .draft_chain = cpu_draft_chain,
 };
 
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {

@@ -409,6 +409,7 @@ static int draft_ops(ds_dctx *x, int n_keep, const ds_sampler *samp, int p, int 
             .h = x->h, .z = x->z, .toks = x->toks,
             .mask_id = d->mask_id, .mask_logit = DS_MASK_LOGIT,
             .conf_b = x->scal + 1, .conf_logit = x->scal, .conf = x->conf,
+            .bias = x->bias, .in = in,
         };
         if (be->draft_chain(ex, &ch) == 0) return 0;
     }

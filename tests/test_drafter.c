@@ -16,7 +16,12 @@
  *   layouts    dflash and legacy dspark files of the same weights agree
  *   head       the drafter's LM head is the target's memory
  *   contracts  bad files and bad calls are rejected with one clear line
- *              before any output; ds_dctx_truncate / append semantics. */
+ *              before any output; ds_dctx_truncate / append semantics.
+ *   chain      the CPU backend's head chain splits the vocabulary over its
+ *              threads: the winner it combines from the ranges is
+ *              ds_argmax's (ties across ranges, NaN ranges, NaN but the
+ *              mask, the mask) and the logits are z + W2 e with the mask, for 1..4
+ *              threads. */
 #include "drafter.h"
 #include "drafter_internal.h"
 #include "drafter_make.h"
@@ -640,6 +645,56 @@ static void test_with_target(const char *path) {
     ds_drafter_free(d);
 }
 
+/* The CPU head chain with a vocabulary wide enough to be split (W2 = 0, so
+ * z + W2 e is z itself): crafted logits whose argmax a wrong combination of
+ * the threads' ranges would miss. */
+static void test_chain_split(void) {
+    enum { V = 4096, R = 32, D = 32, KEEP = 5 };
+    char err[DS_ERRLEN];
+    ds_backend *be = ds_backend_cpu_new(err, sizeof err);
+    CHECK(be != NULL, "cpu backend: %s", err);
+    if (!be) return;
+    float *w1 = calloc((size_t)V * R, sizeof(float)), *h = calloc((size_t)KEEP * D, sizeof(float));
+    ds_block_q8_0 *w2 = calloc((size_t)V, sizeof(ds_block_q8_0));   /* d = 0, quants 0 */
+    float *z = malloc((size_t)KEEP * V * sizeof(float)), *want = malloc((size_t)KEEP * V * sizeof(float));
+    float *bias = malloc((size_t)V * sizeof(float)), *in = malloc((size_t)(D + R) * sizeof(float));
+    const ds_weight W1 = {.type = DS_TYPE_F32, .n_in = R, .n_out = V, .data = w1};
+    const ds_weight W2 = {.type = DS_TYPE_Q8_0, .n_in = R, .n_out = V, .data = w2};
+    for (int i = 0; i < V * R; i++) w1[i] = (float)((i * 37) % 11) - 5.0f;
+    const int32_t mask = 3000;
+    int bad = 0;
+    for (int nt = 1; nt <= 4; nt++) {
+        ds_exec *ex = be->i->exec_new(be, nt, err, sizeof err);
+        if (!ex) { bad++; continue; }
+        for (int k = 0; k < KEEP; k++)
+            for (int i = 0; i < V; i++) z[(size_t)k * V + i] = (float)((i * 7919) % 1000) / 1000.0f;
+        float *z0 = z, *z1 = z + V, *z2 = z + 2 * V, *z3 = z + 3 * V, *z4 = z + 4 * V;
+        z0[3500] = 5.0f; z0[100] = 5.0f; z0[2047] = 5.0f;        /* a tie across ranges: 100 */
+        for (int i = 0; i < V / 2 + 7; i++) z1[i] = NAN;         /* NaN ranges, then the max */
+        z1[4000] = 2.0f;
+        for (int i = 0; i < V; i++) z2[i] = NAN;                 /* all NaN but the mask */
+        z3[mask] = 9.0f; z3[V - 1] = 3.0f;                       /* the mask's slot loses */
+        z4[2048] = 4.0f; z4[2049] = 4.0f;                        /* a tie on a range edge */
+        memcpy(want, z, (size_t)KEEP * V * sizeof(float));
+        int32_t toks[KEEP + 1] = {7}, ref[KEEP + 1] = {7};
+        for (int k = 0; k < KEEP; k++) {
+            want[(size_t)k * V + mask] = -1e6f;
+            ref[k + 1] = (int32_t)ds_argmax(want + (size_t)k * V, V);
+        }
+        const ds_draft_chain ch = {.n_keep = KEEP, .V = V, .D = D, .w1 = &W1, .w2 = &W2, .h = h, .z = z,
+                                   .toks = toks, .mask_id = mask, .mask_logit = -1e6f, .bias = bias, .in = in};
+        bad += be->i->draft_chain(ex, &ch) != 0;
+        bad += memcmp(toks, ref, sizeof toks) != 0;
+        bad += memcmp(z, want, (size_t)KEEP * V * sizeof(float)) != 0;
+        bad += ref[1] != 100 || ref[2] != 4000 || ref[3] != mask || ref[4] != V - 1 || ref[5] != 2048;
+        be->i->exec_free(ex);
+    }
+    CHECK(bad == 0, "cpu head chain over split ranges: %d mismatches", bad);
+    if (bad == 0) PASS("cpu head chain over 1..4 threads: ids == ds_argmax (ties across ranges, NaN ranges, NaN but the mask, the mask), logits bitwise");
+    free(w1); free(h); free(w2); free(z); free(want); free(bias); free(in);
+    be->i->destroy(be);
+}
+
 static int file_eq(const char *a, const char *b) {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
     int eq = fa && fb;
@@ -718,6 +773,7 @@ int main(void) {
     test_tier2("q8_0_no_markov", Q8N, 5e-2);
 
     test_correction_oracle(C);
+    test_chain_split();
     test_exact("vanilla", A);
     test_exact("correction", C);
     test_exact("rnn", Rn);

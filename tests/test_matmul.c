@@ -15,12 +15,15 @@
  *   threads      1 vs 2 vs 3 threads bit-identical for both variants
  *   simd levels  canonical bits identical on every SIMD level the CPU has
  *   conversions  Q8_0 quantization by hand, all 65536 fp16/bf16 values through
- *                every lane width's converter, hardware fp16 per level */
+ *                every lane width's converter, hardware fp16 per level
+ *   epilogue     ds_matmul_epi's y == ds_matmul's (memcmp), every column in
+ *                one epilogue call, ranges in chunk order, small K split */
 #include "kernels/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -292,10 +295,10 @@ static void test_exactness(ds_pool *pools[4]) {
  * (matmul_q8_0.c), through ds_matmul and through each forced path
  * ========================================================================== */
 static void test_canonical_q8(ds_pool *pools[4]) {
-    static const int64_t Ks[] = {32, 288, 1024};
+    static const int64_t Ks[] = {32, 288, 1024, 544};   /* 1, 9, 32, 17 blocks: 16-block groups and tails */
     const int64_t N = 53;                       /* 3 x 16 + 5: tile tails on every level */
     int bad = 0, nlv = 0, runs = 0;
-    for (int ki = 0; ki < 3; ki++) {
+    for (int ki = 0; ki < 4; ki++) {
         const int64_t K = Ks[ki], nb = K / 32;
         tw W = make_weight(DS_TYPE_Q8_0, K, N);
         /* the extreme quant -128 in some weight blocks (any GGUF may hold it) */
@@ -305,6 +308,8 @@ static void test_canonical_q8(ds_pool *pools[4]) {
         float *x = make_x(Mmax, K);
         for (int64_t k = 0; k < 32; k++) x[k] = 0.0f;          /* an all-zero block: e = 0 */
         for (int64_t k = K; k < K + 32 && k < 2 * K; k++) x[k] *= 1e4f;
+        for (int64_t k = 2 * K; k < 3 * K; k++) x[k] *= 1e-5f;  /* e an fp16 subnormal */
+        for (int64_t k = 3 * K; k < 4 * K; k++) x[k] *= 1e-39f; /* f32 subnormal x: e = 0 */
         float *ref = malloc((size_t)(Mmax * N) * sizeof(float));
         float *y = malloc((size_t)(Mmax * N) * sizeof(float));
         ds_block_q8_0 *xq = malloc((size_t)nb * sizeof *xq);
@@ -351,7 +356,7 @@ static void test_canonical_q8(ds_pool *pools[4]) {
     }
     CHECK(bad == 0, "canonical Q8_0 differs from its scalar definition in %d of %d runs", bad, runs);
     printf("%s canonical Q8_0 == scalar int8 x int8 definition (memcmp) on %d SIMD level(s), "
-           "K=32,288,1024 M=1..17 threads 1,3, per-row and repacked paths\n",
+           "K=32,288,1024,544 (x rows incl. fp16-subnormal and zero scales) M=1..17 threads 1,3, per-row and repacked paths\n",
            bad ? "FAIL" : "PASS", nlv);
 }
 
@@ -530,6 +535,47 @@ static void test_hw_conversions(void) {
 #endif
 }
 
+/* VCVTPS2PH with round-to-nearest-even == ds_f32_to_fp16 on non-negative
+ * non-NaN floats (what the AVX-512 activation quantizer in matmul.c relies
+ * on for the blocks' scales d = amax / 127): every exponent at a stride,
+ * the rounding ties and overflow edge, the fp16 subnormal range densely.
+ * (All 2^31 such values agree; that sweep takes seconds, this one a tenth.) */
+#if DS_X86
+__attribute__((target("avx512f,f16c"))) static int f16_hw_round(const uint32_t *u, int n) {
+    int bad = 0;
+    for (int i = 0; i + 16 <= n; i += 16) {
+        uint16_t h[16];
+        _mm256_storeu_si256((__m256i *)h, _mm512_cvtps_ph(_mm512_castsi512_ps(_mm512_loadu_si512(u + i)),
+                                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        for (int l = 0; l < 16; l++) bad += h[l] != ds_f32_to_fp16(ds_bits_f32(u[i + l]));
+    }
+    return bad;
+}
+#endif
+static void test_f16_round(void) {
+#if DS_X86
+    if (!ds_simd_level_ok(DS_LVL_AVX512)) return;
+    enum { CAP = 1 << 16 };
+    uint32_t *u = malloc(CAP * sizeof *u);
+    int bad = 0, n = 0, total = 0;
+#define F16_ADD(v) do { u[n++] = (v); if (n == CAP) { bad += f16_hw_round(u, n); total += n; n = 0; } } while (0)
+    for (uint64_t v = 0; v <= 0x7f800000u; v += 40961) F16_ADD((uint32_t)v);
+    for (uint32_t v = 0x477fe000u; v < 0x47800010u; v++) F16_ADD(v);        /* 65504 .. inf */
+    for (uint32_t v = 0x33000000u - 64; v < 0x38800000u + 64; v += 7) F16_ADD(v);   /* subnormals */
+    for (uint32_t e = 0; e < 255; e++)                                        /* ties, every exponent */
+        for (uint32_t m = 0x0ff8u; m < 0x1008u; m++) F16_ADD((e << 23) | m);
+    F16_ADD(0x7f800000u);
+    while (n % 16) F16_ADD(0u);
+    bad += f16_hw_round(u, n);
+    total += n;
+#undef F16_ADD
+    free(u);
+    CHECK(bad == 0, "VCVTPS2PH (nearest even) differs from ds_f32_to_fp16 on %d of %d values", bad, total);
+    printf("%s VCVTPS2PH (nearest even) == ds_f32_to_fp16 on %d non-negative floats (every exponent, ties, "
+           "overflow edge, subnormals)\n", bad ? "FAIL" : "PASS", total);
+#endif
+}
+
 /* ==========================================================================
  * registry
  * ========================================================================== */
@@ -689,10 +735,63 @@ static void test_multi(ds_pool *pools[4]) {
            "no pool and threads 1..3, %d comparisons\n", bad ? "FAIL" : "PASS", runs);
 }
 
+/* ds_matmul_epi: y bitwise ds_matmul's; every column in exactly one
+ * epilogue call, called on ranges ordered by chunk, chunk < the threads;
+ * a small K is split too. */
+typedef struct {
+    atomic_int hits[4096];
+    int64_t lo[8], hi[8];
+    atomic_int bad;
+} epi_rec;
+static void epi_note(void *arg, int64_t n0, int64_t n1, int chunk) {
+    epi_rec *r = arg;
+    if (chunk < 0 || chunk >= 8) { atomic_fetch_add(&r->bad, 1); return; }
+    r->lo[chunk] = n0;
+    r->hi[chunk] = n1;
+    for (int64_t i = n0; i < n1; i++) atomic_fetch_add(&r->hits[i], 1);
+}
+static void test_epi(ds_pool *pools[4]) {
+    static const int64_t Ks[] = {32, 384};
+    int bad = 0, split = 0;
+    for (int ki = 0; ki < 2; ki++)
+        for (int ti = 0; ti < 4; ti++) {
+            const int64_t K = Ks[ki], N = 4096;
+            tw W = make_weight(types[ti], K, N);
+            for (int M = 1; M <= 3; M += 2) {
+                float *x = make_x(M, K), *y0 = malloc((size_t)M * N * sizeof(float)),
+                      *y1 = malloc((size_t)M * N * sizeof(float));
+                for (int pi = 0; pi < 4; pi++) {
+                    ds_matmul(DS_CANONICAL, &W.w, M, x, y0, pools[pi]);
+                    epi_rec *r = calloc(1, sizeof *r);
+                    for (int c = 0; c < 8; c++) r->lo[c] = r->hi[c] = -1;
+                    ds_matmul_epi(DS_CANONICAL, &W.w, M, x, y1, pools[pi], epi_note, r);
+                    bad += memcmp(y0, y1, (size_t)M * N * sizeof(float)) != 0;
+                    for (int64_t i = 0; i < N; i++) bad += atomic_load(&r->hits[i]) != 1;
+                    int64_t at = 0, used = 0;
+                    for (int c = 0; c < 8; c++) {
+                        if (r->lo[c] < 0) continue;
+                        bad += r->lo[c] != at || c >= ds_pool_threads(pools[pi]);
+                        at = r->hi[c];
+                        used++;
+                    }
+                    bad += at != N || atomic_load(&r->bad);
+                    split += used > 1;
+                    free(r);
+                }
+                free(x); free(y0); free(y1);
+            }
+            free(W.data);
+        }
+    CHECK(bad == 0 && split > 0, "ds_matmul_epi: %d mismatches, %d split calls", bad, split);
+    printf("%s ds_matmul_epi == ds_matmul (memcmp), each column in one ordered epilogue range, K=32 and 384 split "
+           "over the pool (%d split calls)\n", bad == 0 && split > 0 ? "PASS" : "FAIL", split);
+}
+
 int main(void) {
     ds_pool *pools[4] = {NULL, ds_pool_new(1), ds_pool_new(2), ds_pool_new(3)};
     test_half_conversions();
     test_hw_conversions();
+    test_f16_round();
     test_quantize();
     test_registry();
     test_accuracy(pools[2]);
@@ -700,6 +799,7 @@ int main(void) {
     test_canonical_q8(pools);
     test_packed_q8(pools);
     test_multi(pools);
+    test_epi(pools);
     for (int i = 1; i < 4; i++) ds_pool_free(pools[i]);
     printf("%d checks passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -115,6 +115,17 @@ void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y
  * all of them; bit for bit the n separate ds_matmul calls. */
 void ds_matmul_multi(ds_variant v, int n, const ds_weight *const W[], int M, const float *x,
                      float *const y[], ds_pool *pool);
+/* ds_matmul, and after the thread that computed columns [n0, n1) of y (all
+ * M rows) has written them, epi(arg, n0, n1, chunk) on that same thread:
+ * the columns' consumer runs while they are hot and in parallel, without a
+ * second hand-off. Each column is in exactly one call; the ranges of one
+ * call are ordered by chunk (chunk t's columns precede chunk t + 1's), and
+ * chunk < the pool's thread count (0 when run inline). y is the same bits as
+ * ds_matmul's. Small weights are split over the threads too (the epilogue
+ * is work). */
+typedef void (*ds_mm_epi_fn)(void *arg, int64_t n0, int64_t n1, int chunk);
+void ds_matmul_epi(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool,
+                   ds_mm_epi_fn epi, void *arg);
 /* The decode kernel: exactly ds_matmul(DS_CANONICAL, W, 1, ...). */
 void ds_matmul_decode(const ds_weight *W, const float *x, float *y, ds_pool *pool);
 

@@ -312,7 +312,7 @@ void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out) {
 static void q8_quant_scalar(const float *x, int64_t n, ds_block_q8_0 *out);
 
 #if DS_X86
-#include <immintrin.h>
+#include "kernels/cpu/q8_round.h"
 /* AVX-512 form of the loop below, same bits: every step is the same IEEE
  * operation per element (mul, compare, truncating convert, exact subtract),
  * and the max of |x| over a NaN-free block is the same value in any order
@@ -320,9 +320,6 @@ static void q8_quant_scalar(const float *x, int64_t n, ds_block_q8_0 *out);
  * NaN handling depends on the element order. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 static void q8_quant_avx512(const float *x, int64_t n, ds_block_q8_0 *out) {
-    const __m512 c127 = _mm512_set1_ps(127.0f), cm128 = _mm512_set1_ps(-128.0f);
-    const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f);
-    const __m512i one = _mm512_set1_epi32(1);
     for (int64_t i = 0; i < n / DS_QK8_0; i++) {
         const float *xb = x + i * DS_QK8_0;
         const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
@@ -336,16 +333,7 @@ static void q8_quant_avx512(const float *x, int64_t n, ds_block_q8_0 *out) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         out[i].d = ds_f32_to_fp16(d);
         const __m512 vid = _mm512_set1_ps(id);
-        __m512i q[2];
-        for (int h = 0; h < 2; h++) {
-            __m512 v = _mm512_mul_ps(h ? x1 : x0, vid);
-            v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);   /* NaN (inf * 0) -> 0 */
-            v = _mm512_max_ps(_mm512_min_ps(v, c127), cm128);
-            const __m512i t = _mm512_cvttps_epi32(v);
-            const __m512 r = _mm512_sub_ps(v, _mm512_cvtepi32_ps(t));
-            __m512i u = _mm512_mask_add_epi32(t, _mm512_cmp_ps_mask(r, half, _CMP_GE_OQ), t, one);
-            q[h] = _mm512_mask_sub_epi32(u, _mm512_cmp_ps_mask(r, mhalf, _CMP_LE_OQ), u, one);
-        }
+        const __m512i q[2] = {ds_q8_round16(x0, vid), ds_q8_round16(x1, vid)};
         _mm_storeu_si128((__m128i *)out[i].qs, _mm512_cvtepi32_epi8(q[0]));
         _mm_storeu_si128((__m128i *)(out[i].qs + 16), _mm512_cvtepi32_epi8(q[1]));
     }

@@ -6,15 +6,18 @@
  * head h / (n_head / n_kv_head). q and out are [M][n_head][head_dim]; out may
  * alias q (each (row, head) reads its q before writing its out).
  *
- *   decode     attn_row_head(): split-KV over chunks of DS_ATTN_CHUNK keys at
+ *   decode     attn_block(): split-KV over chunks of DS_ATTN_CHUNK keys at
  *              ABSOLUTE boundaries (0, 64, 128, ...). Per chunk: scores with
  *              the 16-lane dot (ds_dot16) times scale, the chunk max,
  *              p = ds_expf(s - chunk_max) (kernels/dsmath.h: the GPU's bits too) summed in key order, p·V accumulated in
  *              key order; chunks folded left to right by the online-softmax
  *              rescale (m, l, acc); one final divide. Every quantity is a
  *              function of the row's own prefix only.
- *   canonical  (row, head) pairs split over threads, each pair through
- *              attn_row_head() — decode is canonical with M = 1.
+ *   canonical  items of (a group of rows, a kv head, a batch of up to
+ *              ATTN_PV_Q of its GQA heads) split over threads, each through
+ *              attn_block(), which runs every query of the item through the
+ *              decode sequence above and only shares the loads of K and V
+ *              between them — decode is canonical with M = 1.
  *   fast       what a batch kernel does: per tile of 8 queries sharing a kv
  *              head (GQA heads x rows), the whole prefix in one pass — all
  *              scores of the tile (dots vectorized across the 8 queries, so
@@ -34,7 +37,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define ATTN_STACK_HD 512   /* head_dim up to this keeps its accumulators on the stack */
+#define ATTN_STACK_HD 128   /* head_dim up to this keeps its accumulators on the stack */
 
 typedef struct {
     const ds_attn_shape *s;
@@ -42,6 +45,7 @@ typedef struct {
     const float *q, *k, *v;
     float *out;
     ds_pool *pool;      /* for the threads' reserved scratch */
+    int qb, rb;         /* canonical: GQA heads and rows per work item (attn_item) */
 } attn_args;
 
 static inline int attn_len(const attn_args *a, int m) {
@@ -65,26 +69,39 @@ typedef float   v16f __attribute__((vector_size(64)));
 ATTN_INLINE v16f ld16(const float *p) { v16f v; memcpy(&v, p, sizeof v); return v; }
 ATTN_INLINE void st16p(float *p, const v16f *v) { memcpy(p, v, sizeof *v); }
 
-/* One chunk's exp-sum and p.V for head_dim = 16 * NV (NV a constant: 4 for
- * head_dim 64, 8 for 128), from the chunk's exps p[]: the accumulator lives
- * in NV vector registers across the keys instead of in memory, where every
- * key's update waited on the previous key's store (a store-forwarding chain
- * per 16 columns). Lane by lane the same products and sums in the same key
- * order (x * p then + as separately rounded IEEE operations, no
- * contraction): the same bits as the generic loop. */
-ATTN_INLINE float attn_chunk_pv(int NV, int cl, const float *p, const float *vb, int64_t st, int c0,
-                                float *ca) {
-    v16f a[8];
+/* One chunk's exp-sums and p.V for nq (<= ATTN_PV_Q) queries that share a kv
+ * head (the GQA heads of one row), head_dim = 16 * NV (NV a constant: 4 for
+ * head_dim 64, 8 for 128), from each query's exps p[u][]: the accumulators
+ * live in vector registers across the keys instead of in memory, where
+ * every key's update waited on the previous key's store, and V row j is
+ * loaded once for the nq queries — nq * NV independent add chains instead
+ * of NV, so the adder's latency is hidden. Query by query, lane by lane the
+ * same products and sums in the same key order (x * p then + as separately
+ * rounded IEEE operations, no contraction): the same bits as the generic
+ * loop, one query at a time. */
+#define ATTN_PV_Q 4
+ATTN_INLINE void attn_chunk_pv(int NQ, int NV, int cl, const float *const p[], const float *vb, int64_t st,
+                               int c0, float *const ca[], float csum[]) {
+    v16f a[ATTN_PV_Q][8];
     const v16f z = {0};
-    for (int u = 0; u < NV; u++) a[u] = z;
-    float csum = 0.0f;
+    float cs[ATTN_PV_Q];
+    for (int u = 0; u < NQ; u++) {
+        cs[u] = 0.0f;
+        for (int w = 0; w < NV; w++) a[u][w] = z;
+    }
     for (int j = 0; j < cl; j++) {
         const float *vr = vb + (int64_t)(c0 + j) * st;
-        csum += p[j];
-        for (int u = 0; u < NV; u++) a[u] += p[j] * ld16(vr + 16 * u);
+        v16f vv[8];
+        for (int w = 0; w < NV; w++) vv[w] = ld16(vr + 16 * w);
+        for (int u = 0; u < NQ; u++) {
+            cs[u] += p[u][j];
+            for (int w = 0; w < NV; w++) a[u][w] += p[u][j] * vv[w];
+        }
     }
-    for (int u = 0; u < NV; u++) st16p(ca + 16 * u, &a[u]);
-    return csum;
+    for (int u = 0; u < NQ; u++) {
+        for (int w = 0; w < NV; w++) st16p(ca[u] + 16 * w, &a[u][w]);
+        csum[u] = cs[u];
+    }
 }
 
 /* ---- 16 keys at a time on AVX-512: the same scores and exps ----------------
@@ -102,15 +119,27 @@ ATTN_INLINE float attn_chunk_pv(int NV, int cl, const float *p, const float *vb,
 #if DS_X86
 #include <immintrin.h>
 #define ATTN_TGT512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")))
-ATTN_TGT512 static void attn_scores16(const float *qv, const float *k0, int64_t st, int hd, float scale,
+ATTN_TGT512 static void attn_scores16(const float *qv, const float *k0, int64_t st, int hd, int nk, float scale,
                                       float *sc) {
+    /* The 16 keys' chains side by side (the q vector loaded once per 16
+     * columns, 16 independent adds in flight): key by key the same
+     * 0 + q*k, + q*k, ... as one key at a time, which left the adder's
+     * latency exposed on a single chain. hd >= 16 (a positive multiple of
+     * 16), so the first step is 0 + q*k too. Keys past nk (a chunk's ragged
+     * end) repeat key nk - 1 and are never stored. The key rows are walked
+     * by adding the stride (an array of 16 row pointers was built with
+     * 64-bit vector multiplies, slower than the dots). */
+    const int64_t step = st, last = nk - 1;
     __m512 a[16];
-    for (int j = 0; j < 16; j++) {
-        const float *kr = k0 + (int64_t)j * st;
-        __m512 acc = _mm512_setzero_ps();
-        for (int i = 0; i < hd; i += 16)
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(qv + i), _mm512_loadu_ps(kr + i)));
-        a[j] = acc;
+    const __m512 q0 = _mm512_loadu_ps(qv);
+    const float *kj = k0;
+    for (int j = 0; j < 16; j++, kj += j <= last ? step : 0)
+        a[j] = _mm512_add_ps(_mm512_setzero_ps(), _mm512_mul_ps(q0, _mm512_loadu_ps(kj)));
+    for (int i = 16; i < hd; i += 16) {
+        const __m512 qi = _mm512_loadu_ps(qv + i);
+        kj = k0 + i;
+        for (int j = 0; j < 16; j++, kj += j <= last ? step : 0)
+            a[j] = _mm512_add_ps(a[j], _mm512_mul_ps(qi, _mm512_loadu_ps(kj)));
     }
     __m512 v1[8], v2[4], v3[2];
     for (int p = 0; p < 8; p++)              /* a[l] += a[l+8]: [key 2p | key 2p+1], 8 lanes each */
@@ -128,95 +157,224 @@ ATTN_TGT512 static void attn_scores16(const float *qv, const float *k0, int64_t 
     const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(v3[0], v3[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                    _mm512_shuffle_ps(v3[0], v3[1], _MM_SHUFFLE(3, 1, 3, 1)));
     const __m512i back = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _mm512_storeu_ps(sc, _mm512_mul_ps(_mm512_permutexvar_ps(back, r), _mm512_set1_ps(scale)));
+    _mm512_mask_storeu_ps(sc, (__mmask16)((1u << nk) - 1u),
+                          _mm512_mul_ps(_mm512_permutexvar_ps(back, r), _mm512_set1_ps(scale)));
 }
 
-ATTN_TGT512 static void attn_exp16(const float *sc, float cmax, float *p) {
-    _mm512_storeu_ps(p, ds_expf16(_mm512_sub_ps(_mm512_loadu_ps(sc), _mm512_set1_ps(cmax))));
+
+/* The chunk max of sc[0 .. n) (n >= 1), as the scalar scan computes it:
+ * cmax = -inf, then cmax = sc[j] wherever sc[j] > cmax, in key order. A
+ * NaN never wins a strict > and never wins VMAXPS(x, acc) either (VMAXPS
+ * returns its second operand when one is NaN), so both give the largest
+ * non-NaN score, or -inf. Lanes and key order can only change which of two
+ * EQUAL scores is kept, i.e. the sign of a zero maximum — and no bit
+ * downstream depends on that: s - (+0) and s - (-0) are the same number
+ * unless s is a zero, and ds_expf(+0) = ds_expf(-0) = 1 (its reduction
+ * gives r = +0 for both); the fold's m_run - mn and cmax - mn are likewise
+ * a zero (exp 1) or the same nonzero number. */
+ATTN_TGT512 static float attn_max16(const float *sc, int n) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 m = ninf;
+    int j = 0;
+    for (; j + 16 <= n; j += 16) m = _mm512_max_ps(_mm512_loadu_ps(sc + j), m);
+    if (j < n) m = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, (__mmask16)((1u << (n - j)) - 1u), sc + j), m);
+    return _mm512_reduce_max_ps(m);
+}
+
+/* p[j] = ds_expf(sc[j] - cmax) for the first n (<= 16) of 16 lanes; the
+ * lanes past n are computed from whatever sc holds there and dropped */
+ATTN_TGT512 static void attn_exp16(const float *sc, int n, float cmax, float *p) {
+    const __mmask16 k = (__mmask16)((1u << n) - 1u);
+    _mm512_mask_storeu_ps(p, k, ds_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc), _mm512_set1_ps(cmax))));
 }
 #endif
 
-ATTN_INLINE void attn_row_head(const ds_attn_shape *s, int L, const float *qv, const float *kb,
-                               const float *vb, float *out, float *acc, float *cacc) {
+/* A block of queries that share a kv head: nr rows (row r of prefix length
+ * L[r]) x nq (<= ATTN_PV_Q) of the kv head's GQA heads, query u = r * nq + h
+ * at qv[u], its output at out[u]. Each query runs exactly the decode
+ * sequence above — per chunk its scores, its max, its exps, its exp-sum and
+ * p.V, its fold — and no value of one query enters another's. What the
+ * queries share is the memory traffic: chunk by chunk, every 16-key block
+ * of K is read from L2 once and scored for all of them from L1, and a
+ * chunk's V rows serve a whole row's heads in one pass (attn_chunk_pv) and
+ * the block's rows one after the other while they are in L1. acc and cacc
+ * are nr * nq * head_dim floats of scratch each. */
+#define ATTN_QMAX 16
+ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int nq, const float *const qv[],
+                            const float *kb, const float *vb, float *const out[], float *acc, float *cacc) {
     const int hd = s->head_dim;
     const int64_t st = s->kv_stride;
-    if (L <= 0) { memset(out, 0, sizeof(float) * (size_t)hd); return; }
-    float m_run = -INFINITY, l_run = 0.0f;
-    for (int c0 = 0; c0 < L; c0 += DS_ATTN_CHUNK) {
-        const int cl = ds_imin(DS_ATTN_CHUNK, L - c0);
-        float sc[DS_ATTN_CHUNK], pb[DS_ATTN_CHUNK];
-        /* scores, 16 keys at a time where the level allows (the same bits) */
-        int j = 0;
-#if DS_X86
-        const int v16 = hd % 16 == 0 && ds_simd_level() == DS_LVL_AVX512;
-        if (v16)
-            for (; j + 16 <= cl; j += 16) attn_scores16(qv, kb + (int64_t)(c0 + j) * st, st, hd, s->scale, sc + j);
-#endif
-        for (; j < cl; j++) sc[j] = ds_dot16(qv, kb + (int64_t)(c0 + j) * st, hd) * s->scale;
-        /* chunk max (strict >, key order) */
-        float cmax = -INFINITY;
-        for (j = 0; j < cl; j++)
-            if (sc[j] > cmax) cmax = sc[j];
-        /* the chunk's exps */
-        j = 0;
-#if DS_X86
-        if (v16)
-            for (; j + 16 <= cl; j += 16) attn_exp16(sc + j, cmax, pb + j);
-#endif
-        for (; j < cl; j++) pb[j] = ds_expf(sc[j] - cmax);
-        /* exp-sum and p·V for the chunk; the first chunk writes acc directly */
-        float *ca = c0 == 0 ? acc : cacc;
-        float csum = 0.0f;
-        if (hd == 64) csum = attn_chunk_pv(4, cl, pb, vb, st, c0, ca);
-        else if (hd == 128) csum = attn_chunk_pv(8, cl, pb, vb, st, c0, ca);
-        else {
-            for (int d = 0; d < hd; d++) ca[d] = 0.0f;
-            for (j = 0; j < cl; j++) {
-                const float *vr = vb + (int64_t)(c0 + j) * st;
-                csum += pb[j];
-                for (int d = 0; d < hd; d++) ca[d] += pb[j] * vr[d];
-            }
-        }
-        /* fold the chunk into the running state, left to right */
-        if (c0 == 0) {
-            m_run = cmax;
-            l_run = csum;
-        } else {
-            const float mn = m_run > cmax ? m_run : cmax;
-            const float ea = ds_expf(m_run - mn), eb = ds_expf(cmax - mn);
-            l_run = l_run * ea + csum * eb;
-            for (int d = 0; d < hd; d++) acc[d] = acc[d] * ea + cacc[d] * eb;
-            m_run = mn;
+    float m_run[ATTN_QMAX], l_run[ATTN_QMAX], csum[ATTN_QMAX];
+    float sc[ATTN_QMAX][DS_ATTN_CHUNK], pb[ATTN_QMAX][DS_ATTN_CHUNK];
+    const float *pq[ATTN_QMAX];
+    float *ca[ATTN_QMAX];
+    int Lmax = 0;
+    for (int r = 0; r < nr; r++) {
+        if (L[r] > Lmax) Lmax = L[r];
+        for (int h = 0; h < nq; h++) {
+            const int u = r * nq + h;
+            m_run[u] = -INFINITY;
+            l_run[u] = 0.0f;
+            pq[u] = pb[u];
+            if (L[r] <= 0) memset(out[u], 0, sizeof(float) * (size_t)hd);
         }
     }
-    for (int d = 0; d < hd; d++) out[d] = acc[d] / l_run;
+#if DS_X86
+    const int v16 = hd % 16 == 0 && ds_simd_level() == DS_LVL_AVX512;
+#endif
+    for (int c0 = 0; c0 < Lmax; c0 += DS_ATTN_CHUNK) {
+        int cl[ATTN_QMAX], clmax = 0;
+        for (int r = 0; r < nr; r++) {
+            cl[r] = ds_imin(DS_ATTN_CHUNK, L[r] - c0);   /* <= 0: the row is done */
+            if (cl[r] > clmax) clmax = cl[r];
+        }
+        /* scores, 16 keys at a time where the level allows (the same bits;
+         * a ragged end as a partial block of 16), block by block for all
+         * the queries (the rows of one kv head are kv_stride apart, a power
+         * of two for the usual shapes, so a whole chunk of them competes
+         * for a fraction of L1's sets and would not survive a second pass) */
+        int j0 = 0;
+#if DS_X86
+        if (v16)
+            for (; j0 < clmax; j0 += 16)
+                for (int r = 0; r < nr; r++)
+                    for (int h = 0; cl[r] > j0 && h < nq; h++)
+                        attn_scores16(qv[r * nq + h], kb + (int64_t)(c0 + j0) * st, st, hd,
+                                      ds_imin(16, cl[r] - j0), s->scale, sc[r * nq + h] + j0);
+#endif
+        for (int r = 0; r < nr; r++)
+            for (int h = 0; h < nq; h++) {
+                const int u = r * nq + h;
+                int j = j0;
+                for (; j < cl[r]; j++) sc[u][j] = ds_dot16(qv[u], kb + (int64_t)(c0 + j) * st, hd) * s->scale;
+                if (cl[r] <= 0) continue;
+                /* chunk max (strict >, key order; 16 lanes at a time where the
+                 * level allows: attn_max16 says why that is the same value) */
+                float cmax = -INFINITY;
+                j = 0;
+#if DS_X86
+                if (v16) {
+                    cmax = attn_max16(sc[u], cl[r]);
+                    j = cl[r];
+                }
+#endif
+                for (; j < cl[r]; j++)
+                    if (sc[u][j] > cmax) cmax = sc[u][j];
+                /* the chunk's exps; cmax parked in sc[u][0] until the fold */
+                j = 0;
+#if DS_X86
+                if (v16)
+                    for (; j < cl[r]; j += 16) attn_exp16(sc[u] + j, ds_imin(16, cl[r] - j), cmax, pb[u] + j);
+#endif
+                for (; j < cl[r]; j++) pb[u][j] = ds_expf(sc[u][j] - cmax);
+                sc[u][0] = cmax;
+                /* the first chunk writes acc directly */
+                ca[u] = (c0 == 0 ? acc : cacc) + (size_t)u * hd;
+            }
+        /* exp-sums and p.V for the chunk, a row's heads in one pass */
+        for (int r = 0; r < nr; r++) {
+            if (cl[r] <= 0) continue;
+            const int u0 = r * nq, n = cl[r];
+            const float *const *p = pq + u0;
+            float *const *c = ca + u0;
+            float *cs = csum + u0;
+            if (hd == 64 && nq == 4) attn_chunk_pv(4, 4, n, p, vb, st, c0, c, cs);
+            else if (hd == 64 && nq == 3) attn_chunk_pv(3, 4, n, p, vb, st, c0, c, cs);
+            else if (hd == 64 && nq == 2) attn_chunk_pv(2, 4, n, p, vb, st, c0, c, cs);
+            else if (hd == 64)
+                for (int h = 0; h < nq; h++) attn_chunk_pv(1, 4, n, p + h, vb, st, c0, c + h, cs + h);
+            else if (hd == 128 && nq == 2) attn_chunk_pv(2, 8, n, p, vb, st, c0, c, cs);
+            else if (hd == 128)
+                for (int h = 0; h < nq; h++) attn_chunk_pv(1, 8, n, p + h, vb, st, c0, c + h, cs + h);
+            else
+                for (int h = 0; h < nq; h++) {
+                    float *cu = c[h], sum = 0.0f;
+                    for (int d = 0; d < hd; d++) cu[d] = 0.0f;
+                    for (int j = 0; j < n; j++) {
+                        const float *vr = vb + (int64_t)(c0 + j) * st;
+                        sum += p[h][j];
+                        for (int d = 0; d < hd; d++) cu[d] += p[h][j] * vr[d];
+                    }
+                    cs[h] = sum;
+                }
+        }
+        /* fold the chunk into each query's running state, left to right */
+        for (int r = 0; r < nr; r++)
+            for (int h = 0; cl[r] > 0 && h < nq; h++) {
+                const int u = r * nq + h;
+                const float cmax = sc[u][0];
+                float *au = acc + (size_t)u * hd;
+                const float *cu = cacc + (size_t)u * hd;
+                if (c0 == 0) {
+                    m_run[u] = cmax;
+                    l_run[u] = csum[u];
+                } else {
+                    const float mn = m_run[u] > cmax ? m_run[u] : cmax;
+                    const float ea = ds_expf(m_run[u] - mn), eb = ds_expf(cmax - mn);
+                    l_run[u] = l_run[u] * ea + csum[u] * eb;
+                    for (int d = 0; d < hd; d++) au[d] = au[d] * ea + cu[d] * eb;
+                    m_run[u] = mn;
+                }
+            }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int h = 0; L[r] > 0 && h < nq; h++) {
+            const int u = r * nq + h;
+            for (int d = 0; d < hd; d++) out[u][d] = acc[(size_t)u * hd + d] / l_run[u];
+        }
 }
 
 /* ========================================================================
- * CANONICAL — threads split (row, head) pairs; each runs attn_row_head()
+ * CANONICAL — threads split items of (a group of rows, a kv head, a batch
+ * of up to ATTN_PV_Q of its GQA heads); each runs attn_block()
  * ======================================================================== */
+/* Item i -> rows [m0, m0 + nr), kv head, heads [h0, h0 + nq). Items are
+ * row-group-major, so with one row and one head per item (rb = qb = 1)
+ * item i is the (row, head) pair i = m * n_head + h. */
+static inline void attn_item(const attn_args *a, int64_t i, int *m0, int *nr, int *kvh, int *h0, int *nq) {
+    const ds_attn_shape *s = a->s;
+    const int group = s->n_head / s->n_kv_head, nsub = (group + a->qb - 1) / a->qb;
+    const int per_group = s->n_kv_head * nsub, r = (int)(i % per_group);
+    *m0 = (int)(i / per_group) * a->rb;
+    *nr = ds_imin(a->rb, a->M - *m0);
+    *kvh = r / nsub;
+    *h0 = *kvh * group + (r % nsub) * a->qb;
+    *nq = ds_imin(a->qb, (*kvh + 1) * group - *h0);
+}
+
 static void attn_canon_range(void *arg, int64_t i0, int64_t i1, int chunk);
 DS_OPS_BODY_IDX(attn_canon_range) {
     const attn_args *a = arg;
     const ds_attn_shape *s = a->s;
-    const int hd = s->head_dim, group = s->n_head / s->n_kv_head;
-    float stack_buf[2 * ATTN_STACK_HD];
+    const int hd = s->head_dim;
+    const size_t need = 2 * (size_t)ATTN_QMAX * (size_t)hd;
+    float stack_buf[2 * ATTN_QMAX * ATTN_STACK_HD];
     float *buf = stack_buf, *owned = NULL;
     if (hd > ATTN_STACK_HD) {   /* the thread's reserved scratch, else (standalone) malloc */
         size_t have;
         buf = ds_pool_thread_scratch(a->pool, chunk, &have);
-        if (have < sizeof(float) * 2 * (size_t)hd) buf = owned = malloc(sizeof(float) * 2 * (size_t)hd);
-        if (!buf) {   /* cannot compute: make the failure loud, not silent */
-            for (int64_t i = i0; i < i1; i++)
-                for (int d = 0; d < hd; d++) a->out[i * hd + d] = NAN;
-            return;
-        }
+        if (have < sizeof(float) * need) buf = owned = malloc(sizeof(float) * need);
     }
     for (int64_t i = i0; i < i1; i++) {
-        const int m = (int)(i / s->n_head), h = (int)(i % s->n_head);
-        const int kvh = h / group;
-        attn_row_head(s, attn_len(a, m), a->q + i * hd, a->k + (int64_t)kvh * hd,
-                      a->v + (int64_t)kvh * hd, a->out + i * hd, buf, buf + hd);
+        int m0, nr, kvh, h0, nq, L[ATTN_QMAX];
+        attn_item(a, i, &m0, &nr, &kvh, &h0, &nq);
+        const float *qv[ATTN_QMAX];
+        float *out[ATTN_QMAX];
+        for (int r = 0; r < nr; r++) {
+            L[r] = attn_len(a, m0 + r);
+            for (int h = 0; h < nq; h++) {
+                const int64_t row = (int64_t)(m0 + r) * s->n_head + h0 + h;
+                qv[r * nq + h] = a->q + row * hd;
+                out[r * nq + h] = a->out + row * hd;
+            }
+        }
+        if (!buf) {   /* cannot compute: make the failure loud, not silent */
+            for (int u = 0; u < nr * nq; u++)
+                for (int d = 0; d < hd; d++) out[u][d] = NAN;
+            continue;
+        }
+        attn_block(s, nr, L, nq, qv, a->k + (int64_t)kvh * hd, a->v + (int64_t)kvh * hd, out, buf,
+                   buf + (size_t)ATTN_QMAX * hd);
     }
     free(owned);
 }
@@ -392,7 +550,7 @@ DS_OPS_BODY_IDX(attn_fast_range) {
 size_t ds_attention_thread_scratch(int hd_max, int64_t n_ctx) {
     if (hd_max <= 0 || n_ctx < 0) return 0;
     const size_t fast = ((size_t)hd_max * FAST_Q + (size_t)(n_ctx + 1) * FAST_Q) * sizeof(float);
-    const size_t canon = hd_max > ATTN_STACK_HD ? 2 * (size_t)hd_max * sizeof(float) : 0;
+    const size_t canon = hd_max > ATTN_STACK_HD ? 2 * (size_t)ATTN_QMAX * (size_t)hd_max * sizeof(float) : 0;
     return fast > canon ? fast : canon;
 }
 
@@ -406,7 +564,7 @@ void ds_attention(ds_variant v, const ds_attn_shape *s, int M, int pos0, int cau
                   const float *q, const float *kcache, const float *vcache, float *out,
                   ds_pool *pool) {
     if (M <= 0 || s->n_head <= 0 || s->n_kv_head <= 0 || s->head_dim <= 0) return;
-    attn_args a = { s, M, pos0, causal, n_kv, q, kcache, vcache, out, pool };
+    attn_args a = { s, M, pos0, causal, n_kv, q, kcache, vcache, out, pool, 1, 1 };
     /* normally a no-op (reserved at context creation); grows once otherwise */
     ds_pool_reserve(pool, ds_attention_thread_scratch(s->head_dim, causal ? (int64_t)pos0 + M : n_kv), 0);
     if (v == DS_FAST) {
@@ -416,5 +574,25 @@ void ds_attention(ds_variant v, const ds_attn_shape *s, int M, int pos0, int cau
         ds_pool_for_idx(pool, tiles * s->n_kv_head, 1, attn_fast_range, &a);
         return;
     }
-    ds_pool_for_idx(pool, (int64_t)M * s->n_head, 1, attn_canon_range, &a);
+    /* Items of up to ATTN_QMAX queries of one kv head: its GQA heads in
+     * batches of up to ATTN_PV_Q (one pass over V serves a row's batch),
+     * rows in groups of ATTN_QMAX / batch (K and V read once from L2 per
+     * group), the groups as even as the row count allows. Fewer rows per
+     * group, then one head per item, while that leaves fewer items than
+     * threads (decode with few kv heads on many threads). Each query's bits
+     * are the same however the items are cut (attn_block). */
+    const int group = s->n_head / s->n_kv_head, nt = pool ? ds_pool_threads(pool) : 1;
+    a.qb = group < ATTN_PV_Q ? group : ATTN_PV_Q;
+    int ngr = 1;
+    for (;;) {
+        const int rb = ds_imin(ATTN_QMAX / a.qb, M);
+        ngr = (M + rb - 1) / rb;
+        while ((int64_t)ngr * s->n_kv_head * ((group + a.qb - 1) / a.qb) < nt && ngr < M) ngr++;
+        a.rb = (M + ngr - 1) / ngr;
+        ngr = (M + a.rb - 1) / a.rb;
+        if ((int64_t)ngr * s->n_kv_head * ((group + a.qb - 1) / a.qb) >= nt || a.qb == 1) break;
+        a.qb = 1;
+    }
+    const int64_t items = (int64_t)ngr * s->n_kv_head * ((group + a.qb - 1) / a.qb);
+    ds_pool_for_idx(pool, items, 1, attn_canon_range, &a);
 }

@@ -33,6 +33,8 @@ typedef struct {
     const ds_weight *W[DS_MM_MULTI];
     float *y[DS_MM_MULTI];
     int64_t g_off[DS_MM_MULTI + 1];
+    ds_mm_epi_fn epi;           /* ds_matmul_epi: after a range's columns   */
+    void *epi_arg;
 } mm_job;
 
 /* Each range gets its thread's reserved scratch (ds_pool_reserve) in a
@@ -53,6 +55,7 @@ static void mm_range(void *arg, int64_t g0, int64_t g1, int chunk) {
         c.W = j->W[i];
         c.y = j->y[i];
         j->fn(&c, n0, n1);
+        if (j->epi) j->epi(j->epi_arg, n0, n1, chunk);
     }
 }
 
@@ -80,10 +83,88 @@ typedef struct {
     unsigned char *qi;          /* the interleaved copy (ds_q8_act.qi)       */
 } q8_quant_job;
 
+#if DS_X86
+#include "kernels/cpu/q8_round.h"
+
+/* ---- the same four outputs on AVX-512, 16 blocks at a time -----------------
+ * Per block the reference (registry.c: ds_quantize_row_q8_0 and the loop in
+ * q8_quant_range) runs a chain of latencies: the |x| maximum, d = amax / 127,
+ * id = 1 / d, d to fp16, then the rounding, the quant sum, fp16 back to f32
+ * — about 20 ns a block, 2 us for the 8 rows of a verify's K = 384, on the
+ * calling thread before the workers can start (a seventh of a verify). Here
+ * the maxima of 16 blocks go into one vector and the divisions, the fp16
+ * conversion (VCVTPS2PH, round to nearest even) and its way back run once
+ * for the 16. Same bits: the max of |x| over a NaN-free block is one value
+ * in any order, the divisions are the same IEEE operations, VCVTPS2PH with
+ * nearest-even gives ds_f32_to_fp16's bits on every non-negative non-NaN
+ * float (overflow to inf and the fp16 subnormals included: test_matmul
+ * compares them on every exponent) and VCVTPH2PS is exact; each block's
+ * rounding is q8_quant_avx512's instruction sequence (ds_q8_round16); the
+ * quant sum is an integer. A group holding a NaN takes the reference path. */
+#define Q8Q_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+Q8Q_TGT static int q8_quant_row16(const float *x, int64_t nb, ds_block_q8_0 *q, float *d, int32_t *nsum,
+                                  unsigned char *g, int i) {
+    const __m512 c127 = _mm512_set1_ps(127.0f);
+    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+        const int n = nb - b0 < 16 ? (int)(nb - b0) : 16;
+        const float *xg = x + b0 * DS_QK8_0;
+        __mmask16 nan = 0;
+        float am[16];
+        for (int k = 0; k < n; k++) {
+            const __m512 x0 = _mm512_loadu_ps(xg + k * DS_QK8_0), x1 = _mm512_loadu_ps(xg + k * DS_QK8_0 + 16);
+            nan |= _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q);
+            am[k] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        }
+        if (nan) return -1;
+        const __mmask16 kn = (__mmask16)((1u << n) - 1u);
+        const __m512 vd = _mm512_div_ps(_mm512_maskz_loadu_ps(kn, am), c127);
+        const __mmask16 nz = _mm512_cmp_ps_mask(vd, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+        const __m512 vid = _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), vd);
+        const __m256i vh = _mm512_cvtps_ph(vd, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        float idv[16], df[16];
+        uint16_t dh[16];
+        _mm512_storeu_ps(idv, vid);
+        _mm512_storeu_ps(df, _mm512_cvtph_ps(vh));
+        _mm256_storeu_si256((__m256i *)dh, vh);
+        for (int k = 0; k < n; k++, g += DS_Q8_GROUP_BYTES) {
+            const float *xb = xg + k * DS_QK8_0;
+            const __m512 id = _mm512_set1_ps(idv[k]);
+            const __m512i qv[2] = {ds_q8_round16(_mm512_loadu_ps(xb), id), ds_q8_round16(_mm512_loadu_ps(xb + 16), id)};
+            /* the 32 quant bytes stored from registers to both places (not
+             * copied back out of the block: a 32-byte load of two fresh
+             * 16-byte stores stalls on store forwarding) */
+            const __m256i qb = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(qv[0])),
+                                                       _mm512_cvtepi32_epi8(qv[1]), 1);
+            ds_block_q8_0 *o = q + b0 + k;
+            o->d = dh[k];
+            _mm256_storeu_si256((__m256i *)o->qs, qb);
+            _mm256_storeu_si256((__m256i *)(g + 32 * i), qb);
+            const int32_t ns = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(qv[0], qv[1]));
+            d[b0 + k] = df[k];
+            nsum[b0 + k] = ns;
+            memcpy(g + 256 + 4 * i, &ns, sizeof ns);
+            memcpy(g + 288 + 4 * i, &df[k], sizeof(float));
+        }
+    }
+    return 0;
+}
+
+static int q8_quant_fast_ok(void) {
+    __builtin_cpu_init();
+    return ds_simd_level() == DS_LVL_AVX512 && __builtin_cpu_supports("f16c");
+}
+#endif
+
 static void q8_quant_range(void *arg, int64_t m0, int64_t m1) {
     const q8_quant_job *j = arg;
     const int64_t nb = j->K / DS_QK8_0;
     for (int64_t m = m0; m < m1; m++) {
+#if DS_X86
+        if (q8_quant_fast_ok() &&
+            q8_quant_row16(j->x + m * j->K, nb, j->q + m * nb, j->d + m * nb, j->nsum + m * nb,
+                           j->qi + (size_t)(m / 8) * (size_t)nb * DS_Q8_GROUP_BYTES, (int)(m % 8)) == 0)
+            continue;
+#endif
         ds_quantize_row_q8_0(j->x + m * j->K, j->K, j->q + m * nb);
         unsigned char *g = j->qi + (size_t)(m / 8) * (size_t)nb * DS_Q8_GROUP_BYTES;
         const int i = (int)(m % 8);
@@ -235,9 +316,11 @@ static ds_mm_range_fn pick(uint32_t type, ds_variant v) {
     }
 }
 
-/* n weights of one type and n_in (checked by the callers) on the same x. */
+/* n weights of one type and n_in (checked by the callers) on the same x;
+ * with epi (n = 1), ds_matmul_epi's epilogue after each range. */
 static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weight *const W[], int M,
-                                  const float *x, float *const y[], ds_pool *pool) {
+                                  const float *x, float *const y[], ds_pool *pool, ds_mm_epi_fn epi,
+                                  void *epi_arg) {
     if (M <= 0) return;
     const int64_t K = W[0]->n_in;
     ds_mm_range_fn fn = pick(W[0]->type, v);
@@ -249,6 +332,7 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
     if (K == 0) {                               /* empty sums: +0 everywhere */
         for (int i = 0; i < n; i++)
             for (int64_t e = 0; e < (int64_t)M * W[i]->n_out; e++) y[i][e] = 0.0f;
+        if (epi) epi(epi_arg, 0, W[0]->n_out, 0);
         return;
     }
     ds_mm_ctx ctx = {.W = W[0], .M = M, .x = x, .y = y[0], .level = level};
@@ -275,6 +359,7 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
                 abort();
             }
             for (int i = 0; i < n; i++) q8_rows_nomem(W[i], M, x, y[i]);
+            if (epi) epi(epi_arg, 0, W[0]->n_out, 0);
             return;
         }
         q8_quantize_into(x, M, K, mem, pool, &act);
@@ -297,7 +382,7 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
     /* normally a no-op: the context reserved this at creation; a call with a
      * larger K grows the reservation once, here, outside the job */
     ds_pool_reserve(pool, ds_matmul_thread_scratch(K), 0);
-    mm_job job = {.ctx = &ctx, .fn = fn, .pool = pool, .n = n};
+    mm_job job = {.ctx = &ctx, .fn = fn, .pool = pool, .n = n, .epi = epi, .epi_arg = epi_arg};
     for (int i = 0; i < n; i++) {
         job.W[i] = W[i];
         job.y[i] = y[i];
@@ -312,7 +397,10 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
      * (wake, join, the imbalance) costs on an idle machine — and far less
      * than it costs on a loaded one, where the worker may not be running.
      * Seven such calls per drafting round, each one hand-off fewer. */
-    if (M == 1 && K <= 2 * DS_QK8_0) grain = job.g_off[n];
+    if (M == 1 && K <= 2 * DS_QK8_0 && !epi) grain = job.g_off[n];
+    /* an epilogue carries work of its own (the drafter's chain: a bias add
+     * and an argmax over the columns): count it as one more K block */
+    if (epi) grain = (DS_MM_MIN_WORK + (K + DS_QK8_0) * DS_MM_GROUP - 1) / ((K + DS_QK8_0) * DS_MM_GROUP);
     ds_pool_for_idx(pool, job.g_off[n], grain, mm_range, &job);
     free(owned);
 }
@@ -320,7 +408,13 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
 void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, const float *x,
                         float *y, ds_pool *pool) {
     if (W->n_out <= 0) return;
-    matmul_multi_at_level(level, v, 1, &W, M, x, &y, pool);
+    matmul_multi_at_level(level, v, 1, &W, M, x, &y, pool, NULL, NULL);
+}
+
+void ds_matmul_epi(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool,
+                   ds_mm_epi_fn epi, void *arg) {
+    if (W->n_out <= 0) return;
+    matmul_multi_at_level(ds_simd_level(), v, 1, &W, M, x, &y, pool, epi, arg);
 }
 
 /* Same bits as n ds_matmul calls (every output column runs the same range
@@ -335,7 +429,7 @@ void ds_matmul_multi(ds_variant v, int n, const ds_weight *const W[], int M, con
         for (int i = 0; i < n; i++) ds_matmul(v, W[i], M, x, y[i], pool);
         return;
     }
-    matmul_multi_at_level(ds_simd_level(), v, n, W, M, x, y, pool);
+    matmul_multi_at_level(ds_simd_level(), v, n, W, M, x, y, pool, NULL, NULL);
 }
 
 void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool) {
