@@ -29,6 +29,12 @@ printf 'not a gguf file at all, just text' > "$T/text.gguf"
 expect_err "not a gguf"            "magic\|gguf"      $D generate -m "$T/text.gguf" -p hi
 expect_err "make-model bad type"   "type"             $D make-model -o "$T/x.gguf" --type q3_k
 expect_err "perplexity no file"    "no text file"     $D perplexity -m "$T/m.gguf"
+printf 'The river runs to the sea.\n' | xz -c > "$T/t.txt.xz"
+expect_err "perplexity on an xz file" "xz-compressed"  $D perplexity -m "$T/m.gguf" -f "$T/t.txt.xz"
+printf 'The river runs to the sea.\n' | gzip -c > "$T/t.txt.gz"
+expect_err "prompt file gzip"      "gzip-compressed"  $D generate -m "$T/m.gguf" -f "$T/t.txt.gz"
+printf 'abc\000def' > "$T/nul.txt"
+expect_err "prompt file with NUL"  "not text"         $D generate -m "$T/m.gguf" -f "$T/nul.txt"
 
 # good runs: deterministic whatever the thread count
 for t in 1 2 3; do

@@ -69,6 +69,26 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
     fclose(f);
     if (bad) { free(buf); cli_die(cmd, "error reading '%s'", path); }
     buf[n] = 0;
+    /* Text only: a compressed file read as text would be tokenized as
+     * bytes and "work" — a perplexity of 10^6, a prompt of noise — so it
+     * is refused with the tool that opens it. */
+    static const struct { const char *magic; size_t n; const char *what, *tool; } packed[] = {
+        {"\xfd" "7zXZ", 6, "xz", "xz -dc"}, {"\x1f\x8b", 2, "gzip", "gzip -dc"},
+        {"\x28\xb5\x2f\xfd", 4, "zstd", "zstd -dc"}, {"BZh", 3, "bzip2", "bzip2 -dc"},
+    };
+    for (size_t i = 0; i < sizeof packed / sizeof packed[0]; i++)
+        if (n >= packed[i].n && !memcmp(buf, packed[i].magic, packed[i].n) &&
+            (i != 3 || (n > 3 && buf[3] >= '1' && buf[3] <= '9'))) {
+            free(buf);
+            cli_die(cmd, "'%s' is %s-compressed, not text: decompress it first (%s '%s' > FILE)", path,
+                    packed[i].what, packed[i].tool, path);
+        }
+    const char *nul = memchr(buf, 0, n);
+    if (nul) {
+        const size_t at = (size_t)(nul - buf);
+        free(buf);
+        cli_die(cmd, "'%s' is not text (a NUL byte at offset %zu)", path, at);
+    }
     *len = n;
     return buf;
 }
