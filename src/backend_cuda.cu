@@ -424,28 +424,43 @@ static const ds_backend_i dsc_iface = {
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving
- * paths to leave out / put in (A/B measurements; unknown names are ignored,
- * the bits never move). */
-static unsigned dsc_parse_off(const char *v) {
+ * paths to leave out / put in (A/B measurements; the bits never move). An
+ * unknown name is an error: a mistyped switch would otherwise measure the
+ * default against itself. Returns -1 (and the message) on one. */
+static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errlen) {
     static const struct { const char *name; unsigned bit; } names[] = {
         {"swiglu", DSC_OFF_SWIGLU}, {"fq", DSC_OFF_FQ}, {"pinned", DSC_OFF_PINNED},
         {"chain", DSC_OFF_CHAIN}, {"prologue", DSC_OFF_PROLOGUE}, {"multi", DSC_OFF_MULTI},
         {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE}, {"q8x", DSC_OFF_Q8X},
         {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL},
     };
-    unsigned off = 0;
+    *off = 0;
+    const char *v = getenv(var);
     for (const char *p = v; p && *p;) {
         const char *e = strchr(p, ',');
         const size_t n = e ? (size_t)(e - p) : strlen(p);
+        bool known = n == 0;                        /* empty items (",,") are nothing */
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-            if (strlen(names[i].name) == n && !strncmp(p, names[i].name, n)) off |= names[i].bit;
+            if (strlen(names[i].name) == n && !strncmp(p, names[i].name, n)) {
+                *off |= names[i].bit;
+                known = true;
+            }
+        if (!known) {
+            ds_errf(err, errlen,
+                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl)",
+                    var, (int)(n > 32 ? 32 : n), p);
+            return -1;
+        }
         p = e ? e + 1 : p + n;
     }
-    return off;
+    return 0;
 }
 
 /* One clear line for each way a GPU can be missing. */
 extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
+    unsigned off = 0, on = 0;                       /* first: a bad switch is the user's error */
+    if (dsc_parse_off("DSPARK_CUDA_OFF", &off, err, errlen) || dsc_parse_off("DSPARK_CUDA_ON", &on, err, errlen))
+        return NULL;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e == cudaErrorInsufficientDriver) {
@@ -496,7 +511,7 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     /* measured slower on the H200 (bench/cuda_ab.sh): the residual
      * epilogue's last block runs serially behind the whole grid (tiny
      * decode 1.20x, 8B decode ~1.2x slower), so it is opt-in */
-    b->off = (dsc_parse_off(getenv("DSPARK_CUDA_OFF")) | DSC_OFF_EPILOGUE) & ~dsc_parse_off(getenv("DSPARK_CUDA_ON"));
+    b->off = (off | DSC_OFF_EPILOGUE) & ~on;
     be->i = &dsc_iface;
     be->priv = b;
     return be;

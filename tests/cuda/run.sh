@@ -50,5 +50,8 @@ one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh
 for c in surface_canonical surface_fast diverge_drafter families sweep; do
     one "diag_$c" env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/diag_cli.sh "$c"
 done
+# an unknown DSPARK_CUDA_OFF name is refused (one line, exit 2), not ignored
+one cuda_off_unknown sh -c 'DSPARK_CUDA_OFF=q8x,bogus "$1" generate -m models/dspark-tiny-q8_0.gguf -p x -n 1 --device cuda \
+    >/dev/null 2>"$2"; rc=$?; cat "$2"; [ "$rc" -eq 2 ] && grep -q "unknown path .bogus." "$2"' _ "$D" "$BUILD/tests/cuda_off.err"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -48,10 +48,11 @@ typedef struct {
 } dsc_backend;
 
 /* Launch-saving paths that can be switched off for an A/B measurement
- * (bench/cuda_ab.sh): DSPARK_CUDA_OFF=swiglu,fq,pinned,chain,prologue,multi,wide
- * switch paths off, DSPARK_CUDA_ON=epilogue switches the one that is off by
- * default on (it measured slower). Read once when the backend starts; every
- * path gives the same bits. */
+ * (bench/cuda_ab.sh): DSPARK_CUDA_OFF=swiglu,fq,pinned,chain,prologue,multi,
+ * wide,q8x,staged,pdl switch paths off, DSPARK_CUDA_ON=epilogue switches the
+ * one that is off by default on (it measured slower). Read once when the
+ * backend starts (an unknown name refuses to start); every path gives the
+ * same bits. */
 enum {
     DSC_OFF_SWIGLU = 1u << 0,    /* SwiGLU inside the down projection          */
     DSC_OFF_FQ = 1u << 1,        /* Q8_0 activations quantized inside the kernel */

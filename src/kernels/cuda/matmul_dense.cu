@@ -9,13 +9,17 @@
  *              16-element step in k order (w converted to f32 exactly), the
  *              K % 16 tail as one more step with +0 operands in the missing
  *              lanes, then the tree (l, l+8) -> (l, l+4) -> (l, l+2) -> (l, l+1).
- *              A thread owns LPT consecutive lanes of one output (16-byte
- *              weight loads: 8 halves or 4 floats), 16/LPT neighbouring
- *              threads own the 16 lanes, and the tree runs through warp
- *              shuffles between them. A block loads each weight row once for
- *              MT activation rows (a multi-row matrix-vector product); more
- *              rows are further row groups (grid.y) of the same kernel, which
- *              read the same weights right after their neighbours, from L2.
+ *              Two kernels run it. mmd_staged (rows of whole 16-byte pieces,
+ *              i.e. almost every model): one thread per lane chain, the
+ *              block's weight rows and activation segments streamed through
+ *              shared memory by asynchronous copies, four stages deep.
+ *              mmd_canonical (the rest): a thread owns LPT consecutive lanes
+ *              of one output, 16/LPT neighbouring threads own the 16 lanes.
+ *              Both end in the same tree through warp shuffles, and both load
+ *              each weight row once for MT activation rows (a multi-row
+ *              matrix-vector product); more rows are further row groups
+ *              (grid.x) of the same kernel, which read the same weights right
+ *              after their neighbours, from L2.
  *   fast       cuBLAS: cublasGemmEx with the activations converted to the
  *              weight type (F16 / BF16; F32 stays F32) and f32 accumulation.
  *
@@ -24,8 +28,9 @@
  * 16 lane chains of fused multiply-adds in the same k order, the same tail,
  * the same combine tree. What is parallel on the GPU (the outputs, the 16
  * lanes, the rows of a group) is independent in that definition. Nothing
- * depends on M, the row group, the block or the stream. F16 -> f32 uses the
- * integer formula of common.h (exact), BF16 is a shift.
+ * depends on M, the row group, the block or the stream. F16 -> f32 is exact
+ * (common.h's integer formula in mmd_canonical, the hardware conversion in
+ * mmd_staged: the same value for every non-NaN half), BF16 is a shift.
  *
  * ==== Why fast differs ===================================================================
  * cuBLAS picks its own tiling, split-K and reduction order by shape, and the

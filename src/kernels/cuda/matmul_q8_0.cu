@@ -6,7 +6,9 @@
  *   canonical  the CPU's int8 definition (kernels/cpu/matmul_q8_0.c): every
  *              activation row quantized to Q8_0 exactly as
  *              ds_quantize_row_q8_0 does (q8_quantize below: the scalar
- *              loop's operations, NaN rules included), then per (m, n)
+ *              loop's operations, NaN rules included — or the copy the
+ *              rows' producer already made with the same operations,
+ *              dsc_q8x), then per (m, n)
  *                  acc = +0
  *                  for b in block order: D = sum of 32 int8 products (exact)
  *                                        acc = fma((float)D, d_b * e_b, acc)
