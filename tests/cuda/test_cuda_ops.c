@@ -1114,7 +1114,6 @@ int main(int argc, char **argv) {
          * tiling of the Q8_0 kernel (32, 64 and 128 blocks per tile) */
         test_matmul_type(&t, DS_TYPE_Q8_0, 70, 5216);    /* 163 blocks: 128 + 35 */
         test_matmul_type(&t, DS_TYPE_Q8_0, 41, 1536);    /* 48 blocks            */
-        test_matmul_type(&t, DS_TYPE_Q8_0, 45, 4224);    /* 132 blocks: the staged kernel's 4 segments + 4 */
         test_matmul_type(&t, DS_TYPE_F16, 70, 4096);     /* 16 batches of 256    */
         test_matmul_type(&t, DS_TYPE_F16, 37, 4104);     /* K % 16 = 8: tail path */
         test_matmul_type(&t, DS_TYPE_BF16, 37, 2080);
