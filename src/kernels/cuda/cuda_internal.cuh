@@ -65,7 +65,6 @@ enum {
     DSC_OFF_Q8X = 1u << 8,       /* activations quantized by their producer    */
     DSC_OFF_STAGED = 1u << 9,    /* dense canonical GEMV through shared memory */
     DSC_OFF_PDL = 1u << 10,      /* programmatic dependent launch (dsc_launch)  */
-    DSC_OFF_Q8STAGED = 1u << 11, /* Q8_0 canonical GEMV through shared memory  */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant

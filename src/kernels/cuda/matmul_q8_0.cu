@@ -36,8 +36,6 @@
  * butterfly): close to canonical, visibly not its bits. */
 #include "kernels/cuda/cuda_internal.cuh"
 
-#include <cuda_pipeline.h>
-
 /* ==========================================================================
  * activation quantization (ds_quantize_row_q8_0, scalar form)
  * ========================================================================== */
@@ -392,187 +390,9 @@ static bool q8v_fq_ok(ds_exec *ex, int n, const dsc_weight *const w[], int M) {
     return blocks <= dsc_be(ex)->n_sm;
 }
 
-/* ==========================================================================
- * CANONICAL, staged (pre-quantized activations): the same two phases with
- * the operands streamed through shared memory
- * ==========================================================================
- * q8v_kernel above loads each block's whole tile into registers and then
- * computes it, so a block has bytes in flight only between its start and its
- * first dot: at decode shapes the GEMVs stream at 1.3-2.0 TB/s of the 4.3 a
- * copy reaches. Here a block of Q8S_ROWS weight rows walks K in segments of
- * Q8S_SEG blocks, copying the next Q8S_STAGES - 1 segments of its rows'
- * quants and scales and of the activation rows' quants and scales into
- * shared memory by asynchronous 16-byte copies while it computes the
- * current one (the layout of mmd_staged in matmul_dense.cu). Per segment:
- *   phase 1 (all threads): the exact int32 block dots D of its rows x the MT
- *            activation rows (dp4a, any order: integers) into shared memory;
- *   phase 2 (one thread per (row, activation row)): the chain over the
- *            segment's blocks IN BLOCK ORDER, acc = fma((float)D, d*e, acc).
- * The chain sees the same D, d, e in the same order as q8v_kernel's and the
- * CPU's: the same bits. Taken for pre-quantized rows (the producer's copy or
- * a quantize launch) whose rows of block scales are whole 16-byte pieces
- * (K % 128 == 0), without the residual epilogue. */
-#define Q8S_ROWS 8
-#define Q8S_THREADS 128
-#define Q8S_SEG 32                                /* blocks of a row per stage (1 KiB)  */
-#define Q8S_STAGES 4
-#define Q8S_RQ (Q8S_SEG * 32 + 16)               /* a staged row of quants, padded     */
-
-template <int MT>
-struct q8s_layout {                               /* byte offsets inside one stage     */
-    enum {
-        WQ = 0,
-        WD = WQ + Q8S_ROWS * Q8S_RQ,              /* [ROWS][SEG] f32 weight scales      */
-        XQ = WD + Q8S_ROWS * Q8S_SEG * 4,         /* [MT][SEG * 32] activation quants   */
-        XD = XQ + MT * Q8S_SEG * 32,              /* [MT][SEG] f32 activation scales    */
-        BYTES = XD + MT * Q8S_SEG * 4,
-        DS = Q8S_STAGES * BYTES,                  /* then the dots [ROWS * MT][SEG + 1] */
-        TOTAL = DS + Q8S_ROWS * MT * (Q8S_SEG + 1) * 4,
-    };
-};
-
-template <int MT>
-__global__ void __launch_bounds__(Q8S_THREADS)
-q8s_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, const float *__restrict__ xd) {
-    typedef q8s_layout<MT> LY;
-    extern __shared__ __align__(16) unsigned char q8s_smem[];
-    int wi = 0;
-#pragma unroll
-    for (int i = 1; i < Q8V_MAXW; i++) wi += blockIdx.y >= set.blk0[i];
-    const int8_t *__restrict__ wq = set.wq[wi];
-    const float *__restrict__ wd = set.wd[wi];
-    const int64_t N = set.N[wi], nb = K / 32, nseg = (nb + Q8S_SEG - 1) / Q8S_SEG;
-    const int64_t n0 = (int64_t)(blockIdx.y - set.blk0[wi]) * Q8S_ROWS;
-    const int t = threadIdx.x;
-    const int m0 = blockIdx.x * MT, mv = M - m0 < MT ? M - m0 : MT;
-    int32_t *Ds = (int32_t *)(q8s_smem + LY::DS);
-
-    /* the weights of segment seg into stage st (padding rows repeat the last
-     * row; pieces past the row are not copied and never read) */
-    auto stage_w = [&](int64_t seg, int st) {
-        unsigned char *sb = q8s_smem + (size_t)st * LY::BYTES;
-        const int64_t b0 = seg * Q8S_SEG;
-        for (int c = t; c < Q8S_ROWS * (Q8S_SEG * 2 + Q8S_SEG / 4); c += Q8S_THREADS) {
-            const int r = c / (Q8S_SEG * 2 + Q8S_SEG / 4), p = c % (Q8S_SEG * 2 + Q8S_SEG / 4);
-            const int64_t n = n0 + r < N ? n0 + r : N - 1;
-            if (p < Q8S_SEG * 2) {                /* quants: 2 pieces per block */
-                if (b0 + p / 2 >= nb) continue;
-                __pipeline_memcpy_async(sb + LY::WQ + r * Q8S_RQ + p * 16, wq + n * K + b0 * 32 + p * 16, 16);
-            } else {                              /* scales: 4 per piece        */
-                const int q = p - Q8S_SEG * 2;
-                if (b0 + 4 * q >= nb) continue;
-                __pipeline_memcpy_async(sb + LY::WD + (r * Q8S_SEG + 4 * q) * 4, wd + n * nb + b0 + 4 * q, 16);
-            }
-        }
-    };
-    auto stage_x = [&](int64_t seg, int st) {
-        unsigned char *sb = q8s_smem + (size_t)st * LY::BYTES;
-        const int64_t b0 = seg * Q8S_SEG;
-        for (int c = t; c < MT * (Q8S_SEG * 2 + Q8S_SEG / 4); c += Q8S_THREADS) {
-            const int i = c / (Q8S_SEG * 2 + Q8S_SEG / 4), p = c % (Q8S_SEG * 2 + Q8S_SEG / 4);
-            const int64_t m = m0 + (i < mv ? i : mv - 1);
-            if (p < Q8S_SEG * 2) {
-                if (b0 + p / 2 >= nb) continue;
-                __pipeline_memcpy_async(sb + LY::XQ + i * Q8S_SEG * 32 + p * 16, xq + m * K + b0 * 32 + p * 16, 16);
-            } else {
-                const int q = p - Q8S_SEG * 2;
-                if (b0 + 4 * q >= nb) continue;
-                __pipeline_memcpy_async(sb + LY::XD + (i * Q8S_SEG + 4 * q) * 4, xd + m * nb + b0 + 4 * q, 16);
-            }
-        }
-    };
-
-    /* the weights fly before the wait; the activations come from the
-     * previous kernel (dsc_launch) */
-#pragma unroll
-    for (int s = 0; s < Q8S_STAGES - 1; s++)
-        if (s < nseg) stage_w(s, s);
-    dsc_pdl_wait();
-    dsc_pdl_trigger();
-#pragma unroll
-    for (int s = 0; s < Q8S_STAGES - 1; s++) {
-        if (s < nseg) stage_x(s, s);
-        __pipeline_commit();
-    }
-    const bool chain = t < Q8S_ROWS * MT;
-    const int rc = t / MT, mc = t % MT;
-    float acc = 0.0f;
-    for (int64_t seg = 0; seg < nseg; seg++) {
-        const int64_t sn = seg + Q8S_STAGES - 1;
-        if (sn < nseg) {
-            stage_w(sn, (int)(sn % Q8S_STAGES));
-            stage_x(sn, (int)(sn % Q8S_STAGES));
-        }
-        __pipeline_commit();
-        __pipeline_wait_prior(Q8S_STAGES - 1);    /* segment seg has landed */
-        __syncthreads();
-        const unsigned char *sb = q8s_smem + (size_t)(seg % Q8S_STAGES) * LY::BYTES;
-        const int64_t b0 = seg * Q8S_SEG;
-        const int sbk = nb - b0 < Q8S_SEG ? (int)(nb - b0) : Q8S_SEG;
-        /* phase 1: exact integer block dots */
-        for (int p = t; p < Q8S_ROWS * Q8S_SEG; p += Q8S_THREADS) {
-            const int r = p / Q8S_SEG, j = p % Q8S_SEG;
-            if (j >= sbk) continue;
-            const uint4 *wp = (const uint4 *)(sb + LY::WQ + r * Q8S_RQ + j * 32);
-            const uint4 w0 = wp[0], w1 = wp[1];
-#pragma unroll
-            for (int i = 0; i < MT; i++) {
-                const uint4 *xp = (const uint4 *)(sb + LY::XQ + (i * Q8S_SEG + j) * 32);
-                Ds[(r * MT + i) * (Q8S_SEG + 1) + j] = dsc_dot_q8(w0, w1, xp[0], xp[1]);
-            }
-        }
-        __syncthreads();
-        /* phase 2: one fma per block, in block order */
-        if (chain) {
-            const int32_t *dr = Ds + t * (Q8S_SEG + 1);
-            const float *wsr = (const float *)(sb + LY::WD) + rc * Q8S_SEG;
-            const float *xsr = (const float *)(sb + LY::XD) + mc * Q8S_SEG;
-#pragma unroll 8
-            for (int j = 0; j < sbk; j++) acc = __fmaf_rn((float)dr[j], __fmul_rn(wsr[j], xsr[j]), acc);
-        }
-        __syncthreads();                          /* the stage and Ds are reused next */
-    }
-    if (chain && mc < mv && n0 + rc < N) set.y[wi][(int64_t)(m0 + mc) * N + n0 + rc] = acc;
-}
-
-template <int MT>
-static void q8s_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
-                       float *const y[]) {
-    q8v_set set;
-    memset(&set, 0, sizeof set);
-    unsigned blk = 0;
-    for (int i = 0; i < Q8V_MAXW; i++) {
-        if (i >= n) {
-            set.blk0[i] = 0xffffffffu;
-            continue;
-        }
-        set.blk0[i] = blk;
-        set.wq[i] = (const int8_t *)w[i]->data;
-        set.wd[i] = w[i]->scale;
-        set.y[i] = y[i];
-        set.N[i] = w[i]->n_out;
-        blk += dsc_blocks(w[i]->n_out, Q8S_ROWS);
-    }
-    set.blk0[Q8V_MAXW] = blk;
-    const dim3 grid((unsigned)((M + MT - 1) / MT), blk);
-    dsc_launch(ex, "matmul_q8_0 canonical (staged)", q8s_kernel<MT>, grid, dim3(Q8S_THREADS),
-               (size_t)q8s_layout<MT>::TOTAL, set, w[0]->n_in, M, xq, xd);
-}
-
 static void q8v_dispatch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq,
                          const float *xd, const float *xf, const float *xu, float *hout,
                          float *const y[], const q8v_epi &epi) {
-    /* pre-quantized rows with whole 16-byte pieces of scales stream through
-     * shared memory (q8s_kernel); the in-kernel quantization and the
-     * residual epilogue stay with q8v_kernel */
-    if (xq && !epi.x && (w[0]->n_in / 32) % 4 == 0 && ((uintptr_t)xd & 15) == 0 &&
-        !(dsc_be(ex)->off & DSC_OFF_Q8STAGED)) {
-        if (M <= 1) q8s_launch<1>(ex, n, w, M, xq, xd, y);
-        else if (M <= 2) q8s_launch<2>(ex, n, w, M, xq, xd, y);
-        else if (M <= 4) q8s_launch<4>(ex, n, w, M, xq, xd, y);
-        else q8s_launch<8>(ex, n, w, M, xq, xd, y);
-        return;
-    }
     if (M <= 1) q8v_launch<1>(ex, n, w, M, xq, xd, xf, xu, hout, y, epi);
     else if (M <= 2) q8v_launch<2>(ex, n, w, M, xq, xd, xf, xu, hout, y, epi);
     else if (M <= 4) q8v_launch<4>(ex, n, w, M, xq, xd, xf, xu, hout, y, epi);
@@ -706,10 +526,5 @@ cudaError_t dsc_matmul_q8_0_init(void) {
     if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<4, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8s_kernel<1>, a, (int)q8s_layout<1>::TOTAL);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8s_kernel<2>, a, (int)q8s_layout<2>::TOTAL);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8s_kernel<4>, a, (int)q8s_layout<4>::TOTAL);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8s_kernel<8>, a, (int)q8s_layout<8>::TOTAL);
     return e;
 }
