@@ -86,7 +86,9 @@ static ds_exec *dsc_exec_new(ds_backend *be, int n_threads, char *err, size_t er
     cudaError_t e = cudaStreamCreateWithFlags(&ex->st, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaMalloc(&ex->blas_ws, DSC_BLAS_WS);
     if (e == cudaSuccess) e = cudaMalloc((void **)&ex->count, sizeof(unsigned));
-    if (e == cudaSuccess) e = cudaMemset(ex->count, 0, sizeof(unsigned));
+    if (e == cudaSuccess) e = cudaMemsetAsync(ex->count, 0, sizeof(unsigned), ex->st);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&ex->chain_sync, DSC_CHAIN_BYTES);
+    if (e == cudaSuccess) e = cudaMemsetAsync(ex->chain_sync, 0, DSC_CHAIN_BYTES, ex->st);
     if (e != cudaSuccess) {
         ds_errf(err, errlen, "cuda: cannot create an execution context: %s", cudaGetErrorString(e));
         (void)cudaGetLastError();
@@ -117,6 +119,7 @@ static void dsc_exec_free(ds_exec *ex) {
     for (int i = 0; i < ex->n_retired; i++) cudaFree(ex->retired[i]);
     if (ex->pinned) cudaFreeHost(ex->pinned);
     cudaFree(ex->count);
+    cudaFree(ex->chain_sync);
     if (ex->blas) cublasDestroy(ex->blas);
     cudaFree(ex->blas_ws);
     if (ex->st) cudaStreamDestroy(ex->st);

@@ -66,5 +66,11 @@ typedef struct {
 } ds_draft_opts;
 int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t *ids, float *confidence,
              float *logits, char *err, size_t errlen);
+/* The same round queued on the drafter's execution context and not waited
+ * for: *ids_dev is the device address of the n_keep ids (valid until the
+ * next round), for a verify on the same context to read in stream order
+ * (ds_select_opts.draft_dev). No confidences. Greedy or seeded alike. */
+int ds_draft_queue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, const int32_t **ids_dev,
+                   char *err, size_t errlen);
 
 #endif

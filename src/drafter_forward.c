@@ -485,8 +485,10 @@ static int draft_ops(ds_dctx *x, int n_keep, const ds_sampler *samp, int p, int 
     return 0;
 }
 
-int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t *ids, float *confidence,
-             float *logits, char *err, size_t errlen) {
+/* The round's device work, queued: contracts, uploads, the recorded block
+ * forward and head chain. Nothing is downloaded and nothing waits. */
+static int draft_enqueue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int with_conf, char *err,
+                         size_t errlen) {
     if (!x) { ds_errf(err, errlen, "draft: no drafter context"); return -1; }
     const ds_drafter *d = x->d;
     const int G = d->gamma, V = d->V;
@@ -516,7 +518,6 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
     }
     ds_exec *ex = x->ex;
     const ds_backend_i *be = ex->be->i;
-    const size_t fs = sizeof(float);
 
     be->upload(ex, x->toks, &anchor, sizeof(int32_t));            /* the round's uploads */
     set_positions(x, G, p);
@@ -531,15 +532,35 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
     if (rec) {
         uint64_t key = 0x6472616674000000ull;                    /* "draft" */
         key ^= (uint64_t)(uintptr_t)x * 1099511628211ull;
-        key ^= ((uint64_t)n_keep << 8) | ((uint64_t)x->no_chain << 2) | ((uint64_t)(confidence != NULL) << 1) |
+        key ^= ((uint64_t)n_keep << 8) | ((uint64_t)x->no_chain << 2) | ((uint64_t)(with_conf != 0) << 1) |
                (uint64_t)x->no_mask_cache;
         if ((replayed = dctx_graph_begin(x, key, err, errlen)) < 0) return -1;
     }
-    if (!replayed && draft_ops(x, n_keep, samp, p, confidence != NULL, err, errlen)) {
+    if (!replayed && draft_ops(x, n_keep, samp, p, with_conf, err, errlen)) {
         if (rec) (void)be->graph_end(ex, NULL, 0);
         return -1;
     }
     if (rec && be->graph_end(ex, err, errlen)) return -1;
+    return 0;
+}
+
+int ds_draft_queue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, const int32_t **ids_dev,
+                   char *err, size_t errlen) {
+    if (!ids_dev) { ds_errf(err, errlen, "draft: no place for the ids' device address"); return -1; }
+    if (draft_enqueue(x, anchor, p, o, 0, err, errlen)) return -1;
+    *ids_dev = x->toks + 1;
+    return 0;
+}
+
+int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t *ids, float *confidence,
+             float *logits, char *err, size_t errlen) {
+    if (draft_enqueue(x, anchor, p, o, confidence != NULL, err, errlen)) return -1;
+    const ds_drafter *d = x->d;
+    const int V = d->V;
+    const int n_keep = o ? o->n_keep : d->gamma;
+    ds_exec *ex = x->ex;
+    const ds_backend_i *be = ex->be->i;
+    const size_t fs = sizeof(float);
 
     /* the round's downloads: ids, confidences, logits only when asked */
     if (ids) be->download(ex, ids, x->toks + 1, (size_t)n_keep * sizeof(int32_t));

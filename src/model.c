@@ -329,7 +329,8 @@ struct ds_ctx {
     int        *pos_host;        /* host staging for positions                */
     float      *sel_logits;      /* device [m_max][V]: logits rows selected on the device */
     float      *sel_scratch;     /* device [2V]: the sample op's scratch      */
-    int32_t    *sel_ids;         /* device [m_max]: selected ids              */
+    int32_t    *sel_ids;         /* device [2 m_max]: selected ids, then a queued draft's */
+    int32_t    *sel_host;        /* host [2 m_max]: the two, downloaded at once */
     ds_probe    probe;           /* .fn == NULL: none                         */
     float      *stage;           /* host staging for probes: widest row       */
 };
@@ -346,6 +347,7 @@ static void ctx_release(ds_ctx *c) {
     ds_kv_free(c->kv);
     if (c->ex) be->i->exec_free(c->ex);
     free(c->pos_host);
+    free(c->sel_host);
     free(c->stage);
 }
 
@@ -392,9 +394,10 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
      * from c->logits; host ones need a logits buffer of their own */
     if (be->i->host_memory) c->sel_logits = be->i->alloc(be, M * V * sizeof(float));
     c->sel_scratch = be->i->alloc(be, 2 * V * sizeof(float));
-    c->sel_ids = be->i->alloc(be, M * sizeof(int32_t));
+    c->sel_ids = be->i->alloc(be, 2 * M * sizeof(int32_t));
+    c->sel_host = malloc(2 * M * sizeof(int32_t));
     int ok = c->a.x && c->a.xn && c->a.o && c->a.q && c->a.att && c->a.k && c->a.v && c->a.gate &&
-             c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->stage &&
+             c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->sel_host && c->stage &&
              (c->sel_logits || !be->i->host_memory) && c->sel_scratch && c->sel_ids;
     if (ok && !be->i->host_memory) {   /* logits and taps stay on the device until asked */
         c->logits = be->i->alloc(be, M * V * sizeof(float));
@@ -499,7 +502,8 @@ static void forward_chunk(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int M, int
                       (1u << DS_FAM_RESIDUAL) | (1u << DS_FAM_RMSNORM), c->a.xn, d, d);
 }
 
-static int check_run(const ds_ctx *c, const int32_t *tokens, int M, int pos0, char *err, size_t errlen) {
+static int check_run(const ds_ctx *c, const int32_t *tokens, int M, int n_host, int pos0, char *err,
+                     size_t errlen) {
     if (M < 1) { ds_errf(err, errlen, "forward: batch of %d tokens (need at least 1)", M); return -1; }
     if (pos0 < 0 || pos0 > c->n_past) {
         ds_errf(err, errlen, "forward: position %d is not in [0, n_past=%d]", pos0, c->n_past);
@@ -509,7 +513,7 @@ static int check_run(const ds_ctx *c, const int32_t *tokens, int M, int pos0, ch
         ds_errf(err, errlen, "forward: positions %d..%d exceed the context size %d", pos0, pos0 + M - 1, c->n_ctx);
         return -1;
     }
-    for (int i = 0; i < M; i++)
+    for (int i = 0; i < n_host; i++)
         if (tokens[i] < 0 || tokens[i] >= c->m->hp.n_vocab) {
             ds_errf(err, errlen, "forward: token id %d is out of range [0, %d)", tokens[i], c->m->hp.n_vocab);
             return -1;
@@ -538,6 +542,8 @@ typedef struct {
     const ds_sampler *samp;
     int32_t *ids;
     float   *taps_dev;
+    const int32_t *draft_dev;   /* rows 1..M-1's tokens on the device, or NULL */
+    int32_t *draft_host;
 } sel_args;
 
 /* The key a recorded launch sequence is filed under: everything that
@@ -556,7 +562,12 @@ static uint64_t graph_key(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int 
 
 static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, int logits_mode,
                float *logits, float *taps, const sel_args *sel, char *err, size_t errlen) {
-    if (check_run(c, tokens, M, pos0, err, errlen)) return -1;
+    const int tail_dev = sel && sel->draft_dev;
+    if (check_run(c, tokens, M, tail_dev ? 1 : M, pos0, err, errlen)) return -1;
+    if (tail_dev && M > c->m_max) {
+        ds_errf(err, errlen, "select: %d rows with device tokens exceed one batch of %d", M, c->m_max);
+        return -1;
+    }
     const ds_backend_i *b = c->be->i;
     const int host = b->host_memory;
     const size_t V = (size_t)c->m->hp.n_vocab, taps_stride = (size_t)c->n_taps * c->m->hp.n_embd;
@@ -567,7 +578,12 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         const int p0 = pos0 + done;
         for (int r = 0; r < n; r++) c->pos_host[r] = p0 + r;
         b->upload(c->ex, c->pos, c->pos_host, (size_t)n * sizeof(int));
-        b->upload(c->ex, c->ids, tokens + done, (size_t)n * sizeof(int32_t));
+        if (tail_dev) {   /* row 0 from the host, the rest device to device */
+            b->upload(c->ex, c->ids, tokens, sizeof(int32_t));
+            b->copy(c->ex, c->ids + 1, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
+        } else {
+            b->upload(c->ex, c->ids, tokens + done, (size_t)n * sizeof(int32_t));
+        }
         /* taps and logits: to the caller's host buffers on host-memory
          * backends; else to the context's device buffers, fixed per context
          * so that a recorded launch sequence is the same for every call of
@@ -608,7 +624,16 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
                 if (ds_backend_select(c->ex, sel->samp, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1,
                                       c->sel_scratch, c->sel_ids, err, errlen))
                     return -1;
-                b->download(c->ex, dst, c->sel_ids, (size_t)rows * sizeof(int32_t));
+                if (tail_dev) {   /* the draft's ids come back with the selections: one download */
+                    b->copy(c->ex, c->sel_ids + rows, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
+                    b->download(c->ex, c->sel_host, c->sel_ids, (size_t)(rows + n - 1) * sizeof(int32_t));
+                    memcpy(dst, c->sel_host, (size_t)rows * sizeof(int32_t));
+                    memcpy(sel->draft_host, c->sel_host + rows, (size_t)(n - 1) * sizeof(int32_t));
+                } else {
+                    b->download(c->ex, dst, c->sel_ids, (size_t)rows * sizeof(int32_t));
+                }
+            } else if (tail_dev) {
+                b->download(c->ex, sel->draft_host, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
             }
             if (!host && b->sync(c->ex, err, errlen)) return -1;
         } else if (!host) {   /* one synchronising download per chunk */
@@ -637,7 +662,8 @@ int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const d
     }
     if (o->rows != DS_LOGITS_NONE && !o->ids) { ds_errf(err, errlen, "select: ids requested but no buffer given"); return -1; }
     if (o->decode && M != 1) { ds_errf(err, errlen, "select: the decode path takes one token, not %d", M); return -1; }
-    const sel_args sel = {o->samp, o->ids, o->taps_dev};
+    if (o->draft_dev && !o->draft_host) { ds_errf(err, errlen, "select: device tokens given but no host buffer for them"); return -1; }
+    const sel_args sel = {o->samp, o->ids, o->taps_dev, o->draft_dev, o->draft_host};
     return run(c, o->decode, tokens, M, pos0, o->rows, NULL, NULL, &sel, err, errlen);
 }
 

@@ -135,6 +135,13 @@ typedef struct {
     const ds_sampler *samp;       /* NULL: greedy                           */
     int32_t          *ids;        /* host                                   */
     float            *taps_dev;   /* device, or NULL                        */
+    /* A queued draft (ds_draft_queue): rows 1..M-1's tokens are the M - 1
+     * ids at draft_dev (device, the same execution context), copied device
+     * to device; only tokens[0] is read from the host. They come back into
+     * draft_host (host, M - 1) in the same download as the selections, so a
+     * speculative round synchronises once. M must fit one batch (m_max). */
+    const int32_t    *draft_dev;
+    int32_t          *draft_host;
 } ds_select_opts;
 int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o,
                       char *err, size_t errlen);

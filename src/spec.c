@@ -240,7 +240,7 @@ int ds_spec_measure_sps(ds_ctx *c, int max_width, int reps, double *sec, char *e
         for (int r = -1; r < reps; r++) {
             ds_kv_truncate(c, 0);
             double t0 = now_s();
-            const ds_select_opts so = {0, DS_LOGITS_ALL, NULL, sel, tp};
+            const ds_select_opts so = {0, DS_LOGITS_ALL, NULL, sel, tp, NULL, NULL};
             if (ds_forward_select(c, tok, w, 0, &so, err, errlen)) goto done;
             if (r >= 0) t[r] = now_s() - t0;
         }
@@ -276,12 +276,12 @@ static int spec_prefill(ds_ctx *c, ds_dctx *dx, const int32_t *prompt, int n, ds
         int m = n - off < chunk ? n - off : chunk;
         const int last = off + m == n;
         if (mode == DS_PREFILL_BATCH) {
-            const ds_select_opts so = {0, last ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first, taps};
+            const ds_select_opts so = {0, last ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first, taps, NULL, NULL};
             if (ds_forward_select(c, prompt + off, m, off, &so, err, errlen)) return -1;
         } else {
             for (int i = 0; i < m; i++) {
                 const ds_select_opts so = {1, last && i == m - 1 ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first,
-                                           taps + (size_t)i * T};
+                                           taps + (size_t)i * T, NULL, NULL};
                 if (ds_forward_select(c, prompt + off + i, 1, off + i, &so, err, errlen)) return -1;
             }
         }
@@ -389,8 +389,20 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         if (cap < 0) cap = 0;
         int ell = 0, n_draft = 0, want = cap, draft = cap > 0;
         if (o->sched == DS_SCHED_AUTO) want = auto_choose(&as, cap, &draft);
+        /* queued: the verify's width is known before the draft (no
+         * scheduler, nothing reads the drafts on the host before the
+         * verify), so the verify follows the draft on the device and the
+         * drafts come back with its selections (one wait per round) */
+        const int32_t *ids_dev = NULL;
+        const int queued = draft && !o->draft_wait && o->sched == DS_SCHED_NONE && !o->draft_override && !use_conf;
         double ta = now_s();
-        if (draft) {
+        if (queued) {
+            ds_draft_opts dop = { samp, draft_max };
+            if (ds_draft_queue(dx, anchor, p, &dop, &ids_dev, err, errlen)) goto done;
+            n_draft = draft_max;
+            ell = cap;
+            st->queued_rounds++;
+        } else if (draft) {
             ds_draft_opts dop = { samp, draft_max };
             if (ds_draft(dx, anchor, p, &dop, ids, use_conf ? conf : NULL, NULL, err, errlen)) goto done;
             n_draft = draft_max;
@@ -404,9 +416,13 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
 
         /* verify [anchor, d_1..d_ell] at p..p+ell in ONE batched pass */
         vtok[0] = anchor;
-        for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
-        {   /* only the ell + 1 selected ids come back; logits and taps stay */
-            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vtaps};
+        if (queued) {   /* the drafts stay on the device; they come back with the selections */
+            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vtaps, ell ? ids_dev : NULL, ids};
+            if (ds_forward_select(c, vtok, ell + 1, p, &so, err, errlen)) goto done;
+            for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
+        } else {   /* only the ell + 1 selected ids come back; logits and taps stay */
+            for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
+            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vtaps, NULL, NULL};
             if (ds_forward_select(c, vtok, ell + 1, p, &so, err, errlen)) goto done;
         }
         double tc = now_s();
@@ -430,7 +446,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
             int a2 = a;
             for (int j = 0; j <= a; j++) {
                 int32_t y = -1;
-                const ds_select_opts so = {1, DS_LOGITS_LAST, samp, &y, vtaps + (size_t)j * T};
+                const ds_select_opts so = {1, DS_LOGITS_LAST, samp, &y, vtaps + (size_t)j * T, NULL, NULL};
                 if (ds_forward_select(c, &vtok[j], 1, p + j, &so, err, errlen)) goto done;
                 if (j < a && y != ids[j]) { a2 = j; bonus = y; st->replay_fixups++; break; }
                 if (j == a) {

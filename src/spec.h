@@ -91,6 +91,13 @@ typedef struct {
      * on random weights. The drafter's own state is unaffected. */
     void          (*draft_override)(void *user, int p, int32_t anchor, int n, int32_t *ids, float *conf);
     void           *override_user;
+    /* 1: every round waits for its drafts before queueing the verify (two
+     * synchronisations a round), so that draft_s and verify_s time the two
+     * apart. 0 (default): when the verify width does not depend on the
+     * drafts (no scheduler, no hook reading them), the verify is queued
+     * behind the draft on the device and reads its ids there; the host
+     * waits once per round and t_draft is only the queueing. Same tokens. */
+    int             draft_wait;
 } ds_spec_opts;
 
 /* Defaults: n_predict 128, batched prefill, stop at EOG, greedy, draft_max =
@@ -110,6 +117,7 @@ typedef struct {
     long   width_hist[DS_SPEC_MAX_GAMMA + 1];  /* [ell]: rounds that verified ell drafts */
     long   plain_rounds;            /* AUTO: rounds that did not draft (a plain step) */
     long   replay_fixups;           /* REPLAY: acceptances overturned by decode logits */
+    long   queued_rounds;           /* rounds whose verify was queued behind the draft */
     double t_prefill;               /* target prefill + drafter context rows + first sample */
     double t_draft, t_verify, t_accept, t_commit, t_total;   /* seconds; accept = sampling */
     double tok_s;                   /* (n_gen - 1) / (t_total - t_prefill): like plain's

@@ -297,7 +297,7 @@ static void device_resident_checks(const char *dir) {
     static const uint64_t seeds[] = { 1, 7, 12345 };
     const int n_seeds = light ? 1 : 3, p_first = light ? 2 : 1;
     const double table[8] = { 1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35 };
-    long runs = 0, differ = 0, host_differ = 0, bad_moves = 0, fallback_runs = 0;
+    long runs = 0, differ = 0, host_differ = 0, bad_moves = 0, fallback_runs = 0, queued_runs = 0, bad_waits = 0;
     for (int ki = 0; ki < 4; ki++) {
         const int corr = ki == 3 ? 48 : 0;
         const char *mk = ki == 3 ? "vanilla" : kinds[ki];
@@ -375,6 +375,29 @@ static void device_resident_checks(const char *dir) {
                                        kinds[ki], dms[di], mode, k.down_bytes, k.down_calls, k.down_max, k.up_max);
                         }
                     }
+                /* queued rounds (nothing reads the drafts on the host before the
+                 * verify): the verify reads the drafts on the device and they
+                 * come back with its selections, one download (= one wait) a
+                 * round; --draft-wait: the drafts' own download as well */
+                for (int wait = 0; wait < 2; wait++) {
+                    ds_spec_opts o;
+                    ds_spec_opts_default(&o);
+                    o.n_predict = npred;
+                    o.samp = smp;
+                    o.draft_wait = wait;
+                    run_out rd;
+                    ds_spec_stats sd;
+                    cnt_reset(&k);
+                    spec(cd, dd, pi, &o, &rd, &sd);
+                    queued_runs++;
+                    differ += first_diff(&rd, &ref) >= 0;
+                    const int waits_ok = wait ? sd.queued_rounds == 0 && k.down_calls > 1 + sd.rounds
+                                              : sd.queued_rounds > 0 && sd.queued_rounds >= sd.rounds - 1 &&
+                                                k.down_calls == 1 + sd.rounds;
+                    if (!waits_ok && ++bad_waits <= 3)
+                        printf("INFO   waits: kind=%s draft_wait=%d rounds=%d queued=%ld downloads=%ld\n", kinds[ki], wait,
+                               sd.rounds, sd.queued_rounds, k.down_calls);
+                }
                 /* a device that declines the sampler: the host fallback, same bytes */
                 if (si >= 0 && pi == p_first) {
                     ds_spec_opts o;
@@ -397,8 +420,11 @@ static void device_resident_checks(const char *dir) {
     CHECK(differ == 0, "device-resident spec != plain in %ld of %ld runs", differ, runs + fallback_runs);
     CHECK(host_differ == 0, "device-resident spec differs from the host path in %ld of %ld runs", host_differ, runs);
     CHECK(bad_moves == 0, "%ld runs moved more than ids and confidences", bad_moves);
-    printf("%s device_resident_spec runs=%ld fallback_runs=%ld differ=%ld host_differ=%ld bad_moves=%ld\n",
-           differ || host_differ || bad_moves ? "FAIL" : "PASS", runs, fallback_runs, differ, host_differ, bad_moves);
+    CHECK(bad_waits == 0, "%ld of %ld runs waited other than once a round (queued) / twice (--draft-wait)", bad_waits,
+          queued_runs);
+    printf("%s device_resident_spec runs=%ld fallback_runs=%ld queued_runs=%ld differ=%ld host_differ=%ld bad_moves=%ld bad_waits=%ld\n",
+           differ || host_differ || bad_moves || bad_waits ? "FAIL" : "PASS", runs, fallback_runs, queued_runs, differ,
+           host_differ, bad_moves, bad_waits);
 
     /* a backend without the heads' ops is refused in one line */
     {

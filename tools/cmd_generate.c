@@ -84,6 +84,9 @@ static void usage(void) {
            "                    (default: measured at start-up, widths 1..draft-max+1)\n"
            "  --commit MODE     direct (keep the verifier's KV rows, default) or replay\n"
            "                    (re-decode accepted tokens; exact with any kernels)\n"
+           "  --draft-wait      wait for each round's drafts before queueing its verify (two\n"
+           "                    waits a round instead of one: draft_s and verify_s then time\n"
+           "                    the two apart; same tokens)\n"
            "  --dump-block FILE one line per round: the full drafted block, confidences,\n"
            "                    verify width, accepted count (needs --draft-max = gamma)\n"
            "  --dump-logits FILE raw f32 logits (plain mode): the prefill's last row, then\n"
@@ -145,6 +148,7 @@ int cmd_generate(int argc, char **argv) {
     const char *prompt_file = NULL, *draft_path = NULL;
     const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL, *logits_path = NULL;
     long n_predict = 128, seed = 0, top_k = 0, draft_max = 0, draft_min = 0, parallel = 1;
+    int draft_wait = 0;
     int echo = 0, have_pmin = 0;
     float temp = 0.0f, top_p = 1.0f, min_p = 0.0f, p_min = 0.0f;
     ds_commit_mode commit = DS_COMMIT_DIRECT;
@@ -201,6 +205,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--sps-table")) { spec_flag = spec_flag ? spec_flag : a; sps_path = cli_value(C, argc, argv, &i); }
         else if (!strcmp(a, "--dump-logits")) logits_path = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--dump-block")) { spec_flag = spec_flag ? spec_flag : a; dump_path = cli_value(C, argc, argv, &i); }
+        else if (!strcmp(a, "--draft-wait")) { spec_flag = spec_flag ? spec_flag : a; draft_wait = 1; }
         else if (!strcmp(a, "--commit")) {
             spec_flag = spec_flag ? spec_flag : a;
             const char *v = cli_value(C, argc, argv, &i);
@@ -378,6 +383,7 @@ int cmd_generate(int argc, char **argv) {
         o.sps_sec = R.sps;
         o.n_sps = n_sps;
         o.commit = commit;
+        o.draft_wait = draft_wait;
         o.on_token = print_token;
         o.user = &pr;
         if (R.dump) { o.on_round = dump_round; o.round_user = ds_out_fp(R.dump); }
@@ -396,9 +402,9 @@ int cmd_generate(int argc, char **argv) {
                     ds_commit_name(commit), kbuf, ds_sched_name(sched), st.gamma, st.draft_max, temp, st.n_prompt, st.n_gen,
                     st.stop, st.rounds, st.drafted, st.accepted, st.mean_accepted_len);
             for (int k = 0; k < st.draft_max; k++) fprintf(stderr, "%s%ld", k ? "," : "", st.accept_hist[k]);
-            fprintf(stderr, " prefill_s=%.4f draft_s=%.4f verify_s=%.4f accept_s=%.4f commit_s=%.4f total_s=%.4f replay_fixups=%ld plain_rounds=%ld tok_s=%.1f\n",
+            fprintf(stderr, " prefill_s=%.4f draft_s=%.4f verify_s=%.4f accept_s=%.4f commit_s=%.4f total_s=%.4f replay_fixups=%ld plain_rounds=%ld queued_rounds=%ld tok_s=%.1f\n",
                     st.t_prefill, st.t_draft, st.t_verify, st.t_accept, st.t_commit, st.t_total, st.replay_fixups,
-                    st.plain_rounds, st.tok_s);
+                    st.plain_rounds, st.queued_rounds, st.tok_s);
         }
     }
     if (rc) {

@@ -29,6 +29,9 @@ extern "C" {
 #define DSC_MAX_ROPE 8          /* RoPE tables kept (distinct freq_base x head_dim)   */
 #define DSC_ROPE_POS DS_CUDA_ROPE_POS  /* positions a RoPE table covers (rope.cu says why) */
 #define DSC_MAX_GRAPHS 128      /* recorded launch sequences per execution context   */
+#define DSC_CHAIN_KEEP 64       /* the head chain's slots at most (heads.cu)          */
+#define DSC_CHAIN_BLOCKS 128    /* ... and its blocks: counters, then each slot's block maxima */
+#define DSC_CHAIN_BYTES (16 + (size_t)DSC_CHAIN_KEEP * DSC_CHAIN_BLOCKS * (sizeof(float) + sizeof(long long)))
 
 typedef struct {
     uint32_t fbits;             /* freq_base's bits                                    */
@@ -130,6 +133,7 @@ struct ds_exec {
     unsigned char *pinned;
     size_t         pin_off;
     unsigned      *count;         /* device: matmul_res's completion count (0 at rest) */
+    unsigned      *chain_sync;    /* device: the head chain's barrier and partials (heads.cu) */
     uint64_t       n_ops;         /* launches, copies and recordings so far (dsc_note) */
     dsc_q8x        q8x;
     unsigned long long q8x_hits;  /* matmuls that used a producer's copy        */

@@ -248,7 +248,7 @@ int dsc_sample(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float 
  * A round's sequential part: per slot, the Markov bias of the token chosen
  * at the previous slot, MASK suppression, the confidence, the argmax that
  * picks the next token. Issued op by op that is ~10 launches per slot, each
- * tiny; here ONE block walks the slots. Every value is the op-by-op value:
+ * tiny; here ONE launch walks the slots. Every value is the op-by-op value:
  *   e        dsc_embed_elem (embed's conversion)
  *   W2 e     Q8_0 canonical: e quantized by dsc_q8_block, per output the
  *            exact int block dots, acc = fma((float)D, w_d * e_d, acc) in
@@ -256,13 +256,28 @@ int dsc_sample(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float 
  *   z + b    one __fadd_rn (add)            z[mask] = mask_logit (fill)
  *   conf     the same Q8_0 chain over [h_k; e], then heads_sigmoidf(l + b)
  *   argmax   strict > per thread in index order, dsc_arg_pick across
- *            threads (argmax_rows' rule: the first maximum, NaN never wins)
+ *            threads and blocks (argmax_rows' rule: the first maximum, NaN
+ *            never wins — a total order, so any combine tree answers alike)
  * Declined (the engine issues the ops): non-Q8_0 W2 / confidence weights,
- * rank > 1024, a confidence row > 4096. One block streams W2 (V x rank
- * int8, L2-resident after the first slot) once per slot. */
-#define CH_THREADS 1024
+ * rank > 1024, a confidence row > 4096, more than CH_KEEP_MAX slots.
+ *
+ * The vocabulary is split over CH_BLOCKS-ish blocks (one SM each), not one:
+ * a single block streamed W2 (V x rank int8) through one SM per slot and
+ * took 62 us for the shipped drafter's seven slots, a third of the whole
+ * draft round (ncu, bench/results/cuda-ncu-h200.txt). Each block writes its
+ * range's first maximum to partials[k][block], then a grid barrier; every
+ * block then combines all partials (the same answer everywhere, so the next
+ * slot needs no second barrier) and block 0 stores the token. The barrier is
+ * a counter in device memory that the last block out resets to 0, so the
+ * launch is the same every replay; the grid never exceeds the SM count, so
+ * every block is resident (a block of this size fits any SM) and the spin
+ * cannot starve a block that has not started. The counter is no reduction:
+ * it orders, it never sums a value. Partials are read through L2 (__ldcg):
+ * L1 is not coherent across blocks. */
+#define CH_THREADS 256
 #define CH_R_MAX 1024
 #define CH_KC_MAX 4096
+#define CH_KEEP_MAX DSC_CHAIN_KEEP
 
 struct ch_args {
     int n_keep, V, D, r, kc, conf_with_markov;
@@ -281,7 +296,22 @@ struct ch_args {
     float mask_logit;
     const float *conf_b;
     float *conf_logit, *conf;
+    int per_block;                 /* vocabulary entries per block          */
+    unsigned *sync;                /* [2]: barrier arrivals, blocks done     */
+    float *pv;                     /* [CH_KEEP_MAX][gridDim.x] partial max   */
+    long long *pi;                 /*                          its index     */
 };
+
+__device__ __forceinline__ void ch_grid_barrier(unsigned *arrivals, unsigned target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();                       /* this block's partial before its arrival */
+        atomicAdd(arrivals, 1u);
+        while (*(volatile unsigned *)arrivals < target) __nanosleep(20);
+        __threadfence();
+    }
+    __syncthreads();
+}
 
 __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
     __shared__ float e[CH_R_MAX];
@@ -290,11 +320,14 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
     __shared__ float xs[CH_KC_MAX / 32];
     __shared__ int dots[CH_KC_MAX / 32];
     __shared__ float av[CH_THREADS / 32];
-    __shared__ int64_t ai[CH_THREADS / 32];
-    const int t = threadIdx.x, lane = t & 31, warp = t / 32;
+    __shared__ long long ai[CH_THREADS / 32];
+    __shared__ int32_t next;
+    const int t = threadIdx.x, lane = t & 31, warp = t / 32, nblk = gridDim.x;
     const int nbr = a.r / 32, nbc = a.kc / 32;
+    const int64_t n0 = (int64_t)blockIdx.x * a.per_block;
+    const int64_t n1 = n0 + a.per_block < a.V ? n0 + a.per_block : a.V;
+    int64_t prev = a.toks[0];
     for (int k = 0; k < a.n_keep; k++) {
-        const int64_t prev = a.toks[k];
         float *zk = a.z + (int64_t)k * a.V;
         if (a.w2) {
             /* e = W1[prev] */
@@ -305,17 +338,17 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
             for (int b = t; b < nbr; b += CH_THREADS) xs[b] = dsc_q8_block(e + 32 * b, xq + 2 * b);
             __syncthreads();
         }
-        /* z_k (+ W2 e), MASK, and this thread's first maximum */
+        /* z_k (+ W2 e), MASK, and this thread's first maximum in its range */
         float bv = 0.0f;
         int64_t bi = -1;
-        for (int n = t; n < a.V; n += CH_THREADS) {
+        for (int64_t n = n0 + t; n < n1; n += CH_THREADS) {
             float zv = zk[n];
             if (a.w2) {
                 float acc = 0.0f;
-                const uint4 *wr = (const uint4 *)(a.w2 + (int64_t)n * a.r);
+                const uint4 *wr = (const uint4 *)(a.w2 + n * a.r);
                 for (int b = 0; b < nbr; b++) {
                     const int D = dsc_dot_q8(__ldg(wr + 2 * b), __ldg(wr + 2 * b + 1), xq[2 * b], xq[2 * b + 1]);
-                    acc = __fmaf_rn((float)D, __fmul_rn(__ldg(a.w2_scale + (int64_t)n * nbr + b), xs[b]), acc);
+                    acc = __fmaf_rn((float)D, __fmul_rn(__ldg(a.w2_scale + n * nbr + b), xs[b]), acc);
                 }
                 zv = __fadd_rn(zv, acc);
             }
@@ -329,31 +362,61 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
             dsc_arg_pick(bv, bi, ov, oi);
         }
         if (lane == 0) { av[warp] = bv; ai[warp] = bi; }
-        /* the confidence: [h_k; e] quantized, one Q8_0 chain, the sigmoid */
-        if (a.cw) {
-            __syncthreads();                       /* xq / xs reused below */
+        __syncthreads();
+        if (t == 0) {
+            for (int w = 1; w < CH_THREADS / 32; w++) dsc_arg_pick(bv, bi, av[w], ai[w]);
+            a.pv[k * nblk + blockIdx.x] = bv;
+            a.pi[k * nblk + blockIdx.x] = bi;
+        }
+        /* the confidence (block 0, while the others wait at the barrier):
+         * [h_k; e] quantized, one Q8_0 chain, the sigmoid */
+        if (a.cw && blockIdx.x == 0) {
             for (int j = t; j < a.kc; j += CH_THREADS)
                 in[j] = j < a.D ? a.h[(int64_t)k * a.D + j] : e[j - a.D];
-            __syncthreads();
+            __syncthreads();                   /* xq / xs reused below */
             for (int b = t; b < nbc; b += CH_THREADS) xs[b] = dsc_q8_block(in + 32 * b, xq + 2 * b);
             __syncthreads();
             for (int b = t; b < nbc; b += CH_THREADS) {
                 const uint4 *wp = (const uint4 *)(a.cw + (int64_t)b * 32);
                 dots[b] = dsc_dot_q8(__ldg(wp), __ldg(wp + 1), xq[2 * b], xq[2 * b + 1]);
             }
-        }
-        __syncthreads();
-        if (t == 0) {
-            if (a.cw) {
+            __syncthreads();
+            if (t == 0) {
                 float acc = 0.0f;
                 for (int b = 0; b < nbc; b++) acc = __fmaf_rn((float)dots[b], __fmul_rn(__ldg(a.cw_scale + b), xs[b]), acc);
                 a.conf_logit[0] = acc;
                 a.conf[k] = heads_sigmoidf(__fadd_rn(acc, a.conf_b[0]));
             }
-            for (int w = 1; w < CH_THREADS / 32; w++) dsc_arg_pick(bv, bi, av[w], ai[w]);
-            a.toks[k + 1] = bi < 0 ? 0 : (int32_t)bi;
         }
-        __syncthreads();                           /* toks[k + 1] visible to the block */
+        ch_grid_barrier(a.sync, (unsigned)nblk * (unsigned)(k + 1));
+        /* every block: the first maximum over all partials -> the next token */
+        if (warp == 0) {
+            float v = 0.0f;
+            int64_t i = -1;
+            for (int b = lane; b < nblk; b += 32)
+                dsc_arg_pick(v, i, __ldcg(a.pv + k * nblk + b), (int64_t)__ldcg(a.pi + k * nblk + b));
+            for (int o = 16; o >= 1; o /= 2) {
+                const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+                const int64_t oi = __shfl_xor_sync(0xffffffffu, i, o);
+                dsc_arg_pick(v, i, ov, oi);
+            }
+            if (lane == 0) {
+                next = i < 0 ? 0 : (int32_t)i;
+                if (blockIdx.x == 0) a.toks[k + 1] = next;
+            }
+        }
+        __syncthreads();
+        prev = next;
+    }
+    /* the last block out leaves the counters at 0 for the next launch: every
+     * block has passed every barrier once all have counted themselves here */
+    if (t == 0) {
+        __threadfence();
+        if (atomicAdd(a.sync + 1, 1u) == (unsigned)nblk - 1) {
+            a.sync[0] = 0;
+            a.sync[1] = 0;
+            __threadfence();
+        }
     }
 }
 
@@ -361,7 +424,9 @@ int dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     const dsc_weight *w1 = c->w1 ? dsc_w(c->w1) : NULL, *w2 = c->w2 ? dsc_w(c->w2) : NULL;
     const dsc_weight *cw = c->conf_w ? dsc_w(c->conf_w) : NULL;
     if ((c->w1 && !w1) || (c->w2 && !w2) || (c->conf_w && !cw) || (!w1) != (!w2)) return 1;
-    if (c->n_keep < 1 || c->V < 1 || c->D < 1 || (dsc_be(ex)->off & DSC_OFF_CHAIN)) return 1;
+    if (c->n_keep < 1 || c->n_keep > CH_KEEP_MAX || c->V < 1 || c->D < 1 || (dsc_be(ex)->off & DSC_OFF_CHAIN))
+        return 1;
+    if (!ex->chain_sync) return 1;
     if (w1 && w1->type != DS_TYPE_F32 && w1->type != DS_TYPE_F16 && w1->type != DS_TYPE_BF16 &&
         w1->type != DS_TYPE_Q8_0)
         return 1;                                  /* dsc_embed_elem's layouts only */
@@ -371,6 +436,11 @@ int dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     if (cw && (cw->type != DS_TYPE_Q8_0 || kc % 32 || kc > CH_KC_MAX || cw->n_out != 1 ||
                kc != c->D + (c->conf_with_markov ? r : 0)))
         return 1;
+    /* blocks: a thread per entry up to the SM count (every block resident) */
+    int nblk = (c->V + CH_THREADS - 1) / CH_THREADS;
+    const int n_sm = dsc_be(ex)->n_sm > 0 ? dsc_be(ex)->n_sm : 1;
+    if (nblk > n_sm) nblk = n_sm;
+    if (nblk > DSC_CHAIN_BLOCKS) nblk = DSC_CHAIN_BLOCKS;
     ch_args a;
     a.n_keep = c->n_keep; a.V = c->V; a.D = c->D; a.r = r; a.kc = kc; a.conf_with_markov = c->conf_with_markov;
     a.w1_type = w1 ? w1->type : 0; a.w1 = w1 ? w1->data : NULL; a.w1_scale = w1 ? w1->scale : NULL;
@@ -379,7 +449,11 @@ int dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     a.cw = cw ? (const int8_t *)cw->data : NULL; a.cw_scale = cw ? cw->scale : NULL;
     a.h = c->h; a.z = c->z; a.toks = c->toks; a.mask_id = c->mask_id; a.mask_logit = c->mask_logit;
     a.conf_b = c->conf_b; a.conf_logit = c->conf_logit; a.conf = c->conf;
-    draft_chain_k<<<1, CH_THREADS, 0, DSC_EXEC_STREAM(ex)>>>(a);
+    a.per_block = (c->V + nblk - 1) / nblk;
+    a.sync = ex->chain_sync;
+    a.pv = (float *)(ex->chain_sync + 4);
+    a.pi = (long long *)(a.pv + CH_KEEP_MAX * DSC_CHAIN_BLOCKS);
+    draft_chain_k<<<nblk, CH_THREADS, 0, DSC_EXEC_STREAM(ex)>>>(a);
     DSC_LAUNCHED(ex, "draft chain");
     return 0;
 }
