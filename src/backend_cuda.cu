@@ -435,7 +435,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
         {"swiglu", DSC_OFF_SWIGLU}, {"fq", DSC_OFF_FQ}, {"pinned", DSC_OFF_PINNED},
         {"chain", DSC_OFF_CHAIN}, {"prologue", DSC_OFF_PROLOGUE}, {"multi", DSC_OFF_MULTI},
         {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE}, {"q8x", DSC_OFF_Q8X},
-        {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL},
+        {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL}, {"narrow", DSC_OFF_NARROW},
     };
     *off = 0;
     const char *v = getenv(var);
@@ -450,7 +450,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
             }
         if (!known) {
             ds_errf(err, errlen,
-                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl)",
+                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow)",
                     var, (int)(n > 32 ? 32 : n), p);
             return -1;
         }

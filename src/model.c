@@ -322,11 +322,11 @@ struct ds_ctx {
     int         tap_layers[DS_MAX_TAPS];
     int         n_taps;
     ds_acts     a;               /* device activations, m_max rows            */
-    int        *pos;             /* device positions [m_max]                  */
-    int32_t    *ids;             /* device token ids [m_max]                  */
+    int        *pos;             /* device positions [m_max], then the ids      */
+    int32_t    *ids;             /* device token ids [m_max] (= pos + m_max)    */
     float      *logits;          /* device [m_max][V] (device backends)       */
     float      *taps;            /* device [m_max][n_taps*d] (device backends)*/
-    int        *pos_host;        /* host staging for positions                */
+    int        *pos_host;        /* host staging: positions [m_max], ids [m_max] */
     float      *sel_logits;      /* device [m_max][V]: logits rows selected on the device */
     float      *sel_scratch;     /* device [2V]: the sample op's scratch      */
     int32_t    *sel_ids;         /* device [2 m_max]: selected ids, then a queued draft's */
@@ -341,8 +341,7 @@ static void ctx_release(ds_ctx *c) {
                      c->a.h, c->logits, c->taps, c->sel_logits, c->sel_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->i->release(be, bufs[i]);
-    if (c->pos) be->i->release(be, c->pos);
-    if (c->ids) be->i->release(be, c->ids);
+    if (c->pos) be->i->release(be, c->pos);      /* c->ids lies in the same buffer */
     if (c->sel_ids) be->i->release(be, c->sel_ids);
     ds_kv_free(c->kv);
     if (c->ex) be->i->exec_free(c->ex);
@@ -382,10 +381,11 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     c->a.q = DEV(M * qd); c->a.att = DEV(M * qd); c->a.k = DEV(M * kvd); c->a.v = DEV(M * kvd);
     c->a.gate = DEV(M * ff); c->a.up = DEV(M * ff); c->a.h = DEV(M * ff);
 #undef DEV
-    c->pos = be->i->alloc(be, M * sizeof(int));
-    c->ids = be->i->alloc(be, M * sizeof(int32_t));
+    /* positions then ids in one buffer, so that a call uploads both at once */
+    c->pos = be->i->alloc(be, 2 * M * sizeof(int32_t));
+    c->ids = c->pos ? (int32_t *)c->pos + M : NULL;
     c->a.pos = c->pos;
-    c->pos_host = malloc(M * sizeof(int));
+    c->pos_host = malloc(2 * M * sizeof(int32_t));
     size_t widest = V > ff ? V : ff;
     if (qd > widest) widest = qd;
     if (d > widest) widest = d;
@@ -550,7 +550,7 @@ typedef struct {
  * changes which ops run or with which arguments (FNV-1a over the shape,
  * the variants, the logits rows and the tap list). */
 static uint64_t graph_key(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int n, int r0, int rows,
-                          int with_taps) {
+                          int with_taps) {   /* with_taps: bit 0 taps, bit 1 the greedy selection */
     uint64_t h = 1469598103934665603ull;
 #define MIX(v) (h = (h ^ (uint64_t)(uint32_t)(v)) * 1099511628211ull)
     MIX(n); MIX(r0); MIX(rows); MIX(with_taps); MIX(c->n_taps);
@@ -576,14 +576,13 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
     for (int done = 0; done < M;) {
         const int n = M - done < c->m_max ? M - done : c->m_max;
         const int p0 = pos0 + done;
+        /* positions and ids in one upload (the ids sit m_max ints after the
+         * positions); a queued draft's ids device to device after it */
         for (int r = 0; r < n; r++) c->pos_host[r] = p0 + r;
-        b->upload(c->ex, c->pos, c->pos_host, (size_t)n * sizeof(int));
-        if (tail_dev) {   /* row 0 from the host, the rest device to device */
-            b->upload(c->ex, c->ids, tokens, sizeof(int32_t));
-            b->copy(c->ex, c->ids + 1, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
-        } else {
-            b->upload(c->ex, c->ids, tokens + done, (size_t)n * sizeof(int32_t));
-        }
+        int32_t *ids_host = (int32_t *)c->pos_host + c->m_max;
+        memcpy(ids_host, tokens + done, (size_t)(tail_dev ? 1 : n) * sizeof(int32_t));
+        b->upload(c->ex, c->pos, c->pos_host, (size_t)(c->m_max + (tail_dev ? 1 : n)) * sizeof(int32_t));
+        if (tail_dev) b->copy(c->ex, c->ids + 1, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
         /* taps and logits: to the caller's host buffers on host-memory
          * backends; else to the context's device buffers, fixed per context
          * so that a recorded launch sequence is the same for every call of
@@ -603,13 +602,21 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
          * buffers). Probed passes are never recorded. */
         int replayed = 0;
         const int graphs = b->graph_begin && !c->probe.fn;
+        /* greedy selection (argmax: no position, no seed) is part of the
+         * recording; a seeded one takes the position by value and stays out */
+        const int sel_rec = graphs && sel && rows && (!sel->samp || !(sel->samp->temp > 0.0f));
         if (graphs) {
-            const uint64_t key = graph_key(c, var, n, r0, rows, taps_dst != NULL);
+            const uint64_t key = graph_key(c, var, n, r0, rows, (taps_dst != NULL) | (sel_rec << 1));
             if ((replayed = b->graph_begin(c->ex, key, err, errlen)) < 0) return -1;
         }
         if (!replayed) {
             forward_chunk(c, var, n, p0, taps_dst, taps_stride);
             if (rows) logits_rows(c, var, r0, rows, p0, lg_dst);
+            if (sel_rec && ds_backend_select(c->ex, NULL, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1, c->sel_scratch,
+                                             c->sel_ids, err, errlen)) {
+                (void)b->graph_end(c->ex, NULL, 0);
+                return -1;
+            }
         }
         if (graphs && b->graph_end(c->ex, err, errlen)) return -1;
         if (sel) {
@@ -621,8 +628,8 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
              * comes back */
             if (rows) {
                 int32_t *dst = sel->ids + (logits_mode == DS_LOGITS_ALL ? done : 0);
-                if (ds_backend_select(c->ex, sel->samp, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1,
-                                      c->sel_scratch, c->sel_ids, err, errlen))
+                if (!sel_rec && ds_backend_select(c->ex, sel->samp, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1,
+                                                  c->sel_scratch, c->sel_ids, err, errlen))
                     return -1;
                 if (tail_dev) {   /* the draft's ids come back with the selections: one download */
                     b->copy(c->ex, c->sel_ids + rows, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));

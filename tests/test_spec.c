@@ -362,7 +362,7 @@ static void device_resident_checks(const char *dir) {
                                        sh.accepted != sd.accepted || sh.drafted != sd.drafted ||
                                        sh.replay_fixups != sd.replay_fixups;
                         int moves_ok = k.down_max <= (size_t)(gamma + 1) * sizeof(int32_t) &&
-                                       k.up_max <= (size_t)ds_ctx_m_max(cd) * sizeof(int32_t);
+                                       k.up_max <= 2 * (size_t)ds_ctx_m_max(cd) * sizeof(int32_t); /* positions + ids of a batch */
                         if (o.commit == DS_COMMIT_DIRECT) {
                             /* prefill's first id + per drafting round ids and confidences + verify ids */
                             size_t want = sizeof(int32_t) * (1 + (size_t)k.rounds_drafting * 2 * (size_t)dms[di] +

@@ -79,7 +79,7 @@ __global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t
  * thread, not the 32 serial ones a thread per block would do. Longer rows
  * keep the separate launch: every block would re-read M x K floats. */
 #define Q8V_THREADS 256
-#define Q8V_R 4                 /* weight rows per warp                                  */
+#define Q8V_R 4                 /* weight rows per warp (1 for small grids: q8v_launch) */
 
 /* The weights of one launch: up to 4 sharing K and the quantized input (q/k/v,
  * gate/up: matmul_multi). Row group blockIdx.y belongs to weight i when
@@ -154,7 +154,7 @@ __device__ __noinline__ void q8v_epilogue(const q8v_epi &e, const float *y, int6
 #define Q8V_FQ_MAXNB 32           /* FQ: at most one tile of 32 blocks (K <= 1024) */
 #define Q8V_SMEM_MAX (96 * 1024)  /* FQ at MT = 8: ~80 KB (dsc_matmul_q8_0_init)      */
 
-template <int MT, bool FQ>
+template <int MT, bool FQ, int R>
 __global__ void __launch_bounds__(Q8V_THREADS)
 q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict__ xq,
            const float *__restrict__ xd, const float *__restrict__ xf, const float *__restrict__ xu,
@@ -167,7 +167,7 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
     const float *__restrict__ wd = set.wd[wi];
     float *__restrict__ y = set.y[wi];
     const int64_t N = set.N[wi];
-    const int RB = (8 / WK) * Q8V_R, TKB = 32 * WK, LD = TKB + 1;
+    const int RB = (8 / WK) * R, TKB = 32 * WK, LD = TKB + 1;
     uint4 *Xq = (uint4 *)q8v_smem;                     /* FQ: [MT][32 blocks][2] quants      */
     /* FQ: Xq, then Xf [MT][K] floats; then the chains' buffers */
     int32_t *Ds = q8v_smem + (FQ ? MT * Q8V_FQ_MAXNB * 8 + MT * (int)K : 0);  /* [RB * MT][LD] */
@@ -180,10 +180,10 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
     const int64_t nbase = (int64_t)(blockIdx.y - set.blk0[wi]) * RB;
 
     /* phase-1 rows (padding rows repeat the last row; never written) */
-    int64_t nr[Q8V_R];
+    int64_t nr[R];
 #pragma unroll
-    for (int r = 0; r < Q8V_R; r++) {
-        const int64_t n = nbase + wr * Q8V_R + r;
+    for (int r = 0; r < R; r++) {
+        const int64_t n = nbase + wr * R + r;
         nr[r] = n < N ? n : N - 1;
     }
     /* phase-2 role */
@@ -192,10 +192,10 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
     float acc = 0.0f;
 
     /* the first tile's weights: in flight during the staging below */
-    uint4 wv[Q8V_R][2];
+    uint4 wv[R][2];
     if (col < nb) {
 #pragma unroll
-        for (int r = 0; r < Q8V_R; r++) {
+        for (int r = 0; r < R; r++) {
             const uint4 *wp = (const uint4 *)(wq + nr[r] * K + (int64_t)col * 32);
             wv[r][0] = __ldg(wp);
             wv[r][1] = __ldg(wp + 1);
@@ -246,20 +246,20 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
                     x1 = __ldg(xp + 1);
                 }
 #pragma unroll
-                for (int r = 0; r < Q8V_R; r++) {
+                for (int r = 0; r < R; r++) {
                     const int D = dsc_dot_q8(wv[r][0], wv[r][1], x0, x1);
-                    Ds[((wr * Q8V_R + r) * MT + m) * LD + col] = D;
+                    Ds[((wr * R + r) * MT + m) * LD + col] = D;
                 }
                 if (!FQ && wr == 0) Xs[m * LD + col] = __ldg(xd + (int64_t)mrow * nb + b);
             }
 #pragma unroll
-            for (int r = 0; r < Q8V_R; r++) Ws[(wr * Q8V_R + r) * LD + col] = __ldg(wd + nr[r] * nb + b);
+            for (int r = 0; r < R; r++) Ws[(wr * R + r) * LD + col] = __ldg(wd + nr[r] * nb + b);
         }
         /* the next tile's weights: in flight during the chains below */
         const int64_t bn = b + TKB;
         if (bn < nb) {
 #pragma unroll
-            for (int r = 0; r < Q8V_R; r++) {
+            for (int r = 0; r < R; r++) {
                 const uint4 *wp = (const uint4 *)(wq + nr[r] * K + bn * 32);
                 wv[r][0] = __ldg(wp);
                 wv[r][1] = __ldg(wp + 1);
@@ -281,15 +281,15 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
     if (epi.x) q8v_epilogue(epi, y, N, M);         /* one weight per launch here */
 }
 
-template <int MT>
-static void q8v_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq,
-                       const float *xd, const float *xf, const float *xu, float *hout,
-                       float *const y[], const q8v_epi &epi) {
+template <int MT, int R>
+static void q8v_launch_r(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq,
+                         const float *xd, const float *xf, const float *xu, float *hout,
+                         float *const y[], const q8v_epi &epi) {
     const int64_t K = w[0]->n_in, nb = K / 32;
     /* K-slices per row group: one warp-wide tile for short rows, four (128
      * blocks = 4 KiB of a row per tile) for long ones */
     const int WK = nb <= 32 ? 1 : nb <= 64 ? 2 : 4;
-    const int RB = (8 / WK) * Q8V_R, LD = 32 * WK + 1;
+    const int RB = (8 / WK) * R, LD = 32 * WK + 1;
     const bool fq = xq == NULL;
     size_t smem = (size_t)(RB * MT + RB + MT) * LD * 4 +
                   (fq ? (size_t)MT * Q8V_FQ_MAXNB * 32 + (size_t)MT * (size_t)K * 4 : 0);
@@ -310,10 +310,30 @@ static void q8v_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, c
     }
     set.blk0[Q8V_MAXW] = blk;
     const dim3 grid((unsigned)((M + MT - 1) / MT), blk);
-    if (fq) dsc_launch(ex, "matmul_q8_0 canonical", q8v_kernel<MT, true>, grid, dim3(Q8V_THREADS), smem, set, K, M, WK,
+    if (fq) dsc_launch(ex, "matmul_q8_0 canonical", q8v_kernel<MT, true, R>, grid, dim3(Q8V_THREADS), smem, set, K, M, WK,
                        xq, xd, xf, xu, hout, epi);
-    else dsc_launch(ex, "matmul_q8_0 canonical", q8v_kernel<MT, false>, grid, dim3(Q8V_THREADS), smem, set, K, M, WK,
+    else dsc_launch(ex, "matmul_q8_0 canonical", q8v_kernel<MT, false, R>, grid, dim3(Q8V_THREADS), smem, set, K, M, WK,
                     xq, xd, xf, (const float *)NULL, (float *)NULL, epi);
+}
+
+/* Rows per warp: four where the grid is wide enough to fill the GPU, else
+ * one (four times the blocks): the small models' projections (the tiny
+ * target's 384-row o and down: 12 blocks of 32 rows) left 120 SMs idle and
+ * ran each block's chains back to back. Which block computes a row never
+ * changes its chain: the same bits either way. */
+template <int MT>
+static void q8v_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq,
+                       const float *xd, const float *xf, const float *xu, float *hout,
+                       float *const y[], const q8v_epi &epi) {
+    const int64_t nb = w[0]->n_in / 32;
+    const int WK = nb <= 32 ? 1 : nb <= 64 ? 2 : 4;
+    int64_t blocks = 0;
+    for (int i = 0; i < n; i++) blocks += (w[i]->n_out + (8 / WK) * Q8V_R - 1) / ((8 / WK) * Q8V_R);
+    blocks *= (M + MT - 1) / MT;
+    if (2 * blocks < dsc_be(ex)->n_sm && !(dsc_be(ex)->off & DSC_OFF_NARROW))
+        q8v_launch_r<MT, 1>(ex, n, w, M, xq, xd, xf, xu, hout, y, epi);
+    else
+        q8v_launch_r<MT, Q8V_R>(ex, n, w, M, xq, xd, xf, xu, hout, y, epi);
 }
 
 /* ==========================================================================
@@ -522,9 +542,13 @@ int dsc_matmul_q8_0_fused(ds_exec *ex, const dsc_weight *w, int M, const float *
  * Asked once, when the backend starts. */
 cudaError_t dsc_matmul_q8_0_init(void) {
     const int bytes = Q8V_SMEM_MAX;
-    cudaError_t e = cudaFuncSetAttribute(q8v_kernel<1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<4, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    cudaError_t e = cudaFuncSetAttribute(q8v_kernel<1, true, Q8V_R>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<2, true, Q8V_R>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<4, true, Q8V_R>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<8, true, Q8V_R>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<1, true, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<2, true, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<4, true, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(q8v_kernel<8, true, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     return e;
 }
