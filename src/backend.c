@@ -38,6 +38,15 @@ void ds_backend_free(ds_backend *be) {
  * Token selection and capabilities
  * ===================================================================== */
 
+void ds_backend_copy2d(ds_exec *ex, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t rows) {
+    const ds_backend_i *b = ex->be->i;
+    if (!rows || !width) return;
+    if (b->copy2d) { b->copy2d(ex, dst, dpitch, src, spitch, width, rows); return; }
+    for (size_t r = 0; r < rows; r++)
+        b->copy(ex, (char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+
 int ds_backend_has_heads(const ds_backend *be) {
     const ds_backend_i *b = be->i;
     return b->embed && b->argmax && b->add && b->fill && b->gate && b->sample;

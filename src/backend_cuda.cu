@@ -32,11 +32,118 @@
 /* ==========================================================================
  * errors and scratch
  * ========================================================================== */
+static void dsc_trace_end_only(ds_exec *ex, const char *what);
 void dsc_note(ds_exec *ex, cudaError_t e, const char *what) {
     ex->n_ops++;                      /* called after every launch and copy: dsc_q8x */
     if (e == cudaSuccess || ex->err) return;
     ex->err = 1;
     snprintf(ex->errmsg, sizeof ex->errmsg, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+/* After a kernel launch: dsc_note, and the timeline's mark outside a recording. */
+void dsc_launched(ds_exec *ex, cudaError_t e, const char *what) {
+    dsc_note(ex, e, what);
+    if (ex->trace && !ex->capturing && !ex->trace->inside) dsc_trace_end_only(ex, what);
+}
+
+/* ==========================================================================
+ * the stream timeline (DSPARK_CUDA_TRACE=1; dsc_trace in cuda_internal.cuh)
+ * ========================================================================== */
+static int dsc_trace_label(dsc_trace *t, const char *what) {
+    for (int i = 0; i < t->n_names; i++)
+        if (!strcmp(t->name[i], what)) return i;
+    if (t->n_names == DSC_TRACE_LABELS) return DSC_TRACE_LABELS - 1;   /* the last one collects the rest */
+    snprintf(t->name[t->n_names], sizeof t->name[0], "%s", t->n_names == DSC_TRACE_LABELS - 1 ? "other" : what);
+    return t->n_names++;
+}
+/* Before an op: its begin event. -1 when not traced (off, recording, full). */
+static int dsc_trace_begin(ds_exec *ex) {
+    dsc_trace *t = ex->trace;
+    if (!t || ex->capturing) return -1;
+    if (t->n == DSC_TRACE_OPS) { t->dropped++; return -1; }
+    cudaEventRecord(t->beg[t->n], ex->st);
+    t->inside = 1;
+    return t->n;
+}
+static void dsc_trace_end(ds_exec *ex, int i, const char *what) {
+    dsc_trace *t = ex->trace;
+    if (!t || i < 0) return;
+    t->inside = 0;
+    cudaEventRecord(t->end[i], ex->st);
+    t->label[i] = dsc_trace_label(t, what);
+    t->n = i + 1;
+}
+/* A kernel launched on its own (no begin event): its time counts from the
+ * previous op's end, its gap as busy. */
+static void dsc_trace_end_only(ds_exec *ex, const char *what) {
+    dsc_trace *t = ex->trace;
+    if (t->n == DSC_TRACE_OPS) { t->dropped++; return; }
+    cudaEventRecord(t->end[t->n], ex->st);
+    t->label[t->n] = -1 - dsc_trace_label(t, what);
+    t->n++;
+}
+/* After the stream has been synchronised: fold the recorded ops in. */
+static void dsc_trace_flush(ds_exec *ex) {
+    dsc_trace *t = ex->trace;
+    if (!t || !t->n) return;
+    t->syncs++;
+    for (int i = 0; i < t->n; i++) {
+        const cudaEvent_t prev = i ? t->end[i - 1] : t->carry;
+        const int have_prev = i || t->have_carry;
+        float busy = 0.0f, gap = 0.0f;
+        int l = t->label[i];
+        if (l < 0) {                              /* end-only: from the previous end */
+            l = -1 - l;
+            if (have_prev) cudaEventElapsedTime(&busy, prev, t->end[i]);
+        } else {
+            cudaEventElapsedTime(&busy, t->beg[i], t->end[i]);
+            if (have_prev) cudaEventElapsedTime(&gap, prev, t->beg[i]);
+        }
+        t->count[l]++;
+        t->busy_ms[l] += busy;
+        t->gap_ms[l] += gap;
+    }
+    const cudaEvent_t c = t->carry;               /* the last end carries over */
+    t->carry = t->end[t->n - 1];
+    t->end[t->n - 1] = c;
+    t->have_carry = 1;
+    t->n = 0;
+    (void)cudaGetLastError();
+}
+static void dsc_trace_new(ds_exec *ex) {
+    dsc_trace *t = (dsc_trace *)calloc(1, sizeof *t);
+    if (!t) return;
+    cudaError_t e = cudaEventCreate(&t->carry);
+    for (int i = 0; e == cudaSuccess && i < DSC_TRACE_OPS; i++) {
+        e = cudaEventCreate(&t->beg[i]);
+        if (e == cudaSuccess) e = cudaEventCreate(&t->end[i]);
+    }
+    if (e != cudaSuccess) {                       /* no timeline, nothing else lost */
+        (void)cudaGetLastError();
+        fprintf(stderr, "cuda_trace: cannot create events: %s\n", cudaGetErrorString(e));
+        free(t);
+        return;
+    }
+    ex->trace = t;
+}
+static void dsc_trace_free(ds_exec *ex) {
+    dsc_trace *t = ex->trace;
+    if (!t) return;
+    double busy = 0.0, gap = 0.0;
+    long ops = 0;
+    for (int l = 0; l < t->n_names; l++) { busy += t->busy_ms[l]; gap += t->gap_ms[l]; ops += t->count[l]; }
+    if (ops) {
+        fprintf(stderr, "cuda_trace: ops=%ld syncs=%ld busy_ms=%.3f gap_ms=%.3f dropped=%ld\n", ops, t->syncs, busy, gap,
+                t->dropped);
+        for (int l = 0; l < t->n_names; l++)
+            if (t->count[l])
+                fprintf(stderr, "cuda_trace: op=\"%s\" n=%ld busy_ms=%.3f gap_ms=%.3f busy_us_each=%.2f gap_us_each=%.2f\n",
+                        t->name[l], t->count[l], t->busy_ms[l], t->gap_ms[l], 1e3 * t->busy_ms[l] / t->count[l],
+                        1e3 * t->gap_ms[l] / t->count[l]);
+    }
+    cudaEventDestroy(t->carry);
+    for (int i = 0; i < DSC_TRACE_OPS; i++) { cudaEventDestroy(t->beg[i]); cudaEventDestroy(t->end[i]); }
+    free(t);
+    ex->trace = NULL;
 }
 
 /* Grown, never shrunk. A buffer that a recorded graph may still read is
@@ -95,6 +202,7 @@ static ds_exec *dsc_exec_new(ds_backend *be, int n_threads, char *err, size_t er
         dsc_exec_free(ex);
         return NULL;
     }
+    if (dsc_be(ex)->trace) dsc_trace_new(ex);
     /* optional: without it transfers go through pageable memory */
     if (cudaMallocHost((void **)&ex->pinned, DSC_PIN_BYTES) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -113,7 +221,8 @@ static ds_exec *dsc_exec_new(ds_backend *be, int n_threads, char *err, size_t er
 
 static void dsc_exec_free(ds_exec *ex) {
     if (!ex) return;
-    if (ex->st) cudaStreamSynchronize(ex->st);
+    if (ex->st && cudaStreamSynchronize(ex->st) == cudaSuccess) dsc_trace_flush(ex);
+    dsc_trace_free(ex);
     for (int i = 0; i < ex->n_graphs; i++) cudaGraphExecDestroy(ex->gexec[i]);
     for (int s = 0; s < DSC_SLOT_COUNT; s++) cudaFree(ex->slot[s]);
     for (int i = 0; i < ex->n_retired; i++) cudaFree(ex->retired[i]);
@@ -129,6 +238,7 @@ static void dsc_exec_free(ds_exec *ex) {
 static int dsc_sync(ds_exec *ex, char *err, size_t errlen) {
     const cudaError_t e = cudaStreamSynchronize(ex->st);
     ex->pin_off = 0;
+    if (e == cudaSuccess) dsc_trace_flush(ex);
     dsc_note(ex, e, "device fault");
     if (ex->err) {
         ds_errf(err, errlen, "%s", ex->errmsg);
@@ -178,21 +288,35 @@ static void dsc_upload(ds_exec *ex, void *dst, const void *src, size_t bytes) {
     if (ex->capturing) { dsc_note(ex, cudaErrorStreamCaptureUnsupported, "upload inside a recorded graph"); return; }
     unsigned char *p = dsc_pin(ex, bytes);
     if (p) memcpy(p, src, bytes);
+    const int ti = dsc_trace_begin(ex);
     dsc_note(ex, cudaMemcpyAsync(dst, p ? (const void *)p : src, bytes, cudaMemcpyHostToDevice, ex->st), "upload");
+    dsc_trace_end(ex, ti, "upload");
 }
 static void dsc_download(ds_exec *ex, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     if (ex->capturing) { dsc_note(ex, cudaErrorStreamCaptureUnsupported, "download inside a recorded graph"); return; }
     unsigned char *p = dsc_pin(ex, bytes);
+    const int ti = dsc_trace_begin(ex);
     dsc_note(ex, cudaMemcpyAsync(p ? (void *)p : dst, src, bytes, cudaMemcpyDeviceToHost, ex->st), "download");
+    dsc_trace_end(ex, ti, "download");
     const cudaError_t e = cudaStreamSynchronize(ex->st);
     dsc_note(ex, e, "download");
+    if (e == cudaSuccess) dsc_trace_flush(ex);
     if (p && e == cudaSuccess) memcpy(dst, p, bytes);
     ex->pin_off = 0;
 }
+static void dsc_copy2d(ds_exec *ex, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t rows) {
+    if (!width || !rows) return;
+    const int ti = dsc_trace_begin(ex);
+    dsc_note(ex, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, ex->st), "copy2d");
+    dsc_trace_end(ex, ti, "copy2d");
+}
 static void dsc_copy(ds_exec *ex, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    const int ti = dsc_trace_begin(ex);
     dsc_note(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ex->st), "copy");
+    dsc_trace_end(ex, ti, "copy");
 }
 
 /* ==========================================================================
@@ -298,7 +422,13 @@ static int dsc_graph_begin(ds_exec *ex, uint64_t key, char *err, size_t errlen) 
     }
     for (int i = 0; i < ex->n_graphs; i++)
         if (ex->gkey[i] == key) {
+            const int ti = dsc_trace_begin(ex);
             const cudaError_t e = cudaGraphLaunch(ex->gexec[i], ex->st);
+            if (ti >= 0) {
+                char lb[40];
+                snprintf(lb, sizeof lb, "graph of %d kernels", ex->gnodes[i]);
+                dsc_trace_end(ex, ti, lb);
+            }
             if (e != cudaSuccess) {
                 ds_errf(err, errlen, "cuda: graph launch failed: %s", cudaGetErrorString(e));
                 return -1;
@@ -324,9 +454,13 @@ static int dsc_graph_end(ds_exec *ex, char *err, size_t errlen) {
     ex->capturing = 0;
     if (e == cudaSuccess && ex->err) e = cudaErrorUnknown;
     cudaGraphExec_t gx = NULL;
+    size_t nodes = 0;
+    if (e == cudaSuccess) e = cudaGraphGetNodes(g, NULL, &nodes);
     if (e == cudaSuccess) e = cudaGraphInstantiate(&gx, g, 0);
     if (g) cudaGraphDestroy(g);
+    const int ti = e == cudaSuccess ? dsc_trace_begin(ex) : -1;
     if (e == cudaSuccess) e = cudaGraphLaunch(gx, ex->st);
+    dsc_trace_end(ex, ti, "graph (first launch)");
     if (e != cudaSuccess) {
         if (ex->err) ds_errf(err, errlen, "%s", ex->errmsg);
         else ds_errf(err, errlen, "cuda: recording a graph failed: %s", cudaGetErrorString(e));
@@ -336,6 +470,7 @@ static int dsc_graph_end(ds_exec *ex, char *err, size_t errlen) {
         return -1;
     }
     ex->gkey[ex->n_graphs] = ex->cap_key;
+    ex->gnodes[ex->n_graphs] = (int)nodes;
     ex->gexec[ex->n_graphs++] = gx;
     return 0;
 }
@@ -347,6 +482,7 @@ static void dsc_graph_drop(ds_exec *ex, uint64_t key) {
             cudaGraphExecDestroy(ex->gexec[i]);
             ex->n_graphs--;
             ex->gkey[i] = ex->gkey[ex->n_graphs];
+            ex->gnodes[i] = ex->gnodes[ex->n_graphs];
             ex->gexec[i] = ex->gexec[ex->n_graphs];
             return;
         }
@@ -424,6 +560,7 @@ static const ds_backend_i dsc_iface = {
     dsc_swiglu_matmul,
     dsc_matmul_res,
     dsc_graph_drop,
+    dsc_copy2d,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving
@@ -515,6 +652,10 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
      * epilogue's last block runs serially behind the whole grid (tiny
      * decode 1.20x, 8B decode ~1.2x slower), so it is opt-in */
     b->off = (off | DSC_OFF_EPILOGUE) & ~on;
+    {
+        const char *tr = getenv("DSPARK_CUDA_TRACE");
+        b->trace = tr && !strcmp(tr, "1");
+    }
     be->i = &dsc_iface;
     be->priv = b;
     return be;

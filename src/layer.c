@@ -51,9 +51,7 @@ void ds_probe_rows(ds_exec *ex, const ds_probe *pr, int M, int pos0, int layer, 
              * for nothing until ds_probe_flush. */
             float *dst = a->dev + a->used;
             if (stride == n) b->copy(ex, dst, base, need * sizeof(float));
-            else
-                for (int r = 0; r < M; r++)
-                    b->copy(ex, dst + (size_t)r * n, base + (size_t)r * stride, n * sizeof(float));
+            else ds_backend_copy2d(ex, dst, n * sizeof(float), base, stride * sizeof(float), n * sizeof(float), (size_t)M);
             for (int r = 0; r < M; r++)
                 a->rec[a->n_rec++] = (ds_probe_rec){ pos0 + r, layer, cp, sub, fams, a->used + (size_t)r * n, n };
             a->used += need;

@@ -329,8 +329,8 @@ struct ds_ctx {
     int        *pos_host;        /* host staging: positions [m_max], ids [m_max] */
     float      *sel_logits;      /* device [m_max][V]: logits rows selected on the device */
     float      *sel_scratch;     /* device [2V]: the sample op's scratch      */
-    int32_t    *sel_ids;         /* device [2 m_max]: selected ids, then a queued draft's */
-    int32_t    *sel_host;        /* host [2 m_max]: the two, downloaded at once */
+    int32_t    *sel_ids;         /* device [m_max]: selected ids (= ids + m_max) */
+    int32_t    *sel_host;        /* host [2 m_max]: a queued draft's ids and the selections */
     ds_probe    probe;           /* .fn == NULL: none                         */
     float      *stage;           /* host staging for probes: widest row       */
 };
@@ -342,7 +342,6 @@ static void ctx_release(ds_ctx *c) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->i->release(be, bufs[i]);
     if (c->pos) be->i->release(be, c->pos);      /* c->ids lies in the same buffer */
-    if (c->sel_ids) be->i->release(be, c->sel_ids);
     ds_kv_free(c->kv);
     if (c->ex) be->i->exec_free(c->ex);
     free(c->pos_host);
@@ -381,9 +380,12 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     c->a.q = DEV(M * qd); c->a.att = DEV(M * qd); c->a.k = DEV(M * kvd); c->a.v = DEV(M * kvd);
     c->a.gate = DEV(M * ff); c->a.up = DEV(M * ff); c->a.h = DEV(M * ff);
 #undef DEV
-    /* positions then ids in one buffer, so that a call uploads both at once */
-    c->pos = be->i->alloc(be, 2 * M * sizeof(int32_t));
+    /* positions, ids, selected ids in one buffer: a call uploads the first
+     * two at once, and a verify of a queued draft downloads the draft's ids
+     * (ids[1..]) and the selections as one range */
+    c->pos = be->i->alloc(be, 3 * M * sizeof(int32_t));
     c->ids = c->pos ? (int32_t *)c->pos + M : NULL;
+    c->sel_ids = c->pos ? (int32_t *)c->pos + 2 * M : NULL;
     c->a.pos = c->pos;
     c->pos_host = malloc(2 * M * sizeof(int32_t));
     size_t widest = V > ff ? V : ff;
@@ -394,7 +396,6 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
      * from c->logits; host ones need a logits buffer of their own */
     if (be->i->host_memory) c->sel_logits = be->i->alloc(be, M * V * sizeof(float));
     c->sel_scratch = be->i->alloc(be, 2 * V * sizeof(float));
-    c->sel_ids = be->i->alloc(be, 2 * M * sizeof(int32_t));
     c->sel_host = malloc(2 * M * sizeof(int32_t));
     int ok = c->a.x && c->a.xn && c->a.o && c->a.q && c->a.att && c->a.k && c->a.v && c->a.gate &&
              c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->sel_host && c->stage &&
@@ -487,10 +488,9 @@ static void forward_chunk(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int M, int
                          ds_kv_k(c->kv, l), ds_kv_v(c->kv, l), &c->a, pr, l);
         /* taps: the raw residual stream leaving layer l */
         if (tap_i < c->n_taps && c->tap_layers[tap_i] == l) {
-            if (taps)
-                for (int r = 0; r < M; r++)
-                    b->copy(c->ex, taps + (size_t)r * taps_stride + (size_t)tap_i * d,
-                            c->a.x + (size_t)r * d, (size_t)d * sizeof(float));
+            if (taps)   /* row r's tap tap_i: one strided copy for the M rows */
+                ds_backend_copy2d(c->ex, taps + (size_t)tap_i * d, taps_stride * sizeof(float), c->a.x,
+                                  (size_t)d * sizeof(float), (size_t)d * sizeof(float), (size_t)M);
             if (pr && (!pr->wants || pr->wants(pr->user, l, DSD_CP_TAP)))
                 ds_probe_rows(c->ex, pr, M, pos0, l, DSD_CP_TAP, DSD_SUB_ALL, 1u << DS_FAM_RESIDUAL,
                               c->a.x, d, d);
@@ -582,7 +582,10 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         int32_t *ids_host = (int32_t *)c->pos_host + c->m_max;
         memcpy(ids_host, tokens + done, (size_t)(tail_dev ? 1 : n) * sizeof(int32_t));
         b->upload(c->ex, c->pos, c->pos_host, (size_t)(c->m_max + (tail_dev ? 1 : n)) * sizeof(int32_t));
-        if (tail_dev) b->copy(c->ex, c->ids + 1, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
+        /* a queued draft's ids: device to device, inside the recording when
+         * there is one (its address is part of the key) */
+        const int tail_rec = tail_dev && b->graph_begin && !c->probe.fn;
+        if (tail_dev && !tail_rec) b->copy(c->ex, c->ids + 1, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
         /* taps and logits: to the caller's host buffers on host-memory
          * backends; else to the context's device buffers, fixed per context
          * so that a recorded launch sequence is the same for every call of
@@ -606,10 +609,12 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
          * recording; a seeded one takes the position by value and stays out */
         const int sel_rec = graphs && sel && rows && (!sel->samp || !(sel->samp->temp > 0.0f));
         if (graphs) {
-            const uint64_t key = graph_key(c, var, n, r0, rows, (taps_dst != NULL) | (sel_rec << 1));
+            uint64_t key = graph_key(c, var, n, r0, rows, (taps_dst != NULL) | (sel_rec << 1) | (tail_rec << 2));
+            if (tail_rec) key ^= (uint64_t)(uintptr_t)sel->draft_dev * 0x9e3779b97f4a7c15ull;
             if ((replayed = b->graph_begin(c->ex, key, err, errlen)) < 0) return -1;
         }
         if (!replayed) {
+            if (tail_rec) b->copy(c->ex, c->ids + 1, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
             forward_chunk(c, var, n, p0, taps_dst, taps_stride);
             if (rows) logits_rows(c, var, r0, rows, p0, lg_dst);
             if (sel_rec && ds_backend_select(c->ex, NULL, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1, c->sel_scratch,
@@ -620,7 +625,7 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         }
         if (graphs && b->graph_end(c->ex, err, errlen)) return -1;
         if (sel) {
-            if (!host && sel->taps_dev)
+            if (!host && sel->taps_dev && !(sel->taps_dev == c->taps && done == 0 && n == M))
                 b->copy(c->ex, sel->taps_dev + (size_t)done * taps_stride, c->taps,
                         (size_t)n * taps_stride * sizeof(float));
             /* the logits stay on the device; the token each row selects
@@ -631,16 +636,15 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
                 if (!sel_rec && ds_backend_select(c->ex, sel->samp, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1,
                                                   c->sel_scratch, c->sel_ids, err, errlen))
                     return -1;
-                if (tail_dev) {   /* the draft's ids come back with the selections: one download */
-                    b->copy(c->ex, c->sel_ids + rows, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
-                    b->download(c->ex, c->sel_host, c->sel_ids, (size_t)(rows + n - 1) * sizeof(int32_t));
-                    memcpy(dst, c->sel_host, (size_t)rows * sizeof(int32_t));
-                    memcpy(sel->draft_host, c->sel_host + rows, (size_t)(n - 1) * sizeof(int32_t));
+                if (tail_dev) {   /* the draft's ids (ids[1..n)) and the selections: one range, one download */
+                    b->download(c->ex, c->sel_host, c->ids + 1, (size_t)(c->m_max - 1 + rows) * sizeof(int32_t));
+                    memcpy(sel->draft_host, c->sel_host, (size_t)(n - 1) * sizeof(int32_t));
+                    memcpy(dst, c->sel_host + c->m_max - 1, (size_t)rows * sizeof(int32_t));
                 } else {
                     b->download(c->ex, dst, c->sel_ids, (size_t)rows * sizeof(int32_t));
                 }
             } else if (tail_dev) {
-                b->download(c->ex, sel->draft_host, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
+                b->download(c->ex, sel->draft_host, c->ids + 1, (size_t)(n - 1) * sizeof(int32_t));
             }
             if (!host && b->sync(c->ex, err, errlen)) return -1;
         } else if (!host) {   /* one synchronising download per chunk */
@@ -713,6 +717,7 @@ ds_exec *ds_ctx_exec(ds_ctx *c) { return c->ex; }
 int  ds_ctx_n_ctx(const ds_ctx *c) { return c->n_ctx; }
 int  ds_ctx_n_past(const ds_ctx *c) { return c->n_past; }
 int  ds_ctx_m_max(const ds_ctx *c) { return c->m_max; }
+float *ds_ctx_taps_dev(ds_ctx *c) { return c->be->i->host_memory ? NULL : c->taps; }
 int  ds_ctx_n_taps(const ds_ctx *c) { return c->n_taps; }
 void ds_ctx_set_kernels(ds_ctx *c, const ds_kernel_set *ks) { c->ks = *ks; }
 void ds_ctx_get_kernels(const ds_ctx *c, ds_kernel_set *ks) { *ks = c->ks; }

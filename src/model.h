@@ -89,6 +89,11 @@ int  ds_ctx_n_ctx(const ds_ctx *c);          /* KV capacity in positions     */
 int  ds_ctx_n_past(const ds_ctx *c);         /* valid rows: [0, n_past)      */
 int  ds_ctx_n_taps(const ds_ctx *c);
 int  ds_ctx_m_max(const ds_ctx *c);          /* rows per internal chunk      */
+/* The context's own device buffer of taps (m_max rows), which a forward on
+ * a device backend writes before copying them anywhere: a selecting forward
+ * given it as taps_dev copies nothing (it holds the last chunk's taps until
+ * the next forward). NULL on host-memory backends. */
+float *ds_ctx_taps_dev(ds_ctx *c);
 void ds_ctx_set_kernels(ds_ctx *c, const ds_kernel_set *ks);   /* batched path */
 void ds_ctx_get_kernels(const ds_ctx *c, ds_kernel_set *ks);
 void ds_ctx_set_variant(ds_ctx *c, ds_variant v);   /* every family to v     */

@@ -416,13 +416,17 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
 
         /* verify [anchor, d_1..d_ell] at p..p+ell in ONE batched pass */
         vtok[0] = anchor;
+        /* direct commit: the drafter's context reads the verify's taps where
+         * the forward left them (nothing runs the target in between) */
+        float *vt = o->commit == DS_COMMIT_DIRECT && ds_ctx_taps_dev(c) && ell + 1 <= ds_ctx_m_max(c) ? ds_ctx_taps_dev(c)
+                                                                                                    : vtaps;
         if (queued) {   /* the drafts stay on the device; they come back with the selections */
-            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vtaps, ell ? ids_dev : NULL, ids};
+            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vt, ell ? ids_dev : NULL, ids};
             if (ds_forward_select(c, vtok, ell + 1, p, &so, err, errlen)) goto done;
             for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
         } else {   /* only the ell + 1 selected ids come back; logits and taps stay */
             for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
-            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vtaps, NULL, NULL};
+            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vt, NULL, NULL};
             if (ds_forward_select(c, vtok, ell + 1, p, &so, err, errlen)) goto done;
         }
         double tc = now_s();
@@ -457,7 +461,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
             a = a2;
         }
         if (ds_dctx_truncate(dx, p)) { ds_errf(err, errlen, "spec: drafter truncate to %d failed", p); goto done; }
-        if (ds_dctx_append_dev(dx, vtaps, a + 1, p, err, errlen)) goto done;
+        if (ds_dctx_append_dev(dx, o->commit == DS_COMMIT_DIRECT ? vt : vtaps, a + 1, p, err, errlen)) goto done;
         const double te = now_s();
         st->t_commit += te - td;
         if (o->sched == DS_SCHED_AUTO) auto_update(&as, n_draft > 0, ell, a, tb - ta, tc - tb, te - td);

@@ -26,6 +26,7 @@ void ds_quantize_row_q8_k(const float *x, int64_t K, int8_t *q, float *d, int16_
 
 /* matmul_kq.cu's references into the rest of the backend: never called here */
 void dsc_note(ds_exec *ex, cudaError_t e, const char *what) { (void)ex; (void)e; (void)what; }
+void dsc_launched(ds_exec *ex, cudaError_t e, const char *what) { (void)ex; (void)e; (void)what; }
 void *dsc_scratch(ds_exec *ex, int s, size_t bytes) { (void)ex; (void)s; (void)bytes; return NULL; }
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y) {
     (void)ex; (void)v; (void)w; (void)M; (void)x; (void)y;

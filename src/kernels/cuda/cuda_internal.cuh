@@ -48,7 +48,28 @@ typedef struct {
     cudaStream_t   aux;         /* uploads of tables, outside any capture            */
     unsigned       off;         /* DSC_OFF_* bits from $DSPARK_CUDA_OFF (A/B only)    */
     int            q8_layout;   /* a weight in the Q8_0 layout was prepared (Q8_0, Q4_0, Q5_0) */
+    int            trace;       /* $DSPARK_CUDA_TRACE=1: the stream timeline (dsc_trace)  */
 } dsc_backend;
+
+/* The stream's timeline as the GPU saw it ($DSPARK_CUDA_TRACE=1): an event
+ * before and after every stream op issued outside a recording (a graph
+ * replay, a copy, a kernel launched on its own), read back at each
+ * synchronisation. busy = the op's own time; gap = the time the GPU sat idle
+ * before it because the host had not issued it yet (after a wait: the
+ * host's turnaround). Summed per op label, printed when the context is
+ * freed. A measuring aid: events cost ~1 us of stream time each. */
+#define DSC_TRACE_OPS 1024
+#define DSC_TRACE_LABELS 48
+typedef struct {
+    cudaEvent_t beg[DSC_TRACE_OPS], end[DSC_TRACE_OPS], carry;
+    int         label[DSC_TRACE_OPS];
+    int         n, have_carry, inside;
+    char        name[DSC_TRACE_LABELS][40];
+    int         n_names;
+    long        count[DSC_TRACE_LABELS];
+    double      busy_ms[DSC_TRACE_LABELS], gap_ms[DSC_TRACE_LABELS];
+    long        dropped, syncs;
+} dsc_trace;
 
 /* Launch-saving paths that can be switched off for an A/B measurement
  * (bench/cuda_ab.sh): DSPARK_CUDA_OFF=swiglu,fq,pinned,chain,prologue,multi,
@@ -138,6 +159,8 @@ struct ds_exec {
     uint64_t       n_ops;         /* launches, copies and recordings so far (dsc_note) */
     dsc_q8x        q8x;
     unsigned long long q8x_hits;  /* matmuls that used a producer's copy        */
+    dsc_trace     *trace;         /* NULL unless $DSPARK_CUDA_TRACE=1            */
+    int            gnodes[DSC_MAX_GRAPHS];     /* kernels per recorded graph (trace labels) */
     /* the first error since the last sync (sticky) */
     int            err;
     char           errmsg[256];
@@ -148,7 +171,8 @@ static inline dsc_backend *dsc_be(const ds_exec *ex) { return (dsc_backend *)ex-
 /* Record the first error of a launch or API call; later ops keep running on
  * a best-effort basis and sync() reports it. */
 void dsc_note(ds_exec *ex, cudaError_t e, const char *what);
-#define DSC_LAUNCHED(ex, what) dsc_note((ex), cudaGetLastError(), (what))
+void dsc_launched(ds_exec *ex, cudaError_t e, const char *what);
+#define DSC_LAUNCHED(ex, what) dsc_launched((ex), cudaGetLastError(), (what))
 /* Scratch of at least `bytes` in slot s (NULL + error when out of memory). */
 void *dsc_scratch(ds_exec *ex, int s, size_t bytes);
 /* The RoPE table for (freq_base, head_dim), built on first use (rope.cu). */
@@ -192,7 +216,7 @@ static inline void dsc_launch(ds_exec *ex, const char *what, void (*kernel)(KArg
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = (dsc_be(ex)->off & DSC_OFF_PDL) ? 0 : 1;
-    dsc_note(ex, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), what);
+    dsc_launched(ex, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), what);
 }
 
 /* ---- exact conversions (the same formulas as common.h) ---------------------------- */
