@@ -256,6 +256,18 @@ typedef struct ds_backend_i {
      * each on the shipped pair, a sixth of the pass.) */
     void (*copy2d)(ds_exec *ex, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                    size_t rows);
+
+    /* ---- optional: a download collected later ------------------------------
+     * download_start queues the copy of `bytes` from src (device) to dst
+     * (host) and returns at once; download_finish waits for that copy and
+     * what was queued before it — not for work queued after it — and then
+     * dst holds the bytes: 0, or -1 with err (a device fault). One started
+     * download per context at a time; a sync() or download() in between
+     * completes it. NULL on backends whose downloads are immediate. (The
+     * speculative loop queues the drafter's context rows behind a verify's
+     * download and runs them while the host decides what was accepted.) */
+    void (*download_start)(ds_exec *ex, void *dst, const void *src, size_t bytes);
+    int  (*download_finish)(ds_exec *ex, char *err, size_t errlen);
 } ds_backend_i;
 
 struct ds_backend {

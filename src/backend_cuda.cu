@@ -81,12 +81,16 @@ static void dsc_trace_end_only(ds_exec *ex, const char *what) {
     t->label[t->n] = -1 - dsc_trace_label(t, what);
     t->n++;
 }
-/* After the stream has been synchronised: fold the recorded ops in. */
+/* Fold the recorded ops whose end has passed into the sums (after a
+ * synchronisation: all of them; after waiting on one event: those before
+ * it), keeping the rest for the next time. */
 static void dsc_trace_flush(ds_exec *ex) {
     dsc_trace *t = ex->trace;
     if (!t || !t->n) return;
     t->syncs++;
-    for (int i = 0; i < t->n; i++) {
+    int done = 0;
+    while (done < t->n && cudaEventQuery(t->end[done]) == cudaSuccess) done++;
+    for (int i = 0; i < done; i++) {
         const cudaEvent_t prev = i ? t->end[i - 1] : t->carry;
         const int have_prev = i || t->have_carry;
         float busy = 0.0f, gap = 0.0f;
@@ -102,11 +106,18 @@ static void dsc_trace_flush(ds_exec *ex) {
         t->busy_ms[l] += busy;
         t->gap_ms[l] += gap;
     }
-    const cudaEvent_t c = t->carry;               /* the last end carries over */
-    t->carry = t->end[t->n - 1];
-    t->end[t->n - 1] = c;
-    t->have_carry = 1;
-    t->n = 0;
+    if (done) {
+        const cudaEvent_t c = t->carry;           /* the last folded end carries over */
+        t->carry = t->end[done - 1];
+        t->end[done - 1] = c;
+        t->have_carry = 1;
+        for (int i = done; i < t->n; i++) {       /* the pending ones to the front */
+            cudaEvent_t b = t->beg[i - done], e = t->end[i - done];
+            t->beg[i - done] = t->beg[i]; t->end[i - done] = t->end[i]; t->label[i - done] = t->label[i];
+            t->beg[i] = b; t->end[i] = e;
+        }
+        t->n -= done;
+    }
     (void)cudaGetLastError();
 }
 static void dsc_trace_new(ds_exec *ex) {
@@ -191,6 +202,7 @@ static ds_exec *dsc_exec_new(ds_backend *be, int n_threads, char *err, size_t er
     if (!ex) { ds_errf(err, errlen, "cuda: out of host memory"); return NULL; }
     ex->be = be;
     cudaError_t e = cudaStreamCreateWithFlags(&ex->st, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ex->dl_ev, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaMalloc(&ex->blas_ws, DSC_BLAS_WS);
     if (e == cudaSuccess) e = cudaMalloc((void **)&ex->count, sizeof(unsigned));
     if (e == cudaSuccess) e = cudaMemsetAsync(ex->count, 0, sizeof(unsigned), ex->st);
@@ -222,6 +234,7 @@ static ds_exec *dsc_exec_new(ds_backend *be, int n_threads, char *err, size_t er
 static void dsc_exec_free(ds_exec *ex) {
     if (!ex) return;
     if (ex->st && cudaStreamSynchronize(ex->st) == cudaSuccess) dsc_trace_flush(ex);
+    if (ex->dl_ev) cudaEventDestroy(ex->dl_ev);
     dsc_trace_free(ex);
     for (int i = 0; i < ex->n_graphs; i++) cudaGraphExecDestroy(ex->gexec[i]);
     for (int s = 0; s < DSC_SLOT_COUNT; s++) cudaFree(ex->slot[s]);
@@ -235,8 +248,17 @@ static void dsc_exec_free(ds_exec *ex) {
     free(ex);
 }
 
+/* A started download whose copy is complete (the stream or its event has
+ * been waited for): its bytes out of the pinned slice, before the slice can
+ * be reused. */
+static void dsc_dl_deliver(ds_exec *ex) {
+    if (!ex->dl_pending) return;
+    if (ex->dl_pin) memcpy(ex->dl_dst, ex->dl_pin, ex->dl_bytes);
+    ex->dl_pending = 0;
+}
 static int dsc_sync(ds_exec *ex, char *err, size_t errlen) {
     const cudaError_t e = cudaStreamSynchronize(ex->st);
+    if (e == cudaSuccess) dsc_dl_deliver(ex);
     ex->pin_off = 0;
     if (e == cudaSuccess) dsc_trace_flush(ex);
     dsc_note(ex, e, "device fault");
@@ -277,7 +299,14 @@ static void dsc_release(ds_backend *be, void *p) {
  * stream has been synchronised; downloads land in a slice and are copied
  * out after the synchronisation they need anyway. */
 static unsigned char *dsc_pin(ds_exec *ex, size_t bytes) {
-    if (!ex->pinned || bytes > DSC_PIN_BYTES - ex->pin_off || (dsc_be(ex)->off & DSC_OFF_PINNED)) return NULL;
+    if (!ex->pinned || bytes > DSC_PIN_BYTES || (dsc_be(ex)->off & DSC_OFF_PINNED)) return NULL;
+    if (bytes > DSC_PIN_BYTES - ex->pin_off) {
+        /* full: a loop that waits only on started downloads never resets
+         * the staging, so wrap once every copy out of it is done */
+        if (ex->capturing || cudaStreamSynchronize(ex->st) != cudaSuccess) return NULL;
+        dsc_dl_deliver(ex);
+        ex->pin_off = 0;
+    }
     unsigned char *p = ex->pinned + ex->pin_off;
     ex->pin_off += (bytes + 63) & ~(size_t)63;
     if (ex->pin_off > DSC_PIN_BYTES) ex->pin_off = DSC_PIN_BYTES;
@@ -301,9 +330,44 @@ static void dsc_download(ds_exec *ex, void *dst, const void *src, size_t bytes) 
     dsc_trace_end(ex, ti, "download");
     const cudaError_t e = cudaStreamSynchronize(ex->st);
     dsc_note(ex, e, "download");
-    if (e == cudaSuccess) dsc_trace_flush(ex);
+    if (e == cudaSuccess) { dsc_trace_flush(ex); dsc_dl_deliver(ex); }
     if (p && e == cudaSuccess) memcpy(dst, p, bytes);
     ex->pin_off = 0;
+}
+/* download_start / download_finish (backend.h): the copy goes into a pinned
+ * slice and an event marks its end; finish waits for that event only. */
+static void dsc_download_start(ds_exec *ex, void *dst, const void *src, size_t bytes) {
+    if (ex->capturing) { dsc_note(ex, cudaErrorStreamCaptureUnsupported, "download inside a recorded graph"); return; }
+    if (ex->dl_pending) {                          /* one at a time: finish the earlier one */
+        dsc_note(ex, cudaEventSynchronize(ex->dl_ev), "download");
+        dsc_dl_deliver(ex);
+    }
+    unsigned char *p = bytes ? dsc_pin(ex, bytes) : NULL;
+    const int ti = dsc_trace_begin(ex);
+    if (bytes) dsc_note(ex, cudaMemcpyAsync(p ? (void *)p : dst, src, bytes, cudaMemcpyDeviceToHost, ex->st), "download");
+    dsc_trace_end(ex, ti, "download (started)");
+    dsc_note(ex, cudaEventRecord(ex->dl_ev, ex->st), "download");
+    ex->dl_pin = p;
+    ex->dl_dst = dst;
+    ex->dl_bytes = bytes;
+    ex->dl_pending = 1;
+}
+static int dsc_download_finish(ds_exec *ex, char *err, size_t errlen) {
+    if (ex->dl_pending) {
+        /* a pageable destination (no pinned slice) makes the copy itself
+         * synchronous; either way the event has passed once this returns */
+        dsc_note(ex, cudaEventSynchronize(ex->dl_ev), "download");
+        if (!ex->err) dsc_dl_deliver(ex);
+        ex->dl_pending = 0;
+        dsc_trace_flush(ex);
+    }
+    if (ex->err) {
+        ds_errf(err, errlen, "%s", ex->errmsg);
+        ex->err = 0;
+        ex->errmsg[0] = 0;
+        return -1;
+    }
+    return 0;
 }
 static void dsc_copy2d(ds_exec *ex, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                        size_t rows) {
@@ -561,6 +625,8 @@ static const ds_backend_i dsc_iface = {
     dsc_matmul_res,
     dsc_graph_drop,
     dsc_copy2d,
+    dsc_download_start,
+    dsc_download_finish,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving

@@ -69,8 +69,7 @@ void ds_dctx_free(ds_dctx *x) {
     dctx_slots(x, slot);
     for (int i = 0; i < DCTX_NBUF; i++)
         if (*slot[i]) be->i->release(be, *slot[i]);
-    if (x->pos) be->i->release(be, x->pos);
-    if (x->toks) be->i->release(be, x->toks);
+    if (x->pos) be->i->release(be, x->pos);      /* x->toks lies in the same buffer */
     ds_kv_free(x->kv);
     free(x->pos_host);
     if (x->own_ex) be->i->exec_free(x->ex);
@@ -150,9 +149,9 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
     dctx_slots(x, slot);
     int ok = 1;
     for (int i = 0; i < DCTX_NBUF; i++) ok &= (*slot[i] = be->i->alloc(be, n[i] * sizeof(float))) != NULL;
-    x->pos = be->i->alloc(be, R * sizeof(int));
-    x->toks = be->i->alloc(be, (G + 2) * sizeof(int32_t));
-    x->pos_host = malloc(R * sizeof(int));
+    x->pos = be->i->alloc(be, (R + G + 2) * sizeof(int32_t));
+    x->toks = x->pos ? (int32_t *)x->pos + R : NULL;
+    x->pos_host = malloc((R + 1) * sizeof(int32_t));
     if (!ok || !x->pos || !x->toks || !x->pos_host) {
         ds_errf(err, errlen, "drafter context: out of memory for n_ctx=%d", n_ctx);
         ds_dctx_free(x);
@@ -519,8 +518,11 @@ static int draft_enqueue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts 
     ds_exec *ex = x->ex;
     const ds_backend_i *be = ex->be->i;
 
-    be->upload(ex, x->toks, &anchor, sizeof(int32_t));            /* the round's uploads */
-    set_positions(x, G, p);
+    /* the round's upload: the block's positions and the anchor (toks[0],
+     * right after the rows of positions) at once */
+    for (int r = 0; r < G; r++) x->pos_host[r] = p + r;
+    x->pos_host[x->rows] = anchor;
+    be->upload(ex, x->pos, x->pos_host, ((size_t)x->rows + 1) * sizeof(int32_t));
     /* Everything from here to the downloads reads the anchor and positions
      * from the device, so a backend that records launch sequences (CUDA
      * graphs) replays one recording per (context, n_keep, confidence):

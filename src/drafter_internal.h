@@ -97,13 +97,14 @@ struct ds_dctx {
     float *state;                   /* rnn state [r]                             */
     float *conf;                    /* [gamma] confidences (device)              */
     float *scal;                    /* [2]: the confidence logit, conf_b (device) */
-    int   *pos;                     /* [rows] device positions                   */
-    int   *pos_host;                /* [rows] host staging                       */
+    int   *pos;                     /* [rows] device positions, then toks below  */
+    int   *pos_host;                /* [rows + 1] host staging (+ the anchor)    */
     /* The Markov chain's ids on the device: toks[0] = the anchor (uploaded),
      * toks[k+1] = the token slot k chose (written by the argmax / sample op,
      * read by slot k+1's W1 / embedding lookups: no host round trip), and
      * toks[gamma+1] = the MASK id (constant). */
-    int32_t *toks;                  /* [gamma + 2] device                         */
+    int32_t *toks;                  /* [gamma + 2] device (= pos + rows: a round's
+                                       positions and anchor go up in one upload) */
     /* MASK-row reuse: layer-0 projections of E[MASK] (post q/k-norm, pre-RoPE),
      * and for the graph-corrected mode the constant Markov bias of MASK. The
      * MASK row is a function of constant weights only, so the cache is built

@@ -331,6 +331,10 @@ struct ds_ctx {
     float      *sel_scratch;     /* device [2V]: the sample op's scratch      */
     int32_t    *sel_ids;         /* device [m_max]: selected ids (= ids + m_max) */
     int32_t    *sel_host;        /* host [2 m_max]: a queued draft's ids and the selections */
+    /* a deferred selection (ds_select_opts.defer): where its ids go */
+    int         pend;            /* 0 none, 1 ids only, 2 draft ids + ids     */
+    int32_t    *pend_ids, *pend_draft;
+    int         pend_rows, pend_n;
     ds_probe    probe;           /* .fn == NULL: none                         */
     float      *stage;           /* host staging for probes: widest row       */
 };
@@ -544,6 +548,7 @@ typedef struct {
     float   *taps_dev;
     const int32_t *draft_dev;   /* rows 1..M-1's tokens on the device, or NULL */
     int32_t *draft_host;
+    int      defer;
 } sel_args;
 
 /* The key a recorded launch sequence is filed under: everything that
@@ -563,6 +568,7 @@ static uint64_t graph_key(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int 
 static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, int logits_mode,
                float *logits, float *taps, const sel_args *sel, char *err, size_t errlen) {
     const int tail_dev = sel && sel->draft_dev;
+    if (c->pend) { ds_errf(err, errlen, "forward: a deferred selection was never collected"); return -1; }
     if (check_run(c, tokens, M, tail_dev ? 1 : M, pos0, err, errlen)) return -1;
     if (tail_dev && M > c->m_max) {
         ds_errf(err, errlen, "select: %d rows with device tokens exceed one batch of %d", M, c->m_max);
@@ -636,6 +642,18 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
                 if (!sel_rec && ds_backend_select(c->ex, sel->samp, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1,
                                                   c->sel_scratch, c->sel_ids, err, errlen))
                     return -1;
+                const int defer = sel->defer && b->download_start && n == M;
+                if (defer) {      /* collected by ds_forward_collect */
+                    c->pend = tail_dev ? 2 : 1;
+                    c->pend_ids = dst;
+                    c->pend_draft = sel->draft_host;
+                    c->pend_rows = rows;
+                    c->pend_n = n;
+                    if (tail_dev) b->download_start(c->ex, c->sel_host, c->ids + 1, (size_t)(c->m_max - 1 + rows) * sizeof(int32_t));
+                    else b->download_start(c->ex, c->sel_host, c->sel_ids, (size_t)rows * sizeof(int32_t));
+                    done += n;
+                    continue;
+                }
                 if (tail_dev) {   /* the draft's ids (ids[1..n)) and the selections: one range, one download */
                     b->download(c->ex, c->sel_host, c->ids + 1, (size_t)(c->m_max - 1 + rows) * sizeof(int32_t));
                     memcpy(sel->draft_host, c->sel_host, (size_t)(n - 1) * sizeof(int32_t));
@@ -674,8 +692,23 @@ int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const d
     if (o->rows != DS_LOGITS_NONE && !o->ids) { ds_errf(err, errlen, "select: ids requested but no buffer given"); return -1; }
     if (o->decode && M != 1) { ds_errf(err, errlen, "select: the decode path takes one token, not %d", M); return -1; }
     if (o->draft_dev && !o->draft_host) { ds_errf(err, errlen, "select: device tokens given but no host buffer for them"); return -1; }
-    const sel_args sel = {o->samp, o->ids, o->taps_dev, o->draft_dev, o->draft_host};
+    const sel_args sel = {o->samp, o->ids, o->taps_dev, o->draft_dev, o->draft_host, o->defer};
     return run(c, o->decode, tokens, M, pos0, o->rows, NULL, NULL, &sel, err, errlen);
+}
+
+int ds_forward_collect(ds_ctx *c, char *err, size_t errlen) {
+    if (!c->pend) return 0;
+    const int kind = c->pend;
+    c->pend = 0;
+    char e2[DS_ERRLEN];
+    if (c->be->i->download_finish(c->ex, e2, sizeof e2)) { ds_errf(err, errlen, "select: %s", e2); return -1; }
+    if (kind == 2) {
+        memcpy(c->pend_draft, c->sel_host, (size_t)(c->pend_n - 1) * sizeof(int32_t));
+        memcpy(c->pend_ids, c->sel_host + c->m_max - 1, (size_t)c->pend_rows * sizeof(int32_t));
+    } else {
+        memcpy(c->pend_ids, c->sel_host, (size_t)c->pend_rows * sizeof(int32_t));
+    }
+    return 0;
 }
 
 int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logits_mode, float *logits,

@@ -147,9 +147,18 @@ typedef struct {
      * speculative round synchronises once. M must fit one batch (m_max). */
     const int32_t    *draft_dev;
     int32_t          *draft_host;
+    /* 1: on a backend with started downloads (backend.h download_start),
+     * return once the pass and the ids' download are queued; the ids (and
+     * draft_host) are valid after ds_forward_collect, and work queued in
+     * between runs while the host waits. One batch (M <= m_max) only; on
+     * other backends the ids are there at once and collect does nothing. */
+    int               defer;
 } ds_select_opts;
 int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o,
                       char *err, size_t errlen);
+/* Waits for a deferred selection's ids (ds_select_opts.defer) and fills
+ * its ids / draft_host. 0 (also when nothing is pending), or -1 with err. */
+int ds_forward_collect(ds_ctx *c, char *err, size_t errlen);
 
 /* ---- state snapshot (for diagnostics: restore the true S0) ------------- */
 typedef struct {

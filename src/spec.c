@@ -240,7 +240,7 @@ int ds_spec_measure_sps(ds_ctx *c, int max_width, int reps, double *sec, char *e
         for (int r = -1; r < reps; r++) {
             ds_kv_truncate(c, 0);
             double t0 = now_s();
-            const ds_select_opts so = {0, DS_LOGITS_ALL, NULL, sel, tp, NULL, NULL};
+            const ds_select_opts so = {0, DS_LOGITS_ALL, NULL, sel, tp, NULL, NULL, 0};
             if (ds_forward_select(c, tok, w, 0, &so, err, errlen)) goto done;
             if (r >= 0) t[r] = now_s() - t0;
         }
@@ -276,12 +276,12 @@ static int spec_prefill(ds_ctx *c, ds_dctx *dx, const int32_t *prompt, int n, ds
         int m = n - off < chunk ? n - off : chunk;
         const int last = off + m == n;
         if (mode == DS_PREFILL_BATCH) {
-            const ds_select_opts so = {0, last ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first, taps, NULL, NULL};
+            const ds_select_opts so = {0, last ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first, taps, NULL, NULL, 0};
             if (ds_forward_select(c, prompt + off, m, off, &so, err, errlen)) return -1;
         } else {
             for (int i = 0; i < m; i++) {
                 const ds_select_opts so = {1, last && i == m - 1 ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first,
-                                           taps + (size_t)i * T, NULL, NULL};
+                                           taps + (size_t)i * T, NULL, NULL, 0};
                 if (ds_forward_select(c, prompt + off + i, 1, off + i, &so, err, errlen)) return -1;
             }
         }
@@ -420,13 +420,27 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
          * the forward left them (nothing runs the target in between) */
         float *vt = o->commit == DS_COMMIT_DIRECT && ds_ctx_taps_dev(c) && ell + 1 <= ds_ctx_m_max(c) ? ds_ctx_taps_dev(c)
                                                                                                     : vtaps;
+        /* ahead: on a backend whose downloads can be collected later, the
+         * drafter's context rows for EVERY verified position are queued
+         * behind the verify and run while the host waits for the ids and
+         * accepts; only the accepted prefix is kept (ds_dctx_truncate). A
+         * row's bits do not depend on how many rows share the pass
+         * (canonical kernels), and the rejected rows' K/V lie where the next
+         * block writes its own before reading. */
+        const int ahead = queued && vt != vtaps && be->i->download_start;
         if (queued) {   /* the drafts stay on the device; they come back with the selections */
-            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vt, ell ? ids_dev : NULL, ids};
+            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vt, ell ? ids_dev : NULL, ids, ahead};
             if (ds_forward_select(c, vtok, ell + 1, p, &so, err, errlen)) goto done;
+            if (ahead) {
+                if (ds_dctx_truncate(dx, p)) { ds_errf(err, errlen, "spec: drafter truncate to %d failed", p); goto done; }
+                if (ds_dctx_append_dev(dx, vt, ell + 1, p, err, errlen)) goto done;
+                if (ds_forward_collect(c, err, errlen)) goto done;
+                st->ahead_rounds++;
+            }
             for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
         } else {   /* only the ell + 1 selected ids come back; logits and taps stay */
             for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
-            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vt, NULL, NULL};
+            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vt, NULL, NULL, 0};
             if (ds_forward_select(c, vtok, ell + 1, p, &so, err, errlen)) goto done;
         }
         double tc = now_s();
@@ -450,7 +464,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
             int a2 = a;
             for (int j = 0; j <= a; j++) {
                 int32_t y = -1;
-                const ds_select_opts so = {1, DS_LOGITS_LAST, samp, &y, vtaps + (size_t)j * T, NULL, NULL};
+                const ds_select_opts so = {1, DS_LOGITS_LAST, samp, &y, vtaps + (size_t)j * T, NULL, NULL, 0};
                 if (ds_forward_select(c, &vtok[j], 1, p + j, &so, err, errlen)) goto done;
                 if (j < a && y != ids[j]) { a2 = j; bonus = y; st->replay_fixups++; break; }
                 if (j == a) {
@@ -460,8 +474,12 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
             }
             a = a2;
         }
-        if (ds_dctx_truncate(dx, p)) { ds_errf(err, errlen, "spec: drafter truncate to %d failed", p); goto done; }
-        if (ds_dctx_append_dev(dx, o->commit == DS_COMMIT_DIRECT ? vt : vtaps, a + 1, p, err, errlen)) goto done;
+        if (ahead) {   /* the rows are there: keep the accepted prefix */
+            if (ds_dctx_truncate(dx, p + a + 1)) { ds_errf(err, errlen, "spec: drafter truncate to %d failed", p + a + 1); goto done; }
+        } else {
+            if (ds_dctx_truncate(dx, p)) { ds_errf(err, errlen, "spec: drafter truncate to %d failed", p); goto done; }
+            if (ds_dctx_append_dev(dx, o->commit == DS_COMMIT_DIRECT ? vt : vtaps, a + 1, p, err, errlen)) goto done;
+        }
         const double te = now_s();
         st->t_commit += te - td;
         if (o->sched == DS_SCHED_AUTO) auto_update(&as, n_draft > 0, ell, a, tb - ta, tc - tb, te - td);

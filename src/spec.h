@@ -118,6 +118,8 @@ typedef struct {
     long   plain_rounds;            /* AUTO: rounds that did not draft (a plain step) */
     long   replay_fixups;           /* REPLAY: acceptances overturned by decode logits */
     long   queued_rounds;           /* rounds whose verify was queued behind the draft */
+    long   ahead_rounds;            /* ... and whose drafter context rows ran while the
+                                       host waited for the verify (spec.c: ahead) */
     double t_prefill;               /* target prefill + drafter context rows + first sample */
     double t_draft, t_verify, t_accept, t_commit, t_total;   /* seconds; accept = sampling */
     double tok_s;                   /* (n_gen - 1) / (t_total - t_prefill): like plain's

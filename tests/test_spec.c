@@ -250,6 +250,12 @@ static void cnt_download(ds_exec *ex, void *dst, const void *src, size_t b) {
     if (b > k->down_max) k->down_max = b;
     k->cpu->download(ex, dst, src, b);
 }
+static void cnt_download_start(ds_exec *ex, void *dst, const void *src, size_t b) {
+    counting_dev *k = (counting_dev *)(void *)ex->be->i;      /* a download collected later: one too */
+    k->down_calls++; k->down_bytes += b;
+    if (b > k->down_max) k->down_max = b;
+    k->cpu->download_start(ex, dst, src, b);
+}
 static void cnt_upload(ds_exec *ex, void *dst, const void *src, size_t b) {
     counting_dev *k = (counting_dev *)(void *)ex->be->i;      /* the table is its first member */
     k->up_calls++; k->up_bytes += b;
@@ -287,6 +293,7 @@ static void device_resident_checks(const char *dir) {
     k.i = *md->be->i;
     k.i.host_memory = 0;
     k.i.download = cnt_download;
+    if (k.cpu->download_start) k.i.download_start = cnt_download_start;
     k.i.upload = cnt_upload;
     md->be->i = &k.i;
     ds_ctx *ch = ds_ctx_new(mh, 160, 1, err, sizeof err);
@@ -494,6 +501,40 @@ int main(void) {
                 for (int p = 0; p < N_PROMPTS; p++) { o.draft_max = dm; one(c, d, p, &o, &ref[p], &t); }
             snprintf(label, sizeof label, "greedy_%s_canonical_%s_draft_max_1..%d", tn, ds_commit_name(o.commit), gamma);
             report(label, &t);
+        }
+        /* the default round (queued; on a device with collected downloads
+         * also "ahead": the drafter's context rows for every verified
+         * position) against --draft-wait (neither): the same drafts, so the
+         * same rounds and accepts, and plain's text */
+        {
+            long bad = 0, runs = 0, queued = 0, ahead = 0;
+            for (int p = 0; p < N_PROMPTS; p++)
+                for (int dm = 1; dm <= gamma; dm += 2) {
+                    ds_spec_opts o1;
+                    ds_spec_opts_default(&o1);
+                    o1.n_predict = N_PRED;
+                    o1.draft_max = dm;
+                    ds_spec_opts o2 = o1;
+                    o2.draft_wait = 1;
+                    run_out r1, r2;
+                    ds_spec_stats s1, s2;
+                    spec(c, d, p, &o1, &r1, &s1);
+                    spec(c, d, p, &o2, &r2, &s2);
+                    runs++;
+                    queued += s1.queued_rounds;
+                    ahead += s1.ahead_rounds;
+                    const int ok = first_diff(&r1, &ref[p]) < 0 && first_diff(&r2, &ref[p]) < 0 && s1.rounds == s2.rounds &&
+                                   s1.accepted == s2.accepted && s1.drafted == s2.drafted && s2.queued_rounds == 0 &&
+                                   s2.ahead_rounds == 0 && s1.queued_rounds > 0;
+                    if (!ok && ++bad <= 3)
+                        printf("INFO   queued vs waited: prompt=%d draft_max=%d rounds %d/%d accepted %ld/%ld queued %ld ahead %ld\n",
+                               p, dm, s1.rounds, s2.rounds, s1.accepted, s2.accepted, s1.queued_rounds, s1.ahead_rounds);
+                }
+            CHECK(bad == 0, "%s: %ld of %ld queued rounds differ from waited ones", tn, bad, runs);
+            const int can_ahead = ds_ctx_taps_dev(c) && ds_ctx_model(c)->be->i->download_start;
+            CHECK(!can_ahead || ahead > 0, "%s: a device with collected downloads never ran a round ahead", tn);
+            printf("%s %s_queued_vs_waited runs=%ld queued_rounds=%ld ahead_rounds=%ld\n", bad ? "FAIL" : "PASS", tn, runs,
+                   queued, ahead);
         }
         /* confidence truncation thresholds */
         {

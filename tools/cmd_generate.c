@@ -402,9 +402,9 @@ int cmd_generate(int argc, char **argv) {
                     ds_commit_name(commit), kbuf, ds_sched_name(sched), st.gamma, st.draft_max, temp, st.n_prompt, st.n_gen,
                     st.stop, st.rounds, st.drafted, st.accepted, st.mean_accepted_len);
             for (int k = 0; k < st.draft_max; k++) fprintf(stderr, "%s%ld", k ? "," : "", st.accept_hist[k]);
-            fprintf(stderr, " prefill_s=%.4f draft_s=%.4f verify_s=%.4f accept_s=%.4f commit_s=%.4f total_s=%.4f replay_fixups=%ld plain_rounds=%ld queued_rounds=%ld tok_s=%.1f\n",
+            fprintf(stderr, " prefill_s=%.4f draft_s=%.4f verify_s=%.4f accept_s=%.4f commit_s=%.4f total_s=%.4f replay_fixups=%ld plain_rounds=%ld queued_rounds=%ld ahead_rounds=%ld tok_s=%.1f\n",
                     st.t_prefill, st.t_draft, st.t_verify, st.t_accept, st.t_commit, st.t_total, st.replay_fixups,
-                    st.plain_rounds, st.queued_rounds, st.tok_s);
+                    st.plain_rounds, st.queued_rounds, st.ahead_rounds, st.tok_s);
         }
     }
     if (rc) {

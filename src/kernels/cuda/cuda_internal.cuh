@@ -159,6 +159,13 @@ struct ds_exec {
     uint64_t       n_ops;         /* launches, copies and recordings so far (dsc_note) */
     dsc_q8x        q8x;
     unsigned long long q8x_hits;  /* matmuls that used a producer's copy        */
+    /* a started download (download_start): its pinned slice, the caller's
+     * buffer, and the event after the copy */
+    cudaEvent_t    dl_ev;
+    unsigned char *dl_pin;
+    void          *dl_dst;
+    size_t         dl_bytes;
+    int            dl_pending;
     dsc_trace     *trace;         /* NULL unless $DSPARK_CUDA_TRACE=1            */
     int            gnodes[DSC_MAX_GRAPHS];     /* kernels per recorded graph (trace labels) */
     /* the first error since the last sync (sticky) */

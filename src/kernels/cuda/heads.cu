@@ -307,7 +307,8 @@ __device__ __forceinline__ void ch_grid_barrier(unsigned *arrivals, unsigned tar
     if (threadIdx.x == 0) {
         __threadfence();                       /* this block's partial before its arrival */
         atomicAdd(arrivals, 1u);
-        while (*(volatile unsigned *)arrivals < target) __nanosleep(20);
+        while (*(volatile unsigned *)arrivals < target) {
+        }
         __threadfence();
     }
     __syncthreads();
@@ -327,6 +328,21 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
     const int64_t n0 = (int64_t)blockIdx.x * a.per_block;
     const int64_t n1 = n0 + a.per_block < a.V ? n0 + a.per_block : a.V;
     int64_t prev = a.toks[0];
+    /* The common shape (a rank-32 Markov head, an entry per thread): this
+     * thread's W2 row and scale do not depend on the slot, so they are
+     * loaded once, and the next slot's logit is loaded before the barrier —
+     * a slot's critical path keeps only the loads that need its token. */
+    const int64_t n_own = n0 + t;
+    const bool own = a.w2 && nbr == 1 && a.per_block <= CH_THREADS && n_own < n1;
+    uint4 w0 = make_uint4(0, 0, 0, 0), w1 = w0;
+    float ws = 0.0f, znext = 0.0f;
+    if (own) {
+        const uint4 *wr = (const uint4 *)(a.w2 + n_own * a.r);
+        w0 = __ldg(wr);
+        w1 = __ldg(wr + 1);
+        ws = __ldg(a.w2_scale + n_own);
+        znext = a.z[n_own];
+    }
     for (int k = 0; k < a.n_keep; k++) {
         float *zk = a.z + (int64_t)k * a.V;
         if (a.w2) {
@@ -341,7 +357,15 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
         /* z_k (+ W2 e), MASK, and this thread's first maximum in its range */
         float bv = 0.0f;
         int64_t bi = -1;
-        for (int64_t n = n0 + t; n < n1; n += CH_THREADS) {
+        if (own) {                                 /* the same operations as the loop below */
+            const int D = dsc_dot_q8(w0, w1, xq[0], xq[1]);
+            float zv = __fadd_rn(znext, __fmaf_rn((float)D, __fmul_rn(ws, xs[0]), 0.0f));
+            if (n_own == a.mask_id) zv = a.mask_logit;
+            zk[n_own] = zv;
+            if (zv == zv) { bv = zv; bi = n_own; }
+            if (k + 1 < a.n_keep) znext = zk[a.V + n_own];
+        }
+        for (int64_t n = n0 + t; !own && n < n1; n += CH_THREADS) {
             float zv = zk[n];
             if (a.w2) {
                 float acc = 0.0f;
