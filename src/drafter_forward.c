@@ -348,7 +348,6 @@ static void block_forward(ds_dctx *x, int p) {
         ds_layer_forward(ex, &d->layers[l], &shape, next, var, G, p, 0, qkv_ready,
                          ds_kv_k(x->kv, l), ds_kv_v(x->kv, l), &a, NULL, l);
     }
-    b->copy(ex, x->h, x->xn, (size_t)G * D * sizeof(float));
 }
 
 /* ---- heads (spec §2, §2.5, §3.1) ----------------------------------------- */
@@ -380,6 +379,12 @@ static int draft_ops(ds_dctx *x, int n_keep, const ds_sampler *samp, int p, int 
     const size_t fs = sizeof(float);
 
     block_forward(x, p);
+    if (!d->has_corr) {
+        /* base logits of every kept row in one LM-head matmul, straight
+         * after the output norm (whose Q8_0 copy of x->xn it can then read) */
+        be->matmul(ex, CANON, d->head, n_keep, x->xn, x->z);
+    }
+    be->copy(ex, x->h, x->xn, (size_t)G * D * fs);                 /* the heads read x->h */
     if (x->dbg_hidden) be->download(ex, x->dbg_hidden, x->h, (size_t)G * D * fs);
 
     /* scratch carve-up of x->vec: e[r] | in[max(2r+d, d+r, 2d)] | out[3r] | g[r] */
@@ -389,10 +394,6 @@ static int draft_ops(ds_dctx *x, int n_keep, const ds_sampler *samp, int p, int 
     float *gv = out + 3 * (size_t)r;
     int32_t *mask_tok = x->toks + G + 1;
 
-    if (!d->has_corr) {
-        /* base logits of every kept row in one LM-head matmul */
-        be->matmul(ex, CANON, d->head, n_keep, x->h, x->z);
-    }
     if (d->markov == DS_MARKOV_RNN) be->fill(ex, r, x->state, 0.0f);
 
     /* greedy, no correction head, a vanilla Markov head or none: the
