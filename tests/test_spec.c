@@ -254,7 +254,15 @@ static void cnt_download_start(ds_exec *ex, void *dst, const void *src, size_t b
     counting_dev *k = (counting_dev *)(void *)ex->be->i;      /* a download collected later: one too */
     k->down_calls++; k->down_bytes += b;
     if (b > k->down_max) k->down_max = b;
-    k->cpu->download_start(ex, dst, src, b);
+    /* a device's own, or (the CPU has none) the copy at once: the engine's
+     * deferred paths (the drafter's context rows ahead of the verify's
+     * wait) then run on the CPU too */
+    if (k->cpu->download_start) k->cpu->download_start(ex, dst, src, b);
+    else k->cpu->download(ex, dst, src, b);
+}
+static int cnt_download_finish(ds_exec *ex, char *err, size_t errlen) {
+    counting_dev *k = (counting_dev *)(void *)ex->be->i;
+    return k->cpu->download_finish ? k->cpu->download_finish(ex, err, errlen) : 0;
 }
 static void cnt_upload(ds_exec *ex, void *dst, const void *src, size_t b) {
     counting_dev *k = (counting_dev *)(void *)ex->be->i;      /* the table is its first member */
@@ -293,7 +301,8 @@ static void device_resident_checks(const char *dir) {
     k.i = *md->be->i;
     k.i.host_memory = 0;
     k.i.download = cnt_download;
-    if (k.cpu->download_start) k.i.download_start = cnt_download_start;
+    k.i.download_start = cnt_download_start;
+    k.i.download_finish = cnt_download_finish;
     k.i.upload = cnt_upload;
     md->be->i = &k.i;
     ds_ctx *ch = ds_ctx_new(mh, 160, 1, err, sizeof err);
@@ -385,7 +394,10 @@ static void device_resident_checks(const char *dir) {
                 /* queued rounds (nothing reads the drafts on the host before the
                  * verify): the verify reads the drafts on the device and they
                  * come back with its selections, one download (= one wait) a
-                 * round; --draft-wait: the drafts' own download as well */
+                 * round; --draft-wait: the drafts' own download as well. Both
+                 * draft the same ids: the same rounds and accepts */
+                ds_spec_stats sq;
+                memset(&sq, 0, sizeof sq);
                 for (int wait = 0; wait < 2; wait++) {
                     ds_spec_opts o;
                     ds_spec_opts_default(&o);
@@ -398,12 +410,14 @@ static void device_resident_checks(const char *dir) {
                     spec(cd, dd, pi, &o, &rd, &sd);
                     queued_runs++;
                     differ += first_diff(&rd, &ref) >= 0;
-                    const int waits_ok = wait ? sd.queued_rounds == 0 && k.down_calls > 1 + sd.rounds
+                    const int waits_ok = wait ? sd.queued_rounds == 0 && sd.ahead_rounds == 0 && k.down_calls > 1 + sd.rounds &&
+                                                    sd.rounds == sq.rounds && sd.accepted == sq.accepted
                                               : sd.queued_rounds > 0 && sd.queued_rounds >= sd.rounds - 1 &&
-                                                k.down_calls == 1 + sd.rounds;
+                                                sd.ahead_rounds == sd.queued_rounds && k.down_calls == 1 + sd.rounds;
+                    if (!wait) sq = sd;
                     if (!waits_ok && ++bad_waits <= 3)
-                        printf("INFO   waits: kind=%s draft_wait=%d rounds=%d queued=%ld downloads=%ld\n", kinds[ki], wait,
-                               sd.rounds, sd.queued_rounds, k.down_calls);
+                        printf("INFO   waits: kind=%s draft_wait=%d rounds=%d queued=%ld ahead=%ld downloads=%ld\n", kinds[ki],
+                               wait, sd.rounds, sd.queued_rounds, sd.ahead_rounds, k.down_calls);
                 }
                 /* a device that declines the sampler: the host fallback, same bytes */
                 if (si >= 0 && pi == p_first) {
@@ -423,6 +437,18 @@ static void device_resident_checks(const char *dir) {
         }
         ds_drafter_free(dd);
         ds_drafter_free(dh);
+    }
+    /* a deferred selection: nothing else runs on the context before it is collected */
+    {
+        int32_t tok[2] = { 3, 4 }, sel2[2] = { -1, -1 };
+        ds_kv_truncate(cd, 0);
+        const ds_select_opts so = {0, DS_LOGITS_ALL, NULL, sel2, NULL, NULL, NULL, 1};
+        int ok = ds_forward_select(cd, tok, 2, 0, &so, err, sizeof err) == 0;
+        ok &= ds_forward_select(cd, tok, 2, 0, &so, err, sizeof err) == -1 && strstr(err, "never collected") != NULL;
+        ok &= ds_forward_collect(cd, err, sizeof err) == 0 && sel2[0] >= 0 && sel2[1] >= 0;
+        ok &= ds_forward_collect(cd, err, sizeof err) == 0;        /* nothing pending: nothing to do */
+        CHECK(ok, "deferred selection contract: %s", err);
+        if (ok) PASS("deferred selection: a second forward before the collect is refused; collect fills the ids");
     }
     CHECK(differ == 0, "device-resident spec != plain in %ld of %ld runs", differ, runs + fallback_runs);
     CHECK(host_differ == 0, "device-resident spec differs from the host path in %ld of %ld runs", host_differ, runs);
