@@ -20,6 +20,7 @@ expect_err "--draft-max 0"                "out of range"        $G -md "$T/d.ggu
 expect_err "--draft-max > gamma"          "n_max inconsistent"  $G -md "$T/d.gguf" --draft-max 5
 expect_err "--draft-max non-numeric"      "integer"             $G -md "$T/d.gguf" --draft-max nope
 expect_err "--draft-max without -md"      "needs a drafter"     $G --draft-max 2
+expect_err "--draft-wait without -md"     "needs a drafter"     $G --draft-wait
 expect_err "--parallel 2"                 "only one sequence"   $G -md "$T/d.gguf" --parallel 2
 expect_err "--parallel 0"                 "out of range"        $G --parallel 0
 expect_err "--dump-block with a prefix"   "prefix"              $G -md "$T/d.gguf" --draft-max 2 --dump-block "$T/blk"
@@ -62,6 +63,7 @@ grep -q "^mode=plain " "$T/plain_err" && echo "PASS plain stats line kept" || { 
 for dm in 1 2 3 4; do
     same "greedy -md direct --draft-max $dm == plain" "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-max $dm
 done
+grep -q " queued_rounds=[1-9]" "$T/spec_err" && echo "PASS default rounds are queued (verify behind the draft)" || { echo "FAIL no queued rounds: $(tail -n 1 "$T/spec_err")"; fail=1; }
 same "greedy -md replay == plain"            "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --commit replay
 same "greedy -md p-min 0.5 == plain"         "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-p-min 0.5
 same "greedy -md table (measured) == plain"  "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-sched table
@@ -72,6 +74,8 @@ same "greedy -md auto (measured) == plain"   "$T/plain" $D generate -m "$T/m.ggu
 same "greedy -md auto (file) == plain"       "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-sched auto --sps-table "$T/sps"
 same "greedy -md auto no-conf == plain"      "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/dnc.gguf" --draft-sched auto
 same "greedy -md -t 3 == plain"              "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" -t 3
+same "greedy -md --draft-wait == plain"      "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-wait
+grep -q " queued_rounds=0 " "$T/spec_err" && echo "PASS --draft-wait: no queued rounds" || { echo "FAIL --draft-wait stats: $(tail -n 1 "$T/spec_err")"; fail=1; }
 $D generate -m "$T/m.gguf" -p "$P" -n 40 --kernels fast >"$T/plain_fast" 2>/dev/null
 same "greedy -md fast replay == plain fast"  "$T/plain_fast" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --kernels fast --commit replay
 cmp -s "$T/plain" "$T/plain_fast" && echo "INFO plain fast == plain canonical on this tiny model" || echo "INFO plain fast != plain canonical (fast prefill differs)"
@@ -90,7 +94,7 @@ grep -q "stop=context" "$T/spec_err" && echo "PASS spec stops at the context lim
 # ---- stats line and --dump-block ------------------------------------------
 $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --dump-block "$T/blk" >/dev/null 2>"$T/st" || { echo "FAIL dump run"; fail=1; }
 ok=1
-for k in mode=spec commit=direct kernels= rounds= drafted= accepted= mean_accepted_len= accept_hist= draft_s= verify_s= commit_s= tok_s=; do
+for k in mode=spec commit=direct kernels= rounds= drafted= accepted= mean_accepted_len= accept_hist= draft_s= verify_s= commit_s= queued_rounds= ahead_rounds= tok_s=; do
     grep -q -- " *$k" "$T/st" || { ok=0; echo "FAIL stats line lacks $k: $(cat "$T/st")"; }
 done
 [ $ok = 1 ] && echo "PASS stats line: $(cat "$T/st")" || fail=1
