@@ -565,6 +565,15 @@ static uint64_t graph_key(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int 
     return h;
 }
 
+/* A selection downloaded into sel_host (run's pend fields): the ids where
+ * the caller wants them, and nothing pending any more. */
+static void sel_unpack(ds_ctx *c) {
+    const int skip = c->pend == 2 ? c->m_max - 1 : 0;
+    if (c->pend == 2) memcpy(c->pend_draft, c->sel_host, (size_t)(c->pend_n - 1) * sizeof(int32_t));
+    memcpy(c->pend_ids, c->sel_host + skip, (size_t)c->pend_rows * sizeof(int32_t));
+    c->pend = 0;
+}
+
 static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, int logits_mode,
                float *logits, float *taps, const sel_args *sel, char *err, size_t errlen) {
     const int tail_dev = sel && sel->draft_dev;
@@ -643,21 +652,24 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
                                                   c->sel_scratch, c->sel_ids, err, errlen))
                     return -1;
                 const int defer = sel->defer && b->download_start && n == M;
-                if (defer) {      /* collected by ds_forward_collect */
+                if (tail_dev || defer) {
+                    /* into sel_host, unpacked by sel_unpack: with a queued
+                     * draft, its ids (ids[1..n)) and the selections as one
+                     * range; deferred, once ds_forward_collect has waited */
                     c->pend = tail_dev ? 2 : 1;
                     c->pend_ids = dst;
                     c->pend_draft = sel->draft_host;
                     c->pend_rows = rows;
                     c->pend_n = n;
-                    if (tail_dev) b->download_start(c->ex, c->sel_host, c->ids + 1, (size_t)(c->m_max - 1 + rows) * sizeof(int32_t));
-                    else b->download_start(c->ex, c->sel_host, c->sel_ids, (size_t)rows * sizeof(int32_t));
-                    done += n;
-                    continue;
-                }
-                if (tail_dev) {   /* the draft's ids (ids[1..n)) and the selections: one range, one download */
-                    b->download(c->ex, c->sel_host, c->ids + 1, (size_t)(c->m_max - 1 + rows) * sizeof(int32_t));
-                    memcpy(sel->draft_host, c->sel_host, (size_t)(n - 1) * sizeof(int32_t));
-                    memcpy(dst, c->sel_host + c->m_max - 1, (size_t)rows * sizeof(int32_t));
+                    const int32_t *src = tail_dev ? c->ids + 1 : c->sel_ids;
+                    const size_t bytes = (size_t)(tail_dev ? c->m_max - 1 + rows : rows) * sizeof(int32_t);
+                    if (defer) {
+                        b->download_start(c->ex, c->sel_host, src, bytes);
+                        done += n;
+                        continue;
+                    }
+                    b->download(c->ex, c->sel_host, src, bytes);
+                    sel_unpack(c);
                 } else {
                     b->download(c->ex, dst, c->sel_ids, (size_t)rows * sizeof(int32_t));
                 }
@@ -698,16 +710,13 @@ int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const d
 
 int ds_forward_collect(ds_ctx *c, char *err, size_t errlen) {
     if (!c->pend) return 0;
-    const int kind = c->pend;
-    c->pend = 0;
     char e2[DS_ERRLEN];
-    if (c->be->i->download_finish(c->ex, e2, sizeof e2)) { ds_errf(err, errlen, "select: %s", e2); return -1; }
-    if (kind == 2) {
-        memcpy(c->pend_draft, c->sel_host, (size_t)(c->pend_n - 1) * sizeof(int32_t));
-        memcpy(c->pend_ids, c->sel_host + c->m_max - 1, (size_t)c->pend_rows * sizeof(int32_t));
-    } else {
-        memcpy(c->pend_ids, c->sel_host, (size_t)c->pend_rows * sizeof(int32_t));
+    if (c->be->i->download_finish(c->ex, e2, sizeof e2)) {
+        c->pend = 0;
+        ds_errf(err, errlen, "select: %s", e2);
+        return -1;
     }
+    sel_unpack(c);
     return 0;
 }
 
