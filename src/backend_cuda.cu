@@ -256,19 +256,21 @@ static void dsc_dl_deliver(ds_exec *ex) {
     if (ex->dl_pin) memcpy(ex->dl_dst, ex->dl_pin, ex->dl_bytes);
     ex->dl_pending = 0;
 }
+/* The first error since the last report, as the op's result (and cleared). */
+static int dsc_report(ds_exec *ex, char *err, size_t errlen) {
+    if (!ex->err) return 0;
+    ds_errf(err, errlen, "%s", ex->errmsg);
+    ex->err = 0;
+    ex->errmsg[0] = 0;
+    return -1;
+}
 static int dsc_sync(ds_exec *ex, char *err, size_t errlen) {
     const cudaError_t e = cudaStreamSynchronize(ex->st);
     if (e == cudaSuccess) dsc_dl_deliver(ex);
     ex->pin_off = 0;
     if (e == cudaSuccess) dsc_trace_flush(ex);
     dsc_note(ex, e, "device fault");
-    if (ex->err) {
-        ds_errf(err, errlen, "%s", ex->errmsg);
-        ex->err = 0;
-        ex->errmsg[0] = 0;
-        return -1;
-    }
-    return 0;
+    return dsc_report(ex, err, errlen);
 }
 
 void *ds_exec_cuda_stream(ds_exec *ex) { return (void *)ex->st; }
@@ -361,13 +363,7 @@ static int dsc_download_finish(ds_exec *ex, char *err, size_t errlen) {
         ex->dl_pending = 0;
         dsc_trace_flush(ex);
     }
-    if (ex->err) {
-        ds_errf(err, errlen, "%s", ex->errmsg);
-        ex->err = 0;
-        ex->errmsg[0] = 0;
-        return -1;
-    }
-    return 0;
+    return dsc_report(ex, err, errlen);
 }
 static void dsc_copy2d(ds_exec *ex, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                        size_t rows) {
