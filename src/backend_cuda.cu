@@ -365,15 +365,60 @@ static int dsc_download_finish(ds_exec *ex, char *err, size_t errlen) {
     }
     return dsc_report(ex, err, errlen);
 }
+/* Copies recorded into a graph run as kernels instead of memcpy nodes: the
+ * stream timeline measured a graph's small memcpy node at 0.7-4 us, a kernel
+ * node can start by programmatic dependent launch like its neighbours.
+ * 16-byte units when both ends and the length allow, else 4-byte, else
+ * bytes. Outside a recording (snapshots, restores) cudaMemcpyAsync stays.
+ * DSPARK_CUDA_OFF=copyk: memcpy nodes everywhere. A copy moves bits. */
+#define DSC_COPYK_MAX (4u << 20)
+template <typename T>
+__global__ void copyk_1d(T *__restrict__ d, const T *__restrict__ s, size_t n) {
+    dsc_pdl_wait();
+    dsc_pdl_trigger();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) d[i] = s[i];
+}
+template <typename T>
+__global__ void copyk_2d(T *__restrict__ d, size_t dp, const T *__restrict__ s, size_t sp, size_t w, size_t rows) {
+    dsc_pdl_wait();
+    dsc_pdl_trigger();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < w * rows; i += (size_t)gridDim.x * blockDim.x)
+        d[(i / w) * dp + i % w] = s[(i / w) * sp + i % w];
+}
+static bool dsc_copyk_ok(ds_exec *ex, size_t bytes) {
+    return ex->capturing && bytes <= DSC_COPYK_MAX && !(dsc_be(ex)->off & DSC_OFF_COPYK);
+}
+template <typename T>
+static void dsc_copyk_2d(ds_exec *ex, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t rows) {
+    const size_t n = width / sizeof(T) * rows;
+    const unsigned grid = (unsigned)((n + 255) / 256 < 1024 ? (n + 255) / 256 : 1024);
+    if (rows == 1)
+        dsc_launch(ex, "copy", copyk_1d<T>, dim3(grid), dim3(256), 0, (T *)dst, (const T *)src, n);
+    else
+        dsc_launch(ex, "copy2d", copyk_2d<T>, dim3(grid), dim3(256), 0, (T *)dst, dpitch / sizeof(T), (const T *)src,
+                   spitch / sizeof(T), width / sizeof(T), rows);
+}
+/* 1 when issued as a kernel (recording, small, the unit divides everything) */
+static int dsc_copyk(ds_exec *ex, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows) {
+    if (!dsc_copyk_ok(ex, width * rows)) return 0;
+    const uintptr_t all = (uintptr_t)dst | (uintptr_t)src | width | (rows > 1 ? (dpitch | spitch) : 0);
+    if (!(all % 16)) dsc_copyk_2d<uint4>(ex, dst, dpitch, src, spitch, width, rows);
+    else if (!(all % 4)) dsc_copyk_2d<uint32_t>(ex, dst, dpitch, src, spitch, width, rows);
+    else dsc_copyk_2d<unsigned char>(ex, dst, dpitch, src, spitch, width, rows);
+    return 1;
+}
 static void dsc_copy2d(ds_exec *ex, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                        size_t rows) {
     if (!width || !rows) return;
+    if (dsc_copyk(ex, dst, dpitch, src, spitch, width, rows)) return;
     const int ti = dsc_trace_begin(ex);
     dsc_note(ex, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, ex->st), "copy2d");
     dsc_trace_end(ex, ti, "copy2d");
 }
 static void dsc_copy(ds_exec *ex, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    if (dsc_copyk(ex, dst, bytes, src, bytes, bytes, 1)) return;
     const int ti = dsc_trace_begin(ex);
     dsc_note(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ex->st), "copy");
     dsc_trace_end(ex, ti, "copy");
@@ -634,7 +679,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
         {"swiglu", DSC_OFF_SWIGLU}, {"fq", DSC_OFF_FQ}, {"pinned", DSC_OFF_PINNED},
         {"chain", DSC_OFF_CHAIN}, {"prologue", DSC_OFF_PROLOGUE}, {"multi", DSC_OFF_MULTI},
         {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE}, {"q8x", DSC_OFF_Q8X},
-        {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL}, {"narrow", DSC_OFF_NARROW},
+        {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL}, {"narrow", DSC_OFF_NARROW}, {"copyk", DSC_OFF_COPYK},
     };
     *off = 0;
     const char *v = getenv(var);
@@ -649,7 +694,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
             }
         if (!known) {
             ds_errf(err, errlen,
-                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow)",
+                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk)",
                     var, (int)(n > 32 ? 32 : n), p);
             return -1;
         }

@@ -73,7 +73,7 @@ typedef struct {
 
 /* Launch-saving paths that can be switched off for an A/B measurement
  * (bench/cuda_ab.sh): DSPARK_CUDA_OFF=swiglu,fq,pinned,chain,prologue,multi,
- * wide,q8x,staged,pdl,narrow switch paths off, DSPARK_CUDA_ON=epilogue switches the
+ * wide,q8x,staged,pdl,narrow,copyk switch paths off, DSPARK_CUDA_ON=epilogue switches the
  * one that is off by default on (it measured slower). Read once when the
  * backend starts (an unknown name refuses to start); every path gives the
  * same bits. */
@@ -90,6 +90,7 @@ enum {
     DSC_OFF_STAGED = 1u << 9,    /* dense canonical GEMV through shared memory */
     DSC_OFF_PDL = 1u << 10,      /* programmatic dependent launch (dsc_launch)  */
     DSC_OFF_NARROW = 1u << 11,   /* Q8_0 GEMV: a row per warp on small grids    */
+    DSC_OFF_COPYK = 1u << 12,    /* recorded copies as kernels, not memcpy nodes */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
