@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < reps; r++) {
         double t0, t;
         CK(ds_kv_truncate(c, PREFIX));
-        const ds_select_opts so1 = {1, DS_LOGITS_LAST, &samp, &y1, NULL, NULL, NULL, 0};
+        const ds_select_opts so1 = {1, DS_LOGITS_LAST, &samp, &y1, NULL, NULL, NULL, 0, NULL, 0};
         t0 = now();
         CK(ds_forward_select(c, toks + PREFIX, 1, PREFIX, &so1, err, sizeof err));
         if ((t = now() - t0) < best[0]) best[0] = t;
@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
         CK(ds_kv_truncate(c, PREFIX));
         vtok[0] = toks[PREFIX];
         for (int i = 0; i < G; i++) vtok[i + 1] = ids[i];
-        const ds_select_opts sov = {0, DS_LOGITS_ALL, &samp, vsel, vt, NULL, NULL, 0};
+        const ds_select_opts sov = {0, DS_LOGITS_ALL, &samp, vsel, vt, NULL, NULL, 0, NULL, 0};
         t0 = now();
         CK(ds_forward_select(c, vtok, G + 1, PREFIX, &sov, err, sizeof err));
         if ((t = now() - t0) < best[2]) best[2] = t;

@@ -47,6 +47,13 @@ void ds_backend_copy2d(ds_exec *ex, void *dst, size_t dpitch, const void *src, s
         b->copy(ex, (char *)dst + r * dpitch, (const char *)src + r * spitch, width);
 }
 
+void ds_backend_copy_n(ds_exec *ex, int n, void *const dst[], const void *const src[], const size_t bytes[]) {
+    const ds_backend_i *b = ex->be->i;
+    if (b->copy_n && n > 1 && n <= DS_COPY_N_MAX) { b->copy_n(ex, n, dst, src, bytes); return; }
+    for (int i = 0; i < n; i++)
+        if (bytes[i]) b->copy(ex, dst[i], src[i], bytes[i]);
+}
+
 int ds_backend_has_heads(const ds_backend *be) {
     const ds_backend_i *b = be->i;
     return b->embed && b->argmax && b->add && b->fill && b->gate && b->sample;

@@ -149,9 +149,9 @@ typedef struct ds_backend_i {
     /* out[r] = argmax of row r (n floats), ties to the lowest index, NaN
      * never wins (out: device int32). */
     void (*argmax)(ds_exec *ex, int rows, int64_t n, const float *x, int32_t *out);
-    /* The drafter's feature sanitisation (spec §1.2), in place: NaN -> 0,
-     * |x| > lim -> +-lim. */
-    void (*sanitize)(ds_exec *ex, int64_t n, float *x, float lim);
+    /* The drafter's feature sanitisation (spec §1.2) of rows x n floats:
+     * dst = src with NaN -> 0, |x| > lim -> +-lim (src == dst: in place). */
+    void (*sanitize)(ds_exec *ex, int rows, int64_t n, const float *src, float *dst, float lim);
 
     /* ---- optional: recorded launch sequences (CUDA graphs) -------------
      * NULL on backends that run ops directly. graph_begin(ex, key): 1 when
@@ -268,7 +268,15 @@ typedef struct ds_backend_i {
      * download and runs them while the host decides what was accepted.) */
     void (*download_start)(ds_exec *ex, void *dst, const void *src, size_t bytes);
     int  (*download_finish)(ds_exec *ex, char *err, size_t errlen);
+
+    /* ---- optional: several device-to-device copies in one op ----------------
+     * n (<= DS_COPY_N_MAX) independent copies, bytes[i] from src[i] to
+     * dst[i] (no copy's destination overlaps another's source). NULL:
+     * ds_backend_copy_n issues them one by one. (A draft round restores
+     * four buffers' MASK rows: four graph nodes of ~2 us each.) */
+    void (*copy_n)(ds_exec *ex, int n, void *const dst[], const void *const src[], const size_t bytes[]);
 } ds_backend_i;
+#define DS_COPY_N_MAX 4
 
 struct ds_backend {
     const ds_backend_i *i;
@@ -312,6 +320,8 @@ int ds_backend_select(ds_exec *ex, const ds_sampler *smp, int rows, int n, const
                       float *scratch, int32_t *out, char *err, size_t errlen);
 /* 1 when the backend has every op the drafter's heads need. */
 int ds_backend_has_heads(const ds_backend *be);
+/* The table's copy_n, or one copy each on a backend without it. */
+void ds_backend_copy_n(ds_exec *ex, int n, void *const dst[], const void *const src[], const size_t bytes[]);
 /* The table's copy2d, or one copy per row on a backend without it. */
 void ds_backend_copy2d(ds_exec *ex, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                        size_t rows);

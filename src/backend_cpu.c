@@ -174,13 +174,14 @@ static void cpu_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids
 static void cpu_argmax(ds_exec *ex, int rows, int64_t n, const float *x, int32_t *out) {
     for (int r = 0; r < rows; r++) out[r] = (int32_t)ds_argmax(x + (size_t)r * n, n);
 }
-static void cpu_sanitize(ds_exec *ex, int64_t n, float *x, float lim) {
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
+static void cpu_sanitize(ds_exec *ex, int rows, int64_t n, const float *src, float *dst, float lim) {
+    const int64_t total = (int64_t)rows * n;
+    for (int64_t i = 0; i < total; i++) {
+        float v = src[i];
         if (v != v) v = 0.0f;
         else if (v > lim) v = lim;
         else if (v < -lim) v = -lim;
-        x[i] = v;
+        dst[i] = v;
     }
 }
 

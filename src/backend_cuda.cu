@@ -408,6 +408,45 @@ static int dsc_copyk(ds_exec *ex, void *dst, size_t dpitch, const void *src, siz
     else dsc_copyk_2d<unsigned char>(ex, dst, dpitch, src, spitch, width, rows);
     return 1;
 }
+/* copy_n: up to DS_COPY_N_MAX copies as one kernel (recording, 16-byte
+ * units everywhere), else one copy each */
+struct copyk_set {
+    uint4 *d[DS_COPY_N_MAX];
+    const uint4 *s[DS_COPY_N_MAX];
+    size_t end[DS_COPY_N_MAX];        /* cumulative lengths (units) */
+};
+__global__ void copyk_n(const copyk_set c, int n) {
+    dsc_pdl_wait();
+    dsc_pdl_trigger();
+    const size_t total = c.end[n - 1];
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        int k = 0;
+        while (i >= c.end[k]) k++;
+        const size_t j = i - (k ? c.end[k - 1] : 0);
+        c.d[k][j] = c.s[k][j];
+    }
+}
+static void dsc_copy(ds_exec *ex, void *dst, const void *src, size_t bytes);
+static void dsc_copy_n(ds_exec *ex, int n, void *const dst[], const void *const src[], const size_t bytes[]) {
+    copyk_set c;
+    memset(&c, 0, sizeof c);
+    size_t total = 0;
+    uintptr_t all = 0;
+    for (int i = 0; i < n; i++) {
+        all |= (uintptr_t)dst[i] | (uintptr_t)src[i] | bytes[i];
+        total += bytes[i];
+        c.d[i] = (uint4 *)dst[i];
+        c.s[i] = (const uint4 *)src[i];
+        c.end[i] = total / 16;
+    }
+    if (n < 1 || n > DS_COPY_N_MAX || all % 16 || !total || !dsc_copyk_ok(ex, total)) {
+        for (int i = 0; i < n; i++) dsc_copy(ex, dst[i], src[i], bytes[i]);
+        return;
+    }
+    const size_t units = total / 16;
+    const unsigned grid = (unsigned)((units + 255) / 256 < 1024 ? (units + 255) / 256 : 1024);
+    dsc_launch(ex, "copy_n", copyk_n, dim3(grid), dim3(256), 0, c, n);
+}
 static void dsc_copy2d(ds_exec *ex, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                        size_t rows) {
     if (!width || !rows) return;
@@ -668,6 +707,7 @@ static const ds_backend_i dsc_iface = {
     dsc_copy2d,
     dsc_download_start,
     dsc_download_finish,
+    dsc_copy_n,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving

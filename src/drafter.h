@@ -72,5 +72,11 @@ int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t 
  * (ds_select_opts.draft_dev). No confidences. Greedy or seeded alike. */
 int ds_draft_queue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, const int32_t **ids_dev,
                    char *err, size_t errlen);
+/* The device rows of the round last queued, for a verify that reads all
+ * its inputs there (ds_select_opts.rows_dev): positions p..p+gamma at
+ * rows[0..gamma] and tokens [anchor, d_1..d_n_keep] at rows[*pitch + 0..];
+ * rows[*pitch + 1] is the queue's *ids_dev. Valid until the next round;
+ * NULL when a block of more than 63 rows leaves no room for them. */
+const int32_t *ds_dctx_rows_dev(const ds_dctx *x, int *pitch);
 
 #endif

@@ -51,10 +51,10 @@ static const float *arena_vec(const ds_drafter *d, const float *host) {
 
 /* The drafter's float buffers, all on the device (allocated by the
  * backend); the host never reads them except through download(). */
-#define DCTX_NBUF 26
+#define DCTX_NBUF 25
 static void dctx_slots(ds_dctx *x, float **slot[DCTX_NBUF]) {
     float **s[DCTX_NBUF] = {&x->feat, &x->x, &x->xn, &x->o, &x->q, &x->att, &x->k, &x->v,
-                            &x->gate, &x->up, &x->hff, &x->h, &x->z, &x->bias, &x->samp_scratch,
+                            &x->gate, &x->up, &x->hff, &x->z, &x->bias, &x->samp_scratch,
                             &x->vec, &x->cw, &x->hc, &x->state, &x->mask_x, &x->mask_q,
                             &x->mask_k, &x->mask_v, &x->mask_bias, &x->conf, &x->scal};
     memcpy(slot, s, sizeof s);
@@ -140,7 +140,7 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
     const size_t n[DCTX_NBUF] = {
         R * (size_t)d->n_taps * D, R * D, R * D, R * D,        /* feat x xn o        */
         R * qd, R * qd, R * kvd, R * kvd,                      /* q att k v          */
-        R * (size_t)d->n_ff, R * (size_t)d->n_ff, R * (size_t)d->n_ff, G * D,  /* gate up hff h */
+        R * (size_t)d->n_ff, R * (size_t)d->n_ff, R * (size_t)d->n_ff,       /* gate up hff        */
         G * V, V, 2 * V,                                       /* z bias samp        */
         7 * r + 4 * D + 16, 3 * w + 1, D, r + 1,               /* vec cw hc state    */
         GM * D, GM * qd, GM * kvd, GM * kvd, V,                /* mask x q k v bias  */
@@ -208,10 +208,15 @@ static int dctx_graph_begin(ds_dctx *x, uint64_t key, char *err, size_t errlen) 
     return b->graph_begin(x->ex, key, err, errlen);
 }
 
-/* Positions p0..p0+M-1 onto the device. */
+/* Positions p0..p0+M-1 onto the device, unless they are there: a round's
+ * upload (draft_enqueue) leaves p..p+rows-1, and the context rows that
+ * follow its verify sit at p..p+ell, so a speculative round uploads once. */
 static void set_positions(ds_dctx *x, int M, int p0) {
+    if (x->pos_p0 == p0 && M <= x->pos_n) return;
     for (int r = 0; r < M; r++) x->pos_host[r] = p0 + r;
     x->ex->be->i->upload(x->ex, x->pos, x->pos_host, (size_t)M * sizeof(int));
+    x->pos_p0 = p0;
+    x->pos_n = M;
 }
 
 int ds_dctx_len(const ds_dctx *x) { return x->len; }
@@ -265,9 +270,9 @@ static int dctx_append(ds_dctx *x, const float *taps, int on_device, int n, int 
             done += M;
             continue;
         }
-        /* sanitize (spec §1.2): NaN -> 0, |x| > 65504 -> +-65504 */
-        if (on_device) b->copy(x->ex, x->feat, src, (size_t)M * fw * sizeof(float));
-        b->sanitize(x->ex, (int64_t)M * (int64_t)fw, x->feat, DS_FEAT_MAX);
+        /* sanitize (spec §1.2): NaN -> 0, |x| > 65504 -> +-65504; device
+         * taps straight from where the verify left them */
+        b->sanitize(x->ex, M, (int64_t)fw, on_device ? src : x->feat, x->feat, DS_FEAT_MAX);
         /* ctx = RMSNorm_hidden_norm(W_fc feat) */
         b->matmul(x->ex, CANON, &d->fc, M, x->feat, x->x);
         b->rmsnorm(x->ex, CANON, M, D, x->x, d->hidden_norm, d->eps, x->xn);
@@ -329,17 +334,22 @@ static void block_forward(ds_dctx *x, int p) {
                  .o = x->o, .gate = x->gate, .up = x->up, .h = x->hff, .pos = x->pos};
 
     b->embed(ex, d->embd, 1, x->toks, x->x);                       /* the anchor (toks[0]) */
-    if (reuse) b->copy(ex, x->x + D, x->mask_x, (size_t)(G - 1) * D * sizeof(float));
-    else
+    if (reuse) {
+        /* the MASK rows' layer-0 input and projections from the per-context
+         * cache, in one op (rows 1..G-1: the anchor's row 0 is computed) */
+        const size_t fs = sizeof(float);
+        void *const dst[4] = {x->x + D, x->q + qd, x->k + kvd, x->v + kvd};
+        const void *const src[4] = {x->mask_x, x->mask_q, x->mask_k, x->mask_v};
+        const size_t bytes[4] = {(size_t)(G - 1) * D * fs, (size_t)(G - 1) * qd * fs, (size_t)(G - 1) * kvd * fs,
+                                 (size_t)(G - 1) * kvd * fs};
+        ds_backend_copy_n(ex, 4, dst, src, bytes);
+    } else
         for (int r = 1; r < G; r++) b->embed(ex, d->embd, 1, x->toks + G + 1, x->x + (size_t)r * D);
     for (int l = 0; l < d->n_layer; l++) {
         int qkv_ready = 0;
         if (l == 0 && reuse) {
-            /* anchor row computed; MASK rows copied from the per-context cache */
+            /* anchor row computed; MASK rows copied from the cache above */
             layer0_proj_row(d, ex, x->x, x->xn, x->q, x->k, x->v);
-            b->copy(ex, x->q + qd, x->mask_q, (size_t)(G - 1) * qd * sizeof(float));
-            b->copy(ex, x->k + kvd, x->mask_k, (size_t)(G - 1) * kvd * sizeof(float));
-            b->copy(ex, x->v + kvd, x->mask_v, (size_t)(G - 1) * kvd * sizeof(float));
             qkv_ready = 1;
         } else if (l == 0) {
             b->rmsnorm(ex, CANON, G, D, x->x, d->layers[0].attn_norm, d->eps, x->xn);
@@ -384,8 +394,9 @@ static int draft_ops(ds_dctx *x, int n_keep, const ds_sampler *samp, int p, int 
          * after the output norm (whose Q8_0 copy of x->xn it can then read) */
         be->matmul(ex, CANON, d->head, n_keep, x->xn, x->z);
     }
-    be->copy(ex, x->h, x->xn, (size_t)G * D * fs);                 /* the heads read x->h */
-    if (x->dbg_hidden) be->download(ex, x->dbg_hidden, x->h, (size_t)G * D * fs);
+    /* the heads read the hidden rows where the output norm left them: from
+     * here on nothing writes x->xn before the next block */
+    if (x->dbg_hidden) be->download(ex, x->dbg_hidden, x->xn, (size_t)G * D * fs);
 
     /* scratch carve-up of x->vec: e[r] | in[max(2r+d, d+r, 2d)] | out[3r] | g[r] */
     float *e = x->vec;
@@ -406,7 +417,7 @@ static int draft_ops(ds_dctx *x, int n_keep, const ds_sampler *samp, int p, int 
             .w1 = r > 0 ? &d->w1 : NULL, .w2 = r > 0 ? &d->w2 : NULL,
             .conf_w = d->has_conf && want_conf ? &d->conf_w : NULL,
             .conf_with_markov = d->conf_with_markov,
-            .h = x->h, .z = x->z, .toks = x->toks,
+            .h = x->xn, .z = x->z, .toks = x->toks,
             .mask_id = d->mask_id, .mask_logit = DS_MASK_LOGIT,
             .conf_b = x->scal + 1, .conf_logit = x->scal, .conf = x->conf,
             .bias = x->bias, .in = in,
@@ -415,7 +426,7 @@ static int draft_ops(ds_dctx *x, int n_keep, const ds_sampler *samp, int p, int 
     }
 
     for (int k = 0; k < n_keep; k++) {
-        const float *hk = x->h + (size_t)k * D;
+        const float *hk = x->xn + (size_t)k * D;
         float *zk = x->z + (size_t)k * V;
         const int32_t *prev = x->toks + k;                       /* device: anchor, then chosen */
         if (r > 0) be->embed(ex, &d->w1, 1, prev, e);            /* e_k = W1[prev_k] */
@@ -519,11 +530,14 @@ static int draft_enqueue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts 
     ds_exec *ex = x->ex;
     const ds_backend_i *be = ex->be->i;
 
-    /* the round's upload: the block's positions and the anchor (toks[0],
-     * right after the rows of positions) at once */
-    for (int r = 0; r < G; r++) x->pos_host[r] = p + r;
+    /* the round's upload: positions p..p+rows-1 (the block's G, the
+     * verify's G + 1 and the context rows after it read them) and the
+     * anchor (toks[0], right after the rows of positions) at once */
+    for (int r = 0; r < x->rows; r++) x->pos_host[r] = p + r;
     x->pos_host[x->rows] = anchor;
     be->upload(ex, x->pos, x->pos_host, ((size_t)x->rows + 1) * sizeof(int32_t));
+    x->pos_p0 = p;
+    x->pos_n = x->rows;
     /* Everything from here to the downloads reads the anchor and positions
      * from the device, so a backend that records launch sequences (CUDA
      * graphs) replays one recording per (context, n_keep, confidence):
@@ -553,6 +567,12 @@ int ds_draft_queue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, co
     if (draft_enqueue(x, anchor, p, o, 0, err, errlen)) return -1;
     *ids_dev = x->toks + 1;
     return 0;
+}
+
+const int32_t *ds_dctx_rows_dev(const ds_dctx *x, int *pitch) {
+    if (!x || !pitch || x->rows < x->d->gamma + 1) return NULL;   /* no room for p + gamma */
+    *pitch = (int)(x->toks - x->pos);
+    return x->pos;
 }
 
 int ds_draft(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, int32_t *ids, float *confidence,

@@ -83,11 +83,10 @@ struct ds_dctx {
     int   rows;                     /* scratch rows = max(chunk, gamma)          */
     /* scratch */
     float *feat;                    /* [rows][n_taps*d] sanitized taps           */
-    float *x, *xn, *o;              /* [rows][d]                                 */
+    float *x, *xn, *o;              /* [rows][d]; xn: the heads' hidden rows too */
     float *q, *att;                 /* [rows][H*hd]                              */
     float *k, *v;                   /* [rows][Hkv*hd]                            */
     float *gate, *up, *hff;         /* [rows][n_ff]                              */
-    float *h;                       /* [gamma][d] post-output_norm hidden        */
     float *z;                       /* [gamma][V] logits                         */
     float *bias;                    /* [V] Markov bias                           */
     float *samp_scratch;            /* [2V]                                      */
@@ -99,6 +98,10 @@ struct ds_dctx {
     float *scal;                    /* [2]: the confidence logit, conf_b (device) */
     int   *pos;                     /* [rows] device positions, then toks below  */
     int   *pos_host;                /* [rows + 1] host staging (+ the anchor)    */
+    /* what the device's pos[] holds: pos_p0 + i at pos[i] for i < pos_n
+     * (every write to it is an upload from this side, so the host knows);
+     * a context append at positions already there uploads nothing */
+    int   pos_p0, pos_n;
     /* The Markov chain's ids on the device: toks[0] = the anchor (uploaded),
      * toks[k+1] = the token slot k chose (written by the argmax / sample op,
      * read by slot k+1's W1 / embedding lookups: no host round trip), and

@@ -49,11 +49,11 @@ static int select_prefill(ds_ctx *c, const int32_t *prompt, int n_prompt, ds_pre
     if (prompt_fits(c, n_prompt, err, errlen)) return -1;
     ds_kv_truncate(c, 0);
     if (mode == DS_PREFILL_BATCH) {
-        const ds_select_opts so = {0, DS_LOGITS_LAST, samp, first, NULL, NULL, NULL, 0};
+        const ds_select_opts so = {0, DS_LOGITS_LAST, samp, first, NULL, NULL, NULL, 0, NULL, 0};
         return ds_forward_select(c, prompt, n_prompt, 0, &so, err, errlen);
     }
     for (int i = 0; i < n_prompt; i++) {
-        const ds_select_opts so = {1, i == n_prompt - 1 ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first, NULL, NULL, NULL, 0};
+        const ds_select_opts so = {1, i == n_prompt - 1 ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first, NULL, NULL, NULL, 0, NULL, 0};
         if (ds_forward_select(c, prompt + i, 1, i, &so, err, errlen)) return -1;
     }
     return 0;
@@ -77,7 +77,7 @@ int ds_generate(ds_ctx *c, const int32_t *prompt, int n_prompt, const ds_gen_opt
         if (i + 1 == o->n_predict) break;
         if (pos >= ds_ctx_n_ctx(c)) { st->stop = "context"; break; }
         int32_t next = -1;
-        const ds_select_opts so = {1, DS_LOGITS_LAST, samp, &next, NULL, NULL, NULL, 0};
+        const ds_select_opts so = {1, DS_LOGITS_LAST, samp, &next, NULL, NULL, NULL, 0, NULL, 0};
         if (ds_forward_select(c, &tok, 1, pos, &so, err, errlen)) return -1;
         tok = next;
         pos++;

@@ -549,6 +549,8 @@ typedef struct {
     const int32_t *draft_dev;   /* rows 1..M-1's tokens on the device, or NULL */
     int32_t *draft_host;
     int      defer;
+    const int32_t *rows_dev;    /* with draft_dev: positions, then tokens at +pitch */
+    int      rows_pitch;
 } sel_args;
 
 /* The key a recorded launch sequence is filed under: everything that
@@ -574,6 +576,18 @@ static void sel_unpack(ds_ctx *c) {
     c->pend = 0;
 }
 
+/* A queued draft's rows into the context's buffers, device to device: its
+ * ids (rows 1..n-1), or with rows_dev the positions and all n tokens as
+ * one two-row copy (c->ids sits m_max ints after c->pos). */
+static void tail_copy(ds_ctx *c, const sel_args *sel, int n) {
+    const ds_backend_i *b = c->be->i;
+    if (sel->rows_dev)
+        ds_backend_copy2d(c->ex, c->pos, (size_t)c->m_max * sizeof(int32_t), sel->rows_dev,
+                  (size_t)sel->rows_pitch * sizeof(int32_t), (size_t)n * sizeof(int32_t), 2);
+    else
+        b->copy(c->ex, c->ids + 1, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
+}
+
 static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, int logits_mode,
                float *logits, float *taps, const sel_args *sel, char *err, size_t errlen) {
     const int tail_dev = sel && sel->draft_dev;
@@ -592,15 +606,20 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         const int n = M - done < c->m_max ? M - done : c->m_max;
         const int p0 = pos0 + done;
         /* positions and ids in one upload (the ids sit m_max ints after the
-         * positions); a queued draft's ids device to device after it */
-        for (int r = 0; r < n; r++) c->pos_host[r] = p0 + r;
-        int32_t *ids_host = (int32_t *)c->pos_host + c->m_max;
-        memcpy(ids_host, tokens + done, (size_t)(tail_dev ? 1 : n) * sizeof(int32_t));
-        b->upload(c->ex, c->pos, c->pos_host, (size_t)(c->m_max + (tail_dev ? 1 : n)) * sizeof(int32_t));
+         * positions); a queued draft's ids device to device after it; a
+         * queued round's rows (rows_dev: positions and every token already
+         * on the device) no upload at all */
+        const int rows_dev = tail_dev && sel->rows_dev;
+        if (!rows_dev) {
+            for (int r = 0; r < n; r++) c->pos_host[r] = p0 + r;
+            int32_t *ids_host = (int32_t *)c->pos_host + c->m_max;
+            memcpy(ids_host, tokens + done, (size_t)(tail_dev ? 1 : n) * sizeof(int32_t));
+            b->upload(c->ex, c->pos, c->pos_host, (size_t)(c->m_max + (tail_dev ? 1 : n)) * sizeof(int32_t));
+        }
         /* a queued draft's ids: device to device, inside the recording when
          * there is one (its address is part of the key) */
         const int tail_rec = tail_dev && b->graph_begin && !c->probe.fn;
-        if (tail_dev && !tail_rec) b->copy(c->ex, c->ids + 1, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
+        if (tail_dev && !tail_rec) tail_copy(c, sel, n);
         /* taps and logits: to the caller's host buffers on host-memory
          * backends; else to the context's device buffers, fixed per context
          * so that a recorded launch sequence is the same for every call of
@@ -626,10 +645,12 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         if (graphs) {
             uint64_t key = graph_key(c, var, n, r0, rows, (taps_dst != NULL) | (sel_rec << 1) | (tail_rec << 2));
             if (tail_rec) key ^= (uint64_t)(uintptr_t)sel->draft_dev * 0x9e3779b97f4a7c15ull;
+            if (tail_rec && rows_dev)
+                key ^= ((uint64_t)(uintptr_t)sel->rows_dev + (uint64_t)sel->rows_pitch) * 0xc2b2ae3d27d4eb4full;
             if ((replayed = b->graph_begin(c->ex, key, err, errlen)) < 0) return -1;
         }
         if (!replayed) {
-            if (tail_rec) b->copy(c->ex, c->ids + 1, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
+            if (tail_rec) tail_copy(c, sel, n);
             forward_chunk(c, var, n, p0, taps_dst, taps_stride);
             if (rows) logits_rows(c, var, r0, rows, p0, lg_dst);
             if (sel_rec && ds_backend_select(c->ex, NULL, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1, c->sel_scratch,
@@ -704,7 +725,12 @@ int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const d
     if (o->rows != DS_LOGITS_NONE && !o->ids) { ds_errf(err, errlen, "select: ids requested but no buffer given"); return -1; }
     if (o->decode && M != 1) { ds_errf(err, errlen, "select: the decode path takes one token, not %d", M); return -1; }
     if (o->draft_dev && !o->draft_host) { ds_errf(err, errlen, "select: device tokens given but no host buffer for them"); return -1; }
-    const sel_args sel = {o->samp, o->ids, o->taps_dev, o->draft_dev, o->draft_host, o->defer};
+    if (o->rows_dev && (!o->draft_dev || o->rows_pitch < M)) {
+        ds_errf(err, errlen, "select: device rows need a queued draft and a pitch of at least %d rows (%s, pitch %d)", M,
+                o->draft_dev ? "draft given" : "no draft", o->rows_pitch);
+        return -1;
+    }
+    const sel_args sel = {o->samp, o->ids, o->taps_dev, o->draft_dev, o->draft_host, o->defer, o->rows_dev, o->rows_pitch};
     return run(c, o->decode, tokens, M, pos0, o->rows, NULL, NULL, &sel, err, errlen);
 }
 

@@ -153,6 +153,12 @@ typedef struct {
      * between runs while the host waits. One batch (M <= m_max) only; on
      * other backends the ids are there at once and collect does nothing. */
     int               defer;
+    /* With draft_dev, optionally: the M rows' positions (rows_dev[0..M),
+     * equal to pos0..) and tokens (rows_dev[rows_pitch + 0..M), tokens[0]
+     * first) are on the device too (ds_dctx_rows_dev): nothing is uploaded,
+     * one device copy brings both. NULL: positions and tokens[0] upload. */
+    const int32_t    *rows_dev;
+    int               rows_pitch;
 } ds_select_opts;
 int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o,
                       char *err, size_t errlen);

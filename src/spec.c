@@ -240,7 +240,7 @@ int ds_spec_measure_sps(ds_ctx *c, int max_width, int reps, double *sec, char *e
         for (int r = -1; r < reps; r++) {
             ds_kv_truncate(c, 0);
             double t0 = now_s();
-            const ds_select_opts so = {0, DS_LOGITS_ALL, NULL, sel, tp, NULL, NULL, 0};
+            const ds_select_opts so = {0, DS_LOGITS_ALL, NULL, sel, tp, NULL, NULL, 0, NULL, 0};
             if (ds_forward_select(c, tok, w, 0, &so, err, errlen)) goto done;
             if (r >= 0) t[r] = now_s() - t0;
         }
@@ -276,12 +276,12 @@ static int spec_prefill(ds_ctx *c, ds_dctx *dx, const int32_t *prompt, int n, ds
         int m = n - off < chunk ? n - off : chunk;
         const int last = off + m == n;
         if (mode == DS_PREFILL_BATCH) {
-            const ds_select_opts so = {0, last ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first, taps, NULL, NULL, 0};
+            const ds_select_opts so = {0, last ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first, taps, NULL, NULL, 0, NULL, 0};
             if (ds_forward_select(c, prompt + off, m, off, &so, err, errlen)) return -1;
         } else {
             for (int i = 0; i < m; i++) {
                 const ds_select_opts so = {1, last && i == m - 1 ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first,
-                                           taps + (size_t)i * T, NULL, NULL, 0};
+                                           taps + (size_t)i * T, NULL, NULL, 0, NULL, 0};
                 if (ds_forward_select(c, prompt + off + i, 1, off + i, &so, err, errlen)) return -1;
             }
         }
@@ -429,7 +429,11 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
          * block writes its own before reading. */
         const int ahead = queued && vt != vtaps && be->i->download_start;
         if (queued) {   /* the drafts stay on the device; they come back with the selections */
-            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vt, ell ? ids_dev : NULL, ids, ahead};
+            /* with drafts, the verify's positions and tokens are the
+             * drafter's device rows of this round: nothing to upload */
+            int pitch = 0;
+            const int32_t *rows = ell ? ds_dctx_rows_dev(dx, &pitch) : NULL;
+            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vt, ell ? ids_dev : NULL, ids, ahead, rows, pitch};
             if (ds_forward_select(c, vtok, ell + 1, p, &so, err, errlen)) goto done;
             if (ahead) {
                 if (ds_dctx_truncate(dx, p)) { ds_errf(err, errlen, "spec: drafter truncate to %d failed", p); goto done; }
@@ -440,7 +444,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
             for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
         } else {   /* only the ell + 1 selected ids come back; logits and taps stay */
             for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
-            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vt, NULL, NULL, 0};
+            const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vt, NULL, NULL, 0, NULL, 0};
             if (ds_forward_select(c, vtok, ell + 1, p, &so, err, errlen)) goto done;
         }
         double tc = now_s();
@@ -464,7 +468,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
             int a2 = a;
             for (int j = 0; j <= a; j++) {
                 int32_t y = -1;
-                const ds_select_opts so = {1, DS_LOGITS_LAST, samp, &y, vtaps + (size_t)j * T, NULL, NULL, 0};
+                const ds_select_opts so = {1, DS_LOGITS_LAST, samp, &y, vtaps + (size_t)j * T, NULL, NULL, 0, NULL, 0};
                 if (ds_forward_select(c, &vtok[j], 1, p + j, &so, err, errlen)) goto done;
                 if (j < a && y != ids[j]) { a2 = j; bonus = y; st->replay_fixups++; break; }
                 if (j == a) {

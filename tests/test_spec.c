@@ -398,6 +398,7 @@ static void device_resident_checks(const char *dir) {
                  * draft the same ids: the same rounds and accepts */
                 ds_spec_stats sq;
                 memset(&sq, 0, sizeof sq);
+                long up_queued = 0;
                 for (int wait = 0; wait < 2; wait++) {
                     ds_spec_opts o;
                     ds_spec_opts_default(&o);
@@ -410,14 +411,21 @@ static void device_resident_checks(const char *dir) {
                     spec(cd, dd, pi, &o, &rd, &sd);
                     queued_runs++;
                     differ += first_diff(&rd, &ref) >= 0;
+                    /* uploads: a waited round two (the draft's positions
+                     * and anchor, the verify's), a queued one the draft's
+                     * only (its verify and the context rows after it read
+                     * the drafter's device rows); both runs share the
+                     * prefill and every other round */
                     const int waits_ok = wait ? sd.queued_rounds == 0 && sd.ahead_rounds == 0 && k.down_calls > 1 + sd.rounds &&
-                                                    sd.rounds == sq.rounds && sd.accepted == sq.accepted
+                                                    sd.rounds == sq.rounds && sd.accepted == sq.accepted &&
+                                                    k.up_calls - up_queued == sq.queued_rounds
                                               : sd.queued_rounds > 0 && sd.queued_rounds >= sd.rounds - 1 &&
                                                 sd.ahead_rounds == sd.queued_rounds && k.down_calls == 1 + sd.rounds;
-                    if (!wait) sq = sd;
+                    if (!wait) { sq = sd; up_queued = k.up_calls; }
                     if (!waits_ok && ++bad_waits <= 3)
-                        printf("INFO   waits: kind=%s draft_wait=%d rounds=%d queued=%ld ahead=%ld downloads=%ld\n", kinds[ki],
-                               wait, sd.rounds, sd.queued_rounds, sd.ahead_rounds, k.down_calls);
+                        printf("INFO   waits: kind=%s draft_wait=%d rounds=%d queued=%ld ahead=%ld downloads=%ld uploads=%ld (queued run %ld)\n",
+                               kinds[ki], wait, sd.rounds, sd.queued_rounds, sd.ahead_rounds, k.down_calls, k.up_calls,
+                               up_queued);
                 }
                 /* a device that declines the sampler: the host fallback, same bytes */
                 if (si >= 0 && pi == p_first) {
@@ -442,7 +450,7 @@ static void device_resident_checks(const char *dir) {
     {
         int32_t tok[2] = { 3, 4 }, sel2[2] = { -1, -1 };
         ds_kv_truncate(cd, 0);
-        const ds_select_opts so = {0, DS_LOGITS_ALL, NULL, sel2, NULL, NULL, NULL, 1};
+        const ds_select_opts so = {0, DS_LOGITS_ALL, NULL, sel2, NULL, NULL, NULL, 1, NULL, 0};
         int ok = ds_forward_select(cd, tok, 2, 0, &so, err, sizeof err) == 0;
         ok &= ds_forward_select(cd, tok, 2, 0, &so, err, sizeof err) == -1 && strstr(err, "never collected") != NULL;
         ok &= ds_forward_collect(cd, err, sizeof err) == 0 && sel2[0] >= 0 && sel2[1] >= 0;
@@ -453,7 +461,7 @@ static void device_resident_checks(const char *dir) {
     CHECK(differ == 0, "device-resident spec != plain in %ld of %ld runs", differ, runs + fallback_runs);
     CHECK(host_differ == 0, "device-resident spec differs from the host path in %ld of %ld runs", host_differ, runs);
     CHECK(bad_moves == 0, "%ld runs moved more than ids and confidences", bad_moves);
-    CHECK(bad_waits == 0, "%ld of %ld runs waited other than once a round (queued) / twice (--draft-wait)", bad_waits,
+    CHECK(bad_waits == 0, "%ld of %ld runs waited other than once a round (queued) / twice (--draft-wait), or a queued round uploaded more than once", bad_waits,
           queued_runs);
     printf("%s device_resident_spec runs=%ld fallback_runs=%ld queued_runs=%ld differ=%ld host_differ=%ld bad_moves=%ld bad_waits=%ld\n",
            differ || host_differ || bad_moves || bad_waits ? "FAIL" : "PASS", runs, fallback_runs, queued_runs, differ,

@@ -270,7 +270,7 @@ static void profile_draft(ds_ctx *c, const char *drafter_path, const int32_t *to
             switch (k) {
             case PH_DEC: {
                 CHECK(ds_kv_truncate(c, prefix));
-                const ds_select_opts so = {1, DS_LOGITS_LAST, &samp, &y1, NULL, NULL, NULL, 0};
+                const ds_select_opts so = {1, DS_LOGITS_LAST, &samp, &y1, NULL, NULL, NULL, 0, NULL, 0};
                 t0 = pf_now(cpu);
                 CHECK(ds_forward_select(c, toks + prefix, 1, prefix, &so, err, sizeof err));
                 break;
@@ -282,7 +282,7 @@ static void profile_draft(ds_ctx *c, const char *drafter_path, const int32_t *to
                 CHECK(ds_kv_truncate(c, prefix));
                 vtok[0] = toks[prefix];
                 for (int i = 0; i < G; i++) vtok[i + 1] = ids[i];
-                const ds_select_opts so = {0, DS_LOGITS_ALL, &samp, vsel, vtaps, NULL, NULL, 0};
+                const ds_select_opts so = {0, DS_LOGITS_ALL, &samp, vsel, vtaps, NULL, NULL, 0, NULL, 0};
                 t0 = pf_now(cpu);
                 CHECK(ds_forward_select(c, vtok, G + 1, prefix, &so, err, sizeof err));
                 break;

@@ -383,6 +383,60 @@ static void test_graph(T *t) {
     free(kc); free(kv); free(q);
 }
 
+/* copy_n and copy2d recorded into a graph (kernels there) and run
+ * directly (memcpy), aligned and not: the destination bytes of a host
+ * copy, the bytes around them untouched. */
+static void test_copies(T *t) {
+    enum { NB = 4096 };
+    unsigned char *h = malloc(NB), *want = malloc(NB), *got = malloc(NB);
+    char err[DS_ERRLEN];
+    int ok = 1;
+    for (int i = 0; i < NB; i++) h[i] = (unsigned char)(i * 37 + 11);
+    unsigned char *src = dput(t, h, NB), *dst = dmem(t, NB);
+    /* case 0: four 16-byte-aligned segments (one kernel when recorded);
+     * case 1: one segment 4-byte aligned only (one copy each) */
+    static const size_t so[2][4] = {{0, 512, 1024, 2048}, {0, 516, 1028, 2052}};
+    static const size_t dof[2][4] = {{2048, 3072, 16, 1536}, {2048, 3072, 20, 1536}};
+    static const size_t nb[2][4] = {{256, 480, 1008, 16}, {256, 484, 1004, 16}};
+    for (int cs = 0; cs < 2; cs++)
+        for (int rec = 0; rec < 2; rec++) {
+            unsigned char zero[NB];
+            memset(zero, 0xA5, NB);
+            t->i->upload(t->ex, dst, zero, NB);
+            memcpy(want, zero, NB);
+            void *d4[4];
+            const void *s4[4];
+            size_t b4[4];
+            for (int k = 0; k < 4; k++) {
+                d4[k] = dst + dof[cs][k];
+                s4[k] = src + so[cs][k];
+                b4[k] = nb[cs][k];
+                memcpy(want + dof[cs][k], h + so[cs][k], nb[cs][k]);
+            }
+            /* a 2d copy beside them: 3 rows of 40 bytes, pitches 100 / 64 */
+            for (int r = 0; r < 3; r++) memcpy(want + 3600 + r * 100, h + 3000 + r * 64, 40);
+            int g = 0;
+            if (rec && (g = t->i->graph_begin(t->ex, 43 + (uint64_t)cs, err, sizeof err)) < 0) {
+                printf("FAIL graph_begin: %s\n", err);
+                n_fail++;
+                break;
+            }
+            if (!g) {
+                ds_backend_copy_n(t->ex, 4, d4, s4, b4);
+                ds_backend_copy2d(t->ex, dst + 3600, 100, src + 3000, 64, 40, 3);
+            }
+            if (rec && t->i->graph_end(t->ex, err, sizeof err)) { printf("FAIL graph_end: %s\n", err); n_fail++; break; }
+            dget(t, got, dst, NB);
+            ok &= !memcmp(got, want, NB);
+            if (rec) t->i->graph_drop(t->ex, 43 + (uint64_t)cs);
+        }
+    CHECK(ok, "copy_n / copy2d (recorded or direct) != host copies");
+    printf("copy_n / copy2d recorded and direct, aligned and not: %s\n", ok ? "same bytes" : "DIFFERENT");
+    sync_ok(t, "copies");
+    dfree(t, src); dfree(t, dst);
+    free(h); free(want); free(got);
+}
+
 /* ==========================================================================
  * rmsnorm, residual, rope, swiglu
  * ========================================================================== */
@@ -555,10 +609,16 @@ static void test_small(T *t) {
     /* sanitize */
     float s[6] = {NAN, 1e6f, -1e6f, 3.0f, -INFINITY, 65504.0f}, so[6];
     float *ds = dput(t, s, sizeof s);
-    t->i->sanitize(t->ex, 6, ds, 65504.0f);
-    dget(t, so, ds, sizeof so);
+    float *ds2 = dput(t, s, sizeof s);
+    t->i->sanitize(t->ex, 2, 3, ds, ds2, 65504.0f);            /* src -> dst, src untouched */
+    dget(t, so, ds2, sizeof so);
     CHECK(so[0] == 0 && so[1] == 65504.0f && so[2] == -65504.0f && so[3] == 3.0f && so[4] == -65504.0f &&
               so[5] == 65504.0f, "sanitize");
+    dget(t, so, ds, sizeof so);
+    CHECK(so[3] == 3.0f && so[1] == 1e6f && so[0] != so[0], "sanitize wrote its source");
+    t->i->sanitize(t->ex, 1, 6, ds, ds, 65504.0f);             /* in place */
+    dget(t, so, ds, sizeof so);
+    CHECK(so[0] == 0 && so[1] == 65504.0f && so[4] == -65504.0f, "sanitize in place");
     /* embed, every type */
     const uint32_t types[4] = {DS_TYPE_F32, DS_TYPE_F16, DS_TYPE_BF16, DS_TYPE_Q8_0};
     int eok = 1;
@@ -1125,6 +1185,7 @@ int main(int argc, char **argv) {
         test_attention(&t, 64, 1);
         test_attention(&t, 128, 1);
         test_graph(&t);
+        test_copies(&t);
         test_rmsnorm(&t, 384);
         test_rmsnorm(&t, 100);
         test_rmsnorm(&t, 4096);

@@ -76,20 +76,35 @@ void dsc_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float
 }
 
 /* ---- the drafter's feature sanitisation: NaN -> 0, |x| > lim -> +-lim ------------------ */
-__global__ void sanitize_k(int64_t n, float *x, float lim) {
+/* dst = sanitize(src) (src == dst: in place), and with q (dsc_q8x: rows of
+ * whole blocks, 256-thread blocks, so a warp is one block of one row) its
+ * Q8_0 copy for the matmul that reads it next: the context rows' taps are
+ * copied, sanitized and quantized in one launch instead of three. */
+__global__ void sanitize_k(int64_t n, const float *src, float *dst, float lim, int8_t *__restrict__ q,
+                           float *__restrict__ qd) {
+    dsc_pdl_wait();                               /* dsc_launch */
+    dsc_pdl_trigger();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float v = x[i];
+    if (i >= n) return;                           /* whole warps (n % 32 == 0 with q) */
+    float v = src[i];
     if (v != v) v = 0.0f;
     else if (v > lim) v = lim;
     else if (v < -lim) v = -lim;
-    x[i] = v;
+    dst[i] = v;
+    if (q) {
+        const float d = dsc_q8_block_warp(v, threadIdx.x & 31, q + (i & ~(int64_t)31));
+        if ((threadIdx.x & 31) == 0) qd[i / 32] = d;
+    }
 }
 
-void dsc_sanitize(ds_exec *ex, int64_t n, float *x, float lim) {
-    if (n <= 0) return;
-    sanitize_k<<<dsc_blocks(n, 256), 256, 0, ex->st>>>(n, x, lim);
-    DSC_LAUNCHED(ex, "sanitize");
+void dsc_sanitize(ds_exec *ex, int rows, int64_t n, const float *src, float *dst, float lim) {
+    if (rows <= 0 || n <= 0) return;
+    const int64_t total = (int64_t)rows * n;
+    int8_t *q = NULL;
+    float *qd = NULL;
+    if (!dsc_q8x_reserve(ex, rows, n, &q, &qd)) q = NULL;
+    dsc_launch(ex, "sanitize", sanitize_k, dim3(dsc_blocks(total, 256)), dim3(256), 0, total, src, dst, lim, q, qd);
+    if (q) dsc_q8x_publish(ex, dst, rows, n, q, qd);
 }
 
 /* ---- KV rows at device positions -------------------------------------------------------- */

@@ -440,7 +440,7 @@ void dsc_residual(ds_exec *ex, ds_variant vres, ds_variant vnorm, int rows, int 
                   const float *y, const float *w, float eps, float *xnorm);
 void dsc_argmax(ds_exec *ex, int rows, int64_t n, const float *x, int32_t *out);
 void dsc_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out);
-void dsc_sanitize(ds_exec *ex, int64_t n, float *x, float lim);
+void dsc_sanitize(ds_exec *ex, int rows, int64_t n, const float *src, float *dst, float lim);
 void dsc_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const int *pos,
                   const float *k, const float *v);
 
