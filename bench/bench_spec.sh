@@ -13,6 +13,10 @@
 #                            F16 drafter), else a
 #                            generated random ~25M Q8_0 pair)
 #   REPS=5 N=128 THREADS=2 CTX=2048 EXTRA="--temp 0.8 --seed 1"
+#   WARMUP=1 (default): every run is `generate --warmup` (the same generation
+#   once before the timed one, as llama-bench's warm-up: CUDA graph
+#   recordings and first touches out of the figures, in every mode alike);
+#   WARMUP=0: cold runs, the recordings inside the decode time
 # Uses only `dspark generate` and its stats lines.
 set -eu
 B=${BUILD:-build}
@@ -25,6 +29,8 @@ N=${N:-128}
 THREADS=${THREADS:-2}
 CTX=${CTX:-2048}
 EXTRA=${EXTRA:-}
+WARMUP=${WARMUP:-1}
+WU=; [ "$WARMUP" = 1 ] && WU=--warmup
 [ "$REPS" -ge 5 ] || { echo "bench_spec: REPS must be >= 5" >&2; exit 2; }
 
 TARGET=${TARGET:-}
@@ -70,7 +76,7 @@ mode_args() {
 kv() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-echo "bench_spec: target=$TARGET drafter=$DRAFTER threads=$THREADS n=$N reps=$REPS extra='$EXTRA'" >&2
+echo "bench_spec: target=$TARGET drafter=$DRAFTER threads=$THREADS n=$N reps=$REPS warmup=$WARMUP extra='$EXTRA'" >&2
 RAN=""
 for m in $MODES; do
     ok=1
@@ -79,7 +85,7 @@ for m in $MODES; do
         r=0
         while [ $r -lt "$REPS" ] && [ $ok = 1 ]; do
             # shellcheck disable=SC2046
-            if ! $D generate -m "$TARGET" -f "$T/$p" -n "$N" -c "$CTX" -t "$THREADS" $(mode_args $m) $EXTRA \
+            if ! $D generate -m "$TARGET" -f "$T/$p" -n "$N" -c "$CTX" -t "$THREADS" $(mode_args $m) $WU $EXTRA \
                 >"$T/$m.$p.out" 2>"$T/$m.$p.err"; then
                 echo "bench_spec: $m skipped: $(tail -n 1 "$T/$m.$p.err")" >&2
                 [ "$m" = plain ] && exit 1
@@ -96,8 +102,8 @@ MODES=$RAN
 # per (mode, prompt): medians; then the mean over prompts
 json="$R/spec.json"
 {
-    printf '{\n  "bench": "spec",\n  "target": "%s",\n  "drafter": "%s",\n  "threads": %s,\n  "n_predict": %s,\n  "reps": %s,\n  "extra": "%s",\n  "modes": {\n' \
-        "$TARGET" "$DRAFTER" "$THREADS" "$N" "$REPS" "$EXTRA"
+    printf '{\n  "bench": "spec",\n  "target": "%s",\n  "drafter": "%s",\n  "threads": %s,\n  "n_predict": %s,\n  "reps": %s,\n  "warmup": %s,\n  "extra": "%s",\n  "modes": {\n' \
+        "$TARGET" "$DRAFTER" "$THREADS" "$N" "$REPS" "$WARMUP" "$EXTRA"
 } > "$json"
 printf '\n%-18s %9s %7s %9s %8s %8s %8s %8s %8s %s\n' mode tok_s ratio mean_len rounds draft_ms verify_ms accept_ms commit_ms same_text
 first_mode=1

@@ -78,5 +78,9 @@ int ds_draft_queue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, co
  * rows[*pitch + 1] is the queue's *ids_dev. Valid until the next round;
  * NULL when a block of more than 63 rows leaves no room for them. */
 const int32_t *ds_dctx_rows_dev(const ds_dctx *x, int *pitch);
+/* 1 when x was made for drafter d, n_ctx rows and execution context ex,
+ * and n_keep drafts a round may be retained (a later generation can then
+ * truncate it to 0 and go on with it). */
+int ds_dctx_reusable(const ds_dctx *x, const ds_drafter *d, int n_ctx, int n_keep, const ds_exec *ex);
 
 #endif

@@ -569,6 +569,10 @@ int ds_draft_queue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, co
     return 0;
 }
 
+int ds_dctx_reusable(const ds_dctx *x, const ds_drafter *d, int n_ctx, int n_keep, const ds_exec *ex) {
+    return x && x->d == d && x->n_ctx == n_ctx && x->ex == ex && (!x->retained || x->retained == n_keep);
+}
+
 const int32_t *ds_dctx_rows_dev(const ds_dctx *x, int *pitch) {
     if (!x || !pitch || x->rows < x->d->gamma + 1) return NULL;   /* no room for p + gamma */
     *pitch = (int)(x->toks - x->pos);

@@ -364,7 +364,19 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
     ds_dctx *dx = NULL;
     int rc = -1;
     if (!ptaps || !vtaps || !conf || !ids || !vtok || !vsel) { ds_errf(err, errlen, "spec: out of memory"); goto done; }
-    dx = ds_dctx_new(d, ds_ctx_n_ctx(c) + gamma, ds_ctx_exec(c), err, errlen);
+    /* the caller's kept drafter context (o->keep) when it fits: its
+     * recorded launch sequences and MASK cache are made already (recording
+     * one graph costs more host time than a round); else a new one */
+    if (o->keep) {                               /* ours until the generation succeeds */
+        dx = *o->keep;
+        *o->keep = NULL;
+    }
+    if (dx && (!ds_dctx_reusable(dx, d, ds_ctx_n_ctx(c) + gamma, draft_max, ds_ctx_exec(c)) ||
+               ds_dctx_truncate(dx, 0))) {
+        ds_dctx_free(dx);
+        dx = NULL;
+    }
+    if (!dx) dx = ds_dctx_new(d, ds_ctx_n_ctx(c) + gamma, ds_ctx_exec(c), err, errlen);
     if (!dx || ds_dctx_set_retained(dx, draft_max, err, errlen)) goto done;
 
     auto_sched as;
@@ -382,10 +394,17 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
 
     for (;;) {
         if (p >= ds_ctx_n_ctx(c)) { st->stop = "context"; break; }
-        /* how many drafts may this round verify: block, context, budget */
+        /* how many drafts may this round verify: block, context, budget.
+         * A backend that records launch sequences replays one recording
+         * per verify width, and a new width costs a recording (host time
+         * far above a pass): the last rounds of a generation, whose budget
+         * is below the block, verify the full block anyway and accept at
+         * most the budget (the rows past it are computed, never kept).
+         * Elsewhere the narrower pass is the cheaper one. */
+        const int budget = o->n_predict - st->n_gen - 1;           /* tokens wanted after the next */
         int cap = draft_max;
         if (cap > ds_ctx_n_ctx(c) - 1 - p) cap = ds_ctx_n_ctx(c) - 1 - p;            /* p + ell < n_ctx      */
-        if (cap > o->n_predict - st->n_gen - 1) cap = o->n_predict - st->n_gen - 1;
+        if (!be->i->graph_begin && cap > budget) cap = budget;
         if (cap < 0) cap = 0;
         int ell = 0, n_draft = 0, want = cap, draft = cap > 0;
         if (o->sched == DS_SCHED_AUTO) want = auto_choose(&as, cap, &draft);
@@ -457,6 +476,10 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
             int32_t y = vsel[a];
             if (a == ell || y != ids[a]) { bonus = y; break; }
         }
+        if (a > budget) {   /* a full block past the budget: its first rows only */
+            a = budget;
+            bonus = vsel[a];
+        }
         double td = now_s();
         st->t_accept += td - tc;
 
@@ -518,8 +541,12 @@ finish:
         st->tok_s = tg > 0 && st->n_gen > 1 ? (st->n_gen - 1) / tg : 0.0;
     }
     rc = 0;
+    if (o->keep) {                                 /* kept for the next generation */
+        *o->keep = dx;
+        dx = NULL;
+    }
 done:
-    if (dx) ds_dctx_free(dx);
+    if (dx) ds_dctx_free(dx);                      /* a failed generation's: not kept */
     if (ptaps) be->i->release(be, ptaps);
     if (vtaps) be->i->release(be, vtaps);
     free(conf); free(ids); free(vtok); free(vsel);

@@ -98,6 +98,13 @@ typedef struct {
      * behind the draft on the device and reads its ids there; the host
      * waits once per round and t_draft is only the queueing. Same tokens. */
     int             draft_wait;
+    /* NULL (default): the drafter context lives for this call. Else the
+     * caller keeps it between generations: *keep (NULL at first) is reused
+     * when it fits this target context, drafter and draft_max (its recorded
+     * launch sequences and MASK cache are then made already) and holds the
+     * drafter context after a successful call. The caller frees it with
+     * ds_dctx_free before the drafter and the target context. */
+    ds_dctx       **keep;
 } ds_spec_opts;
 
 /* Defaults: n_predict 128, batched prefill, stop at EOG, greedy, draft_max =

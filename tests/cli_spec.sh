@@ -76,6 +76,13 @@ same "greedy -md auto no-conf == plain"      "$T/plain" $D generate -m "$T/m.ggu
 same "greedy -md -t 3 == plain"              "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" -t 3
 same "greedy -md --draft-wait == plain"      "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-wait
 grep -q " queued_rounds=0 " "$T/spec_err" && echo "PASS --draft-wait: no queued rounds" || { echo "FAIL --draft-wait stats: $(tail -n 1 "$T/spec_err")"; fail=1; }
+# --warmup: the same generation once before, untimed and unprinted: the same text, one stats line
+same "greedy -md --warmup == plain"          "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --warmup
+[ "$(grep -c '^mode=spec ' "$T/spec_err")" = 1 ] && echo "PASS --warmup: one stats line" || { echo "FAIL --warmup stats: $(cat "$T/spec_err")"; fail=1; }
+same "plain --warmup == plain"               "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 --warmup
+[ "$(grep -c '^mode=plain ' "$T/spec_err")" = 1 ] && echo "PASS plain --warmup: one stats line" || { echo "FAIL plain --warmup stats: $(cat "$T/spec_err")"; fail=1; }
+$D generate -m "$T/m.gguf" -p "$P" -n 40 --temp 0.8 --seed 3 >"$T/plain_t" 2>/dev/null
+same "seeded -md --warmup --draft-max 2 == plain" "$T/plain_t" $D generate -m "$T/m.gguf" -p "$P" -n 40 --temp 0.8 --seed 3 -md "$T/d.gguf" --draft-max 2 --warmup
 $D generate -m "$T/m.gguf" -p "$P" -n 40 --kernels fast >"$T/plain_fast" 2>/dev/null
 same "greedy -md fast replay == plain fast"  "$T/plain_fast" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --kernels fast --commit replay
 cmp -s "$T/plain" "$T/plain_fast" && echo "INFO plain fast == plain canonical on this tiny model" || echo "INFO plain fast != plain canonical (fast prefill differs)"

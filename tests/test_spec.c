@@ -270,6 +270,12 @@ static void cnt_upload(ds_exec *ex, void *dst, const void *src, size_t b) {
     if (b > k->up_max) k->up_max = b;
     k->cpu->upload(ex, dst, src, b);
 }
+/* The "device" records launch sequences the way the CUDA backend does,
+ * minus the recording: every graph_begin runs its ops directly. The loop
+ * then takes the recording backends' paths (one verify width to the end of
+ * a generation, copies issued inside a recording). */
+static int cnt_graph_begin(ds_exec *ex, uint64_t key, char *err, size_t errlen) { return 0; }
+static int cnt_graph_end(ds_exec *ex, char *err, size_t errlen) { return 0; }
 static int decline_sample(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x, int64_t pos0,
                           float *scratch, int32_t *out) {
     return -1;                          /* a device without this sampler: the host fallback runs */
@@ -304,6 +310,8 @@ static void device_resident_checks(const char *dir) {
     k.i.download_start = cnt_download_start;
     k.i.download_finish = cnt_download_finish;
     k.i.upload = cnt_upload;
+    k.i.graph_begin = cnt_graph_begin;
+    k.i.graph_end = cnt_graph_end;
     md->be->i = &k.i;
     ds_ctx *ch = ds_ctx_new(mh, 160, 1, err, sizeof err);
     ds_ctx *cd = ds_ctx_new(md, 160, 1, err, sizeof err);
@@ -314,6 +322,7 @@ static void device_resident_checks(const char *dir) {
     const int n_seeds = light ? 1 : 3, p_first = light ? 2 : 1;
     const double table[8] = { 1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35 };
     long runs = 0, differ = 0, host_differ = 0, bad_moves = 0, fallback_runs = 0, queued_runs = 0, bad_waits = 0;
+    long keep_runs = 0, bad_keeps = 0;
     for (int ki = 0; ki < 4; ki++) {
         const int corr = ki == 3 ? 48 : 0;
         const char *mk = ki == 3 ? "vanilla" : kinds[ki];
@@ -373,10 +382,12 @@ static void device_resident_checks(const char *dir) {
                         spec(cd, dd, pi, &o, &rd, &sd);
                         runs++;
                         differ += first_diff(&rd, &ref) >= 0;
-                        /* identical drafts on both: the same rounds and accepts */
+                        /* identical drafts on both: the same rounds and accepts
+                         * (not the same drafted count: the "device" verifies
+                         * full blocks past the budget in the last rounds) */
                         host_differ += first_diff(&rd, &rh) >= 0 || sh.rounds != sd.rounds ||
-                                       sh.accepted != sd.accepted || sh.drafted != sd.drafted ||
-                                       sh.replay_fixups != sd.replay_fixups;
+                                       sh.accepted != sd.accepted || sh.replay_fixups != sd.replay_fixups ||
+                                       sd.drafted < sh.drafted;
                         int moves_ok = k.down_max <= (size_t)(gamma + 1) * sizeof(int32_t) &&
                                        k.up_max <= 2 * (size_t)ds_ctx_m_max(cd) * sizeof(int32_t); /* positions + ids of a batch */
                         if (o.commit == DS_COMMIT_DIRECT) {
@@ -420,12 +431,37 @@ static void device_resident_checks(const char *dir) {
                                                     sd.rounds == sq.rounds && sd.accepted == sq.accepted &&
                                                     k.up_calls - up_queued == sq.queued_rounds
                                               : sd.queued_rounds > 0 && sd.queued_rounds >= sd.rounds - 1 &&
-                                                sd.ahead_rounds == sd.queued_rounds && k.down_calls == 1 + sd.rounds;
+                                                sd.ahead_rounds == sd.queued_rounds && k.down_calls == 1 + sd.rounds &&
+                                                sd.width_hist[gamma] == sd.rounds;   /* one width to the end */
                     if (!wait) { sq = sd; up_queued = k.up_calls; }
                     if (!waits_ok && ++bad_waits <= 3)
                         printf("INFO   waits: kind=%s draft_wait=%d rounds=%d queued=%ld ahead=%ld downloads=%ld uploads=%ld (queued run %ld)\n",
                                kinds[ki], wait, sd.rounds, sd.queued_rounds, sd.ahead_rounds, k.down_calls, k.up_calls,
                                up_queued);
+                }
+                /* a kept drafter context (ds_spec_opts.keep): the second
+                 * generation reuses the first's, a different draft_max
+                 * makes a new one; the same bytes every time */
+                if (pi == p_first) {
+                    ds_dctx *keep = NULL, *first = NULL;
+                    int kept_ok = 1;
+                    for (int g = 0; g < 3; g++) {
+                        ds_spec_opts o;
+                        ds_spec_opts_default(&o);
+                        o.n_predict = npred;
+                        o.samp = smp;
+                        o.draft_max = g < 2 ? gamma : 3;
+                        o.keep = &keep;
+                        run_out rd;
+                        ds_spec_stats sd;
+                        spec(cd, dd, pi, &o, &rd, &sd);
+                        keep_runs++;
+                        differ += first_diff(&rd, &ref) >= 0;
+                        if (g == 0) first = keep;
+                        kept_ok &= keep != NULL && (g != 1 || keep == first);
+                    }
+                    ds_dctx_free(keep);
+                    bad_keeps += !kept_ok;
                 }
                 /* a device that declines the sampler: the host fallback, same bytes */
                 if (si >= 0 && pi == p_first) {
@@ -461,11 +497,13 @@ static void device_resident_checks(const char *dir) {
     CHECK(differ == 0, "device-resident spec != plain in %ld of %ld runs", differ, runs + fallback_runs);
     CHECK(host_differ == 0, "device-resident spec differs from the host path in %ld of %ld runs", host_differ, runs);
     CHECK(bad_moves == 0, "%ld runs moved more than ids and confidences", bad_moves);
+    CHECK(bad_keeps == 0 && keep_runs > 0, "kept drafter contexts: %ld of %ld sequences not kept or not reused", bad_keeps,
+          keep_runs / 3);
     CHECK(bad_waits == 0, "%ld of %ld runs waited other than once a round (queued) / twice (--draft-wait), or a queued round uploaded more than once", bad_waits,
           queued_runs);
-    printf("%s device_resident_spec runs=%ld fallback_runs=%ld queued_runs=%ld differ=%ld host_differ=%ld bad_moves=%ld bad_waits=%ld\n",
-           differ || host_differ || bad_moves || bad_waits ? "FAIL" : "PASS", runs, fallback_runs, queued_runs, differ,
-           host_differ, bad_moves, bad_waits);
+    printf("%s device_resident_spec runs=%ld fallback_runs=%ld queued_runs=%ld keep_runs=%ld differ=%ld host_differ=%ld bad_moves=%ld bad_waits=%ld bad_keeps=%ld\n",
+           differ || host_differ || bad_moves || bad_waits || bad_keeps ? "FAIL" : "PASS", runs, fallback_runs, queued_runs,
+           keep_runs, differ, host_differ, bad_moves, bad_waits, bad_keeps);
 
     /* a backend without the heads' ops is refused in one line */
     {

@@ -67,7 +67,10 @@ static void usage(void) {
            "  --repeat-penalty F    only 1 (off): dspark applies no repetition penalty\n"
            "  --prefill MODE        batch (default) or decode\n"
            "  -np, --parallel N     sequences; only 1 is supported\n"
-           "  --echo                print the prompt before the generated text\n");
+           "  --echo                print the prompt before the generated text\n"
+           "  --warmup              run the generation once, untimed and unprinted, before the\n"
+           "                        one reported (graph recordings and first-touch costs out of\n"
+           "                        the figures, as llama-bench's warm-up run; same text)\n");
     cli_model_flags_help(stdout, 1);
     printf("speculative decoding (DSpark block drafter):\n"
            "  -md, --model-draft FILE  drafter GGUF (mainline dflash or legacy dspark layout)\n"
@@ -119,6 +122,7 @@ typedef struct {
     ds_model *m;
     ds_ctx *ctx;
     ds_drafter *dr;
+    ds_dctx *keep;              /* --warmup: the drafter context both runs use */
     double *sps;
     ds_outfile *dump;
 } res_t;
@@ -126,6 +130,7 @@ typedef struct {
 static void res_free(res_t *r) {
     free(r->out); free(r->toks); free(r->file_buf); free(r->sps);
     ds_out_abort(r->dump);      /* on an error path: remove the temp file */
+    ds_dctx_free(r->keep);      /* before the drafter and the context it uses */
     if (r->dr) ds_drafter_free(r->dr);
     if (r->ctx) ds_ctx_free(r->ctx);
     if (r->m) ds_model_free(r->m);
@@ -148,7 +153,7 @@ int cmd_generate(int argc, char **argv) {
     const char *prompt_file = NULL, *draft_path = NULL;
     const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL, *logits_path = NULL;
     long n_predict = 128, seed = 0, top_k = 0, draft_max = 0, draft_min = 0, parallel = 1;
-    int draft_wait = 0;
+    int draft_wait = 0, warmup = 0;
     int echo = 0, have_pmin = 0;
     float temp = 0.0f, top_p = 1.0f, min_p = 0.0f, p_min = 0.0f;
     ds_commit_mode commit = DS_COMMIT_DIRECT;
@@ -206,6 +211,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--dump-logits")) logits_path = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--dump-block")) { spec_flag = spec_flag ? spec_flag : a; dump_path = cli_value(C, argc, argv, &i); }
         else if (!strcmp(a, "--draft-wait")) { spec_flag = spec_flag ? spec_flag : a; draft_wait = 1; }
+        else if (!strcmp(a, "--warmup")) warmup = 1;
         else if (!strcmp(a, "--commit")) {
             spec_flag = spec_flag ? spec_flag : a;
             const char *v = cli_value(C, argc, argv, &i);
@@ -362,7 +368,14 @@ int cmd_generate(int argc, char **argv) {
     if (!R.dr) {
         ds_gen_opts o = { (int)n_predict, prefill, 1, print_token, &pr };
         ds_gen_stats st;
-        rc = ds_generate(ctx, R.toks, (int)n_toks, &o, &samp, R.out, &st, err, sizeof err);
+        rc = 0;
+        if (warmup) {                 /* the same generation, nothing printed */
+            ds_gen_opts ow = o;
+            ow.on_token = NULL;
+            ow.user = NULL;
+            rc = ds_generate(ctx, R.toks, (int)n_toks, &ow, &samp, R.out, &st, err, sizeof err);
+        }
+        if (rc == 0) rc = ds_generate(ctx, R.toks, (int)n_toks, &o, &samp, R.out, &st, err, sizeof err);
         if (rc == 0 && !pr.failed) {
             end_text(&pr);
             fprintf(stderr, "mode=plain n_prompt=%d n_gen=%d stop=%s prefill_s=%.4f decode_s=%.4f prefill_tok_s=%.1f decode_tok_s=%.1f\n",
@@ -386,9 +399,18 @@ int cmd_generate(int argc, char **argv) {
         o.draft_wait = draft_wait;
         o.on_token = print_token;
         o.user = &pr;
-        if (R.dump) { o.on_round = dump_round; o.round_user = ds_out_fp(R.dump); }
         ds_spec_stats st;
-        rc = ds_spec_generate(ctx, R.dr, R.toks, (int)n_toks, &o, R.out, &st, err, sizeof err);
+        rc = 0;
+        if (warmup) {                 /* the same generation, nothing printed; the
+                                       * drafter context (its graphs) is kept */
+            ds_spec_opts ow = o;
+            ow.on_token = NULL;
+            ow.user = NULL;
+            ow.keep = o.keep = &R.keep;
+            rc = ds_spec_generate(ctx, R.dr, R.toks, (int)n_toks, &ow, R.out, &st, err, sizeof err);
+        }
+        if (R.dump) { o.on_round = dump_round; o.round_user = ds_out_fp(R.dump); }
+        if (rc == 0) rc = ds_spec_generate(ctx, R.dr, R.toks, (int)n_toks, &o, R.out, &st, err, sizeof err);
         if (rc == 0 && R.dump) {      /* the dump is complete: make it visible (or fail) before the stats */
             char e[DS_ERRLEN];
             ds_outfile *d = R.dump;
