@@ -291,6 +291,15 @@ static void cnt_round(void *u, const ds_spec_round *r) {
     k->verify_rows += r->ell + 1;
 }
 
+/* default options generating npred tokens with sampler smp */
+static ds_spec_opts opts_for(int npred, ds_sampler smp) {
+    ds_spec_opts o;
+    ds_spec_opts_default(&o);
+    o.n_predict = npred;
+    o.samp = smp;
+    return o;
+}
+
 static void device_resident_checks(const char *dir) {
     char err[DS_ERRLEN];
     const int gamma = 7, npred = 32;
@@ -366,10 +375,7 @@ static void device_resident_checks(const char *dir) {
                 static const int dms[] = { 1, 3, 7 };
                 for (int di = 0; di < 3; di++)
                     for (int mode = 0; mode < 3; mode++) {   /* direct, replay, table scheduler */
-                        ds_spec_opts o;
-                        ds_spec_opts_default(&o);
-                        o.n_predict = npred;
-                        o.samp = smp;
+                        ds_spec_opts o = opts_for(npred, smp);
                         o.draft_max = dms[di];
                         o.commit = mode == 1 ? DS_COMMIT_REPLAY : DS_COMMIT_DIRECT;
                         if (mode == 2) { o.sched = DS_SCHED_TABLE; o.sps_sec = table; o.n_sps = 8; }
@@ -411,10 +417,7 @@ static void device_resident_checks(const char *dir) {
                 memset(&sq, 0, sizeof sq);
                 long up_queued = 0;
                 for (int wait = 0; wait < 2; wait++) {
-                    ds_spec_opts o;
-                    ds_spec_opts_default(&o);
-                    o.n_predict = npred;
-                    o.samp = smp;
+                    ds_spec_opts o = opts_for(npred, smp);
                     o.draft_wait = wait;
                     run_out rd;
                     ds_spec_stats sd;
@@ -446,10 +449,7 @@ static void device_resident_checks(const char *dir) {
                     ds_dctx *keep = NULL, *first = NULL;
                     int kept_ok = 1;
                     for (int g = 0; g < 3; g++) {
-                        ds_spec_opts o;
-                        ds_spec_opts_default(&o);
-                        o.n_predict = npred;
-                        o.samp = smp;
+                        ds_spec_opts o = opts_for(npred, smp);
                         o.draft_max = g < 2 ? gamma : 3;
                         o.keep = &keep;
                         run_out rd;
@@ -465,10 +465,7 @@ static void device_resident_checks(const char *dir) {
                 }
                 /* a device that declines the sampler: the host fallback, same bytes */
                 if (si >= 0 && pi == p_first) {
-                    ds_spec_opts o;
-                    ds_spec_opts_default(&o);
-                    o.n_predict = npred;
-                    o.samp = smp;
+                    ds_spec_opts o = opts_for(npred, smp);
                     k.i.sample = decline_sample;
                     run_out rd;
                     ds_spec_stats sd;
