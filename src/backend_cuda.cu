@@ -748,6 +748,11 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     unsigned off = 0, on = 0;                       /* first: a bad switch is the user's error */
     if (dsc_parse_off("DSPARK_CUDA_OFF", &off, err, errlen) || dsc_parse_off("DSPARK_CUDA_ON", &on, err, errlen))
         return NULL;
+    const char *tr = getenv("DSPARK_CUDA_TRACE");
+    if (tr && *tr && strcmp(tr, "0") && strcmp(tr, "1")) {   /* a typo would silently trace nothing */
+        ds_errf(err, errlen, "cuda: DSPARK_CUDA_TRACE: '%.32s' is neither 0 nor 1", tr);
+        return NULL;
+    }
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e == cudaErrorInsufficientDriver) {
@@ -799,10 +804,7 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
      * epilogue's last block runs serially behind the whole grid (tiny
      * decode 1.20x, 8B decode ~1.2x slower), so it is opt-in */
     b->off = (off | DSC_OFF_EPILOGUE) & ~on;
-    {
-        const char *tr = getenv("DSPARK_CUDA_TRACE");
-        b->trace = tr && !strcmp(tr, "1");
-    }
+    b->trace = tr && !strcmp(tr, "1");
     be->i = &dsc_iface;
     be->priv = b;
     return be;

@@ -53,5 +53,10 @@ done
 # an unknown DSPARK_CUDA_OFF name is refused (one line, exit 2), not ignored
 one cuda_off_unknown sh -c 'DSPARK_CUDA_OFF=q8x,bogus "$1" generate -m models/dspark-tiny-q8_0.gguf -p x -n 1 --device cuda \
     >/dev/null 2>"$2"; rc=$?; cat "$2"; [ "$rc" -eq 2 ] && grep -q "unknown path .bogus." "$2"' _ "$D" "$BUILD/tests/cuda_off.err"
+one cuda_trace_bad sh -c 'DSPARK_CUDA_TRACE=yes "$1" generate -m models/dspark-tiny-q8_0.gguf -p x -n 1 --device cuda \
+    >/dev/null 2>"$2"; rc=$?; cat "$2"; [ "$rc" -eq 2 ] && grep -q "DSPARK_CUDA_TRACE: .yes. is neither 0 nor 1" "$2" &&
+    DSPARK_CUDA_TRACE=1 "$1" generate -m models/dspark-tiny-q8_0.gguf -p x -n 2 --device cuda 2>&1 >/dev/null | grep -q "^cuda_trace: op=" &&
+    ! DSPARK_CUDA_TRACE=0 "$1" generate -m models/dspark-tiny-q8_0.gguf -p x -n 2 --device cuda 2>&1 >/dev/null | grep -q "^cuda_trace"' \
+    _ "$D" "$BUILD/tests/cuda_trace.err"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
