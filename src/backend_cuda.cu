@@ -720,6 +720,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
         {"chain", DSC_OFF_CHAIN}, {"prologue", DSC_OFF_PROLOGUE}, {"multi", DSC_OFF_MULTI},
         {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE}, {"q8x", DSC_OFF_Q8X},
         {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL}, {"narrow", DSC_OFF_NARROW}, {"copyk", DSC_OFF_COPYK},
+        {"spread", DSC_OFF_SPREAD},
     };
     *off = 0;
     const char *v = getenv(var);
@@ -734,7 +735,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
             }
         if (!known) {
             ds_errf(err, errlen,
-                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk)",
+                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread)",
                     var, (int)(n > 32 ? 32 : n), p);
             return -1;
         }
@@ -802,8 +803,10 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     b->n_sm = p.multiProcessorCount;
     /* measured slower on the H200 (bench/cuda_ab.sh): the residual
      * epilogue's last block runs serially behind the whole grid (tiny
-     * decode 1.20x, 8B decode ~1.2x slower), so it is opt-in */
-    b->off = (off | DSC_OFF_EPILOGUE) & ~on;
+     * decode 1.20x, 8B decode ~1.2x slower), so it is opt-in; so is the
+     * Q8_0 GEMV's lane sharing on short rows (run s18: canonical+direct
+     * 2.35x plain with it, 2.47x without, interleaved) */
+    b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD) & ~on;
     b->trace = tr && !strcmp(tr, "1");
     be->i = &dsc_iface;
     be->priv = b;

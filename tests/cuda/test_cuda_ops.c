@@ -1152,7 +1152,7 @@ int main(int argc, char **argv) {
     t.rng = 0x5eed1234ull;
     /* the opt-in launch-saving paths too (backend_cuda.cu): their bits are
      * checked here even where the engine leaves them off by default */
-    setenv("DSPARK_CUDA_ON", "epilogue", 1);
+    setenv("DSPARK_CUDA_ON", "epilogue,spread", 1);
     t.be = ds_backend_cuda_new(err, sizeof err);
     if (!t.be) {
         printf("test_cuda_ops: no usable GPU (%s): CUDA tests skipped\n", err);

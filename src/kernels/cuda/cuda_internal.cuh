@@ -91,6 +91,7 @@ enum {
     DSC_OFF_PDL = 1u << 10,      /* programmatic dependent launch (dsc_launch)  */
     DSC_OFF_NARROW = 1u << 11,   /* Q8_0 GEMV: a row per warp on small grids    */
     DSC_OFF_COPYK = 1u << 12,    /* recorded copies as kernels, not memcpy nodes */
+    DSC_OFF_SPREAD = 1u << 13,   /* Q8_0 GEMV, short rows, M > 1: lanes share pairs */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
@@ -328,6 +329,12 @@ __device__ __forceinline__ float dsc_swiglu_canonical(float g, float u) {
 
 /* The exact int32 dot of two 32-byte int8 blocks (two 16-byte words each):
  * integers, so the order of the dp4a steps cannot matter. */
+/* a lane's uint4 from lane src (every lane of the warp must call it) */
+__device__ __forceinline__ uint4 dsc_shfl_u4(uint4 v, int src) {
+    return make_uint4(__shfl_sync(0xffffffffu, v.x, src), __shfl_sync(0xffffffffu, v.y, src),
+                      __shfl_sync(0xffffffffu, v.z, src), __shfl_sync(0xffffffffu, v.w, src));
+}
+
 __device__ __forceinline__ int dsc_dot_q8(uint4 w0, uint4 w1, uint4 x0, uint4 x1) {
     int D = 0;
     D = __dp4a((int)w0.x, (int)x0.x, D);

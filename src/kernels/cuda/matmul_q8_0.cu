@@ -156,7 +156,7 @@ __device__ __noinline__ void q8v_epilogue(const q8v_epi &e, const float *y, int6
 
 template <int MT, bool FQ, int R>
 __global__ void __launch_bounds__(Q8V_THREADS)
-q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict__ xq,
+q8v_kernel(const q8v_set set, int64_t K, int M, int WK, int spread, const int8_t *__restrict__ xq,
            const float *__restrict__ xd, const float *__restrict__ xf, const float *__restrict__ xu,
            float *__restrict__ hout, const q8v_epi epi) {
     extern __shared__ __align__(16) int32_t q8v_smem[];
@@ -193,6 +193,8 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
 
     /* the first tile's weights: in flight during the staging below */
     uint4 wv[R][2];
+#pragma unroll
+    for (int r = 0; r < R; r++) wv[r][0] = wv[r][1] = make_uint4(0, 0, 0, 0);
     if (col < nb) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -231,8 +233,47 @@ q8v_kernel(const q8v_set set, int64_t K, int M, int WK, const int8_t *__restrict
     }
     for (int64_t b0 = 0; b0 < nb; b0 += TKB) {
         const int64_t b = b0 + col;
-        /* phase 1: exact integer block dots of this tile */
-        if (b < nb) {
+        if (MT > 1 && spread) {
+            /* phase 1 for short rows (one tile, nb < 32 blocks): the lane-
+             * per-block mapping below leaves 32 - nb lanes idle and runs all
+             * MT dots on each busy one; here the warp's 32 lanes share the
+             * nb x MT (block, activation row) pairs, each taking its block's
+             * weights from the lane that loaded them. The same integer dots
+             * into the same Ds cells: phase 2, and so the bits, unchanged. */
+            const int pairs = (int)nb * MT;
+            for (int i0 = 0; i0 < pairs; i0 += 32) {
+                const int idx = i0 + lane;
+                const bool ok = idx < pairs;
+                const int bb = ok ? idx % (int)nb : 0, m = ok ? idx / (int)nb : 0;
+                uint4 w[R][2];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    w[r][0] = dsc_shfl_u4(wv[r][0], bb);
+                    w[r][1] = dsc_shfl_u4(wv[r][1], bb);
+                }
+                if (ok) {
+                    const int mrow = m0 + (m < mv ? m : mv - 1);
+                    uint4 x0, x1;
+                    if (FQ) {
+                        x0 = Xq[(m * Q8V_FQ_MAXNB + bb) * 2];
+                        x1 = Xq[(m * Q8V_FQ_MAXNB + bb) * 2 + 1];
+                    } else {
+                        const uint4 *xp = (const uint4 *)(xq + (int64_t)mrow * K + (int64_t)bb * 32);
+                        x0 = __ldg(xp);
+                        x1 = __ldg(xp + 1);
+                    }
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        Ds[((wr * R + r) * MT + m) * LD + bb] = dsc_dot_q8(w[r][0], w[r][1], x0, x1);
+                    if (!FQ && wr == 0) Xs[m * LD + bb] = __ldg(xd + (int64_t)mrow * nb + bb);
+                }
+            }
+            if (b < nb) {
+#pragma unroll
+                for (int r = 0; r < R; r++) Ws[(wr * R + r) * LD + col] = __ldg(wd + nr[r] * nb + b);
+            }
+        } else if (b < nb) {
+            /* phase 1: exact integer block dots of this tile */
 #pragma unroll
             for (int m = 0; m < MT; m++) {
                 const int mrow = m0 + (m < mv ? m : mv - 1);
@@ -310,10 +351,14 @@ static void q8v_launch_r(ds_exec *ex, int n, const dsc_weight *const w[], int M,
     }
     set.blk0[Q8V_MAXW] = blk;
     const dim3 grid((unsigned)((M + MT - 1) / MT), blk);
+    /* short rows at several activation rows: the lanes share (block, row)
+     * pairs. Opt-in (DSPARK_CUDA_ON=spread): measured slower on the H200
+     * (the shuffles and the pair division cost more than the idle lanes) */
+    const int spread = MT > 1 && WK == 1 && nb < 32 && !(dsc_be(ex)->off & DSC_OFF_SPREAD);
     if (fq) dsc_launch(ex, "matmul_q8_0 canonical", q8v_kernel<MT, true, R>, grid, dim3(Q8V_THREADS), smem, set, K, M, WK,
-                       xq, xd, xf, xu, hout, epi);
+                       spread, xq, xd, xf, xu, hout, epi);
     else dsc_launch(ex, "matmul_q8_0 canonical", q8v_kernel<MT, false, R>, grid, dim3(Q8V_THREADS), smem, set, K, M, WK,
-                    xq, xd, xf, (const float *)NULL, (float *)NULL, epi);
+                    spread, xq, xd, xf, (const float *)NULL, (float *)NULL, epi);
 }
 
 /* Rows per warp: four where the grid is wide enough to fill the GPU, else
