@@ -235,6 +235,8 @@ struct dspark_ctx {
     int         n_sps;           /*   measured on this context when first used   */
     char       *piece;           /* token bytes for the callback (grown)        */
     size_t      piece_cap;
+    ds_dctx    *keep;            /* the drafter context between requests: its   */
+                                 /*   recorded graphs and MASK cache made once   */
 };
 
 void dspark_ctx_params_default(dspark_ctx_params *p) {
@@ -281,6 +283,7 @@ dspark_ctx *dspark_ctx_new(const dspark_model *dm, const dspark_ctx_params *p, d
 
 void dspark_ctx_free(dspark_ctx *x) {
     if (!x) return;
+    ds_dctx_free(x->keep);       /* it uses x->c's execution context and dm's drafter */
     ds_ctx_free(x->c);
     free(x->sps);
     free(x->piece);
@@ -478,6 +481,7 @@ dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt
         o.commit = (ds_commit_mode)p->commit;
         o.on_token = on_engine_token;
         o.user = &em;
+        o.keep = &x->keep;
         em.n_predict = &o.n_predict;
         ds_spec_stats ss;
         erc = ds_spec_generate(x->c, x->dm->d, prompt, n_prompt, &o, buf, &ss, e, sizeof e);
