@@ -30,6 +30,7 @@ THREADS=${THREADS:-2}
 CTX=${CTX:-2048}
 EXTRA=${EXTRA:-}
 WARMUP=${WARMUP:-1}
+case $WARMUP in 0|1) ;; *) echo "bench_spec: WARMUP must be 0 or 1, got '$WARMUP'" >&2; exit 2;; esac
 WU=; [ "$WARMUP" = 1 ] && WU=--warmup
 [ "$REPS" -ge 5 ] || { echo "bench_spec: REPS must be >= 5" >&2; exit 2; }
 

@@ -583,7 +583,7 @@ static void tail_copy(ds_ctx *c, const sel_args *sel, int n) {
     const ds_backend_i *b = c->be->i;
     if (sel->rows_dev)
         ds_backend_copy2d(c->ex, c->pos, (size_t)c->m_max * sizeof(int32_t), sel->rows_dev,
-                  (size_t)sel->rows_pitch * sizeof(int32_t), (size_t)n * sizeof(int32_t), 2);
+                          (size_t)sel->rows_pitch * sizeof(int32_t), (size_t)n * sizeof(int32_t), 2);
     else
         b->copy(c->ex, c->ids + 1, sel->draft_dev, (size_t)(n - 1) * sizeof(int32_t));
 }

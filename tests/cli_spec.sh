@@ -21,6 +21,7 @@ expect_err "--draft-max > gamma"          "n_max inconsistent"  $G -md "$T/d.ggu
 expect_err "--draft-max non-numeric"      "integer"             $G -md "$T/d.gguf" --draft-max nope
 expect_err "--draft-max without -md"      "needs a drafter"     $G --draft-max 2
 expect_err "--draft-wait without -md"     "needs a drafter"     $G --draft-wait
+expect_err "--warmup with --dump-logits"  "times nothing"       $G --warmup --dump-logits "$T/lg"
 expect_err "--parallel 2"                 "only one sequence"   $G -md "$T/d.gguf" --parallel 2
 expect_err "--parallel 0"                 "out of range"        $G --parallel 0
 expect_err "--dump-block with a prefix"   "prefix"              $G -md "$T/d.gguf" --draft-max 2 --dump-block "$T/blk"

@@ -489,6 +489,16 @@ static void device_resident_checks(const char *dir) {
         ok &= ds_forward_collect(cd, err, sizeof err) == 0 && sel2[0] >= 0 && sel2[1] >= 0;
         ok &= ds_forward_collect(cd, err, sizeof err) == 0;        /* nothing pending: nothing to do */
         CHECK(ok, "deferred selection contract: %s", err);
+        /* device rows need a queued draft, and room for every row */
+        int32_t rows[16] = {0}, host2[2];
+        ds_select_opts sr = {0, DS_LOGITS_ALL, NULL, sel2, NULL, NULL, NULL, 0, rows, 16};
+        int rok = ds_forward_select(cd, tok, 2, 0, &sr, err, sizeof err) == -1 && strstr(err, "queued draft") != NULL;
+        sr.draft_dev = rows + 1;
+        sr.draft_host = host2;
+        sr.rows_pitch = 1;
+        rok &= ds_forward_select(cd, tok, 2, 0, &sr, err, sizeof err) == -1 && strstr(err, "pitch 1") != NULL;
+        CHECK(rok, "device rows contract: %s", err);
+        if (rok) PASS("device rows: refused without a queued draft or with a pitch below the rows");
         if (ok) PASS("deferred selection: a second forward before the collect is refused; collect fills the ids");
     }
     CHECK(differ == 0, "device-resident spec != plain in %ld of %ld runs", differ, runs + fallback_runs);

@@ -266,6 +266,7 @@ int cmd_generate(int argc, char **argv) {
         if (outputs[k] && ds_out_check_inputs(outputs[k], inputs, 4, e, sizeof e)) cli_die(C, "%s", e);
     }
     if (dump_path && logits_path) cli_die(C, "--dump-logits is for plain mode and --dump-block for speculative mode");
+    if (warmup && logits_path) cli_die(C, "--warmup times a generation; --dump-logits writes logits and times nothing");
 
     res_t R = { 0 };
     size_t prompt_len = 0;
