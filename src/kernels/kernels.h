@@ -193,6 +193,15 @@ void ds_rope_cached(int rows, int n_heads, int head_dim, const int *pos, float f
 void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up, float *out,
                ds_pool *pool);
 
+/* ---- MoE router (moe_route.c): per row, softmax over n_expert router
+ * logits, the k largest probabilities (ties to the lower expert, NaN last)
+ * and their weights, renormalised to sum 1 when norm. ids / weights: rows x k.
+ * scratch: n_expert floats. Decode is canonical at rows = 1; a row's experts
+ * and weights depend on its logits alone. 0, or -1 on bad sizes. The family
+ * joins the kernel sets (--fast moe_route) with the qwen3moe forward. */
+int ds_moe_route(ds_variant v, int rows, int n_expert, int k, int norm, const float *logits, float *scratch,
+                 int32_t *ids, float *weights);
+
 /* ---- residual epilogue: x += y (rows x n), then, if w != NULL,
  * xnorm = rmsnorm(x, w, eps) (the next sub-block's norm).
  * canonical: the add, then ds_rmsnorm(vnorm, ...) exactly as a separate op.
