@@ -513,3 +513,6 @@ dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt
     st->prefill_tok_s = st->t_prefill_s > 0 ? n_prompt / st->t_prefill_s : 0.0;
     return DSPARK_OK;
 }
+
+/* The engine's view of a model (api_engine.c; not exported). */
+const ds_model *ds_api_model(const dspark_model *dm) { return dm->m; }

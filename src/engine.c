@@ -6,6 +6,9 @@
  * each chunk; the engine only decides which rows go together and where
  * their K/V rows live. */
 #include "engine.h"
+#include "outfile.h"
+
+#include <errno.h>
 
 #include <stdlib.h>
 
@@ -204,6 +207,104 @@ int ds_engine_prefix_lookup(ds_engine *e, int s, const int32_t *ids, int n, int 
 
 void ds_engine_prefix_publish(ds_engine *e, int s) {
     if (ds_engine_seq_valid(e, s)) ds_prefix_publish(e->pool, &e->seq[s], 1u);
+}
+
+/* ========================================================================
+ * Sequence files
+ * ===================================================================== */
+/* "DSPKSEQ1", then u32 version, n_layer, row floats, n_vocab, n_past,
+ * n_tokens; int32 ids[n_tokens]; per layer K rows then V rows, n_past each. */
+static const char seq_magic[8] = {'D', 'S', 'P', 'K', 'S', 'E', 'Q', '1'};
+
+int ds_engine_seq_save(ds_engine *e, int s, const char *path, char *err, size_t errlen) {
+    if (!ds_engine_seq_valid(e, s)) { ds_errf(err, errlen, "save: sequence %d does not exist", s); return -1; }
+    const ds_seq *q = &e->seq[s];
+    const ds_hparams *hp = &e->m->hp;
+    const uint32_t row = (uint32_t)(hp->n_head_kv * hp->head_dim);
+    const uint32_t hdr[6] = {1, (uint32_t)hp->n_layer, row, (uint32_t)hp->n_vocab, (uint32_t)q->n_past,
+                             (uint32_t)(q->n_tokens < q->n_past ? q->n_tokens : q->n_past)};
+    const size_t nf = (size_t)hp->n_layer * (size_t)q->n_past * row;
+    float *k = malloc((nf ? nf : 1) * sizeof(float)), *v = malloc((nf ? nf : 1) * sizeof(float));
+    if (!k || !v) { free(k); free(v); ds_errf(err, errlen, "save: out of memory"); return -1; }
+    ds_seq_read(q, e->pool, e->ex, 0, 0, q->n_past, k, v);
+    char e2[DS_ERRLEN];
+    ds_outfile *o = ds_out_open(path, e2, sizeof e2);
+    if (!o) { free(k); free(v); ds_errf(err, errlen, "save: %s", e2); return -1; }
+    FILE *f = ds_out_fp(o);
+    int ok = fwrite(seq_magic, 1, 8, f) == 8 && fwrite(hdr, sizeof hdr, 1, f) == 1 &&
+             (!hdr[5] || fwrite(q->tokens, sizeof(int32_t), hdr[5], f) == hdr[5]);
+    for (int l = 0; ok && l < hp->n_layer; l++) {
+        const size_t n = (size_t)q->n_past * row;
+        ok = !n || (fwrite(k + (size_t)l * n, sizeof(float), n, f) == n && fwrite(v + (size_t)l * n, sizeof(float), n, f) == n);
+    }
+    free(k); free(v);
+    if (!ok) { ds_out_abort(o); ds_errf(err, errlen, "save: cannot write '%s': %s", path, strerror(errno)); return -1; }
+    if (ds_out_commit(o, e2, sizeof e2)) { ds_errf(err, errlen, "save: %s", e2); return -1; }
+    return 0;
+}
+
+int ds_engine_seq_load(ds_engine *e, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { ds_errf(err, errlen, "load: cannot open '%s': %s", path, strerror(errno)); return -1; }
+    const ds_hparams *hp = &e->m->hp;
+    const uint32_t row = (uint32_t)(hp->n_head_kv * hp->head_dim);
+    char mg[8];
+    uint32_t h[6];
+    int s = -1;
+    float *buf = NULL;
+    if (fread(mg, 1, 8, f) != 8 || memcmp(mg, seq_magic, 8) || fread(h, sizeof h, 1, f) != 1) {
+        ds_errf(err, errlen, "load: '%s' is not a dspark sequence file", path);
+        goto fail;
+    }
+    if (h[0] != 1 || h[1] != (uint32_t)hp->n_layer || h[2] != row || h[3] != (uint32_t)hp->n_vocab) {
+        ds_errf(err, errlen, "load: '%s' is version %u of a model with %u layers, %u floats per row, %u tokens; this one has %d, %u, %d",
+                path, h[0], h[1], h[2], h[3], hp->n_layer, row, hp->n_vocab);
+        goto fail;
+    }
+    if (h[4] > (uint32_t)e->n_ctx || h[5] > h[4]) {
+        ds_errf(err, errlen, "load: '%s' holds %u positions (%u ids); the context holds %d", path, h[4], h[5], e->n_ctx);
+        goto fail;
+    }
+    /* the size must add up exactly: no truncated or padded files */
+    const uint64_t want = 8 + sizeof h + (uint64_t)h[5] * 4 + 2ull * hp->n_layer * h[4] * row * 4;
+    if (fseek(f, 0, SEEK_END) || (uint64_t)ftell(f) != want || fseek(f, 8 + (long)sizeof h, SEEK_SET)) {
+        ds_errf(err, errlen, "load: '%s' has the wrong size for %u positions", path, h[4]);
+        goto fail;
+    }
+    if ((s = ds_engine_seq_new(e, err, errlen)) < 0) goto fail;
+    ds_seq *q = &e->seq[s];
+    if (h[5] && fread(q->tokens, sizeof(int32_t), h[5], f) != h[5]) { ds_errf(err, errlen, "load: read error"); goto fail; }
+    for (uint32_t i = 0; i < h[5]; i++)
+        if (q->tokens[i] < 0 || q->tokens[i] >= hp->n_vocab) { ds_errf(err, errlen, "load: token id %d is out of range", q->tokens[i]); goto fail; }
+    if (ds_seq_prepare(q, e->pool, e->ex, 0, (int)h[4], err, errlen)) goto fail;
+    buf = malloc((size_t)row * sizeof(float));
+    if (!buf) { ds_errf(err, errlen, "load: out of memory"); goto fail; }
+    const int64_t ps = ds_kvpool_page_stride(e->pool);
+    for (int l = 0; l < hp->n_layer; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            float *base = kv ? ds_kvpool_v(e->pool, 0, l) : ds_kvpool_k(e->pool, 0, l);
+            for (uint32_t p = 0; p < h[4]; p++) {
+                if (fread(buf, sizeof(float), row, f) != row) { ds_errf(err, errlen, "load: read error"); goto fail; }
+                e->be->i->upload(e->ex, base + (int64_t)q->table[p / DS_KV_PAGE] * ps + (int64_t)(p % DS_KV_PAGE) * row, buf,
+                                 (size_t)row * sizeof(float));
+            }
+        }
+    if (q->dirty_hi > q->dirty_lo) {
+        e->be->i->upload(e->ex, e->tables + (size_t)s * e->max_pages + q->dirty_lo, q->table + q->dirty_lo,
+                         (size_t)(q->dirty_hi - q->dirty_lo) * sizeof(int32_t));
+        q->dirty_lo = q->dirty_hi = 0;
+    }
+    if (e->be->i->sync(e->ex, err, errlen)) goto fail;
+    q->n_past = (int)h[4];
+    q->n_tokens = (int)h[5];
+    free(buf);
+    fclose(f);
+    return s;
+fail:
+    free(buf);
+    if (s >= 0) ds_engine_seq_free(e, s);
+    fclose(f);
+    return -1;
 }
 
 /* ========================================================================

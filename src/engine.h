@@ -63,6 +63,14 @@ int  ds_engine_prefix_lookup(ds_engine *e, int s, const int32_t *ids, int n, int
 /* Enter the sequence's fully committed pages into the prefix cache. */
 void ds_engine_prefix_publish(ds_engine *e, int s);
 
+/* A sequence's state to a file and back: its positions' token ids and every
+ * layer's K/V rows (group 0), with the model's shape so that a file from
+ * another model is refused. Written through outfile.c (temp file, rename).
+ * load: a new slot holding the file's positions, or -1 with err (bad magic,
+ * another shape, a size that does not add up, no slot or pages). */
+int ds_engine_seq_save(ds_engine *e, int s, const char *path, char *err, size_t errlen);
+int ds_engine_seq_load(ds_engine *e, const char *path, char *err, size_t errlen);
+
 /* ---- one forward ------------------------------------------------------------ */
 enum { DS_ROW_LOGITS = 1, DS_ROW_SELECT = 2 };
 typedef struct {
