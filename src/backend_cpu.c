@@ -3,6 +3,7 @@
  * context. Buffers are host memory, so upload/download/copy are memcpy and
  * the engine's device pointers are plain pointers. */
 #include "backend.h"
+#include "kernels/dsmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -222,7 +223,10 @@ static int cpu_reserve(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_
 /* ---- the drafter's heads and token selection ------------------------------
  * These are the host loops drafter_forward.c ran before the heads moved
  * behind the table, expression for expression (-ffp-contract=off keeps every
- * product and sum separately rounded), so no drafter output bit changed. */
+ * product and sum separately rounded). The gates' sigmoid and tanh are the
+ * project-owned ds_sigmoidf / ds_tanhf (kernels/dsmath.h), the same functions
+ * the CUDA heads call, so a drafter's gates give the same bits on every host
+ * and device (they were libm's expf / tanhf until issue 22's item 6). */
 
 static void cpu_add(ds_exec *ex, int64_t n, const float *a, const float *b, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
@@ -230,22 +234,21 @@ static void cpu_add(ds_exec *ex, int64_t n, const float *a, const float *b, floa
 static void cpu_fill(ds_exec *ex, int64_t n, float *x, float v) {
     for (int64_t i = 0; i < n; i++) x[i] = v;
 }
-static float sigmoidf(float t) { return 1.0f / (1.0f + expf(-t)); }
 static void cpu_gate(ds_exec *ex, ds_gate_kind kind, int n, const float *a, const float *b, const float *e,
                      float *s, float *y) {
     switch (kind) {
     case DS_GATE_SIGMOID:
-        for (int j = 0; j < n; j++) y[j] = sigmoidf(a[j] + b[j]);
+        for (int j = 0; j < n; j++) y[j] = ds_sigmoidf(a[j] + b[j]);
         break;
     case DS_GATE_SIGMOID_MUL:
-        for (int j = 0; j < n; j++) y[j] = sigmoidf(a[j] + b[j]) * e[j];
+        for (int j = 0; j < n; j++) y[j] = ds_sigmoidf(a[j] + b[j]) * e[j];
         break;
     case DS_GATE_RNN:
         for (int j = 0; j < n; j++) {
-            float g = sigmoidf(a[j] + b[j]);
-            float c = tanhf(a[n + j] + b[n + j]);
+            float g = ds_sigmoidf(a[j] + b[j]);
+            float c = ds_tanhf(a[n + j] + b[n + j]);
             s[j] = g * s[j] + (1.0f - g) * c;
-            y[j] = tanhf(a[2 * n + j] + b[2 * n + j]);
+            y[j] = ds_tanhf(a[2 * n + j] + b[2 * n + j]);
         }
         break;
     }
