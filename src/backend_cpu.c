@@ -72,7 +72,7 @@ static void cpu_memcpy(ds_exec *ex, void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) memcpy(dst, src, bytes);
 }
 
-/* ---- weights: Q8_0 matmul weights pre-packed for the VNNI tile ---------- */
+/* ---- weights: matmul weights pre-packed for the level's tile (ds_weight_pack) ---- */
 
 /* Pack in place of, not beside, the original: once a weight is packed
  * nothing in the forward reads its original bytes (the matmuls read the
@@ -95,13 +95,14 @@ static void release_original(const void *p, size_t bytes) {
 static int cpu_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, size_t errlen) {
     w->extra = NULL;
     if (!(use & DS_USE_MATMUL)) return 0;
-    const size_t b = ds_q8_0_packed_bytes(w);
-    if (!b) return 0;                         /* not Q8_0, or no VNNI here   */
+    const size_t b = ds_weight_pack_bytes(w);
+    if (!b) return 0;                         /* no packed layout for it here */
     void *p = aligned_alloc(64, (b + 63) & ~(size_t)63);
-    if (!p) { ds_errf(err, errlen, "cpu: out of memory packing Q8_0 weights (%zu bytes)", b); return -1; }
-    if (ds_q8_0_pack(w, p)) { free(p); return 0; }
+    if (!p) { ds_errf(err, errlen, "cpu: out of memory packing weights (%zu bytes)", b); return -1; }
+    if (ds_weight_pack(w, p)) { free(p); return 0; }
     w->extra = p;
-    release_original(w->data, (size_t)w->n_out * (size_t)(w->n_in / DS_QK8_0) * sizeof(ds_block_q8_0));
+    int ok;
+    release_original(w->data, (size_t)w->n_out * (size_t)ds_row_bytes(w->type, (uint64_t)w->n_in, &ok));
     return 0;
 }
 static void cpu_release_weight(ds_backend *be, ds_weight *w) {
@@ -162,8 +163,8 @@ static void cpu_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, cons
 /* ---- lookups and small ops ---------------------------------------------- */
 
 static void cpu_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out) {
-    if (E->extra && E->type == DS_TYPE_Q8_0) {   /* packed (tied head): read the tiles */
-        for (int r = 0; r < M; r++) ds_q8_0_packed_row(E, ids[r], out + (size_t)r * E->n_in);
+    if (ds_weight_is_packed(E)) {   /* packed (tied head): read the tiles */
+        for (int r = 0; r < M; r++) ds_weight_packed_row(E, ids[r], out + (size_t)r * E->n_in);
         return;
     }
     int ok;
