@@ -154,6 +154,25 @@ typedef struct {
 void ds_attention(ds_variant v, const ds_attn_shape *s, int M, int pos0, int causal, int n_kv,
                   const float *q, const float *kcache, const float *vcache, float *out,
                   ds_pool *pool);
+/* The same over rows of several sequences whose KV rows live in pages
+ * (kvpool.h): row m attends positions [0, n_vis[m]) of sequence seq[m],
+ * position j at row j % page of page tables[seq[m] * max_pages + j / page],
+ * a page's rows page_stride floats after the previous page's (kcache,
+ * vcache: page 0 of this layer). tables NULL: one contiguous cache (position
+ * j at row j, seq unused). page is a multiple of 16. A row's result is the
+ * contiguous call's bits for the same rows: the arithmetic walks positions
+ * in the same 64-position chunks; only the addresses change. */
+typedef struct ds_attn_rows {
+    const int32_t *n_vis;      /* [M] (NULL: pos[m] + 1)                */
+    const int32_t *pos;        /* [M] (read only when n_vis is NULL)    */
+    const int32_t *seq;        /* [M] (NULL: every row sequence 0)      */
+    const int32_t *tables;     /* [n_seq][max_pages] or NULL            */
+    int     max_pages, page;
+    int64_t page_stride;       /* floats                               */
+} ds_attn_rows;
+void ds_attention_rows(ds_variant v, const ds_attn_shape *s, int M, const ds_attn_rows *r,
+                       const float *q, const float *kcache, const float *vcache, float *out,
+                       ds_pool *pool);
 
 /* ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * w, per row of n ------------
  * Used for layer norms (rows = tokens) and QK-norm (rows = tokens x heads). */
