@@ -3,6 +3,7 @@
  * context. Buffers are host memory, so upload/download/copy are memcpy and
  * the engine's device pointers are plain pointers. */
 #include "backend.h"
+#include "kernels/dsmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -79,7 +80,7 @@ static void cpu_memcpy(ds_exec *ex, void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) memcpy(dst, src, bytes);
 }
 
-/* ---- weights: Q8_0 matmul weights pre-packed for the VNNI tile ---------- */
+/* ---- weights: matmul weights pre-packed for the level's tile (ds_weight_pack) ---- */
 
 /* Pack in place of, not beside, the original: once a weight is packed
  * nothing in the forward reads its original bytes (the matmuls read the
@@ -102,13 +103,14 @@ static void release_original(const void *p, size_t bytes) {
 static int cpu_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, size_t errlen) {
     w->extra = NULL;
     if (!(use & DS_USE_MATMUL)) return 0;
-    const size_t b = ds_q8_0_packed_bytes(w);
-    if (!b) return 0;                         /* not Q8_0, or no VNNI here   */
+    const size_t b = ds_weight_pack_bytes(w);
+    if (!b) return 0;                         /* no packed layout for it here */
     void *p = aligned_alloc(64, (b + 63) & ~(size_t)63);
-    if (!p) { ds_errf(err, errlen, "cpu: out of memory packing Q8_0 weights (%zu bytes)", b); return -1; }
-    if (ds_q8_0_pack(w, p)) { free(p); return 0; }
+    if (!p) { ds_errf(err, errlen, "cpu: out of memory packing weights (%zu bytes)", b); return -1; }
+    if (ds_weight_pack(w, p)) { free(p); return 0; }
     w->extra = p;
-    release_original(w->data, (size_t)w->n_out * (size_t)(w->n_in / DS_QK8_0) * sizeof(ds_block_q8_0));
+    int ok;
+    release_original(w->data, (size_t)w->n_out * (size_t)ds_row_bytes(w->type, (uint64_t)w->n_in, &ok));
     return 0;
 }
 static void cpu_release_weight(ds_backend *be, ds_weight *w) {
@@ -176,8 +178,8 @@ static void cpu_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, cons
 /* ---- lookups and small ops ---------------------------------------------- */
 
 static void cpu_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out) {
-    if (E->extra && E->type == DS_TYPE_Q8_0) {   /* packed (tied head): read the tiles */
-        for (int r = 0; r < M; r++) ds_q8_0_packed_row(E, ids[r], out + (size_t)r * E->n_in);
+    if (ds_weight_is_packed(E)) {   /* packed (tied head): read the tiles */
+        for (int r = 0; r < M; r++) ds_weight_packed_row(E, ids[r], out + (size_t)r * E->n_in);
         return;
     }
     int ok;
@@ -237,7 +239,10 @@ static int cpu_reserve(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_
 /* ---- the drafter's heads and token selection ------------------------------
  * These are the host loops drafter_forward.c ran before the heads moved
  * behind the table, expression for expression (-ffp-contract=off keeps every
- * product and sum separately rounded), so no drafter output bit changed. */
+ * product and sum separately rounded). The gates' sigmoid and tanh are the
+ * project-owned ds_sigmoidf / ds_tanhf (kernels/dsmath.h), the same functions
+ * the CUDA heads call, so a drafter's gates give the same bits on every host
+ * and device (they were libm's expf / tanhf until issue 22's item 6). */
 
 static void cpu_add(ds_exec *ex, int64_t n, const float *a, const float *b, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
@@ -245,22 +250,21 @@ static void cpu_add(ds_exec *ex, int64_t n, const float *a, const float *b, floa
 static void cpu_fill(ds_exec *ex, int64_t n, float *x, float v) {
     for (int64_t i = 0; i < n; i++) x[i] = v;
 }
-static float sigmoidf(float t) { return 1.0f / (1.0f + expf(-t)); }
 static void cpu_gate(ds_exec *ex, ds_gate_kind kind, int n, const float *a, const float *b, const float *e,
                      float *s, float *y) {
     switch (kind) {
     case DS_GATE_SIGMOID:
-        for (int j = 0; j < n; j++) y[j] = sigmoidf(a[j] + b[j]);
+        for (int j = 0; j < n; j++) y[j] = ds_sigmoidf(a[j] + b[j]);
         break;
     case DS_GATE_SIGMOID_MUL:
-        for (int j = 0; j < n; j++) y[j] = sigmoidf(a[j] + b[j]) * e[j];
+        for (int j = 0; j < n; j++) y[j] = ds_sigmoidf(a[j] + b[j]) * e[j];
         break;
     case DS_GATE_RNN:
         for (int j = 0; j < n; j++) {
-            float g = sigmoidf(a[j] + b[j]);
-            float c = tanhf(a[n + j] + b[n + j]);
+            float g = ds_sigmoidf(a[j] + b[j]);
+            float c = ds_tanhf(a[n + j] + b[n + j]);
             s[j] = g * s[j] + (1.0f - g) * c;
-            y[j] = tanhf(a[2 * n + j] + b[2 * n + j]);
+            y[j] = ds_tanhf(a[2 * n + j] + b[2 * n + j]);
         }
         break;
     }

@@ -73,26 +73,31 @@ typedef struct {
     int64_t     n_out;     /* N: rows                                    */
     const void *data;      /* n_out rows, each ds_row_bytes(type, n_in)  */
     /* Backend-private, made once at load by the backend's prepare_weight
-     * (backend.h), NULL when none: on the CPU, Q8_0 weights pre-repacked by
-     * ds_q8_0_pack into the AVX512-VNNI tile layout (64-byte aligned; the
-     * canonical Q8_0 kernel reads it instead of repacking per call, with
-     * bit-identical results, matmul_q8_0.c); on CUDA, the device copy.
+     * (backend.h), NULL when none: on the CPU, weights pre-packed by
+     * ds_weight_pack into the tile layout of the SIMD level (64-byte
+     * aligned; the canonical kernels read it instead of repacking per call,
+     * with bit-identical results, matmul_q8_0.c); on CUDA, the device copy.
      * data stays required on the host (embedding rows, other levels). */
     const void *extra;
 } ds_weight;
 
-/* Pre-packing of Q8_0 weights for the AVX512-VNNI canonical tile
- * (matmul_q8_0.c). ds_q8_0_packed_bytes: the bytes ds_q8_0_pack writes for
- * W, or 0 when packing is not used (W not Q8_0, empty, or the run-time SIMD
- * level is not AVX-512 with VNNI) — then leave W->packed NULL.
- * ds_q8_0_pack: writes that layout into dst (64-byte aligned, at least
- * ds_q8_0_packed_bytes(W) bytes); returns 0, or -1 if packing is not used. */
-size_t ds_q8_0_packed_bytes(const ds_weight *W);
-int    ds_q8_0_pack(const ds_weight *W, void *dst);
-/* Row `row` of a weight packed by ds_q8_0_pack (W->extra set), converted to
- * f32 from the packed copy alone: bit for bit ds_row_to_f32 of the original
- * row, so the original may be paged out once packed. */
-void   ds_q8_0_packed_row(const ds_weight *W, int64_t row, float *out);
+/* Pre-packed weights: a CPU-private copy of a matmul weight in the layout the
+ * canonical tile of the run-time SIMD level reads (matmul_q8_0.c: Q8_0 in
+ * 16-row AVX512-VNNI tiles or 8-row AVX2 / NEON tiles), made once at load by
+ * the CPU backend's prepare_weight and kept in W->extra; the kernels read it
+ * instead of repacking per call, with bit-identical results.
+ * ds_weight_pack_bytes: the bytes ds_weight_pack writes for W, or 0 when
+ * packing is not used (type, shape or level without a packed layout) — then
+ * leave W->extra NULL. ds_weight_pack: writes it into dst (64-byte aligned,
+ * ds_weight_pack_bytes(W) bytes); returns 0, or -1 if packing is not used.
+ * ds_weight_is_packed: W->extra is such a copy. */
+size_t ds_weight_pack_bytes(const ds_weight *W);
+int    ds_weight_pack(const ds_weight *W, void *dst);
+int    ds_weight_is_packed(const ds_weight *W);
+/* Row `row` of a packed weight converted to f32 from the packed copy alone:
+ * bit for bit ds_row_to_f32 of the original row, so the original may be
+ * paged out once packed (a tied head's embedding lookup reads this). */
+void   ds_weight_packed_row(const ds_weight *W, int64_t row, float *out);
 
 /* Dequantize/convert one row of n elements of any supported type to f32. */
 void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out);

@@ -5,8 +5,8 @@
  *     attention at start positions on both sides of the 64-key chunk
  *     boundaries, causal and not;
  *   - CUDA canonical vs CPU canonical: memcmp where the bits are claimed
- *     identical (matmul F32/F16/BF16/Q8_0, rmsnorm, residual, rope below the
- *     table's end, embed, argmax), else within atol 1e-3 / rtol 1e-2 with
+ *     identical (matmul F32/F16/BF16/Q8_0, rmsnorm, residual, rope at every
+ *     position, embed, argmax), else within atol 1e-3 / rtol 1e-2 with
  *     the largest error printed (attention and swiglu while the CPU calls
  *     libm expf: see kernels/dsmath.h; identical once it calls ds_expf —
  *     the test finds out which by asking the CPU's swiglu);
@@ -593,8 +593,10 @@ static void test_rope(T *t, int hd, float base, ds_rope_mode mode) {
     const size_t n = (size_t)R * nh * hd;
     float *x = rnd(t, n, 2.0f), *cpu = malloc(n * 4), *g1 = malloc(n * 4), *g2 = malloc(n * 4);
     int pos[16];
-    for (int r = 0; r < R; r++) pos[r] = r < 12 ? (int)(ds_splitmix64(&t->rng) % DS_CUDA_ROPE_POS) : DS_CUDA_ROPE_POS - 5 + r - 12;   /* the table's last rows (identity is claimed below it) */
-    pos[15] = DS_CUDA_ROPE_POS - 1;
+    /* random rows inside the host table, its last rows, and rows past it
+     * (the device's ds_sincosf: the same bits since issue 22 item 6) */
+    for (int r = 0; r < R; r++) pos[r] = r < 12 ? (int)(ds_splitmix64(&t->rng) % DS_CUDA_ROPE_POS) : DS_CUDA_ROPE_POS - 2 + r - 12;
+    pos[15] = DS_CUDA_ROPE_POS + 12345;
     memcpy(cpu, x, n * 4);
     ds_rope(DS_CANONICAL, R, nh, hd, pos, base, mode, cpu, NULL);
     float *dx = dput(t, x, n * 4);
@@ -621,6 +623,11 @@ static void test_rope(T *t, int hd, float base, ds_rope_mode mode) {
     dget(t, g1, dx, n * 4);
     const double re = rel_err(g1, g2, n);
     CHECK(memcmp(g1, g2, n * 4) && re < 1e-1, "rope: fast counter-test (relative error %g)", re);
+    /* the fast variants are the same recurrence over the same project-owned
+     * pow and sincos on both sides */
+    memcpy(cpu, x, n * 4);
+    ds_rope(DS_FAST, R, nh, hd, pos, base, mode, cpu, NULL);
+    CHECK(!memcmp(g1, cpu, n * 4), "rope hd=%d base=%g mode=%d: CUDA fast != CPU fast", hd, base, mode);
     printf("rope hd=%d base=%-7g %s CUDA==CPU bits: %s\n", hd, base, mode == DS_ROPE_NEOX ? "neox  " : "normal",
            memcmp(g2, cpu, n * 4) ? "NO" : "yes");
     sync_ok(t, "rope");

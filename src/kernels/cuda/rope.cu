@@ -4,26 +4,29 @@
  *   decode     canonical with rows = 1.
  *   canonical  cos and sin from a table computed ON THE HOST, once per
  *              (freq_base, head_dim), by the CPU kernel's own expressions:
- *              inv_i = powf(freq_base, -2i/head_dim), theta = (float)pos * inv_i,
- *              cosf(theta), sinf(theta) — the C library's bits. Then the
- *              rotation with the CPU's operations, (x0 c - x1 s, x0 s + x1 c),
- *              each product and sum rounded separately.
+ *              inv_i = ds_powf(freq_base, -2i/head_dim), theta = (float)pos *
+ *              inv_i, ds_sincosf(theta) — project-owned IEEE sequences
+ *              (kernels/dsmath.h), not a C library's. Then the rotation with
+ *              the CPU's operations, (x0 c - x1 s, x0 s + x1 c), each product
+ *              and sum rounded separately.
  *              The table covers positions [0, DSC_ROPE_POS) (16384: 8 MB at
- *              head_dim 128); a position past it falls back to the device's
- *              sincosf of the same float angle (accurate, not glibc's bits).
+ *              head_dim 128); a position past it runs the same ds_sincosf on
+ *              the device (double arithmetic), so every position has the
+ *              CPU's bits.
  *   fast       ggml's recurrence on the device: theta_{i+1} = theta_i * ratio,
- *              ratio = powf(base, -2/head_dim), the device's sincosf.
+ *              ratio = ds_powf(base, -2/head_dim), ds_sincosf.
  *
  * ==== Why canonical is the CPU's bits ==================================================
- * The only non-IEEE-basic operations of the CPU kernel (powf, cosf, sinf)
- * run on the host, in the same C library, on the same float arguments; what
- * the GPU does is a table lookup and four products and two sums. The table
- * is keyed by position, which the kernel reads from the device, so a
- * recorded graph stays valid at every position.
+ * The only non-basic operations of the CPU kernel (ds_powf, ds_sincosf) are
+ * fixed sequences of IEEE operations that compile to the same bits on the
+ * host and on the device; what the GPU does per element is a table lookup
+ * (or that same sequence) and four products and two sums. The table is keyed
+ * by position, which the kernel reads from the device, so a recorded graph
+ * stays valid at every position.
  *
  * ==== Why fast differs ==================================================================
  * The repeated multiplication rounds once per step (angles drift in the
- * last bits from i = 2 on), and CUDA's powf / sincosf are not glibc's. */
+ * last bits from i = 2 on); it is the CPU's fast variant's arithmetic. */
 #include "kernels/cuda/cuda_internal.cuh"
 
 #include <math.h>
@@ -48,12 +51,11 @@ const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim) {
         return NULL;
     }
     float *inv = h + nf;
-    for (int i = 0; i < half; i++) inv[i] = powf(freq_base, -2.0f * (float)i / (float)head_dim);
+    for (int i = 0; i < half; i++) inv[i] = ds_powf(freq_base, -2.0f * (float)i / (float)head_dim);
     for (int p = 0; p < DSC_ROPE_POS; p++)
         for (int i = 0; i < half; i++) {
             const float theta = (float)p * inv[i];
-            h[(size_t)p * half + i] = cosf(theta);
-            h[(size_t)DSC_ROPE_POS * half + (size_t)p * half + i] = sinf(theta);
+            ds_sincosf(theta, &h[(size_t)DSC_ROPE_POS * half + (size_t)p * half + i], &h[(size_t)p * half + i]);
         }
     dsc_rope_table t = {fbits, head_dim, NULL, NULL};
     cudaError_t e = cudaMalloc((void **)&t.cs, nf * sizeof(float));
@@ -76,15 +78,15 @@ const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim) {
 }
 
 /* ---- kernels: one thread per (row, head, pair) ----------------------------------------- */
-/* cos and sin of pair i at position p: the host table, or past it the
- * device's sincosf of the same float angle */
+/* cos and sin of pair i at position p: the host table, or past it the same
+ * ds_sincosf of the same float angle on the device */
 __device__ __forceinline__ void rope_cs(int p, int i, int half, const float *__restrict__ cs,
                                         const float *__restrict__ inv, float *c, float *s) {
     if (p >= 0 && p < DSC_ROPE_POS) {
         *c = cs[(int64_t)p * half + i];
         *s = cs[(int64_t)DSC_ROPE_POS * half + (int64_t)p * half + i];
     } else {
-        sincosf(__fmul_rn((float)p, inv[i]), s, c);
+        ds_sincosf(__fmul_rn((float)p, inv[i]), s, c);
     }
 }
 
@@ -116,11 +118,11 @@ __global__ void rope_fast(int64_t total, int n_heads, int hd, const int *__restr
     const int half = hd / 2;
     const int i = (int)(t % half);
     const int64_t rh = t / half;
-    const float ratio = powf(freq_base, -2.0f / (float)hd);
+    const float ratio = ds_powf(freq_base, -2.0f / (float)hd);
     float theta = (float)pos[rh / n_heads];
-    for (int k = 0; k < i; k++) theta *= ratio;
+    for (int k = 0; k < i; k++) theta = __fmul_rn(theta, ratio);
     float s, c;
-    sincosf(theta, &s, &c);
+    ds_sincosf(theta, &s, &c);
     rope_pair(x + rh * hd, i, half, neox, c, s);
 }
 
