@@ -138,7 +138,7 @@ $(BUILD)/src/api.o $(BUILD)/pic/src/api.o: CFLAGS += -DDSPARK_VERSION_STRING=\"$
 $(BUILD)/pic/src/diag/%.o: CFLAGS += -fno-finite-math-only -fsignaling-nans
 $(BUILD)/tools/cmd_serve.o: CFLAGS += $(MHD_CFLAGS)
 $(BUILD)/dspark: LDLIBS += $(MHD_LIBS)
-$(BUILD)/tests/test_serve_req: tools/serve_req.c tools/serve.h   # compiles the server's OpenAI layer in
+$(BUILD)/tests/test_serve_req: tools/serve_req.c tools/serve_chat.c tools/serve_schema.c tools/serve.h   # compiles the server's OpenAI layer in
 
 $(BUILD)/pic/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -174,7 +174,7 @@ install: $(BUILD)/dspark $(BUILD)/libdspark.so
 # links the static archive only, and the PIC objects would double its build).
 all: $(if $(SAN),,$(BUILD)/libdspark.so)
 
-APT_PKGS_SERVE := libmicrohttpd-dev curl
+APT_PKGS_SERVE := libmicrohttpd-dev curl python3-prometheus-client
 # ==== end of issue 13 section ================================================
 
 # ==== the same bytes with every C library (issue 24 item 4, issue 22 item 6) ====

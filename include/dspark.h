@@ -124,10 +124,14 @@ int         dspark_ctx_n_ctx(const dspark_ctx *c);
 /* The kernel set as text: "canonical", "fast", or "canonical fast=a,b". */
 const char *dspark_ctx_kernels(const dspark_ctx *c);
 
-/* Thread-safe. Stops the generation running on c after its current token;
- * when none is running, the next dspark_generate on c returns at once
- * (stop "cancel", nothing generated). Consumed by the generation it stops. */
+/* Thread-safe. Stops the generation running on c after its current token
+ * (or between the prefill's chunks); when none is running it does nothing:
+ * a cancel never reaches a later generation. */
 void dspark_ctx_cancel(dspark_ctx *c);
+/* Thread-safe. Cancels the generation named id (dspark_gen_params.id) on c:
+ * the running one if it has that id, else the one that starts with it next
+ * (the context remembers one such pending id; a later call replaces it). */
+void dspark_ctx_cancel_id(dspark_ctx *c, uint64_t id);
 
 /* ---- generation ---------------------------------------------------------- */
 
@@ -137,8 +141,51 @@ typedef enum { DSPARK_COMMIT_DIRECT = 0, DSPARK_COMMIT_REPLAY = 1 } dspark_commi
 /* Called once per generated token, in order, as soon as it is chosen.
  * bytes/n: the token's text (may be 0 bytes; may end inside a multi-byte
  * UTF-8 character that the next token completes). Return 0 to continue,
- * nonzero to stop after this token (stop "cancel"). */
+ * DSPARK_STOP to end the generation after this token because a stop
+ * condition of the caller's was met (stop "stop": a stop string), any other
+ * nonzero value to stop it after this token (stop "cancel"). Either way the
+ * context's state is what plain decoding leaves at that token, with and
+ * without the drafter. */
 typedef int (*dspark_token_fn)(void *user, int32_t token, const char *bytes, size_t n);
+#define DSPARK_STOP 2
+
+/* ---- grammars ------------------------------------------------------------ */
+
+/* A grammar (GBNF, llama.cpp's notation: `root ::= ...`, literals, classes,
+ * groups, * + ? {m,n}) compiled for a model's vocabulary; generation then
+ * only emits text the grammar allows, and an end-of-generation token only
+ * where the grammar can end. Read-only: share it between contexts and
+ * threads; it must outlive the generations that use it, and its model must
+ * outlive it. NULL with err (INVALID: where and what is wrong). */
+typedef struct dspark_grammar dspark_grammar;
+dspark_grammar *dspark_grammar_new(const dspark_model *m, const char *text, size_t len, dspark_error *err);
+void            dspark_grammar_free(dspark_grammar *g);
+/* The GBNF text of a JSON object (OpenAI's response_format json_object). */
+const char     *dspark_grammar_json_object(void);
+
+/* One generated token with what was captured for it (dspark_gen_params
+ * on_token_ex). */
+typedef struct {
+    int32_t        id;
+    const char    *bytes;            /* as dspark_token_fn's bytes / n         */
+    size_t         n;
+    int64_t        pos;              /* its absolute position                  */
+    /* with logprobs > 0: the natural-log probability of id under the model's
+     * distribution (log-softmax of the raw logits: before penalties, bias,
+     * grammar, temperature and truncation), and the top_logprobs most
+     * probable tokens (most probable first, ties: lower id); logprob is NAN
+     * and n_top 0 otherwise */
+    float          logprob;
+    int            n_top;
+    const int32_t *top_id;
+    const float   *top_logprob;
+} dspark_token;
+typedef int (*dspark_token_ex_fn)(void *user, const dspark_token *t);
+
+typedef struct {
+    int32_t token;
+    float   bias;                    /* added to the token's logit: [-100, 100], or -INFINITY (never) */
+} dspark_logit_bias;
 
 typedef struct {
     int      max_tokens;         /* >= 1 (default 128)                         */
@@ -160,6 +207,19 @@ typedef struct {
     /* streaming */
     dspark_token_fn on_token;    /* may be NULL                                */
     void    *user;
+    /* logits processing (speculative == plain holds with each: a verify row
+     * is processed exactly as the decode row of its position) */
+    float    presence_penalty;   /* [-2, 2], OpenAI's: logit -= count * frequency */
+    float    frequency_penalty;  /*   + (count > 0) * presence, count = times the token was generated */
+    const dspark_logit_bias *logit_bias;     /* n_logit_bias entries, or NULL */
+    int      n_logit_bias;
+    const dspark_grammar *grammar;           /* NULL: no constraint           */
+    int      logprobs;           /* 1: capture each token's logprob             */
+    int      top_logprobs;       /* 0..20 most probable tokens with theirs      */
+    dspark_token_ex_fn on_token_ex;          /* used instead of on_token when set */
+    /* the generation's name for dspark_ctx_cancel_id: 0 = the context names
+     * it (ids with the top bit set); caller ids must be below 2^63 */
+    uint64_t id;
 } dspark_gen_params;
 
 void dspark_gen_params_default(dspark_gen_params *p);
@@ -169,7 +229,8 @@ void dspark_gen_params_default(dspark_gen_params *p);
 typedef struct {
     int    n_prompt;             /* prompt tokens                              */
     int    n_generated;          /* tokens generated                           */
-    const char *stop;            /* "length", "eog", "context" or "cancel"     */
+    const char *stop;            /* "length", "eog", "context", "cancel", or
+                                    "stop" (the callback returned DSPARK_STOP) */
     double t_prefill_s;          /* prompt processing (+ first token)          */
     double t_total_s;            /* whole generation                           */
     double prefill_tok_s;        /* n_prompt / t_prefill_s                     */
@@ -190,7 +251,9 @@ typedef struct {
  * NULL) the statistics. Returns DSPARK_OK (also when cancelled: see
  * st->stop), or an error: INVALID (bad params), CONTEXT (the prompt leaves
  * no room for one new token), UNSUPPORTED (speculative settings the
- * drafter cannot honour), NOMEM, INTERNAL. */
+ * drafter cannot honour), NOMEM, INTERNAL. A context used by another
+ * thread's dspark_generate at the same time is refused (INVALID) and the
+ * running generation is not disturbed. */
 dspark_status dspark_generate(dspark_ctx *c, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
                               int32_t *out, dspark_stats *st, dspark_error *err);
 

@@ -13,6 +13,8 @@
 #include "backend.h"
 #include "drafter.h"
 #include "generate.h"
+#include "grammar.h"
+#include "lproc.h"
 #include "model.h"
 #include "sampler.h"
 #include "spec.h"
@@ -230,7 +232,11 @@ struct dspark_ctx {
     const dspark_model *dm;
     ds_ctx     *c;
     char        kernels[256];
-    atomic_int  cancel;
+    /* cancellation names a generation: `running` is the id of the one under
+     * way (0: none), `cancel` the id to stop (0: none) */
+    _Atomic uint64_t running, cancel;
+    atomic_int  busy;            /* a dspark_generate is under way              */
+    uint64_t    next_id;         /* the context's own ids: top bit set          */
     double     *sps;             /* TABLE scheduler: seconds per verify pass,   */
     int         n_sps;           /*   measured on this context when first used   */
     char       *piece;           /* token bytes for the callback (grown)        */
@@ -277,7 +283,9 @@ dspark_ctx *dspark_ctx_new(const dspark_model *dm, const dspark_ctx_params *p, d
     }
     ds_ctx_set_kernels(x->c, &ks);
     ds_kernel_set_str(&ks, x->kernels, sizeof x->kernels);
+    atomic_init(&x->running, 0);
     atomic_init(&x->cancel, 0);
+    atomic_init(&x->busy, 0);
     return x;
 }
 
@@ -292,7 +300,50 @@ void dspark_ctx_free(dspark_ctx *x) {
 
 int dspark_ctx_n_ctx(const dspark_ctx *x) { return ds_ctx_n_ctx(x->c); }
 const char *dspark_ctx_kernels(const dspark_ctx *x) { return x->kernels; }
-void dspark_ctx_cancel(dspark_ctx *x) { atomic_store(&x->cancel, 1); }
+void dspark_ctx_cancel(dspark_ctx *x) {
+    /* if the generation ends before the store, the id names nothing that
+     * will run again (ids are not reused): a late cancel is lost, never
+     * moved to the next generation */
+    const uint64_t r = atomic_load(&x->running);
+    if (r) atomic_store(&x->cancel, r);
+}
+
+void dspark_ctx_cancel_id(dspark_ctx *x, uint64_t id) {
+    if (id) atomic_store(&x->cancel, id);
+}
+
+/* ========================================================================
+ * Grammars
+ * ===================================================================== */
+
+struct dspark_grammar {
+    const dspark_model *dm;
+    ds_grammar *g;
+};
+
+dspark_grammar *dspark_grammar_new(const dspark_model *dm, const char *text, size_t len, dspark_error *err) {
+    clear_err(err);
+    if (!dm || (!text && len)) { set_err(err, DSPARK_ERR_INVALID, "grammar: bad arguments"); return NULL; }
+    dspark_grammar *g = calloc(1, sizeof *g);
+    if (!g) { set_err(err, DSPARK_ERR_NOMEM, "out of memory"); return NULL; }
+    char e[DS_ERRLEN];
+    g->dm = dm;
+    g->g = ds_grammar_new(text, len, dm->m->tok, e, sizeof e);
+    if (!g->g) {
+        set_err(err, strstr(e, "out of memory") ? DSPARK_ERR_NOMEM : DSPARK_ERR_INVALID, "%s", e);
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+void dspark_grammar_free(dspark_grammar *g) {
+    if (!g) return;
+    ds_grammar_free(g->g);
+    free(g);
+}
+
+const char *dspark_grammar_json_object(void) { return ds_grammar_json_object; }
 
 /* ========================================================================
  * Generation
@@ -308,25 +359,36 @@ void dspark_gen_params_default(dspark_gen_params *p) {
     p->commit = DSPARK_COMMIT_DIRECT;
 }
 
-/* The engine's per-token hook, adapted: token bytes for the caller, and the
- * two ways to stop (callback's return value, dspark_ctx_cancel). Both
- * generation loops read their n_predict through the options pointer at every
- * token and stop once n_gen reaches it, so lowering it to the count emitted
- * so far ends the run right after this token, through the loop's own
- * ordinary "length" exit: no half-finished round, no state left behind. */
+/* The engine's per-token hook, adapted: token bytes (and what the logits
+ * chain captured) for the caller, and the ways to stop (the callback's
+ * return value, a cancel naming this generation). Both generation loops
+ * read their n_predict through the options pointer at every token and stop
+ * once n_gen reaches it, so lowering it to the count emitted so far ends the
+ * run right after this token, through the loop's own ordinary "length" exit:
+ * no half-finished round, and the loop leaves plain decoding's state. */
 typedef struct {
     dspark_ctx *x;
     const dspark_gen_params *p;
     int  *n_predict;             /* the live option the loop reads             */
+    int   n_prompt;
     int   n_emitted;
     int   stopped;               /* 1: cancel / callback stop                   */
+    const char *why;             /* "cancel" or "stop"                          */
     int   oom;
+    uint64_t id;                 /* this generation's name                      */
+    ds_lchain *chain;            /* NULL when no processing was asked for       */
 } emit_ctx;
+
+static int api_cancelled(void *user) {
+    const emit_ctx *e = user;
+    return atomic_load(&e->x->cancel) == e->id;
+}
 
 static void on_engine_token(void *user, int32_t token) {
     emit_ctx *e = user;
+    const int64_t pos = (int64_t)e->n_prompt + e->n_emitted;
     e->n_emitted++;
-    if (e->p->on_token && !e->oom) {
+    if ((e->p->on_token || e->p->on_token_ex) && !e->oom) {
         dspark_ctx *x = e->x;
         int n = ds_token_to_bytes(x->dm->m->tok, token, x->piece, x->piece_cap);
         if (n > 0 && (size_t)n > x->piece_cap) {
@@ -338,9 +400,16 @@ static void on_engine_token(void *user, int32_t token) {
                 n = ds_token_to_bytes(x->dm->m->tok, token, x->piece, x->piece_cap);
             }
         }
-        if (!e->oom && e->p->on_token(e->p->user, token, x->piece, n > 0 ? (size_t)n : 0)) e->stopped = 1;
+        int rc = 0;
+        if (e->oom) {}
+        else if (e->p->on_token_ex) {
+            dspark_token t = { token, x->piece, n > 0 ? (size_t)n : 0, pos, NAN, 0, NULL, NULL };
+            if (e->chain) ds_lchain_captured(e->chain, pos, &t.logprob, &t.n_top, &t.top_id, &t.top_logprob);
+            rc = e->p->on_token_ex(e->p->user, &t);
+        } else rc = e->p->on_token(e->p->user, token, x->piece, n > 0 ? (size_t)n : 0);
+        if (rc && !e->stopped) { e->stopped = 1; e->why = rc == DSPARK_STOP ? "stop" : "cancel"; }
     }
-    if (atomic_exchange(&e->x->cancel, 0)) e->stopped = 1;
+    if (!e->stopped && api_cancelled(e)) { e->stopped = 1; e->why = "cancel"; }
     if (e->stopped) *e->n_predict = e->n_emitted;
 }
 
@@ -374,6 +443,36 @@ static dspark_status check_params(const dspark_ctx *x, const dspark_gen_params *
     }
     if (!(p->draft_p_min >= 0.0f && p->draft_p_min <= 1.0f)) {
         set_err(err, DSPARK_ERR_INVALID, "draft_p_min %g is out of range [0, 1]", p->draft_p_min);
+        return DSPARK_ERR_INVALID;
+    }
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f) ||
+        !(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f)) {
+        set_err(err, DSPARK_ERR_INVALID, "presence_penalty %g / frequency_penalty %g: each must be in [-2, 2]", p->presence_penalty,
+                p->frequency_penalty);
+        return DSPARK_ERR_INVALID;
+    }
+    if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias)) {
+        set_err(err, DSPARK_ERR_INVALID, "logit_bias: %d entries and %s", p->n_logit_bias, p->logit_bias ? "a list" : "no list");
+        return DSPARK_ERR_INVALID;
+    }
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const dspark_logit_bias *b = &p->logit_bias[i];
+        if (b->token < 0 || b->token >= V) {
+            set_err(err, DSPARK_ERR_INVALID, "logit_bias: token %d is outside the vocabulary [0, %d)", b->token, V);
+            return DSPARK_ERR_INVALID;
+        }
+        if (!((b->bias >= -100.0f && b->bias <= 100.0f) || b->bias == -INFINITY)) {
+            set_err(err, DSPARK_ERR_INVALID, "logit_bias: the bias %g of token %d must be in [-100, 100] or -inf", b->bias, b->token);
+            return DSPARK_ERR_INVALID;
+        }
+    }
+    if ((p->logprobs != 0 && p->logprobs != 1) || p->top_logprobs < 0 || p->top_logprobs > DS_LPROC_TOP_MAX) {
+        set_err(err, DSPARK_ERR_INVALID, "logprobs %d must be 0 or 1 and top_logprobs %d in [0, %d]", p->logprobs, p->top_logprobs,
+                DS_LPROC_TOP_MAX);
+        return DSPARK_ERR_INVALID;
+    }
+    if (p->grammar && p->grammar->dm != x->dm) {
+        set_err(err, DSPARK_ERR_INVALID, "the grammar was compiled for another model");
         return DSPARK_ERR_INVALID;
     }
     if (!use_spec) return DSPARK_OK;
@@ -414,15 +513,36 @@ static dspark_status ensure_sps(dspark_ctx *x, int need, dspark_error *err) {
     return DSPARK_OK;
 }
 
-dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
-                              int32_t *out, dspark_stats *st, dspark_error *err) {
-    clear_err(err);
-    dspark_stats local;
-    if (!st) st = &local;
-    memset(st, 0, sizeof *st);
-    st->stop = "length";
-    if (!x || !p || (n_prompt > 0 && !prompt)) { set_err(err, DSPARK_ERR_INVALID, "generate: bad arguments"); return DSPARK_ERR_INVALID; }
-    st->n_prompt = n_prompt;
+/* The chain of logits processors a request asks for (NULL: none asked). */
+static ds_lchain *make_chain(const dspark_ctx *x, const dspark_gen_params *p, dspark_status *rc, dspark_error *err) {
+    *rc = DSPARK_OK;
+    if (p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f && !p->n_logit_bias && !p->grammar && !p->logprobs &&
+        !p->top_logprobs)
+        return NULL;
+    ds_lchain_cfg cfg = { p->presence_penalty, p->frequency_penalty, NULL, NULL, p->n_logit_bias, p->grammar ? p->grammar->g : NULL,
+                          p->logprobs, p->top_logprobs };
+    int32_t *ids = p->n_logit_bias ? malloc((size_t)p->n_logit_bias * sizeof *ids) : NULL;
+    float *bias = p->n_logit_bias ? malloc((size_t)p->n_logit_bias * sizeof *bias) : NULL;
+    char e[DS_ERRLEN];
+    ds_lchain *c = NULL;
+    if (p->n_logit_bias && (!ids || !bias)) snprintf(e, sizeof e, "out of memory");
+    else {
+        for (int i = 0; i < p->n_logit_bias; i++) { ids[i] = p->logit_bias[i].token; bias[i] = p->logit_bias[i].bias; }
+        cfg.bias_id = ids;
+        cfg.bias = bias;
+        c = ds_lchain_new(&cfg, x->dm->m->hp.n_vocab, e, sizeof e);
+    }
+    free(ids);
+    free(bias);
+    if (!c) {
+        *rc = strstr(e, "out of memory") ? DSPARK_ERR_NOMEM : DSPARK_ERR_INVALID;
+        set_err(err, *rc, "%s", e);
+    }
+    return c;
+}
+
+static dspark_status generate_locked(dspark_ctx *x, uint64_t id, const int32_t *prompt, int n_prompt,
+                                     const dspark_gen_params *p, int32_t *out, dspark_stats *st, dspark_error *err) {
     const ds_model *m = x->dm->m;
     const int use_spec = p->speculative && x->dm->d != NULL;
     dspark_status rc = check_params(x, p, use_spec, err);
@@ -440,19 +560,22 @@ dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt
                 n_prompt, n_ctx);
         return DSPARK_ERR_CONTEXT;
     }
-    if (atomic_exchange(&x->cancel, 0)) { st->stop = "cancel"; return DSPARK_OK; }
-
+    uint64_t want = id;
+    if (atomic_compare_exchange_strong(&x->cancel, &want, 0)) { st->stop = "cancel"; return DSPARK_OK; }   /* before it started */
+    emit_ctx em = { x, p, NULL, n_prompt, 0, 0, "cancel", 0, id, NULL };
+    em.chain = make_chain(x, p, &rc, err);
+    if (rc) return rc;
     int32_t *buf = out ? out : malloc((size_t)p->max_tokens * sizeof(int32_t));
-    if (!buf) { set_err(err, DSPARK_ERR_NOMEM, "out of memory"); return DSPARK_ERR_NOMEM; }
+    if (!buf) { ds_lchain_free(em.chain); set_err(err, DSPARK_ERR_NOMEM, "out of memory"); return DSPARK_ERR_NOMEM; }
     const ds_sampler samp = { p->temperature, p->top_k, p->top_p, p->seed, p->min_p };
+    const ds_gen_hooks hooks = { em.chain ? ds_lchain_proc(em.chain) : NULL, api_cancelled, &em };
     char e[DS_ERRLEN];
-    emit_ctx em = { x, p, NULL, 0, 0, 0 };
     int erc;
     if (!use_spec) {
         ds_gen_opts o = { p->max_tokens, DS_PREFILL_BATCH, p->stop_at_eog != 0, on_engine_token, &em };
         em.n_predict = &o.n_predict;
         ds_gen_stats gs;
-        erc = ds_generate(x->c, prompt, n_prompt, &o, &samp, buf, &gs, e, sizeof e);
+        erc = ds_generate_ex(x->c, prompt, n_prompt, &o, &samp, &hooks, buf, &gs, e, sizeof e);
         if (!erc) {
             st->n_generated = gs.n_gen;
             st->stop = gs.stop;
@@ -466,6 +589,7 @@ dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt
         const int sps = p->sched == DSPARK_SCHED_TABLE || p->sched == DSPARK_SCHED_AUTO;
         if (sps && (rc = ensure_sps(x, draft_max + 1, err))) {
             if (!out) free(buf);
+            ds_lchain_free(em.chain);
             return rc;
         }
         ds_spec_opts o;
@@ -482,6 +606,7 @@ dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt
         o.on_token = on_engine_token;
         o.user = &em;
         o.keep = &x->keep;
+        o.hooks = &hooks;
         em.n_predict = &o.n_predict;
         ds_spec_stats ss;
         erc = ds_spec_generate(x->c, x->dm->d, prompt, n_prompt, &o, buf, &ss, e, sizeof e);
@@ -504,14 +629,47 @@ dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt
         }
     }
     if (!out) free(buf);
-    if (erc) {
+    const char *chain_err = em.chain ? ds_lchain_error(em.chain) : "";
+    if (erc && chain_err[0]) {      /* the request's constraints cannot be met */
+        set_err(err, strstr(chain_err, "out of memory") ? DSPARK_ERR_NOMEM : DSPARK_ERR_INVALID, "%s", chain_err);
+        rc = err ? err->code : DSPARK_ERR_INVALID;
+    } else if (erc) {
         set_err(err, DSPARK_ERR_INTERNAL, "%s", e);
-        return DSPARK_ERR_INTERNAL;
+        rc = DSPARK_ERR_INTERNAL;
+    } else if (em.oom) {
+        set_err(err, DSPARK_ERR_NOMEM, "out of memory for a token's bytes");
+        rc = DSPARK_ERR_NOMEM;
     }
-    if (em.oom) { set_err(err, DSPARK_ERR_NOMEM, "out of memory for a token's bytes"); return DSPARK_ERR_NOMEM; }
-    if (em.stopped) st->stop = "cancel";
+    ds_lchain_free(em.chain);
+    if (rc) return rc;
+    if (em.stopped) st->stop = em.why;
     st->prefill_tok_s = st->t_prefill_s > 0 ? n_prompt / st->t_prefill_s : 0.0;
     return DSPARK_OK;
+}
+
+dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
+                              int32_t *out, dspark_stats *st, dspark_error *err) {
+    clear_err(err);
+    dspark_stats local;
+    if (!st) st = &local;
+    memset(st, 0, sizeof *st);
+    st->stop = "length";
+    if (!x || !p || (n_prompt > 0 && !prompt)) { set_err(err, DSPARK_ERR_INVALID, "generate: bad arguments"); return DSPARK_ERR_INVALID; }
+    st->n_prompt = n_prompt;
+    /* one generation per context at a time: a second thread is refused, and
+     * the running generation never sees it */
+    if (atomic_exchange(&x->busy, 1)) {
+        set_err(err, DSPARK_ERR_INVALID, "generate: the context is in use by another thread (one generation per context at a time)");
+        return DSPARK_ERR_INVALID;
+    }
+    const uint64_t id = p->id ? p->id : (1ull << 63) | ++x->next_id;
+    atomic_store(&x->running, id);
+    dspark_status rc = generate_locked(x, id, prompt, n_prompt, p, out, st, err);
+    atomic_store(&x->running, 0);
+    uint64_t want = id;
+    atomic_compare_exchange_strong(&x->cancel, &want, 0);            /* consumed */
+    atomic_store(&x->busy, 0);
+    return rc;
 }
 
 /* The engine's view of a model (api_engine.c; not exported). */

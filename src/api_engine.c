@@ -259,6 +259,13 @@ long dspark_engine_submit(dspark_engine *x, const int32_t *prompt, int n_prompt,
         set_err(err, DSPARK_ERR_INVALID, "submit: sampling out of range");
         return -1;
     }
+    /* what the scheduler does not run yet is refused, never ignored */
+    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f || p->n_logit_bias || p->grammar || p->logprobs ||
+        p->top_logprobs || p->on_token_ex) {
+        set_err(err, DSPARK_ERR_UNSUPPORTED,
+                "submit: penalties, logit bias, grammars and logprobs are not run by the engine's scheduler yet (dspark_generate runs them)");
+        return -1;
+    }
     req_cb *c = calloc(1, sizeof *c);
     if (!c) { set_err(err, DSPARK_ERR_NOMEM, "submit: out of memory"); return -1; }
     c->x = x;

@@ -59,6 +59,42 @@ int ds_backend_has_heads(const ds_backend *be) {
     return b->embed && b->argmax && b->add && b->fill && b->gate && b->sample;
 }
 
+/* Selection on the host: the rows downloaded (a host-memory backend's are
+ * copied, so the caller's logits stay as they were), each row through the
+ * logits processor when there is one, ds_sample, the ids uploaded. Row r
+ * (of these rows) has the extra history extra[0..base + r). */
+static int select_on_host(ds_exec *ex, const ds_sampler *smp, const ds_lproc *lp, const int32_t *extra, int base,
+                          int rows, int n, const float *x, int64_t pos0, int32_t *out, char *err, size_t errlen) {
+    const ds_backend_i *b = ex->be->i;
+    float *h = malloc(((size_t)rows + 2) * (size_t)n * sizeof(float));
+    int32_t *ids = malloc((size_t)rows * sizeof(int32_t));
+    if (!h || !ids) {
+        free(h); free(ids);
+        ds_errf(err, errlen, "select: out of host memory for %d rows of %d logits", rows, n);
+        return -1;
+    }
+    b->download(ex, h, x, (size_t)rows * n * sizeof(float));
+    float *sc = h + (size_t)rows * n;
+    int rc = 0;
+    for (int r = 0; r < rows && !rc; r++) {
+        float *row = h + (size_t)r * n;
+        if (lp && lp->apply(lp->user, pos0 + r, extra, base + r, row, n)) {
+            ds_errf(err, errlen, "select: the logits processor failed at position %lld", (long long)(pos0 + r));
+            rc = -1;
+            break;
+        }
+        int32_t t = ds_sample(smp, row, n, pos0 + r, sc);
+        ids[r] = t >= 0 ? t : (int32_t)ds_argmax(row, n);
+        if (lp && lp->selected) lp->selected(lp->user, pos0 + r, ids[r]);
+    }
+    if (!rc) {
+        b->upload(ex, out, ids, (size_t)rows * sizeof(int32_t));
+        rc = b->sync(ex, err, errlen);
+    }
+    free(h); free(ids);
+    return rc;
+}
+
 int ds_backend_select(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x, int64_t pos0,
                       float *scratch, int32_t *out, char *err, size_t errlen) {
     const ds_backend_i *b = ex->be->i;
@@ -69,23 +105,14 @@ int ds_backend_select(ds_exec *ex, const ds_sampler *smp, int rows, int n, const
     }
     if (b->sample && b->sample(ex, smp, rows, n, x, pos0, scratch, out) == 0) return 0;
     /* the device declined: select on the host from downloaded rows */
-    float *h = malloc(((size_t)rows + 2) * (size_t)n * sizeof(float));
-    int32_t *ids = malloc((size_t)rows * sizeof(int32_t));
-    if (!h || !ids) {
-        free(h); free(ids);
-        ds_errf(err, errlen, "select: out of host memory for %d rows of %d logits", rows, n);
-        return -1;
-    }
-    b->download(ex, h, x, (size_t)rows * n * sizeof(float));
-    float *sc = h + (size_t)rows * n;
-    for (int r = 0; r < rows; r++) {
-        int32_t t = ds_sample(smp, h + (size_t)r * n, n, pos0 + r, sc);
-        ids[r] = t >= 0 ? t : (int32_t)ds_argmax(h + (size_t)r * n, n);
-    }
-    b->upload(ex, out, ids, (size_t)rows * sizeof(int32_t));
-    int rc = b->sync(ex, err, errlen);
-    free(h); free(ids);
-    return rc;
+    return select_on_host(ex, smp, NULL, NULL, 0, rows, n, x, pos0, out, err, errlen);
+}
+
+int ds_backend_select_lp(ds_exec *ex, const ds_sampler *smp, const ds_lproc *lp, const int32_t *extra, int base,
+                         int rows, int n, const float *x, int64_t pos0, int32_t *out, char *err, size_t errlen) {
+    if (rows <= 0) return 0;
+    if (!lp) { ds_errf(err, errlen, "select: no logits processor given"); return -1; }
+    return select_on_host(ex, smp, lp, extra, base, rows, n, x, pos0, out, err, errlen);
 }
 
 /* ========================================================================

@@ -352,6 +352,11 @@ ds_backend *ds_backend_cuda_new(char *err, size_t errlen);
  * or -1 with err (out of host memory in the fallback). */
 int ds_backend_select(ds_exec *ex, const ds_sampler *smp, int rows, int n, const float *x, int64_t pos0,
                       float *scratch, int32_t *out, char *err, size_t errlen);
+/* ds_backend_select through a per-row logits processor (sampler.h
+ * ds_lproc, required): the rows are selected on the host, row
+ * r with the extra history extra[0..base + r). scratch is not needed. */
+int ds_backend_select_lp(ds_exec *ex, const ds_sampler *smp, const ds_lproc *lp, const int32_t *extra, int base,
+                         int rows, int n, const float *x, int64_t pos0, int32_t *out, char *err, size_t errlen);
 /* 1 when the backend has every op the drafter's heads need. */
 int ds_backend_has_heads(const ds_backend *be);
 /* The table's copy_n, or one copy each on a backend without it. */

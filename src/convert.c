@@ -99,6 +99,7 @@
  *   when no tokenizer is copied.
  */
 #include "convert.h"
+#include "json_text.h"
 
 #include "drafter.h"
 #include "gguf.h"
@@ -171,13 +172,10 @@ static cJSON *read_json(const char *path, const char *label, char *err, size_t e
     }
     fclose(fp);
     if (!b) { ds_errf(err, errlen, "%s: too large or out of memory", label); return NULL; }
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(b, n, &end, 0);
+    char why[DS_ERRLEN];
+    cJSON *j = ds_json_text_parse(b, n, why, sizeof why);   /* one value, nothing after it */
     if (!j) {
-        size_t pos = end && end >= b && (size_t)(end - b) <= n ? (size_t)(end - b) : 0;
-        int line = 1, col = 1;
-        for (size_t i = 0; i < pos; i++) { if (b[i] == '\n') { line++; col = 1; } else col++; }
-        ds_errf(err, errlen, "%s: invalid JSON at byte %zu (line %d, column %d)", label, pos, line, col);
+        ds_errf(err, errlen, "%s: %s", label, why);
     } else if (!cJSON_IsObject(j)) {
         ds_errf(err, errlen, "%s: top level is not a JSON object", label);
         cJSON_Delete(j);

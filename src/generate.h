@@ -21,7 +21,7 @@ typedef struct {
 typedef struct {
     int    n_prompt, n_gen;
     double t_prefill, t_decode;      /* seconds                                */
-    const char *stop;                /* "length", "eog", "context"             */
+    const char *stop;                /* "length", "eog", "context", "cancel"   */
 } ds_gen_stats;
 
 /* Prefill the prompt at position 0 of an empty context, then greedy-decode.
@@ -36,6 +36,28 @@ int ds_generate_greedy(ds_ctx *c, const int32_t *prompt, int n_prompt, const ds_
  * compiling under -Wextra -Werror (-Wmissing-field-initializers). */
 int ds_generate(ds_ctx *c, const int32_t *prompt, int n_prompt, const ds_gen_opts *o,
                 const ds_sampler *samp, int32_t *out, ds_gen_stats *st, char *err, size_t errlen);
+
+/* Optional hooks of a generation (plain here, speculative through
+ * ds_spec_opts.hooks), for servers and the library's API:
+ *   lp         per-row host logits processor (sampler.h ds_lproc): every row
+ *              that chooses a token goes through lp->apply, every emitted
+ *              token through lp->accept (before on_token);
+ *   cancelled  polled before the prefill, between its chunks (m_max rows,
+ *              so a cancel reaches inside a long prompt) and before each
+ *              decode step; nonzero ends the generation there with stop
+ *              "cancel" and the tokens emitted so far.
+ * NULL hooks (ds_generate) is the same code with neither. */
+typedef struct {
+    const ds_lproc *lp;
+    int           (*cancelled)(void *user);
+    void           *user;
+} ds_gen_hooks;
+
+int ds_generate_ex(ds_ctx *c, const int32_t *prompt, int n_prompt, const ds_gen_opts *o, const ds_sampler *samp,
+                   const ds_gen_hooks *h, int32_t *out, ds_gen_stats *st, char *err, size_t errlen);
+
+/* 1 when the hooks say the generation is cancelled (NULL hooks: never). */
+int ds_gen_cancelled(const ds_gen_hooks *h);
 
 /* Prefill helper shared with the speculative loop: runs the prompt through
  * forward_batch (or decode row by row) and leaves the last row's logits in

@@ -1,7 +1,9 @@
 /* main.c — the dspark command line: one dispatcher, one file per
  * subcommand in tools/cmd_*.c. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../tools/cli.h"
 #include "common.h"
@@ -38,18 +40,41 @@ static void usage(FILE *f) {
         fprintf(f, "  %-13s %s\n", commands[i].name, commands[i].help);
 }
 
+/* A lost write to stdout (a full disk, /dev/full, a closed pipe) is an
+ * error for every command and every way out of it: a return from a command
+ * is checked below with the command's name; an exit() from inside one
+ * (--help, a finished report) is caught here, after its last write. One
+ * line, exit status 2, as for any user error. */
+static void stdout_at_exit(void) {
+    char err[DS_ERRLEN];
+    if (ds_out_check_stdout(err, sizeof err)) {
+        fprintf(stderr, "dspark: error: %s\n", err);
+        _exit(DS_EXIT_USAGE);
+    }
+}
+
+static int finish(const char *name, int rc) {
+    char err[DS_ERRLEN];
+    if (ds_out_check_stdout(err, sizeof err)) {
+        fprintf(stderr, "dspark%s%s: error: %s\n", name ? " " : "", name ? name : "", err);
+        return DS_EXIT_USAGE;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
+    atexit(stdout_at_exit);
     if (argc < 2) {
         fprintf(stderr, "dspark: error: no command given (usage: dspark COMMAND [options]; dspark --help lists commands)\n");
         return DS_EXIT_USAGE;
     }
     if (!strcmp(argv[1], "--version")) {
         printf("dspark %s\n", dspark_version());
-        return fflush(stdout) || ferror(stdout) ? 1 : 0;
+        return finish(NULL, 0);
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return fflush(stdout) || ferror(stdout) ? 1 : 0;
+        return finish(NULL, 0);
     }
     /* the SIMD level is decided once for the whole process: refuse a cap
      * nobody can honour before any work is done */
@@ -60,14 +85,7 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) {
-            int rc = commands[i].fn(argc - 1, argv + 1);
-            /* a lost write to stdout (a full disk, /dev/full, a closed pipe)
-             * is an error, whatever the command */
-            if (ds_out_check_stdout(err, sizeof err)) {
-                fprintf(stderr, "dspark %s: error: %s\n", commands[i].name, err);
-                return rc ? rc : 1;
-            }
-            return rc;
+            return finish(commands[i].name, commands[i].fn(argc - 1, argv + 1));
         }
     fprintf(stderr, "dspark: error: unknown command '%s' (try dspark --help)\n", argv[1]);
     return DS_EXIT_USAGE;

@@ -590,6 +590,9 @@ typedef struct {
     int      defer;
     const int32_t *rows_dev;    /* with draft_dev: positions, then tokens at +pitch */
     int      rows_pitch;
+    const ds_lproc *lp;         /* host logits processor (ds_forward_select_lp), or NULL */
+    const int32_t  *lp_extra;   /* row i of an ALL selection: extra history lp_extra[0..lp_n + i) */
+    int             lp_n;
 } sel_args;
 
 /* The key a recorded launch sequence is filed under: everything that
@@ -684,7 +687,7 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         const int graphs = b->graph_begin && !c->probe.fn;
         /* greedy selection (argmax: no position, no seed) is part of the
          * recording; a seeded one takes the position by value and stays out */
-        const int sel_rec = graphs && sel && rows && (!sel->samp || !(sel->samp->temp > 0.0f));
+        const int sel_rec = graphs && sel && rows && !sel->lp && (!sel->samp || !(sel->samp->temp > 0.0f));
         if (graphs) {
             uint64_t key = graph_key(c, var, n, r0, rows, (taps_dst != NULL) | (sel_rec << 1) | (tail_rec << 2));
             if (tail_rec) key ^= (uint64_t)(uintptr_t)sel->draft_dev * 0x9e3779b97f4a7c15ull;
@@ -712,8 +715,11 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
              * comes back */
             if (rows) {
                 int32_t *dst = sel->ids + (logits_mode == DS_LOGITS_ALL ? done : 0);
-                if (!sel_rec && ds_backend_select(c->ex, sel->samp, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1,
-                                                  c->sel_scratch, c->sel_ids, err, errlen))
+                if (!sel_rec && (sel->lp ? ds_backend_select_lp(c->ex, sel->samp, sel->lp, sel->lp_extra,
+                                                                sel->lp_n + (logits_mode == DS_LOGITS_ALL ? done : 0), rows, (int)V,
+                                                                lg_dst, (int64_t)p0 + r0 + 1, c->sel_ids, err, errlen)
+                                         : ds_backend_select(c->ex, sel->samp, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1,
+                                                             c->sel_scratch, c->sel_ids, err, errlen)))
                     return -1;
                 const int defer = sel->defer && b->download_start && n == M;
                 if (tail_dev || defer) {
@@ -758,8 +764,9 @@ int ds_decode(ds_ctx *c, int32_t token, int pos, float *logits, float *taps, cha
     return run(c, 1, &token, 1, pos, logits ? DS_LOGITS_LAST : DS_LOGITS_NONE, logits, taps, NULL, err, errlen);
 }
 
-int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o,
-                      char *err, size_t errlen) {
+/* ds_forward_select and ds_forward_select_lp: the options checked once. */
+static int select_run(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o, const ds_lproc *lp,
+                      const int32_t *extra, int n_extra, char *err, size_t errlen) {
     if (!o) { ds_errf(err, errlen, "select: no options given"); return -1; }
     if (o->rows != DS_LOGITS_NONE && o->rows != DS_LOGITS_LAST && o->rows != DS_LOGITS_ALL) {
         ds_errf(err, errlen, "select: rows mode %d is not NONE, LAST or ALL", o->rows);
@@ -773,8 +780,27 @@ int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const d
                 o->draft_dev ? "draft given" : "no draft", o->rows_pitch);
         return -1;
     }
-    const sel_args sel = {o->samp, o->ids, o->taps_dev, o->draft_dev, o->draft_host, o->defer, o->rows_dev, o->rows_pitch};
+    if (lp && (o->draft_dev || o->defer)) {
+        ds_errf(err, errlen, "select: a logits processor needs the drafts on the host (no queued draft, no deferred ids)");
+        return -1;
+    }
+    if (lp && (n_extra < 0 || (!extra && (n_extra > 0 || (o->rows == DS_LOGITS_ALL && M > 1))))) {
+        ds_errf(err, errlen, "select: a logits processor on %d rows needs their extra tokens (%d given)", M, n_extra);
+        return -1;
+    }
+    const sel_args sel = {o->samp, o->ids, o->taps_dev, o->draft_dev, o->draft_host, o->defer, o->rows_dev, o->rows_pitch,
+                          lp, extra, n_extra};
     return run(c, o->decode, tokens, M, pos0, o->rows, NULL, NULL, &sel, err, errlen);
+}
+
+int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o,
+                      char *err, size_t errlen) {
+    return select_run(c, tokens, M, pos0, o, NULL, NULL, 0, err, errlen);
+}
+
+int ds_forward_select_lp(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o, const ds_lproc *lp,
+                         const int32_t *extra, int n_extra, char *err, size_t errlen) {
+    return select_run(c, tokens, M, pos0, o, lp, extra, n_extra, err, errlen);
 }
 
 int ds_forward_collect(ds_ctx *c, char *err, size_t errlen) {

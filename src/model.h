@@ -163,6 +163,17 @@ typedef struct {
 } ds_select_opts;
 int ds_forward_select(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o,
                       char *err, size_t errlen);
+/* ds_forward_select with a per-row host logits processor (sampler.h
+ * ds_lproc; NULL: ds_forward_select). Every selected row goes through
+ * lp->apply before ds_sample, on the host, with extra history
+ * extra[0..n_extra + i) for row i of a DS_LOGITS_ALL selection and
+ * extra[0..n_extra) for the DS_LOGITS_LAST row: a verify passes the drafts
+ * d_1..d_{M-1} and n_extra 0; a replayed decode of d_j passes the drafts and
+ * n_extra j; plain decoding and the prefill pass none. Refuses a queued
+ * draft and deferred ids (the host needs the drafts first). The forward is
+ * ds_forward_select's, so the logits have the same bits. */
+int ds_forward_select_lp(ds_ctx *c, const int32_t *tokens, int M, int pos0, const ds_select_opts *o, const ds_lproc *lp,
+                         const int32_t *extra, int n_extra, char *err, size_t errlen);
 /* Waits for a deferred selection's ids (ds_select_opts.defer) and fills
  * its ids / draft_host. 0 (also when nothing is pending), or -1 with err. */
 int ds_forward_collect(ds_ctx *c, char *err, size_t errlen);

@@ -29,6 +29,39 @@ typedef struct {
                            most probable token's                        */
 } ds_sampler;
 
+/* ---- per-row host logits processors ----------------------------------------
+ * The hook behind presence / frequency penalties, logit_bias, a grammar mask
+ * and logprob capture. A processor sees every row that chooses a token,
+ * exactly as plain decoding would see it, and rewrites its logits before
+ * ds_sample:
+ *   apply(user, pos, extra, n_extra, logits, V)
+ *       the row that chooses the token at absolute position pos. Its history
+ *       is the sequence's committed tokens (each told to accept, in order)
+ *       followed by extra[0..n_extra): nothing on a plain decode row or the
+ *       prefill's last row; the drafts d_1..d_i on row i of a speculative
+ *       verify (row 0 is the anchor's, n_extra = 0). Rows after a rejected
+ *       draft are computed and discarded: the processor must not let them
+ *       change what later rows see (keep committed state in accept only).
+ *       Returns 0, or -1 (out of memory, a grammar that allows no token):
+ *       the generation then fails.
+ *   selected(user, pos, token)            (may be NULL)
+ *       the token this row chose, right after apply and before the next
+ *       row's apply (a capture of the row, e.g. its logprobs, can be
+ *       completed here); discarded rows get it too.
+ *   accept(user, pos, token)
+ *       token is committed at pos (emitted, in order: the same calls in plain
+ *       and speculative decoding).
+ * The logits a processor sees are the canonical row's bits, so a processor
+ * that is a pure function of (pos, history, logits) keeps speculative ==
+ * plain. With a processor, selection runs on the host (a device downloads
+ * the selected rows). */
+typedef struct ds_lproc {
+    int  (*apply)(void *user, int64_t pos, const int32_t *extra, int n_extra, float *logits, int V);
+    void (*selected)(void *user, int64_t pos, int32_t token);
+    void (*accept)(void *user, int64_t pos, int32_t token);
+    void  *user;
+} ds_lproc;
+
 /* scratch: at least 2*V floats (top-k/top-p sorting) or NULL to allocate
  * internally. Returns the chosen token id, or -1 on allocation failure. */
 int32_t ds_sample(const ds_sampler *s, const float *logits, int V, int64_t pos, float *scratch);

@@ -263,7 +263,8 @@ done:
  * buffer (device) holds one chunk instead of the whole prompt. The last row
  * selects the first token (*first) on the device. */
 static int spec_prefill(ds_ctx *c, ds_dctx *dx, const int32_t *prompt, int n, ds_prefill_mode mode, int chunk,
-                        const ds_sampler *samp, int32_t *first, float *taps, char *err, size_t errlen) {
+                        const ds_sampler *samp, const ds_gen_hooks *h, int32_t *first, float *taps, char *err,
+                        size_t errlen) {
     if (n < 1) { ds_errf(err, errlen, "prefill: the prompt is empty"); return -1; }
     if (n >= ds_ctx_n_ctx(c)) {
         ds_errf(err, errlen, "prefill: the prompt has %d tokens but the context holds %d (need room for at least one new token)",
@@ -275,15 +276,15 @@ static int spec_prefill(ds_ctx *c, ds_dctx *dx, const int32_t *prompt, int n, ds
     for (int off = 0; off < n;) {
         int m = n - off < chunk ? n - off : chunk;
         const int last = off + m == n;
-        if (mode == DS_PREFILL_BATCH) {
-            const ds_select_opts so = {0, last ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first, taps, NULL, NULL, 0, NULL, 0};
-            if (ds_forward_select(c, prompt + off, m, off, &so, err, errlen)) return -1;
-        } else {
-            for (int i = 0; i < m; i++) {
-                const ds_select_opts so = {1, last && i == m - 1 ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp, first,
-                                           taps + (size_t)i * T, NULL, NULL, 0, NULL, 0};
-                if (ds_forward_select(c, prompt + off + i, 1, off + i, &so, err, errlen)) return -1;
-            }
+        /* the target's rows in steps (the forward's own m_max chunks with a
+         * cancel poll between them, so the same bits; one pass without) */
+        const int step = mode == DS_PREFILL_DECODE ? 1 : h && h->cancelled ? ds_ctx_m_max(c) : m;
+        for (int i = 0; i < m; i += step) {
+            if (ds_gen_cancelled(h)) return 1;
+            const int k = m - i < step ? m - i : step;
+            const ds_select_opts so = {mode == DS_PREFILL_DECODE, last && i + k == m ? DS_LOGITS_LAST : DS_LOGITS_NONE, samp,
+                                       first, taps + (size_t)i * T, NULL, NULL, 0, NULL, 0};
+            if (ds_forward_select_lp(c, prompt + off + i, k, off + i, &so, h ? h->lp : NULL, NULL, 0, err, errlen)) return -1;
         }
         if (ds_dctx_append_dev(dx, taps, m, off, err, errlen)) return -1;
         off += m;
@@ -293,6 +294,7 @@ static int spec_prefill(ds_ctx *c, ds_dctx *dx, const int32_t *prompt, int n, ds
 typedef struct {
     const ds_spec_opts *o;
     const ds_tokenizer *tok;
+    const ds_lproc *lp;
     int32_t *out;
     ds_spec_stats *st;
 } emitter;
@@ -301,6 +303,7 @@ typedef struct {
  * is emitted; reaching n_predict stops after. 1 = stop. */
 static int emit(emitter *e, int32_t t) {
     if (e->o->stop_at_eog && e->tok && ds_tokenizer_is_eog(e->tok, t)) { e->st->stop = "eog"; return 1; }
+    if (e->lp && e->lp->accept) e->lp->accept(e->lp->user, (int64_t)e->st->n_prompt + e->st->n_gen, t);
     e->out[e->st->n_gen++] = t;
     if (e->o->on_token) e->o->on_token(e->o->user, t);
     if (e->st->n_gen >= e->o->n_predict) { e->st->stop = "length"; return 1; }
@@ -381,19 +384,24 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
 
     auto_sched as;
     if (o->sched == DS_SCHED_AUTO) auto_init(&as, o->sps_sec, draft_max + 1);
-    emitter em = { o, ds_ctx_model(c)->tok, out, st };
+    const ds_gen_hooks *hk = o->hooks;
+    const ds_lproc *lp = hk ? hk->lp : NULL;
+    emitter em = { o, ds_ctx_model(c)->tok, lp, out, st };
     const ds_sampler *samp = &o->samp;
     double t0 = now_s();
     /* prefill: target (all prompt taps) -> drafter context rows -> first token */
     int32_t anchor = -1;
-    if (spec_prefill(c, dx, prompt, n_prompt, o->prefill, chunk, samp, &anchor, ptaps, err, errlen)) goto done;
+    const int pr = spec_prefill(c, dx, prompt, n_prompt, o->prefill, chunk, samp, hk, &anchor, ptaps, err, errlen);
+    if (pr < 0) goto done;
     int p = n_prompt;
     double t1 = now_s();
     st->t_prefill = t1 - t0;
+    if (pr) { st->stop = "cancel"; goto finish; }
     if (emit(&em, anchor)) goto finish;
 
     for (;;) {
         if (p >= ds_ctx_n_ctx(c)) { st->stop = "context"; break; }
+        if (ds_gen_cancelled(hk)) { st->stop = "cancel"; break; }
         /* how many drafts may this round verify: block, context, budget.
          * A backend that records launch sequences replays one recording
          * per verify width, and a new width costs a recording (host time
@@ -413,7 +421,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
          * verify), so the verify follows the draft on the device and the
          * drafts come back with its selections (one wait per round) */
         const int32_t *ids_dev = NULL;
-        const int queued = draft && !o->draft_wait && o->sched == DS_SCHED_NONE && !o->draft_override && !use_conf;
+        const int queued = draft && !o->draft_wait && o->sched == DS_SCHED_NONE && !o->draft_override && !use_conf && !lp;
         double ta = now_s();
         if (queued) {
             ds_draft_opts dop = { samp, draft_max };
@@ -464,7 +472,8 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         } else {   /* only the ell + 1 selected ids come back; logits and taps stay */
             for (int i = 0; i < ell; i++) vtok[i + 1] = ids[i];
             const ds_select_opts so = {0, DS_LOGITS_ALL, samp, vsel, vt, NULL, NULL, 0, NULL, 0};
-            if (ds_forward_select(c, vtok, ell + 1, p, &so, err, errlen)) goto done;
+            /* a processor sees row i with d_1..d_i after the committed tokens */
+            if (ds_forward_select_lp(c, vtok, ell + 1, p, &so, lp, ids, 0, err, errlen)) goto done;
         }
         double tc = now_s();
         st->t_verify += tc - tb;
@@ -492,7 +501,7 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
             for (int j = 0; j <= a; j++) {
                 int32_t y = -1;
                 const ds_select_opts so = {1, DS_LOGITS_LAST, samp, &y, vtaps + (size_t)j * T, NULL, NULL, 0, NULL, 0};
-                if (ds_forward_select(c, &vtok[j], 1, p + j, &so, err, errlen)) goto done;
+                if (ds_forward_select_lp(c, &vtok[j], 1, p + j, &so, lp, ids, j, err, errlen)) goto done;
                 if (j < a && y != ids[j]) { a2 = j; bonus = y; st->replay_fixups++; break; }
                 if (j == a) {
                     if (y != bonus) st->replay_fixups++;
@@ -534,6 +543,12 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         anchor = bonus;
     }
 finish:
+    {   /* plain decoding's state at the stopping token: every emitted token
+         * decoded but the last (and that one too when an EOG stopped it) */
+        const int keep = st->n_prompt + st->n_gen - (strcmp(st->stop, "eog") && st->n_gen > 0 ? 1 : 0);
+        if (ds_ctx_n_past(c) > keep && ds_kv_truncate(c, keep)) { ds_errf(err, errlen, "spec: KV truncate to %d failed", keep); goto done; }
+        if (ds_dctx_len(dx) > keep && ds_dctx_truncate(dx, keep)) { ds_errf(err, errlen, "spec: drafter truncate to %d failed", keep); goto done; }
+    }
     st->t_total = now_s() - t0;
     st->mean_accepted_len = st->rounds ? (double)(st->accepted + st->rounds) / st->rounds : 0.0;
     {

@@ -105,6 +105,12 @@ typedef struct {
      * drafter context after a successful call. The caller frees it with
      * ds_dctx_free before the drafter and the target context. */
     ds_dctx       **keep;
+    /* NULL, or the generation's hooks (generate.h ds_gen_hooks): a logits
+     * processor sees the verify's rows with the drafts before them as extra
+     * history (row i: d_1..d_i) and every emitted token once, as in plain
+     * decoding (rounds are then never queued: the host needs the drafts);
+     * the cancel poll runs between prefill chunks and before each round. */
+    const ds_gen_hooks *hooks;
 } ds_spec_opts;
 
 /* Defaults: n_predict 128, batched prefill, stop at EOG, greedy, draft_max =
@@ -131,7 +137,7 @@ typedef struct {
     double t_draft, t_verify, t_accept, t_commit, t_total;   /* seconds; accept = sampling */
     double tok_s;                   /* (n_gen - 1) / (t_total - t_prefill): like plain's
                                        decode_tok_s (the first token comes from the prefill) */
-    const char *stop;               /* "length", "eog", "context"                   */
+    const char *stop;               /* "length", "eog", "context", "cancel"         */
 } ds_spec_stats;
 
 /* Speculative generation for one sequence from an empty target context.
@@ -145,6 +151,10 @@ typedef struct {
  * target KV row at or past target->n_ctx: each round's verify width is
  * clamped so p + ell < n_ctx, and generation stops ("context") once the next
  * anchor's position reaches n_ctx — exactly where plain generation stops.
+ * When it stops, the target's KV rows (and the drafter's context rows) are
+ * cut to what plain decoding leaves at that token: every emitted token but
+ * the last decoded (the last too when an end-of-generation token stopped
+ * it), so a stop inside an accepted block leaves plain's state.
  * Returns 0, or -1 with one error line. */
 int ds_spec_generate(ds_ctx *target, const ds_drafter *d, const int32_t *prompt, int n_prompt,
                      const ds_spec_opts *o, int32_t *out, ds_spec_stats *st, char *err, size_t errlen);

@@ -3,14 +3,28 @@
 #   curl: health, models, auth (401), completions and chat, streamed and not
 #     (the stream's text == the non-streamed text == `dspark generate`'s),
 #     speculative == plain (greedy and sampled), the `dspark` field, metrics;
+#   the feature table (serve_client.py features): stop strings exact under
+#     speculative decoding wherever they fall, random seeds that replay (also
+#     through `dspark generate -s`), logprobs, n > 1, response_format
+#     json_object / json_schema, penalties, logit_bias, llama-server fields,
+#     /tokenize /detokenize /props /slots, CORS; /metrics through a Prometheus
+#     parser (histograms, KV gauges);
 #   the official `openai` npm client (installed under build/ on first use;
-#     SKIP only when npm cannot reach its registry);
+#     SKIP only when npm cannot reach its registry): the same table, and a
+#     SIGTERM mid-stream that must end with a final chunk; the Python `openai`
+#     package when the machine has it (Debian does not: SKIP);
 #   a corpus of malformed requests -> 4xx with an OpenAI error object, server alive;
 #   a bounded load test (8 clients x 25 requests): nothing lost, every answer
-#     identical to its single-client answer;
-#   a client that disconnects mid-stream frees the only slot;
-#   chat without a known template -> 400; a full queue -> 503; SIGTERM stops
-#   the server.
+#     identical to its single-client answer; a soak (2,000 mixed requests,
+#     a tenth dropped mid-way): every answer equal, RSS flat;
+#   the hazards: slow clients (150 sockets trickling bytes) cannot starve
+#     /health and are cut at --request-timeout; dropped non-streamed requests
+#     and a dropped long prefill free the slot at once; SIGTERM drains (a
+#     stream finishes, exit 0) or cuts at --drain-timeout (finish_reason
+#     "abort", [DONE], exit 1); NUL in a prompt is a 400;
+#   chat templates read from a GGUF (a copy of the shipped target with one);
+#   a CPU server maps no CUDA library; `serve -v` starts without a
+#     libmicrohttpd warning.
 # Servers listen on port 0 (the kernel picks a free port; the server prints
 # it), and the trap stops every server this script started.
 set -u
@@ -56,6 +70,8 @@ start() {
 . tests/lib_cli.sh   # expect_err
 expect_err "serve without -m"          "no model"       $D serve
 expect_err "serve bad --chat-template" "chat-template"  $D serve -m "$TGT" --chat-template jinja
+expect_err "serve --max-n above --queue" "max-n"        $D serve -m "$TGT" --max-n 9 --queue 4
+expect_err "serve bad --request-timeout" "request-timeout" $D serve -m "$TGT" --request-timeout 0
 expect_err "serve --port out of range" "out of range"   $D serve -m "$TGT" --port 70000
 expect_err "serve --parallel 0"        "out of range"   $D serve -m "$TGT" --parallel 0
 expect_err "serve unknown option"      "unknown option" $D serve -m "$TGT" --threads 4
@@ -65,7 +81,8 @@ expect_err "serve empty --api-key"     "api-key"        $D serve -m "$TGT" --api
 expect_err "serve unknown device"      "device"         $D serve -m "$TGT" --device tpu
 
 KEY=secret-key
-start A -m "$TGT" -md "$DR" --parallel 2 -t 1 --api-key "$KEY" --chat-template plain --max-body 65536 --max-tokens 64
+start A -m "$TGT" -md "$DR" --parallel 2 -t 1 --api-key "$KEY" --chat-template plain --max-body 65536 --max-tokens 64 \
+    --cors-origins http://good.example
 PA=$PORT_A
 URL=http://127.0.0.1:$PA
 AUTH="Authorization: Bearer $KEY"
@@ -112,6 +129,10 @@ printf 'User: Tell me about the sea.\nAssistant:' > "$T/chat_prompt.txt"
 $D generate -m "$TGT" -f "$T/chat_prompt.txt" -n 20 -t 1 2>/dev/null | head -c -1 > "$T/chat_cli.txt"
 cmp -s "$T/chat.txt" "$T/chat_cli.txt" && ok chat_plain_template_equals_generate || bad chat_plain_template_equals_generate
 
+# ---- the feature table, /metrics through a Prometheus parser ------------------------
+DSPARK_BIN=$D DSPARK_TARGET=$TGT $PY features "$PA" "$KEY" || fail=1
+$PY prometheus "$PA" "$KEY" || fail=1
+
 # ---- the official openai client --------------------------------------------------
 NPM_DIR=build/npm-openai                  # one cache for the plain and sanitizer runs
 if [ -n "${DSPARK_SAN:-}" ]; then
@@ -130,12 +151,32 @@ else
     echo "SKIP openai_client (npm cannot reach the registry: $(tail -n 1 "$T/npm.log"))"
 fi
 
+if python3 -c "import openai" 2>/dev/null; then
+    python3 - "$PA" "$KEY" "$T/cli.txt" <<'PYEOF' || fail=1
+import sys, openai
+c = openai.OpenAI(base_url="http://127.0.0.1:%s/v1" % sys.argv[1], api_key=sys.argv[2], max_retries=0)
+t = c.completions.create(model="dspark-tiny", prompt="The river", max_tokens=24, temperature=0).choices[0].text
+ok = t == open(sys.argv[3]).read()
+print("%s python_openai_completion" % ("PASS" if ok else "FAIL"))
+sys.exit(0 if ok else 1)
+PYEOF
+else
+    echo "SKIP python_openai (no Python openai package here; Debian does not package it)"
+fi
+
 # ---- malformed requests ------------------------------------------------------------
 $PY bad "$PA" "$KEY" tests/data/serve_bad_requests.txt || fail=1
 
 # ---- load: 8 clients x 25 requests ---------------------------------------------------
 # (under the sanitizers: 8 clients x 3 requests, for the races, not the numbers)
 if [ -n "${DSPARK_SAN:-}" ]; then $PY load "$PA" "$KEY" 8 3 || fail=1; else $PY load "$PA" "$KEY" 8 25 || fail=1; fi
+
+# ---- soak: 2,000 mixed requests, a tenth dropped mid-way -------------------------------
+if [ -n "${DSPARK_SAN:-}" ]; then $PY soak "$PA" "$KEY" 200 "$PID_A" || fail=1; else $PY soak "$PA" "$KEY" 2000 "$PID_A" || fail=1; fi
+
+# ---- a CPU server maps no CUDA library --------------------------------------------------
+if grep -qi 'libcuda\|libcudart\|libcublas\|libnvrtc' "/proc/$PID_A/maps"; then bad "cpu_server_maps_no_cuda"
+else ok "cpu_server_maps_no_cuda ($(grep -c . "/proc/$PID_A/maps") mappings, none CUDA)"; fi
 
 # ---- metrics ---------------------------------------------------------------------------
 cj "$URL/metrics" > "$T/metrics.txt"
@@ -148,6 +189,7 @@ awk '/^dspark_generated_tokens_total/ { exit !($2 > 200) }' "$T/metrics.txt" && 
 # ---- one slot, a client that leaves mid-stream; chat without a template -----------------
 start C -m "$TGT" -md "$DR" --parallel 1 -t 1
 $PY disconnect "$PORT_C" || fail=1
+$PY dropped "$PORT_C" || fail=1
 code=$(curl -s -o "$T/nochat.json" -w '%{http_code}' "http://127.0.0.1:$PORT_C/v1/chat/completions" -d "$CHAT")
 [ "$code" = 400 ] && grep -q 'chat_template_unsupported' "$T/nochat.json" && ok chat_without_template_400 || bad "chat_without_template_400 ($code)"
 
@@ -156,6 +198,49 @@ if [ -z "${DSPARK_SAN:-}" ]; then
     start Q -m "$TGT" --parallel 1 -t 1 --queue 1
     $PY queuefull "$PORT_Q" || fail=1
 fi
+
+# ---- slow clients: from 127.0.0.2, under a per-IP limit, cut at the deadline -------------
+start S -m "$TGT" --parallel 1 -t 1 --request-timeout 2 --max-connections-per-ip 64
+$PY slowloris "$PORT_S" || fail=1
+
+# ---- chat templates from a GGUF: one it renders, one it refuses ---------------------------
+printf '%s' "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}" > "$T/chatml.jinja"
+printf '%s' "{% for m in messages %}Human: {{ m['content'] }}{% endfor %}" > "$T/odd.jinja"
+$PY gguf_template "$TGT" "$T/chatml.gguf" "$T/chatml.jinja" && $PY gguf_template "$TGT" "$T/odd.gguf" "$T/odd.jinja" || bad gguf_template_copy
+start TPL -m "$T/chatml.gguf" --parallel 1 -t 1
+grep -q 'chat_template=chatml' "$T/TPL.log" && ok chat_template_detected_from_gguf || bad chat_template_detected_from_gguf
+curl -s "http://127.0.0.1:$PORT_TPL/v1/chat/completions" -d "$CHAT" > "$T/tpl.json"
+printf '<|im_start|>user\nTell me about the sea.<|im_end|>\n<|im_start|>assistant\n' > "$T/tpl_prompt.txt"
+$D generate -m "$T/chatml.gguf" -f "$T/tpl_prompt.txt" -n 20 -t 1 2>/dev/null | head -c -1 > "$T/tpl_cli.txt"
+$PY text "$T/tpl.json" > "$T/tpl.txt" && cmp -s "$T/tpl.txt" "$T/tpl_cli.txt" && ok chat_template_gguf_equals_generate || bad chat_template_gguf_equals_generate
+start ODD -m "$T/odd.gguf" --parallel 1 -t 1
+code=$(curl -s -o "$T/odd.json" -w '%{http_code}' "http://127.0.0.1:$PORT_ODD/v1/chat/completions" -d "$CHAT")
+[ "$code" = 400 ] && grep -q 'chat_template_unsupported' "$T/odd.json" && grep -q 'chat requests will be refused' "$T/ODD.log" \
+    && ok chat_template_unknown_refused || bad "chat_template_unknown_refused ($code)"
+kill -TERM "$PID_TPL" "$PID_ODD" "$PID_S"
+
+# ---- SIGTERM: a stream drains (exit 0), or is cut at --drain-timeout (exit 1) ---------------
+start D1 -m "$TGT" -md "$DR" --parallel 1 -t 1
+fin=$($PY drain "$PORT_D1" "$PID_D1" 100 | tail -n 1)
+wait "$PID_D1"; rc=$?
+[ "$fin" = length ] && [ $rc -eq 0 ] && grep -q 'cut=0' "$T/D1.log" && ok "sigterm_drains_stream (finish=$fin rc=$rc)" \
+    || bad "sigterm_drains_stream (finish=$fin rc=$rc)"
+start D2 -m "$TGT" -md "$DR" --parallel 1 -t 1 --drain-timeout 0.2
+fin=$($PY drain "$PORT_D2" "$PID_D2" 480 | tail -n 1)
+wait "$PID_D2"; rc=$?
+[ "$fin" = abort ] && [ $rc -eq 1 ] && grep -q 'cut=1' "$T/D2.log" && ok "sigterm_cuts_at_drain_timeout (finish=$fin rc=$rc)" \
+    || bad "sigterm_cuts_at_drain_timeout (finish=$fin rc=$rc)"
+if [ -z "${DSPARK_SAN:-}" ] && [ -f "$NPM_DIR/node_modules/openai/package.json" ]; then
+    start D3 -m "$TGT" --parallel 1 -t 1 --chat-template plain
+    node "$NPM_DIR/serve_openai.mjs" drain "$PORT_D3" "$PID_D3" || fail=1
+    wait "$PID_D3"
+fi
+
+# ---- serve -v: no libmicrohttpd warning at start -------------------------------------------
+start V -m "$TGT" --parallel 1 -t 1 -v
+sleep 0.2
+grep -q '^mhd:' "$T/V.log" && bad "serve_v_no_mhd_warning: $(grep '^mhd:' "$T/V.log" | head -n 1)" || ok serve_v_no_mhd_warning
+kill -TERM "$PID_V"
 
 # ---- SIGTERM stops the server ------------------------------------------------------------
 kill -TERM "$PID_C"

@@ -8,11 +8,26 @@
                             its single-client answer; prints throughput
   disconnect PORT           a client that leaves mid-stream frees its slot
   queuefull PORT            a full queue answers 503
+  features PORT KEY         the OpenAI / llama-server feature table (stop strings exact
+                            under speculation, random seeds, logprobs, n, response_format,
+                            penalties, logit_bias, tokenize, props, slots, CORS, n_predict)
+  prometheus PORT KEY       /metrics parses as Prometheus text (histograms, gauges)
+  slowloris PORT            slow clients cannot starve /health; they are cut at the deadline
+  dropped PORT              dropped non-streamed requests (and a long prefill) free the slot
+  soak PORT KEY N           N mixed requests with random disconnects: every answer equals its
+                            single-client answer, the server's RSS stays flat
+  drain PORT PID LEN        SIGTERM mid-stream: the stream ends with a finish_reason + [DONE]
+  gguf_template IN OUT F    IN with tokenizer.chat_template = the text of F, as OUT
 """
 import http.client
 import json
+import os
+import random
 import re
+import signal
 import socket
+import struct
+import subprocess
 import sys
 import threading
 import time
@@ -139,14 +154,20 @@ MIX = [
 ]
 
 
-def answer(port, key, i):
-    path, body = MIX[i]
+def answer_of(port, key, path, body, every=False):
+    """The text of an answer (every choice's, as JSON, with every=True)."""
     st, out = post(port, path, body, key)
     if st != 200:
         raise AssertionError("status %d: %s" % (st, out[:200]))
     if body.get("stream"):
         return sse_text(out)[0]
+    if every:
+        return json.dumps([c["text"] if "text" in c else c["message"]["content"] for c in json.loads(out)["choices"]])
     return text_of(json.loads(out))
+
+
+def answer(port, key, i):
+    return answer_of(port, key, *MIX[i])
 
 
 def cmd_load(port, key, clients, per):
@@ -248,7 +269,497 @@ def cmd_queuefull(port):
     sys.exit(0 if ok else 1)
 
 
+
+
+
+# ---- the feature table ------------------------------------------------------------------
+
+CHECKS = {"fail": 0}
+
+
+def check(ok, name, detail=""):
+    print("%s %s%s" % ("PASS" if ok else "FAIL", name, "" if ok else " " + str(detail)[:300]))
+    if not ok:
+        CHECKS["fail"] += 1
+    return ok
+
+
+def req_json(port, key, path, body, headers=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    h = {"Content-Type": "application/json", "Authorization": "Bearer " + key}
+    h.update(headers or {})
+    c.request("POST", path, body=json.dumps(body), headers=h)
+    r = c.getresponse()
+    raw = r.read()
+    c.close()
+    return r.status, raw
+
+
+def complete(port, key, body, path="/v1/completions"):
+    st, raw = req_json(port, key, path, body)
+    if st != 200:
+        raise AssertionError("status %d: %s" % (st, raw[:300]))
+    return json.loads(raw)
+
+
+def stream_events(port, key, body, path="/v1/completions"):
+    st, raw = req_json(port, key, path, dict(body, stream=True))
+    if st != 200:
+        raise AssertionError("status %d: %s" % (st, raw[:300]))
+    text, final = sse_text(raw)
+    events = [json.loads(e[6:]) for e in raw.decode().split("\n\n") if e.startswith("data: {")]
+    return text, final, events
+
+
+def logprobs_of(obj, chat):
+    out = []
+    for ch in obj["choices"]:
+        lp = ch.get("logprobs")
+        if lp:
+            out += [(t["token"], t["logprob"]) for t in lp["content"]] if chat else list(zip(lp["tokens"], lp["token_logprobs"]))
+    return out
+
+
+def cmd_features(port, key):
+    port = int(port)
+    dspark = os.environ.get("DSPARK_BIN", "build/dspark")
+    target = os.environ.get("DSPARK_TARGET", "models/dspark-tiny-q8_0.gguf")
+    P = "It is a truth universally acknowledged, that"
+
+    # stop strings: wherever the stop falls (inside an accepted block or at its
+    # edge), speculative == plain: the same text, finish_reason, token count
+    base = complete(port, key, {"prompt": P, "max_tokens": 40, "temperature": 0, "speculative": False})
+    full = base["choices"][0]["text"]
+    ok, n = True, 0
+    for samp in ({"temperature": 0}, {"temperature": 0.9, "seed": 11}):
+        ref = complete(port, key, dict(samp, prompt=P, max_tokens=40, speculative=False))["choices"][0]["text"]
+        for at in range(2, len(ref) - 3, max(1, len(ref) // 10)):
+            stop = ref[at:at + 3]
+            body = dict(samp, prompt=P, max_tokens=40, stop=[stop, "\u2603never"])
+            a = complete(port, key, dict(body, speculative=True))
+            b = complete(port, key, dict(body, speculative=False))
+            st_text, st_final, _ = stream_events(port, key, dict(body, speculative=True))
+            want = ref[:ref.find(stop)]
+            same = (a["choices"][0]["text"] == b["choices"][0]["text"] == st_text == want and
+                    a["choices"][0]["finish_reason"] == b["choices"][0]["finish_reason"] == "stop" ==
+                    st_final["choices"][0]["finish_reason"] and a["usage"] == b["usage"] and a["dspark"]["speculative"])
+            ok &= same
+            n += 1
+            if not same:
+                print("  stop %r: spec %r plain %r stream %r want %r" % (stop, a["choices"][0]["text"], b["choices"][0]["text"],
+                                                                         st_text, want))
+    check(ok, "stop_strings_spec_equals_plain_stream cases=%d" % n)
+
+    # no seed: a random one, reported; temperature 1 twice gives two texts;
+    # the reported seed replays the answer, here and in `dspark generate -s`
+    r1 = complete(port, key, {"prompt": P, "max_tokens": 24, "temperature": 1})
+    r2 = complete(port, key, {"prompt": P, "max_tokens": 24, "temperature": 1})
+    seed = r1["dspark"]["seed"]
+    r3 = complete(port, key, {"prompt": P, "max_tokens": 24, "temperature": 1, "seed": seed})
+    cli = subprocess.run([dspark, "generate", "-m", target, "-p", P, "-n", "24", "--temp", "1", "-s", str(seed), "-t", "1"],
+                         capture_output=True).stdout.decode("utf-8", "replace").rstrip("\n")
+    neg = complete(port, key, {"prompt": P, "max_tokens": 16, "temperature": 1, "seed": -7})
+    cli_neg = subprocess.run([dspark, "generate", "-m", target, "-p", P, "-n", "16", "--temp", "1", "-s", "-7", "-t", "1"],
+                             capture_output=True).stdout.decode("utf-8", "replace").rstrip("\n")
+    check(r1["dspark"]["seed_random"] and r1["choices"][0]["text"] != r2["choices"][0]["text"] and
+          r3["choices"][0]["text"] == r1["choices"][0]["text"] and cli == r1["choices"][0]["text"] and
+          neg["dspark"]["seed"] == -7 and cli_neg == neg["choices"][0]["text"], "random_seed_reported_and_replayable",
+          (r1["choices"][0]["text"], r2["choices"][0]["text"], cli))
+
+    # logprobs: completions and chat, streamed == not, speculative == plain
+    for chat in (False, True):
+        path = "/v1/chat/completions" if chat else "/v1/completions"
+        body = ({"messages": [{"role": "user", "content": "Tell me about the sea."}], "logprobs": True, "top_logprobs": 3}
+                if chat else {"prompt": P, "logprobs": 3})
+        body.update({"max_tokens": 20, "temperature": 0.8, "seed": 3})
+        a = complete(port, key, dict(body, speculative=True), path)
+        b = complete(port, key, dict(body, speculative=False), path)
+        _, _, ev = stream_events(port, key, dict(body, speculative=True), path)
+        streamed = []
+        for e in ev:
+            if e["choices"] and e["choices"][0].get("logprobs"):
+                lp = e["choices"][0]["logprobs"]
+                streamed += [(t["token"], t["logprob"]) for t in lp["content"]] if chat else list(zip(lp["tokens"], lp["token_logprobs"]))
+        la, lb = logprobs_of(a, chat), logprobs_of(b, chat)
+        top_ok = all(len(t["top_logprobs"]) == 3 for t in a["choices"][0]["logprobs"]["content"]) if chat else \
+            all(len(d) <= 3 for d in a["choices"][0]["logprobs"]["top_logprobs"])
+        check(la == lb == streamed and len(la) == a["usage"]["completion_tokens"] and all(v <= 0 for _, v in la) and top_ok,
+              "logprobs_%s_stream_and_spec_equal tokens=%d" % ("chat" if chat else "completions", len(la)), (len(la), len(lb), len(streamed)))
+
+    # n > 1: choice k is the single request with seed + k; streamed alike
+    nb = {"prompt": P, "max_tokens": 12, "temperature": 1, "seed": 40, "n": 3}
+    multi = complete(port, key, nb)
+    singles = [complete(port, key, {"prompt": P, "max_tokens": 12, "temperature": 1, "seed": 40 + k})["choices"][0]["text"] for k in range(3)]
+    _, _, ev = stream_events(port, key, nb)
+    st_texts = ["", "", ""]
+    for e in ev:
+        for ch in e["choices"]:
+            st_texts[ch["index"]] += ch.get("text") or ""
+    texts = [c["text"] for c in sorted(multi["choices"], key=lambda c: c["index"])]
+    check(texts == singles == st_texts and len(set(texts)) > 1 and multi["usage"]["completion_tokens"] == 36,
+          "n_choices_equal_single_requests", (texts, singles, st_texts))
+
+    # response_format: json_object parses; json_schema validates; speculative == plain
+    sch = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+           "required": ["name", "age"]}
+    for rf in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "p", "schema": sch}}):
+        body = {"messages": [{"role": "user", "content": "A person as JSON."}], "max_tokens": 60, "temperature": 0.7, "seed": 2,
+                "response_format": rf}
+        a = complete(port, key, dict(body, speculative=True), "/v1/chat/completions")
+        b = complete(port, key, dict(body, speculative=False), "/v1/chat/completions")
+        t = a["choices"][0]["message"]["content"]
+        fin = a["choices"][0]["finish_reason"]
+        valid = True
+        if fin == "stop":
+            o = json.loads(t)
+            valid = isinstance(o, dict) and (rf["type"] == "json_object" or (set(o) == {"name", "age"} and isinstance(o["age"], int)))
+        check(t == b["choices"][0]["message"]["content"] and valid and a["dspark"]["response_format"] == rf["type"],
+              "response_format_%s finish=%s" % (rf["type"], fin), t)
+
+    # penalties and logit_bias: speculative == plain, and they act
+    plain = complete(port, key, {"prompt": P, "max_tokens": 30, "temperature": 0})["choices"][0]["text"]
+    for extra in ({"frequency_penalty": 1.5}, {"presence_penalty": 1.5}, {"logit_bias": {"13": 30}}):
+        body = dict(extra, prompt=P, max_tokens=30, temperature=0)
+        a = complete(port, key, dict(body, speculative=True))["choices"][0]["text"]
+        b = complete(port, key, dict(body, speculative=False))["choices"][0]["text"]
+        check(a == b and a != plain, "processor_%s_spec_equals_plain_and_acts" % list(extra)[0], (a, plain))
+    toks = json.loads(req_json(port, key, "/tokenize", {"content": " the"})[1])["tokens"]
+    banned = complete(port, key, {"prompt": P, "max_tokens": 30, "temperature": 0, "logit_bias": {str(toks[0]): -100}})
+    check(" the" in plain and len(toks) == 1 and " the" not in banned["choices"][0]["text"], "logit_bias_bans_a_token")
+
+    # llama-server fields: n_predict, cache_prompt; unknown fields 400
+    r = complete(port, key, {"prompt": P, "n_predict": 40, "ignore_eos": True, "temperature": 0, "cache_prompt": True})
+    st, raw = req_json(port, key, "/v1/completions", {"prompt": P, "n_predict": 4, "frobnicate": 1})
+    check(r["usage"]["completion_tokens"] == 40 and st == 400 and b"frobnicate" in raw, "llama_server_fields")
+
+    # tokenize / detokenize / props / slots
+    st, raw = req_json(port, key, "/tokenize", {"content": P, "with_pieces": True})
+    pieces = json.loads(raw)["tokens"]
+    st2, raw2 = req_json(port, key, "/detokenize", {"tokens": [p["id"] for p in pieces]})
+    props = json.loads(get(port, "/props", key)[1])
+    slots = json.loads(get(port, "/slots", key)[1])
+    check(st == st2 == 200 and json.loads(raw2)["content"] == P and "".join(p["piece"] for p in pieces) == P and
+          props["total_slots"] == len(slots) and props["default_generation_settings"]["n_ctx"] > 0 and
+          all("is_processing" in sl for sl in slots), "tokenize_detokenize_props_slots")
+
+    # CORS: a preflight from an allowed origin, one from another, the answer's header
+    def options(origin):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("OPTIONS", "/v1/completions", headers={"Origin": origin, "Access-Control-Request-Method": "POST",
+                                                          "Access-Control-Request-Headers": "authorization, content-type"})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        return r.status, dict((k.lower(), v) for k, v in r.getheaders())
+    st_ok, h_ok = options("http://good.example")
+    st_no, h_no = options("http://evil.example")
+    st, raw = 0, b""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/v1/completions", body=json.dumps({"prompt": P, "max_tokens": 2}),
+              headers={"Content-Type": "application/json", "Authorization": "Bearer " + key, "Origin": "http://good.example"})
+    resp = c.getresponse()
+    resp.read()
+    acao = resp.getheader("Access-Control-Allow-Origin")
+    c.close()
+    check(st_ok == 204 and h_ok.get("access-control-allow-origin") == "http://good.example" and
+          "POST" in h_ok.get("access-control-allow-methods", "") and "authorization" in h_ok.get("access-control-allow-headers", "") and
+          st_no == 204 and "access-control-allow-origin" not in h_no and acao == "http://good.example", "cors_preflight_and_origin",
+          (st_ok, h_ok, st_no, h_no, acao))
+    sys.exit(1 if CHECKS["fail"] else 0)
+
+
+def cmd_prometheus(port, key):
+    """/metrics through a Prometheus parser (python3-prometheus-client when it is
+    installed; else the exposition format's rules checked here)."""
+    port = int(port)
+    st, raw = get(port, "/metrics", key)
+    text = raw.decode()
+    fams = {}
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+        parser = "prometheus_client"
+        for f in text_string_to_metric_families(text):
+            fams[f.name] = (f.type, [(s.name, s.labels, s.value) for s in f.samples])
+    except ImportError:
+        parser = "builtin"
+        types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+        for name, t in types.items():
+            samples = [(m.group(1), m.group(2) or "", float(m.group(3))) for m in
+                       re.finditer(r"^(%s(?:_bucket|_sum|_count)?)(\{[^}]*\})? (\S+)$" % re.escape(name), text, re.M)]
+            fams[name] = (t, samples)
+    ok = st == 200
+    for h in ("dspark_request_duration_seconds", "dspark_time_to_first_token_seconds", "dspark_queue_wait_seconds",
+              "dspark_time_per_output_token_seconds"):
+        t, samples = fams.get(h, (None, []))
+        buckets = [v for n, _, v in samples if n.endswith("_bucket")]
+        count = [v for n, _, v in samples if n.endswith("_count")]
+        ok &= t == "histogram" and buckets == sorted(buckets) and count and buckets[-1] == count[0] and count[0] > 0
+    for g in ("dspark_kv_used_tokens", "dspark_kv_capacity_tokens", "dspark_kv_usage_ratio", "dspark_slots_busy", "dspark_queue_length"):
+        ok &= fams.get(g, (None,))[0] == "gauge"
+    check(ok, "prometheus_metrics_parse parser=%s families=%d" % (parser, len(fams)))
+    sys.exit(1 if CHECKS["fail"] else 0)
+
+
+# ---- hazards -----------------------------------------------------------------------------
+
+def health_latency(port):
+    t0 = time.time()
+    try:
+        st, _ = get(port, "/health")
+    except Exception:                                   # noqa: BLE001
+        return None
+    return time.time() - t0 if st == 200 else None
+
+
+def cmd_slowloris(port):
+    """150 sockets from 127.0.0.2 trickling one header byte every 0.3 s: /health
+    from 127.0.0.1 stays fast; the per-IP limit refuses the surplus at once; the
+    request deadline shuts the rest down."""
+    port = int(port)
+    socks = []
+    for _ in range(150):
+        s = socket.socket()
+        s.settimeout(5)
+        try:
+            s.bind(("127.0.0.2", 0))
+            s.connect(("127.0.0.1", port))
+            s.sendall(b"G")
+            socks.append(s)
+        except OSError:
+            s.close()
+    lat, t0 = [], time.time()
+    i = 0
+    while time.time() - t0 < 3.0:
+        for s in socks:
+            try:
+                s.sendall(b"ET /health HTTP/1.1\r\nX-a: b"[i % 20:i % 20 + 1])
+            except OSError:
+                pass
+        lat.append(health_latency(port))
+        i += 1
+        time.sleep(0.3)
+    # after the deadline every slow socket must be closed by the server
+    closed = 0
+    for s in socks:
+        try:
+            s.settimeout(0.5)
+            closed += s.recv(1) == b""
+        except OSError:
+            closed += 1
+        s.close()
+    timed_out = metric(port, "dspark_connections_timed_out_total") or 0
+    good = [x for x in lat if x is not None]
+    ok = len(good) == len(lat) and max(good) < 1.0 and closed == len(socks) and timed_out >= 1
+    print("%s slowloris_health_stays_up probes=%d max_probe_s=%.3f slow_sockets=%d closed=%d timed_out=%d" %
+          ("PASS" if ok else "FAIL", len(lat), max(good) if good else -1, len(socks), closed, timed_out))
+    sys.exit(0 if ok else 1)
+
+
+def cmd_dropped(port):
+    """Four non-streamed 500-token requests dropped right after sending, and one with
+    a 480-token prompt dropped in its prefill: each is cancelled within a decode step
+    or a prefill chunk, and the next request does not wait for them."""
+    port = int(port)
+    body = json.dumps({"prompt": "The river", "max_tokens": 500, "ignore_eos": True, "temperature": 0})
+    base_c = metric(port, "dspark_generations_cancelled_total") or 0
+    base_g = metric(port, "dspark_generated_tokens_total") or 0
+    for _ in range(4):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                   % (len(body), body)).encode())
+        time.sleep(0.05)
+        s.close()
+    t0 = time.time()
+    st, _ = post(port, "/v1/completions", {"prompt": "The river", "max_tokens": 4, "temperature": 0}, timeout=60)
+    wait = time.time() - t0
+    c = None
+    for _ in range(100):
+        c = metric(port, "dspark_generations_cancelled_total")
+        if c is not None and c - base_c >= 4:
+            break
+        time.sleep(0.05)
+    gen = (metric(port, "dspark_generated_tokens_total") or 0) - base_g
+    ok = st == 200 and c - base_c >= 4 and gen < 4 * 100 and wait < 10
+    print("%s dropped_non_streamed_cancelled cancelled=%d tokens_made=%d next_request_wait_s=%.2f" %
+          ("PASS" if ok else "FAIL", c - base_c, gen, wait))
+    # a long prompt dropped during its prefill
+    long_prompt = " ".join(["river"] * 470)
+    body = json.dumps({"prompt": long_prompt, "max_tokens": 4, "temperature": 0})
+    t0 = time.time()
+    post(port, "/v1/completions", json.loads(body), timeout=60)            # how long a prefill takes here
+    full = time.time() - t0
+    base_c = metric(port, "dspark_generations_cancelled_total")
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+               % (len(body), body)).encode())
+    time.sleep(0.02)
+    t1 = time.time()
+    s.close()
+    cancelled = False
+    while time.time() - t1 < 10 and not cancelled:
+        cancelled = metric(port, "dspark_generations_cancelled_total") > base_c
+        time.sleep(0.005)
+    dt = time.time() - t1
+    ok2 = cancelled and dt < max(0.5 * full, 0.05)
+    print("%s cancel_reaches_inside_prefill cancel_to_done_s=%.3f full_prefill_s=%.3f" % ("PASS" if ok2 else "FAIL", dt, full))
+    sys.exit(0 if ok and ok2 else 1)
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+def cmd_soak(port, key, n, pid):
+    """N mixed requests from 6 clients, a tenth of them dropped mid-way: every
+    finished answer equals its single-client answer and the server's RSS after
+    the run is within 16 MB of its RSS after the first tenth."""
+    port, n, pid = int(port), int(n), int(pid)
+    mix = [("/v1/completions", {"prompt": "The river", "max_tokens": 6, "temperature": 0}),
+           ("/v1/completions", {"prompt": "It is a truth", "max_tokens": 5, "temperature": 0.9, "seed": 5, "stream": True}),
+           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0}),
+           ("/v1/completions", {"prompt": "Once", "max_tokens": 5, "temperature": 1, "seed": 9, "stop": [" the"], "logprobs": 1}),
+           ("/v1/completions", {"prompt": "The package", "max_tokens": 4, "temperature": 0.5, "seed": 1, "n": 2}),
+           ("/v1/completions", {"prompt": "The sea", "max_tokens": 6, "temperature": 0, "frequency_penalty": 0.5, "speculative": False})]
+
+    def ans(i):
+        return answer_of(port, key, mix[i][0], mix[i][1], every=True)
+
+    ref = [ans(i) for i in range(len(mix))]
+    rnd = random.Random(1)
+    plan = [(rnd.randrange(len(mix)), rnd.random() < 0.1) for _ in range(n)]
+    lock = threading.Lock()
+    res = {"done": 0, "diff": 0, "err": 0, "dropped": 0}
+    marks = {}
+
+    def drop(i):
+        path, body = mix[i]
+        data = json.dumps(dict(body, max_tokens=200, ignore_eos=True))
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                   "Content-Length: %d\r\n\r\n%s" % (path, key, len(data), data)).encode())
+        time.sleep(0.01)
+        s.close()
+
+    def worker(w):
+        for j in range(w, n, 6):
+            i, dropped = plan[j]
+            try:
+                if dropped:
+                    drop(i)
+                    with lock:
+                        res["dropped"] += 1
+                else:
+                    a = ans(i)
+                    with lock:
+                        res["done"] += 1
+                        res["diff"] += a != ref[i]
+            except Exception as e:                      # noqa: BLE001
+                with lock:
+                    res["err"] += 1
+                    if res["err"] < 4:
+                        print("  soak error:", e)
+            if j == n // 10:
+                marks["warm"] = rss_kb(pid)
+    t0 = time.time()
+    th = [threading.Thread(target=worker, args=(w,)) for w in range(6)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    time.sleep(0.5)
+    end = rss_kb(pid)
+    warm = marks.get("warm", end)
+    ok = res["err"] == 0 and res["diff"] == 0 and res["done"] + res["dropped"] == n and end - warm < 16384
+    print("%s soak requests=%d answered=%d dropped=%d differing=%d errors=%d wall_s=%.1f rss_warm_kb=%d rss_end_kb=%d" %
+          ("PASS" if ok else "FAIL", n, res["done"], res["dropped"], res["diff"], res["err"], time.time() - t0, warm, end))
+    sys.exit(0 if ok else 1)
+
+
+def cmd_drain(port, pid, n_tokens):
+    """A stream is running when the server gets SIGTERM: it must end with a final
+    chunk (finish_reason) and [DONE]."""
+    port, pid, n_tokens = int(port), int(pid), int(n_tokens)
+    body = json.dumps({"prompt": "The river", "max_tokens": n_tokens, "ignore_eos": True, "temperature": 0, "stream": True})
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+               "Connection: close\r\n\r\n%s" % (len(body), body)).encode())
+    got = b""
+    while got.count(b"data: ") < 3:
+        got += s.recv(4096)
+    os.kill(pid, signal.SIGTERM)
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    s.close()
+    body = got.split(b"\r\n\r\n", 1)[1]
+    # chunked transfer encoding: join the chunks
+    data, rest = b"", body
+    while rest:
+        size, _, rest = rest.partition(b"\r\n")
+        k = int(size, 16)
+        if k == 0:
+            break
+        data += rest[:k]
+        rest = rest[k + 2:]
+    _, final = sse_text(data)
+    print("%s drain_stream_has_final_chunk finish_reason=%s tokens=%d" % ("PASS", final["choices"][0]["finish_reason"],
+                                                                         final["dspark"]["generated_tokens"]))
+    print(final["choices"][0]["finish_reason"])
+
+
+def cmd_gguf_template(src, dst, tmpl_file):
+    """Copy a GGUF v3 file with tokenizer.chat_template set (the tensor data moves
+    as a whole, so the tensor infos' offsets stay as they are)."""
+    with open(tmpl_file, encoding="utf-8") as f:
+        tmpl = f.read().encode()
+    b = open(src, "rb").read()
+    assert b[:4] == b"GGUF" and struct.unpack_from("<I", b, 4)[0] == 3
+    n_t, n_kv = struct.unpack_from("<QQ", b, 8)
+    o = 24
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def skip_val(o, t):
+        if t == 8:
+            return o + 8 + struct.unpack_from("<Q", b, o)[0]
+        if t == 9:
+            et, cnt = struct.unpack_from("<IQ", b, o)
+            o += 12
+            for _ in range(cnt):
+                o = skip_val(o, et)
+            return o
+        return o + sizes[t]
+    kvs, align = [], 32
+    for _ in range(n_kv):
+        k0 = o
+        kl = struct.unpack_from("<Q", b, o)[0]
+        name = b[o + 8:o + 8 + kl].decode()
+        o += 8 + kl
+        t = struct.unpack_from("<I", b, o)[0]
+        o = skip_val(o + 4, t)
+        if name == "general.alignment":
+            align = struct.unpack_from("<I", b, o - 4)[0]
+        if name != "tokenizer.chat_template":
+            kvs.append(b[k0:o])
+    t0 = o
+    for _ in range(n_t):
+        nl = struct.unpack_from("<Q", b, o)[0]
+        o += 8 + nl
+        nd = struct.unpack_from("<I", b, o)[0]
+        o += 4 + 8 * nd + 4 + 8
+    infos = b[t0:o]
+    data_off = o + (align - o % align) % align
+    kvs.append(struct.pack("<Q", 23) + b"tokenizer.chat_template" + struct.pack("<IQ", 8, len(tmpl)) + tmpl)
+    head = b"GGUF" + struct.pack("<IQQ", 3, n_t, len(kvs)) + b"".join(kvs) + infos
+    head += b"\0" * ((align - len(head) % align) % align)
+    with open(dst, "wb") as f:
+        f.write(head + b[data_off:])
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     {"text": cmd_text, "sse": cmd_sse, "bad": cmd_bad, "load": cmd_load, "disconnect": cmd_disconnect,
-     "queuefull": cmd_queuefull}[cmd](*args)
+     "queuefull": cmd_queuefull, "features": cmd_features, "prometheus": cmd_prometheus, "slowloris": cmd_slowloris,
+     "dropped": cmd_dropped, "soak": cmd_soak, "drain": cmd_drain, "gguf_template": cmd_gguf_template}[cmd](*args)

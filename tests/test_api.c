@@ -12,16 +12,10 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#define TARGET_Q8  "models/dspark-tiny-q8_0.gguf"
-#define TARGET_F16 "models/dspark-tiny-f16.gguf"
 #define DRAFTER    "models/dspark-tiny-drafter-f16.gguf"
 #define NGEN 40
 
-static const char *target_path(void) {
-    FILE *f = fopen(TARGET_Q8, "rb");
-    if (f) { fclose(f); return TARGET_Q8; }
-    return TARGET_F16;
-}
+static const char *target_path(void) { return tu_shipped_target(); }
 
 static int tokenize(const dspark_model *m, const char *s, int32_t *out, int cap) {
     dspark_error e;
@@ -171,14 +165,22 @@ static void test_stream_and_stop(const dspark_model *m, dspark_ctx *c) {
         CHECK(ng == 5 && !strcmp(st.stop, "cancel") && col->calls == 5, "callback stop: n=%d stop=%s", ng, st.stop);
         free(col);
     }
-    /* a cancel with nothing running cancels the next generation at once */
+    /* a cancel names a generation: with nothing running it reaches nothing
+     * (the next generation runs whole); a cancel by id waits for that id */
     dspark_ctx_cancel(c);
     dspark_gen_params gp;
     dspark_gen_params_default(&gp);
     gp.max_tokens = NGEN;
     dspark_stats st;
     int ng = gen(c, p, n, &gp, out, &st);
-    CHECK(ng == 0 && !strcmp(st.stop, "cancel"), "pending cancel: n=%d", ng);
+    CHECK(ng == NGEN || !strcmp(st.stop, "eog"), "idle cancel must not reach the next generation: n=%d stop=%s", ng, st.stop);
+    dspark_ctx_cancel_id(c, 77);
+    gp.id = 76;
+    ng = gen(c, p, n, &gp, out, &st);
+    CHECK(ng == NGEN || !strcmp(st.stop, "eog"), "a cancel of id 77 must not stop id 76: n=%d stop=%s", ng, st.stop);
+    gp.id = 77;
+    ng = gen(c, p, n, &gp, out, &st);
+    CHECK(ng == 0 && !strcmp(st.stop, "cancel"), "pending cancel of id 77: n=%d stop=%s", ng, st.stop);
     ng = gen(c, p, n, &gp, out, &st);
     CHECK(ng == NGEN || !strcmp(st.stop, "eog"), "cancel consumed: n=%d stop=%s", ng, st.stop);
     PASS("api_stream_and_stop");

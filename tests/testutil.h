@@ -29,6 +29,13 @@ static inline const char *tu_device(void) {
     return d && *d ? d : "cpu";
 }
 
+/* The shipped target: the Q8_0 one `make models` makes, else the committed F16. */
+static inline const char *tu_shipped_target(void) {
+    FILE *f = fopen("models/dspark-tiny-q8_0.gguf", "rb");
+    if (f) { fclose(f); return "models/dspark-tiny-q8_0.gguf"; }
+    return "models/dspark-tiny-f16.gguf";
+}
+
 /* mkdtemp under $TMPDIR or /tmp; caller removes with tu_rmdir */
 static inline void tu_tmpdir(char *buf, size_t n) {
     const char *t = getenv("TMPDIR");

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 void cli_die(const char *cmd, const char *fmt, ...) {
@@ -31,6 +32,17 @@ long cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi)
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end) cli_die(cmd, "%s expects an integer, got '%s'", flag, s);
     if (v < lo || v > hi) cli_die(cmd, "%s %ld is out of range [%ld, %ld]", flag, v, lo, hi);
+    return v;
+}
+
+uint64_t cli_seed(const char *cmd, const char *flag, const char *s) {
+    char *end;
+    errno = 0;
+    uint64_t v;
+    if (*s == '-') v = (uint64_t)strtoll(s, &end, 10);            /* two's complement: modulo 2^64 */
+    else v = (uint64_t)strtoull(s, &end, 10);
+    if (errno || end == s || *end || (*s != '-' && (*s < '0' || *s > '9')))
+        cli_die(cmd, "%s expects an integer in [-9223372036854775808, 18446744073709551615], got '%s'", flag, s);
     return v;
 }
 
@@ -233,4 +245,21 @@ static int cmp_double(const void *a, const void *b) {
 double cli_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int cli_stdout_to_stderr(void) {
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO);
+    if (saved < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+        if (saved >= 0) close(saved);
+        return -1;
+    }
+    return saved;
+}
+
+void cli_stdout_back(int saved) {
+    if (saved < 0) return;
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
 }

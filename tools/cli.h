@@ -16,6 +16,11 @@ void cli_die(const char *cmd, const char *fmt, ...) __attribute__((format(printf
 /* Parse an integer flag value in [lo, hi]; dies with a clear line otherwise. */
 long  cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi);
 float cli_float(const char *cmd, const char *flag, const char *s, float lo, float hi);
+/* A sampling seed: any integer in [-2^63, 2^64 - 1], taken modulo 2^64 (a
+ * negative one as its two's complement). The server takes the same seeds
+ * (those JSON carries exactly, |seed| <= 2^53) the same way, so every
+ * answer it gives can be replayed with `dspark generate -s`. */
+uint64_t cli_seed(const char *cmd, const char *flag, const char *s);
 /* The value after argv[*i] (advancing *i), or die "FLAG needs a value". */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
@@ -67,6 +72,13 @@ struct ds_tokenizer;
 int cli_write_token(FILE *f, const struct ds_tokenizer *tok, int32_t id);
 /* The same into a malloc-grown buffer (*buf, *len, *cap); -1 out of memory. */
 int cli_append_token(char **buf, size_t *len, size_t *cap, const struct ds_tokenizer *tok, int32_t id);
+
+/* A command whose machine-readable output goes to stdout (--json -, --svg -)
+ * writes its text report to stderr: cli_stdout_to_stderr sends what is
+ * printed to stdout there (returns the saved descriptor, or -1), and
+ * cli_stdout_back(saved) restores stdout before the output is written. */
+int  cli_stdout_to_stderr(void);
+void cli_stdout_back(int saved);
 
 /* Median of v[0..n) (n >= 1; sorts v in place). */
 double cli_median(double *v, int n);

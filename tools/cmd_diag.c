@@ -217,6 +217,10 @@ int cmd_diverge(int argc, char **argv) {
     parse_args(C, argc, argv, &a, diverge_usage);
     ds_kernel_set ks;
     cli_kernel_set(C, &a.mf.kf, &ks);
+    /* the text report goes to stderr when an output is stdout: `| jq` works */
+    const int to_stdout = (a.json && !strcmp(a.json, "-")) || (a.svg && !strcmp(a.svg, "-"));
+    const int saved = to_stdout ? cli_stdout_to_stderr() : -1;
+    if (to_stdout && saved < 0) cli_die(C, "cannot redirect the text report to stderr");
     diag_setup s;
     setup(C, &a, &s);
     char kbuf[256];
@@ -229,6 +233,7 @@ int cmd_diverge(int argc, char **argv) {
     dsd_chain_print(stdout, r.chain);
     printf("TIMING batch_s=%.6f decode_s=%.6f\n", r.t_batch, r.t_decode);
     if (a.table) dsd_report_print_table(stdout, &r.report, !strcmp(a.table, "diverged"));
+    cli_stdout_back(saved);
     if (a.json) {
         /* the whole verdict in one tree: identity of the run, the block,
          * the gate, the identity chain and the per-object report */

@@ -61,7 +61,8 @@ static void usage(void) {
            "                        Philox noise keyed on (seed, position, token id)\n"
            "  --top-k K             keep the K most likely tokens (default 0 = off)\n"
            "  --top-p P             nucleus: smallest set with mass >= P, in (0, 1] (default 1 = off)\n"
-           "  -s, --seed N          sampling seed (default 0; greedy ignores it)\n"
+           "  -s, --seed N          sampling seed (default 0; greedy ignores it): any integer, modulo 2^64\n"
+           "                        (dspark serve's dspark.seed replays here)\n"
            "  --min-p P             keep tokens with probability >= P x the best one's, in [0, 1]\n"
            "                        (default 0 = off; llama.cpp's default is 0.05)\n"
            "  --repeat-penalty F    only 1 (off): dspark applies no repetition penalty\n"
@@ -152,7 +153,8 @@ int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
     const char *prompt_file = NULL, *draft_path = NULL;
     const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL, *logits_path = NULL;
-    long n_predict = 128, seed = 0, top_k = 0, draft_max = 0, draft_min = 0, parallel = 1;
+    uint64_t seed = 0;
+    long n_predict = 128, top_k = 0, draft_max = 0, draft_min = 0, parallel = 1;
     int draft_wait = 0, warmup = 0;
     int echo = 0, have_pmin = 0;
     float temp = 0.0f, top_p = 1.0f, min_p = 0.0f, p_min = 0.0f;
@@ -168,7 +170,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) draft_path = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) prompt_file = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) n_predict = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 24);
-        else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) seed = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 0x7fffffffL);
+        else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) seed = cli_seed(C, a, cli_value(C, argc, argv, &i));
         else if (!strcmp(a, "--temp")) temp = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 100.0f);
         else if (!strcmp(a, "--top-k")) top_k = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 24);
         else if (!strcmp(a, "--top-p")) {
