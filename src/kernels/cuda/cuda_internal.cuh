@@ -49,6 +49,8 @@ typedef struct {
     unsigned       off;         /* DSC_OFF_* bits from $DSPARK_CUDA_OFF (A/B only)    */
     int            q8_layout;   /* a weight in the Q8_0 layout was prepared (Q8_0, Q4_0, Q5_0) */
     int            trace;       /* $DSPARK_CUDA_TRACE=1: the stream timeline (dsc_trace)  */
+    int            mma_bm;      /* $DSPARK_CUDA_MMA: forced tensor-core tile height, 0 = chosen */
+    int            qp_bps[4];   /* the streaming GEMV's resident blocks per SM, MT = 1, 2, 4, 8 */
 } dsc_backend;
 
 /* The stream's timeline as the GPU saw it ($DSPARK_CUDA_TRACE=1): an event
@@ -92,6 +94,8 @@ enum {
     DSC_OFF_NARROW = 1u << 11,   /* Q8_0 GEMV: a row per warp on small grids    */
     DSC_OFF_COPYK = 1u << 12,    /* recorded copies as kernels, not memcpy nodes */
     DSC_OFF_SPREAD = 1u << 13,   /* Q8_0 GEMV, short rows, M > 1: lanes share pairs */
+    DSC_OFF_MMA = 1u << 14,      /* Q8_0 canonical on the tensor cores (M > 8)  */
+    DSC_OFF_STREAM = 1u << 15,   /* Q8_0 streaming tensor-core GEMV (M <= 8)    */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
@@ -186,6 +190,19 @@ void dsc_launched(ds_exec *ex, cudaError_t e, const char *what);
 void *dsc_scratch(ds_exec *ex, int s, size_t bytes);
 /* The RoPE table for (freq_base, head_dim), built on first use (rope.cu). */
 const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim);
+
+/* The Q8_0 weights of one launch (matmul_q8_0.cu, matmul_q8_0_mma.cu): up to
+ * 4 sharing K and the quantized input (q/k/v, gate/up: matmul_multi). Row
+ * group / tile r belongs to weight i when blk0[i] <= r < blk0[i + 1]; which
+ * launch computes a row never changes its chain. */
+#define DSC_Q8_MAXW 4
+struct dsc_q8_set {
+    const int8_t *wq[DSC_Q8_MAXW];
+    const float  *wd[DSC_Q8_MAXW];
+    float        *y[DSC_Q8_MAXW];
+    int64_t       N[DSC_Q8_MAXW];
+    unsigned      blk0[DSC_Q8_MAXW + 1];
+};
 
 /* dsc_q8x (matmul_q8_0.cu): where a producer of M rows of K writes their
  * Q8_0 copy (q, d), or 0 when none is wanted (no Q8_0-layout weights, K not
@@ -411,6 +428,18 @@ void dsc_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const floa
 void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 cudaError_t dsc_matmul_q8_0_init(void);
+/* matmul_q8_0_mma.cu: Q8_0 canonical on the tensor cores (the same bits as
+ * the GEMV for every M). dsc_q8_mma_bm: the tile height it would use for
+ * these weights and M, 0 = run the GEMV; dsc_q8_mma: launch it on the
+ * quantized rows. */
+int dsc_q8_mma_bm(ds_exec *ex, int n, const dsc_weight *const w[], int M);
+void dsc_q8_mma(ds_exec *ex, int bm, int n, const dsc_weight *const w[], int M, const int8_t *xq,
+                const float *xd, float *const y[]);
+/* ... and the streaming tensor-core GEMV for M <= 8 (decode, verify) */
+int dsc_q8_stream_ok(ds_exec *ex, int n, int M);
+void dsc_q8_stream(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
+                   float *const y[]);
+cudaError_t dsc_q8_mma_init(int qp_bps[4]);
 cudaError_t dsc_matmul_dense_init(void);
 int dsc_matmul_q8_0_fused(ds_exec *ex, const dsc_weight *w, int M, const float *x, const float *up,
                           float *h, float *y, float *res, const float *nw, float eps, float *xn);
