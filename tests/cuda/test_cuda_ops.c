@@ -1443,7 +1443,10 @@ int main(int argc, char **argv) {
         test_qk_prologue(&t, 64, 0, 6, DS_ROPE_NORMAL);
         test_qk_prologue(&t, 64, 1, 0, DS_ROPE_NEOX);   /* k only: the drafter's context rows */
     }
-    if (bench) {
+    /* --bench-only mma: the tensor-core batches alone (for a profiler) */
+    if (bench_only && argc > 2 && !strcmp(argv[2], "mma")) {
+        bench_mma(&t, "8B gate/up", 12288, 4096);
+    } else if (bench) {
         bench_matmul(&t, "8B wq/wo", DS_TYPE_F16, 4096, 4096);
         bench_matmul(&t, "8B wq/wo", DS_TYPE_Q8_0, 4096, 4096);
         bench_matmul(&t, "8B wk/wv", DS_TYPE_Q8_0, 1024, 4096);

@@ -194,8 +194,13 @@ qm_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, con
         const unsigned sbase = qm_smem_addr(st);
         const int64_t b0 = (int64_t)it * QM_KS;
         const int kbn = nb - b0 < QM_KS ? (int)(nb - b0) : QM_KS;
-#pragma unroll 1
-        for (int kb = 0; kb < kbn; kb++) {                       /* block-uniform count */
+        /* the 8-warp 64 x 32 tiles (one block per SM) and the small ones
+         * unroll the stage (their registers allow it: loads of block kb + 1
+         * issued before block kb's chain); the others would spill */
+        constexpr int UNR = qm_minb<WN, WM, MI, NJ>::V == 1 ? 2 : 1;
+#pragma unroll UNR
+        for (int kb = 0; kb < QM_KS; kb++) {
+            if (kb >= kbn) break;                                /* block-uniform */
             uint32_t a[MI][4], b[NJ][2];
 #pragma unroll
             for (int i = 0; i < MI; i++)
@@ -278,8 +283,24 @@ struct qp_cfg {
     static constexpr int SMEM = QP_S * SLOT + 2 * DS;
 };
 
+/* where stage i of a block's sequence lives: its ring slot, its K stage
+ * (blocks ks * KC ..) and its tile; advanced one stage at a time, so the
+ * loop never divides (a 64-bit division per stage and thread measured as
+ * the kernel's bottleneck on the H200) */
+struct qp_pos {
+    int slot, ks;
+    unsigned tile;
+};
+__device__ __forceinline__ void qp_next(qp_pos &p, int n_ks) {
+    p.slot = p.slot + 1 == QP_S ? 0 : p.slot + 1;
+    if (++p.ks == n_ks) {
+        p.ks = 0;
+        p.tile += gridDim.x;
+    }
+}
+
 template <int MT>
-__global__ void __launch_bounds__(QP_THREADS)
+__global__ void __launch_bounds__(QP_THREADS, 3)
 qp_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, const float *__restrict__ xd,
           unsigned n_tiles) {
     using C = qp_cfg<MT>;
@@ -291,7 +312,7 @@ qp_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, con
     const int g = lane >> 2, t = lane & 3;
     /* this block's tiles: blockIdx.x, + gridDim.x, ... */
     const unsigned my_tiles = blockIdx.x < n_tiles ? (n_tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-    const long n_it = (long)my_tiles * n_ks;
+    const int n_it = (int)my_tiles * n_ks;
     /* (weight, first row) of a tile */
     auto tile_at = [&](unsigned tile, int &wi, int64_t &n0) {
         wi = 0;
@@ -299,15 +320,15 @@ qp_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, con
         for (int i = 1; i < QM_MAXW; i++) wi += tile >= set.blk0[i];
         n0 = (int64_t)(tile - set.blk0[wi]) * 16;
     };
-    /* stage `it` of this block: its weight part, then its activation part */
-    auto load_w = [&](long it) {
-        unsigned char *sl = qp_smem + (int)(it % QP_S) * C::SLOT;
+    /* a stage's weight part, then its activation part */
+    auto load_w = [&](const qp_pos &p) {
+        unsigned char *sl = qp_smem + p.slot * C::SLOT;
         int wi;
         int64_t n0;
-        tile_at(blockIdx.x + (unsigned)(it / n_ks) * gridDim.x, wi, n0);
+        tile_at(p.tile, wi, n0);
         const int8_t *wq = set.wq[wi];
         const float *wd = set.wd[wi];
-        const int64_t N = set.N[wi], b0 = (int64_t)(it % n_ks) * QP_KC;
+        const int64_t N = set.N[wi], b0 = (int64_t)p.ks * QP_KC;
         qm_copy_rows<QP_THREADS, QP_KC, QP_LD>(sl, wq, K, n0, N, 16, b0, nb, tid);
         float *Ws = (float *)(sl + C::W_BYTES + C::X_BYTES);          /* [KC][16] */
         for (int e = tid; e < 16 * QP_KC; e += QP_THREADS) {
@@ -317,9 +338,9 @@ qp_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, con
             qm_cp4(Ws + e, b < nb ? src + b : src, b < nb ? 4 : 0);
         }
     };
-    auto load_x = [&](long it) {
-        unsigned char *sl = qp_smem + (int)(it % QP_S) * C::SLOT;
-        const int64_t b0 = (int64_t)(it % n_ks) * QP_KC;
+    auto load_x = [&](const qp_pos &p) {
+        unsigned char *sl = qp_smem + p.slot * C::SLOT;
+        const int64_t b0 = (int64_t)p.ks * QP_KC;
         qm_copy_rows<QP_THREADS, QP_KC, QP_LD>(sl + C::W_BYTES, xq, K, 0, M, MT, b0, nb, tid);   /* padding rows repeat the last */
         float *Xs = (float *)(sl + C::W_BYTES + C::X_BYTES + C::WS_BYTES);   /* [KC][MT] */
         for (int e = tid; e < MT * QP_KC; e += QP_THREADS) {
@@ -329,26 +350,25 @@ qp_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, con
             qm_cp4(Xs + e, b < nb ? src + b : src, b < nb ? 4 : 0);
         }
     };
-    /* the chain of stage `it` (threads < 16 MT: weight row r, activation row c) */
+    /* the chain of a stage (threads < 16 MT: weight row r, activation row c) */
     const bool chain = tid < 16 * MT;
     const int cr = tid / MT, cc = tid % MT;
     float acc = 0.0f;
-    auto fold = [&](long it) {
+    auto fold = [&](const qp_pos &p, int dbuf) {
         if (!chain) return;
-        const unsigned char *sl = qp_smem + (int)(it % QP_S) * C::SLOT;
+        const unsigned char *sl = qp_smem + p.slot * C::SLOT;
         const float *Ws = (const float *)(sl + C::W_BYTES + C::X_BYTES) + cr;
         const float *Xs = (const float *)(sl + C::W_BYTES + C::X_BYTES + C::WS_BYTES) + cc;
-        const int32_t *Ds = Dsb + (int)(it & 1) * (C::DS / 4) + cr * MT + cc;
-        const int ks = (int)(it % n_ks);
-        const int64_t b0 = (int64_t)ks * QP_KC;
+        const int32_t *Ds = Dsb + dbuf * (C::DS / 4) + cr * MT + cc;
+        const int64_t b0 = (int64_t)p.ks * QP_KC;
         const int kbn = nb - b0 < QP_KC ? (int)(nb - b0) : QP_KC;
 #pragma unroll 4
         for (int kb = 0; kb < kbn; kb++)
             acc = __fmaf_rn(qm_dfloat(Ds[kb * 16 * MT]), __fmul_rn(Ws[kb * 16], Xs[kb * MT]), acc);
-        if (ks == n_ks - 1) {                         /* the tile's last stage: store */
+        if (p.ks == n_ks - 1) {                       /* the tile's last stage: store */
             int wi;
             int64_t n0;
-            tile_at(blockIdx.x + (unsigned)(it / n_ks) * gridDim.x, wi, n0);
+            tile_at(p.tile, wi, n0);
             if (n0 + cr < set.N[wi] && cc < M) set.y[wi][(int64_t)cc * set.N[wi] + n0 + cr] = acc;
             acc = 0.0f;
         }
@@ -356,28 +376,32 @@ qp_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, con
 
     /* weights of the first stages before the wait (they are never written),
      * the activations after it */
-    for (int s = 0; s < QP_D; s++)
-        if (s < n_it) load_w(s);
+    qp_pos ld = {0, 0, blockIdx.x};
+    for (int s = 0; s < QP_D; s++, qp_next(ld, n_ks))
+        if (s < n_it) load_w(ld);
     dsc_pdl_wait();
     dsc_pdl_trigger();
-    for (int s = 0; s < QP_D; s++) {
-        if (s < n_it) load_x(s);
+    ld = {0, 0, blockIdx.x};
+    for (int s = 0; s < QP_D; s++, qp_next(ld, n_ks)) {
+        if (s < n_it) load_x(ld);
         qm_commit();
     }
     const int xrow = g < MT ? g : MT - 1;            /* padding columns repeat the last row */
-    for (long it = 0; it < n_it; it++) {
+    qp_pos cur = {0, 0, blockIdx.x}, prev = cur;     /* ld: stage it + QP_D from here on */
+    for (int it = 0; it < n_it; it++) {
         qm_wait<QP_D - 1>();
         __syncthreads();      /* stage it landed; stage it-1's D's are written; it-2's fold is done */
         if (it + QP_D < n_it) {
-            load_w(it + QP_D);
-            load_x(it + QP_D);
+            load_w(ld);
+            load_x(ld);
         }
         qm_commit();
+        qp_next(ld, n_ks);
         /* the exact D's of stage it: warp w takes blocks w, w + 8 */
         {
-            const unsigned char *sl = qp_smem + (int)(it % QP_S) * C::SLOT;
-            int32_t *Ds = Dsb + (int)(it & 1) * (C::DS / 4);
-            const int64_t b0 = (int64_t)(it % n_ks) * QP_KC;
+            const unsigned char *sl = qp_smem + cur.slot * C::SLOT;
+            int32_t *Ds = Dsb + (it & 1) * (C::DS / 4);
+            const int64_t b0 = (int64_t)cur.ks * QP_KC;
             const int kbn = nb - b0 < QP_KC ? (int)(nb - b0) : QP_KC;
 #pragma unroll
             for (int kb = warp; kb < QP_KC; kb += QP_THREADS / 32) {
@@ -393,11 +417,15 @@ qp_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, con
                 if (2 * t + 1 < MT) { dk[g * MT + 2 * t + 1] = d[1]; dk[(g + 8) * MT + 2 * t + 1] = d[3]; }
             }
         }
-        if (it > 0) fold(it - 1);
+        if (it > 0) {
+            fold(prev, (it - 1) & 1);
+            qp_next(prev, n_ks);
+        }
+        qp_next(cur, n_ks);
     }
     qm_wait<0>();
     __syncthreads();
-    if (n_it > 0) fold(n_it - 1);
+    if (n_it > 0) fold(prev, (n_it - 1) & 1);
 }
 
 /* ==========================================================================
@@ -465,7 +493,10 @@ int dsc_q8_mma_bm(ds_exec *ex, int n, const dsc_weight *const w[], int M) {
     const dsc_backend *b = dsc_be(ex);
     if (M <= 8 || n < 1 || n > QM_MAXW || (b->off & DSC_OFF_MMA)) return 0;
     if (b->mma_bm) return b->mma_bm;
-    const int64_t full = b->n_sm;                      /* one block per SM at least */
+    /* the first of 128, 64, 32, 16 rows whose grid has a block for every
+     * other SM: fewer wave the GEMV through (run s1's tables: tile 16 with 96
+     * blocks beat the GEMV at M = 16, with 32 it lost 2-4x) */
+    const int64_t full = (b->n_sm + 1) / 2;
     if (M >= 128 && qm_blocks<QM_T128>(n, w, M) >= full) return 128;
     if (M >= 48 && qm_blocks<QM_T64>(n, w, M) >= full) return 64;
     if (M >= 24 && qm_blocks<QM_T32>(n, w, M) >= full) return 32;
