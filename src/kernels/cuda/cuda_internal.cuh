@@ -245,6 +245,51 @@ static inline void dsc_launch(ds_exec *ex, const char *what, void (*kernel)(KArg
     dsc_launched(ex, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), what);
 }
 
+/* ---- tensor-core and async-copy wrappers (matmul_q8_0_mma.cu, matmul_kq.cu) ---------- */
+__device__ __forceinline__ unsigned qm_smem_addr(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+/* 16 bytes global -> shared, asynchronously; bytes = 0 zero-fills (src is
+ * still a valid address) */
+__device__ __forceinline__ void qm_cp16(void *dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(qm_smem_addr(dst)), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void qm_cp4(void *dst, const void *src, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(qm_smem_addr(dst)), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void qm_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void qm_wait(void) { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void qm_ldsm4(unsigned addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+/* d = C + A x B over one 32-byte block, s8 x s8 -> s32 (exact integers) */
+__device__ __forceinline__ void qm_mma(int32_t d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, int32_t c) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c), "r"(c), "r"(c), "r"(c));
+}
+/* d = C + A x B over 16 bytes of k, s8 x s8 -> s32 (m16n8k16; exact integers):
+ * A {row g, row g + 8} bytes 4t..4t+3, B bytes 4t..4t+3 of column g */
+__device__ __forceinline__ void qm_mma16(int32_t d[4], uint32_t a0, uint32_t a1, uint32_t b0, const int32_t c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+}
+/* d = C + A x B over 32 bytes of k with an accumulator of four values */
+__device__ __forceinline__ void qm_mma_acc(int32_t d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const int32_t c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+}
+
 /* ---- exact conversions (the same formulas as common.h) ---------------------------- */
 __device__ __forceinline__ float dsc_fp16_to_f32(uint32_t h) {
     const uint32_t sign = (h & 0x8000u) << 16, em = h & 0x7fffu;
@@ -462,6 +507,7 @@ int dsc_kq_supported(uint32_t t);
 cudaError_t dsc_kq_upload(const ds_weight *w, dsc_weight *d);
 void dsc_matmul_kq(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 void dsc_embed_kq(ds_exec *ex, const dsc_weight *w, int M, const int32_t *ids, float *out);
+cudaError_t dsc_kq_mma_init(void);     /* the K types' tensor-core batches: shared memory limits */
 void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
                    int causal, const float *q, const float *kc, const float *vc, float *out);
 void dsc_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,

@@ -48,20 +48,6 @@
 #define QM_MAXW DSC_Q8_MAXW
 typedef dsc_q8_set qm_set;          /* the weights of one launch (cuda_internal.cuh) */
 
-/* ---- PTX wrappers ------------------------------------------------------------------ */
-__device__ __forceinline__ unsigned qm_smem_addr(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-/* 16 bytes global -> shared, asynchronously; bytes = 0 zero-fills (src is
- * still a valid address) */
-__device__ __forceinline__ void qm_cp16(void *dst, const void *src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(qm_smem_addr(dst)), "l"(src), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void qm_cp4(void *dst, const void *src, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(qm_smem_addr(dst)), "l"(src), "r"(bytes)
-                 : "memory");
-}
 /* rows [r0, r0 + rows) of an int8 matrix [lim][K] (rows past lim repeat
  * row lim - 1), blocks [b0, b0 + KS) of each (blocks past nb zero-filled),
  * to shared rows of pitch LD: 16-byte copies, consecutive threads along a row */
@@ -75,22 +61,6 @@ __device__ __forceinline__ void qm_copy_rows(unsigned char *dst, const int8_t *s
         const bool ok = b < nb;
         qm_cp16(dst + row * LD + piece * 16, ok ? s + b * 32 + (piece & 1) * 16 : s, ok ? 16 : 0);
     }
-}
-__device__ __forceinline__ void qm_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void qm_wait(void) { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-__device__ __forceinline__ void qm_ldsm4(unsigned addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-/* d = C + A x B over one 32-byte block, s8 x s8 -> s32 (exact integers) */
-__device__ __forceinline__ void qm_mma(int32_t d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, int32_t c) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%10, %11, %12, %13};"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c), "r"(c), "r"(c), "r"(c));
 }
 /* (float)D from the mma's 0x4B400000 + D: exact for |D| < 2^22 */
 __device__ __forceinline__ float qm_dfloat(int32_t v) {
@@ -516,8 +486,9 @@ void dsc_q8_mma(ds_exec *ex, int bm, int n, const dsc_weight *const w[], int M, 
 }
 
 /* ---- the streaming GEMV ------------------------------------------------------------- */
-/* 1 when M rows of these n weights go through qp_kernel: M <= 8 and not
- * switched off (DSPARK_CUDA_OFF=stream). Same bits as the other kernels. */
+/* 1 when M rows of these n weights go through qp_kernel: M <= 8 and
+ * switched on (DSPARK_CUDA_ON=stream; off by default, backend_cuda.cu).
+ * Same bits as the other kernels. */
 int dsc_q8_stream_ok(ds_exec *ex, int n, int M) {
     return M >= 1 && M <= 8 && n >= 1 && n <= QM_MAXW && !(dsc_be(ex)->off & DSC_OFF_STREAM);
 }
