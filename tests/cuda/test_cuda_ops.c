@@ -15,12 +15,20 @@
  *     position with the bytes of direct execution.
  * Prints "N passed, N failed". Without a usable GPU it says so and exits 0.
  *
+ * Batches on the tensor cores (test_matmul_mma, test_kq_mma, issue 22):
+ * Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K at 45 widths over M = 1..2048 ==
+ * the CPU's canonical rows bit for bit under every backend configuration
+ * that changes the kernel (chosen tiles, each tile height forced, the
+ * streaming GEMV, the GEMV alone), the K types' malformed blocks too.
+ *
  * The kquant types (test_kq): Q4_K, Q5_K, Q6_K, Q4_0, Q5_0 the same way
  * (CUDA canonical == CPU canonical bit for bit), also on malformed and
  * extreme blocks (NaN / inf / subnormal / negative scales, zero and NaN
  * activation blocks); their embed rows; Q4_1 / Q5_1 refused.
  *
- * --bench: the kernel benchmark (medians of 25 CUDA-event timings): matmul
+ * --bench: the kernel benchmark (medians of 25 CUDA-event timings): the
+ * tensor-core batches against the GEMV at M = 1..2048 (bench_mma; alone
+ * with --bench-only mma), matmul
  * at the Qwen3-8B and Qwen3-0.6B shapes, F16, Q8_0, Q4_K and Q6_K, M = 1, 2, 4, 8, 16,
  * canonical and fast, achieved GB/s of weight bytes; attention at 512 and
  * 4096 keys; the elementwise families. */
