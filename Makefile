@@ -180,7 +180,8 @@ APT_PKGS_SERVE := libmicrohttpd-dev curl
 # Debian packages the build and tests need (PCRE2 for the gpt2 pre-tokenizer,
 # cJSON for `dspark convert`, xz for the validation data). Idempotent; uses
 # sudo when not root.
-APT_PKGS := gcc make pkg-config libpcre2-dev libcjson-dev xz-utils python3 $(APT_PKGS_SERVE)
+# g++: tests/cli_pretok.sh builds llama.cpp's own splitter (its unicode.cpp) as the reference
+APT_PKGS := gcc g++ make pkg-config libpcre2-dev libcjson-dev xz-utils python3 $(APT_PKGS_SERVE)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 deps:
 	@dpkg -s $(APT_PKGS) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(APT_PKGS); }

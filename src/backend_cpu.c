@@ -67,6 +67,14 @@ static void *cpu_alloc(ds_backend *be, size_t bytes) {
     return p;
 }
 static void cpu_release(ds_backend *be, void *p) { free(p); }
+/* The KV pool: an anonymous mapping, committed page by page as it is first
+ * written (no zeroing pass, no resident memory for positions never used). */
+static void *cpu_alloc_pool(ds_backend *be, size_t bytes) {
+    if (!bytes) return NULL;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+static void cpu_release_pool(ds_backend *be, void *p, size_t bytes) { if (p) munmap(p, bytes); }
 static void cpu_memcpy(ds_exec *ex, void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) memcpy(dst, src, bytes);
 }
@@ -117,10 +125,10 @@ static void cpu_matmul_multi(ds_exec *ex, ds_variant v, int n, const ds_weight *
                              const float *x, float *const y[]) {
     ds_matmul_multi(v, n, W, M, x, y, pool_of(ex));
 }
-static void cpu_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
-                          int pos0, int causal, const float *q, const float *kc, const float *vc,
-                          float *out) {
-    ds_attention(v, s, M, pos0, causal, pos0 + M, q, kc, vc, out, pool_of(ex));
+static void cpu_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const ds_rows *r,
+                          const float *q, const float *kc, const float *vc, float *out) {
+    const ds_attn_rows ar = { r->n_vis, r->pos, r->seq, r->tables, r->max_pages, r->page, r->page_stride };
+    ds_attention_rows(v, s, M, &ar, q, kc, vc, out, pool_of(ex));
 }
 static void cpu_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,
                         float eps, float *y) {
@@ -151,11 +159,18 @@ static void cpu_residual(ds_exec *ex, ds_variant vres, ds_variant vnorm, int row
                          const float *y, const float *w, float eps, float *xnorm) {
     ds_residual(vres, vnorm, rows, n, x, y, w, eps, xnorm, pool_of(ex));
 }
-static void cpu_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const int *pos,
+static void cpu_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const ds_rows *r,
                          const float *k, const float *v) {
-    /* the rows of one call are consecutive positions */
-    memcpy(kc + (size_t)pos[0] * row, k, (size_t)M * row * sizeof(float));
-    memcpy(vc + (size_t)pos[0] * row, v, (size_t)M * row * sizeof(float));
+    /* row by row at its position; consecutive positions of one page in one copy */
+    for (int m = 0; m < M;) {
+        const int seq = r->seq ? r->seq[m] : 0, p0 = r->pos[m];
+        int n = 1;
+        while (m + n < M && r->pos[m + n] == p0 + n && (p0 + n) % r->page && (r->seq ? r->seq[m + n] : 0) == seq) n++;
+        const int64_t at = ds_rows_at(r, r->tables, seq, p0, row);
+        memcpy(kc + at, k + (size_t)m * row, (size_t)n * row * sizeof(float));
+        memcpy(vc + at, v + (size_t)m * row, (size_t)n * row * sizeof(float));
+        m += n;
+    }
 }
 
 /* ---- lookups and small ops ---------------------------------------------- */
@@ -365,6 +380,8 @@ static const ds_backend_i cpu_i = {
     .gate = cpu_gate,
     .sample = cpu_sample,
     .draft_chain = cpu_draft_chain,
+    .alloc_pool = cpu_alloc_pool,
+    .release_pool = cpu_release_pool,
 };
 
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {

@@ -635,13 +635,6 @@ static void dsc_graph_drop(ds_exec *ex, uint64_t key) {
 /* ==========================================================================
  * the table
  * ========================================================================== */
-static void dsc_attention_op(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M,
-                             const int *pos, int pos0, int causal, const float *q,
-                             const float *kc, const float *vc, float *out) {
-    (void)pos0;                       /* positions come from the device (graph replay) */
-    dsc_attention(ex, v, s, M, pos, causal, q, kc, vc, out);
-}
-
 static void dsc_destroy(ds_backend *be) {
     if (!be) return;
     dsc_backend *b = (dsc_backend *)be->priv;
@@ -682,7 +675,7 @@ static const ds_backend_i dsc_iface = {
     dsc_prepare_weight,
     dsc_release_weight,
     dsc_matmul,
-    dsc_attention_op,
+    dsc_attention,
     dsc_rmsnorm,
     dsc_rope,
     dsc_swiglu,
@@ -708,6 +701,8 @@ static const ds_backend_i dsc_iface = {
     dsc_download_start,
     dsc_download_finish,
     dsc_copy_n,
+    /* alloc_pool */ NULL,          /* cudaMalloc: device memory is not zeroed anyway */
+    /* release_pool */ NULL,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving

@@ -149,6 +149,25 @@ typedef struct {
 void ds_attention(ds_variant v, const ds_attn_shape *s, int M, int pos0, int causal, int n_kv,
                   const float *q, const float *kcache, const float *vcache, float *out,
                   ds_pool *pool);
+/* The same over rows of several sequences whose KV rows live in pages
+ * (kvpool.h): row m attends positions [0, n_vis[m]) of sequence seq[m],
+ * position j at row j % page of page tables[seq[m] * max_pages + j / page],
+ * a page's rows page_stride floats after the previous page's (kcache,
+ * vcache: page 0 of this layer). tables NULL: one contiguous cache (position
+ * j at row j, seq unused). page is a multiple of 16. A row's result is the
+ * contiguous call's bits for the same rows: the arithmetic walks positions
+ * in the same 64-position chunks; only the addresses change. */
+typedef struct ds_attn_rows {
+    const int32_t *n_vis;      /* [M] (NULL: pos[m] + 1)                */
+    const int32_t *pos;        /* [M] (read only when n_vis is NULL)    */
+    const int32_t *seq;        /* [M] (NULL: every row sequence 0)      */
+    const int32_t *tables;     /* [n_seq][max_pages] or NULL            */
+    int     max_pages, page;
+    int64_t page_stride;       /* floats                               */
+} ds_attn_rows;
+void ds_attention_rows(ds_variant v, const ds_attn_shape *s, int M, const ds_attn_rows *r,
+                       const float *q, const float *kcache, const float *vcache, float *out,
+                       ds_pool *pool);
 
 /* ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * w, per row of n ------------
  * Used for layer norms (rows = tokens) and QK-norm (rows = tokens x heads). */
@@ -173,6 +192,15 @@ void ds_rope_cached(int rows, int n_heads, int head_dim, const int *pos, float f
 /* ---- SwiGLU: out = silu(gate) * up, elementwise over rows x n ------------ */
 void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up, float *out,
                ds_pool *pool);
+
+/* ---- MoE router (moe_route.c): per row, softmax over n_expert router
+ * logits, the k largest probabilities (ties to the lower expert, NaN last)
+ * and their weights, renormalised to sum 1 when norm. ids / weights: rows x k.
+ * scratch: n_expert floats. Decode is canonical at rows = 1; a row's experts
+ * and weights depend on its logits alone. 0, or -1 on bad sizes. The family
+ * joins the kernel sets (--fast moe_route) with the qwen3moe forward. */
+int ds_moe_route(ds_variant v, int rows, int n_expert, int k, int norm, const float *logits, float *scratch,
+                 int32_t *ids, float *weights);
 
 /* ---- residual epilogue: x += y (rows x n), then, if w != NULL,
  * xnorm = rmsnorm(x, w, eps) (the next sub-block's norm).

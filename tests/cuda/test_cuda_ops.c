@@ -322,6 +322,25 @@ static void kq_blocks_make(T *t, uint32_t type, int64_t N, int64_t K, int MM, ui
 /* ==========================================================================
  * attention
  * ========================================================================== */
+/* The rows of a call on one contiguous cache of `cap` positions of `row`
+ * floats: positions at dpos, visible lengths at dnvis (NULL: causal), and an
+ * identity page table (page i = positions 16i..16i+15), so the cache rows
+ * are where a contiguous cache has them. The caller frees .tables. */
+static ds_rows flat_rows(T *t, const int *dpos, const int32_t *dnvis, int cap, int row) {
+    const int np = (cap + DS_KV_PAGE - 1) / DS_KV_PAGE;
+    int32_t *tab = malloc((size_t)np * sizeof *tab);
+    for (int i = 0; i < np; i++) tab[i] = i;
+    int32_t *dt = dput(t, tab, (size_t)np * sizeof *tab);
+    free(tab);
+    return (ds_rows){.pos = dpos, .n_vis = dnvis, .tables = dt, .max_pages = np, .page = DS_KV_PAGE,
+                     .page_stride = (int64_t)DS_KV_PAGE * row};
+}
+static ds_rows row_of(const ds_rows *r, const int *dpos_m) {
+    ds_rows o = *r;
+    o.pos = dpos_m;
+    return o;
+}
+
 /* long = 1: rows past 16 chunks (1024 positions), where the kernel gives each
  * chunk its own warp instead of all warps one chunk at a time */
 static void test_attention(T *t, int hd, int long_ctx) {
@@ -334,6 +353,8 @@ static void test_attention(T *t, int hd, int long_ctx) {
     float *dk = dput(t, kc, (size_t)cap * row * 4), *dv = dput(t, vc, (size_t)cap * row * 4);
     float *dq = dput(t, q, no * 4), *dout = dmem(t, no * 4);
     int *dpos = dmem(t, MM * sizeof(int));
+    int32_t *dnv = dmem(t, MM * sizeof(int32_t));
+    const ds_rows rw = flat_rows(t, dpos, NULL, cap, row), rnc = flat_rows(t, dpos, dnv, cap, row);
     float *dec = malloc(no * 4), *ob = malloc(no * 4), *cpu = malloc(no * 4);
     static const int short_starts[] = {0, 5, 48, 49, 63, 64, 65, 112, 127, 128, 150, 184};
     static const int long_starts[] = {1000, 1009, 1023, 1024, 1025, 1100, 1216, 1284};
@@ -343,15 +364,17 @@ static void test_attention(T *t, int hd, int long_ctx) {
     float worst = 0;
     for (size_t si = 0; si < n_starts; si++) {
         const int p0 = starts[si];
-        int pos[16];
-        for (int m = 0; m < MM; m++) pos[m] = p0 + m;
+        int pos[16], nv[16];
+        for (int m = 0; m < MM; m++) pos[m] = p0 + m, nv[m] = p0 + MM;
         t->i->upload(t->ex, dpos, pos, sizeof pos);
-        for (int m = 0; m < MM; m++)
-            t->i->attention(t->ex, DS_CANONICAL, &s, 1, dpos + m, p0 + m, 1, dq + (size_t)m * nh * hd,
-                            dk, dv, dout + (size_t)m * nh * hd);
+        t->i->upload(t->ex, dnv, nv, sizeof nv);
+        for (int m = 0; m < MM; m++) {
+            const ds_rows r1 = row_of(&rw, dpos + m);
+            t->i->attention(t->ex, DS_CANONICAL, &s, 1, &r1, dq + (size_t)m * nh * hd, dk, dv, dout + (size_t)m * nh * hd);
+        }
         dget(t, dec, dout, no * 4);
         for (int M = 1; M <= MM; M += (M < 4 ? 1 : 3)) {
-            t->i->attention(t->ex, DS_CANONICAL, &s, M, dpos, p0, 1, dq, dk, dv, dout);
+            t->i->attention(t->ex, DS_CANONICAL, &s, M, &rw, dq, dk, dv, dout);
             dget(t, ob, dout, (size_t)M * nh * hd * 4);
             if (memcmp(ob, dec, (size_t)M * nh * hd * 4)) rows_ok = 0;
         }
@@ -360,12 +383,12 @@ static void test_attention(T *t, int hd, int long_ctx) {
         if (memcmp(cpu, dec, no * 4)) cpu_same = 0;
         if (!close_to(dec, cpu, no, &me)) cpu_near = 0;
         if (me > worst) worst = me;
-        t->i->attention(t->ex, DS_FAST, &s, MM, dpos, p0, 1, dq, dk, dv, dout);
+        t->i->attention(t->ex, DS_FAST, &s, MM, &rw, dq, dk, dv, dout);
         dget(t, ob, dout, no * 4);
         if (memcmp(ob, dec, no * 4)) fast_diff = 1;
         if (rel_err(ob, dec, no) > 1e-3) cpu_near = 0;
         /* non-causal: every row sees [0, p0 + M) */
-        t->i->attention(t->ex, DS_CANONICAL, &s, MM, dpos, p0, 0, dq, dk, dv, dout);
+        t->i->attention(t->ex, DS_CANONICAL, &s, MM, &rnc, dq, dk, dv, dout);
         dget(t, ob, dout, no * 4);
         ds_attention(DS_CANONICAL, &s, MM, p0, 0, p0 + MM, q, kc, vc, cpu, NULL);
         if (t->cpu_dsexp ? memcmp(ob, cpu, no * 4) != 0 : !close_to(ob, cpu, no, &me)) nc_ok = 0;
@@ -378,8 +401,87 @@ static void test_attention(T *t, int hd, int long_ctx) {
     printf("attention hd=%-3d%s canonical==decode: %s  CUDA==CPU bits: %s (max err %.3g; CPU exp: %s)\n", hd, long_ctx ? " L>1024" : "       ",
            rows_ok ? "yes" : "NO", cpu_same ? "yes" : "no", worst, t->cpu_dsexp ? "ds_expf" : "libm expf");
     sync_ok(t, "attention");
-    dfree(t, dk); dfree(t, dv); dfree(t, dq); dfree(t, dout); dfree(t, dpos);
+    dfree(t, dk); dfree(t, dv); dfree(t, dq); dfree(t, dout); dfree(t, dpos); dfree(t, dnv);
+    dfree(t, (void *)rw.tables); dfree(t, (void *)rnc.tables);
     free(kc); free(vc); free(q); free(dec); free(ob); free(cpu);
+}
+
+/* The KV pool's pages: two sequences' caches scattered over shuffled pages
+ * of one pool (spare pages full of other data), their rows interleaved in
+ * one call. Every row must give the bits of its own sequence alone on a
+ * contiguous cache, decoded one row at a time — on the device and on the
+ * CPU (ds_attention_rows over the same pool). */
+static void test_attention_pages(T *t, int hd) {
+    enum { NS = 2, MR = 20, NPG = 24 };
+    const int nh = 4, nkv = 2, row = nkv * hd;
+    const int len[NS] = {150, 90};                    /* positions each sequence holds  */
+    ds_attn_shape s = {nh, nkv, hd, row, 1.0f / sqrtf((float)hd)};
+    const int64_t pst = (int64_t)2 * DS_KV_PAGE * row; /* a page: 16 K rows, then 16 V rows */
+    float *pool = rnd(t, (size_t)NPG * pst, 1.0f);     /* spare pages hold noise */
+    int32_t tab[NS][16];
+    int perm[NPG];
+    for (int i = 0; i < NPG; i++) perm[i] = i;
+    for (int i = NPG - 1; i > 0; i--) {
+        const int j = (int)(((unsigned)i * 2654435761u + 12345u) % (unsigned)(i + 1));
+        const int x = perm[i]; perm[i] = perm[j]; perm[j] = x;
+    }
+    float *kc[NS], *vc[NS];
+    int used = 0;
+    for (int q = 0; q < NS; q++) {
+        const int np = (len[q] + DS_KV_PAGE - 1) / DS_KV_PAGE;
+        kc[q] = rnd(t, (size_t)np * DS_KV_PAGE * row, 1.0f);
+        vc[q] = rnd(t, (size_t)np * DS_KV_PAGE * row, 1.0f);
+        for (int i = 0; i < 16; i++) tab[q][i] = i < np ? perm[used + i] : 0;
+        for (int i = 0; i < np; i++)
+            for (int r = 0; r < DS_KV_PAGE; r++) {
+                memcpy(pool + tab[q][i] * pst + (int64_t)r * row, kc[q] + ((size_t)i * DS_KV_PAGE + r) * row, (size_t)row * 4);
+                memcpy(pool + tab[q][i] * pst + (int64_t)(DS_KV_PAGE + r) * row, vc[q] + ((size_t)i * DS_KV_PAGE + r) * row,
+                       (size_t)row * 4);
+            }
+        used += np;
+    }
+    /* rows: A's first five, all of B, A's last five (a sequence's rows at
+     * consecutive positions; the runs alternate) */
+    int seq[MR], pos[MR];
+    for (int m = 0; m < MR; m++) {
+        const int q = m >= 5 && m < 15;
+        seq[m] = q;
+        pos[m] = q ? len[1] - 10 + (m - 5) : len[0] - 10 + (m < 5 ? m : m - 10);
+    }
+    const size_t no = (size_t)MR * nh * hd, hrow = (size_t)nh * hd;
+    float *q = rnd(t, no, 3.0f), *ref = malloc(no * 4), *got = malloc(no * 4), *cpu = malloc(no * 4);
+    /* reference: each row alone, its sequence on a contiguous cache */
+    float *dref = dmem(t, hrow * 4), *dq1 = dmem(t, hrow * 4);
+    int *dp1 = dmem(t, sizeof(int));
+    for (int m = 0; m < MR; m++) {
+        const int cap = (len[seq[m]] + DS_KV_PAGE - 1) / DS_KV_PAGE * DS_KV_PAGE;
+        float *dk = dput(t, kc[seq[m]], (size_t)cap * row * 4), *dv = dput(t, vc[seq[m]], (size_t)cap * row * 4);
+        t->i->upload(t->ex, dp1, &pos[m], sizeof(int));
+        t->i->upload(t->ex, dq1, q + m * hrow, hrow * 4);
+        const ds_rows r1 = flat_rows(t, dp1, NULL, cap, row);
+        t->i->attention(t->ex, DS_CANONICAL, &s, 1, &r1, dq1, dk, dv, dref);
+        dget(t, ref + m * hrow, dref, hrow * 4);
+        dfree(t, dk); dfree(t, dv); dfree(t, (void *)r1.tables);
+    }
+    /* the pool: both sequences' rows in one call */
+    float *dpool = dput(t, pool, (size_t)NPG * pst * 4), *dq = dput(t, q, no * 4), *dout = dmem(t, no * 4);
+    int *dpos = dput(t, pos, sizeof pos), *dseq = dput(t, seq, sizeof seq);
+    int32_t *dtab = dput(t, tab, sizeof tab);
+    const ds_rows rw = {.pos = dpos, .seq = dseq, .tables = dtab, .max_pages = 16, .page = DS_KV_PAGE, .page_stride = pst};
+    t->i->attention(t->ex, DS_CANONICAL, &s, MR, &rw, dq, dpool, dpool + (int64_t)DS_KV_PAGE * row, dout);
+    dget(t, got, dout, no * 4);
+    const ds_attn_rows ar = {NULL, pos, seq, &tab[0][0], 16, DS_KV_PAGE, pst};
+    ds_attention_rows(DS_CANONICAL, &s, MR, &ar, q, pool, pool + (int64_t)DS_KV_PAGE * row, cpu, NULL);
+    const int dev_ok = !memcmp(got, ref, no * 4);
+    CHECK(dev_ok, "attention hd=%d: two sequences on shuffled pages != each alone", hd);
+    if (t->cpu_dsexp) CHECK(!memcmp(cpu, got, no * 4), "attention hd=%d pages: CUDA != CPU", hd);
+    printf("attention hd=%-3d two sequences on shuffled pages, rows interleaved == each alone: %s (CPU bits: %s)\n", hd,
+           dev_ok ? "yes" : "NO", !memcmp(cpu, got, no * 4) ? "same" : "differ");
+    sync_ok(t, "attention pages");
+    dfree(t, dref); dfree(t, dq1); dfree(t, dp1); dfree(t, dpool); dfree(t, dq); dfree(t, dout); dfree(t, dpos);
+    dfree(t, dseq); dfree(t, dtab);
+    for (int i = 0; i < NS; i++) { free(kc[i]); free(vc[i]); }
+    free(pool); free(q); free(ref); free(got); free(cpu);
 }
 
 /* A recorded graph (kv_write + attention + argmax) replayed at another
@@ -393,6 +495,7 @@ static void test_graph(T *t) {
     float *dnew = dput(t, kv, (size_t)row * 2 * 4), *dq = dput(t, q, (size_t)nh * hd * 4);
     float *dout = dmem(t, (size_t)nh * hd * 4);
     int *dpos = dmem(t, sizeof(int));
+    const ds_rows rw = flat_rows(t, dpos, NULL, cap, row);
     int32_t *dam = dmem(t, sizeof(int32_t));
     float a[128], b[128];
     int32_t ia, ib;
@@ -405,16 +508,16 @@ static void test_graph(T *t) {
         const int g = t->i->graph_begin(t->ex, 42, err, sizeof err);
         if (g < 0) { printf("FAIL graph_begin: %s\n", err); n_fail++; break; }
         if (g == 0) {
-            t->i->kv_write(t->ex, dk, dv, row, 1, dpos, dnew, dnew + row);
-            t->i->attention(t->ex, DS_CANONICAL, &s, 1, dpos, 0, 1, dq, dk, dv, dout);
+            t->i->kv_write(t->ex, dk, dv, row, 1, &rw, dnew, dnew + row);
+            t->i->attention(t->ex, DS_CANONICAL, &s, 1, &rw, dq, dk, dv, dout);
             t->i->argmax(t->ex, 1, nh * hd, dout, dam);
         }
         if (t->i->graph_end(t->ex, err, sizeof err)) { printf("FAIL graph_end: %s\n", err); n_fail++; break; }
         dget(t, a, dout, sizeof a);
         dget(t, &ia, dam, 4);
         /* direct */
-        t->i->kv_write(t->ex, dk, dv, row, 1, dpos, dnew, dnew + row);
-        t->i->attention(t->ex, DS_CANONICAL, &s, 1, dpos, p, 1, dq, dk, dv, dout);
+        t->i->kv_write(t->ex, dk, dv, row, 1, &rw, dnew, dnew + row);
+        t->i->attention(t->ex, DS_CANONICAL, &s, 1, &rw, dq, dk, dv, dout);
         t->i->argmax(t->ex, 1, nh * hd, dout, dam);
         dget(t, b, dout, sizeof b);
         dget(t, &ib, dam, 4);
@@ -424,6 +527,7 @@ static void test_graph(T *t) {
     printf("graph: recorded once, replayed at positions 70, 129, 64: %s\n", ok ? "same bytes" : "DIFFERENT");
     sync_ok(t, "graph");
     dfree(t, dk); dfree(t, dv); dfree(t, dnew); dfree(t, dq); dfree(t, dout); dfree(t, dpos); dfree(t, dam);
+    dfree(t, (void *)rw.tables);
     free(kc); free(kv); free(q);
 }
 
@@ -670,18 +774,20 @@ static void test_small(T *t) {
     CHECK(eok, "embed != ds_row_to_f32");
     /* kv_write at device positions */
     const int row = 8, cap = 10;
-    float kc[80] = {0}, kn[16], vn[16], got[80], vgot[80];
+    float kc[128] = {0}, kn[16], vn[16], got[128], vgot[128];
     for (int k = 0; k < 16; k++) { kn[k] = (float)k; vn[k] = (float)-k; }
     float *dk = dput(t, kc, sizeof kc), *dv = dput(t, kc, sizeof kc);
     float *dkn = dput(t, kn, sizeof kn), *dvn = dput(t, vn, sizeof vn);
     const int pos[2] = {7, 8};
     int *dpos = dput(t, pos, sizeof pos);
-    t->i->kv_write(t->ex, dk, dv, row, 2, dpos, dkn, dvn);
+    const ds_rows kr = flat_rows(t, dpos, NULL, 16, row);
+    t->i->kv_write(t->ex, dk, dv, row, 2, &kr, dkn, dvn);
     dget(t, got, dk, sizeof got);
     dget(t, vgot, dv, sizeof vgot);
     CHECK(!memcmp(got + 7 * row, kn, sizeof kn) && !memcmp(vgot + 7 * row, vn, sizeof vn) && got[6 * row + 7] == 0.0f,
           "kv_write");
     (void)cap;
+    dfree(t, (void *)kr.tables);
     printf("argmax / embed (F32 F16 BF16 Q8_0) / sanitize / kv_write: %s\n", ok && eok ? "exact" : "WRONG");
     sync_ok(t, "small ops");
     dfree(t, dx); dfree(t, dout); dfree(t, ds); dfree(t, dk); dfree(t, dv); dfree(t, dkn); dfree(t, dvn); dfree(t, dpos);
@@ -878,10 +984,10 @@ static void bench_mma(T *t, const char *label, int64_t N, int64_t K) {
     free(h); free(x);
 }
 
-typedef struct { ds_attn_shape *s; int M; ds_variant v; int *pos; float *q, *k, *vv, *o; } at_arg;
+typedef struct { ds_attn_shape *s; int M; ds_variant v; const ds_rows *r; float *q, *k, *vv, *o; } at_arg;
 static void at_run(T *t, void *p) {
     at_arg *a = p;
-    t->i->attention(t->ex, a->v, a->s, a->M, a->pos, 0, 1, a->q, a->k, a->vv, a->o);
+    t->i->attention(t->ex, a->v, a->s, a->M, a->r, a->q, a->k, a->vv, a->o);
 }
 static void bench_attention(T *t, int L) {
     ds_attn_shape s = {32, 8, 128, 8 * 128, 0.08838834764831845f};
@@ -891,9 +997,10 @@ static void bench_attention(T *t, int L) {
     int pos[16];
     for (int m = 0; m < 16; m++) pos[m] = L + m - 1;
     int *dpos = dput(t, pos, sizeof pos);
+    const ds_rows rw = flat_rows(t, dpos, NULL, cap, 1024);
     float dec = 0;
     for (int M = 1; M <= 16; M *= 2) {
-        at_arg c = {&s, M, DS_CANONICAL, dpos, dq, dk, dk, dout}, f = c;
+        at_arg c = {&s, M, DS_CANONICAL, &rw, dq, dk, dk, dout}, f = c;
         f.v = DS_FAST;
         const float tc = bench_ms(t, at_run, &c), tf = bench_ms(t, at_run, &f);
         if (M == 1) dec = tc;
@@ -901,7 +1008,7 @@ static void bench_attention(T *t, int L) {
                L, M, tc, tc / dec, tf, tc / tf);
     }
     sync_ok(t, "bench attention");
-    dfree(t, dk); dfree(t, dq); dfree(t, dout); dfree(t, dpos);
+    dfree(t, dk); dfree(t, dq); dfree(t, dout); dfree(t, dpos); dfree(t, (void *)rw.tables);
     free(k); free(q);
 }
 typedef struct { int rows, n; ds_variant v; float *a, *b, *c; } ew_arg;
@@ -1160,6 +1267,7 @@ static void test_qk_prologue(T *t, int hd, int norm, int n_head, ds_rope_mode mo
     }
     float *dv = dput(t, v, kn * 4), *dqw = dput(t, qw, (size_t)hd * 4), *dkw = dput(t, kw, (size_t)hd * 4);
     int *dpos = dput(t, pos, sizeof pos);
+    const ds_rows rw = flat_rows(t, dpos, NULL, P, (int)kvd);
     const float eps = 1e-6f;
     /* separate: the layer's unfused sequence */
     if (norm) {
@@ -1168,9 +1276,9 @@ static void test_qk_prologue(T *t, int hd, int norm, int n_head, ds_rope_mode mo
     }
     if (H) t->i->rope(t->ex, DS_CANONICAL, M, H, hd, dpos, 10000.0f, mode, dq[0]);
     t->i->rope(t->ex, DS_CANONICAL, M, Hkv, hd, dpos, 10000.0f, mode, dk[0]);
-    t->i->kv_write(t->ex, dkc[0], dvc[0], (int)kvd, M, dpos, dk[0], dv);
+    t->i->kv_write(t->ex, dkc[0], dvc[0], (int)kvd, M, &rw, dk[0], dv);
     /* fused */
-    t->i->qk_norm_rope_kv(t->ex, M, H, Hkv, hd, dpos, 10000.0f, mode, norm ? dqw : NULL, norm ? dkw : NULL, eps,
+    t->i->qk_norm_rope_kv(t->ex, M, H, Hkv, hd, &rw, 10000.0f, mode, norm ? dqw : NULL, norm ? dkw : NULL, eps,
                           H ? dq[1] : NULL, dk[1], dv, dkc[1], dvc[1]);
     int ok = 1;
     float *a = malloc((size_t)P * kvd * 4 + qn * 4 + 4), *b = malloc((size_t)P * kvd * 4 + qn * 4 + 4);
@@ -1186,7 +1294,7 @@ static void test_qk_prologue(T *t, int hd, int norm, int n_head, ds_rope_mode mo
            mode == DS_ROPE_NEOX ? "neox  " : "normal", ok ? "yes" : "NO");
     sync_ok(t, "qk_norm_rope_kv");
     for (int j = 0; j < 2; j++) { dfree(t, dq[j]); dfree(t, dk[j]); dfree(t, dkc[j]); dfree(t, dvc[j]); }
-    dfree(t, dv); dfree(t, dqw); dfree(t, dkw); dfree(t, dpos);
+    dfree(t, dv); dfree(t, dqw); dfree(t, dkw); dfree(t, dpos); dfree(t, (void *)rw.tables);
     free(q); free(k); free(v); free(qw); free(kw); free(zero); free(a); free(b);
 }
 
@@ -1470,6 +1578,8 @@ int main(int argc, char **argv) {
         test_attention(&t, 128, 0);
         test_attention(&t, 64, 1);
         test_attention(&t, 128, 1);
+        test_attention_pages(&t, 64);
+        test_attention_pages(&t, 128);
         test_graph(&t);
         test_copies(&t);
         test_rmsnorm(&t, 384);

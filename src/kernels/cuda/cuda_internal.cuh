@@ -229,6 +229,20 @@ void dsc_q8x_publish(ds_exec *ex, const float *x, int M, int64_t K, const int8_t
 __device__ __forceinline__ void dsc_pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void dsc_pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
+/* ---- the KV pool's pages (backend.h ds_rows, kvpool.h) --------------------
+ * The kernels take the page size as DS_KV_PAGE (16: shifts, not divisions);
+ * the entry points refuse another. Row m's page table, the positions it
+ * attends, and where position pos of its sequence is (floats from the
+ * layer's page-0 rows; row = floats per position). */
+static_assert(DS_KV_PAGE == 16, "the CUDA kernels address pages of 16 positions");
+__device__ __forceinline__ const int32_t *dsc_kv_table(const ds_rows &r, int m) {
+    return r.tables + (int64_t)(r.seq ? r.seq[m] : 0) * r.max_pages;
+}
+__device__ __forceinline__ int dsc_kv_nvis(const ds_rows &r, int m) { return r.n_vis ? r.n_vis[m] : r.pos[m] + 1; }
+__device__ __forceinline__ int64_t dsc_kv_at(const int32_t *tab, int64_t page_stride, int pos, int64_t row) {
+    return (int64_t)__ldg(tab + (pos >> 4)) * page_stride + (int64_t)(pos & 15) * row;
+}
+
 template <typename... KArgs, typename... Args>
 static inline void dsc_launch(ds_exec *ex, const char *what, void (*kernel)(KArgs...), dim3 grid, dim3 block,
                               size_t smem, Args... args) {
@@ -496,7 +510,7 @@ int dsc_matmul_q8_0_multi(ds_exec *ex, ds_variant v, int n, const dsc_weight *co
 void dsc_matmul_multi(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,
                       const float *x, float *const y[]);
 void dsc_qk_norm_rope_kv(ds_exec *ex, int M, int n_head, int n_head_kv, int head_dim,
-                         const int *pos, float freq_base, ds_rope_mode mode, const float *q_norm,
+                         const ds_rows *r, float freq_base, ds_rope_mode mode, const float *q_norm,
                          const float *k_norm, float eps, float *q, float *k, const float *v,
                          float *kc, float *vc);
 /* matmul_kq.cu: the kquant types on the GPU (Q4_K, Q5_K, Q6_K; Q4_0 and Q5_0 in
@@ -508,8 +522,8 @@ cudaError_t dsc_kq_upload(const ds_weight *w, dsc_weight *d);
 void dsc_matmul_kq(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 void dsc_embed_kq(ds_exec *ex, const dsc_weight *w, int M, const int32_t *ids, float *out);
 cudaError_t dsc_kq_mma_init(void);     /* the K types' tensor-core batches: shared memory limits */
-void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
-                   int causal, const float *q, const float *kc, const float *vc, float *out);
+void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const ds_rows *r,
+                   const float *q, const float *kc, const float *vc, float *out);
 void dsc_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,
                  float eps, float *y);
 void dsc_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
@@ -523,7 +537,7 @@ void dsc_residual(ds_exec *ex, ds_variant vres, ds_variant vnorm, int rows, int 
 void dsc_argmax(ds_exec *ex, int rows, int64_t n, const float *x, int32_t *out);
 void dsc_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out);
 void dsc_sanitize(ds_exec *ex, int rows, int64_t n, const float *src, float *dst, float lim);
-void dsc_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const int *pos,
+void dsc_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const ds_rows *r,
                   const float *k, const float *v);
 
 #endif

@@ -154,7 +154,7 @@ void dsc_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, co
 #define QRK_WARPS 4
 
 __global__ void __launch_bounds__(32 * QRK_WARPS)
-qk_norm_rope_kv_k(int M, int H, int Hkv, int hd, const int *__restrict__ pos, int neox,
+qk_norm_rope_kv_k(int M, int H, int Hkv, int hd, ds_rows rw, int neox,
                   const float *__restrict__ cs, const float *__restrict__ inv,
                   const float *__restrict__ qw, const float *__restrict__ kw, float eps,
                   float *q, float *k, const float *__restrict__ v, float *kc, float *vc) {
@@ -170,12 +170,13 @@ qk_norm_rope_kv_k(int M, int H, int Hkv, int hd, const int *__restrict__ pos, in
     const float *w = is_k ? kw : qw;
     const float scale = w ? dsc_rms_scale_canonical(x, hd, eps, lane) : 1.0f;
     __syncwarp();
-    const int half = hd / 2, p = pos[r];
+    const int half = hd / 2, p = rw.pos[r];
     float *kdst = NULL;
     if (is_k) {
-        kdst = kc + (int64_t)p * kvd + (int64_t)hk * hd;
+        const int64_t at = dsc_kv_at(dsc_kv_table(rw, r), rw.page_stride, p, kvd);
+        kdst = kc + at + (int64_t)hk * hd;
         const float *vs = v + (int64_t)r * kvd + (int64_t)hk * hd;
-        float *vd = vc + (int64_t)p * kvd + (int64_t)hk * hd;
+        float *vd = vc + at + (int64_t)hk * hd;
         for (int i = lane; i < hd; i += 32) vd[i] = vs[i];
     }
     for (int i = lane; i < half; i += 32) {
@@ -206,22 +207,27 @@ qk_norm_rope_kv_k(int M, int H, int Hkv, int hd, const int *__restrict__ pos, in
 }
 
 void dsc_qk_norm_rope_kv(ds_exec *ex, int M, int n_head, int n_head_kv, int head_dim,
-                         const int *pos, float freq_base, ds_rope_mode mode, const float *q_norm,
+                         const ds_rows *r, float freq_base, ds_rope_mode mode, const float *q_norm,
                          const float *k_norm, float eps, float *q, float *k, const float *v,
                          float *kc, float *vc) {
     if (M <= 0 || n_head < 0 || n_head_kv <= 0 || head_dim < 2) return;
+    const int *pos = r->pos;
     if (dsc_be(ex)->off & DSC_OFF_PROLOGUE) {      /* A/B: the separate launches */
         if (q_norm && n_head) dsc_rmsnorm(ex, DS_CANONICAL, M * n_head, head_dim, q, q_norm, eps, q);
         if (k_norm) dsc_rmsnorm(ex, DS_CANONICAL, M * n_head_kv, head_dim, k, k_norm, eps, k);
         if (n_head) dsc_rope(ex, DS_CANONICAL, M, n_head, head_dim, pos, freq_base, mode, q);
         dsc_rope(ex, DS_CANONICAL, M, n_head_kv, head_dim, pos, freq_base, mode, k);
-        dsc_kv_write(ex, kc, vc, n_head_kv * head_dim, M, pos, k, v);
+        dsc_kv_write(ex, kc, vc, n_head_kv * head_dim, M, r, k, v);
+        return;
+    }
+    if (r->page != DS_KV_PAGE) {
+        dsc_note(ex, cudaErrorInvalidValue, "qk_norm_rope_kv: pages of other than 16 positions");
         return;
     }
     const dsc_rope_table *t = dsc_rope_get(ex, freq_base, head_dim);
     if (!t) return;
     const int64_t warps = (int64_t)M * (n_head + n_head_kv);
     dsc_launch(ex, "qk_norm + rope + kv_write canonical", qk_norm_rope_kv_k, dim3(dsc_blocks(warps, QRK_WARPS)),
-               dim3(32 * QRK_WARPS), 0, M, n_head, n_head_kv, head_dim, pos, (int)(mode == DS_ROPE_NEOX),
+               dim3(32 * QRK_WARPS), 0, M, n_head, n_head_kv, head_dim, *r, (int)(mode == DS_ROPE_NEOX),
                (const float *)t->cs, (const float *)t->inv_freq, q_norm, k_norm, eps, q, k, v, kc, vc);
 }
