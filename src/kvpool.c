@@ -4,6 +4,7 @@
  * copy-on-write copies queued on an execution context. */
 #include "kvpool.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,6 +146,21 @@ static void uncache(ds_kvpool *p, int32_t page) {
  * The pool
  * ===================================================================== */
 
+/* The host memory the kernel says a process could still have, in bytes
+ * (/proc/meminfo MemAvailable); 0 when it cannot be read. A host pool is
+ * committed page by page as it is written, so one larger than this would
+ * not fail here but be killed later, mid-generation: it is refused now. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024u;
+}
+
 ds_kvpool *ds_kvpool_new(ds_backend *be, const ds_kvpool_shape *s, char *err, size_t errlen) {
     if (!shape_ok(s)) {
         ds_errf(err, errlen, "KV pool: bad shape (%d groups, %d pages)", s ? s->n_groups : 0, s ? s->n_pages : 0);
@@ -153,6 +169,12 @@ ds_kvpool *ds_kvpool_new(ds_backend *be, const ds_kvpool_shape *s, char *err, si
     const int64_t stride = stride_of(s);
     if ((uint64_t)stride > SIZE_MAX / sizeof(float) / (uint64_t)s->n_pages) {
         ds_errf(err, errlen, "KV pool: %d pages of %lld floats overflow", s->n_pages, (long long)stride);
+        return NULL;
+    }
+    const uint64_t bytes = (uint64_t)stride * sizeof(float) * (uint64_t)s->n_pages, avail = be->i->host_memory ? mem_available() : 0;
+    if (avail && bytes > avail) {
+        ds_errf(err, errlen, "KV pool: %d pages of %zu KiB (%.0f MiB) exceed the %.0f MiB of memory available: use a smaller context or fewer sequences",
+                s->n_pages, ((size_t)stride * sizeof(float)) >> 10, (double)bytes / 1048576.0, (double)avail / 1048576.0);
         return NULL;
     }
     ds_kvpool *p = calloc(1, sizeof *p);
