@@ -105,8 +105,18 @@ static int cpu_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, 
     if (!(use & DS_USE_MATMUL)) return 0;
     const size_t b = ds_weight_pack_bytes(w);
     if (!b) return 0;                         /* no packed layout for it here */
-    void *p = aligned_alloc(64, (b + 63) & ~(size_t)63);
+    /* A weight of 2 MiB and more on transparent huge pages: decode streams
+     * it from memory once per token, and the hardware prefetchers stop at
+     * every 4 KiB page boundary (and each page costs a TLB walk). */
+    /* Only the whole huge pages inside the weight are advised, so a weight a
+     * little over 2 MiB does not commit a mostly empty huge page. */
+    const size_t huge = (size_t)2 << 20;
+    void *p = NULL;
+    if (posix_memalign(&p, b >= huge ? huge : 64, (b + 63) & ~(size_t)63)) p = NULL;
     if (!p) { ds_errf(err, errlen, "cpu: out of memory packing weights (%zu bytes)", b); return -1; }
+#ifdef MADV_HUGEPAGE
+    if (b >= huge) (void)madvise(p, b & ~(huge - 1), MADV_HUGEPAGE);   /* a hint: failure is harmless */
+#endif
     if (ds_weight_pack(w, p)) { free(p); return 0; }
     w->extra = p;
     int ok;

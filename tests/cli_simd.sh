@@ -31,18 +31,25 @@ done
 # greedy decode steps and a speculative run (the drafter's non-causal rows)
 # are the same bits on every level (AVX-512 scores and exps 16 keys at a
 # time, the other levels one key at a time).
-for lv in portable avx512; do
+# (AVX-512 scores and exps 16 keys at a time, AVX2 8, portable one.)
+for lv in portable avx2 avx512; do
     DSPARK_SIMD=$lv $D generate -m $M -p "$P" -n 140 --dump-logits "$T/lg.$lv" >/dev/null 2>&1 &&
     DSPARK_SIMD=$lv $D generate -m $M -md $DR -p "$P" -n 140 >"$T/long.$lv" 2>/dev/null \
         || { echo "FAIL DSPARK_SIMD=$lv long run"; fail=1; }
 done
-cmp -s "$T/lg.portable" "$T/lg.avx512" && cmp -s "$T/long.portable" "$T/long.avx512" \
-    && echo "PASS 140-step logits and speculative text identical: portable vs avx512" \
-    || { echo "FAIL 140-step logits or speculative text differ between portable and avx512"; fail=1; }
+for lv in avx2 avx512; do
+    cmp -s "$T/lg.portable" "$T/lg.$lv" && cmp -s "$T/long.portable" "$T/long.$lv" \
+        && echo "PASS 140-step logits and speculative text identical: portable vs $lv" \
+        || { echo "FAIL 140-step logits or speculative text differ between portable and $lv"; fail=1; }
+done
 if [ -z "${DSPARK_SAN:-}" ]; then
+    # the process-level paths (activation quantizers, attention, SwiGLU) of
+    # each level against the references in the unit tests
     for lv in portable avx2; do
-        DSPARK_SIMD=$lv "$B/tests/test_ops" >"$T/ops.$lv" 2>&1 && echo "PASS test_ops under DSPARK_SIMD=$lv" \
-            || { echo "FAIL test_ops under DSPARK_SIMD=$lv"; tail -n 5 "$T/ops.$lv"; fail=1; }
+        for t in test_ops test_matmul; do
+            DSPARK_SIMD=$lv "$B/tests/$t" >"$T/$t.$lv" 2>&1 && echo "PASS $t under DSPARK_SIMD=$lv" \
+                || { echo "FAIL $t under DSPARK_SIMD=$lv"; tail -n 5 "$T/$t.$lv"; fail=1; }
+        done
     done
 fi
 exit $fail

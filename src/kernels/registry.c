@@ -338,12 +338,36 @@ static void q8_quant_avx512(const float *x, int64_t n, ds_block_q8_0 *out) {
         _mm_storeu_si128((__m128i *)(out[i].qs + 16), _mm512_cvtepi32_epi8(q[1]));
     }
 }
+
+/* The same on AVX2, 8 lanes at a time. */
+__attribute__((target("avx2"))) static void q8_quant_avx2(const float *x, int64_t n, ds_block_q8_0 *out) {
+    for (int64_t i = 0; i < n / DS_QK8_0; i++) {
+        const float *xb = x + i * DS_QK8_0;
+        __m256 v[4];
+        float amax;
+        if (ds_q8_block8(xb, v, &amax)) {
+            q8_quant_scalar(xb, DS_QK8_0, out + i);
+            continue;
+        }
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        out[i].d = ds_f32_to_fp16(d);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) q[k] = ds_q8_round8(v[k], vid);
+        _mm256_storeu_si256((__m256i *)out[i].qs, ds_q8_pack32(q));
+    }
+}
 #endif
 
 void ds_quantize_row_q8_0(const float *x, int64_t n, ds_block_q8_0 *out) {
 #if DS_X86
     if (ds_simd_level() >= DS_LVL_AVX512) {
         q8_quant_avx512(x, n, out);
+        return;
+    }
+    if (ds_simd_level() == DS_LVL_AVX2) {
+        q8_quant_avx2(x, n, out);
         return;
     }
 #endif

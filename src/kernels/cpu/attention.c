@@ -228,6 +228,114 @@ ATTN_TGT512 static void attn_exp16(const float *sc, int n, float cmax, float *p)
     const __mmask16 k = (__mmask16)((1u << n) - 1u);
     _mm512_mask_storeu_ps(p, k, ds_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc), _mm512_set1_ps(cmax))));
 }
+
+/* ---- 8 keys at a time on AVX2: the same scores, max and exps ----------------
+ * attn_scores8: sc[j] = ds_dot16(q, k_j, hd) * scale for up to 8 keys (hd a
+ * positive multiple of 16). A key's 16 lane accumulators are two ymm halves,
+ * each exactly ds_dot16's lanes (0 + q*k, then + q*k per 16 columns, mul and
+ * add separately rounded, the accumulator the first operand); the 8 keys'
+ * low halves run first (8 chains side by side), then the high halves, so
+ * 8 accumulators and two q vectors fit the 16 registers. The fixed tree then
+ * runs for the 8 keys at once: a[l] + a[l+8] is low + high; a[l] + a[l+4],
+ * a[l] + a[l+2] and a[0] + a[1] add the same lane pairs of the same key
+ * (128-bit permutes and in-lane shuffles only put keys side by side), and
+ * one permute puts the keys in order. attn_max8 / attn_exp8: attn_max16's
+ * and attn_exp16's arguments at 8 lanes (VMAXPS returns its second operand
+ * when one is NaN; ds_expf8 is ds_expf lane by lane). */
+#define ATTN_TGT2 __attribute__((target("avx2,fma")))
+ATTN_TGT2 static void attn_scores8(const float *qv, const float *k0, int64_t st, int hd, int nk, float scale,
+                                   float *sc) {
+    const int last = nk - 1;
+    __m256 h[2][8];
+    for (int half = 0; half < 2; half++) {
+        __m256 a[8];
+        const __m256 q0 = _mm256_loadu_ps(qv + 8 * half);
+        const float *kj = k0 + 8 * half;
+        for (int j = 0; j < 8; j++, kj += j <= last ? st : 0)
+            a[j] = _mm256_add_ps(_mm256_setzero_ps(), _mm256_mul_ps(q0, _mm256_loadu_ps(kj)));
+        for (int i = 16; i < hd; i += 16) {
+            const __m256 qi = _mm256_loadu_ps(qv + i + 8 * half);
+            kj = k0 + i + 8 * half;
+            for (int j = 0; j < 8; j++, kj += j <= last ? st : 0)
+                a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(qi, _mm256_loadu_ps(kj)));
+        }
+        for (int j = 0; j < 8; j++) h[half][j] = a[j];
+    }
+    __m256 t[8], u[4], v[2];
+    for (int j = 0; j < 8; j++) t[j] = _mm256_add_ps(h[0][j], h[1][j]);          /* a[l] += a[l+8] */
+    for (int p = 0; p < 4; p++)                                                  /* a[l] += a[l+4] */
+        u[p] = _mm256_add_ps(_mm256_permute2f128_ps(t[2 * p], t[2 * p + 1], 0x20),
+                             _mm256_permute2f128_ps(t[2 * p], t[2 * p + 1], 0x31));
+    for (int p = 0; p < 2; p++) {                                                /* a[l] += a[l+2] */
+        const __m256d x = _mm256_castps_pd(u[2 * p]), y = _mm256_castps_pd(u[2 * p + 1]);
+        v[p] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)), _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+    }
+    /* a[0] + a[1]: lanes 0..3 keys 0, 2, 4, 6; lanes 4..7 keys 1, 3, 5, 7 */
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(v[0], v[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(v[0], v[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m256 o = _mm256_mul_ps(_mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)),
+                                   _mm256_set1_ps(scale));
+    if (nk == 8) {
+        _mm256_storeu_ps(sc, o);
+    } else {
+        float b[8];
+        _mm256_storeu_ps(b, o);
+        memcpy(sc, b, sizeof(float) * (size_t)nk);
+    }
+}
+
+ATTN_TGT2 static float attn_max8(const float *sc, int n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) m = _mm256_max_ps(_mm256_loadu_ps(sc + j), m);
+    float b[8];
+    _mm256_storeu_ps(b, m);
+    float r = -INFINITY;
+    for (int l = 0; l < 8; l++) if (b[l] > r) r = b[l];
+    for (; j < n; j++) if (sc[j] > r) r = sc[j];
+    return r;
+}
+
+/* p[j] = ds_expf(sc[j] - cmax) for j < n (<= 8) */
+ATTN_TGT2 static void attn_exp8(const float *sc, int n, float cmax, float *p) {
+    float b[8] = {0};
+    memcpy(b, sc, sizeof(float) * (size_t)n);
+    _mm256_storeu_ps(b, ds_expf8(_mm256_sub_ps(_mm256_loadu_ps(b), _mm256_set1_ps(cmax))));
+    memcpy(p, b, sizeof(float) * (size_t)n);
+}
+
+/* attn_chunk_pv on AVX2: GCC keeps the 64-byte vectors of the generic loop in
+ * memory here (every update a store and a reload), so the accumulators are
+ * ymm pairs, 16 columns of head_dim per pass over the chunk's keys (up to 4
+ * queries x 2 ymm = 8 add chains in registers; V rows re-read from L1 by the
+ * later passes). Per (query, column) the same p * v then + in key order, the
+ * accumulator and p the first operands as in the generic loop; the exp-sums
+ * in key order as there. */
+ATTN_TGT2 static void attn_chunk_pv8(int NQ, int hd, int cl, const float *const p[], const float *const vblk[],
+                                     int64_t st, float *const ca[], float csum[]) {
+    for (int u = 0; u < NQ; u++) {
+        float cs = 0.0f;
+        for (int j = 0; j < cl; j++) cs += p[u][j];
+        csum[u] = cs;
+    }
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+        __m256 a[ATTN_PV_Q][2];
+        for (int u = 0; u < NQ; u++) a[u][0] = a[u][1] = _mm256_setzero_ps();
+        for (int j = 0; j < cl; j++) {
+            const float *vr = vblk[j >> 4] + (int64_t)(j & 15) * st + d0;
+            const __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8);
+            for (int u = 0; u < NQ; u++) {
+                const __m256 pj = _mm256_set1_ps(p[u][j]);
+                a[u][0] = _mm256_add_ps(a[u][0], _mm256_mul_ps(pj, v0));
+                a[u][1] = _mm256_add_ps(a[u][1], _mm256_mul_ps(pj, v1));
+            }
+        }
+        for (int u = 0; u < NQ; u++) {
+            _mm256_storeu_ps(ca[u] + d0, a[u][0]);
+            _mm256_storeu_ps(ca[u] + d0 + 8, a[u][1]);
+        }
+    }
+}
 #endif
 
 /* A block of queries that share a kv head: nr rows (row r of prefix length
@@ -263,6 +371,7 @@ ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int n
     }
 #if DS_X86
     const int v16 = hd % 16 == 0 && ds_simd_level() == DS_LVL_AVX512;
+    const int v8 = hd % 16 == 0 && ds_simd_level() == DS_LVL_AVX2;
 #endif
     for (int c0 = 0; c0 < Lmax; c0 += DS_ATTN_CHUNK) {
         int cl[ATTN_QMAX], clmax = 0;
@@ -291,6 +400,12 @@ ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int n
                     for (int h = 0; cl[r] > j0 && h < nq; h++)
                         attn_scores16(qv[r * nq + h], kblk[j0 >> 4], st, hd,
                                       ds_imin(16, cl[r] - j0), s->scale, sc[r * nq + h] + j0);
+        if (v8)   /* blocks of 8 keys: a 16-key block's halves, rows 8 apart */
+            for (; j0 < clmax; j0 += 8)
+                for (int r = 0; r < nr; r++)
+                    for (int h = 0; cl[r] > j0 && h < nq; h++)
+                        attn_scores8(qv[r * nq + h], kblk[j0 >> 4] + (int64_t)(j0 & 15) * st, st, hd,
+                                     ds_imin(8, cl[r] - j0), s->scale, sc[r * nq + h] + j0);
 #endif
         for (int r = 0; r < nr; r++)
             for (int h = 0; h < nq; h++) {
@@ -307,6 +422,10 @@ ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int n
                     cmax = attn_max16(sc[u], cl[r]);
                     j = cl[r];
                 }
+                if (v8) {
+                    cmax = attn_max8(sc[u], cl[r]);
+                    j = cl[r];
+                }
 #endif
                 for (; j < cl[r]; j++)
                     if (sc[u][j] > cmax) cmax = sc[u][j];
@@ -315,6 +434,8 @@ ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int n
 #if DS_X86
                 if (v16)
                     for (; j < cl[r]; j += 16) attn_exp16(sc[u] + j, ds_imin(16, cl[r] - j), cmax, pb[u] + j);
+                if (v8)
+                    for (; j < cl[r]; j += 8) attn_exp8(sc[u] + j, ds_imin(8, cl[r] - j), cmax, pb[u] + j);
 #endif
                 for (; j < cl[r]; j++) pb[u][j] = ds_expf(sc[u][j] - cmax);
                 sc[u][0] = cmax;
@@ -328,6 +449,15 @@ ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int n
             const float *const *p = pq + u0;
             float *const *c = ca + u0;
             float *cs = csum + u0;
+#if DS_X86
+            if (v8) {
+                if (nq == 4) attn_chunk_pv8(4, hd, n, p, vblk, st, c, cs);
+                else if (nq == 3) attn_chunk_pv8(3, hd, n, p, vblk, st, c, cs);
+                else if (nq == 2) attn_chunk_pv8(2, hd, n, p, vblk, st, c, cs);
+                else for (int h = 0; h < nq; h++) attn_chunk_pv8(1, hd, n, p + h, vblk, st, c + h, cs + h);
+                continue;
+            }
+#endif
             if (hd == 64 && nq == 4) attn_chunk_pv(4, 4, n, p, vblk, st, c, cs);
             else if (hd == 64 && nq == 3) attn_chunk_pv(3, 4, n, p, vblk, st, c, cs);
             else if (hd == 64 && nq == 2) attn_chunk_pv(2, 4, n, p, vblk, st, c, cs);

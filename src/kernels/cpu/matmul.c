@@ -162,6 +162,50 @@ static int q8_quant_fast_ok(void) {
     __builtin_cpu_init();
     return ds_simd_level() == DS_LVL_AVX512 && __builtin_cpu_supports("f16c");
 }
+
+/* ---- the same on AVX2, one block at a time ------------------------------------
+ * ds_quantize_row_q8_0's AVX2 form (registry.c: the block max, d, id, the
+ * rounding of q8_round.h) plus everything the tiles read, in one pass: the
+ * block, d as f32, -128 * the quant sum, the interleaved copy and the int16
+ * copy (ds_q8_act.qw). d's fp16 is ds_f32_to_fp16 itself. A block holding a
+ * NaN takes the reference path (returns -1: the caller redoes the row). */
+#define Q8Q_TGT2 __attribute__((target("avx2,f16c")))
+Q8Q_TGT2 static int q8_quant_row8(const float *x, int64_t nb, ds_block_q8_0 *q, float *d, int32_t *nsum,
+                                  unsigned char *g, int i, int16_t *qw) {
+    for (int64_t b = 0; b < nb; b++, g += DS_Q8_GROUP_BYTES) {
+        const float *xb = x + b * DS_QK8_0;
+        __m256 v[4];
+        float amax;
+        if (ds_q8_block8(xb, v, &amax)) return -1;
+        const float dd = amax / 127.0f;
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        const uint16_t dh = ds_f32_to_fp16(dd);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i qv[4];
+        for (int k = 0; k < 4; k++) qv[k] = ds_q8_round8(v[k], vid);
+        const __m256i qb = ds_q8_pack32(qv);
+        ds_block_q8_0 *o = q + b;
+        o->d = dh;
+        _mm256_storeu_si256((__m256i *)o->qs, qb);
+        _mm256_storeu_si256((__m256i *)(g + 32 * i), qb);
+        const __m256i s4 = _mm256_add_epi32(_mm256_add_epi32(qv[0], qv[1]), _mm256_add_epi32(qv[2], qv[3]));
+        int32_t sb[8], sum = 0;
+        _mm256_storeu_si256((__m256i *)sb, s4);
+        for (int l = 0; l < 8; l++) sum += sb[l];
+        const float df = ds_fp16_to_f32(dh);
+        const int32_t ns = -128 * sum;
+        d[b] = df;
+        nsum[b] = ns;
+        memcpy(g + 256 + 4 * i, &ns, sizeof ns);
+        memcpy(g + 288 + 4 * i, &df, sizeof df);
+        if (qw) {
+            int16_t *w = qw + (size_t)b * 256;
+            _mm256_storeu_si256((__m256i *)w, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(qb)));
+            _mm256_storeu_si256((__m256i *)(w + 16), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(qb, 1)));
+        }
+    }
+    return 0;
+}
 #endif
 
 static void q8_quant_range(void *arg, int64_t m0, int64_t m1) {
@@ -169,6 +213,11 @@ static void q8_quant_range(void *arg, int64_t m0, int64_t m1) {
     const int64_t nb = j->K / DS_QK8_0;
     for (int64_t m = m0; m < m1; m++) {
 #if DS_X86
+        if (ds_simd_level() == DS_LVL_AVX2 &&
+            q8_quant_row8(j->x + m * j->K, nb, j->q + m * nb, j->d + m * nb, j->nsum + m * nb,
+                          j->qi + (size_t)(m / 8) * (size_t)nb * DS_Q8_GROUP_BYTES, (int)(m % 8),
+                          j->qw ? j->qw + (size_t)(m / 8) * (size_t)nb * 256 + 32 * (size_t)(m % 8) : NULL) == 0)
+            continue;
         if (q8_quant_fast_ok() &&
             q8_quant_row16(j->x + m * j->K, nb, j->q + m * nb, j->d + m * nb, j->nsum + m * nb,
                            j->qi + (size_t)(m / 8) * (size_t)nb * DS_Q8_GROUP_BYTES, (int)(m % 8)) == 0) {

@@ -174,7 +174,7 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
  * row the only reuse is of x, and more accumulators hide add latency. */
 #define DS_MT_MAX 4
 #define DS_NT_MAX 8
-#define DS_TILE_MT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : 2)
+#define DS_TILE_MT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : (lv) == DS_LVL_AVX2 ? 3 : 2)
 #define DS_TILE_NT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : (lv) == DS_LVL_AVX2 ? 2 : 1)
 #define DS_TILE_NT_ONE(lv) ((lv) == DS_LVL_AVX512 ? 8 : (lv) == DS_LVL_AVX2 ? 4 : 2)
 

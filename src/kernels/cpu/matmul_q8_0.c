@@ -401,10 +401,13 @@ q8s_tile_rows(const unsigned char *const t[], int NT, int nv, int64_t nb, const 
     const int16_t *w16 = a->qw + (size_t)(m0 / 8) * (size_t)nb * 256 + 32 * (m0 % 8);
     const unsigned char *ge = a->qi + (size_t)(m0 / 8) * (size_t)nb * DS_Q8_GROUP_BYTES + 288 + 4 * (m0 % 8);
     for (int64_t b = 0; b < nb; b++, w16 += 256, ge += DS_Q8_GROUP_BYTES) {
-        if (pf) {   /* the tiles after these, a block at a time */
-            for (int l = 0; l < 4; l++) _mm_prefetch((const char *)pf + b * Q8S_QB + 64 * l, _MM_HINT_T0);
-            if (b % 4 == 0) _mm_prefetch((const char *)pf + (size_t)nb * Q8S_QB + (size_t)b * 16, _MM_HINT_T0);
-        }
+        if (pf)     /* the NT tiles after these (consecutive), a block at a time */
+            DS_UNROLL
+            for (int j = 0; j < NT; j++) {
+                const char *pj = (const char *)pf + (size_t)j * Q8S_TILE(nb);
+                for (int l = 0; l < 4; l++) _mm_prefetch(pj + b * Q8S_QB + 64 * l, _MM_HINT_T0);
+                if (b % 4 == 0) _mm_prefetch(pj + (size_t)nb * Q8S_QB + (size_t)b * 16, _MM_HINT_T0);
+            }
         __m256i D[4][4];
         DS_UNROLL
         for (int i = 0; i < MT; i++)

@@ -41,22 +41,26 @@ static inline __attribute__((always_inline)) void swiglu_row(int64_t n, const fl
     }
 }
 
-/* The same elements 16 at a time on AVX-512: -g (a sign flip), ds_expf16
- * (ds_expf lane by lane), 1 + e, the IEEE division, the product — each lane
- * swiglu_row's operations in its order, NaN operands in the same positions,
- * so the same bits; the n % 16 tail runs swiglu_row itself. */
+/* The same elements 16 at a time on AVX-512 (8 on AVX2): -g (a sign flip),
+ * ds_expf16 / ds_expf8 (ds_expf lane by lane), 1 + e, the IEEE division, the
+ * product — each lane swiglu_row's operations in its order, NaN operands in
+ * the same positions, so the same bits; the tail runs swiglu_row itself. */
 #if DS_X86
-DS_TARGET_AVX512 static void swiglu_row16(int64_t n, const float *g, const float *u, float *o) {
-    int64_t i = 0;
-    const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
-    for (; i + 16 <= n; i += 16) {
-        const __m512 x = _mm512_loadu_ps(g + i);
-        const __m512 e = ds_expf16(_mm512_xor_ps(x, sign));
-        const __m512 silu = _mm512_div_ps(x, _mm512_add_ps(one, e));
-        _mm512_storeu_ps(o + i, _mm512_mul_ps(silu, _mm512_loadu_ps(u + i)));
+#define SWIGLU_VEC(name, TGT, P, V, W, EXPF, BITS)                                                 \
+    TGT static void name(int64_t n, const float *g, const float *u, float *o) {                   \
+        int64_t i = 0;                                                                             \
+        const V one = P##_set1_ps(1.0f), sign = P##_castsi##BITS##_ps(P##_set1_epi32((int)0x80000000u)); \
+        for (; i + W <= n; i += W) {                                                               \
+            const V x = P##_loadu_ps(g + i);                                                       \
+            const V e = EXPF(P##_xor_ps(x, sign));                                                 \
+            const V silu = P##_div_ps(x, P##_add_ps(one, e));                                      \
+            P##_storeu_ps(o + i, P##_mul_ps(silu, P##_loadu_ps(u + i)));                           \
+        }                                                                                          \
+        swiglu_row(n - i, g + i, u + i, o + i);                                                    \
     }
-    swiglu_row(n - i, g + i, u + i, o + i);
-}
+SWIGLU_VEC(swiglu_row16, DS_TARGET_AVX512, _mm512, __m512, 16, ds_expf16, 512)
+SWIGLU_VEC(swiglu_row8, DS_TARGET_AVX2, _mm256, __m256, 8, ds_expf8, 256)
+#undef SWIGLU_VEC
 #endif
 
 /* ========================================================================
@@ -69,6 +73,10 @@ DS_OPS_BODY(swiglu_canon_range) {
 #if DS_X86
     if (ds_simd_level() == DS_LVL_AVX512) {
         swiglu_row16(e1 - e0, a->gate + e0, a->up + e0, a->out + e0);
+        return;
+    }
+    if (ds_simd_level() == DS_LVL_AVX2) {
+        swiglu_row8(e1 - e0, a->gate + e0, a->up + e0, a->out + e0);
         return;
     }
 #endif
