@@ -105,6 +105,12 @@ def cmd_bad(port, key, corpus):
             body = json.dumps({"prompt": "x" * 100000})
         elif body == "@binary":
             body = b"\x00\xff\xfe{\x01"
+        elif body == "@ctrlbefore":                     # control bytes around a valid body: refused alike
+            body = b"\x01" + json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+        elif body == "@ctrlafter":
+            body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode() + b"\x01"
+        elif body == "@rawctl":
+            body = b'{"prompt": "a\tb", "max_tokens": 2}'
         elif body == "@deep":
             body = "[" * 5000 + "]" * 5000
         elif body in ("@badkey", "@nokey"):
