@@ -13,6 +13,7 @@ The model is the shipped pair (models/); the server runs --parallel 2 -t 1.
 """
 import http.client
 import json
+import os
 import re
 import socket
 import statistics
@@ -123,11 +124,13 @@ def main():
             print("round=%d config=%s probes_answered=%.2f probe_p50_s=%.4f probe_max_s=%.3f load_req_s=%.1f" % (r, name, ok, p50, mx, rps),
                   flush=True)
     cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"], capture_output=True, text=True).stdout.strip()
-    simd = subprocess.run([cfgs[0][1], "bench", "--help"], capture_output=True, text=True)
+    dev = subprocess.run([cfgs[-1][1], "devices"], capture_output=True, text=True).stdout
+    simd = (re.search(r"device=cpu status=ok simd=(\S+)", dev) or re.search(r"()", "")).group(1)
     load_avg = open("/proc/loadavg").read().split()[:3]
     med = {n: {k: statistics.median(v) for k, v in d.items()} for n, d in res.items()}
     base = cfgs[0][0]
-    lines = ["# bench/serve_conn.py: %d interleaved rounds; cpu=%s; load average at the end %s" % (reps, cpu, " ".join(load_avg)),
+    lines = ["# bench/serve_conn.py: %d interleaved rounds; cpu=%s (%d cores, simd=%s); load average at the end %s "
+             "(other jobs shared the machine)" % (reps, cpu, os.cpu_count(), simd, " ".join(load_avg)),
              "# medians; ratios to %s" % base,
              "%-10s %16s %14s %14s %12s %10s" % ("config", "probes_answered", "probe_p50_s", "probe_max_s", "load_req_s", "req_s_x")]
     for n, _, flags in cfgs:
@@ -135,7 +138,6 @@ def main():
         lines.append("%-10s %16.2f %14.4f %14.3f %12.1f %10.2f" % (n, m["ok"], m["p50"], m["max"], m["rps"], m["rps"] / med[base]["rps"]))
     for n, _, flags in cfgs:
         lines.append("# %s: %s" % (n, " ".join(flags) or "(defaults)"))
-    del simd
     text = "\n".join(lines) + "\n"
     print(text, end="")
     with open(out, "w") as f:
