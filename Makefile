@@ -187,10 +187,26 @@ all: $(if $(SAN),,$(BUILD)/libdspark.so)
 APT_PKGS_SERVE := libmicrohttpd-dev curl python3-prometheus-client
 # ==== end of issue 13 section ================================================
 
+# ==== the same bytes with every C library (issue 24 item 4, issue 22 item 6) ====
+# tests/cli_libm.sh runs the golden outputs with tests/libm/libm_shim.so
+# preloaded (libm's transcendental functions moved by one ulp) and checks
+# with tests/libm/libm_probe that the shim is in effect. Not in sanitizer
+# trees (ASan must come first in the preload order).
+LIBM_SHIM := $(BUILD)/tests/libm/libm_shim.so $(BUILD)/tests/libm/libm_probe
+all: $(if $(SAN),,$(LIBM_SHIM))
+$(BUILD)/tests/libm/libm_shim.so: tests/libm/libm_shim.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared $< -o $@ -ldl -lm
+$(BUILD)/tests/libm/libm_probe: tests/libm/libm_probe.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror $< -o $@ -lm
+# ==== end of the libm section =================================================
+
 # Debian packages the build and tests need (PCRE2 for the gpt2 pre-tokenizer,
 # cJSON for `dspark convert`, xz for the validation data). Idempotent; uses
 # sudo when not root.
-APT_PKGS := gcc make pkg-config libpcre2-dev libcjson-dev xz-utils python3 $(APT_PKGS_SERVE)
+# g++: tests/cli_pretok.sh builds llama.cpp's own splitter (its unicode.cpp) as the reference
+APT_PKGS := gcc g++ make pkg-config libpcre2-dev libcjson-dev xz-utils python3 $(APT_PKGS_SERVE)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 deps:
 	@dpkg -s $(APT_PKGS) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(APT_PKGS); }

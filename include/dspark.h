@@ -257,6 +257,101 @@ typedef struct {
 dspark_status dspark_generate(dspark_ctx *c, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
                               int32_t *out, dspark_stats *st, dspark_error *err);
 
+/* ---- many sequences: the batch engine -----------------------------------
+ * An engine runs many sequences on one model (docs/ENGINE.md): their KV
+ * rows live in one pool of 16-position pages, and one decode call runs rows
+ * of any of them — prompts, single tokens, in any mix — each row bit for bit
+ * what its sequence alone would get (canonical kernels: a row's arithmetic
+ * never depends on the rows beside it). In the style of llama.h's
+ * llama_batch / llama_decode / llama_memory_*: sequences are small integer
+ * ids; a batch lists (token, position, sequence, what to return) per row;
+ * a sequence's rows in one batch are contiguous and at consecutive
+ * positions, the first at or below what the sequence holds.
+ *
+ * On top, a scheduler: submit requests (a prompt and dspark_gen_params,
+ * plain decoding), call dspark_engine_step from one thread, and each
+ * request streams its tokens through its on_token callback — continuous
+ * batching with chunked prompts, an exact prefix cache and preemption; a
+ * request's tokens never depend on what ran beside it.
+ *
+ * An engine is used by one thread at a time, except dspark_engine_submit
+ * and dspark_engine_cancel, which any thread may call. */
+typedef struct dspark_engine dspark_engine;
+
+typedef struct {
+    int n_seq_max;               /* sequences at once (default 8)              */
+    int n_ctx;                   /* positions per sequence; 0 = min(2048, the model's) */
+    int n_pages;                 /* KV pool pages of 16 positions; 0 = enough for
+                                    n_seq_max full sequences                   */
+    int batch_rows;              /* rows per internal forward pass; 0 = 64      */
+    int step_rows;               /* scheduler: rows per step (token budget); 0 = 512 */
+    int prefix_cache;            /* scheduler: 1 (default) reuses cached prompt pages */
+    int n_threads;               /* 0 = 2                                      */
+    const char *kernels;         /* NULL / "canonical" (default) or "fast"      */
+} dspark_engine_params;
+
+void dspark_engine_params_default(dspark_engine_params *p);
+dspark_engine *dspark_engine_new(const dspark_model *m, const dspark_engine_params *p, dspark_error *err);
+void dspark_engine_free(dspark_engine *e);
+
+/* Sequences: new / fork return the id (>= 0) or -1 (err: every slot in use,
+ * no pages). fork shares the first n_pos positions (copy-on-write). */
+int  dspark_seq_new(dspark_engine *e, dspark_error *err);
+int  dspark_seq_fork(dspark_engine *e, int seq, int n_pos, dspark_error *err);
+dspark_status dspark_seq_truncate(dspark_engine *e, int seq, int n_pos, dspark_error *err);
+void dspark_seq_free(dspark_engine *e, int seq);
+int  dspark_seq_n_pos(const dspark_engine *e, int seq);          /* -1: no such sequence */
+/* The exact prefix cache, for an empty sequence: reuses the cached pages of
+ * the longest full-page prefix of tokens (never the last token: its logits
+ * are always computed). Returns the positions reused: decode from there. */
+int  dspark_seq_reuse_prefix(dspark_engine *e, int seq, const int32_t *tokens, int n);
+/* A sequence's state (ids and every layer's K/V) to a file, and back into a
+ * new sequence (its id, or -1: another model's file, a damaged one). */
+dspark_status dspark_seq_save(dspark_engine *e, int seq, const char *path, dspark_error *err);
+int  dspark_seq_load(dspark_engine *e, const char *path, dspark_error *err);
+
+typedef struct {
+    float    temperature;        /* 0 = greedy                                 */
+    int      top_k;
+    float    top_p;              /* 1 = off                                    */
+    float    min_p;
+    uint64_t seed;
+} dspark_sampling;
+
+enum { DSPARK_OUT_NONE = 0, DSPARK_OUT_LOGITS = 1, DSPARK_OUT_TOKEN = 2 };
+typedef struct {
+    int n_tokens;
+    const int32_t *token, *pos, *seq;
+    const int8_t  *output;       /* per row DSPARK_OUT_* bits; NULL: the last row's logits */
+    const dspark_sampling *const *sampling;  /* per row for OUT_TOKEN (NULL entries
+                                                or NULL: greedy)               */
+} dspark_batch;
+
+/* Runs the batch. Nothing runs when a row breaks a rule (INVALID), or when
+ * the pool has no pages for it (NOMEM: free or truncate sequences). */
+dspark_status dspark_decode(dspark_engine *e, const dspark_batch *b, dspark_error *err);
+/* Row i of the last batch: its logits (n_vocab floats, valid until the next
+ * decode; NULL when it asked for none) / the token its sampler chose (-1). */
+const float *dspark_get_logits(const dspark_engine *e, int i);
+int32_t      dspark_get_token(const dspark_engine *e, int i);
+
+/* The scheduler. submit: a request id (> 0) or -1; the request runs in
+ * dspark_engine_step calls (plain decoding: p->speculative is not used
+ * here), streams through p->on_token and ends with on_done. cancel: it ends
+ * at the next step, queued or running. step: 1 when it ran a batch, 0 when
+ * idle, -1 on an engine error (err). */
+typedef void (*dspark_done_fn)(void *user, const char *stop, int n_generated);
+long dspark_engine_submit(dspark_engine *e, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
+                          dspark_done_fn on_done, dspark_error *err);
+int  dspark_engine_cancel(dspark_engine *e, long request);
+int  dspark_engine_step(dspark_engine *e, dspark_error *err);
+
+typedef struct {
+    int  waiting, running, last_batch, pages_free, pages_total;
+    long steps, rows, requests_done, preemptions, prompt_tokens, cached_tokens;
+} dspark_engine_stats;
+void dspark_engine_get_stats(dspark_engine *e, dspark_engine_stats *st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -671,3 +671,6 @@ dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt
     atomic_store(&x->busy, 0);
     return rc;
 }
+
+/* The engine's view of a model (api_engine.c; not exported). */
+const ds_model *ds_api_model(const dspark_model *dm) { return dm->m; }

@@ -12,7 +12,7 @@
  *   ---------------------------------  -------------------  -----------------
  *   weights (mmap of the GGUF)         ds_weight.data       ds_weight.extra
  *   norm vectors (f32)                 model arena          ds_model.f32_dev
- *   KV cache                           positions (n_past)   ds_kv rows
+ *   KV cache                           page tables, lengths ds_kvpool pages
  *   activations, logits, taps          -                    ds_exec scratch
  *   token ids, positions               per call             uploaded per call
  *   kernel choice (ds_kernel_set)      per context          per call argument
@@ -44,6 +44,32 @@ typedef enum { DS_GATE_SIGMOID = 0, DS_GATE_SIGMOID_MUL = 1, DS_GATE_RNN = 2 } d
 typedef struct ds_exec    ds_exec;      /* an execution context on it          */
 
 enum { DS_USE_MATMUL = 1, DS_USE_LOOKUP = 2 };   /* prepare_weight's `use` */
+
+/* ---- the rows of one forward, as the KV kernels see them -----------------
+ * Every array is device memory, filled per call (the engine uploads them
+ * with the ids), so a recorded launch sequence replays for any rows. The KV
+ * cache is a pool of pages (kvpool.h): position j of row m's sequence is
+ * row j % page of page tables[seq[m] * max_pages + j / page]; a layer's
+ * rows of page q start at its page-0 pointer + q * page_stride floats. A
+ * row's K/V are written at its own position; it attends [0, n_vis[m]). */
+#define DS_KV_PAGE 16            /* positions per page: 4 pages per 64-position attention chunk */
+typedef struct ds_rows {
+    const int32_t *pos;          /* [M] each row's position                                  */
+    const int32_t *seq;          /* [M] its sequence (the row of tables); NULL: all 0        */
+    const int32_t *n_vis;        /* [M] it attends positions [0, n_vis); NULL: pos + 1       */
+    const int32_t *tables;       /* [n_seq][max_pages] page ids                              */
+    int            max_pages;    /* tables' pitch                                            */
+    int            page;         /* positions per page (16: kvpool.h)                        */
+    int64_t        page_stride;  /* floats between consecutive pages, in every layer        */
+} ds_rows;
+
+/* Floats from a layer's page-0 rows to the row of position pos of
+ * sequence seq (the host-side twin of what the kernels compute; row =
+ * floats per position). tables: a host copy. */
+static inline int64_t ds_rows_at(const ds_rows *r, const int32_t *tables, int seq, int pos, int row) {
+    return (int64_t)tables[(int64_t)seq * r->max_pages + pos / r->page] * r->page_stride +
+           (int64_t)(pos % r->page) * row;
+}
 
 /* ---- the function table ------------------------------------------------ */
 /* The drafter's sequential head chain (drafter_forward.c), for a backend
@@ -121,12 +147,12 @@ typedef struct ds_backend_i {
 
     /* ---- operator families (kernels.h has the argument conventions) --- */
     void (*matmul)(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const float *x, float *y);
-    /* Rows m = 0..M-1 at positions pos[m] (device ints, consecutive); the KV
-     * rows of this call are already written. causal=1: row m sees [0, pos[m]];
-     * causal=0: every row sees [0, pos[0] + M). */
-    void (*attention)(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
-                      int pos0, int causal, const float *q, const float *kc, const float *vc,
-                      float *out);
+    /* Rows m = 0..M-1 (their positions, page tables and visible lengths in
+     * *r, device memory); the KV rows of this call are already written. Row
+     * m attends positions [0, r->n_vis[m]) of its own sequence, read
+     * through its page table: kc / vc are the layer's page-0 rows. */
+    void (*attention)(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const ds_rows *r,
+                      const float *q, const float *kc, const float *vc, float *out);
     void (*rmsnorm)(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,
                     float eps, float *y);
     void (*rope)(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
@@ -136,11 +162,11 @@ typedef struct ds_backend_i {
     void (*residual)(ds_exec *ex, ds_variant vres, ds_variant vnorm, int rows, int n, float *x,
                      const float *y, const float *w, float eps, float *xnorm);
 
-    /* Write M rows of K and V (row floats each) at positions pos[0..M) of
-     * one layer's cache (kc, vc: the layer's position-0 rows). Positions
-     * come from the device so that a recorded graph replays at any
-     * position. */
-    void (*kv_write)(ds_exec *ex, float *kc, float *vc, int row, int M, const int *pos,
+    /* Write M rows of K and V (row floats each) of one layer at the rows'
+     * positions r->pos[m] of their sequences, through the page tables (kc,
+     * vc: the layer's page-0 rows). Everything comes from the device, so a
+     * recorded graph replays for any rows. */
+    void (*kv_write)(ds_exec *ex, float *kc, float *vc, int row, int M, const ds_rows *r,
                      const float *k, const float *v);
 
     /* ---- lookups and small ops ---------------------------------------- */
@@ -210,16 +236,16 @@ typedef struct ds_backend_i {
                    int64_t pos0, float *scratch, int32_t *out);
 
     /* ---- optional: the attention prologue in one launch -----------------
-     * NULL: the separate calls. Bit for bit, for M rows at positions pos[]:
+     * NULL: the separate calls. Bit for bit, for M rows at positions r->pos[]:
      *   rmsnorm(CANONICAL, M * n_head,    head_dim, q, q_norm, eps, q)   if q_norm
      *   rmsnorm(CANONICAL, M * n_head_kv, head_dim, k, k_norm, eps, k)   if k_norm
      *   rope(CANONICAL, M, n_head, ...q); rope(CANONICAL, M, n_head_kv, ...k)
-     *   kv_write(kc, vc, n_head_kv * head_dim, M, pos, k, v)
+     *   kv_write(kc, vc, n_head_kv * head_dim, M, r, k, v)
      * n_head may be 0 (q unused: the drafter's context rows). Only for the
      * canonical variants of both families; launch-bound decode steps are
      * why it exists (five launches per layer become one). */
     void (*qk_norm_rope_kv)(ds_exec *ex, int M, int n_head, int n_head_kv, int head_dim,
-                            const int *pos, float freq_base, ds_rope_mode mode,
+                            const ds_rows *r, float freq_base, ds_rope_mode mode,
                             const float *q_norm, const float *k_norm, float eps, float *q,
                             float *k, const float *v, float *kc, float *vc);
 
@@ -275,6 +301,14 @@ typedef struct ds_backend_i {
      * ds_backend_copy_n issues them one by one. (A draft round restores
      * four buffers' MASK rows: four graph nodes of ~2 us each.) */
     void (*copy_n)(ds_exec *ex, int n, void *const dst[], const void *const src[], const size_t bytes[]);
+
+    /* ---- optional: memory that need not be initialised (the KV pool) --------
+     * NULL: alloc / release. The pool's pages are written before they are
+     * read, so a backend may leave the memory uncommitted until first touch
+     * (the CPU: an mmap reservation; a 64k-position context then costs only
+     * the pages in use, not gigabytes zeroed up front). */
+    void *(*alloc_pool)(ds_backend *be, size_t bytes);
+    void  (*release_pool)(ds_backend *be, void *p, size_t bytes);
 } ds_backend_i;
 #define DS_COPY_N_MAX 4
 
@@ -342,36 +376,5 @@ void ds_backend_copy2d(ds_exec *ex, void *dst, size_t dpitch, const void *src, s
  * buffer. Release with ds_backend_const_free. NULL when out of memory. */
 void *ds_backend_const(ds_backend *be, ds_exec *ex, const void *host, size_t bytes);
 void  ds_backend_const_free(ds_backend *be, void *dev, const void *host);
-
-/* ---- the KV cache: a backend-owned object ---------------------------------
- * n_layer layers of `cap` positions, row = floats per position (n_kv_head *
- * head_dim), K and V. Positions are the engine's: the cache only stores
- * rows; the context keeps n_past. */
-typedef struct ds_kv {
-    ds_backend *be;
-    int    n_layer, cap, row;
-    float *k, *v;                  /* device: [n_layer][cap][row]            */
-} ds_kv;
-
-ds_kv *ds_kv_new(ds_backend *be, int n_layer, int cap, int row, char *err, size_t errlen);
-void   ds_kv_free(ds_kv *kv);
-/* Device pointers of layer l's K / V rows (position 0). */
-static inline float *ds_kv_k(const ds_kv *kv, int l) { return kv->k + (size_t)l * kv->cap * kv->row; }
-static inline float *ds_kv_v(const ds_kv *kv, int l) { return kv->v + (size_t)l * kv->cap * kv->row; }
-/* Host copies of rows [pos0, pos0 + n) of every layer: k, v each
- * [n_layer][n][row]. (Diagnostics; synchronises.) */
-void   ds_kv_read(ds_exec *ex, const ds_kv *kv, int pos0, int n, float *k, float *v);
-
-/* A snapshot of rows [0, n) of every layer, kept on the device (diverge's
- * S0, restored by device-to-device copies). */
-typedef struct ds_kv_snap {
-    ds_backend *be;
-    int    n;
-    size_t floats;                 /* per cache: n_layer * n * row           */
-    float *k, *v;                  /* device                                 */
-} ds_kv_snap;
-int  ds_kv_snapshot(ds_exec *ex, const ds_kv *kv, int n, ds_kv_snap *s);
-int  ds_kv_restore(ds_exec *ex, ds_kv *kv, const ds_kv_snap *s);
-void ds_kv_snap_free(ds_kv_snap *s);
 
 #endif

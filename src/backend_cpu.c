@@ -3,6 +3,7 @@
  * context. Buffers are host memory, so upload/download/copy are memcpy and
  * the engine's device pointers are plain pointers. */
 #include "backend.h"
+#include "kernels/dsmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -67,11 +68,19 @@ static void *cpu_alloc(ds_backend *be, size_t bytes) {
     return p;
 }
 static void cpu_release(ds_backend *be, void *p) { free(p); }
+/* The KV pool: an anonymous mapping, committed page by page as it is first
+ * written (no zeroing pass, no resident memory for positions never used). */
+static void *cpu_alloc_pool(ds_backend *be, size_t bytes) {
+    if (!bytes) return NULL;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+static void cpu_release_pool(ds_backend *be, void *p, size_t bytes) { if (p) munmap(p, bytes); }
 static void cpu_memcpy(ds_exec *ex, void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) memcpy(dst, src, bytes);
 }
 
-/* ---- weights: Q8_0 matmul weights pre-packed for the VNNI tile ---------- */
+/* ---- weights: matmul weights pre-packed for the level's tile (ds_weight_pack) ---- */
 
 /* Pack in place of, not beside, the original: once a weight is packed
  * nothing in the forward reads its original bytes (the matmuls read the
@@ -94,13 +103,14 @@ static void release_original(const void *p, size_t bytes) {
 static int cpu_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, size_t errlen) {
     w->extra = NULL;
     if (!(use & DS_USE_MATMUL)) return 0;
-    const size_t b = ds_q8_0_packed_bytes(w);
-    if (!b) return 0;                         /* not Q8_0, or no VNNI here   */
+    const size_t b = ds_weight_pack_bytes(w);
+    if (!b) return 0;                         /* no packed layout for it here */
     void *p = aligned_alloc(64, (b + 63) & ~(size_t)63);
-    if (!p) { ds_errf(err, errlen, "cpu: out of memory packing Q8_0 weights (%zu bytes)", b); return -1; }
-    if (ds_q8_0_pack(w, p)) { free(p); return 0; }
+    if (!p) { ds_errf(err, errlen, "cpu: out of memory packing weights (%zu bytes)", b); return -1; }
+    if (ds_weight_pack(w, p)) { free(p); return 0; }
     w->extra = p;
-    release_original(w->data, (size_t)w->n_out * (size_t)(w->n_in / DS_QK8_0) * sizeof(ds_block_q8_0));
+    int ok;
+    release_original(w->data, (size_t)w->n_out * (size_t)ds_row_bytes(w->type, (uint64_t)w->n_in, &ok));
     return 0;
 }
 static void cpu_release_weight(ds_backend *be, ds_weight *w) {
@@ -117,10 +127,10 @@ static void cpu_matmul_multi(ds_exec *ex, ds_variant v, int n, const ds_weight *
                              const float *x, float *const y[]) {
     ds_matmul_multi(v, n, W, M, x, y, pool_of(ex));
 }
-static void cpu_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
-                          int pos0, int causal, const float *q, const float *kc, const float *vc,
-                          float *out) {
-    ds_attention(v, s, M, pos0, causal, pos0 + M, q, kc, vc, out, pool_of(ex));
+static void cpu_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const ds_rows *r,
+                          const float *q, const float *kc, const float *vc, float *out) {
+    const ds_attn_rows ar = { r->n_vis, r->pos, r->seq, r->tables, r->max_pages, r->page, r->page_stride };
+    ds_attention_rows(v, s, M, &ar, q, kc, vc, out, pool_of(ex));
 }
 static void cpu_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,
                         float eps, float *y) {
@@ -151,18 +161,25 @@ static void cpu_residual(ds_exec *ex, ds_variant vres, ds_variant vnorm, int row
                          const float *y, const float *w, float eps, float *xnorm) {
     ds_residual(vres, vnorm, rows, n, x, y, w, eps, xnorm, pool_of(ex));
 }
-static void cpu_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const int *pos,
+static void cpu_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const ds_rows *r,
                          const float *k, const float *v) {
-    /* the rows of one call are consecutive positions */
-    memcpy(kc + (size_t)pos[0] * row, k, (size_t)M * row * sizeof(float));
-    memcpy(vc + (size_t)pos[0] * row, v, (size_t)M * row * sizeof(float));
+    /* row by row at its position; consecutive positions of one page in one copy */
+    for (int m = 0; m < M;) {
+        const int seq = r->seq ? r->seq[m] : 0, p0 = r->pos[m];
+        int n = 1;
+        while (m + n < M && r->pos[m + n] == p0 + n && (p0 + n) % r->page && (r->seq ? r->seq[m + n] : 0) == seq) n++;
+        const int64_t at = ds_rows_at(r, r->tables, seq, p0, row);
+        memcpy(kc + at, k + (size_t)m * row, (size_t)n * row * sizeof(float));
+        memcpy(vc + at, v + (size_t)m * row, (size_t)n * row * sizeof(float));
+        m += n;
+    }
 }
 
 /* ---- lookups and small ops ---------------------------------------------- */
 
 static void cpu_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out) {
-    if (E->extra && E->type == DS_TYPE_Q8_0) {   /* packed (tied head): read the tiles */
-        for (int r = 0; r < M; r++) ds_q8_0_packed_row(E, ids[r], out + (size_t)r * E->n_in);
+    if (ds_weight_is_packed(E)) {   /* packed (tied head): read the tiles */
+        for (int r = 0; r < M; r++) ds_weight_packed_row(E, ids[r], out + (size_t)r * E->n_in);
         return;
     }
     int ok;
@@ -222,7 +239,10 @@ static int cpu_reserve(ds_exec *ex, int m_max, int64_t k_max, int hd_max, int64_
 /* ---- the drafter's heads and token selection ------------------------------
  * These are the host loops drafter_forward.c ran before the heads moved
  * behind the table, expression for expression (-ffp-contract=off keeps every
- * product and sum separately rounded), so no drafter output bit changed. */
+ * product and sum separately rounded). The gates' sigmoid and tanh are the
+ * project-owned ds_sigmoidf / ds_tanhf (kernels/dsmath.h), the same functions
+ * the CUDA heads call, so a drafter's gates give the same bits on every host
+ * and device (they were libm's expf / tanhf until issue 22's item 6). */
 
 static void cpu_add(ds_exec *ex, int64_t n, const float *a, const float *b, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
@@ -230,22 +250,21 @@ static void cpu_add(ds_exec *ex, int64_t n, const float *a, const float *b, floa
 static void cpu_fill(ds_exec *ex, int64_t n, float *x, float v) {
     for (int64_t i = 0; i < n; i++) x[i] = v;
 }
-static float sigmoidf(float t) { return 1.0f / (1.0f + expf(-t)); }
 static void cpu_gate(ds_exec *ex, ds_gate_kind kind, int n, const float *a, const float *b, const float *e,
                      float *s, float *y) {
     switch (kind) {
     case DS_GATE_SIGMOID:
-        for (int j = 0; j < n; j++) y[j] = sigmoidf(a[j] + b[j]);
+        for (int j = 0; j < n; j++) y[j] = ds_sigmoidf(a[j] + b[j]);
         break;
     case DS_GATE_SIGMOID_MUL:
-        for (int j = 0; j < n; j++) y[j] = sigmoidf(a[j] + b[j]) * e[j];
+        for (int j = 0; j < n; j++) y[j] = ds_sigmoidf(a[j] + b[j]) * e[j];
         break;
     case DS_GATE_RNN:
         for (int j = 0; j < n; j++) {
-            float g = sigmoidf(a[j] + b[j]);
-            float c = tanhf(a[n + j] + b[n + j]);
+            float g = ds_sigmoidf(a[j] + b[j]);
+            float c = ds_tanhf(a[n + j] + b[n + j]);
             s[j] = g * s[j] + (1.0f - g) * c;
-            y[j] = tanhf(a[2 * n + j] + b[2 * n + j]);
+            y[j] = ds_tanhf(a[2 * n + j] + b[2 * n + j]);
         }
         break;
     }
@@ -365,6 +384,8 @@ static const ds_backend_i cpu_i = {
     .gate = cpu_gate,
     .sample = cpu_sample,
     .draft_chain = cpu_draft_chain,
+    .alloc_pool = cpu_alloc_pool,
+    .release_pool = cpu_release_pool,
 };
 
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {

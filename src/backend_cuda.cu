@@ -635,13 +635,6 @@ static void dsc_graph_drop(ds_exec *ex, uint64_t key) {
 /* ==========================================================================
  * the table
  * ========================================================================== */
-static void dsc_attention_op(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M,
-                             const int *pos, int pos0, int causal, const float *q,
-                             const float *kc, const float *vc, float *out) {
-    (void)pos0;                       /* positions come from the device (graph replay) */
-    dsc_attention(ex, v, s, M, pos, causal, q, kc, vc, out);
-}
-
 static void dsc_destroy(ds_backend *be) {
     if (!be) return;
     dsc_backend *b = (dsc_backend *)be->priv;
@@ -682,7 +675,7 @@ static const ds_backend_i dsc_iface = {
     dsc_prepare_weight,
     dsc_release_weight,
     dsc_matmul,
-    dsc_attention_op,
+    dsc_attention,
     dsc_rmsnorm,
     dsc_rope,
     dsc_swiglu,
@@ -708,6 +701,8 @@ static const ds_backend_i dsc_iface = {
     dsc_download_start,
     dsc_download_finish,
     dsc_copy_n,
+    /* alloc_pool */ NULL,          /* cudaMalloc: device memory is not zeroed anyway */
+    /* release_pool */ NULL,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving
@@ -720,7 +715,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
         {"chain", DSC_OFF_CHAIN}, {"prologue", DSC_OFF_PROLOGUE}, {"multi", DSC_OFF_MULTI},
         {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE}, {"q8x", DSC_OFF_Q8X},
         {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL}, {"narrow", DSC_OFF_NARROW}, {"copyk", DSC_OFF_COPYK},
-        {"spread", DSC_OFF_SPREAD},
+        {"spread", DSC_OFF_SPREAD}, {"mma", DSC_OFF_MMA}, {"stream", DSC_OFF_STREAM},
     };
     *off = 0;
     const char *v = getenv(var);
@@ -735,7 +730,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
             }
         if (!known) {
             ds_errf(err, errlen,
-                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread)",
+                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream)",
                     var, (int)(n > 32 ? 32 : n), p);
             return -1;
         }
@@ -760,6 +755,16 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     if (tr && *tr && strcmp(tr, "0") && strcmp(tr, "1")) {   /* a typo would silently trace nothing */
         ds_errf(err, errlen, "cuda: DSPARK_CUDA_TRACE: '%.32s' is neither 0 nor 1", tr);
         return NULL;
+    }
+    /* the tensor-core Q8_0 tile height, forced (an A/B aid; unset = chosen per call) */
+    const char *mt = getenv("DSPARK_CUDA_MMA");
+    int mma_bm = 0;
+    if (mt && *mt) {
+        mma_bm = !strcmp(mt, "16") ? 16 : !strcmp(mt, "32") ? 32 : !strcmp(mt, "64") ? 64 : !strcmp(mt, "128") ? 128 : -1;
+        if (mma_bm < 0) {
+            ds_errf(err, errlen, "cuda: DSPARK_CUDA_MMA: '%.32s' is none of 16, 32, 64, 128", mt);
+            return NULL;
+        }
     }
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -798,6 +803,8 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     if (e == cudaSuccess && (!b || !be)) e = cudaErrorMemoryAllocation;
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->aux, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = dsc_matmul_q8_0_init();
+    if (e == cudaSuccess) e = dsc_q8_mma_init(b->qp_bps);
+    if (e == cudaSuccess) e = dsc_kq_mma_init();
     if (e == cudaSuccess) e = dsc_matmul_dense_init();
     if (e != cudaSuccess) {
         ds_errf(err, errlen, "cuda: cannot start the GPU: %s", cudaGetErrorString(e));
@@ -813,8 +820,12 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
      * decode 1.20x, 8B decode ~1.2x slower), so it is opt-in; so is the
      * Q8_0 GEMV's lane sharing on short rows (run s18: canonical+direct
      * 2.35x plain with it, 2.47x without, interleaved) */
-    b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD) & ~on;
+    /* the streaming tensor-core GEMV (matmul_q8_0_mma.cu) is opt-in too
+     * (DSPARK_CUDA_ON=stream) until measured ahead of the GEMV it would
+     * replace: H200 run 2 had it 0.55-0.75x at M = 1 (since rebuilt) */
+    b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD | DSC_OFF_STREAM) & ~on;
     b->trace = tr && !strcmp(tr, "1");
+    b->mma_bm = mma_bm;
     be->i = &dsc_iface;
     be->priv = b;
     return be;

@@ -276,8 +276,8 @@ done:
     if (rc) { dsd_report_free(&r->report); free(r->fam_map); r->fam_map = NULL; }
     ds_ctx_set_probe(ca, NULL);
     ds_ctx_set_probe(cb, NULL);
-    if (s0.snap.k) { ds_state_restore(ca, &s0); ds_state_free(&s0); }
-    if (s0b.snap.k) { ds_state_restore(cb, &s0b); ds_state_free(&s0b); }
+    if (s0.snap.be) { ds_state_restore(ca, &s0); ds_state_free(&s0); }
+    if (s0b.snap.be) { ds_state_restore(cb, &s0b); ds_state_free(&s0b); }
     ds_ctx_set_kernels(ca, &saved_a);
     ds_ctx_set_kernels(cb, &saved_b);
     pass_free(&a0); pass_free(&a1); pass_free(&a2); pass_free(&b);
@@ -405,13 +405,23 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
     ab_dev a = { .ex = ex, .b = b };
     int ok = in1 && in2 && ref && got && w && pos;
     for (int i = 0; i < 6 && ok; i++) ok = (a.dev[i] = b->alloc(ex->be, n[i] * sizeof(float))) != NULL;
-    if (ok) ok = (a.dpos = b->alloc(ex->be, (size_t)m_max * sizeof(int))) != NULL;
+    /* positions, then an identity page table for the contiguous cache below
+     * (page i = positions 16i..16i+15: the rows are where they always were) */
+    enum { AB_PAGES = 16 };
+    if (ok) ok = (a.dpos = b->alloc(ex->be, ((size_t)m_max + AB_PAGES) * sizeof(int))) != NULL;
     int rc = -1;
     if (!ok) { ds_errf(err, errlen, "families: out of memory"); goto done; }
     float *d_in1 = a.dev[0], *d_in2 = a.dev[1], *d_ref = a.dev[2], *d_got = a.dev[3], *d_w = a.dev[4], *d_tmp = a.dev[5];
     fill(w, wn, 5, 0.5f);
     for (size_t i = 0; i < wn; i++) w[i] += 1.0f;
     b->upload(ex, d_w, w, wn * sizeof(float));
+    {
+        int32_t idt[AB_PAGES];
+        for (int i = 0; i < AB_PAGES; i++) idt[i] = i;
+        b->upload(ex, a.dpos + m_max, idt, sizeof idt);
+    }
+    const ds_rows rw = {.pos = a.dpos, .tables = a.dpos + m_max, .max_pages = AB_PAGES, .page = DS_KV_PAGE,
+                        .page_stride = (int64_t)DS_KV_PAGE * Hkv * hd};
     double worst_frac = -1.0;
     for (int M = 1; M <= m_max; M++) {
         fill(in1, (size_t)M * row_in, 1000 + (uint64_t)M, fam == DS_FAM_SWIGLU ? 4.0f : 1.0f);
@@ -431,10 +441,12 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
         case DS_FAM_ATTENTION: {
             ds_attn_shape s = { H, Hkv, hd, Hkv * hd, 1.0f / sqrtf((float)hd) };
             const float *kc = d_in2 + (size_t)M * row_in, *vc = kc + cache;
-            int p0 = n_kv - M;
-            for (int r = 0; r < M; r++)
-                b->attention(ex, DS_CANONICAL, &s, 1, a.dpos + r, p0 + r, 1, d_in1 + (size_t)r * H * hd, kc, vc, d_ref + (size_t)r * H * hd);
-            b->attention(ex, v, &s, M, a.dpos, p0, 1, d_in1, kc, vc, d_got);
+            for (int r = 0; r < M; r++) {
+                ds_rows one = rw;
+                one.pos = a.dpos + r;
+                b->attention(ex, DS_CANONICAL, &s, 1, &one, d_in1 + (size_t)r * H * hd, kc, vc, d_ref + (size_t)r * H * hd);
+            }
+            b->attention(ex, v, &s, M, &rw, d_in1, kc, vc, d_got);
             break;
         }
         case DS_FAM_RMSNORM:

@@ -69,8 +69,10 @@ void ds_dctx_free(ds_dctx *x) {
     dctx_slots(x, slot);
     for (int i = 0; i < DCTX_NBUF; i++)
         if (*slot[i]) be->i->release(be, *slot[i]);
-    if (x->pos) be->i->release(be, x->pos);      /* x->toks lies in the same buffer */
-    ds_kv_free(x->kv);
+    if (x->nvis) be->i->release(be, x->nvis);    /* x->pos and x->toks lie in the same buffer */
+    if (x->tables) be->i->release(be, x->tables);
+    if (x->pool) ds_seq_release(&x->seq, x->pool);
+    ds_kvpool_free(x->pool);
     free(x->pos_host);
     if (x->own_ex) be->i->exec_free(x->ex);
     free(x);
@@ -95,6 +97,19 @@ static void layer0_proj_row(const ds_drafter *d, ds_exec *ex, const float *x0, f
         b->rmsnorm(ex, CANON, d->n_head, d->head_dim, q, L->q_norm, d->eps, q);
         b->rmsnorm(ex, CANON, d->n_head_kv, d->head_dim, k, L->k_norm, d->eps, k);
     }
+}
+
+/* Pages for positions [p0, p1), and the device copy of the page table
+ * brought up to date before the work that reads it. */
+static int dctx_prepare(ds_dctx *x, int p0, int p1, char *err, size_t errlen) {
+    ds_seq *s = &x->seq;
+    if (ds_seq_prepare(s, x->pool, x->ex, p0, p1, err, errlen)) return -1;
+    if (s->dirty_hi > s->dirty_lo) {
+        x->ex->be->i->upload(x->ex, x->tables + s->dirty_lo, s->table + s->dirty_lo,
+                             (size_t)(s->dirty_hi - s->dirty_lo) * sizeof(int32_t));
+        s->dirty_lo = s->dirty_hi = 0;
+    }
+    return 0;
 }
 
 ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, size_t errlen) {
@@ -131,9 +146,12 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
     const size_t r = (size_t)d->rank, G = (size_t)d->gamma, w = (size_t)(d->has_corr ? d->corr_w : 0);
     const size_t GM = G > 1 ? G - 1 : 1;      /* MASK rows of a block: cached as G - 1 copies */
     char e2[DS_ERRLEN];
-    x->kv = ds_kv_new(be, d->n_layer, x->cap, (int)kvd, e2, sizeof e2);
-    if (!x->kv) {
-        ds_errf(err, errlen, "drafter context: %s", e2);
+    const ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {d->n_layer}, .row = {(int)kvd},
+                                .n_pages = (x->cap + DS_KV_PAGE - 1) / DS_KV_PAGE};
+    x->pool = ds_kvpool_new(be, &ps, e2, sizeof e2);
+    if (!x->pool || ds_seq_init(&x->seq, x->cap, e2, sizeof e2) ||
+        !(x->tables = be->i->alloc(be, (size_t)x->seq.max_pages * sizeof(int32_t)))) {
+        ds_errf(err, errlen, "drafter context: %s", x->pool && x->seq.table ? "out of memory" : e2);
         ds_dctx_free(x);
         return NULL;
     }
@@ -149,9 +167,14 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
     dctx_slots(x, slot);
     int ok = 1;
     for (int i = 0; i < DCTX_NBUF; i++) ok &= (*slot[i] = be->i->alloc(be, n[i] * sizeof(float))) != NULL;
-    x->pos = be->i->alloc(be, (R + G + 2) * sizeof(int32_t));
+    x->nvis = be->i->alloc(be, (G + R + G + 2) * sizeof(int32_t));
+    x->pos = x->nvis ? x->nvis + G : NULL;
     x->toks = x->pos ? (int32_t *)x->pos + R : NULL;
-    x->pos_host = malloc((R + 1) * sizeof(int32_t));
+    x->crows = (ds_rows){.pos = x->pos, .tables = x->tables, .max_pages = x->seq.max_pages, .page = DS_KV_PAGE,
+                        .page_stride = ds_kvpool_page_stride(x->pool)};
+    x->brows = x->crows;
+    x->brows.n_vis = x->nvis;
+    x->pos_host = malloc((G + R + 1) * sizeof(int32_t));
     if (!ok || !x->pos || !x->toks || !x->pos_host) {
         ds_errf(err, errlen, "drafter context: out of memory for n_ctx=%d", n_ctx);
         ds_dctx_free(x);
@@ -187,7 +210,9 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
         be->i->embed(ex, &d->w1, 1, x->toks + G + 1, x->vec);
         be->i->matmul(ex, CANON, &d->w2, 1, x->vec, x->mask_bias);
     }
-    if (be->i->sync(ex, e2, sizeof e2)) {
+    /* the one sequence's page table, whole, uploaded once (memory is
+     * committed only where rows are written) */
+    if (dctx_prepare(x, 0, x->cap, e2, sizeof e2) || be->i->sync(ex, e2, sizeof e2)) {
         ds_errf(err, errlen, "drafter context: %s", e2);
         ds_dctx_free(x);
         return NULL;
@@ -218,6 +243,7 @@ static void set_positions(ds_dctx *x, int M, int p0) {
     x->pos_p0 = p0;
     x->pos_n = M;
 }
+
 
 int ds_dctx_len(const ds_dctx *x) { return x->len; }
 
@@ -288,13 +314,14 @@ static int dctx_append(ds_dctx *x, const float *taps, int on_device, int n, int 
                 b->matmul(x->ex, CANON, &L->wv, M, x->xn, x->v);
             }
             if (b->qk_norm_rope_kv) {   /* the same three steps in one launch */
-                b->qk_norm_rope_kv(x->ex, M, 0, Hkv, hd, x->pos, d->rope_base, d->rope_mode, NULL,
-                                   L->k_norm, d->eps, NULL, x->k, x->v, ds_kv_k(x->kv, l), ds_kv_v(x->kv, l));
+                b->qk_norm_rope_kv(x->ex, M, 0, Hkv, hd, &x->crows, d->rope_base, d->rope_mode, NULL,
+                                   L->k_norm, d->eps, NULL, x->k, x->v, ds_kvpool_k(x->pool, 0, l),
+                                   ds_kvpool_v(x->pool, 0, l));
                 continue;
             }
             if (L->k_norm) b->rmsnorm(x->ex, CANON, M * Hkv, hd, x->k, L->k_norm, d->eps, x->k);
             b->rope(x->ex, CANON, M, Hkv, hd, x->pos, d->rope_base, d->rope_mode, x->k);
-            b->kv_write(x->ex, ds_kv_k(x->kv, l), ds_kv_v(x->kv, l), kvd, M, x->pos, x->k, x->v);
+            b->kv_write(x->ex, ds_kvpool_k(x->pool, 0, l), ds_kvpool_v(x->pool, 0, l), kvd, M, &x->crows, x->k, x->v);
         }
         if (rec && b->graph_end(x->ex, err, errlen)) return -1;
         done += M;
@@ -331,7 +358,7 @@ static void block_forward(ds_dctx *x, int p) {
     uint8_t var[DS_FAM_COUNT];
     memset(var, CANON, sizeof var);
     ds_acts a = {.x = x->x, .xn = x->xn, .q = x->q, .k = x->k, .v = x->v, .att = x->att,
-                 .o = x->o, .gate = x->gate, .up = x->up, .h = x->hff, .pos = x->pos};
+                 .o = x->o, .gate = x->gate, .up = x->up, .h = x->hff, .pos = x->pos, .rows = &x->brows};
 
     b->embed(ex, d->embd, 1, x->toks, x->x);                       /* the anchor (toks[0]) */
     if (reuse) {
@@ -355,8 +382,8 @@ static void block_forward(ds_dctx *x, int p) {
             b->rmsnorm(ex, CANON, G, D, x->x, d->layers[0].attn_norm, d->eps, x->xn);
         }
         const float *next = l + 1 < d->n_layer ? d->layers[l + 1].attn_norm : d->output_norm;
-        ds_layer_forward(ex, &d->layers[l], &shape, next, var, G, p, 0, qkv_ready,
-                         ds_kv_k(x->kv, l), ds_kv_v(x->kv, l), &a, NULL, l);
+        ds_layer_forward(ex, &d->layers[l], &shape, next, var, G, p, qkv_ready,
+                         ds_kvpool_k(x->pool, 0, l), ds_kvpool_v(x->pool, 0, l), &a, NULL, l);
     }
 }
 
@@ -533,9 +560,10 @@ static int draft_enqueue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts 
     /* the round's upload: positions p..p+rows-1 (the block's G, the
      * verify's G + 1 and the context rows after it read them) and the
      * anchor (toks[0], right after the rows of positions) at once */
-    for (int r = 0; r < x->rows; r++) x->pos_host[r] = p + r;
-    x->pos_host[x->rows] = anchor;
-    be->upload(ex, x->pos, x->pos_host, ((size_t)x->rows + 1) * sizeof(int32_t));
+    for (int r = 0; r < G; r++) x->pos_host[r] = p + G;       /* the block is non-causal */
+    for (int r = 0; r < x->rows; r++) x->pos_host[G + r] = p + r;
+    x->pos_host[G + x->rows] = anchor;
+    be->upload(ex, x->nvis, x->pos_host, ((size_t)G + x->rows + 1) * sizeof(int32_t));
     x->pos_p0 = p;
     x->pos_n = x->rows;
     /* Everything from here to the downloads reads the anchor and positions

@@ -79,7 +79,11 @@ struct ds_dctx {
     int   cap;                      /* cache rows = n_ctx + gamma (block rows)   */
     int   len;                      /* context rows held                         */
     int   retained;                 /* fixed n_keep (ds_dctx_set_retained), 0 = any */
-    ds_kv *kv;                      /* [n_layer][cap][n_head_kv*head_dim]        */
+    ds_kvpool *pool;                /* the context rows' and block rows' K/V     */
+    ds_seq  seq;                    /* their page table (cap positions)          */
+    int32_t *tables;                /* device copy of seq.table                  */
+    ds_rows crows;                  /* context rows: causal view, never attended */
+    ds_rows brows;                  /* block rows: every row sees [0, p + gamma) */
     int   rows;                     /* scratch rows = max(chunk, gamma)          */
     /* scratch */
     float *feat;                    /* [rows][n_taps*d] sanitized taps           */
@@ -96,7 +100,10 @@ struct ds_dctx {
     float *state;                   /* rnn state [r]                             */
     float *conf;                    /* [gamma] confidences (device)              */
     float *scal;                    /* [2]: the confidence logit, conf_b (device) */
-    int   *pos;                     /* [rows] device positions, then toks below  */
+    int   *pos;                     /* [rows] device positions, then toks below;
+                                       nvis = pos - rows: the block rows' visible
+                                       lengths (p + gamma), uploaded with them  */
+    int   *nvis;
     int   *pos_host;                /* [rows + 1] host staging (+ the anchor)    */
     /* what the device's pos[] holds: pos_p0 + i at pos[i] for i < pos_n
      * (every write to it is an upload from this side, so the host knows);

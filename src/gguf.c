@@ -506,9 +506,13 @@ static gguf_ctx *parse(gguf_ctx *g, char *err, size_t errlen) {
         goto fail;
     }
     if (rd_u32(&c, "version", &g->version)) goto fail;
-    if (g->version != 3) {
-        if (g->version == 0x03000000u) fail(&c, "unsupported version (big-endian GGUF files are not supported)");
-        else fail(&c, "unsupported version %" PRIu32 " (only GGUF version 3 is supported)", g->version);
+    /* Version 2 (64-bit counts and lengths) is version 3's layout: 3 only
+     * added big-endian files, which announce themselves by a byte-swapped
+     * version. Version 1 had 32-bit counts and is refused, as ggml does. */
+    if (g->version != 3 && g->version != 2) {
+        if (g->version == 0x03000000u || g->version == 0x02000000u)
+            fail(&c, "unsupported version (big-endian GGUF files are not supported)");
+        else fail(&c, "unsupported version %" PRIu32 " (GGUF versions 2 and 3 are supported)", g->version);
         goto fail;
     }
     if (rd_u64(&c, "n_tensors", &n_tensors)) goto fail;

@@ -1,6 +1,6 @@
 /* gguf.h — GGUF v3 reader (mmap, every offset bounds-checked) and writer.
  *
- * Conventions are llama.cpp's: little-endian, header "GGUF" u32 version=3,
+ * Conventions are llama.cpp's: little-endian, header "GGUF" u32 version=3 (2 read too),
  * u64 n_tensors, u64 n_kv, then the key/value section, the tensor directory,
  * padding to general.alignment (default 32) and the data section. Tensor
  * offsets are relative to the data section and must be aligned.

@@ -137,8 +137,7 @@ static void mm_shared(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], int n, const
 
 void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
                       const float *next_norm, const uint8_t var[DS_FAM_COUNT], int M, int pos0,
-                      int causal, int qkv_ready, float *kc, float *vc, ds_acts *a,
-                      const ds_probe *pr, int l) {
+                      int qkv_ready, float *kc, float *vc, ds_acts *a, const ds_probe *pr, int l) {
     const ds_backend_i *b = ex->be->i;
     const int d = s->d, hd = s->head_dim, H = s->n_head, Hkv = s->n_head_kv;
     const size_t qd = (size_t)H * hd, kvd = (size_t)Hkv * hd, ff = (size_t)s->n_ff;
@@ -170,7 +169,7 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
     const int fuse = b->qk_norm_rope_kv && vnorm == DS_CANONICAL && vrope == DS_CANONICAL && !p_qkv;
     const int norm = L->q_norm && !qkv_ready;
     if (fuse) {
-        b->qk_norm_rope_kv(ex, M, H, Hkv, hd, a->pos, s->rope_base, s->rope_mode,
+        b->qk_norm_rope_kv(ex, M, H, Hkv, hd, a->rows, s->rope_base, s->rope_mode,
                            norm ? L->q_norm : NULL, norm ? L->k_norm : NULL, eps, a->q, a->k, a->v,
                            kc, vc);
     } else {
@@ -190,15 +189,24 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
             ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_ROPE, FAM(DS_FAM_ROPE), a->k, kvd, kvd);
         }
         /* this call's K/V rows first, then attend */
-        b->kv_write(ex, kc, vc, (int)kvd, M, a->pos, a->k, a->v);
+        b->kv_write(ex, kc, vc, (int)kvd, M, a->rows, a->k, a->v);
     }
     if (wants(pr, l, DSD_CP_KV_WRITE)) {
+        /* the cache rows themselves, read back from their slots (one row at a
+         * time: consecutive positions need not be adjacent in the pool) */
         const unsigned f = FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM) | f_qkv;
-        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_KV_WRITE, DSD_SUB_K_CACHE_ROW, f, kc + (size_t)pos0 * kvd, kvd, kvd);
-        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_KV_WRITE, DSD_SUB_V_CACHE_ROW, f, vc + (size_t)pos0 * kvd, kvd, kvd);
+        const ds_rows *rw = a->rows;
+        for (int kv = 0; kv < 2; kv++)           /* every K row, then every V row */
+            for (int r = 0; r < M; r++) {
+                const float *row = (kv ? a->v : a->k) + (size_t)r * kvd;
+                if (a->tables_host)
+                    row = (kv ? vc : kc) + ds_rows_at(rw, a->tables_host, 0, pos0 + r, (int)kvd);
+                ds_probe_rows(ex, pr, 1, pos0 + r, l, DSD_CP_KV_WRITE, kv ? DSD_SUB_V_CACHE_ROW : DSD_SUB_K_CACHE_ROW,
+                              f, row, kvd, kvd);
+            }
     }
     ds_attn_shape as = { H, Hkv, hd, (int)kvd, 1.0f / sqrtf((float)hd) };
-    b->attention(ex, (ds_variant)var[DS_FAM_ATTENTION], &as, M, a->pos, pos0, causal, a->q, kc, vc, a->att);
+    b->attention(ex, (ds_variant)var[DS_FAM_ATTENTION], &as, M, a->rows, a->q, kc, vc, a->att);
     if (wants(pr, l, DSD_CP_ATTN_HEADS))
         for (int r = 0; r < M; r++)
             for (int h = 0; h < H; h++)

@@ -23,7 +23,11 @@ typedef struct {
  * normed copy (the layer's input on entry, the next norm's output on exit). */
 typedef struct {
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *h;
-    const int *pos;                  /* device: positions of the rows          */
+    const int *pos;                  /* device: positions of the rows (== rows->pos) */
+    int ids_off;                     /* the rows' token ids are at pos + ids_off     */
+    const ds_rows *rows;             /* the rows' positions, KV slots, visibility    */
+    const int32_t *tables_host;      /* probes: host copy of the page table of the
+                                        (one) sequence whose rows these are, or NULL */
 } ds_acts;
 
 /* ---- probes: the diagnostics' capture hook --------------------------------
@@ -93,15 +97,15 @@ void ds_probe_arena_free(ds_probe_arena *a);
  * device reports a fault (the pending rows are dropped, fn is not called). */
 int  ds_probe_flush(ds_exec *ex, const ds_probe *pr, char *err, size_t errlen);
 
-/* Run one layer over M rows at consecutive positions pos0.. (a->pos on the
- * device). Expects a->xn = attn_norm(x) unless qkv_ready, in which case
- * a->q/k/v already hold the pre-RoPE projections (after QK-norm). Writes the
- * rows' K/V into kc/vc (the layer's cache, position 0) before attending;
- * causal=0 lets every row see [0, pos0 + M). Leaves x += attn + ffn, and
- * xn = rmsnorm(x, next_norm). var[f] is each family's variant. */
+/* Run one layer over M rows (a->rows: their positions, KV slots and what
+ * each attends, on the device; probes report row r at position pos0 + r).
+ * Expects a->xn = attn_norm(x) unless qkv_ready, in which case a->q/k/v
+ * already hold the pre-RoPE projections (after QK-norm). Writes the rows'
+ * K/V into their slots of kc/vc (the layer's page-0 rows of the KV pool)
+ * before attending. Leaves x += attn + ffn, and xn = rmsnorm(x, next_norm).
+ * var[f] is each family's variant. */
 void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
                       const float *next_norm, const uint8_t var[DS_FAM_COUNT], int M, int pos0,
-                      int causal, int qkv_ready, float *kc, float *vc, ds_acts *a,
-                      const ds_probe *pr, int layer);
+                      int qkv_ready, float *kc, float *vc, ds_acts *a, const ds_probe *pr, int layer);
 
 #endif

@@ -318,7 +318,10 @@ struct ds_ctx {
     int         n_past;          /* valid KV rows: positions [0, n_past)      */
     int         m_max;           /* rows per internal batch chunk             */
     ds_kernel_set ks;            /* batched-path kernel choice per family     */
-    ds_kv      *kv;
+    ds_kvpool  *pool;            /* the KV cache: pages (kvpool.h)             */
+    ds_seq      seq;             /* the one sequence: its page table          */
+    int32_t    *tables;          /* device copy of seq.table                  */
+    ds_rows     rows;            /* what the KV kernels read (backend.h)      */
     int         tap_layers[DS_MAX_TAPS];
     int         n_taps;
     ds_acts     a;               /* device activations, m_max rows            */
@@ -346,11 +349,26 @@ static void ctx_release(ds_ctx *c) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->i->release(be, bufs[i]);
     if (c->pos) be->i->release(be, c->pos);      /* c->ids lies in the same buffer */
-    ds_kv_free(c->kv);
+    if (c->tables) be->i->release(be, c->tables);
+    if (c->pool) ds_seq_release(&c->seq, c->pool);
+    ds_kvpool_free(c->pool);
     if (c->ex) be->i->exec_free(c->ex);
     free(c->pos_host);
     free(c->sel_host);
     free(c->stage);
+}
+
+/* Pages for positions [p0, p1) of the sequence, and the device copy of its
+ * table brought up to date (queued before the forward that reads it). */
+static int ctx_prepare(ds_ctx *c, int p0, int p1, char *err, size_t errlen) {
+    if (ds_seq_prepare(&c->seq, c->pool, c->ex, p0, p1, err, errlen)) return -1;
+    ds_seq *s = &c->seq;
+    if (s->dirty_hi > s->dirty_lo) {
+        c->be->i->upload(c->ex, c->tables + s->dirty_lo, s->table + s->dirty_lo,
+                         (size_t)(s->dirty_hi - s->dirty_lo) * sizeof(int32_t));
+        s->dirty_lo = s->dirty_hi = 0;
+    }
+    return 0;
 }
 
 ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_t errlen) {
@@ -376,9 +394,18 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     if (!c->ex) { ds_errf(err, errlen, "context: %s", e2); free(c); return NULL; }
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
     const size_t M = (size_t)c->m_max, d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
-    c->kv = ds_kv_new(c->be, hp->n_layer, n_ctx, (int)kvd, e2, sizeof e2);
-    if (!c->kv) { ds_errf(err, errlen, "context: %s", e2); ctx_release(c); free(c); return NULL; }
+    /* the KV cache: pages for n_ctx positions, committed as they are used */
+    const ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {hp->n_layer}, .row = {(int)kvd},
+                                .n_pages = (n_ctx + DS_KV_PAGE - 1) / DS_KV_PAGE};
+    c->pool = ds_kvpool_new(c->be, &ps, e2, sizeof e2);
+    if (!c->pool || ds_seq_init(&c->seq, n_ctx, e2, sizeof e2)) {
+        ds_errf(err, errlen, "context: %s", e2);
+        ctx_release(c);
+        free(c);
+        return NULL;
+    }
     ds_backend *be = c->be;
+    c->tables = be->i->alloc(be, (size_t)c->seq.max_pages * sizeof(int32_t));
 #define DEV(n) be->i->alloc(be, (n) * sizeof(float))
     c->a.x = DEV(M * d); c->a.xn = DEV(M * d); c->a.o = DEV(M * d);
     c->a.q = DEV(M * qd); c->a.att = DEV(M * qd); c->a.k = DEV(M * kvd); c->a.v = DEV(M * kvd);
@@ -391,6 +418,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     c->ids = c->pos ? (int32_t *)c->pos + M : NULL;
     c->sel_ids = c->pos ? (int32_t *)c->pos + 2 * M : NULL;
     c->a.pos = c->pos;
+    c->a.ids_off = (int)M;
     c->pos_host = malloc(2 * M * sizeof(int32_t));
     size_t widest = V > ff ? V : ff;
     if (qd > widest) widest = qd;
@@ -401,7 +429,10 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     if (be->i->host_memory) c->sel_logits = be->i->alloc(be, M * V * sizeof(float));
     c->sel_scratch = be->i->alloc(be, 2 * V * sizeof(float));
     c->sel_host = malloc(2 * M * sizeof(int32_t));
-    int ok = c->a.x && c->a.xn && c->a.o && c->a.q && c->a.att && c->a.k && c->a.v && c->a.gate &&
+    c->rows = (ds_rows){.pos = c->pos, .tables = c->tables, .max_pages = c->seq.max_pages,
+                        .page = DS_KV_PAGE, .page_stride = ds_kvpool_page_stride(c->pool)};
+    c->a.rows = &c->rows;
+    int ok = c->tables && c->a.x && c->a.xn && c->a.o && c->a.q && c->a.att && c->a.k && c->a.v && c->a.gate &&
              c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->sel_host && c->stage &&
              (c->sel_logits || !be->i->host_memory) && c->sel_scratch && c->sel_ids;
     if (ok && !be->i->host_memory) {   /* logits and taps stay on the device until asked */
@@ -409,6 +440,10 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
         c->taps = be->i->alloc(be, M * DS_MAX_TAPS * d * sizeof(float));
         ok = c->logits && c->taps;
     }
+    /* One sequence owns the whole pool: its table is filled now and uploaded
+     * once (memory is still committed only where rows are written), so no
+     * forward ever uploads a table entry. */
+    if (ok && ctx_prepare(c, 0, n_ctx, e2, sizeof e2)) ok = 0;
     if (!ok) {
         ds_errf(err, errlen, "context: out of %s memory for n_ctx=%d", be->i->name, n_ctx);
         ctx_release(c);
@@ -455,55 +490,67 @@ int ds_set_taps(ds_ctx *c, const int *layers, int n, char *err, size_t errlen) {
 
 int ds_kv_truncate(ds_ctx *c, int n_pos) {
     if (n_pos < 0 || n_pos > c->n_past) return -1;
-    c->n_past = n_pos;
+    c->n_past = c->seq.n_past = n_pos;
     return 0;
 }
+
 
 /* ========================================================================
  * The forward pass
  * ===================================================================== */
 
-/* Rows pos0..pos0+M-1 (M <= m_max), inputs already on the device. Writes
- * the KV rows, the chunk's taps (to `taps`, device or host by backend), and
- * leaves the final-normed hidden state of every row in a.xn. var[] is the
- * variant per family (decode: all canonical). */
-static void forward_chunk(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int M, int pos0, float *taps,
-                          size_t taps_stride) {
-    const ds_model *m = c->m;
+void ds_model_forward(const ds_model *m, ds_exec *ex, ds_acts *a, ds_kvpool *pool, const uint8_t var[DS_FAM_COUNT],
+                      int M, int pos0, const int *tap_layers, int n_taps, float *taps, size_t taps_stride,
+                      const ds_probe *pr) {
     const ds_hparams *hp = &m->hp;
-    const ds_backend_i *b = c->be->i;
+    const ds_backend_i *b = ex->be->i;
     const int d = hp->n_embd;
-    const ds_probe *pr = c->probe.fn ? &c->probe : NULL;
     const ds_layer_shape shape = {
         .d = d, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
         .n_ff = hp->n_ff, .eps = hp->norm_eps, .rope_base = hp->rope_base,
         .rope_mode = hp->arch == DS_ARCH_QWEN3 ? DS_ROPE_NEOX : DS_ROPE_NORMAL,
     };
+    const int32_t *ids = a->pos + a->ids_off;
 
-    b->embed(c->ex, &m->tok_embd, M, c->ids, c->a.x);
+    b->embed(ex, &m->tok_embd, M, ids, a->x);
     /* the first sub-block's norm has no residual epilogue in front of it */
-    b->rmsnorm(c->ex, (ds_variant)var[DS_FAM_RMSNORM], M, d, c->a.x, m->layers[0].attn_norm,
-               hp->norm_eps, c->a.xn);
+    b->rmsnorm(ex, (ds_variant)var[DS_FAM_RMSNORM], M, d, a->x, m->layers[0].attn_norm, hp->norm_eps, a->xn);
 
     int tap_i = 0;
     for (int l = 0; l < hp->n_layer; l++) {
         const float *next_norm = l + 1 < hp->n_layer ? m->layers[l + 1].attn_norm : m->output_norm;
-        ds_layer_forward(c->ex, &m->layers[l], &shape, next_norm, var, M, pos0, 1, 0,
-                         ds_kv_k(c->kv, l), ds_kv_v(c->kv, l), &c->a, pr, l);
+        ds_layer_forward(ex, &m->layers[l], &shape, next_norm, var, M, pos0, 0, ds_kvpool_k(pool, 0, l),
+                         ds_kvpool_v(pool, 0, l), a, pr, l);
         /* taps: the raw residual stream leaving layer l */
-        if (tap_i < c->n_taps && c->tap_layers[tap_i] == l) {
+        if (tap_i < n_taps && tap_layers[tap_i] == l) {
             if (taps)   /* row r's tap tap_i: one strided copy for the M rows */
-                ds_backend_copy2d(c->ex, taps + (size_t)tap_i * d, taps_stride * sizeof(float), c->a.x,
+                ds_backend_copy2d(ex, taps + (size_t)tap_i * d, taps_stride * sizeof(float), a->x,
                                   (size_t)d * sizeof(float), (size_t)d * sizeof(float), (size_t)M);
             if (pr && (!pr->wants || pr->wants(pr->user, l, DSD_CP_TAP)))
-                ds_probe_rows(c->ex, pr, M, pos0, l, DSD_CP_TAP, DSD_SUB_ALL, 1u << DS_FAM_RESIDUAL,
-                              c->a.x, d, d);
+                ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_TAP, DSD_SUB_ALL, 1u << DS_FAM_RESIDUAL, a->x, d, d);
             tap_i++;
         }
     }
     if (pr && (!pr->wants || pr->wants(pr->user, DSD_LAYER_POST, DSD_CP_FINAL_NORM)))
-        ds_probe_rows(c->ex, pr, M, pos0, DSD_LAYER_POST, DSD_CP_FINAL_NORM, DSD_SUB_ALL,
-                      (1u << DS_FAM_RESIDUAL) | (1u << DS_FAM_RMSNORM), c->a.xn, d, d);
+        ds_probe_rows(ex, pr, M, pos0, DSD_LAYER_POST, DSD_CP_FINAL_NORM, DSD_SUB_ALL,
+                      (1u << DS_FAM_RESIDUAL) | (1u << DS_FAM_RMSNORM), a->xn, d, d);
+}
+
+void ds_model_logits(const ds_model *m, ds_exec *ex, const ds_acts *a, const uint8_t var[DS_FAM_COUNT], int r0,
+                     int rows, int pos0, float *out, const ds_probe *pr) {
+    const ds_weight *W = &m->output;
+    ex->be->i->matmul(ex, (ds_variant)var[ds_matmul_family(W->type)], W, rows, a->xn + (size_t)r0 * m->hp.n_embd, out);
+    if (pr && pr->fn && (!pr->wants || pr->wants(pr->user, DSD_LAYER_POST, DSD_CP_LOGITS)))
+        ds_probe_rows(ex, pr, rows, pos0 + r0, DSD_LAYER_POST, DSD_CP_LOGITS, DSD_SUB_ALL,
+                      1u << ds_matmul_family(W->type), out, (size_t)m->hp.n_vocab, (size_t)m->hp.n_vocab);
+}
+
+/* Rows pos0..pos0+M-1 (M <= m_max) of the context's sequence, inputs
+ * already on the device: the model's forward on the context's buffers. */
+static void forward_chunk(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int M, int pos0, float *taps,
+                          size_t taps_stride) {
+    ds_model_forward(c->m, c->ex, &c->a, c->pool, var, M, pos0, c->tap_layers, c->n_taps, taps, taps_stride,
+                     c->probe.fn ? &c->probe : NULL);
 }
 
 static int check_run(const ds_ctx *c, const int32_t *tokens, int M, int n_host, int pos0, char *err,
@@ -529,15 +576,7 @@ static int check_run(const ds_ctx *c, const int32_t *tokens, int M, int n_host, 
  * or host by backend). */
 static void logits_rows(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int r0, int rows, int pos0,
                         float *out) {
-    const ds_model *m = c->m;
-    const ds_weight *W = &m->output;
-    c->be->i->matmul(c->ex, (ds_variant)var[ds_matmul_family(W->type)], W, rows,
-                     c->a.xn + (size_t)r0 * m->hp.n_embd, out);
-    const ds_probe *pr = &c->probe;
-    if (pr->fn && (!pr->wants || pr->wants(pr->user, DSD_LAYER_POST, DSD_CP_LOGITS)))
-        ds_probe_rows(c->ex, pr, rows, pos0 + r0, DSD_LAYER_POST, DSD_CP_LOGITS, DSD_SUB_ALL,
-                      1u << ds_matmul_family(W->type), out, (size_t)m->hp.n_vocab,
-                      (size_t)m->hp.n_vocab);
+    ds_model_logits(c->m, c->ex, &c->a, var, r0, rows, pos0, out, c->probe.fn ? &c->probe : NULL);
 }
 
 /* Selection on the device (ds_forward_select): which rows, how, where the
@@ -608,6 +647,10 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
     for (int done = 0; done < M;) {
         const int n = M - done < c->m_max ? M - done : c->m_max;
         const int p0 = pos0 + done;
+        /* the chunk's pages (new ones as the sequence grows; a page shared
+         * with a snapshot's restore is copied first) */
+        if (ctx_prepare(c, p0, p0 + n, err, errlen)) return -1;
+        c->a.tables_host = c->probe.fn ? c->seq.table : NULL;
         /* positions and ids in one upload (the ids sit m_max ints after the
          * positions); a queued draft's ids device to device after it; a
          * queued round's rows (rows_dev: positions and every token already
@@ -713,7 +756,7 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         }
         done += n;
     }
-    c->n_past = pos0 + M;
+    c->n_past = c->seq.n_past = pos0 + M;
     return 0;
 }
 
@@ -787,19 +830,22 @@ int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logi
 
 int ds_state_save(ds_ctx *c, ds_state *s) {
     s->n_past = c->n_past;
-    return ds_kv_snapshot(c->ex, c->kv, c->n_past, &s->snap);
+    return ds_seq_snapshot(&c->seq, c->pool, c->ex, c->n_past, &s->snap);
 }
 
 int ds_state_restore(ds_ctx *c, const ds_state *s) {
-    if (s->n_past > c->n_ctx || ds_kv_restore(c->ex, c->kv, &s->snap)) return -1;
-    c->n_past = s->n_past;
+    char e[DS_ERRLEN];
+    if (s->n_past > c->n_ctx || ds_seq_restore(&c->seq, c->pool, c->ex, &s->snap) ||
+        ctx_prepare(c, 0, 0, e, sizeof e))
+        return -1;
+    c->n_past = c->seq.n_past = s->n_past;
     return 0;
 }
 
 void ds_state_free(ds_state *s) { ds_kv_snap_free(&s->snap); }
 
 void ds_ctx_read_kv(ds_ctx *c, int pos0, int n, float *k, float *v) {
-    ds_kv_read(c->ex, c->kv, pos0, n, k, v);
+    ds_seq_read(&c->seq, c->pool, c->ex, 0, pos0, n, k, v);
 }
 
 /* ========================================================================

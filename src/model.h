@@ -19,6 +19,7 @@
 #include "tokenizer.h"
 #include "kernels/kernels.h"
 #include "backend.h"
+#include "kvpool.h"
 #include "layer.h"
 #include "sampler.h"
 
@@ -176,6 +177,19 @@ int ds_forward_select_lp(ds_ctx *c, const int32_t *tokens, int M, int pos0, cons
 /* Waits for a deferred selection's ids (ds_select_opts.defer) and fills
  * its ids / draft_host. 0 (also when nothing is pending), or -1 with err. */
 int ds_forward_collect(ds_ctx *c, char *err, size_t errlen);
+
+/* ---- the forward itself, on caller-owned buffers (model.c; the engine and
+ * the single-sequence context both run it) --------------------------------
+ * M rows whose positions, ids (at a->pos + a->ids_off) and page tables are on
+ * the device (a->rows): embed, every layer (K/V into group 0 of pool), taps
+ * of the listed layers into `taps` (rows taps_stride floats apart; NULL: none),
+ * the final norm into a->xn. pr: a probe or NULL (row r reported at pos0 + r). */
+void ds_model_forward(const ds_model *m, ds_exec *ex, ds_acts *a, ds_kvpool *pool, const uint8_t var[DS_FAM_COUNT],
+                      int M, int pos0, const int *tap_layers, int n_taps, float *taps, size_t taps_stride,
+                      const ds_probe *pr);
+/* The LM head over rows [r0, r0 + rows) of a->xn into out (n_vocab floats a row). */
+void ds_model_logits(const ds_model *m, ds_exec *ex, const ds_acts *a, const uint8_t var[DS_FAM_COUNT], int r0,
+                     int rows, int pos0, float *out, const ds_probe *pr);
 
 /* ---- state snapshot (for diagnostics: restore the true S0) ------------- */
 typedef struct {

@@ -6,6 +6,7 @@
  * identical logits. */
 #include "sampler.h"
 #include "kernels/kernels.h"
+#include "kernels/dsmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -52,7 +53,9 @@ double ds_philox_uniform(uint64_t seed, int64_t pos, uint32_t i) {
     return (i & 1) ? b : a;
 }
 
-static inline double gumbel(double u) { return -log(-log(u)); }
+/* Gumbel noise with the project-owned log (kernels/dsmath.h): the same bits
+ * with every C library, and on the CUDA backend's sample op */
+static inline double gumbel(double u) { return -ds_log(-ds_log(u)); }
 
 /* ---- candidates: (processed logit, id) with a strict total order -------- */
 typedef struct {
@@ -103,7 +106,7 @@ static int top_p_keep(cand *c, int n, float top_p) {
         return 1;
     }
     double Z = 0.0;
-    for (int i = 0; i < n; i++) Z += exp((double)c[i].x - (double)m);
+    for (int i = 0; i < n; i++) Z += ds_exp((double)c[i].x - (double)m);
     const double target = (double)top_p * Z;
     /* Shrink the sort to the tokens with p >= thr*pmax whose mass is safely
      * enough; the sorted prefix that reaches `target` lies inside that set.
@@ -114,14 +117,14 @@ static int top_p_keep(cand *c, int n, float top_p) {
         double mass = 0.0;
         int s = 0;
         for (int i = 0; i < n; i++) {
-            double p = exp((double)c[i].x - (double)m);
+            double p = ds_exp((double)c[i].x - (double)m);
             if (p >= lim) { mass += p; cand tmp = c[i]; c[i] = c[s]; c[s] = tmp; s++; }
         }
         if (lim > 0.0 && mass < target * (1.0 + 1e-9) + 1e-300) continue;
         qsort(c, (size_t)s, sizeof *c, cand_cmp);
         double cum = 0.0;
         for (int i = 0; i < s; i++) {
-            cum += exp((double)c[i].x - (double)m);
+            cum += ds_exp((double)c[i].x - (double)m);
             if (cum >= target) return i + 1;
         }
         if (lim == 0.0) return n;                 /* rounding: keep everything */
@@ -140,7 +143,7 @@ static int min_p_keep(cand *c, int n, float min_p) {
     if (m == -INFINITY) return n;
     int s = 0;
     for (int i = 0; i < n; i++)
-        if (exp((double)c[i].x - (double)m) >= (double)min_p) { cand t = c[i]; c[i] = c[s]; c[s] = t; s++; }
+        if (ds_exp((double)c[i].x - (double)m) >= (double)min_p) { cand t = c[i]; c[i] = c[s]; c[s] = t; s++; }
     return s;
 }
 

@@ -370,8 +370,10 @@ static int build_special_index(ds_tokenizer *t) {
     }
     qsort(items, n, sizeof *items, special_cmp);
     memset(t->special_first, 0, sizeof t->special_first);
+    t->n_user = 0;
     for (size_t i = 0; i < n; i++) {
         t->special_ids[i] = items[i].id;
+        t->n_user += t->type[items[i].id] == DS_TOKTYPE_USER_DEFINED;
         t->special_first[items[i].first + 1]++;
     }
     for (int b = 0; b < 256; b++) t->special_first[b + 1] += t->special_first[b];
@@ -446,10 +448,19 @@ ds_tokenizer *ds_tokenizer_from_spec(const ds_tok_spec *s, char *err, size_t err
         return NULL;
     }
     ds_pre_kind pre = DS_PRE_GPT2;
-    if (kind == DS_TOK_GPT2 && ds_pre_kind_from_name(s->pre, &pre)) {
-        ds_errf(err, errlen, "unsupported tokenizer.ggml.pre '%.64s' (supported: default, gpt2, llama3, "
-                "llama-bpe, qwen2)", s->pre);
-        return NULL;
+    int ignore_merges = 0;
+    if (kind == DS_TOK_GPT2) {
+        int r = ds_pre_lookup(s->pre, &pre, &ignore_merges, NULL);
+        if (r == -2) {
+            ds_errf(err, errlen, "tokenizer.ggml.pre '%.64s' is not supported (llama.cpp splits it with "
+                    "hand-written code or it is not byte-level BPE)", s->pre);
+            return NULL;
+        }
+        if (r) {
+            ds_errf(err, errlen, "unsupported tokenizer.ggml.pre '%.64s' (not a pre-tokenizer llama.cpp knows)",
+                    s->pre);
+            return NULL;
+        }
     }
     int32_t n = s->n_vocab;
     if (n <= 0 || !s->tokens) { ds_errf(err, errlen, "tokenizer.ggml.tokens is empty"); return NULL; }
@@ -472,7 +483,7 @@ ds_tokenizer *ds_tokenizer_from_spec(const ds_tok_spec *s, char *err, size_t err
     t->unk = s->unk; t->eot = s->eot; t->eom = s->eom;
     t->add_bos = s->add_bos;
     t->add_space_prefix = s->add_space_prefix;
-    t->ignore_merges = kind == DS_TOK_GPT2 && pre == DS_PRE_LLAMA3;
+    t->ignore_merges = kind == DS_TOK_GPT2 && ignore_merges;
 
     t->type = malloc((size_t)n * sizeof *t->type);
     t->score = malloc((size_t)n * sizeof *t->score);
@@ -519,18 +530,24 @@ ds_tokenizer *ds_tokenizer_from_spec(const ds_tok_spec *s, char *err, size_t err
 
     for (int b = 0; b < 256; b++) t->byte_token[b] = -1;
     if (kind == DS_TOK_GPT2) {
-        /* every byte must have a token, or some inputs could not round-trip */
+        /* A byte may lack a token: gpt-neox style vocabularies have none for
+         * the bytes that never occur in valid UTF-8 (0xc0, 0xc1, 0xf5..0xff).
+         * Such a byte is encoded as U+FFFD (ds_bpe_encode), which llama.cpp
+         * puts in place of every invalid byte; the replacement must then be
+         * encodable. */
         uint32_t b2cp[256];
         ds_gpt2_byte_alphabet(b2cp);
+        int missing = -1;
         for (int b = 0; b < 256; b++) {
             char u[4];
             size_t ul = ds_utf8_encode(b2cp[b], u);
             t->byte_token[b] = ds_strmap_find(&t->vocab, u, ul);
-            if (t->byte_token[b] < 0) {
-                ds_errf(err, errlen, "gpt2 vocabulary has no token for byte 0x%02x (U+%04X)", b,
-                        (unsigned)b2cp[b]);
-                goto fail;
-            }
+            if (t->byte_token[b] < 0 && missing < 0) missing = b;
+        }
+        if (missing >= 0 && (t->byte_token[0xef] < 0 || t->byte_token[0xbf] < 0 || t->byte_token[0xbd] < 0)) {
+            ds_errf(err, errlen, "gpt2 vocabulary has no token for byte 0x%02x (U+%04X), nor for the bytes of "
+                    "U+FFFD to stand in for it", missing, (unsigned)b2cp[missing]);
+            goto fail;
         }
         if (build_merges(t, s, err, errlen)) goto fail;
         if (ds_pretok_init(&t->pretok, pre, err, errlen)) goto fail;
@@ -629,6 +646,11 @@ ds_tokenizer *ds_tokenizer_load(const gguf_ctx *g, char *err, size_t errlen) {
     spec.model = model;
     spec.pre = r ? pre : NULL;
     if (!is_gpt2) { spec.bos = 1; spec.eos = 2; spec.unk = 0; spec.add_bos = 1; }  /* llama.cpp SPM defaults */
+    if (is_gpt2) {      /* llama.cpp: the llama3 names default add_bos_token to true */
+        ds_pre_kind k;
+        int ab = 0;
+        if (ds_pre_lookup(spec.pre, &k, NULL, &ab) == 0) spec.add_bos = ab;
+    }
 
     ds_tok_str *toks = NULL, *merges = NULL;
     float *scores = NULL;
@@ -778,11 +800,15 @@ static int encode_fragment(const ds_tokenizer *t, const char *s, size_t len, int
     return ds_spm_encode(t, s, len, t->add_space_prefix && after_special, out, err, errlen);
 }
 
-/* Longest special token starting at s (n bytes left), or -1. */
-static int32_t match_special(const ds_tokenizer *t, const char *s, size_t n, size_t *mlen) {
+/* Longest special token starting at s (n bytes left), or -1. Without
+ * parse_special only user-defined tokens count: llama.cpp (as Hugging Face
+ * tokenizers) splits them out before everything else in either mode, and
+ * skips control and unknown ones. */
+static int32_t match_special(const ds_tokenizer *t, const char *s, size_t n, int parse_special, size_t *mlen) {
     uint8_t b = (uint8_t)s[0];
     for (uint32_t k = t->special_first[b]; k < t->special_first[b + 1]; k++) {
         int32_t id = t->special_ids[k];
+        if (!parse_special && t->type[id] != DS_TOKTYPE_USER_DEFINED) continue;
         size_t len;
         const char *txt = ds_tok_text(t, id, &len);
         if (len <= n && !memcmp(txt, s, len)) { *mlen = len; return id; }
@@ -804,9 +830,9 @@ int ds_tokenize_ex(const ds_tokenizer *t, const char *text, size_t len, int add_
      * special texts overlap each other). */
     size_t frag = 0, pos = 0;
     int after_special = 1;
-    while (parse_special && t->n_special && pos < len) {
+    while ((parse_special ? t->n_special : t->n_user) && pos < len) {
         size_t mlen;
-        int32_t id = match_special(t, text + pos, len - pos, &mlen);
+        int32_t id = match_special(t, text + pos, len - pos, parse_special, &mlen);
         if (id < 0) { pos++; continue; }
         if (pos > frag) {
             if (encode_fragment(t, text + frag, pos - frag, after_special, &v, err, errlen)) goto fail;

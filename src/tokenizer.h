@@ -1,8 +1,9 @@
 /* tokenizer.h — tokenizers read from GGUF metadata (llama.cpp keys).
  *
  *   tokenizer.ggml.model = "gpt2"   byte-level BPE: tokens + merges, the
- *                                   pre-tokenizer regex chosen by
- *                                   tokenizer.ggml.pre, run with PCRE2.
+ *                                   pre-tokenizer regex sequence chosen by
+ *                                   tokenizer.ggml.pre (llama.cpp's names),
+ *                                   run with PCRE2.
  *   tokenizer.ggml.model = "llama"  SentencePiece-style: tokens + scores,
  *                                   byte fallback tokens <0xNN>.
  * Special tokens: tokenizer.ggml.bos_token_id / eos_token_id /
@@ -47,9 +48,10 @@ int ds_token_to_bytes(const ds_tokenizer *t, int32_t id, char *buf, size_t cap);
 
 /* ds_tokenize with explicit special-token parsing. parse_special = 1 (what
  * ds_tokenize does) matches control / user-defined / unknown tokens that
- * appear literally in text ("<|endoftext|>") as their ids; 0 treats all text
- * as plain text, which makes detokenize(tokenize(s)) == s hold for gpt2 for
- * every byte string (control tokens decode to 0 bytes). */
+ * appear literally in text ("<|endoftext|>") as their ids; 0 matches only
+ * user-defined ones (llama.cpp does too; they decode to their own text) and
+ * treats the rest as plain text, which makes detokenize(tokenize(s)) == s
+ * hold for gpt2 for every byte string (control tokens decode to 0 bytes). */
 int ds_tokenize_ex(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
                    int32_t **out, size_t *n_out, char *err, size_t errlen);
 int32_t ds_tokenizer_mask(const ds_tokenizer *t);   /* -1 if none (tokenizer.ggml.mask_token_id) */

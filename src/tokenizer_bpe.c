@@ -1,139 +1,9 @@
-/* tokenizer_bpe.c — gpt2-style byte-level BPE: the PCRE2 pre-tokenizer,
- * merging by rank, and the small deterministic trainer behind
- * ds_tokenizer_build_bpe (`dspark make-model`). */
+/* tokenizer_bpe.c — gpt2-style byte-level BPE: merging by rank, and the
+ * small deterministic trainer behind ds_tokenizer_build_bpe (`dspark
+ * make-model`). The pre-tokenizer is tokenizer_pre.c. */
 #include "tokenizer_internal.h"
 
 #include <stdlib.h>
-
-/* ======================================================================
- * pre-tokenizer patterns
- *
- * The patterns are the Hugging Face tokenizer.json ones, as llama.cpp lists
- * them. Case-insensitive contractions are spelled as explicit ASCII classes
- * ('[sS]'), as llama.cpp does: PCRE2's caseless matching with UCP would also
- * fold U+017F 'ſ' and U+212A 'K' (Kelvin), so "(?i:'s)" would make the split
- * of such rare text depend on case-folding tables.
- * ====================================================================== */
-
-static const char PAT_GPT2[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-#define PAT_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-
-/* Llama 3: numbers are split into groups of up to three digits. */
-static const char PAT_LLAMA3[] =
-    PAT_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-/* Qwen2: the Llama 3 pattern, but every digit is its own pre-token. */
-static const char PAT_QWEN2[] =
-    PAT_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-int ds_pre_kind_from_name(const char *name, ds_pre_kind *out) {
-    if (!name || !strcmp(name, "default") || !strcmp(name, "gpt2") || !strcmp(name, "gpt-2")) {
-        *out = DS_PRE_GPT2;
-        return 0;
-    }
-    if (!strcmp(name, "llama3") || !strcmp(name, "llama-bpe") || !strcmp(name, "llama-v3")) {
-        *out = DS_PRE_LLAMA3;
-        return 0;
-    }
-    if (!strcmp(name, "qwen2")) { *out = DS_PRE_QWEN2; return 0; }
-    return -1;
-}
-
-int ds_pretok_init(ds_pretok *p, ds_pre_kind kind, char *err, size_t errlen) {
-    const char *pat = kind == DS_PRE_LLAMA3 ? PAT_LLAMA3 : kind == DS_PRE_QWEN2 ? PAT_QWEN2 : PAT_GPT2;
-    int ec;
-    PCRE2_SIZE eo;
-    memset(p, 0, sizeof *p);
-    p->kind = kind;
-    p->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
-    if (!p->re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(ec, msg, sizeof msg);
-        ds_errf(err, errlen, "pre-tokenizer regex does not compile at offset %zu: %s", (size_t)eo,
-                (const char *)msg);
-        return -1;
-    }
-    /* JIT is an optimisation only: without it the interpreter gives the same
-     * matches, so a failure (no JIT support on this CPU/build) is ignored. */
-    p->jit = pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE) == 0;
-    return 0;
-}
-
-void ds_pretok_free(ds_pretok *p) {
-    if (p->re) pcre2_code_free(p->re);
-    p->re = NULL;
-}
-
-/* One pcre2_match; on a JIT stack overflow (only pathological inputs can
- * need more than the default 32 KiB) retry once with a large private stack. */
-static int pretok_match(const ds_pretok *p, const char *s, size_t n, size_t start, pcre2_match_data *md) {
-    int rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, NULL);
-    if (rc != PCRE2_ERROR_JIT_STACKLIMIT) return rc;
-    pcre2_match_context *mc = pcre2_match_context_create(NULL);
-    pcre2_jit_stack *js = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, NULL);
-    if (mc && js) {
-        pcre2_jit_stack_assign(mc, NULL, js);
-        rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, mc);
-    }
-    if (js) pcre2_jit_stack_free(js);
-    if (mc) pcre2_match_context_free(mc);
-    return rc;
-}
-
-/* Split one well-formed UTF-8 run with the regex. Text the regex skips (no
- * pattern here leaves gaps, but a pre-tokenizer must never lose bytes) is
- * emitted as its own piece. */
-static int pretok_split_run(const ds_pretok *p, const char *s, size_t n, pcre2_match_data *md,
-                            ds_pretok_emit emit, void *ctx, char *err, size_t errlen) {
-    size_t off = 0;
-    while (off < n) {
-        int rc = pretok_match(p, s, n, off, md);
-        if (rc == PCRE2_ERROR_NOMATCH) return emit(ctx, s + off, n - off);
-        if (rc < 0) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            ds_errf(err, errlen, "pre-tokenizer regex failed: %s", (const char *)msg);
-            return -1;
-        }
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        size_t ms = ov[0], me = ov[1];
-        if (ms > off && emit(ctx, s + off, ms - off)) return -1;
-        if (me == ms) {     /* empty match: take one character so we advance */
-            size_t l = ds_utf8_valid_len((const uint8_t *)s + ms, n - ms);
-            me = ms + (l ? l : 1);
-        }
-        if (emit(ctx, s + ms, me - ms)) return -1;
-        off = me;
-    }
-    return 0;
-}
-
-int ds_pretok_split(const ds_pretok *p, const char *text, size_t len, ds_pretok_emit emit, void *ctx,
-                    char *err, size_t errlen) {
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(p->re, NULL);
-    if (!md) { ds_errf(err, errlen, "out of memory (pcre2 match data)"); return -1; }
-    const uint8_t *u = (const uint8_t *)text;
-    size_t i = 0;
-    int rc = 0;
-    while (i < len && rc == 0) {
-        if (!ds_utf8_valid_len(u + i, len - i)) {       /* an invalid byte is its own piece */
-            rc = emit(ctx, text + i, 1);
-            i++;
-            continue;
-        }
-        size_t j = i, l;
-        while (j < len && (l = ds_utf8_valid_len(u + j, len - j))) j += l;
-        rc = pretok_split_run(p, text + i, j - i, md, emit, ctx, err, errlen);
-        i = j;
-    }
-    pcre2_match_data_free(md);
-    if (rc && err && errlen && !err[0]) ds_errf(err, errlen, "pre-tokenizer callback failed");
-    return rc ? -1 : 0;
-}
 
 /* ======================================================================
  * BPE merging of one pre-token
@@ -210,7 +80,7 @@ static bpe_cand heap_pop(bpe_session *s) {
 static int try_queue_pair(bpe_session *s, int32_t left) {
     if (left < 0) return 0;
     int32_t right = s->sym[left].next;
-    if (right < 0) return 0;
+    if (right < 0 || s->sym[left].id < 0 || s->sym[right].id < 0) return 0;   /* no token: never merges */
     int64_t v;
     if (!ds_u64map_find(&s->t->merges, ds_pair_key(s->sym[left].id, s->sym[right].id), &v)) return 0;
     return heap_push(s, (bpe_cand){ (int32_t)(v >> 32), left, s->sym[left].id, s->sym[right].id });
@@ -220,7 +90,15 @@ static int bpe_merge_piece(bpe_session *s, const char *piece, size_t n);
 
 static int bpe_piece(void *ctx, const char *piece, size_t n) {
     bpe_session *s = ctx;
-    if (n == 1) return ds_i32vec_push(s->out, s->t->byte_token[(uint8_t)piece[0]]);
+    if (n == 1) {
+        int32_t id = s->t->byte_token[(uint8_t)piece[0]];
+        if (id >= 0) return ds_i32vec_push(s->out, id);
+        /* a byte the vocabulary has no token for: an invalid UTF-8 byte (a
+         * one-byte piece >= 0x80 is one) becomes U+FFFD, as llama.cpp reads
+         * every invalid byte; any other is dropped, as llama.cpp drops a
+         * symbol it cannot find */
+        return (uint8_t)piece[0] >= 0x80 ? bpe_piece(ctx, "\xef\xbf\xbd", 3) : 0;
+    }
     int cacheable = n <= BPE_CACHE_MAX_PIECE;
     if (cacheable) {
         int32_t off = ds_strmap_find(&s->cache, piece, n);
@@ -288,7 +166,7 @@ static int bpe_merge_piece(bpe_session *s, const char *piece, size_t n) {
         if (try_queue_pair(s, l->prev) || try_queue_pair(s, c.left)) return -1;
     }
     for (int32_t i = 0; i >= 0; i = s->sym[i].next)
-        if (ds_i32vec_push(s->out, s->sym[i].id)) return -1;
+        if (s->sym[i].id >= 0 && ds_i32vec_push(s->out, s->sym[i].id)) return -1;
     return 0;
 }
 

@@ -3,7 +3,8 @@
  *   tokenizer.c      hash maps, UTF-8 helpers, the GPT-2 byte<->unicode map,
  *                    construction from a ds_tok_spec, the GGUF loader,
  *                    special-token partitioning and the public API
- *   tokenizer_bpe.c  PCRE2 pre-tokenizer, byte-level BPE merging, the trainer
+ *   tokenizer_pre.c  the pre-tokenizers (tokenizer.ggml.pre): regex sequences, PCRE2
+ *   tokenizer_bpe.c  byte-level BPE merging, the trainer
  *   tokenizer_spm.c  SentencePiece-style merge-by-score tokenization
  *
  * Nothing here is global mutable state: every table lives in the tokenizer
@@ -30,8 +31,16 @@ enum {
 
 typedef enum { DS_TOK_GPT2 = 1, DS_TOK_LLAMA = 2 } ds_tok_kind;
 
-/* Pre-tokenizer regex families (tokenizer.ggml.pre). */
-typedef enum { DS_PRE_GPT2 = 0, DS_PRE_LLAMA3 = 1, DS_PRE_QWEN2 = 2 } ds_pre_kind;
+/* Pre-tokenizer regex sequences (tokenizer.ggml.pre); one per distinct
+ * sequence llama.cpp has, several names may share one (tokenizer_pre.c). */
+typedef enum {
+    DS_PRE_GPT2 = 0, DS_PRE_LLAMA3 = 1, DS_PRE_QWEN2 = 2, DS_PRE_DEFAULT, DS_PRE_QWEN35,
+    DS_PRE_DEEPSEEK_LLM, DS_PRE_DEEPSEEK_CODER, DS_PRE_DEEPSEEK3, DS_PRE_FALCON, DS_PRE_STARCODER,
+    DS_PRE_JAIS2, DS_PRE_SPARK2_5, DS_PRE_YOUTU, DS_PRE_PORO, DS_PRE_VIKING, DS_PRE_TEKKEN,
+    DS_PRE_CHAMELEON, DS_PRE_GPT4O, DS_PRE_GRANITE_EMB_MULTI, DS_PRE_BAILINGMOE, DS_PRE_SEED_CODER,
+    DS_PRE_UFAKZEKA, DS_PRE_LAGUNA, DS_PRE_EXAONE_MOE, DS_PRE_MINICPM5,
+    DS_PRE_COUNT
+} ds_pre_kind;
 
 /* ---- growable int32 vector (output ids, scratch) ---- */
 typedef struct {
@@ -103,21 +112,31 @@ void ds_gpt2_byte_alphabet(uint32_t byte_to_cp[256]);
 /* Inverse: byte for code point cp, or -1 if cp is not in the alphabet. */
 int  ds_gpt2_cp_to_byte(uint32_t cp);
 
-/* ---- pre-tokenizer (PCRE2) ---- */
+/* ---- pre-tokenizer (PCRE2; tokenizer_pre.c) ---- */
+#define DS_PRETOK_MAX 6                 /* regexes in the longest sequence  */
 typedef struct {
-    pcre2_code *re;
-    int jit;               /* 1 if JIT-compiled                              */
+    pcre2_code *re[DS_PRETOK_MAX];
+    int n_re;
+    int jit;               /* 1 if every regex is JIT-compiled               */
     ds_pre_kind kind;
 } ds_pretok;
-/* Pattern for a tokenizer.ggml.pre name; -1 if unknown (NULL name = default). */
-int  ds_pre_kind_from_name(const char *name, ds_pre_kind *out);
+/* The sequence for a tokenizer.ggml.pre name (NULL = no key = llama.cpp's
+ * "default"), with llama.cpp's per-name ignore_merges and add_bos default
+ * (either pointer may be NULL). 0; -1 a name llama.cpp does not know; -2 a
+ * name it knows whose splitting dspark does not implement. */
+int  ds_pre_lookup(const char *name, ds_pre_kind *kind, int *ignore_merges, int *add_bos);
+int  ds_pre_kind_from_name(const char *name, ds_pre_kind *out);   /* 0 or -1 */
+/* The names ds_pre_lookup accepts (up to cap written); returns the count. */
+size_t ds_pre_names(const char **names, size_t cap);
+/* The kind's regexes as llama.cpp writes them, NULL-terminated. */
+const char *const *ds_pre_patterns(ds_pre_kind kind);
 int  ds_pretok_init(ds_pretok *p, ds_pre_kind kind, char *err, size_t errlen);
 void ds_pretok_free(ds_pretok *p);
 /* Split text into pre-tokens, calling emit(ctx, piece, len) for each, in
  * order; the pieces concatenate to the input exactly.
  *
  * Invalid UTF-8 never fails: the text is cut into maximal well-formed runs,
- * the regex runs on each run separately (so a run's end is end-of-subject
+ * the regexes run on each run separately (so a run's end is end-of-subject
  * for look-aheads), and every byte that is not part of a well-formed sequence
  * becomes a pre-token of its own. Returns 0, or -1 with err (PCRE2 resource
  * errors, or a non-zero return of emit). */
@@ -158,6 +177,7 @@ struct ds_tokenizer {
      * user-defined, unknown), grouped by first byte, longest first */
     int32_t    *special_ids;
     size_t      n_special;
+    size_t      n_user;            /* of them, user-defined (matched in either mode) */
     uint32_t    special_first[257];/* bucket b = special_ids[first[b] .. first[b+1]) */
 };
 

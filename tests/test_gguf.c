@@ -476,6 +476,27 @@ typedef struct {
     uint64_t value;
 } patch;
 
+/* GGUF version 2 is version 3's little-endian layout: the same file with
+ * version 2 in its header opens with every key and tensor in place. */
+static void test_version2(tally *T, const uint8_t *buf, size_t size) {
+    char err[DS_ERRLEN] = "";
+    uint8_t *m = malloc(size);
+    memcpy(m, buf, size);
+    st32(m + 4, 2);
+    gguf_ctx *g2 = gguf_open_mem(m, size, err, sizeof err);
+    gguf_ctx *g3 = gguf_open_mem(buf, size, err, sizeof err);
+    int ok = g2 && g3 && gguf_version(g2) == 2 && gguf_n_tensors(g2) == gguf_n_tensors(g3) &&
+             gguf_n_kv(g2) == gguf_n_kv(g3);
+    for (uint64_t i = 0; ok && i < gguf_n_tensors(g3); i++) {
+        const gguf_tensor *a = gguf_tensor_at(g2, i), *b = gguf_tensor_at(g3, i);
+        ok = a->nbytes == b->nbytes && a->offset == b->offset && !memcmp(a->data, b->data, a->nbytes);
+    }
+    check(T, ok, "GGUF version 2 opens as version 3", "%s", g2 ? "contents differ" : err);
+    gguf_close(g2);
+    gguf_close(g3);
+    free(m);
+}
+
 static void test_patches(tally *T, const uint8_t *buf, size_t size, const layout *L) {
     const kv_loc *str = loc_kv(L, "s.str"), *arr = loc_kv(L, "a.u32"), *sarr = loc_kv(L, "a.str");
     const kv_loc *bl = loc_kv(L, "s.bool"), *dupb = loc_kv(L, "dup.b");
@@ -487,7 +508,9 @@ static void test_patches(tally *T, const uint8_t *buf, size_t size, const layout
     uint64_t tf_off = ld64(buf + tf->offset_off);
     const patch P[] = {
         { "bad magic", "magic", 0, 1, 'X' },
-        { "bad version 2", "version 2", 4, 4, 2 },
+        { "bad version 1", "version 1", 4, 4, 1 },
+        { "bad version 4", "version 4", 4, 4, 4 },
+        { "big-endian version 2", "big-endian", 4, 4, 0x02000000u },
         { "big-endian version", "big-endian", 4, 4, 0x03000000u },
         { "absurd n_tensors 2^60", "n_tensors", 8, 8, 1ull << 60 },
         { "absurd n_tensors 2^64-1", "n_tensors", 8, 8, UINT64_MAX },
@@ -698,6 +721,7 @@ int main(int argc, char **argv) {
         walk(buf, size, 32, &L);
         test_truncations(&T, buf, size, &L);
         test_patches(&T, buf, size, &L);
+        test_version2(&T, buf, size);
         test_alignment_patches(&T, dir);
         test_fuzz(&T, buf, size, &L, iters);
         free(buf);

@@ -179,12 +179,32 @@ static void q8_canon_forced(int lv, int path, const ds_weight *W, int M, const f
         d[b] = ds_fp16_to_f32(q[b].d);
         ns[b] = -128 * sum;
     }
-    ds_q8_act act = {.q = q, .d = d, .nsum = ns};
-    ds_mm_ctx c = {.W = W, .M = M, .x = x, .y = y, .level = lv, .xq = &act, .q8_path = path};
+    /* the interleaved copy the tiles read (matmul.c's layout: groups of 8
+     * rows, per block 8 x 32 quants, 8 nsum, 8 d) */
+    unsigned char *qi = calloc((size_t)((M + 7) / 8) * (size_t)nb, DS_Q8_GROUP_BYTES);
+    for (int m = 0; m < M; m++)
+        for (int64_t b = 0; b < nb; b++) {
+            unsigned char *g = qi + ((size_t)(m / 8) * (size_t)nb + (size_t)b) * DS_Q8_GROUP_BYTES;
+            memcpy(g + 32 * (m % 8), q[m * nb + b].qs, 32);
+            memcpy(g + 256 + 4 * (m % 8), &ns[m * nb + b], 4);
+            memcpy(g + 288 + 4 * (m % 8), &d[m * nb + b], 4);
+        }
+    int16_t *qw = calloc((size_t)((M + 7) / 8) * (size_t)nb * 256, sizeof(int16_t));
+    for (int m = 0; m < M; m++)
+        for (int64_t b = 0; b < nb; b++)
+            for (int l = 0; l < 32; l++)
+                qw[((size_t)(m / 8) * (size_t)nb + (size_t)b) * 256 + 32 * (m % 8) + l] = q[m * nb + b].qs[l];
+    /* a thread's scratch, so the tiles pack per call (with none they fall
+     * back to the one-row kernels, tested by scratch = 0) */
+    const size_t tb = ds_matmul_thread_scratch(K);
+    void *tmp = aligned_alloc(64, (tb + 63) & ~(size_t)63);
+    ds_q8_act act = {.q = q, .d = d, .nsum = ns, .qi = qi, .qw = qw};
+    ds_mm_ctx c = {.W = W, .M = M, .x = x, .y = y, .level = lv, .xq = &act, .q8_path = path,
+                   .tmp = tmp, .tmp_bytes = tb};
     const int64_t split = N < 21 ? N : 21;
     ds_mm_q8_0_canonical(&c, 0, split);
     if (split < N) ds_mm_q8_0_canonical(&c, split, N);
-    free(q); free(d); free(ns);
+    free(q); free(d); free(ns); free(qi); free(qw); free(tmp);
 }
 
 static void test_exactness(ds_pool *pools[4]) {
@@ -624,82 +644,100 @@ static void test_registry(void) {
     printf("%s registry checks (simd path: %s)\n", n_fail == fail0 ? "PASS" : "FAIL", p);
 }
 
-/* Pre-packed Q8_0 weights (W->packed, ds_q8_0_pack, as the model loader does
- * on AVX-512 VNNI): canonical with and without them memcmp-identical for
- * M = 1..16 and 1 / 3 threads, and decode(packed) == decode(unpacked) ==
- * canonical row m. N not a multiple of 16 (a padded last tile). */
+/* Pre-packed Q8_0 weights (ds_weight_pack_at, as the model loader does for
+ * the process's level), for EVERY level this CPU runs: canonical at that
+ * level with and without them memcmp-identical for M = 1..16 and 1 / 3
+ * threads, decode(packed) == decode(unpacked) == canonical row m, rows read
+ * back from the packed copy == the original rows, and a copy packed for
+ * another level's layout is ignored (the same bits). N not a multiple of 16
+ * (a padded last tile). */
 static void test_packed_q8(ds_pool *pools[4]) {
     static const int64_t Ks[] = {32, 288, 1024}, Ns[] = {7, 37, 100};
-    int bad = 0, runs = 0, used = 0;
-    for (int ki = 0; ki < 3; ki++)
-        for (int ni = 0; ni < 3; ni++) {
-            const int64_t K = Ks[ki], N = Ns[ni];
-            const int Mmax = 16;
-            tw W = make_weight(DS_TYPE_Q8_0, K, N);
-            const size_t pb = ds_q8_0_packed_bytes(&W.w);
-            if (!pb) {
-                CHECK(ds_q8_0_pack(&W.w, NULL) == -1, "pack refused where packing is unused");
-                free(W.data);
-                continue;
-            }
-            used = 1;
-            void *pk = aligned_alloc(64, (pb + 63) & ~(size_t)63);
-            CHECK(pk && ds_q8_0_pack(&W.w, pk) == 0, "ds_q8_0_pack K=%lld N=%lld", (long long)K,
-                  (long long)N);
-            ds_weight Wp = W.w;
-            Wp.extra = pk;
-            /* rows read back from the packed copy alone (the embedding lookup
-             * of a tied head) == the original rows converted (memcmp) */
-            {
-                float *ra = malloc((size_t)K * sizeof(float)), *rb2 = malloc((size_t)K * sizeof(float));
-                int row_bad = 0;
-                int ok;
-                const size_t rbytes = (size_t)ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok);
-                for (int64_t r = 0; r < N; r++) {
-                    ds_row_to_f32(DS_TYPE_Q8_0, (const char *)W.data + (size_t)r * rbytes, K, ra);
-                    ds_q8_0_packed_row(&Wp, r, rb2);
-                    row_bad += memcmp(ra, rb2, (size_t)K * sizeof(float)) != 0;
+    int bad = 0, runs = 0, nlayouts = 0;
+    for (int lv = 0; lv < DS_LVL_COUNT; lv++) {
+        if (!ds_simd_level_ok(lv)) continue;
+        int used = 0;
+        for (int ki = 0; ki < 3; ki++)
+            for (int ni = 0; ni < 3; ni++) {
+                const int64_t K = Ks[ki], N = Ns[ni];
+                const int Mmax = 16;
+                tw W = make_weight(DS_TYPE_Q8_0, K, N);
+                const size_t pb = ds_weight_pack_bytes_at(&W.w, lv);
+                if (!pb) {
+                    CHECK(ds_weight_pack_at(&W.w, lv, NULL) == -1, "pack refused where packing is unused");
+                    free(W.data);
+                    continue;
                 }
-                CHECK(row_bad == 0, "ds_q8_0_packed_row K=%lld N=%lld: %d rows differ from the original",
-                      (long long)K, (long long)N, row_bad);
-                free(ra); free(rb2);
-            }
-            float *x = make_x(Mmax, K);
-            float *y0 = malloc((size_t)(Mmax * N) * sizeof(float));
-            float *y1 = malloc((size_t)(Mmax * N) * sizeof(float));
-            float *d0 = malloc((size_t)N * sizeof(float)), *d1 = malloc((size_t)N * sizeof(float));
-            for (int M = 1; M <= Mmax; M++)
-                for (int th = 1; th <= 3; th += 2) {
-                    ds_matmul(DS_CANONICAL, &W.w, M, x, y0, pools[th]);
-                    ds_matmul(DS_CANONICAL, &Wp, M, x, y1, pools[th]);
-                    runs++;
-                    if (memcmp(y0, y1, (size_t)(M * N) * sizeof(float))) {
-                        if (bad < 3)
-                            printf("  packed Q8_0 K=%lld N=%lld M=%d threads=%d != unpacked\n",
-                                   (long long)K, (long long)N, M, th);
-                        bad++;
+                used = 1;
+                void *pk = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+                CHECK(pk && ds_weight_pack_at(&W.w, lv, pk) == 0, "ds_weight_pack_at lv=%d K=%lld N=%lld", lv,
+                      (long long)K, (long long)N);
+                ds_weight Wp = W.w;
+                Wp.extra = pk;
+                CHECK(ds_weight_is_packed(&Wp) && !ds_weight_is_packed(&W.w), "ds_weight_is_packed");
+                /* rows read back from the packed copy alone (the embedding lookup
+                 * of a tied head) == the original rows converted (memcmp) */
+                {
+                    float *ra = malloc((size_t)K * sizeof(float)), *rb2 = malloc((size_t)K * sizeof(float));
+                    int row_bad = 0;
+                    int ok;
+                    const size_t rbytes = (size_t)ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok);
+                    for (int64_t r = 0; r < N; r++) {
+                        ds_row_to_f32(DS_TYPE_Q8_0, (const char *)W.data + (size_t)r * rbytes, K, ra);
+                        ds_weight_packed_row(&Wp, r, rb2);
+                        row_bad += memcmp(ra, rb2, (size_t)K * sizeof(float)) != 0;
                     }
-                    for (int m = 0; m < M; m++) {
-                        ds_matmul_decode(&W.w, x + m * K, d0, pools[th]);
-                        ds_matmul_decode(&Wp, x + m * K, d1, pools[th]);
+                    CHECK(row_bad == 0, "ds_weight_packed_row lv=%d K=%lld N=%lld: %d rows differ from the original",
+                          lv, (long long)K, (long long)N, row_bad);
+                    free(ra); free(rb2);
+                }
+                float *x = make_x(Mmax, K);
+                float *y0 = malloc((size_t)(Mmax * N) * sizeof(float));
+                float *y1 = malloc((size_t)(Mmax * N) * sizeof(float));
+                float *d0 = malloc((size_t)N * sizeof(float)), *d1 = malloc((size_t)N * sizeof(float));
+                for (int M = 1; M <= Mmax; M++)
+                    for (int th = 1; th <= 3; th += 2) {
+                        ds_matmul_at_level(lv, DS_CANONICAL, &W.w, M, x, y0, pools[th]);
+                        ds_matmul_at_level(lv, DS_CANONICAL, &Wp, M, x, y1, pools[th]);
                         runs++;
-                        if (memcmp(d0, d1, (size_t)N * sizeof(float)) ||
-                            memcmp(d1, y1 + (size_t)m * N, (size_t)N * sizeof(float))) {
+                        if (memcmp(y0, y1, (size_t)(M * N) * sizeof(float))) {
                             if (bad < 3)
-                                printf("  packed Q8_0 decode K=%lld N=%lld M=%d row %d differs\n",
-                                       (long long)K, (long long)N, M, m);
+                                printf("  packed Q8_0 lv=%d K=%lld N=%lld M=%d threads=%d != unpacked\n", lv,
+                                       (long long)K, (long long)N, M, th);
                             bad++;
                         }
+                        /* the other levels ignore this level's layout */
+                        for (int lv2 = 0; lv2 < DS_LVL_COUNT; lv2++) {
+                            if (lv2 == lv || !ds_simd_level_ok(lv2) || M % 5) continue;
+                            ds_matmul_at_level(lv2, DS_CANONICAL, &Wp, M, x, y1, pools[th]);
+                            runs++;
+                            if (memcmp(y0, y1, (size_t)(M * N) * sizeof(float))) {
+                                if (bad < 3)
+                                    printf("  Q8_0 packed for lv=%d, run at lv=%d, K=%lld N=%lld M=%d differs\n", lv,
+                                           lv2, (long long)K, (long long)N, M);
+                                bad++;
+                            }
+                        }
+                        for (int m = 0; m < M; m++) {
+                            ds_matmul_at_level(lv, DS_CANONICAL, &W.w, 1, x + m * K, d0, pools[th]);
+                            ds_matmul_at_level(lv, DS_CANONICAL, &Wp, 1, x + m * K, d1, pools[th]);
+                            runs++;
+                            if (memcmp(d0, d1, (size_t)N * sizeof(float)) ||
+                                memcmp(d1, y0 + (size_t)m * N, (size_t)N * sizeof(float))) {
+                                if (bad < 3)
+                                    printf("  packed Q8_0 decode lv=%d K=%lld N=%lld M=%d row %d differs\n", lv,
+                                           (long long)K, (long long)N, M, m);
+                                bad++;
+                            }
+                        }
                     }
-                }
-            free(pk); free(W.data); free(x); free(y0); free(y1); free(d0); free(d1);
-        }
+                free(pk); free(W.data); free(x); free(y0); free(y1); free(d0); free(d1);
+            }
+        nlayouts += used;
+    }
     CHECK(bad == 0, "packed Q8_0 differs from unpacked in %d of %d runs", bad, runs);
-    if (used)
-        printf("%s canonical/decode Q8_0 with pre-packed weights == unpacked (memcmp), "
-               "M=1..16 threads 1,3, %d runs\n", bad ? "FAIL" : "PASS", runs);
-    else
-        printf("PASS pre-packed Q8_0: packing not used at this SIMD level (ds_q8_0_packed_bytes = 0)\n");
+    printf("%s canonical/decode Q8_0 with pre-packed weights == unpacked (memcmp), %d packed level(s), "
+           "M=1..16 threads 1,3, %d runs\n", bad ? "FAIL" : "PASS", nlayouts, runs);
 }
 
 /* ds_matmul_multi (q/k/v and gate/up in one launch) == the separate calls,

@@ -307,6 +307,23 @@ static void test_pretok(void) {
         { DS_PRE_QWEN2, "qwen2_invalid_bytes_isolated", "ab\xff" "cd\x80", "ab|\xff|cd|\x80" },
         /* contractions are ASCII-only, as in llama.cpp: "'ſt" (long s) is one piece */
         { DS_PRE_QWEN2, "qwen2_ascii_contractions", "'\xc5\xbft", "'\xc5\xbft" },
+        /* qwen35: a combining mark (U+0301) stays with its letter; qwen2 splits it off */
+        { DS_PRE_QWEN35, "qwen35_marks_join", "cafe\xcc\x81 x", "cafe\xcc\x81| x" },
+        { DS_PRE_QWEN2, "qwen2_marks_split", "cafe\xcc\x81 x", "cafe|\xcc\x81| x" },
+        /* llama.cpp's default: punctuation runs, gpt-2, digit runs, then threes */
+        { DS_PRE_DEFAULT, "default_sequence", "Hello, world!! 123456", "Hello|,| world|!!| |123|456" },
+        /* deepseek-llm: U+3000 is whitespace (\s?, before a letter run), not
+         * the "　-。" punctuation range: llama.cpp replaces it by \v first */
+        { DS_PRE_DEEPSEEK_LLM, "deepseek_llm_ideographic_space", "a\xe3\x80\x80" "b", "a|\xe3\x80\x80" "b" },
+        { DS_PRE_DEEPSEEK_LLM, "deepseek_llm_cjk_digits", "\xe4\xbd\xa0\xe5\xa5\xbd 42", "\xe4\xbd\xa0\xe5\xa5\xbd| |42" },
+        /* deepseek-coder: letters, punctuation (P only: "=" is a symbol, left in the gap), single digits */
+        { DS_PRE_DEEPSEEK_CODER, "deepseek_coder_digits", "x = 123;", "x| = |1|2|3|;" },
+        /* starcoder (refact, command-r): digits one by one, then gpt-2 */
+        { DS_PRE_STARCODER, "starcoder_digits", "a 12b", "a| |1|2|b" },
+        /* falcon: punctuation runs first, then gpt-2, then three-digit groups */
+        { DS_PRE_FALCON, "falcon_sequence", "x+=1234", "x|+=|123|4" },
+        /* deepseek-v3: up to three digits, CJK runs, then the main pattern */
+        { DS_PRE_DEEPSEEK3, "deepseek3_sequence", "ab12345\xe4\xbd\xa0.c", "ab|123|45|\xe4\xbd\xa0|.c" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[128], err[DS_ERRLEN];
@@ -428,6 +445,18 @@ static void test_hand_bpe(void) {
     else PASS(name);
     ds_tokenizer_free(t);
 
+    /* a user-defined token is split out even without parse_special (llama.cpp,
+     * Hugging Face tokenizers); a control token is not */
+    const char *extra_u[] = { "<ud>", "<|c|>" };
+    const int32_t types_u[] = { DS_TOKTYPE_USER_DEFINED, DS_TOKTYPE_CONTROL };
+    t = hand_bpe("gpt-2", extra_u, 2, types_u, NULL, 0, err);
+    name = "hand_bpe_user_defined_without_parse_special";
+    int32_t want_u[] = { 'x', 256, 'y', '<', '|', 'c', '|', '>' };
+    if (!t) FAILF(name, "%s", err);
+    else if (!tokenize_eq(t, "x<ud>y<|c|>", want_u, 8, 0, why, sizeof why)) FAILF(name, "%s", why);
+    else PASS(name);
+    ds_tokenizer_free(t);
+
     name = "hand_bpe_missing_byte_token";
     ds_tok_str one = { "a", 1 };
     ds_tok_spec s;
@@ -437,6 +466,65 @@ static void test_hand_bpe(void) {
     if (t || !strstr(err, "byte 0x00")) FAILF(name, "err '%s'", err);
     else PASS(name);
     ds_tokenizer_free(t);
+
+    /* gpt-neox style: no token for 0xc0 and 0xff (bytes valid UTF-8 never has).
+     * Such a byte in the text is U+FFFD's bytes, as llama.cpp reads it. */
+    {
+        uint32_t b2cp[256];
+        ds_gpt2_byte_alphabet(b2cp);
+        ds_tok_str toks[254];
+        char txt[256][4];
+        int n = 0;
+        for (int b = 0; b < 256; b++) {
+            if (b == 0xc0 || b == 0xff) continue;
+            size_t l = ds_utf8_encode(b2cp[b], txt[b]);
+            toks[n++] = (ds_tok_str){ txt[b], l };
+        }
+        ds_tok_spec_init(&s);
+        s.model = "gpt2"; s.pre = "gpt-2"; s.n_vocab = n; s.tokens = toks; s.merges = toks; s.n_merges = 0;
+        name = "hand_bpe_byte_fallback_load";
+        t = ds_tokenizer_from_spec(&s, err, sizeof err);
+        if (!t) FAILF(name, "%s", err);
+        else {
+            PASS(name);
+            /* ids: byte b < 0xc0 has id b; 0xc1..0xfe have id b - 1 */
+            int32_t want_f[] = { 'a', 0xef - 1, 0xbf, 0xbd, 'b', 0xef - 1, 0xbf, 0xbd };
+            name = "hand_bpe_byte_fallback_ufffd";
+            if (!tokenize_eq(t, "a\xc0" "b\xff", want_f, 8, 0, why, sizeof why)) FAILF(name, "%s", why);
+            else PASS(name);
+            ds_tokenizer_free(t);
+        }
+        /* and without the bytes of U+FFFD there is nothing to stand in */
+        for (int k = 0; k < n; k++)
+            if (toks[k].len == 2 && !memcmp(toks[k].ptr, "\xc3\xaf", 2)) toks[k] = (ds_tok_str){ "zz", 2 };  /* 0xef */
+        name = "hand_bpe_byte_fallback_needs_ufffd";
+        t = ds_tokenizer_from_spec(&s, err, sizeof err);
+        if (t || !strstr(err, "U+FFFD")) FAILF(name, "err '%s'", err);
+        else PASS(name);
+        ds_tokenizer_free(t);
+    }
+
+    name = "pre_refused_custom_splitter";
+    ds_pre_kind k;
+    if (ds_pre_lookup("kimi-k2", &k, NULL, NULL) != -2 || ds_pre_lookup("klingon", &k, NULL, NULL) != -1 ||
+        ds_pre_lookup("qwen35", &k, NULL, NULL) || k != DS_PRE_QWEN35 || ds_pre_lookup(NULL, &k, NULL, NULL) ||
+        k != DS_PRE_DEFAULT)
+        FAILF(name, "lookup results");
+    else PASS(name);
+    /* every name compiles */
+    const char *names[256];
+    size_t nn = ds_pre_names(names, 256);
+    int bad = 0;
+    for (size_t i = 0; i < nn && i < 256; i++) {
+        ds_pretok p;
+        if (ds_pre_lookup(names[i], &k, NULL, NULL) || ds_pretok_init(&p, k, err, sizeof err)) {
+            FAILF("pre_all_names_compile", "%s: %s", names[i], err);
+            bad++;
+        } else {
+            ds_pretok_free(&p);
+        }
+    }
+    if (!bad) printf("PASS pre_all_names_compile (%zu names)\n", nn);
 }
 
 /* Cross-check the heap-based merge against the obvious O(n^2) loop on the

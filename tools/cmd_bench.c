@@ -3,7 +3,10 @@
  *   decode      ms per token (and tok/s) of sequential decode;
  *   verify M    forward_batch of M rows (M = 1,2,4,8,16) on top of a prefix,
  *               canonical and fast interleaved rep by rep, and their ratio;
- *   prefill     tok/s of a batched prefill of --prefill-len tokens.
+ *   prefill     tok/s of a batched prefill of --prefill-len tokens (a comma
+ *               list: each length, and its tok/s as a ratio to the first);
+ *   depth       (--decode-at P,...) ms per decode step after a prefix of P
+ *               positions, each as a ratio to the first depth's.
  * A table goes to stdout; --json FILE writes the same numbers as JSON. */
 #include "cli.h"
 #include "model.h"
@@ -20,6 +23,26 @@ void cmd_bench_profile(ds_ctx *c, const char *drafter_path, const int32_t *toks,
 
 #define N_WIDTHS 5
 static const int k_widths[N_WIDTHS] = { 1, 2, 4, 8, 16 };
+#define MAX_LIST 8
+
+/* "A,B,C" -> up to MAX_LIST integers in [lo, hi], each checked (one line, exit 2) */
+static int parse_list(const char *C, const char *flag, const char *s, long lo, long hi, long *out) {
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        char item[32];
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == 0 || len >= sizeof item) cli_die(C, "%s expects a comma-separated list of integers, got '%s'", flag, s);
+        if (n == MAX_LIST) cli_die(C, "%s takes at most %d values", flag, MAX_LIST);
+        memcpy(item, p, len);
+        item[len] = 0;
+        out[n++] = cli_int(C, flag, item, lo, hi);
+        if (!e) break;
+        p = e + 1;
+    }
+    return n;
+}
 
 /* Memory at the end of a run: the process's peak resident set (Linux
  * /proc; -1 elsewhere) and, on a device with its own memory, the device
@@ -49,13 +72,18 @@ int cmd_bench(int argc, char **argv) {
     const char *C = "bench";
     const char *json = NULL, *drafter_path = NULL;
     int profile = 0;
-    long reps = 5, prefix = 64, n_decode = 32, prefill_len = 128;
+    long reps = 5, prefix = 64, n_decode = 32, prefill_lens[MAX_LIST] = { 128 }, depths[MAX_LIST];
+    int n_prefill = 1, n_depth = 0;
     cli_model_flags mf;
     cli_model_flags_init(&mf);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: dspark bench -m MODEL.gguf [-t N] [--reps N] [--prefix N] [--decode N] [--prefill-len N] [--json FILE|-]\n"
+            printf("usage: dspark bench -m MODEL.gguf [-t N] [--reps N] [--prefix N] [--decode N] [--prefill-len N[,N..]]\n"
+                   "       [--decode-at P[,P..]] [--json FILE|-]\n"
+                   "  --prefill-len   batched prefill lengths (the first is the headline figure)\n"
+                   "  --decode-at     decode steps after prefixes of P positions (decode at depth),\n"
+                   "                  each as a ratio to the first\n"
                    "  -c is not used: the context is sized from --prefix/--decode/--prefill-len;\n"
                    "  --kernels does not apply: canonical and fast are both measured.\n"
                    "       dspark bench -m MODEL.gguf --profile [-md DRAFTER.gguf] [-t N] [--reps N] [--prefix N]\n"
@@ -69,7 +97,8 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--reps")) reps = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1000);
         else if (!strcmp(a, "--prefix")) prefix = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--decode")) n_decode = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
-        else if (!strcmp(a, "--prefill-len")) prefill_len = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
+        else if (!strcmp(a, "--prefill-len")) n_prefill = parse_list(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16, prefill_lens);
+        else if (!strcmp(a, "--decode-at")) n_depth = parse_list(C, a, cli_value(C, argc, argv, &i), 1, 1 << 20, depths);
         else if (!strcmp(a, "--json")) json = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--profile")) profile = 1;
         else if (!strcmp(a, "--profile-round")) profile = 2;
@@ -86,29 +115,33 @@ int cmd_bench(int argc, char **argv) {
         if (ds_out_check_inputs(json, &model_path, 1, e, sizeof e)) cli_die(C, "%s", e);
     }
     if (drafter_path && !profile) cli_die(C, "-md is only used with --profile");
+    if (profile && (n_depth || n_prefill > 1)) cli_die(C, "--decode-at and a --prefill-len list do not apply to --profile");
+    long prefill_len = prefill_lens[0];
     if (profile == 2 && !drafter_path) cli_die(C, "--profile-round needs -md DRAFTER.gguf");
     char err[DS_ERRLEN];
     ds_model *m = ds_model_load_on(model_path, mf.device, err, sizeof err);
     if (!m) cli_die(C, "%s: %s", model_path, err);
     long need = prefix + n_decode + 16;
-    if (prefill_len > need) need = prefill_len;
-    if (m->hp.n_ctx_train > 0 && need > m->hp.n_ctx_train) { ds_model_free(m); cli_die(C, "--prefix/--decode/--prefill-len need %ld positions, the model has %d", need, m->hp.n_ctx_train); }
+    for (int k = 0; k < n_prefill; k++) if (prefill_lens[k] > need) need = prefill_lens[k];
+    for (int k = 0; k < n_depth; k++) if (depths[k] + n_decode + 16 > need) need = depths[k] + n_decode + 16;
+    if (m->hp.n_ctx_train > 0 && need > m->hp.n_ctx_train) { ds_model_free(m); cli_die(C, "--prefix/--decode/--prefill-len/--decode-at need %ld positions, the model has %d", need, m->hp.n_ctx_train); }
     ds_ctx *c = ds_ctx_new(m, (int)need, (int)n_threads, err, sizeof err);
     if (!c) { ds_model_free(m); cli_die(C, "%s", err); }
     const int V = m->hp.n_vocab;
     int32_t *toks = malloc((size_t)need * sizeof(int32_t));
     float *logits = malloc((size_t)16 * V * sizeof(float));
-    double *t_dec = malloc((size_t)reps * sizeof(double)), *t_pre = malloc((size_t)reps * sizeof(double));
+    double *t_dec = malloc((size_t)reps * sizeof(double)), *t_pre = malloc((size_t)reps * MAX_LIST * sizeof(double));
+    double *t_dep = malloc((size_t)reps * MAX_LIST * sizeof(double));
     double *t_ver[2][N_WIDTHS];
     for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) t_ver[v][w] = malloc((size_t)reps * sizeof(double));
-    if (!toks || !logits || !t_dec || !t_pre) cli_die(C, "out of memory");
+    if (!toks || !logits || !t_dec || !t_pre || !t_dep) cli_die(C, "out of memory");
     for (long i = 0; i < need; i++) toks[i] = (int32_t)((i * 7919 + 13) % V);   /* fixed pseudo-text */
     if (profile) {
         printf("model=%s weights=%s params=%llu threads=%ld simd=%s\n", model_path, ds_type_name(m->weight_type),
                (unsigned long long)m->n_params, n_threads, ds_simd_path());
         cmd_bench_profile(c, drafter_path, toks, (int)prefix, reps, logits, profile == 2);
         for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) free(t_ver[v][w]);
-        free(t_dec); free(t_pre); free(toks); free(logits);
+        free(t_dec); free(t_pre); free(t_dep); free(toks); free(logits);
         ds_ctx_free(c);
         ds_model_free(m);
         return 0;
@@ -137,17 +170,31 @@ int cmd_bench(int argc, char **argv) {
                 CHECK(ds_forward_batch(c, toks + prefix, k_widths[w], (int)prefix, DS_LOGITS_ALL, logits, NULL, err, sizeof err));
                 t_ver[v][w][r] = cli_now() - t0;
             }
-        /* prefill */
+        /* prefill, each length */
         ds_ctx_set_kernels(c, &(canon));
-        ds_kv_truncate(c, 0);
-        t0 = cli_now();
-        CHECK(ds_forward_batch(c, toks, (int)prefill_len, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
-        t_pre[r] = cli_now() - t0;
+        for (int k = 0; k < n_prefill; k++) {
+            ds_kv_truncate(c, 0);
+            t0 = cli_now();
+            CHECK(ds_forward_batch(c, toks, (int)prefill_lens[k], 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
+            t_pre[k * reps + r] = cli_now() - t0;
+        }
+        /* decode at depth: n_decode steps after a prefix of depths[k] (untimed) */
+        for (int k = 0; k < n_depth; k++) {
+            ds_kv_truncate(c, 0);
+            CHECK(ds_forward_batch(c, toks, (int)depths[k], 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
+            t0 = cli_now();
+            for (long i = 0; i < n_decode; i++)
+                CHECK(ds_decode(c, toks[depths[k] + i], (int)(depths[k] + i), logits, NULL, err, sizeof err));
+            t_dep[k * reps + r] = (cli_now() - t0) / (double)n_decode;
+        }
         ds_kv_truncate(c, 0);
         CHECK(ds_forward_batch(c, toks, (int)prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
     }
 #undef CHECK
-    double dec = cli_median(t_dec, (int)reps), pre = cli_median(t_pre, (int)reps), ver[2][N_WIDTHS];
+    double dec = cli_median(t_dec, (int)reps), pres[MAX_LIST], deps[MAX_LIST], ver[2][N_WIDTHS];
+    for (int k = 0; k < n_prefill; k++) pres[k] = cli_median(t_pre + k * reps, (int)reps);
+    for (int k = 0; k < n_depth; k++) deps[k] = cli_median(t_dep + k * reps, (int)reps);
+    const double pre = pres[0];
     for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) ver[v][w] = cli_median(t_ver[v][w], (int)reps);
 
     printf("model=%s arch=%s weights=%s params=%llu threads=%ld simd=%s reps=%ld prefix=%ld\n", model_path,
@@ -155,6 +202,12 @@ int cmd_bench(int argc, char **argv) {
            ds_simd_path(), reps, prefix);
     printf("decode: %.3f ms/token  %.1f tok/s\n", dec * 1e3, 1.0 / dec);
     printf("prefill(%ld): %.1f tok/s (canonical)\n", prefill_len, (double)prefill_len / pre);
+    for (int k = 1; k < n_prefill; k++)
+        printf("prefill(%ld): %.1f tok/s (canonical), %.3fx prefill(%ld)'s rate\n", prefill_lens[k],
+               (double)prefill_lens[k] / pres[k], ((double)prefill_lens[k] / pres[k]) / ((double)prefill_len / pre), prefill_len);
+    for (int k = 0; k < n_depth; k++)
+        printf("decode_at(%ld): %.3f ms/token  %.1f tok/s  %.3fx the step at %ld\n", depths[k], deps[k] * 1e3, 1.0 / deps[k],
+               deps[k] / deps[0], depths[0]);
     printf("%-4s %14s %14s %16s %18s\n", "M", "canonical_ms", "fast_ms", "canonical/fast", "canonical/decode");
     for (int w = 0; w < N_WIDTHS; w++)
         printf("%-4d %14.3f %14.3f %16.3f %18.3f\n", k_widths[w], ver[0][w] * 1e3, ver[1][w] * 1e3, ver[0][w] / ver[1][w], ver[0][w] / dec);
@@ -177,6 +230,20 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(root, "decode_tok_s", 1.0 / dec);
         cJSON_AddNumberToObject(root, "prefill_len", (double)prefill_len);
         cJSON_AddNumberToObject(root, "prefill_tok_s", (double)prefill_len / pre);
+        cJSON *pj = cJSON_AddArrayToObject(root, "prefill"), *dj = cJSON_AddArrayToObject(root, "decode_at");
+        for (int k = 0; k < n_prefill; k++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "len", (double)prefill_lens[k]);
+            cJSON_AddNumberToObject(o, "tok_s", (double)prefill_lens[k] / pres[k]);
+            cJSON_AddItemToArray(pj, o);
+        }
+        for (int k = 0; k < n_depth; k++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "pos", (double)depths[k]);
+            cJSON_AddNumberToObject(o, "ms", deps[k] * 1e3);
+            cJSON_AddNumberToObject(o, "over_first", deps[k] / deps[0]);
+            cJSON_AddItemToArray(dj, o);
+        }
         cJSON_AddNumberToObject(root, "peak_rss_mib", rss_mib);
         if (dev_mib >= 0) cJSON_AddNumberToObject(root, "device_used_mib", dev_mib);
         for (int w = 0; w < N_WIDTHS; w++) {
@@ -198,7 +265,7 @@ int cmd_bench(int argc, char **argv) {
         cli_out_commit(C, o);
     }
     for (int v = 0; v < 2; v++) for (int w = 0; w < N_WIDTHS; w++) free(t_ver[v][w]);
-    free(t_dec); free(t_pre); free(toks); free(logits);
+    free(t_dec); free(t_pre); free(t_dep); free(toks); free(logits);
     ds_ctx_free(c);
     ds_model_free(m);
     return 0;

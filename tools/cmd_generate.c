@@ -8,6 +8,7 @@
  * family is canonical (direct commit) or with any kernels (replay commit). */
 #include "cli.h"
 #include "drafter.h"
+#include "oracle.h"
 #include "generate.h"
 #include "model.h"
 #include "outfile.h"
@@ -93,6 +94,12 @@ static void usage(void) {
            "                    the two apart; same tokens)\n"
            "  --dump-block FILE one line per round: the full drafted block, confidences,\n"
            "                    verify width, accepted count (needs --draft-max = gamma)\n"
+           "  --oracle-accept SPEC  the oracle-acceptance benchmark: a plain run first (its\n"
+           "                    tokens and tok/s), then the speculative run with the drafter\n"
+           "                    network run for its cost but its proposals replaced by the plain\n"
+           "                    continuation, right for as many slots as SPEC says: FILE (a\n"
+           "                    recorded pattern replayed round by round: --dump-block output or\n"
+           "                    one count per line) or rate:R (each slot right with probability R)\n"
            "  --dump-logits FILE raw f32 logits (plain mode): the prefill's last row, then\n"
            "                    each greedy decode step's row, n_vocab floats each\n"
            "The text goes to stdout; one key=value stats line goes to stderr after it.\n");
@@ -125,11 +132,14 @@ typedef struct {
     ds_drafter *dr;
     ds_dctx *keep;              /* --warmup: the drafter context both runs use */
     double *sps;
+    int32_t *ref;               /* --oracle-accept: the plain run's tokens */
+    ds_oracle orc;
     ds_outfile *dump;
 } res_t;
 
 static void res_free(res_t *r) {
-    free(r->out); free(r->toks); free(r->file_buf); free(r->sps);
+    free(r->out); free(r->toks); free(r->file_buf); free(r->sps); free(r->ref);
+    ds_oracle_free(&r->orc);
     ds_out_abort(r->dump);      /* on an error path: remove the temp file */
     ds_dctx_free(r->keep);      /* before the drafter and the context it uses */
     if (r->dr) ds_drafter_free(r->dr);
@@ -152,7 +162,7 @@ static void die_free(res_t *r, const char *fmt, ...) {
 int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
     const char *prompt_file = NULL, *draft_path = NULL;
-    const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL, *logits_path = NULL;
+    const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL, *logits_path = NULL, *oracle_s = NULL;
     uint64_t seed = 0;
     long n_predict = 128, top_k = 0, draft_max = 0, draft_min = 0, parallel = 1;
     int draft_wait = 0, warmup = 0;
@@ -160,6 +170,7 @@ int cmd_generate(int argc, char **argv) {
     float temp = 0.0f, top_p = 1.0f, min_p = 0.0f, p_min = 0.0f;
     ds_commit_mode commit = DS_COMMIT_DIRECT;
     ds_prefill_mode prefill = DS_PREFILL_BATCH;
+    char err0[DS_ERRLEN];
     cli_model_flags mf;
     cli_model_flags_init(&mf);
     const char *spec_flag = NULL;     /* first speculative-only flag seen */
@@ -213,6 +224,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--dump-logits")) logits_path = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--dump-block")) { spec_flag = spec_flag ? spec_flag : a; dump_path = cli_value(C, argc, argv, &i); }
         else if (!strcmp(a, "--draft-wait")) { spec_flag = spec_flag ? spec_flag : a; draft_wait = 1; }
+        else if (!strcmp(a, "--oracle-accept")) { spec_flag = spec_flag ? spec_flag : a; oracle_s = cli_value(C, argc, argv, &i); }
         else if (!strcmp(a, "--warmup")) warmup = 1;
         else if (!strcmp(a, "--commit")) {
             spec_flag = spec_flag ? spec_flag : a;
@@ -261,16 +273,17 @@ int cmd_generate(int argc, char **argv) {
     if (draft_min > 0 && draft_max > 0 && draft_min > draft_max)
         cli_die(C, "--draft-min %ld exceeds --draft-max %ld", draft_min, draft_max);
     /* an output must not be one of the inputs (it would truncate them) */
-    const char *inputs[] = { model_path, draft_path, prompt_file, sps_path };
+    const char *inputs[] = { model_path, draft_path, prompt_file, sps_path, oracle_s };
     const char *outputs[] = { dump_path, logits_path };
     for (int k = 0; k < 2; k++) {
         char e[DS_ERRLEN];
-        if (outputs[k] && ds_out_check_inputs(outputs[k], inputs, 4, e, sizeof e)) cli_die(C, "%s", e);
+        if (outputs[k] && ds_out_check_inputs(outputs[k], inputs, oracle_s ? 5 : 4, e, sizeof e)) cli_die(C, "%s", e);
     }
     if (dump_path && logits_path) cli_die(C, "--dump-logits is for plain mode and --dump-block for speculative mode");
     if (warmup && logits_path) cli_die(C, "--warmup times a generation; --dump-logits writes logits and times nothing");
 
     res_t R = { 0 };
+    if (oracle_s && ds_oracle_parse(&R.orc, oracle_s, err0, sizeof err0)) cli_die(C, "%s", err0);
     size_t prompt_len = 0;
     if (prompt_file) prompt = R.file_buf = cli_read_file(C, prompt_file, &prompt_len);
     else prompt_len = strlen(prompt);
@@ -404,6 +417,23 @@ int cmd_generate(int argc, char **argv) {
         o.user = &pr;
         ds_spec_stats st;
         rc = 0;
+        ds_gen_stats pst;             /* --oracle-accept: the plain reference run */
+        memset(&pst, 0, sizeof pst);
+        if (oracle_s) {
+            R.ref = malloc((size_t)n_predict * sizeof(int32_t));
+            if (!R.ref) die_free(&R, "out of memory");
+            ds_gen_opts po = { (int)n_predict, prefill, 1, NULL, NULL };
+            if (warmup) rc = ds_generate(ctx, R.toks, (int)n_toks, &po, &samp, R.ref, &pst, err, sizeof err);
+            if (rc == 0) rc = ds_generate(ctx, R.toks, (int)n_toks, &po, &samp, R.ref, &pst, err, sizeof err);
+            if (rc) die_free(&R, "--oracle-accept: the plain reference run: %s", err);
+            R.orc.ref = R.ref;
+            R.orc.n_ref = pst.n_gen;
+            R.orc.n_prompt = (int)n_toks;
+            R.orc.n_vocab = m->hp.n_vocab;
+            R.orc.after_end = !strcmp(pst.stop, "eog") && ds_tokenizer_eos(m->tok) >= 0 ? ds_tokenizer_eos(m->tok) : 0;
+            o.draft_override = ds_oracle_draft;
+            o.override_user = &R.orc;
+        }
         if (warmup) {                 /* the same generation, nothing printed; the
                                        * drafter context (its graphs) is kept */
             ds_spec_opts ow = o;
@@ -413,6 +443,7 @@ int cmd_generate(int argc, char **argv) {
             rc = ds_spec_generate(ctx, R.dr, R.toks, (int)n_toks, &ow, R.out, &st, err, sizeof err);
         }
         if (R.dump) { o.on_round = dump_round; o.round_user = ds_out_fp(R.dump); }
+        R.orc.round = R.orc.planned = 0;          /* the timed run replays the pattern from its start */
         if (rc == 0) rc = ds_spec_generate(ctx, R.dr, R.toks, (int)n_toks, &o, R.out, &st, err, sizeof err);
         if (rc == 0 && R.dump) {      /* the dump is complete: make it visible (or fail) before the stats */
             char e[DS_ERRLEN];
@@ -422,7 +453,21 @@ int cmd_generate(int argc, char **argv) {
         }
         if (rc == 0 && !pr.failed) {
             end_text(&pr);
-            fprintf(stderr, "mode=spec commit=%s kernels=%s sched=%s gamma=%d draft_max=%d temp=%g n_prompt=%d n_gen=%d stop=%s "
+            if (oracle_s) {
+                const double ptok = pst.t_decode > 0 && pst.n_gen > 1 ? (pst.n_gen - 1) / pst.t_decode : 0.0;
+                const int same = pst.n_gen == st.n_gen && !memcmp(R.ref, R.out, (size_t)st.n_gen * sizeof(int32_t));
+                fprintf(stderr, "oracle-acceptance benchmark: the drafter network ran every round for its cost; its "
+                        "proposals were replaced by the plain run's continuation, right for the slots %s gives "
+                        "(acceptance is the pattern's, not this drafter's)\n", R.orc.label);
+                fprintf(stderr, "mode=plain oracle_reference=1 n_prompt=%d n_gen=%d stop=%s prefill_s=%.4f decode_s=%.4f decode_tok_s=%.1f\n",
+                        pst.n_prompt, pst.n_gen, pst.stop, pst.t_prefill, pst.t_decode, ptok);
+                fprintf(stderr, "mode=spec-oracle oracle=%s pattern_mean_accepted=%.4f planned_accepted=%ld text_equal_plain=%d "
+                        "plain_tok_s=%.1f speedup_vs_plain=%.3f ", R.orc.label, ds_oracle_mean(&R.orc, st.draft_max),
+                        R.orc.planned, same, ptok, ptok > 0 ? st.tok_s / ptok : 0.0);
+            } else {
+                fprintf(stderr, "mode=spec ");
+            }
+            fprintf(stderr, "commit=%s kernels=%s sched=%s gamma=%d draft_max=%d temp=%g n_prompt=%d n_gen=%d stop=%s "
                     "rounds=%d drafted=%ld accepted=%ld mean_accepted_len=%.4f accept_hist=",
                     ds_commit_name(commit), kbuf, ds_sched_name(sched), st.gamma, st.draft_max, temp, st.n_prompt, st.n_gen,
                     st.stop, st.rounds, st.drafted, st.accepted, st.mean_accepted_len);

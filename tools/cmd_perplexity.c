@@ -10,6 +10,7 @@
  * figure is directly comparable with `llama-perplexity -c N`. */
 #include "cli.h"
 #include "model.h"
+#include "kernels/dsmath.h"   /* ds_exp, ds_log: the same figure with every C library */
 
 #include <math.h>
 #include <stdlib.h>
@@ -21,7 +22,7 @@
 static void progress(long ch, long n, double nll, long scored, double elapsed) {
     double eta = ch > 0 ? elapsed / (double)ch * (double)(n - ch) : 0.0;
     fprintf(stderr, "\rperplexity: chunk %ld/%ld running_ppl=%.4f elapsed=%.0fs eta=%.0fs   ", ch, n,
-            scored ? exp(nll / scored) : 0.0, elapsed, eta);
+            scored ? ds_exp(nll / scored) : 0.0, elapsed, eta);
     if (ch == n) fputc('\n', stderr);
     fflush(stderr);
 }
@@ -111,17 +112,17 @@ int cmd_perplexity(int argc, char **argv) {
             double mx = l[0];
             for (int v = 1; v < V; v++) if (l[v] > mx) mx = l[v];
             double s = 0.0;
-            for (int v = 0; v < V; v++) s += exp((double)l[v] - mx);
-            chunk_nll += mx + log(s) - (double)l[w[t + 1]];
+            for (int v = 0; v < V; v++) s += ds_exp((double)l[v] - mx);
+            chunk_nll += mx + ds_log(s) - (double)l[w[t + 1]];
         }
         nll += chunk_nll;
         scored += n_ctx - 1 - first;
-        if (verbose) fprintf(stderr, "chunk=%ld nll=%.6f running_ppl=%.4f\n", ch, chunk_nll / (double)(n_ctx - 1 - first), exp(nll / scored));
+        if (verbose) fprintf(stderr, "chunk=%ld nll=%.6f running_ppl=%.4f\n", ch, chunk_nll / (double)(n_ctx - 1 - first), ds_exp(nll / scored));
         if (tty) progress(ch + 1, n_chunks, nll, scored, cli_now() - t0);
     }
     double dt = cli_now() - t0;
     printf("ppl=%.6g mean_nll=%.8f n_chunks=%ld n_ctx=%ld%s n_scored=%ld n_tokens_file=%zu seconds=%.2f tok_s=%.1f\n",
-           exp(nll / scored), nll / scored, n_chunks, n_ctx, llamacpp ? " convention=llamacpp" : "", scored, n_toks, dt, (double)n_chunks * n_ctx / dt);
+           ds_exp(nll / scored), nll / scored, n_chunks, n_ctx, llamacpp ? " convention=llamacpp" : "", scored, n_toks, dt, (double)n_chunks * n_ctx / dt);
     free(logits); free(toks);
     ds_ctx_free(ctx);
     ds_model_free(m);

@@ -73,26 +73,31 @@ typedef struct {
     int64_t     n_out;     /* N: rows                                    */
     const void *data;      /* n_out rows, each ds_row_bytes(type, n_in)  */
     /* Backend-private, made once at load by the backend's prepare_weight
-     * (backend.h), NULL when none: on the CPU, Q8_0 weights pre-repacked by
-     * ds_q8_0_pack into the AVX512-VNNI tile layout (64-byte aligned; the
-     * canonical Q8_0 kernel reads it instead of repacking per call, with
-     * bit-identical results, matmul_q8_0.c); on CUDA, the device copy.
+     * (backend.h), NULL when none: on the CPU, weights pre-packed by
+     * ds_weight_pack into the tile layout of the SIMD level (64-byte
+     * aligned; the canonical kernels read it instead of repacking per call,
+     * with bit-identical results, matmul_q8_0.c); on CUDA, the device copy.
      * data stays required on the host (embedding rows, other levels). */
     const void *extra;
 } ds_weight;
 
-/* Pre-packing of Q8_0 weights for the AVX512-VNNI canonical tile
- * (matmul_q8_0.c). ds_q8_0_packed_bytes: the bytes ds_q8_0_pack writes for
- * W, or 0 when packing is not used (W not Q8_0, empty, or the run-time SIMD
- * level is not AVX-512 with VNNI) — then leave W->packed NULL.
- * ds_q8_0_pack: writes that layout into dst (64-byte aligned, at least
- * ds_q8_0_packed_bytes(W) bytes); returns 0, or -1 if packing is not used. */
-size_t ds_q8_0_packed_bytes(const ds_weight *W);
-int    ds_q8_0_pack(const ds_weight *W, void *dst);
-/* Row `row` of a weight packed by ds_q8_0_pack (W->extra set), converted to
- * f32 from the packed copy alone: bit for bit ds_row_to_f32 of the original
- * row, so the original may be paged out once packed. */
-void   ds_q8_0_packed_row(const ds_weight *W, int64_t row, float *out);
+/* Pre-packed weights: a CPU-private copy of a matmul weight in the layout the
+ * canonical tile of the run-time SIMD level reads (matmul_q8_0.c: Q8_0 in
+ * 16-row AVX512-VNNI tiles or 8-row AVX2 / NEON tiles), made once at load by
+ * the CPU backend's prepare_weight and kept in W->extra; the kernels read it
+ * instead of repacking per call, with bit-identical results.
+ * ds_weight_pack_bytes: the bytes ds_weight_pack writes for W, or 0 when
+ * packing is not used (type, shape or level without a packed layout) — then
+ * leave W->extra NULL. ds_weight_pack: writes it into dst (64-byte aligned,
+ * ds_weight_pack_bytes(W) bytes); returns 0, or -1 if packing is not used.
+ * ds_weight_is_packed: W->extra is such a copy. */
+size_t ds_weight_pack_bytes(const ds_weight *W);
+int    ds_weight_pack(const ds_weight *W, void *dst);
+int    ds_weight_is_packed(const ds_weight *W);
+/* Row `row` of a packed weight converted to f32 from the packed copy alone:
+ * bit for bit ds_row_to_f32 of the original row, so the original may be
+ * paged out once packed (a tied head's embedding lookup reads this). */
+void   ds_weight_packed_row(const ds_weight *W, int64_t row, float *out);
 
 /* Dequantize/convert one row of n elements of any supported type to f32. */
 void ds_row_to_f32(uint32_t type, const void *row, int64_t n, float *out);
@@ -149,6 +154,25 @@ typedef struct {
 void ds_attention(ds_variant v, const ds_attn_shape *s, int M, int pos0, int causal, int n_kv,
                   const float *q, const float *kcache, const float *vcache, float *out,
                   ds_pool *pool);
+/* The same over rows of several sequences whose KV rows live in pages
+ * (kvpool.h): row m attends positions [0, n_vis[m]) of sequence seq[m],
+ * position j at row j % page of page tables[seq[m] * max_pages + j / page],
+ * a page's rows page_stride floats after the previous page's (kcache,
+ * vcache: page 0 of this layer). tables NULL: one contiguous cache (position
+ * j at row j, seq unused). page is a multiple of 16. A row's result is the
+ * contiguous call's bits for the same rows: the arithmetic walks positions
+ * in the same 64-position chunks; only the addresses change. */
+typedef struct ds_attn_rows {
+    const int32_t *n_vis;      /* [M] (NULL: pos[m] + 1)                */
+    const int32_t *pos;        /* [M] (read only when n_vis is NULL)    */
+    const int32_t *seq;        /* [M] (NULL: every row sequence 0)      */
+    const int32_t *tables;     /* [n_seq][max_pages] or NULL            */
+    int     max_pages, page;
+    int64_t page_stride;       /* floats                               */
+} ds_attn_rows;
+void ds_attention_rows(ds_variant v, const ds_attn_shape *s, int M, const ds_attn_rows *r,
+                       const float *q, const float *kcache, const float *vcache, float *out,
+                       ds_pool *pool);
 
 /* ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * w, per row of n ------------
  * Used for layer norms (rows = tokens) and QK-norm (rows = tokens x heads). */
@@ -173,6 +197,15 @@ void ds_rope_cached(int rows, int n_heads, int head_dim, const int *pos, float f
 /* ---- SwiGLU: out = silu(gate) * up, elementwise over rows x n ------------ */
 void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up, float *out,
                ds_pool *pool);
+
+/* ---- MoE router (moe_route.c): per row, softmax over n_expert router
+ * logits, the k largest probabilities (ties to the lower expert, NaN last)
+ * and their weights, renormalised to sum 1 when norm. ids / weights: rows x k.
+ * scratch: n_expert floats. Decode is canonical at rows = 1; a row's experts
+ * and weights depend on its logits alone. 0, or -1 on bad sizes. The family
+ * joins the kernel sets (--fast moe_route) with the qwen3moe forward. */
+int ds_moe_route(ds_variant v, int rows, int n_expert, int k, int norm, const float *logits, float *scratch,
+                 int32_t *ids, float *weights);
 
 /* ---- residual epilogue: x += y (rows x n), then, if w != NULL,
  * xnorm = rmsnorm(x, w, eps) (the next sub-block's norm).

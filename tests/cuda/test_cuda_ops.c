@@ -5,8 +5,8 @@
  *     attention at start positions on both sides of the 64-key chunk
  *     boundaries, causal and not;
  *   - CUDA canonical vs CPU canonical: memcmp where the bits are claimed
- *     identical (matmul F32/F16/BF16/Q8_0, rmsnorm, residual, rope below the
- *     table's end, embed, argmax), else within atol 1e-3 / rtol 1e-2 with
+ *     identical (matmul F32/F16/BF16/Q8_0, rmsnorm, residual, rope at every
+ *     position, embed, argmax), else within atol 1e-3 / rtol 1e-2 with
  *     the largest error printed (attention and swiglu while the CPU calls
  *     libm expf: see kernels/dsmath.h; identical once it calls ds_expf —
  *     the test finds out which by asking the CPU's swiglu);
@@ -15,12 +15,20 @@
  *     position with the bytes of direct execution.
  * Prints "N passed, N failed". Without a usable GPU it says so and exits 0.
  *
+ * Batches on the tensor cores (test_matmul_mma, test_kq_mma, issue 22):
+ * Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K at 45 widths over M = 1..2048 ==
+ * the CPU's canonical rows bit for bit under every backend configuration
+ * that changes the kernel (chosen tiles, each tile height forced, the
+ * streaming GEMV, the GEMV alone), the K types' malformed blocks too.
+ *
  * The kquant types (test_kq): Q4_K, Q5_K, Q6_K, Q4_0, Q5_0 the same way
  * (CUDA canonical == CPU canonical bit for bit), also on malformed and
  * extreme blocks (NaN / inf / subnormal / negative scales, zero and NaN
  * activation blocks); their embed rows; Q4_1 / Q5_1 refused.
  *
- * --bench: the kernel benchmark (medians of 25 CUDA-event timings): matmul
+ * --bench: the kernel benchmark (medians of 25 CUDA-event timings): the
+ * tensor-core batches against the GEMV at M = 1..2048 (bench_mma; alone
+ * with --bench-only mma), matmul
  * at the Qwen3-8B and Qwen3-0.6B shapes, F16, Q8_0, Q4_K and Q6_K, M = 1, 2, 4, 8, 16,
  * canonical and fast, achieved GB/s of weight bytes; attention at 512 and
  * 4096 keys; the elementwise families. */
@@ -102,6 +110,29 @@ static double rel_err(const float *a, const float *b, size_t n) {
         den += (double)b[k] * b[k];
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* A second backend (and execution context) in bt, started under
+ * DSPARK_CUDA_MMA / DSPARK_CUDA_OFF set as c says: the backend configurations
+ * that change which matmul kernel runs (the variables are read at start). */
+typedef struct { const char *name, *mma, *off, *on; } mma_conf;
+
+static int mma_backend(T *bt, const mma_conf *c, char *err, size_t errlen) {
+    if (c->mma) setenv("DSPARK_CUDA_MMA", c->mma, 1); else unsetenv("DSPARK_CUDA_MMA");
+    if (c->off) setenv("DSPARK_CUDA_OFF", c->off, 1); else unsetenv("DSPARK_CUDA_OFF");
+    const char *on0 = getenv("DSPARK_CUDA_ON");
+    char on[128];
+    snprintf(on, sizeof on, "%s%s%s", on0 ? on0 : "", on0 && c->on ? "," : "", c->on ? c->on : "");
+    setenv("DSPARK_CUDA_ON", on, 1);
+    bt->be = ds_backend_cuda_new(err, errlen);
+    unsetenv("DSPARK_CUDA_MMA");
+    unsetenv("DSPARK_CUDA_OFF");
+    if (on0) setenv("DSPARK_CUDA_ON", on0, 1); else unsetenv("DSPARK_CUDA_ON");
+    if (!bt->be) return -1;
+    bt->i = bt->be->i;
+    bt->ex = bt->i->exec_new(bt->be, 1, err, errlen);
+    if (!bt->ex) { bt->i->destroy(bt->be); return -1; }
+    return 0;
 }
 
 /* ==========================================================================
@@ -236,8 +267,17 @@ static size_t kq_scale_offsets(uint32_t type, size_t *dmin, int *has_min) {
     default: return offsetof(ds_block_q5_0, d);
     }
 }
+/* the malformed/extreme weights below (rows 0..7) and activations (rows 3,
+ * 5..8 of every 16) for a K-quant type; both malloc'd */
+static void kq_blocks_make(T *t, uint32_t type, int64_t N, int64_t K, int MM, uint8_t **wdp, float **xp);
 static void test_matmul_kq_blocks(T *t, uint32_t type, int64_t N, int64_t K) {
-    const int MM = 16;
+    uint8_t *wd;
+    float *x;
+    kq_blocks_make(t, type, N, K, 16, &wd, &x);
+    matmul_check(t, "blocks", type, N, K, wd, x, 0);
+    free(wd); free(x);
+}
+static void kq_blocks_make(T *t, uint32_t type, int64_t N, int64_t K, int MM, uint8_t **wdp, float **xp) {
     int ok;
     const uint64_t rb = ds_row_bytes(type, (uint64_t)K, &ok), bb = ds_type_block_bytes(type);
     const int64_t nb = K / (int64_t)ds_type_block_elems(type);
@@ -266,18 +306,41 @@ static void test_matmul_kq_blocks(T *t, uint32_t type, int64_t N, int64_t K) {
             if (has_min) memcpy(blk + om, &mv, 2);
         }
     float *x = rnd(t, (size_t)(MM * K), 2.0f);
-    for (int64_t k = 0; k < K; k += 7) x[3 * K + k] *= 100.0f;
-    for (int64_t k = 0; k < 256 && k < K; k++) x[5 * K + k] = 0.0f;
-    x[6 * K + 10] = -50.0f; x[6 * K + 20] = 50.0f;
-    x[7 * K + 3] = NAN; x[7 * K + K - 1] = INFINITY;
-    for (int64_t k = 0; k < 32; k++) x[8 * K + k] = 1e-40f * (float)(k - 16);
-    matmul_check(t, "blocks", type, N, K, wd, x, 0);
-    free(wd); free(x);
+    for (int r0 = 0; r0 + 16 <= MM; r0 += 16) {
+        float *xr = x + (size_t)r0 * K;
+        for (int64_t k = 0; k < K; k += 7) xr[3 * K + k] *= 100.0f;
+        for (int64_t k = 0; k < 256 && k < K; k++) xr[5 * K + k] = 0.0f;
+        xr[6 * K + 10] = -50.0f; xr[6 * K + 20] = 50.0f;
+        xr[7 * K + 3] = NAN; xr[7 * K + K - 1] = INFINITY;
+        for (int64_t k = 0; k < 32; k++) xr[8 * K + k] = 1e-40f * (float)(k - 16);
+    }
+    *wdp = wd;
+    *xp = x;
 }
+
 
 /* ==========================================================================
  * attention
  * ========================================================================== */
+/* The rows of a call on one contiguous cache of `cap` positions of `row`
+ * floats: positions at dpos, visible lengths at dnvis (NULL: causal), and an
+ * identity page table (page i = positions 16i..16i+15), so the cache rows
+ * are where a contiguous cache has them. The caller frees .tables. */
+static ds_rows flat_rows(T *t, const int *dpos, const int32_t *dnvis, int cap, int row) {
+    const int np = (cap + DS_KV_PAGE - 1) / DS_KV_PAGE;
+    int32_t *tab = malloc((size_t)np * sizeof *tab);
+    for (int i = 0; i < np; i++) tab[i] = i;
+    int32_t *dt = dput(t, tab, (size_t)np * sizeof *tab);
+    free(tab);
+    return (ds_rows){.pos = dpos, .n_vis = dnvis, .tables = dt, .max_pages = np, .page = DS_KV_PAGE,
+                     .page_stride = (int64_t)DS_KV_PAGE * row};
+}
+static ds_rows row_of(const ds_rows *r, const int *dpos_m) {
+    ds_rows o = *r;
+    o.pos = dpos_m;
+    return o;
+}
+
 /* long = 1: rows past 16 chunks (1024 positions), where the kernel gives each
  * chunk its own warp instead of all warps one chunk at a time */
 static void test_attention(T *t, int hd, int long_ctx) {
@@ -290,6 +353,8 @@ static void test_attention(T *t, int hd, int long_ctx) {
     float *dk = dput(t, kc, (size_t)cap * row * 4), *dv = dput(t, vc, (size_t)cap * row * 4);
     float *dq = dput(t, q, no * 4), *dout = dmem(t, no * 4);
     int *dpos = dmem(t, MM * sizeof(int));
+    int32_t *dnv = dmem(t, MM * sizeof(int32_t));
+    const ds_rows rw = flat_rows(t, dpos, NULL, cap, row), rnc = flat_rows(t, dpos, dnv, cap, row);
     float *dec = malloc(no * 4), *ob = malloc(no * 4), *cpu = malloc(no * 4);
     static const int short_starts[] = {0, 5, 48, 49, 63, 64, 65, 112, 127, 128, 150, 184};
     static const int long_starts[] = {1000, 1009, 1023, 1024, 1025, 1100, 1216, 1284};
@@ -299,15 +364,17 @@ static void test_attention(T *t, int hd, int long_ctx) {
     float worst = 0;
     for (size_t si = 0; si < n_starts; si++) {
         const int p0 = starts[si];
-        int pos[16];
-        for (int m = 0; m < MM; m++) pos[m] = p0 + m;
+        int pos[16], nv[16];
+        for (int m = 0; m < MM; m++) pos[m] = p0 + m, nv[m] = p0 + MM;
         t->i->upload(t->ex, dpos, pos, sizeof pos);
-        for (int m = 0; m < MM; m++)
-            t->i->attention(t->ex, DS_CANONICAL, &s, 1, dpos + m, p0 + m, 1, dq + (size_t)m * nh * hd,
-                            dk, dv, dout + (size_t)m * nh * hd);
+        t->i->upload(t->ex, dnv, nv, sizeof nv);
+        for (int m = 0; m < MM; m++) {
+            const ds_rows r1 = row_of(&rw, dpos + m);
+            t->i->attention(t->ex, DS_CANONICAL, &s, 1, &r1, dq + (size_t)m * nh * hd, dk, dv, dout + (size_t)m * nh * hd);
+        }
         dget(t, dec, dout, no * 4);
         for (int M = 1; M <= MM; M += (M < 4 ? 1 : 3)) {
-            t->i->attention(t->ex, DS_CANONICAL, &s, M, dpos, p0, 1, dq, dk, dv, dout);
+            t->i->attention(t->ex, DS_CANONICAL, &s, M, &rw, dq, dk, dv, dout);
             dget(t, ob, dout, (size_t)M * nh * hd * 4);
             if (memcmp(ob, dec, (size_t)M * nh * hd * 4)) rows_ok = 0;
         }
@@ -316,12 +383,12 @@ static void test_attention(T *t, int hd, int long_ctx) {
         if (memcmp(cpu, dec, no * 4)) cpu_same = 0;
         if (!close_to(dec, cpu, no, &me)) cpu_near = 0;
         if (me > worst) worst = me;
-        t->i->attention(t->ex, DS_FAST, &s, MM, dpos, p0, 1, dq, dk, dv, dout);
+        t->i->attention(t->ex, DS_FAST, &s, MM, &rw, dq, dk, dv, dout);
         dget(t, ob, dout, no * 4);
         if (memcmp(ob, dec, no * 4)) fast_diff = 1;
         if (rel_err(ob, dec, no) > 1e-3) cpu_near = 0;
         /* non-causal: every row sees [0, p0 + M) */
-        t->i->attention(t->ex, DS_CANONICAL, &s, MM, dpos, p0, 0, dq, dk, dv, dout);
+        t->i->attention(t->ex, DS_CANONICAL, &s, MM, &rnc, dq, dk, dv, dout);
         dget(t, ob, dout, no * 4);
         ds_attention(DS_CANONICAL, &s, MM, p0, 0, p0 + MM, q, kc, vc, cpu, NULL);
         if (t->cpu_dsexp ? memcmp(ob, cpu, no * 4) != 0 : !close_to(ob, cpu, no, &me)) nc_ok = 0;
@@ -334,8 +401,87 @@ static void test_attention(T *t, int hd, int long_ctx) {
     printf("attention hd=%-3d%s canonical==decode: %s  CUDA==CPU bits: %s (max err %.3g; CPU exp: %s)\n", hd, long_ctx ? " L>1024" : "       ",
            rows_ok ? "yes" : "NO", cpu_same ? "yes" : "no", worst, t->cpu_dsexp ? "ds_expf" : "libm expf");
     sync_ok(t, "attention");
-    dfree(t, dk); dfree(t, dv); dfree(t, dq); dfree(t, dout); dfree(t, dpos);
+    dfree(t, dk); dfree(t, dv); dfree(t, dq); dfree(t, dout); dfree(t, dpos); dfree(t, dnv);
+    dfree(t, (void *)rw.tables); dfree(t, (void *)rnc.tables);
     free(kc); free(vc); free(q); free(dec); free(ob); free(cpu);
+}
+
+/* The KV pool's pages: two sequences' caches scattered over shuffled pages
+ * of one pool (spare pages full of other data), their rows interleaved in
+ * one call. Every row must give the bits of its own sequence alone on a
+ * contiguous cache, decoded one row at a time — on the device and on the
+ * CPU (ds_attention_rows over the same pool). */
+static void test_attention_pages(T *t, int hd) {
+    enum { NS = 2, MR = 20, NPG = 24 };
+    const int nh = 4, nkv = 2, row = nkv * hd;
+    const int len[NS] = {150, 90};                    /* positions each sequence holds  */
+    ds_attn_shape s = {nh, nkv, hd, row, 1.0f / sqrtf((float)hd)};
+    const int64_t pst = (int64_t)2 * DS_KV_PAGE * row; /* a page: 16 K rows, then 16 V rows */
+    float *pool = rnd(t, (size_t)NPG * pst, 1.0f);     /* spare pages hold noise */
+    int32_t tab[NS][16];
+    int perm[NPG];
+    for (int i = 0; i < NPG; i++) perm[i] = i;
+    for (int i = NPG - 1; i > 0; i--) {
+        const int j = (int)(((unsigned)i * 2654435761u + 12345u) % (unsigned)(i + 1));
+        const int x = perm[i]; perm[i] = perm[j]; perm[j] = x;
+    }
+    float *kc[NS], *vc[NS];
+    int used = 0;
+    for (int q = 0; q < NS; q++) {
+        const int np = (len[q] + DS_KV_PAGE - 1) / DS_KV_PAGE;
+        kc[q] = rnd(t, (size_t)np * DS_KV_PAGE * row, 1.0f);
+        vc[q] = rnd(t, (size_t)np * DS_KV_PAGE * row, 1.0f);
+        for (int i = 0; i < 16; i++) tab[q][i] = i < np ? perm[used + i] : 0;
+        for (int i = 0; i < np; i++)
+            for (int r = 0; r < DS_KV_PAGE; r++) {
+                memcpy(pool + tab[q][i] * pst + (int64_t)r * row, kc[q] + ((size_t)i * DS_KV_PAGE + r) * row, (size_t)row * 4);
+                memcpy(pool + tab[q][i] * pst + (int64_t)(DS_KV_PAGE + r) * row, vc[q] + ((size_t)i * DS_KV_PAGE + r) * row,
+                       (size_t)row * 4);
+            }
+        used += np;
+    }
+    /* rows: A's first five, all of B, A's last five (a sequence's rows at
+     * consecutive positions; the runs alternate) */
+    int seq[MR], pos[MR];
+    for (int m = 0; m < MR; m++) {
+        const int q = m >= 5 && m < 15;
+        seq[m] = q;
+        pos[m] = q ? len[1] - 10 + (m - 5) : len[0] - 10 + (m < 5 ? m : m - 10);
+    }
+    const size_t no = (size_t)MR * nh * hd, hrow = (size_t)nh * hd;
+    float *q = rnd(t, no, 3.0f), *ref = malloc(no * 4), *got = malloc(no * 4), *cpu = malloc(no * 4);
+    /* reference: each row alone, its sequence on a contiguous cache */
+    float *dref = dmem(t, hrow * 4), *dq1 = dmem(t, hrow * 4);
+    int *dp1 = dmem(t, sizeof(int));
+    for (int m = 0; m < MR; m++) {
+        const int cap = (len[seq[m]] + DS_KV_PAGE - 1) / DS_KV_PAGE * DS_KV_PAGE;
+        float *dk = dput(t, kc[seq[m]], (size_t)cap * row * 4), *dv = dput(t, vc[seq[m]], (size_t)cap * row * 4);
+        t->i->upload(t->ex, dp1, &pos[m], sizeof(int));
+        t->i->upload(t->ex, dq1, q + m * hrow, hrow * 4);
+        const ds_rows r1 = flat_rows(t, dp1, NULL, cap, row);
+        t->i->attention(t->ex, DS_CANONICAL, &s, 1, &r1, dq1, dk, dv, dref);
+        dget(t, ref + m * hrow, dref, hrow * 4);
+        dfree(t, dk); dfree(t, dv); dfree(t, (void *)r1.tables);
+    }
+    /* the pool: both sequences' rows in one call */
+    float *dpool = dput(t, pool, (size_t)NPG * pst * 4), *dq = dput(t, q, no * 4), *dout = dmem(t, no * 4);
+    int *dpos = dput(t, pos, sizeof pos), *dseq = dput(t, seq, sizeof seq);
+    int32_t *dtab = dput(t, tab, sizeof tab);
+    const ds_rows rw = {.pos = dpos, .seq = dseq, .tables = dtab, .max_pages = 16, .page = DS_KV_PAGE, .page_stride = pst};
+    t->i->attention(t->ex, DS_CANONICAL, &s, MR, &rw, dq, dpool, dpool + (int64_t)DS_KV_PAGE * row, dout);
+    dget(t, got, dout, no * 4);
+    const ds_attn_rows ar = {NULL, pos, seq, &tab[0][0], 16, DS_KV_PAGE, pst};
+    ds_attention_rows(DS_CANONICAL, &s, MR, &ar, q, pool, pool + (int64_t)DS_KV_PAGE * row, cpu, NULL);
+    const int dev_ok = !memcmp(got, ref, no * 4);
+    CHECK(dev_ok, "attention hd=%d: two sequences on shuffled pages != each alone", hd);
+    if (t->cpu_dsexp) CHECK(!memcmp(cpu, got, no * 4), "attention hd=%d pages: CUDA != CPU", hd);
+    printf("attention hd=%-3d two sequences on shuffled pages, rows interleaved == each alone: %s (CPU bits: %s)\n", hd,
+           dev_ok ? "yes" : "NO", !memcmp(cpu, got, no * 4) ? "same" : "differ");
+    sync_ok(t, "attention pages");
+    dfree(t, dref); dfree(t, dq1); dfree(t, dp1); dfree(t, dpool); dfree(t, dq); dfree(t, dout); dfree(t, dpos);
+    dfree(t, dseq); dfree(t, dtab);
+    for (int i = 0; i < NS; i++) { free(kc[i]); free(vc[i]); }
+    free(pool); free(q); free(ref); free(got); free(cpu);
 }
 
 /* A recorded graph (kv_write + attention + argmax) replayed at another
@@ -349,6 +495,7 @@ static void test_graph(T *t) {
     float *dnew = dput(t, kv, (size_t)row * 2 * 4), *dq = dput(t, q, (size_t)nh * hd * 4);
     float *dout = dmem(t, (size_t)nh * hd * 4);
     int *dpos = dmem(t, sizeof(int));
+    const ds_rows rw = flat_rows(t, dpos, NULL, cap, row);
     int32_t *dam = dmem(t, sizeof(int32_t));
     float a[128], b[128];
     int32_t ia, ib;
@@ -361,16 +508,16 @@ static void test_graph(T *t) {
         const int g = t->i->graph_begin(t->ex, 42, err, sizeof err);
         if (g < 0) { printf("FAIL graph_begin: %s\n", err); n_fail++; break; }
         if (g == 0) {
-            t->i->kv_write(t->ex, dk, dv, row, 1, dpos, dnew, dnew + row);
-            t->i->attention(t->ex, DS_CANONICAL, &s, 1, dpos, 0, 1, dq, dk, dv, dout);
+            t->i->kv_write(t->ex, dk, dv, row, 1, &rw, dnew, dnew + row);
+            t->i->attention(t->ex, DS_CANONICAL, &s, 1, &rw, dq, dk, dv, dout);
             t->i->argmax(t->ex, 1, nh * hd, dout, dam);
         }
         if (t->i->graph_end(t->ex, err, sizeof err)) { printf("FAIL graph_end: %s\n", err); n_fail++; break; }
         dget(t, a, dout, sizeof a);
         dget(t, &ia, dam, 4);
         /* direct */
-        t->i->kv_write(t->ex, dk, dv, row, 1, dpos, dnew, dnew + row);
-        t->i->attention(t->ex, DS_CANONICAL, &s, 1, dpos, p, 1, dq, dk, dv, dout);
+        t->i->kv_write(t->ex, dk, dv, row, 1, &rw, dnew, dnew + row);
+        t->i->attention(t->ex, DS_CANONICAL, &s, 1, &rw, dq, dk, dv, dout);
         t->i->argmax(t->ex, 1, nh * hd, dout, dam);
         dget(t, b, dout, sizeof b);
         dget(t, &ib, dam, 4);
@@ -380,6 +527,7 @@ static void test_graph(T *t) {
     printf("graph: recorded once, replayed at positions 70, 129, 64: %s\n", ok ? "same bytes" : "DIFFERENT");
     sync_ok(t, "graph");
     dfree(t, dk); dfree(t, dv); dfree(t, dnew); dfree(t, dq); dfree(t, dout); dfree(t, dpos); dfree(t, dam);
+    dfree(t, (void *)rw.tables);
     free(kc); free(kv); free(q);
 }
 
@@ -489,8 +637,10 @@ static void test_rope(T *t, int hd, float base, ds_rope_mode mode) {
     const size_t n = (size_t)R * nh * hd;
     float *x = rnd(t, n, 2.0f), *cpu = malloc(n * 4), *g1 = malloc(n * 4), *g2 = malloc(n * 4);
     int pos[16];
-    for (int r = 0; r < R; r++) pos[r] = r < 12 ? (int)(ds_splitmix64(&t->rng) % DS_CUDA_ROPE_POS) : DS_CUDA_ROPE_POS - 5 + r - 12;   /* the table's last rows (identity is claimed below it) */
-    pos[15] = DS_CUDA_ROPE_POS - 1;
+    /* random rows inside the host table, its last rows, and rows past it
+     * (the device's ds_sincosf: the same bits since issue 22 item 6) */
+    for (int r = 0; r < R; r++) pos[r] = r < 12 ? (int)(ds_splitmix64(&t->rng) % DS_CUDA_ROPE_POS) : DS_CUDA_ROPE_POS - 2 + r - 12;
+    pos[15] = DS_CUDA_ROPE_POS + 12345;
     memcpy(cpu, x, n * 4);
     ds_rope(DS_CANONICAL, R, nh, hd, pos, base, mode, cpu, NULL);
     float *dx = dput(t, x, n * 4);
@@ -517,6 +667,11 @@ static void test_rope(T *t, int hd, float base, ds_rope_mode mode) {
     dget(t, g1, dx, n * 4);
     const double re = rel_err(g1, g2, n);
     CHECK(memcmp(g1, g2, n * 4) && re < 1e-1, "rope: fast counter-test (relative error %g)", re);
+    /* the fast variants are the same recurrence over the same project-owned
+     * pow and sincos on both sides */
+    memcpy(cpu, x, n * 4);
+    ds_rope(DS_FAST, R, nh, hd, pos, base, mode, cpu, NULL);
+    CHECK(!memcmp(g1, cpu, n * 4), "rope hd=%d base=%g mode=%d: CUDA fast != CPU fast", hd, base, mode);
     printf("rope hd=%d base=%-7g %s CUDA==CPU bits: %s\n", hd, base, mode == DS_ROPE_NEOX ? "neox  " : "normal",
            memcmp(g2, cpu, n * 4) ? "NO" : "yes");
     sync_ok(t, "rope");
@@ -626,18 +781,20 @@ static void test_small(T *t) {
     CHECK(eok, "embed != ds_row_to_f32");
     /* kv_write at device positions */
     const int row = 8, cap = 10;
-    float kc[80] = {0}, kn[16], vn[16], got[80], vgot[80];
+    float kc[128] = {0}, kn[16], vn[16], got[128], vgot[128];
     for (int k = 0; k < 16; k++) { kn[k] = (float)k; vn[k] = (float)-k; }
     float *dk = dput(t, kc, sizeof kc), *dv = dput(t, kc, sizeof kc);
     float *dkn = dput(t, kn, sizeof kn), *dvn = dput(t, vn, sizeof vn);
     const int pos[2] = {7, 8};
     int *dpos = dput(t, pos, sizeof pos);
-    t->i->kv_write(t->ex, dk, dv, row, 2, dpos, dkn, dvn);
+    const ds_rows kr = flat_rows(t, dpos, NULL, 16, row);
+    t->i->kv_write(t->ex, dk, dv, row, 2, &kr, dkn, dvn);
     dget(t, got, dk, sizeof got);
     dget(t, vgot, dv, sizeof vgot);
     CHECK(!memcmp(got + 7 * row, kn, sizeof kn) && !memcmp(vgot + 7 * row, vn, sizeof vn) && got[6 * row + 7] == 0.0f,
           "kv_write");
     (void)cap;
+    dfree(t, (void *)kr.tables);
     printf("argmax / embed (F32 F16 BF16 Q8_0) / sanitize / kv_write: %s\n", ok && eok ? "exact" : "WRONG");
     sync_ok(t, "small ops");
     dfree(t, dx); dfree(t, dout); dfree(t, ds); dfree(t, dk); dfree(t, dv); dfree(t, dkn); dfree(t, dvn); dfree(t, dpos);
@@ -776,10 +933,68 @@ static void bench_matmul(T *t, const char *label, uint32_t type, int64_t N, int6
     dfree(t, dx); dfree(t, dy);
     free(x);
 }
-typedef struct { ds_attn_shape *s; int M; ds_variant v; int *pos; float *q, *k, *vv, *o; } at_arg;
+/* Batches of Q8_0 rows: the tile height the backend picks, each one forced,
+ * the streaming GEMV (DSPARK_CUDA_ON=stream) and the GEMV alone
+ * (DSPARK_CUDA_OFF=mma), at decode, verify, prefill and batch widths;
+ * multiply-adds per second of the integer dots (the quantization launch
+ * included: it is part of every call). */
+static void bench_mma(T *t, const char *label, int64_t N, int64_t K) {
+    static const mma_conf confs[] = {
+        {"chosen", NULL, NULL, NULL}, {"tile16", "16", NULL, NULL}, {"tile32", "32", NULL, NULL}, {"tile64", "64", NULL, NULL},
+        {"tile128", "128", NULL, NULL}, {"stream", NULL, "mma", "stream"}, {"gemv", NULL, "mma", NULL},
+    };
+    enum { NC = sizeof confs / sizeof confs[0], NM = 9 };
+    static const int Ms[NM] = {1, 2, 4, 8, 16, 64, 128, 512, 2048};
+    const int MX = 2048;
+    int ok;
+    const uint64_t rb = ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok);
+    const size_t bytes = (size_t)(rb * N);
+    uint64_t *h = malloc((bytes + 7) & ~(size_t)7);
+    for (size_t k = 0; k < bytes / 8; k++) h[k] = ds_splitmix64(&t->rng);
+    ds_block_q8_0 *bq = (ds_block_q8_0 *)h;
+    for (size_t k = 0; k < bytes / sizeof *bq; k++) bq[k].d = 0x2000;
+    float *x = rnd(t, (size_t)MX * K, 1.0f);
+    char err[DS_ERRLEN];
+    float ms[NC][NM];
+    for (size_t ci = 0; ci < NC; ci++) {
+        T bt = *t;
+        bt.flush = NULL;
+        if (mma_backend(&bt, &confs[ci], err, sizeof err)) { printf("bench mma: %s\n", err); continue; }
+        ds_weight w = {.type = DS_TYPE_Q8_0, .n_in = K, .n_out = N, .data = h};
+        if (bt.i->prepare_weight(bt.be, &w, DS_USE_MATMUL, err, sizeof err)) { printf("bench: %s\n", err); continue; }
+        float *dx = dput(&bt, x, (size_t)MX * K * 4), *dy = dmem(&bt, (size_t)MX * N * 4);
+        for (int mi = 0; mi < NM; mi++) {
+            mm_arg c = {&w, Ms[mi], DS_CANONICAL, dx, dy};
+            /* the forced tiles do not apply to M <= 8 (the GEMV runs) and the
+             * old GEMV at 2048 rows is 256 passes: not timed */
+            const int skip = (ci >= 1 && ci <= 4 && Ms[mi] <= 8) || (ci == NC - 1 && Ms[mi] > 512);
+            ms[ci][mi] = skip ? 0.0f : bench_ms(&bt, mm_run, &c);
+        }
+        sync_ok(&bt, "bench mma");
+        bt.i->release_weight(bt.be, &w);
+        dfree(&bt, dx); dfree(&bt, dy);
+        if (bt.flush) cudaFree(bt.flush);
+        bt.i->exec_free(bt.ex);
+        bt.i->destroy(bt.be);
+    }
+    const double gb = (double)N * (double)K * (34.0 / 32.0) / 1e9;      /* file bytes */
+    for (int mi = 0; mi < NM; mi++) {
+        const double mac = (double)N * (double)K * Ms[mi];
+        printf("bench mma %-10s Q8_0 N=%-6lld K=%-5lld M=%-4d", label, (long long)N, (long long)K, Ms[mi]);
+        for (size_t ci = 0; ci < NC; ci++)
+            if (ms[ci][mi] > 0)
+                printf(" %s %.4f ms (%.1f TMAC/s %.0f GB/s)", confs[ci].name, ms[ci][mi], mac / (ms[ci][mi] * 1e-3) / 1e12,
+                       gb / (ms[ci][mi] * 1e-3));
+        printf("  gemv/chosen %.2f stream/chosen %.2f chosen/decode %.2f\n", ms[NC - 1][mi] > 0 ? ms[NC - 1][mi] / ms[0][mi] : 0.0,
+               ms[NC - 2][mi] / ms[0][mi], ms[0][mi] / ms[0][0]);
+    }
+    free(h); free(x);
+}
+
+typedef struct { ds_attn_shape *s; int M; ds_variant v; const ds_rows *r; float *q, *k, *vv, *o; } at_arg;
 static void at_run(T *t, void *p) {
     at_arg *a = p;
-    t->i->attention(t->ex, a->v, a->s, a->M, a->pos, 0, 1, a->q, a->k, a->vv, a->o);
+    t->i->attention(t->ex, a->v, a->s, a->M, a->r, a->q, a->k, a->vv, a->o);
 }
 static void bench_attention(T *t, int L) {
     ds_attn_shape s = {32, 8, 128, 8 * 128, 0.08838834764831845f};
@@ -789,9 +1004,10 @@ static void bench_attention(T *t, int L) {
     int pos[16];
     for (int m = 0; m < 16; m++) pos[m] = L + m - 1;
     int *dpos = dput(t, pos, sizeof pos);
+    const ds_rows rw = flat_rows(t, dpos, NULL, cap, 1024);
     float dec = 0;
     for (int M = 1; M <= 16; M *= 2) {
-        at_arg c = {&s, M, DS_CANONICAL, dpos, dq, dk, dk, dout}, f = c;
+        at_arg c = {&s, M, DS_CANONICAL, &rw, dq, dk, dk, dout}, f = c;
         f.v = DS_FAST;
         const float tc = bench_ms(t, at_run, &c), tf = bench_ms(t, at_run, &f);
         if (M == 1) dec = tc;
@@ -799,7 +1015,7 @@ static void bench_attention(T *t, int L) {
                L, M, tc, tc / dec, tf, tc / tf);
     }
     sync_ok(t, "bench attention");
-    dfree(t, dk); dfree(t, dq); dfree(t, dout); dfree(t, dpos);
+    dfree(t, dk); dfree(t, dq); dfree(t, dout); dfree(t, dpos); dfree(t, (void *)rw.tables);
     free(k); free(q);
 }
 typedef struct { int rows, n; ds_variant v; float *a, *b, *c; } ew_arg;
@@ -822,6 +1038,17 @@ static void bench_small(T *t) {
  * fused launches: matmul_multi and the attention prologue (same bits as the
  * separate calls, which the tests above tie to the CPU)
  * ========================================================================== */
+/* N x K random Q8_0 weights (file bytes, malloc'd) */
+static void *q8_host(T *t, int64_t N, int64_t K) {
+    int ok;
+    const uint64_t rb = ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok);
+    float *wf = rnd(t, (size_t)(N * K), 1.0f);
+    void *wd = malloc((size_t)(rb * N));
+    ds_f32_to_type(DS_TYPE_Q8_0, wf, N * K, wd);
+    free(wf);
+    return wd;
+}
+
 static void test_matmul_multi(T *t, int64_t K) {
     const int MM = 16, n = 3;
     const int64_t N[3] = {384, 128, 72};
@@ -831,12 +1058,7 @@ static void test_matmul_multi(T *t, int64_t K) {
     float *dy[3], *dyr[3];
     char err[DS_ERRLEN];
     for (int i = 0; i < n; i++) {
-        int ok;
-        const uint64_t rb = ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok);
-        float *wf = rnd(t, (size_t)(N[i] * K), 1.0f);
-        wd[i] = malloc((size_t)(rb * N[i]));
-        ds_f32_to_type(DS_TYPE_Q8_0, wf, N[i] * K, wd[i]);
-        free(wf);
+        wd[i] = q8_host(t, N[i], K);
         wg[i] = (ds_weight){.type = DS_TYPE_Q8_0, .n_in = K, .n_out = N[i], .data = wd[i]};
         CHECK(t->i->prepare_weight(t->be, &wg[i], DS_USE_MATMUL, err, sizeof err) == 0, "prepare_weight: %s", err);
         W[i] = &wg[i];
@@ -869,6 +1091,172 @@ static void test_matmul_multi(T *t, int64_t K) {
     free(x); free(a); free(b);
 }
 
+/* ==========================================================================
+ * batches on the tensor cores (matmul_q8_0_mma.cu): Q8_0, and Q4_0 / Q5_0 in
+ * its layout, past 8 rows
+ * ==========================================================================
+ * M sampled over 1..2048 (every M to 17, the edges of the 16/32/64/128 tile
+ * heights and of the choice between them, long batches), canonical(M) ==
+ * the CPU's canonical rows bit for bit, under every backend configuration
+ * that changes which kernel runs: the tile height chosen per call, each one
+ * forced (DSPARK_CUDA_MMA) and the tensor cores off (DSPARK_CUDA_OFF=mma,
+ * the GEMV in passes of 8 rows). The CPU's rows are decode's rows
+ * (test_canonical), so each is also canonical(M) == decode. Also a batch
+ * whose rows start inside another buffer, matmul_multi == the separate
+ * calls through the tensor cores, and fast != canonical at M = 512. */
+static const int k_mma_Ms[] = {1, 2, 3, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 23, 24, 25, 31, 32, 33,
+                               47, 48, 49, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 513,
+                               777, 1000, 1023, 1024, 1025, 1500, 2047, 2048};
+#define MMA_MMAX 2048
+
+/* every width of k_mma_Ms on weight bytes wd (label: how they were made),
+ * activations x of MMA_MMAX + 37 rows */
+static void mma_check(T *t, const char *label, uint32_t type, int64_t N, int64_t K, const void *wd, const float *x,
+                      int n_ms, int near_check) {
+    static const mma_conf confs[] = {
+        {"chosen", NULL, NULL, NULL}, {"tile16", "16", NULL, NULL}, {"tile32", "32", NULL, NULL}, {"tile64", "64", NULL, NULL},
+        {"tile128", "128", NULL, NULL}, {"stream", NULL, "mma", "stream"}, {"gemv", NULL, "mma", NULL},
+    };
+    const char *tn = ds_type_name(type);
+    const int off = 37;                                  /* rows of the offset batch */
+    const size_t ny = (size_t)MMA_MMAX * N;
+    float *ycpu = malloc(ny * 4), *ycpu_off = malloc((size_t)100 * N * 4), *yg = malloc(ny * 4);
+    ds_weight wc = {.type = type, .n_in = K, .n_out = N, .data = wd};
+    ds_matmul(DS_CANONICAL, &wc, MMA_MMAX, x, ycpu, NULL);
+    ds_matmul(DS_CANONICAL, &wc, 100, x + (size_t)off * K, ycpu_off, NULL);
+    char err[DS_ERRLEN];
+    for (size_t ci = 0; ci < sizeof confs / sizeof confs[0]; ci++) {
+        T bt = *t;
+        if (mma_backend(&bt, &confs[ci], err, sizeof err)) { CHECK(0, "mma backend %s: %s", confs[ci].name, err); continue; }
+        ds_weight wg = wc;
+        if (bt.i->prepare_weight(bt.be, &wg, DS_USE_MATMUL, err, sizeof err)) {
+            CHECK(0, "mma %s prepare_weight: %s", tn, err);
+            bt.i->exec_free(bt.ex); bt.i->destroy(bt.be);
+            continue;
+        }
+        float *dx = dput(&bt, x, (size_t)(MMA_MMAX + off) * K * 4), *dy = dmem(&bt, ny * 4);
+        int bad_m = -1, n_bad = 0, n_run = 0;
+        for (int mi = 0; mi < n_ms; mi++) {
+            const int M = k_mma_Ms[mi];
+            for (size_t e = 0; e < (size_t)M * N; e++) yg[e] = NAN;           /* poison */
+            bt.i->upload(bt.ex, dy, yg, (size_t)M * N * 4);
+            bt.i->matmul(bt.ex, DS_CANONICAL, &wg, M, dx, dy);
+            dget(&bt, yg, dy, (size_t)M * N * 4);
+            n_run++;
+            if (memcmp(yg, ycpu, (size_t)M * N * 4)) { n_bad++; if (bad_m < 0) bad_m = M; }
+        }
+        /* a batch of 100 rows that starts 37 rows into the buffer */
+        bt.i->matmul(bt.ex, DS_CANONICAL, &wg, 100, dx + (size_t)off * K, dy);
+        dget(&bt, yg, dy, (size_t)100 * N * 4);
+        const int off_ok = !memcmp(yg, ycpu_off, (size_t)100 * N * 4);
+        CHECK(bad_m < 0, "matmul %s N=%lld K=%lld [%s]: canonical(M=%d) != CPU canonical (%d of %d widths)", tn,
+              (long long)N, (long long)K, confs[ci].name, bad_m, n_bad, n_run);
+        CHECK(off_ok, "matmul %s N=%lld K=%lld [%s]: a batch at a row offset != CPU", tn, (long long)N, (long long)K,
+              confs[ci].name);
+        printf("matmul %-4s %-6s N=%-5lld K=%-5lld [%-7s] M in 1..%d (%d widths) == CPU canonical bits: %s; offset batch: %s\n",
+               tn, label, (long long)N, (long long)K, confs[ci].name, k_mma_Ms[n_ms - 1], n_run, bad_m < 0 ? "yes" : "NO",
+               off_ok ? "yes" : "NO");
+        if (bad_m >= 0) {                                 /* name the first differing output */
+            const int M = bad_m;
+            bt.i->matmul(bt.ex, DS_CANONICAL, &wg, M, dx, dy);
+            dget(&bt, yg, dy, (size_t)M * N * 4);
+            for (size_t e = 0; e < (size_t)M * N; e++)
+                if (memcmp(&yg[e], &ycpu[e], 4)) {
+                    printf("INFO first mismatch M=%d: m=%zu n=%zu cuda=%.9g cpu=%.9g\n", M, e / (size_t)N, e % (size_t)N,
+                           yg[e], ycpu[e]);
+                    break;
+                }
+        }
+        if (ci == 0) {
+            /* the counter-test at a prefill width: fast is not these bits */
+            bt.i->matmul(bt.ex, DS_FAST, &wg, 512, dx, dy);
+            dget(&bt, yg, dy, (size_t)512 * N * 4);
+            CHECK(memcmp(yg, ycpu, (size_t)512 * N * 4) != 0, "matmul %s M=512: fast gives the canonical bits", tn);
+            if (near_check) CHECK(rel_err(yg, ycpu, (size_t)512 * N) < 2e-2, "matmul %s M=512: fast far from canonical", tn);
+        }
+        sync_ok(&bt, "matmul mma");
+        bt.i->release_weight(bt.be, &wg);
+        dfree(&bt, dx); dfree(&bt, dy);
+        bt.i->exec_free(bt.ex);
+        bt.i->destroy(bt.be);
+    }
+    free(ycpu); free(ycpu_off); free(yg);
+}
+
+static void test_matmul_mma(T *t, uint32_t type, int64_t N, int64_t K, int n_ms) {
+    int ok;
+    const uint64_t rb = ds_row_bytes(type, (uint64_t)K, &ok);
+    float *wf = rnd(t, (size_t)(N * K), 1.0f);
+    void *wd = malloc((size_t)(rb * N));
+    ds_f32_to_type(type, wf, N * K, wd);
+    free(wf);
+    float *x = rnd(t, (size_t)(MMA_MMAX + 37) * K, 2.0f);
+    for (int64_t k = 0; k < K; k += 7) x[3 * K + k] *= 100.0f;        /* an outlier row */
+    mma_check(t, "random", type, N, K, wd, x, n_ms, 1);
+    free(wd); free(x);
+}
+
+/* the K types on the tensor cores: random weights, and the malformed /
+ * extreme blocks (NaN, inf, subnormal scales; zero, tied, NaN and
+ * subnormal activation blocks) at every width */
+static void test_kq_mma(T *t, uint32_t type, int64_t N, int64_t K, int n_ms) {
+    test_matmul_mma(t, type, N, K, n_ms);
+    uint8_t *wd;
+    float *x;
+    kq_blocks_make(t, type, N, K, MMA_MMAX + 48, &wd, &x);
+    mma_check(t, "blocks", type, N, K, wd, x, n_ms, 0);
+    free(wd); free(x);
+}
+
+/* matmul_multi through the tensor cores (every tile height forced) == the
+ * separate calls */
+static void test_matmul_multi_mma(T *t) {
+    static const mma_conf confs[] = {{"tile16", "16", NULL, NULL}, {"tile64", "64", NULL, NULL}, {"tile128", "128", NULL, NULL}};
+    const int64_t K = 1536, N[3] = {384, 128, 200};
+    const int Ms[3] = {9, 64, 300};
+    char err[DS_ERRLEN];
+    void *wd[3];
+    for (int i = 0; i < 3; i++) wd[i] = q8_host(t, N[i], K);
+    float *x = rnd(t, (size_t)300 * K, 2.0f);
+    float *a = malloc((size_t)300 * N[0] * 4), *b = malloc((size_t)300 * N[0] * 4);
+    int all = 1;
+    for (size_t ci = 0; ci < sizeof confs / sizeof confs[0]; ci++) {
+        T bt = *t;
+        if (mma_backend(&bt, &confs[ci], err, sizeof err)) { CHECK(0, "mma backend: %s", err); continue; }
+        ds_weight wg[3];
+        const ds_weight *W[3];
+        float *dy[3], *dyr[3];
+        for (int i = 0; i < 3; i++) {
+            wg[i] = (ds_weight){.type = DS_TYPE_Q8_0, .n_in = K, .n_out = N[i], .data = wd[i]};
+            CHECK(bt.i->prepare_weight(bt.be, &wg[i], DS_USE_MATMUL, err, sizeof err) == 0, "prepare_weight: %s", err);
+            W[i] = &wg[i];
+            dy[i] = dmem(&bt, (size_t)300 * N[i] * 4);
+            dyr[i] = dmem(&bt, (size_t)300 * N[i] * 4);
+        }
+        float *dx = dput(&bt, x, (size_t)300 * K * 4);
+        for (int mi = 0; mi < 3; mi++) {
+            const int M = Ms[mi];
+            bt.i->matmul_multi(bt.ex, DS_CANONICAL, 3, W, M, dx, dy);
+            for (int i = 0; i < 3; i++) bt.i->matmul(bt.ex, DS_CANONICAL, W[i], M, dx, dyr[i]);
+            for (int i = 0; i < 3; i++) {
+                dget(&bt, a, dy[i], (size_t)M * N[i] * 4);
+                dget(&bt, b, dyr[i], (size_t)M * N[i] * 4);
+                all &= !memcmp(a, b, (size_t)M * N[i] * 4);
+            }
+        }
+        sync_ok(&bt, "matmul_multi mma");
+        for (int i = 0; i < 3; i++) { bt.i->release_weight(bt.be, &wg[i]); dfree(&bt, dy[i]); dfree(&bt, dyr[i]); }
+        dfree(&bt, dx);
+        bt.i->exec_free(bt.ex);
+        bt.i->destroy(bt.be);
+    }
+    CHECK(all, "matmul_multi through the tensor cores != the separate calls");
+    printf("matmul_multi Q8_0 K=1536 through the tensor cores (tiles 16/64/128, M = 9, 64, 300) == separate calls: %s\n",
+           all ? "yes" : "NO");
+    for (int i = 0; i < 3; i++) free(wd[i]);
+    free(x); free(a); free(b);
+}
+
 static void test_qk_prologue(T *t, int hd, int norm, int n_head, ds_rope_mode mode) {
     const int M = 9, Hkv = 2, H = n_head, P = 64;
     const size_t qn = (size_t)M * H * hd, kn = (size_t)M * Hkv * hd, kvd = (size_t)Hkv * hd;
@@ -886,6 +1274,7 @@ static void test_qk_prologue(T *t, int hd, int norm, int n_head, ds_rope_mode mo
     }
     float *dv = dput(t, v, kn * 4), *dqw = dput(t, qw, (size_t)hd * 4), *dkw = dput(t, kw, (size_t)hd * 4);
     int *dpos = dput(t, pos, sizeof pos);
+    const ds_rows rw = flat_rows(t, dpos, NULL, P, (int)kvd);
     const float eps = 1e-6f;
     /* separate: the layer's unfused sequence */
     if (norm) {
@@ -894,9 +1283,9 @@ static void test_qk_prologue(T *t, int hd, int norm, int n_head, ds_rope_mode mo
     }
     if (H) t->i->rope(t->ex, DS_CANONICAL, M, H, hd, dpos, 10000.0f, mode, dq[0]);
     t->i->rope(t->ex, DS_CANONICAL, M, Hkv, hd, dpos, 10000.0f, mode, dk[0]);
-    t->i->kv_write(t->ex, dkc[0], dvc[0], (int)kvd, M, dpos, dk[0], dv);
+    t->i->kv_write(t->ex, dkc[0], dvc[0], (int)kvd, M, &rw, dk[0], dv);
     /* fused */
-    t->i->qk_norm_rope_kv(t->ex, M, H, Hkv, hd, dpos, 10000.0f, mode, norm ? dqw : NULL, norm ? dkw : NULL, eps,
+    t->i->qk_norm_rope_kv(t->ex, M, H, Hkv, hd, &rw, 10000.0f, mode, norm ? dqw : NULL, norm ? dkw : NULL, eps,
                           H ? dq[1] : NULL, dk[1], dv, dkc[1], dvc[1]);
     int ok = 1;
     float *a = malloc((size_t)P * kvd * 4 + qn * 4 + 4), *b = malloc((size_t)P * kvd * 4 + qn * 4 + 4);
@@ -912,7 +1301,7 @@ static void test_qk_prologue(T *t, int hd, int norm, int n_head, ds_rope_mode mo
            mode == DS_ROPE_NEOX ? "neox  " : "normal", ok ? "yes" : "NO");
     sync_ok(t, "qk_norm_rope_kv");
     for (int j = 0; j < 2; j++) { dfree(t, dq[j]); dfree(t, dk[j]); dfree(t, dkc[j]); dfree(t, dvc[j]); }
-    dfree(t, dv); dfree(t, dqw); dfree(t, dkw); dfree(t, dpos);
+    dfree(t, dv); dfree(t, dqw); dfree(t, dkw); dfree(t, dpos); dfree(t, (void *)rw.tables);
     free(q); free(k); free(v); free(qw); free(kw); free(zero); free(a); free(b);
 }
 
@@ -1178,12 +1567,26 @@ int main(int argc, char **argv) {
         test_matmul_type(&t, DS_TYPE_F16, 37, 4104);     /* K % 16 = 8: tail path */
         test_matmul_type(&t, DS_TYPE_BF16, 37, 2080);
         test_kq(&t);
+        /* batches on the tensor cores: a short-row shape over every width,
+         * a long odd one (K = 131 blocks: a partial last stage; N not a
+         * multiple of any tile) over the widths the GPU picks tiles for */
+        const int n_ms = (int)(sizeof k_mma_Ms / sizeof k_mma_Ms[0]);
+        test_matmul_mma(&t, DS_TYPE_Q8_0, 300, 1536, n_ms);
+        test_matmul_mma(&t, DS_TYPE_Q8_0, 1100, 4192, n_ms);
+        test_matmul_mma(&t, DS_TYPE_Q4_0, 200, 1024, n_ms);
+        test_matmul_mma(&t, DS_TYPE_Q5_0, 136, 3104, n_ms);
+        test_matmul_multi_mma(&t);
+        test_kq_mma(&t, DS_TYPE_Q4_K, 300, 1536, n_ms);
+        test_kq_mma(&t, DS_TYPE_Q5_K, 136, 2560, n_ms);
+        test_kq_mma(&t, DS_TYPE_Q6_K, 200, 1024, n_ms);
         test_q8x(&t);
         test_attention(&t, 64, 0);
         test_attention(&t, 72, 0);
         test_attention(&t, 128, 0);
         test_attention(&t, 64, 1);
         test_attention(&t, 128, 1);
+        test_attention_pages(&t, 64);
+        test_attention_pages(&t, 128);
         test_graph(&t);
         test_copies(&t);
         test_rmsnorm(&t, 384);
@@ -1208,7 +1611,10 @@ int main(int argc, char **argv) {
         test_qk_prologue(&t, 64, 0, 6, DS_ROPE_NORMAL);
         test_qk_prologue(&t, 64, 1, 0, DS_ROPE_NEOX);   /* k only: the drafter's context rows */
     }
-    if (bench) {
+    /* --bench-only mma: the tensor-core batches alone (for a profiler) */
+    if (bench_only && argc > 2 && !strcmp(argv[2], "mma")) {
+        bench_mma(&t, "8B gate/up", 12288, 4096);
+    } else if (bench) {
         bench_matmul(&t, "8B wq/wo", DS_TYPE_F16, 4096, 4096);
         bench_matmul(&t, "8B wq/wo", DS_TYPE_Q8_0, 4096, 4096);
         bench_matmul(&t, "8B wk/wv", DS_TYPE_Q8_0, 1024, 4096);
@@ -1228,6 +1634,12 @@ int main(int argc, char **argv) {
         bench_matmul(&t, "0.6B down", DS_TYPE_F16, 1024, 3072);
         bench_matmul(&t, "0.6B down", DS_TYPE_Q8_0, 1024, 3072);
         bench_matmul(&t, "8B down", DS_TYPE_F16, 4096, 12288);
+        bench_mma(&t, "8B wq/wo", 4096, 4096);
+        bench_mma(&t, "8B wk/wv", 1024, 4096);
+        bench_mma(&t, "8B gate/up", 12288, 4096);
+        bench_mma(&t, "8B down", 4096, 12288);
+        bench_mma(&t, "0.6B gate", 3072, 1024);
+        bench_mma(&t, "8B vocab", 151936, 4096);
         bench_attention(&t, 512);
         bench_attention(&t, 4096);
         bench_small(&t);

@@ -28,7 +28,15 @@
  *              per chunk, so no rescale products), different exp and different
  *              normalization: different bits.
  * Both heavy loops are compiled per SIMD level (DS_OPS_DISPATCH); canonical's
- * bits are the same on every level (plain lane arithmetic, no contraction). */
+ * bits are the same on every level (plain lane arithmetic, no contraction).
+ *
+ * The cache is paged (ds_attention_rows, kvpool.h): a call's rows may belong
+ * to several sequences, each reading its own page table. Work items never
+ * span two sequences (runs of rows with one sequence), and a chunk's K/V
+ * rows are found 16 positions at a time (a page, or a quarter of a 64-key
+ * chunk): only addresses depend on where pages are, never an operation or
+ * its order, so a row's bits are its sequence's alone, wherever its pages
+ * lie and whoever shares the call. */
 #include "kernels/kernels.h"
 #include "kernels/cpu/ops_internal.h"
 #include "kernels/cpu/expf16.h"
@@ -39,17 +47,50 @@
 
 #define ATTN_STACK_HD 128   /* head_dim up to this keeps its accumulators on the stack */
 
+/* Rows of one sequence in a call: a run. Work items never span runs, so the
+ * rows of an item share one sequence's K/V (its page table). */
+#define ATTN_RUNS 256       /* runs per pass; a call with more is cut into passes */
+typedef struct {
+    int m0, n;          /* rows [m0, m0 + n)                                   */
+    int rb, ngr;        /* canonical: rows per group, groups                   */
+    int lmax;           /* the longest prefix a row of the run sees            */
+    int64_t item0;      /* the run's first work item                           */
+} attn_run;
+
 typedef struct {
     const ds_attn_shape *s;
-    int M, pos0, causal, n_kv;
+    int M;
+    const ds_attn_rows *r;
     const float *q, *k, *v;
     float *out;
     ds_pool *pool;      /* for the threads' reserved scratch */
-    int qb, rb;         /* canonical: GQA heads and rows per work item (attn_item) */
+    int qb;             /* canonical: GQA heads per work item (attn_item) */
+    int n_runs;
+    int64_t items;
+    attn_run run[ATTN_RUNS];
 } attn_args;
 
-static inline int attn_len(const attn_args *a, int m) {
-    return a->causal ? a->pos0 + m + 1 : a->n_kv;
+static inline int attn_len(const attn_args *a, int m) { return a->r->n_vis ? a->r->n_vis[m] : a->r->pos[m] + 1; }
+static inline int attn_seq(const ds_attn_rows *r, int m) { return r->seq ? r->seq[m] : 0; }
+
+/* Floats from the layer's page-0 rows to position j of sequence seq: its
+ * page's start plus its row in the page (kv_stride apart), or j rows into a
+ * contiguous cache. Pages are a multiple of 16 positions, so the 16-key
+ * blocks below (at multiples of 16) never straddle two pages. */
+static inline int64_t attn_kv_off(const ds_attn_rows *r, int seq, int j, int64_t st) {
+    if (!r->tables) return (int64_t)j * st;
+    return (int64_t)r->tables[(int64_t)seq * r->max_pages + j / r->page] * r->page_stride +
+           (int64_t)(j % r->page) * st;
+}
+
+/* The run that work item i belongs to (runs are in item order). */
+static inline const attn_run *attn_run_of(const attn_args *a, int64_t i) {
+    int lo = 0, hi = a->n_runs - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (a->run[mid].item0 <= i) lo = mid; else hi = mid - 1;
+    }
+    return &a->run[lo];
 }
 
 /* ========================================================================
@@ -80,8 +121,8 @@ ATTN_INLINE void st16p(float *p, const v16f *v) { memcpy(p, v, sizeof *v); }
  * rounded IEEE operations, no contraction): the same bits as the generic
  * loop, one query at a time. */
 #define ATTN_PV_Q 4
-ATTN_INLINE void attn_chunk_pv(int NQ, int NV, int cl, const float *const p[], const float *vb, int64_t st,
-                               int c0, float *const ca[], float csum[]) {
+ATTN_INLINE void attn_chunk_pv(int NQ, int NV, int cl, const float *const p[], const float *const vblk[], int64_t st,
+                               float *const ca[], float csum[]) {
     v16f a[ATTN_PV_Q][8];
     const v16f z = {0};
     float cs[ATTN_PV_Q];
@@ -90,7 +131,7 @@ ATTN_INLINE void attn_chunk_pv(int NQ, int NV, int cl, const float *const p[], c
         for (int w = 0; w < NV; w++) a[u][w] = z;
     }
     for (int j = 0; j < cl; j++) {
-        const float *vr = vb + (int64_t)(c0 + j) * st;
+        const float *vr = vblk[j >> 4] + (int64_t)(j & 15) * st;
         v16f vv[8];
         for (int w = 0; w < NV; w++) vv[w] = ld16(vr + 16 * w);
         for (int u = 0; u < NQ; u++) {
@@ -201,7 +242,8 @@ ATTN_TGT512 static void attn_exp16(const float *sc, int n, float cmax, float *p)
  * are nr * nq * head_dim floats of scratch each. */
 #define ATTN_QMAX 16
 ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int nq, const float *const qv[],
-                            const float *kb, const float *vb, float *const out[], float *acc, float *cacc) {
+                            const float *kb, const float *vb, const ds_attn_rows *rw, int seq,
+                            float *const out[], float *acc, float *cacc) {
     const int hd = s->head_dim;
     const int64_t st = s->kv_stride;
     float m_run[ATTN_QMAX], l_run[ATTN_QMAX], csum[ATTN_QMAX];
@@ -228,6 +270,14 @@ ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int n
             cl[r] = ds_imin(DS_ATTN_CHUNK, L[r] - c0);   /* <= 0: the row is done */
             if (cl[r] > clmax) clmax = cl[r];
         }
+        /* the chunk's K and V rows, 16 positions at a time (one page or a
+         * part of one: the addresses are the only thing pages change) */
+        const float *kblk[DS_ATTN_CHUNK / 16], *vblk[DS_ATTN_CHUNK / 16];
+        for (int b = 0; b * 16 < clmax; b++) {
+            const int64_t off = attn_kv_off(rw, seq, c0 + 16 * b, st);
+            kblk[b] = kb + off;
+            vblk[b] = vb + off;
+        }
         /* scores, 16 keys at a time where the level allows (the same bits;
          * a ragged end as a partial block of 16), block by block for all
          * the queries (the rows of one kv head are kv_stride apart, a power
@@ -239,14 +289,14 @@ ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int n
             for (; j0 < clmax; j0 += 16)
                 for (int r = 0; r < nr; r++)
                     for (int h = 0; cl[r] > j0 && h < nq; h++)
-                        attn_scores16(qv[r * nq + h], kb + (int64_t)(c0 + j0) * st, st, hd,
+                        attn_scores16(qv[r * nq + h], kblk[j0 >> 4], st, hd,
                                       ds_imin(16, cl[r] - j0), s->scale, sc[r * nq + h] + j0);
 #endif
         for (int r = 0; r < nr; r++)
             for (int h = 0; h < nq; h++) {
                 const int u = r * nq + h;
                 int j = j0;
-                for (; j < cl[r]; j++) sc[u][j] = ds_dot16(qv[u], kb + (int64_t)(c0 + j) * st, hd) * s->scale;
+                for (; j < cl[r]; j++) sc[u][j] = ds_dot16(qv[u], kblk[j >> 4] + (int64_t)(j & 15) * st, hd) * s->scale;
                 if (cl[r] <= 0) continue;
                 /* chunk max (strict >, key order; 16 lanes at a time where the
                  * level allows: attn_max16 says why that is the same value) */
@@ -278,20 +328,20 @@ ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int n
             const float *const *p = pq + u0;
             float *const *c = ca + u0;
             float *cs = csum + u0;
-            if (hd == 64 && nq == 4) attn_chunk_pv(4, 4, n, p, vb, st, c0, c, cs);
-            else if (hd == 64 && nq == 3) attn_chunk_pv(3, 4, n, p, vb, st, c0, c, cs);
-            else if (hd == 64 && nq == 2) attn_chunk_pv(2, 4, n, p, vb, st, c0, c, cs);
+            if (hd == 64 && nq == 4) attn_chunk_pv(4, 4, n, p, vblk, st, c, cs);
+            else if (hd == 64 && nq == 3) attn_chunk_pv(3, 4, n, p, vblk, st, c, cs);
+            else if (hd == 64 && nq == 2) attn_chunk_pv(2, 4, n, p, vblk, st, c, cs);
             else if (hd == 64)
-                for (int h = 0; h < nq; h++) attn_chunk_pv(1, 4, n, p + h, vb, st, c0, c + h, cs + h);
-            else if (hd == 128 && nq == 2) attn_chunk_pv(2, 8, n, p, vb, st, c0, c, cs);
+                for (int h = 0; h < nq; h++) attn_chunk_pv(1, 4, n, p + h, vblk, st, c + h, cs + h);
+            else if (hd == 128 && nq == 2) attn_chunk_pv(2, 8, n, p, vblk, st, c, cs);
             else if (hd == 128)
-                for (int h = 0; h < nq; h++) attn_chunk_pv(1, 8, n, p + h, vb, st, c0, c + h, cs + h);
+                for (int h = 0; h < nq; h++) attn_chunk_pv(1, 8, n, p + h, vblk, st, c + h, cs + h);
             else
                 for (int h = 0; h < nq; h++) {
                     float *cu = c[h], sum = 0.0f;
                     for (int d = 0; d < hd; d++) cu[d] = 0.0f;
                     for (int j = 0; j < n; j++) {
-                        const float *vr = vb + (int64_t)(c0 + j) * st;
+                        const float *vr = vblk[j >> 4] + (int64_t)(j & 15) * st;
                         sum += p[h][j];
                         for (int d = 0; d < hd; d++) cu[d] += p[h][j] * vr[d];
                     }
@@ -328,15 +378,17 @@ ATTN_INLINE void attn_block(const ds_attn_shape *s, int nr, const int L[], int n
  * CANONICAL — threads split items of (a group of rows, a kv head, a batch
  * of up to ATTN_PV_Q of its GQA heads); each runs attn_block()
  * ======================================================================== */
-/* Item i -> rows [m0, m0 + nr), kv head, heads [h0, h0 + nq). Items are
- * row-group-major, so with one row and one head per item (rb = qb = 1)
- * item i is the (row, head) pair i = m * n_head + h. */
+/* Item i -> rows [m0, m0 + nr) of one run, kv head, heads [h0, h0 + nq).
+ * Within a run items are row-group-major, so with one row and one head per
+ * item (rb = qb = 1) item i is the (row, head) pair i = m * n_head + h. */
 static inline void attn_item(const attn_args *a, int64_t i, int *m0, int *nr, int *kvh, int *h0, int *nq) {
     const ds_attn_shape *s = a->s;
+    const attn_run *ru = attn_run_of(a, i);
+    i -= ru->item0;
     const int group = s->n_head / s->n_kv_head, nsub = (group + a->qb - 1) / a->qb;
     const int per_group = s->n_kv_head * nsub, r = (int)(i % per_group);
-    *m0 = (int)(i / per_group) * a->rb;
-    *nr = ds_imin(a->rb, a->M - *m0);
+    *m0 = ru->m0 + (int)(i / per_group) * ru->rb;
+    *nr = ds_imin(ru->rb, ru->m0 + ru->n - *m0);
     *kvh = r / nsub;
     *h0 = *kvh * group + (r % nsub) * a->qb;
     *nq = ds_imin(a->qb, (*kvh + 1) * group - *h0);
@@ -373,8 +425,8 @@ DS_OPS_BODY_IDX(attn_canon_range) {
                 for (int d = 0; d < hd; d++) out[u][d] = NAN;
             continue;
         }
-        attn_block(s, nr, L, nq, qv, a->k + (int64_t)kvh * hd, a->v + (int64_t)kvh * hd, out, buf,
-                   buf + (size_t)ATTN_QMAX * hd);
+        attn_block(s, nr, L, nq, qv, a->k + (int64_t)kvh * hd, a->v + (int64_t)kvh * hd, a->r,
+                   attn_seq(a->r, m0), out, buf, buf + (size_t)ATTN_QMAX * hd);
     }
     free(owned);
 }
@@ -410,11 +462,13 @@ typedef struct {
     float **op;      /* [FAST_Q] output row per query    */
 } attn_tile_scratch;
 
-ATTN_INLINE void attn_fast_tile(const attn_args *a, int kvh, int t0, int nq, int64_t lmax_all,
-                                attn_tile_scratch *t) {
+ATTN_INLINE void attn_fast_tile(const attn_args *a, const attn_run *ru, int kvh, int t0, int nq,
+                                int64_t lmax_all, attn_tile_scratch *t) {
     const ds_attn_shape *s = a->s;
     const int hd = s->head_dim, group = s->n_head / s->n_kv_head;
     const int64_t st = s->kv_stride;
+    const int seq = attn_seq(a->r, ru->m0);
+#define KV(j) attn_kv_off(a->r, seq, (j), st)
     const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
     int len[FAST_Q];
     int lmax = 0;
@@ -425,7 +479,7 @@ ATTN_INLINE void attn_fast_tile(const attn_args *a, int kvh, int t0, int nq, int
         len[u] = 0;
         t->op[u] = NULL;
         if (u >= nq) continue;
-        const int qi = t0 + u, r = qi / group, g = qi % group;
+        const int qi = t0 + u, r = ru->m0 + qi / group, g = qi % group;
         const int64_t row = (int64_t)r * s->n_head + (int64_t)kvh * group + g;
         const float *qv = a->q + row * hd;
         for (int d = 0; d < hd; d++) qt[d * FAST_Q + u] = qv[d];
@@ -436,13 +490,13 @@ ATTN_INLINE void attn_fast_tile(const attn_args *a, int kvh, int t0, int nq, int
     if (lmax > lmax_all) lmax = (int)lmax_all;
 
     /* 1) scores S[j][u] = (q_u · k_j) * scale for every key of the tile's
-     *    longest prefix (rows j < pos0 + M are all in the cache); one vector
-     *    holds the 8 queries, 4 keys give 4 independent chains */
+     *    longest prefix (all in the cache); one vector holds the 8 queries,
+     *    4 keys give 4 independent chains (4 keys at j % 4 == 0 share a page) */
     const v8f zero8 = {0}, scale8 = zero8 + s->scale;
     int j = 0;
     for (; j + 4 <= lmax; j += 4) {
         v8f a0 = zero8, a1 = zero8, a2 = zero8, a3 = zero8;
-        const float *k0 = kb + (int64_t)j * st, *k1 = k0 + st, *k2 = k1 + st, *k3 = k2 + st;
+        const float *k0 = kb + KV(j), *k1 = k0 + st, *k2 = k1 + st, *k3 = k2 + st;
         for (int d = 0; d < hd; d++) {
             const v8f qd = ld8(qt + d * FAST_Q);
             a0 += qd * k0[d];
@@ -457,7 +511,7 @@ ATTN_INLINE void attn_fast_tile(const attn_args *a, int kvh, int t0, int nq, int
     }
     for (; j < lmax; j++) {
         v8f a0 = zero8;
-        const float *k0 = kb + (int64_t)j * st;
+        const float *k0 = kb + KV(j);
         for (int d = 0; d < hd; d++) a0 += ld8(qt + d * FAST_Q) * k0[d];
         st8(S + (int64_t)j * FAST_Q, a0 * scale8);
     }
@@ -500,7 +554,7 @@ ATTN_INLINE void attn_fast_tile(const attn_args *a, int kvh, int t0, int nq, int
         const v16f zero16 = {0};
         for (int u = 0; u < FAST_Q; u++) acc[u] = zero16;
         for (j = 0; j < lmax; j++) {
-            const v16f vj = ld16(vb + (int64_t)j * st + d0);
+            const v16f vj = ld16(vb + KV(j) + d0);
             const float *pj = S + (int64_t)j * FAST_Q;
             for (int u = 0; u < FAST_Q; u++) acc[u] += vj * pj[u];
         }
@@ -508,32 +562,34 @@ ATTN_INLINE void attn_fast_tile(const attn_args *a, int kvh, int t0, int nq, int
     }
     for (; d0 < hd; d0++) {   /* head_dim % 16 tail, one column at a time */
         v8f acc = zero8;
-        for (j = 0; j < lmax; j++) acc += ld8(S + (int64_t)j * FAST_Q) * vb[(int64_t)j * st + d0];
+        for (j = 0; j < lmax; j++) acc += ld8(S + (int64_t)j * FAST_Q) * vb[KV(j) + d0];
         float r[FAST_Q];
         memcpy(r, &acc, sizeof r);
         for (int u = 0; u < nq; u++) t->op[u][d0] = r[u] * inv_l[u];
     }
+#undef KV
 }
 
 DS_OPS_BODY_IDX(attn_fast_range) {
     const attn_args *a = arg;
     const ds_attn_shape *s = a->s;
     const int hd = s->head_dim, group = s->n_head / s->n_kv_head;
-    const int tiles_per_kvh = (a->M * group + FAST_Q - 1) / FAST_Q;
     /* the longest prefix any row of this call sees */
-    int64_t lmax_all = a->causal ? (int64_t)a->pos0 + a->M : a->n_kv;
-    if (lmax_all < 0) lmax_all = 0;
+    int64_t lmax_all = 0;
+    for (int k = 0; k < a->n_runs; k++) if (a->run[k].lmax > lmax_all) lmax_all = a->run[k].lmax;
     /* the thread's reserved scratch (ds_attention_thread_scratch); a call
      * beyond the reservation (standalone use) allocates once per range */
     size_t nf = (size_t)hd * FAST_Q + (size_t)(lmax_all + 1) * FAST_Q, have;
     float *mem = ds_pool_thread_scratch(a->pool, chunk, &have), *owned = NULL;
     if (have < nf * sizeof(float)) mem = owned = malloc(nf * sizeof(float));
-    if (!mem) {   /* out of memory: compute these tiles' pairs canonically */
+    if (!mem) {   /* out of memory: nothing to compute with; make it loud */
         for (int64_t i = i0; i < i1; i++) {
-            const int kvh = (int)(i / tiles_per_kvh), t0 = (int)(i % tiles_per_kvh) * FAST_Q;
-            for (int qi = t0; qi < t0 + FAST_Q && qi < a->M * group; qi++) {
-                int64_t p = (int64_t)(qi / group) * s->n_head + (int64_t)kvh * group + qi % group;
-                attn_canon_range((void *)a, p, p + 1, chunk);
+            const attn_run *ru = attn_run_of(a, i);
+            const int tiles = (ru->n * group + FAST_Q - 1) / FAST_Q, li = (int)(i - ru->item0);
+            const int kvh = li / tiles, t0 = (li % tiles) * FAST_Q;
+            for (int qi = t0; qi < t0 + FAST_Q && qi < ru->n * group; qi++) {
+                float *o = a->out + ((int64_t)(ru->m0 + qi / group) * s->n_head + (int64_t)kvh * group + qi % group) * hd;
+                for (int d = 0; d < hd; d++) o[d] = NAN;
             }
         }
         return;
@@ -541,8 +597,10 @@ DS_OPS_BODY_IDX(attn_fast_range) {
     float *op[FAST_Q];
     attn_tile_scratch t = { mem, mem + (size_t)hd * FAST_Q, op };
     for (int64_t i = i0; i < i1; i++) {
-        const int kvh = (int)(i / tiles_per_kvh), t0 = (int)(i % tiles_per_kvh) * FAST_Q;
-        attn_fast_tile(a, kvh, t0, ds_imin(FAST_Q, a->M * group - t0), lmax_all, &t);
+        const attn_run *ru = attn_run_of(a, i);
+        const int tiles = (ru->n * group + FAST_Q - 1) / FAST_Q, li = (int)(i - ru->item0);
+        const int kvh = li / tiles, t0 = (li % tiles) * FAST_Q;
+        attn_fast_tile(a, ru, kvh, t0, ds_imin(FAST_Q, ru->n * group - t0), ru->lmax, &t);
     }
     free(owned);
 }
@@ -560,39 +618,107 @@ DS_OPS_DISPATCH_IDX(attn_fast_range)
 /* ========================================================================
  * entry point
  * ======================================================================== */
+/* One pass over rows [m0, m1) holding at most ATTN_RUNS runs. */
+static void attn_pass(ds_variant v, attn_args *a, int m0, int m1) {
+    const ds_attn_shape *s = a->s;
+    const int group = s->n_head / s->n_kv_head, nt = a->pool ? ds_pool_threads(a->pool) : 1;
+    a->n_runs = 0;
+    int64_t lmax = 0;
+    for (int m = m0; m < m1;) {
+        const int seq = attn_seq(a->r, m);
+        int e = m + 1;
+        while (e < m1 && attn_seq(a->r, e) == seq) e++;
+        attn_run *ru = &a->run[a->n_runs++];
+        ru->m0 = m;
+        ru->n = e - m;
+        ru->lmax = 0;
+        for (int k = m; k < e; k++) if (attn_len(a, k) > ru->lmax) ru->lmax = attn_len(a, k);
+        if (ru->lmax > lmax) lmax = ru->lmax;
+        m = e;
+    }
+    /* normally a no-op (reserved at context creation); grows once otherwise */
+    ds_pool_reserve(a->pool, ds_attention_thread_scratch(s->head_dim, lmax), 0);
+    int64_t items = 0;
+    if (v == DS_FAST) {
+        /* tiles of FAST_Q queries (row-major over (row, GQA head)) per kv
+         * head, per run */
+        for (int k = 0; k < a->n_runs; k++) {
+            a->run[k].item0 = items;
+            items += (int64_t)((a->run[k].n * group + FAST_Q - 1) / FAST_Q) * s->n_kv_head;
+        }
+        ds_pool_for_idx(a->pool, items, 1, attn_fast_range, a);
+        return;
+    }
+    /* Items of up to ATTN_QMAX queries of one kv head, inside one run: its
+     * GQA heads in batches of up to ATTN_PV_Q (one pass over V serves a
+     * row's batch), rows in groups of ATTN_QMAX / batch (K and V read once
+     * from L2 per group), the groups as even as the row count allows. More,
+     * smaller groups, then one head per item, while that leaves fewer items
+     * than threads (decode with few kv heads on many threads). Each query's
+     * bits are the same however the items are cut (attn_block). */
+    a->qb = group < ATTN_PV_Q ? group : ATTN_PV_Q;
+    for (;;) {
+        const int64_t per = (int64_t)s->n_kv_head * ((group + a->qb - 1) / a->qb);
+        int64_t ngr_all = 0;
+        for (int k = 0; k < a->n_runs; k++) {
+            attn_run *ru = &a->run[k];
+            ru->rb = ds_imin(ATTN_QMAX / a->qb, ru->n);
+            ru->ngr = (ru->n + ru->rb - 1) / ru->rb;
+            ngr_all += ru->ngr;
+        }
+        while (ngr_all * per < nt) {           /* split the run with the largest groups */
+            int best = -1;
+            for (int k = 0; k < a->n_runs; k++)
+                if (a->run[k].rb > 1 && (best < 0 || a->run[k].rb > a->run[best].rb)) best = k;
+            if (best < 0) break;
+            attn_run *ru = &a->run[best];
+            ngr_all -= ru->ngr;
+            ru->rb = (ru->n + ru->ngr) / (ru->ngr + 1);
+            if (ru->rb < 1) ru->rb = 1;
+            ru->ngr = (ru->n + ru->rb - 1) / ru->rb;
+            ngr_all += ru->ngr;
+        }
+        if (ngr_all * per >= nt || a->qb == 1) {
+            for (int k = 0; k < a->n_runs; k++) {
+                a->run[k].item0 = items;
+                items += (int64_t)a->run[k].ngr * per;
+            }
+            break;
+        }
+        a->qb = 1;
+    }
+    ds_pool_for_idx(a->pool, items, 1, attn_canon_range, a);
+}
+
+void ds_attention_rows(ds_variant v, const ds_attn_shape *s, int M, const ds_attn_rows *r,
+                       const float *q, const float *kcache, const float *vcache, float *out,
+                       ds_pool *pool) {
+    if (M <= 0 || s->n_head <= 0 || s->n_kv_head <= 0 || s->head_dim <= 0) return;
+    attn_args a = { .s = s, .M = M, .r = r, .q = q, .k = kcache, .v = vcache, .out = out, .pool = pool };
+    /* passes of at most ATTN_RUNS runs (a row's bits never depend on them) */
+    for (int m0 = 0; m0 < M;) {
+        int m1 = m0 + 1, runs = 1;
+        while (m1 < M && (attn_seq(r, m1) == attn_seq(r, m1 - 1) || runs < ATTN_RUNS)) {
+            if (attn_seq(r, m1) != attn_seq(r, m1 - 1)) runs++;
+            m1++;
+        }
+        attn_pass(v, &a, m0, m1);
+        m0 = m1;
+    }
+}
+
+/* The contiguous cache of one sequence: rows at pos0 + m, causal or all
+ * seeing [0, n_kv), in slices whose visible lengths fit a stack array. */
 void ds_attention(ds_variant v, const ds_attn_shape *s, int M, int pos0, int causal, int n_kv,
                   const float *q, const float *kcache, const float *vcache, float *out,
                   ds_pool *pool) {
-    if (M <= 0 || s->n_head <= 0 || s->n_kv_head <= 0 || s->head_dim <= 0) return;
-    attn_args a = { s, M, pos0, causal, n_kv, q, kcache, vcache, out, pool, 1, 1 };
-    /* normally a no-op (reserved at context creation); grows once otherwise */
-    ds_pool_reserve(pool, ds_attention_thread_scratch(s->head_dim, causal ? (int64_t)pos0 + M : n_kv), 0);
-    if (v == DS_FAST) {
-        /* tiles of FAST_Q queries (row-major over (row, GQA head)) per kv head */
-        const int group = s->n_head / s->n_kv_head;
-        const int64_t tiles = ((int64_t)M * group + FAST_Q - 1) / FAST_Q;
-        ds_pool_for_idx(pool, tiles * s->n_kv_head, 1, attn_fast_range, &a);
-        return;
+    enum { SLICE = 256 };
+    int32_t nv[SLICE];
+    for (int m0 = 0; m0 < M; m0 += SLICE) {
+        const int n = M - m0 < SLICE ? M - m0 : SLICE;
+        for (int m = 0; m < n; m++) nv[m] = causal ? pos0 + m0 + m + 1 : n_kv;
+        const ds_attn_rows r = { nv, NULL, NULL, NULL, 0, 0, 0 };
+        const size_t qo = (size_t)m0 * (size_t)s->n_head * (size_t)s->head_dim;
+        ds_attention_rows(v, s, n, &r, q + qo, kcache, vcache, out + qo, pool);
     }
-    /* Items of up to ATTN_QMAX queries of one kv head: its GQA heads in
-     * batches of up to ATTN_PV_Q (one pass over V serves a row's batch),
-     * rows in groups of ATTN_QMAX / batch (K and V read once from L2 per
-     * group), the groups as even as the row count allows. Fewer rows per
-     * group, then one head per item, while that leaves fewer items than
-     * threads (decode with few kv heads on many threads). Each query's bits
-     * are the same however the items are cut (attn_block). */
-    const int group = s->n_head / s->n_kv_head, nt = pool ? ds_pool_threads(pool) : 1;
-    a.qb = group < ATTN_PV_Q ? group : ATTN_PV_Q;
-    int ngr = 1;
-    for (;;) {
-        const int rb = ds_imin(ATTN_QMAX / a.qb, M);
-        ngr = (M + rb - 1) / rb;
-        while ((int64_t)ngr * s->n_kv_head * ((group + a.qb - 1) / a.qb) < nt && ngr < M) ngr++;
-        a.rb = (M + ngr - 1) / ngr;
-        ngr = (M + a.rb - 1) / a.rb;
-        if ((int64_t)ngr * s->n_kv_head * ((group + a.qb - 1) / a.qb) >= nt || a.qb == 1) break;
-        a.qb = 1;
-    }
-    const int64_t items = (int64_t)ngr * s->n_kv_head * ((group + a.qb - 1) / a.qb);
-    ds_pool_for_idx(pool, items, 1, attn_canon_range, &a);
 }

@@ -81,7 +81,16 @@ typedef struct {
     float *d;
     int32_t *nsum;
     unsigned char *qi;          /* the interleaved copy (ds_q8_act.qi)       */
+    int16_t *qw;                /* the int16 copy (ds_q8_act.qw) or NULL      */
 } q8_quant_job;
+
+/* Row m's quants widened to int16 into the AVX2 tile's copy (ds_q8_act.qw):
+ * groups of 8 rows, block b of row i at ((m / 8) * nb + b) * 256 + 32 i. */
+static void q8_widen_row(const ds_block_q8_0 *q, int64_t nb, int64_t m, int16_t *qw) {
+    int16_t *o = qw + (size_t)(m / 8) * (size_t)nb * 256 + 32 * (size_t)(m % 8);
+    for (int64_t b = 0; b < nb; b++, o += 256)
+        for (int l = 0; l < DS_QK8_0; l++) o[l] = q[b].qs[l];
+}
 
 #if DS_X86
 #include "kernels/cpu/q8_round.h"
@@ -162,8 +171,10 @@ static void q8_quant_range(void *arg, int64_t m0, int64_t m1) {
 #if DS_X86
         if (q8_quant_fast_ok() &&
             q8_quant_row16(j->x + m * j->K, nb, j->q + m * nb, j->d + m * nb, j->nsum + m * nb,
-                           j->qi + (size_t)(m / 8) * (size_t)nb * DS_Q8_GROUP_BYTES, (int)(m % 8)) == 0)
+                           j->qi + (size_t)(m / 8) * (size_t)nb * DS_Q8_GROUP_BYTES, (int)(m % 8)) == 0) {
+            if (j->qw) q8_widen_row(j->q + m * nb, nb, m, j->qw);
             continue;
+        }
 #endif
         ds_quantize_row_q8_0(j->x + m * j->K, j->K, j->q + m * nb);
         unsigned char *g = j->qi + (size_t)(m / 8) * (size_t)nb * DS_Q8_GROUP_BYTES;
@@ -177,6 +188,7 @@ static void q8_quant_range(void *arg, int64_t m0, int64_t m1) {
             memcpy(g + 256 + 4 * i, &j->nsum[b], sizeof(int32_t));
             memcpy(g + 288 + 4 * i, &j->d[b], sizeof(float));
         }
+        if (j->qw) q8_widen_row(j->q + m * nb, nb, m, j->qw);
     }
 }
 
@@ -186,23 +198,28 @@ static size_t q8_act_head_bytes(int M, int64_t K) {
     return (((nq * sizeof(ds_block_q8_0) + 63) & ~(size_t)63) + nq * (sizeof(float) + sizeof(int32_t)) + 63) &
            ~(size_t)63;
 }
+/* ... then the int16 copy: per group of 8 rows and block, 8 x 32 int16 */
+static size_t q8_act_qi_bytes(int M, int64_t K) {
+    return ((size_t)M + 7) / 8 * (size_t)(K / DS_QK8_0) * DS_Q8_GROUP_BYTES;
+}
 static size_t q8_act_bytes(int M, int64_t K) {
-    return q8_act_head_bytes(M, K) + ((size_t)M + 7) / 8 * (size_t)(K / DS_QK8_0) * DS_Q8_GROUP_BYTES;
+    return q8_act_head_bytes(M, K) + q8_act_qi_bytes(M, K) + ((size_t)M + 7) / 8 * (size_t)(K / DS_QK8_0) * 512;
 }
 
 size_t ds_kernels_shared_scratch(int m_max, int64_t k_max) {
     return m_max > 0 && k_max > 0 ? q8_act_bytes(m_max, k_max) + 64 : 0;
 }
 
-static void q8_quantize_into(const float *x, int M, int64_t K, char *mem, ds_pool *pool,
+static void q8_quantize_into(const float *x, int M, int64_t K, char *mem, ds_pool *pool, int want_qw,
                              ds_q8_act *act) {
     const size_t nq = (size_t)M * (size_t)(K / DS_QK8_0);
     const size_t qb = (nq * sizeof(ds_block_q8_0) + 63) & ~(size_t)63;
     q8_quant_job j = {.x = x, .K = K, .q = (ds_block_q8_0 *)mem, .d = (float *)(mem + qb),
                       .nsum = (int32_t *)(mem + qb + nq * sizeof(float)),
-                      .qi = (unsigned char *)mem + q8_act_head_bytes(M, K)};
+                      .qi = (unsigned char *)mem + q8_act_head_bytes(M, K),
+                      .qw = want_qw ? (int16_t *)(mem + q8_act_head_bytes(M, K) + q8_act_qi_bytes(M, K)) : NULL};
     ds_pool_for(pool, M, (4096 + K - 1) / K, q8_quant_range, &j);
-    *act = (ds_q8_act){.q = j.q, .d = j.d, .nsum = j.nsum, .qi = j.qi};
+    *act = (ds_q8_act){.q = j.q, .d = j.d, .nsum = j.nsum, .qi = j.qi, .qw = j.qw};
 }
 
 /* The definition with no scratch at all: per row, 32 blocks at a time
@@ -362,7 +379,7 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
             if (epi) epi(epi_arg, 0, W[0]->n_out, 0);
             return;
         }
-        q8_quantize_into(x, M, K, mem, pool, &act);
+        q8_quantize_into(x, M, K, mem, pool, W[0]->type == DS_TYPE_Q8_0 && ds_q8_0_wants_qw(level), &act);
         ctx.xq = &act;
     } else if (W[0]->type == DS_TYPE_Q8_0 && ds_q8_0_fast_vnni(level)) {
         /* fast Q8_0 on VNNI: its own activation quantization, one scale per
@@ -448,7 +465,8 @@ void ds_matmul_decode(const ds_weight *W, const float *x, float *y, ds_pool *poo
 size_t ds_matmul_thread_scratch(int64_t k_max) {
     if (k_max <= 0) return 0;
     const size_t deq = (size_t)DS_NT_MAX * (size_t)k_max * sizeof(float);
-    const size_t rep = (size_t)(k_max / DS_QK8_0) * 576;
+    /* the VNNI tile (576 bytes a block) or four AVX2 S8 tiles (4 x 272) */
+    const size_t rep = (size_t)(k_max / DS_QK8_0) * 1152;
     return deq > rep ? deq : rep;
 }
 

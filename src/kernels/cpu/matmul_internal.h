@@ -54,6 +54,10 @@ typedef struct {
      * (at 288). One pointer walks all rows of a register tile, every row's
      * operand an immediate offset from it. */
     const unsigned char *qi;
+    /* The quants widened to int16 for the AVX2 tile (NULL unless
+     * ds_q8_0_wants_qw(level)): groups of 8 rows, group g's block b at
+     * (g * nb + b) * 256 int16, row i's 32 quants at 32 i. */
+    const int16_t *qw;
 } ds_q8_act;
 #define DS_Q8_GROUP_BYTES 320
 
@@ -66,6 +70,42 @@ typedef struct {
     const float   *d;
     const int16_t *bsums;
 } ds_q8k_act;
+
+/* ---- pre-packed weights (ds_weight.extra on the CPU) -----------------------------------
+ * A weight packed at load (ds_weight_pack, kernels.h) is a 64-byte header and
+ * then the layout the canonical tile of one SIMD level reads. The header
+ * names the layout, so a kernel running at another level (tests compare all
+ * levels on one weight; DSPARK_SIMD caps the level after load is impossible,
+ * the level is fixed per process) uses the original bytes instead of
+ * misreading tiles built for someone else. Every layout is a permutation of
+ * the original quants and scales (plus padding rows), so it computes the
+ * definition's bits like any other path. */
+#define DS_PACK_MAGIC 0x4b505344u          /* "DSPK" */
+#define DS_PACK_HDR 64
+enum {
+    DS_PACK_NONE = 0,
+    DS_PACK_Q8_VNNI16 = 1,  /* Q8_0, AVX-512 VNNI: 16-row tiles, quants biased to u8 */
+    DS_PACK_Q8_S8 = 2,      /* Q8_0, AVX2 / NEON: 8-row tiles, signed quants          */
+};
+typedef struct {
+    uint32_t magic, layout, type, level;
+    int64_t  n_in, n_out;
+} ds_pack_hdr;
+/* the layout of W's packed copy, DS_PACK_NONE when it has none */
+DS_INLINE int ds_pack_layout(const ds_weight *W) {
+    if (!W->extra) return DS_PACK_NONE;
+    ds_pack_hdr h;
+    memcpy(&h, W->extra, sizeof h);
+    return h.magic == DS_PACK_MAGIC && h.type == W->type && h.n_in == W->n_in && h.n_out == W->n_out
+               ? (int)h.layout : DS_PACK_NONE;
+}
+DS_INLINE const unsigned char *ds_pack_data(const ds_weight *W) {
+    return (const unsigned char *)W->extra + DS_PACK_HDR;
+}
+/* ds_weight_pack_bytes / ds_weight_pack for an explicit level (tests; the
+ * public ones use ds_simd_level()) */
+size_t ds_weight_pack_bytes_at(const ds_weight *W, int level);
+int    ds_weight_pack_at(const ds_weight *W, int level, void *dst);
 
 typedef struct {
     const ds_weight *W;
@@ -101,6 +141,8 @@ void q8_fast_f32_range   (const ds_mm_ctx *c, int64_t n0, int64_t n1);
  * quants and -128 * their sum). matmul.c quantizes before the split and
  * sets ctx.xq; without xq (no scratch) fast runs the f32 tile engine. */
 int  ds_q8_0_fast_vnni(int level);
+/* canonical Q8_0 at this level reads the int16 activation copy (ds_q8_act.qw) */
+int  ds_q8_0_wants_qw(int level);
 void ds_q8_0_fast_quantize(const float *x, int M, int64_t K, ds_block_q8_0 *q, int32_t *nsum,
                            float *d);
 

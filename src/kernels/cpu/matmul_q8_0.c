@@ -78,56 +78,7 @@ static void q8c_portable(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
 #if DS_X86
 #include <immintrin.h>
 
-/* ---- AVX2: 2 x 2 tiles, llama.cpp's AVX2 block dot ---------------------------------
- * maddubs needs an unsigned operand: |q| as u8 times p carrying q's sign
- * (pair sums <= 2 * 128 * 127, no int16 saturation: activation quants are in
- * [-127, 127]), madd to int32, then the four (m, n) dots of the tile reduced
- * together with hadd; the four sums are exact integers, so the reduction
- * order is immaterial. */
 #define Q8C_TGT_AVX2 __attribute__((target("avx2,fma,f16c")))
-Q8C_TGT_AVX2 static void q8c_avx2(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
-    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
-    const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
-    const ds_q8_act *a = c->xq;
-    const int M = c->M;
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t n = n0; n < n1; n += 2) {
-        const int nv = n1 - n < 2 ? 1 : 2;
-        const void *wr[2];
-        ds_tile_rows(c->W->data, wrow, n, nv, 2, wr);
-        const ds_block_q8_0 *w0 = wr[0], *w1 = wr[1];
-        for (int m = 0; m < M; m += 2) {
-            const int mv = M - m < 2 ? 1 : 2;
-            const int64_t r0 = (int64_t)m * nb, r1 = (int64_t)(m + mv - 1) * nb;
-            __m128 acc = _mm_setzero_ps();
-            for (int64_t b = 0; b < nb; b++) {
-                const __m256i q0 = _mm256_loadu_si256((const __m256i *)w0[b].qs);
-                const __m256i q1 = _mm256_loadu_si256((const __m256i *)w1[b].qs);
-                const __m256i p0 = _mm256_loadu_si256((const __m256i *)a->q[r0 + b].qs);
-                const __m256i p1 = _mm256_loadu_si256((const __m256i *)a->q[r1 + b].qs);
-                const __m256i u0 = _mm256_sign_epi8(q0, q0), u1 = _mm256_sign_epi8(q1, q1);
-#define Q8C_DOT(u, q, p) _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(p, q)), ones)
-                const __m256i d00 = Q8C_DOT(u0, q0, p0), d01 = Q8C_DOT(u1, q1, p0);
-                const __m256i d10 = Q8C_DOT(u0, q0, p1), d11 = Q8C_DOT(u1, q1, p1);
-#undef Q8C_DOT
-                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(d00, d01),
-                                                    _mm256_hadd_epi32(d10, d11));
-                const __m128i D = _mm_add_epi32(_mm256_castsi256_si128(h),
-                                                _mm256_extracti128_si256(h, 1));
-                const float e0 = a->d[r0 + b], e1 = a->d[r1 + b];
-                const float dw0 = ds_fp16_to_f32(w0[b].d), dw1 = ds_fp16_to_f32(w1[b].d);
-                const __m128 sc = _mm_mul_ps(_mm_setr_ps(dw0, dw1, dw0, dw1),
-                                             _mm_setr_ps(e0, e0, e1, e1));
-                acc = _mm_fmadd_ps(_mm_cvtepi32_ps(D), sc, acc);   /* [m][n] [m][n+1] [m+1][n] [m+1][n+1] */
-            }
-            float o[4];
-            _mm_storeu_ps(o, acc);
-            for (int i = 0; i < mv; i++)
-                for (int j = 0; j < nv; j++)
-                    c->y[(size_t)(m + i) * (size_t)N + (size_t)(n + j)] = o[2 * i + j];
-        }
-    }
-}
 
 /* ---- AVX-512 VNNI: 16 output columns per vector ---------------------------------
  * Each 16-column tile of weight rows is first repacked (per call, into a small
@@ -259,7 +210,7 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
     /* pre-packed weights (ds_q8_0_pack, at load time): tile t = rows 16t ..
      * 16t + 15 is at t * Q8C_TILE(nb), exactly what q8c_pack16 builds here.
      * Ranges start on 16-column groups (matmul.c); any other start repacks. */
-    const unsigned char *pk = n0 % 16 == 0 ? c->W->extra : NULL;
+    const unsigned char *pk = n0 % 16 == 0 && ds_pack_layout(c->W) == DS_PACK_Q8_VNNI16 ? ds_pack_data(c->W) : NULL;
     unsigned char *buf = NULL;
     if (!pk) {                  /* repack into the thread's reserved scratch */
         if (c->tmp_bytes < Q8C_TILE(nb)) {   /* none: same bits, no repacking */
@@ -393,23 +344,215 @@ static int q8c_have_vnni(void) {
 }
 #endif
 
-/* ---- pre-packing at load time (kernels.h) ---------------------------------------------
- * The whole weight as consecutive repacked 16-row tiles, tile t at
- * t * Q8C_TILE(nb) bytes, the last tile padded by repeating row N - 1 (as
- * ds_tile_rows does per call). Only where the VNNI tile runs: AVX-512 level
- * with VNNI. */
-size_t ds_q8_0_packed_bytes(const ds_weight *W) {
-#if DS_X86
-    if (W->type != DS_TYPE_Q8_0 || W->n_in <= 0 || W->n_in % DS_QK8_0 || W->n_out <= 0) return 0;
-    if (ds_simd_level() != DS_LVL_AVX512 || !q8c_have_vnni()) return 0;
-    const uint64_t tiles = (uint64_t)(W->n_out + 15) / 16, nb = (uint64_t)(W->n_in / DS_QK8_0);
-    if (tiles > SIZE_MAX / Q8C_TILE(nb)) return 0;
-    return (size_t)tiles * Q8C_TILE(nb);
-#else
-    (void)W;
-    return 0;
-#endif
+/* ---- the 8-row signed tile (AVX2) -------------------------------------------------------
+ * Layout DS_PACK_Q8_S8: tiles of 8 weight rows; in a tile, block b's quants
+ * at b * 256: chunk t (16 bytes at b * 256 + 16 t, t = 0..15) holds quants
+ * 2t and 2t+1 of the 8 rows, row j at bytes 2j, 2j+1 — a transpose of the
+ * rows' int16 pairs, the quants kept as signed bytes; after the nb blocks
+ * the 8 fp16 scales of each block (16 bytes at nb * 256 + 16 b), padded to
+ * 32 bytes. 34 bytes per row and block, as stored, plus the padding.
+ *
+ * The AVX2 dot (q8s_rows8): VPMOVSXBW widens chunk t to int16 (lane j = row
+ * j's pair), and for an activation row VPMADDWD with its pair t broadcast
+ * (the int16 copy of the quants, ds_q8_act.qw) adds the two exact products
+ * into lane j; after the 16 pairs lane j holds the exact D of (m, n + j): no
+ * horizontal sums, and the f32 update is one convert, one multiply
+ * (d_w * e) and one FMA for 8 outputs — the definition's sequence lane by
+ * lane. Two multiply-class instructions per 32 products and row, where the
+ * byte form (VPSIGNB + VPMADDUBSW + VPMADDWD, llama.cpp's AVX2 dot) needs
+ * three: on a CPU with two vector multiply pipes that is the bound (a
+ * 2-core AMD EPYC, DSPARK_SIMD=avx2: ~55 -> see README). The widening is
+ * done once per (block, chunk) and shared by all rows of the tile. */
+#define Q8S_QB 256                              /* quant bytes per block of a tile */
+#define Q8S_TILE(nb) ((size_t)(nb) * Q8S_QB + (((size_t)(nb) * 16 + 31) & ~(size_t)31))
+#define Q8S_MT 8                                /* activation rows per register tile */
+
+/* 8 weight rows (wr, padding rows repeated) -> one S8 tile (portable C: it
+ * runs once per weight at load, or per call where no packed copy exists) */
+static void q8s_pack8(const void *const wr[8], int64_t nb, unsigned char *buf) {
+    for (int64_t b = 0; b < nb; b++) {
+        unsigned char *o = buf + b * Q8S_QB;
+        for (int j = 0; j < 8; j++) {
+            const ds_block_q8_0 *r = (const ds_block_q8_0 *)wr[j] + b;
+            for (int t = 0; t < 16; t++) memcpy(o + 16 * t + 2 * j, r->qs + 2 * t, 2);
+            memcpy(buf + (size_t)nb * Q8S_QB + (size_t)b * 16 + 2 * (size_t)j, &r->d, 2);
+        }
+    }
+    memset(buf + (size_t)nb * Q8S_QB + (size_t)nb * 16, 0, Q8S_TILE(nb) - (size_t)nb * Q8S_QB - (size_t)nb * 16);
 }
+
+#if DS_X86
+/* The register tile: rows m0 .. m0 + MT - 1 of the activations (inside one
+ * group of 8 of the copies: m0 % 8 + MT <= 8) against NT consecutive S8
+ * tiles t[0..NT) (8 columns each; the last has nv valid). MT x NT int32 D's
+ * (<= 8) live in registers over a block; per pair t the NT widened weight
+ * chunks are shared by the MT rows and each row's broadcast pair by the NT
+ * tiles. The f32 accumulators (updated once per block) stay in a small
+ * array. Shapes: decode 1 x 4, two rows 2 x 4, three 3 x 2, four or more
+ * 4 x 2 (M = 8: two row tiles, the second reading the tiles from L1). */
+static inline __attribute__((always_inline)) Q8C_TGT_AVX2 void
+q8s_tile_rows(const unsigned char *const t[], int NT, int nv, int64_t nb, const ds_q8_act *a, int m0, int MT,
+              float *y, int64_t N, int64_t n0, const unsigned char *pf) {
+    __m256 acc[4][4];
+    DS_UNROLL
+    for (int i = 0; i < MT; i++)
+        DS_UNROLL
+        for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
+    const int16_t *w16 = a->qw + (size_t)(m0 / 8) * (size_t)nb * 256 + 32 * (m0 % 8);
+    const unsigned char *ge = a->qi + (size_t)(m0 / 8) * (size_t)nb * DS_Q8_GROUP_BYTES + 288 + 4 * (m0 % 8);
+    for (int64_t b = 0; b < nb; b++, w16 += 256, ge += DS_Q8_GROUP_BYTES) {
+        if (pf) {   /* the tiles after these, a block at a time */
+            for (int l = 0; l < 4; l++) _mm_prefetch((const char *)pf + b * Q8S_QB + 64 * l, _MM_HINT_T0);
+            if (b % 4 == 0) _mm_prefetch((const char *)pf + (size_t)nb * Q8S_QB + (size_t)b * 16, _MM_HINT_T0);
+        }
+        __m256i D[4][4];
+        DS_UNROLL
+        for (int i = 0; i < MT; i++)
+            DS_UNROLL
+            for (int j = 0; j < NT; j++) D[i][j] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 2")
+        for (int k = 0; k < 16; k++) {
+            __m256i q[4];
+            DS_UNROLL
+            for (int j = 0; j < NT; j++)
+                q[j] = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(t[j] + b * Q8S_QB + 16 * k)));
+            DS_UNROLL
+            for (int i = 0; i < MT; i++) {
+                int32_t pp;
+                memcpy(&pp, w16 + 32 * i + 2 * k, sizeof pp);
+                const __m256i p = _mm256_set1_epi32(pp);
+                DS_UNROLL
+                for (int j = 0; j < NT; j++) D[i][j] = _mm256_add_epi32(D[i][j], _mm256_madd_epi16(q[j], p));
+            }
+        }
+        __m256 dw[4];
+        DS_UNROLL
+        for (int j = 0; j < NT; j++)
+            dw[j] = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(t[j] + (size_t)nb * Q8S_QB + (size_t)b * 16)));
+        DS_UNROLL
+        for (int i = 0; i < MT; i++) {
+            float e;
+            memcpy(&e, ge + 4 * i, sizeof e);
+            const __m256 ev = _mm256_set1_ps(e);
+            DS_UNROLL
+            for (int j = 0; j < NT; j++)
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[i][j]), _mm256_mul_ps(dw[j], ev), acc[i][j]);
+        }
+    }
+    DS_UNROLL
+    for (int i = 0; i < MT; i++)
+        DS_UNROLL
+        for (int j = 0; j < NT; j++) {
+            float *yo = y + (size_t)(m0 + i) * (size_t)N + (size_t)(n0 + 8 * j);
+            if (j < NT - 1 || nv == 8) {
+                _mm256_storeu_ps(yo, acc[i][j]);
+            } else {
+                float o8[8];
+                _mm256_storeu_ps(o8, acc[i][j]);
+                memcpy(yo, o8, (size_t)nv * sizeof(float));
+            }
+        }
+}
+
+/* MT rows at m0 against NT tiles, the shapes instantiated (MT, NT constants) */
+static inline __attribute__((always_inline)) Q8C_TGT_AVX2 void
+q8s_run(const unsigned char *const t[], int NT, int nv, int64_t nb, const ds_q8_act *a, int m0, int MT, float *y,
+        int64_t N, int64_t n0, const unsigned char *pf) {
+#define Q8S_CASE(mt, nt) \
+    if (MT == mt && NT == nt) { q8s_tile_rows(t, nt, nv, nb, a, m0, mt, y, N, n0, pf); return; }
+    Q8S_CASE(1, 1) Q8S_CASE(1, 2) Q8S_CASE(1, 3) Q8S_CASE(1, 4)
+    Q8S_CASE(2, 1) Q8S_CASE(2, 2) Q8S_CASE(2, 3) Q8S_CASE(2, 4)
+    Q8S_CASE(3, 1) Q8S_CASE(3, 2)
+    Q8S_CASE(4, 1) Q8S_CASE(4, 2)
+#undef Q8S_CASE
+}
+
+/* NT S8 tiles of weight rows n .. n + 8 NT - 1 (the last nv valid): the
+ * packed ones (pk), else packed here into buf. */
+static inline void q8s_tiles(const ds_mm_ctx *c, const unsigned char *pk, size_t wrow, int64_t nb, int64_t n,
+                             int NT, int nv, unsigned char *buf, const unsigned char *t[4]) {
+    for (int j = 0; j < NT; j++) {
+        if (pk) {
+            t[j] = pk + (size_t)(n / 8 + j) * Q8S_TILE(nb);
+            continue;
+        }
+        const void *wr[8];
+        ds_tile_rows(c->W->data, wrow, n + 8 * j, j == NT - 1 ? nv : 8, 8, wr);
+        unsigned char *o = buf + (size_t)j * Q8S_TILE(nb);
+        q8s_pack8(wr, nb, o);
+        t[j] = o;
+    }
+}
+
+Q8C_TGT_AVX2 static void q8c_avx2_rows(const ds_mm_ctx *c, int64_t n0, int64_t n1);
+
+/* All M rows over [n0, n1) in column groups of up to 4 tiles (32 columns;
+ * 2 tiles from three rows on), each group's tiles read by every row tile.
+ * Without a packed copy it packs into the thread's scratch (with no scratch
+ * or no int16 activations it runs the one-row kernel: same bits). */
+Q8C_TGT_AVX2 static void q8c_avx2_s8(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
+    const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
+    const int M = c->M, GT = M <= 2 ? 4 : 2;            /* tiles per column group */
+    const unsigned char *pk = n0 % 8 == 0 && ds_pack_layout(c->W) == DS_PACK_Q8_S8 ? ds_pack_data(c->W) : NULL;
+    unsigned char *buf = NULL;
+    if (!c->xq->qw) {
+        q8c_avx2_rows(c, n0, n1);
+        return;
+    }
+    if (!pk) {
+        if (c->tmp_bytes < 4 * Q8S_TILE(nb) || ((uintptr_t)c->tmp & 31)) {
+            q8c_avx2_rows(c, n0, n1);
+            return;
+        }
+        buf = c->tmp;
+    }
+    for (int64_t n = n0; n < n1; n += 8 * GT) {
+        const int64_t cols = n1 - n < 8 * GT ? n1 - n : 8 * GT;
+        const int NT = (int)((cols + 7) / 8), nv = (int)(cols - 8 * (NT - 1));
+        const unsigned char *t[4];
+        q8s_tiles(c, pk, wrow, nb, n, NT, nv, buf, t);
+        const unsigned char *pf = pk && n + cols < n1 ? t[NT - 1] + Q8S_TILE(nb) : NULL;
+        /* row tiles of up to 4 (2 beside 3 or 4 tiles: at most 8 D's),
+         * inside the groups of 8 rows of the activation copies */
+        const int mt_max = NT > 2 ? 2 : 4;
+        for (int m = 0; m < M; pf = NULL) {
+            int MT = M - m < mt_max ? M - m : mt_max;
+            if (MT > 8 - m % 8) MT = 8 - m % 8;
+            q8s_run(t, NT, nv, nb, c->xq, m, MT, c->y, N, n, pf);
+            m += MT;
+        }
+    }
+}
+#endif
+
+/* ---- pre-packing at load time (kernels.h) ---------------------------------------------
+ * The whole weight as consecutive tiles of the level's layout, tile t at
+ * t * TILE(nb) bytes after the header, the last tile padded by repeating row
+ * N - 1 (as ds_tile_rows does per call): AVX-512 with VNNI the 16-row VNNI
+ * tile, AVX2 (and AVX-512 without VNNI) the 8-row S8 tile. */
+static int q8_pack_layout_at(const ds_weight *W, int lv) {
+    if (W->type != DS_TYPE_Q8_0 || W->n_in <= 0 || W->n_in % DS_QK8_0 || W->n_out <= 0) return DS_PACK_NONE;
+#if DS_X86
+    if (lv == DS_LVL_AVX512 && q8c_have_vnni()) return DS_PACK_Q8_VNNI16;
+    if (lv >= DS_LVL_AVX2) return DS_PACK_Q8_S8;
+#endif
+    (void)lv;
+    return DS_PACK_NONE;
+}
+static size_t q8_pack_tile_bytes(int layout, int64_t nb) { return layout == DS_PACK_Q8_VNNI16 ? Q8C_TILE(nb) : Q8S_TILE(nb); }
+static int q8_pack_rows(int layout) { return layout == DS_PACK_Q8_VNNI16 ? 16 : 8; }
+
+size_t ds_weight_pack_bytes_at(const ds_weight *W, int lv) {
+    const int layout = q8_pack_layout_at(W, lv);
+    if (layout == DS_PACK_NONE) return 0;
+    const int R = q8_pack_rows(layout);
+    const uint64_t tiles = (uint64_t)(W->n_out + R - 1) / (uint64_t)R, nb = (uint64_t)(W->n_in / DS_QK8_0);
+    const size_t tb = q8_pack_tile_bytes(layout, (int64_t)nb);
+    if (tiles > (SIZE_MAX - DS_PACK_HDR) / tb) return 0;
+    return DS_PACK_HDR + (size_t)tiles * tb;
+}
+size_t ds_weight_pack_bytes(const ds_weight *W) { return ds_weight_pack_bytes_at(W, ds_simd_level()); }
 
 #if DS_X86
 Q8C_TGT_VNNI static void q8c_pack_all(const ds_weight *W, unsigned char *dst) {
@@ -424,61 +567,85 @@ Q8C_TGT_VNNI static void q8c_pack_all(const ds_weight *W, unsigned char *dst) {
 }
 #endif
 
-/* Row `row` of a pre-packed weight (W->extra) back to f32, read from the
- * tile layout alone: lane j = row % 16 of tile row / 16; dword s of block b
- * at b * 512 + 64 s + 4 j (biased: q ^ 0x80), the block's fp16 scale at
- * nb * 512 + 32 b + 2 j. d * q is exact, so
- * this equals ds_row_to_f32 of the original row bit for bit — and the
- * original's pages need not be resident (the embedding lookup of a tied
- * head reads this). */
-void ds_q8_0_packed_row(const ds_weight *W, int64_t row, float *out) {
+int ds_weight_pack_at(const ds_weight *W, int lv, void *dst) {
+    const int layout = q8_pack_layout_at(W, lv);
+    if (layout == DS_PACK_NONE || !dst || ((uintptr_t)dst & 63)) return -1;
+    const int64_t nb = W->n_in / DS_QK8_0, N = W->n_out;
+    unsigned char *d = (unsigned char *)dst + DS_PACK_HDR;
+    if (layout == DS_PACK_Q8_VNNI16) {
+#if DS_X86
+        q8c_pack_all(W, d);
+#endif
+    } else {
+        const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
+        for (int64_t n = 0; n < N; n += 8) {
+            const void *wr[8];
+            ds_tile_rows(W->data, wrow, n, (int)(N - n < 8 ? N - n : 8), 8, wr);
+            q8s_pack8(wr, nb, d + (size_t)(n / 8) * Q8S_TILE(nb));
+        }
+    }
+    const ds_pack_hdr h = {.magic = DS_PACK_MAGIC, .layout = (uint32_t)layout, .type = W->type,
+                           .level = (uint32_t)lv, .n_in = W->n_in, .n_out = W->n_out};
+    memset(dst, 0, DS_PACK_HDR);
+    memcpy(dst, &h, sizeof h);
+    return 0;
+}
+int ds_weight_pack(const ds_weight *W, void *dst) { return ds_weight_pack_at(W, ds_simd_level(), dst); }
+int ds_weight_is_packed(const ds_weight *W) { return ds_pack_layout(W) != DS_PACK_NONE; }
+
+/* Row `row` of a packed weight back to f32, read from the tile layout alone.
+ * VNNI16: lane j = row % 16 of tile row / 16; dword s of block b at b * 512 +
+ * 64 s + 4 j (biased: q ^ 0x80), the block's fp16 scale at nb * 512 + 32 b +
+ * 2 j. S8: lane j = row % 8, pair t at b * 256 + 16 t + 2 j (signed), the
+ * scale at nb * 256 + 16 b + 2 j. d * q is exact, so this equals
+ * ds_row_to_f32 of the original row bit for bit — and the original's pages
+ * need not be resident (the embedding lookup of a tied head reads this). */
+void ds_weight_packed_row(const ds_weight *W, int64_t row, float *out) {
+    const int layout = ds_pack_layout(W);
     const int64_t nb = W->n_in / DS_QK8_0;
-    const unsigned char *t = (const unsigned char *)W->extra + (size_t)(row / 16) * Q8C_TILE(nb);
-    const int j = (int)(row % 16);
+    const int R = q8_pack_rows(layout), QB = layout == DS_PACK_Q8_VNNI16 ? Q8C_QB : Q8S_QB;
+    const unsigned char bias = layout == DS_PACK_Q8_VNNI16 ? 0x80 : 0;
+    const unsigned char *t = ds_pack_data(W) + (size_t)(row / R) * q8_pack_tile_bytes(layout, nb);
+    const int j = (int)(row % R);
     for (int64_t b = 0; b < nb; b++) {
-        const unsigned char *o = t + b * Q8C_QB;
+        const unsigned char *o = t + b * QB;
         uint16_t dh;
-        memcpy(&dh, t + (size_t)nb * Q8C_QB + (size_t)b * 32 + 2 * (size_t)j, sizeof dh);
+        memcpy(&dh, t + (size_t)nb * QB + (size_t)b * 2 * R + 2 * (size_t)j, sizeof dh);
         const float d = ds_fp16_to_f32(dh);
-        for (int s = 0; s < 8; s++)
-            for (int e = 0; e < 4; e++)
-                out[b * DS_QK8_0 + 4 * s + e] = d * (float)(int8_t)(o[64 * s + 4 * j + e] ^ 0x80);
+        if (layout == DS_PACK_Q8_VNNI16)
+            for (int s = 0; s < 8; s++)
+                for (int e = 0; e < 4; e++)
+                    out[b * DS_QK8_0 + 4 * s + e] = d * (float)(int8_t)(o[64 * s + 4 * j + e] ^ bias);
+        else
+            for (int t = 0; t < 16; t++)
+                for (int e = 0; e < 2; e++) out[b * DS_QK8_0 + 2 * t + e] = d * (float)(int8_t)o[16 * t + 2 * j + e];
     }
 }
 
-int ds_q8_0_pack(const ds_weight *W, void *dst) {
-    if (!ds_q8_0_packed_bytes(W) || ((uintptr_t)dst & 63)) return -1;
-#if DS_X86
-    q8c_pack_all(W, dst);
-    return 0;
-#else
-    return -1;
-#endif
-}
-
 /* Path choice: M < Q8C_REPACK_MIN_M runs the non-repacked one-row kernels
- * (AVX512-VNNI / AVX2), larger M the repacked VNNI tile / the AVX2 2 x 2
- * tile. With pre-packed weights (W->extra, set by the CPU backend's prepare_weight on
- * AVX-512 VNNI) the VNNI tile costs no repacking and is the faster path from
- * M = 1 (decode included: ~2x over the one-row kernel on the tiny model).
- * c->q8_path forces one (tests). All give the definition's bits. */
+ * (AVX512-VNNI / AVX2), larger M the repacked VNNI tile / the AVX2 S8 tile
+ * (packed per call into the thread's scratch). With pre-packed weights of the
+ * level's layout (ds_weight_pack, set by the CPU backend's prepare_weight)
+ * the tile costs no repacking and is the faster path from M = 1 (decode
+ * included). c->q8_path forces one (tests). All give the definition's bits. */
 #define Q8C_REPACK_MIN_M 2
-/* With pre-packed weights (W->extra) the tile costs no repacking: */
+/* With pre-packed weights the tile costs no repacking: */
 #ifndef Q8C_PACKED_MIN_M
 #define Q8C_PACKED_MIN_M 1
 #endif
 
 void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
 #if DS_X86
+    const int packed = ds_pack_layout(c->W) == q8_pack_layout_at(c->W, c->level);
     const int repack = c->q8_path ? c->q8_path == DS_Q8_PATH_REPACKED
-                                  : c->M >= (c->W->extra ? Q8C_PACKED_MIN_M : Q8C_REPACK_MIN_M);
+                                  : c->M >= (packed ? Q8C_PACKED_MIN_M : Q8C_REPACK_MIN_M);
     if (c->level == DS_LVL_AVX512 && q8c_have_vnni()) {
         if (repack) q8c_vnni_repacked(c, n0, n1);
         else q8c_vnni_rows(c, n0, n1);
         return;
     }
     if (c->level >= DS_LVL_AVX2) {
-        if (repack) q8c_avx2(c, n0, n1);
+        if (repack) q8c_avx2_s8(c, n0, n1);
         else q8c_avx2_rows(c, n0, n1);
         return;
     }
@@ -514,6 +681,7 @@ DS_MM_INSTANTIATE(q8_fast_f32_range, q8_fast_f32, DS_FAST_FN)
 
 #if DS_X86
 int ds_q8_0_fast_vnni(int level) { return level == DS_LVL_AVX512 && q8c_have_vnni(); }
+int ds_q8_0_wants_qw(int level) { return level >= DS_LVL_AVX2 && !ds_q8_0_fast_vnni(level); }
 
 /* Row m of x (K floats) -> K / 32 blocks of quants (the d field unused), the
  * blocks' -128 * sum(quants) and the row scale amax / 127. Rounding: VCVTPS2DQ
@@ -574,7 +742,7 @@ q8f_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int
 Q8C_TGT_VNNI static int q8f_vnni(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
     const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
     const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
-    const unsigned char *pk = n0 % 16 == 0 ? c->W->extra : NULL;
+    const unsigned char *pk = n0 % 16 == 0 && ds_pack_layout(c->W) == DS_PACK_Q8_VNNI16 ? ds_pack_data(c->W) : NULL;
     if (!pk && c->tmp_bytes < Q8C_TILE(nb)) return -1;
     const int M = c->M;
     for (int64_t n = n0; n < n1; n += 16) {
@@ -591,6 +759,7 @@ Q8C_TGT_VNNI static int q8f_vnni(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
 }
 #else
 int ds_q8_0_fast_vnni(int level) { (void)level; return 0; }
+int ds_q8_0_wants_qw(int level) { (void)level; return 0; }
 void ds_q8_0_fast_quantize(const float *x, int M, int64_t K, ds_block_q8_0 *q, int32_t *nsum, float *d) {
     (void)x; (void)M; (void)K; (void)q; (void)nsum; (void)d;
 }

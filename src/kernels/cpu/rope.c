@@ -6,18 +6,21 @@
  *   theta_i = pos * freq_base^(-2i/head_dim),  i = 0 .. head_dim/2 - 1
  *   (x0, x1) -> (x0*cos - x1*sin, x0*sin + x1*cos)
  *
- *   decode     rope_row(): inv_freq_i = powf(freq_base, -2i/head_dim) by the
- *              one expression rope_inv_freq(), theta = (float)pos * inv_freq_i,
- *              cosf/sinf of that float angle, shared by all heads of the row.
+ *   decode     rope_row(): inv_freq_i = ds_powf(freq_base, -2i/head_dim) by
+ *              the one expression rope_inv_freq(), theta = (float)pos *
+ *              inv_freq_i, ds_sincosf of that float angle, shared by all heads
+ *              of the row. Both are project-owned (kernels/dsmath.h), not the
+ *              C library's, so the table — and every output bit downstream —
+ *              is the same on every host, and the CUDA backend's host table
+ *              and device fallback compute the same values.
  *   canonical  rows split over threads, each through rope_row().
  *   fast       ggml's recurrence: theta_0 = pos, theta_{i+1} = theta_i * ratio
- *              with ratio = powf(freq_base, -2/head_dim) — one powf per row
+ *              with ratio = ds_powf(freq_base, -2/head_dim) — one pow per row
  *              instead of head_dim/2. The repeated multiplication rounds at
  *              every step, so the angles (and the bits) differ from decode. */
 #include "kernels/kernels.h"
 #include "kernels/cpu/ops_internal.h"
-
-#include <math.h>
+#include "kernels/dsmath.h"
 
 #define ROPE_BLOCK 256   /* pairs whose cos/sin are tabulated at once (stack) */
 
@@ -59,7 +62,7 @@ static void rope_apply(int n_heads, int hd, ds_rope_mode mode, int i0, int nb,
 /* The same expression for every pair, every row, every call: the inverse
  * frequency is a pure function of (freq_base, i, head_dim). */
 static inline float rope_inv_freq(float freq_base, int i, int hd) {
-    return powf(freq_base, -2.0f * (float)i / (float)hd);
+    return ds_powf(freq_base, -2.0f * (float)i / (float)hd);
 }
 
 static void rope_row(int n_heads, int hd, int pos, float freq_base, ds_rope_mode mode, float *x) {
@@ -69,8 +72,7 @@ static void rope_row(int n_heads, int hd, int pos, float freq_base, ds_rope_mode
         int nb = ds_imin(ROPE_BLOCK, half - i0);
         for (int k = 0; k < nb; k++) {
             float theta = (float)pos * rope_inv_freq(freq_base, i0 + k, hd);
-            c[k] = cosf(theta);
-            s[k] = sinf(theta);
+            ds_sincosf(theta, &s[k], &c[k]);
         }
         rope_apply(n_heads, hd, mode, i0, nb, c, s, x);
     }
@@ -87,7 +89,7 @@ static void rope_canon_range(void *arg, int64_t r0, int64_t r1) {
 }
 
 /* The same rows with the angles' cos/sin cached per position (a decode
- * step evaluates head_dim/2 powf + cosf + sinf per row and layer; the values
+ * step evaluates head_dim/2 ds_powf + ds_sincosf per row and layer; the values
  * are a pure function of (freq_base, head_dim, pos), so the cache holds
  * exactly what rope_row would compute). */
 typedef struct {
@@ -112,8 +114,7 @@ static void rope_cached_range(void *arg, int64_t r0, int64_t r1) {
         if (!c->done[p]) {
             for (int k = 0; k < half; k++) {
                 float theta = (float)p * rope_inv_freq(a->freq_base, k, hd);
-                cs[k] = cosf(theta);
-                cs[half + k] = sinf(theta);
+                ds_sincosf(theta, &cs[half + k], &cs[k]);
             }
             c->done[p] = 1;
         }
@@ -131,23 +132,22 @@ void ds_rope_cached(int rows, int n_heads, int head_dim, const int *pos, float f
 }
 
 /* ========================================================================
- * FAST — ggml's angle recurrence (one powf per row)
+ * FAST — ggml's angle recurrence (one pow per row)
  * ======================================================================== */
 /* WHY the bits differ: theta_i = ((pos * r) * r) * ... * r accumulates one
- * rounding per step, whereas decode computes pos * powf(base, -2i/hd)
+ * rounding per step, whereas decode computes pos * ds_powf(base, -2i/hd)
  * directly; from i = 2 on the float angles generally disagree in the last
- * bits, and cosf/sinf pass that on. */
+ * bits, and sin/cos pass that on. */
 static void rope_fast_row(int n_heads, int hd, int pos, float freq_base, ds_rope_mode mode,
                           float *x) {
     float c[ROPE_BLOCK], s[ROPE_BLOCK];
     int half = hd / 2;
-    float ratio = powf(freq_base, -2.0f / (float)hd);
+    float ratio = ds_powf(freq_base, -2.0f / (float)hd);
     float theta = (float)pos;
     for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
         int nb = ds_imin(ROPE_BLOCK, half - i0);
         for (int k = 0; k < nb; k++) {
-            c[k] = cosf(theta);
-            s[k] = sinf(theta);
+            ds_sincosf(theta, &s[k], &c[k]);
             theta *= ratio;
         }
         rope_apply(n_heads, hd, mode, i0, nb, c, s, x);

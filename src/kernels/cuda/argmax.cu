@@ -107,20 +107,24 @@ void dsc_sanitize(ds_exec *ex, int rows, int64_t n, const float *src, float *dst
     if (q) dsc_q8x_publish(ex, dst, rows, n, q, qd);
 }
 
-/* ---- KV rows at device positions -------------------------------------------------------- */
-__global__ void kv_write_k(float *kc, float *vc, int row, int M, const int *__restrict__ pos,
-                           const float *__restrict__ k, const float *__restrict__ v) {
+/* ---- KV rows at device positions, through the page tables ------------------------------- */
+__global__ void kv_write_k(float *kc, float *vc, int row, int M, ds_rows r, const float *__restrict__ k,
+                           const float *__restrict__ v) {
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (int64_t)M * row) return;
     const int m = (int)(t / row), j = (int)(t % row);
-    const int64_t dst = (int64_t)pos[m] * row + j;
+    const int64_t dst = dsc_kv_at(dsc_kv_table(r, m), r.page_stride, r.pos[m], row) + j;
     kc[dst] = k[t];
     vc[dst] = v[t];
 }
 
-void dsc_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const int *pos,
+void dsc_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const ds_rows *r,
                   const float *k, const float *v) {
     if (M <= 0 || row <= 0) return;
-    kv_write_k<<<dsc_blocks((int64_t)M * row, 256), 256, 0, ex->st>>>(kc, vc, row, M, pos, k, v);
+    if (r->page != DS_KV_PAGE) {
+        dsc_note(ex, cudaErrorInvalidValue, "kv_write: pages of other than 16 positions");
+        return;
+    }
+    kv_write_k<<<dsc_blocks((int64_t)M * row, 256), 256, 0, ex->st>>>(kc, vc, row, M, *r, k, v);
     DSC_LAUNCHED(ex, "kv_write");
 }

@@ -1,11 +1,13 @@
 /* attention.cu — attention family on the GPU: softmax(q·K^T * scale) · V against
  * the KV cache, which ALREADY holds this call's rows (kv_write first).
  *
- * Row m is at position pos[m] (device ints). causal=1: row m sees keys
- * [0, pos[m]]; causal=0: every row sees [0, pos[0] + M). Positions are read
- * on the device, so a recorded graph replays at any position; the grid is
- * one block per (row, head) whatever the prefix, and each block loops over
- * the chunks its prefix has. GQA: head h reads kv head h / (n_head / n_kv_head).
+ * Row m attends positions [0, n_vis[m]) of its sequence (ds_rows, device
+ * memory: position, sequence, visible length, page tables), reading K and V
+ * through its page table: a chunk of 64 positions is 4 pages, whose offsets
+ * are looked up once per chunk. Everything is read on the device, so a
+ * recorded graph replays for any rows; the grid is one block per (row,
+ * head) whatever the prefix, and each block loops over the chunks its prefix
+ * has. GQA: head h reads kv head h / (n_head / n_kv_head).
  *
  *   decode     canonical at M = 1.
  *   canonical  the CPU's attn_row_head (kernels/cpu/attention.c) for each
@@ -56,14 +58,14 @@
  * order, the head_dim % 16 tail in its lanes, tree 8-4-2-1), times scale,
  * into p[j]. All 32 lanes call it (the shuffles): keys past the chunk
  * compute a duplicate of its last key and are not stored. */
-__device__ __forceinline__ void att_scores(const float *__restrict__ kb, int64_t st, int c0, int cl, int jj,
+__device__ __forceinline__ void att_scores(const float *__restrict__ kb, int64_t st, const int64_t *pg, int cl, int jj,
                                            int half, int l16, int hd, const float *qs, float scale, float *p) {
     const float *kr[ATT_KB];
     float a[ATT_KB];
 #pragma unroll
     for (int u = 0; u < ATT_KB; u++) {
-        const int j = jj + 2 * u + half;
-        kr[u] = kb + (int64_t)(c0 + (j < cl ? j : cl - 1)) * st;
+        const int j = jj + 2 * u + half, jc = j < cl ? j : cl - 1;
+        kr[u] = kb + pg[jc >> 4] + (int64_t)(jc & 15) * st;
         a[u] = 0.0f;
     }
     int i = 0;
@@ -107,19 +109,21 @@ __device__ __forceinline__ void att_store(float *__restrict__ out, int64_t e0, i
 
 __global__ void __launch_bounds__(32 * ATT_WARPS)
 att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
-              const int *__restrict__ pos, int causal, const float *__restrict__ q,
+              ds_rows rw, const float *__restrict__ q,
               const float *__restrict__ kc, const float *__restrict__ vc, float *__restrict__ out,
               int wide_max, int8_t *__restrict__ oq, float *__restrict__ od) {
     __shared__ float qs[ATT_HD_MAX];
     __shared__ float ps[ATT_WARPS][ATT_CHUNK];
     __shared__ float ca[ATT_WARPS][ATT_HD_MAX];
     __shared__ float cm[ATT_WARPS], cs[ATT_WARPS];
+    __shared__ int64_t pg[ATT_WARPS][ATT_CHUNK / 16];   /* each chunk's 4 page offsets */
     dsc_pdl_wait();                       /* dsc_launch */
     dsc_pdl_trigger();
     const int m = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int kvh = h / (n_head / n_kv_head);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int L = causal ? pos[m] + 1 : pos[0] + M;
+    const int L = dsc_kv_nvis(rw, m);
+    const int32_t *tab = dsc_kv_table(rw, m);
     const int64_t e0 = ((int64_t)m * n_head + h) * hd;
     const float *qv = q + e0;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qv[d];
@@ -145,8 +149,10 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
          * and the same fold, so the same bits; only fewer sequential steps. */
         for (int c = 0; c < nch; c++) {
             const int c0 = c * ATT_CHUNK, cl = min(ATT_CHUNK, L - c0);
+            if (threadIdx.x < (cl + 15) / 16) pg[0][threadIdx.x] = dsc_kv_at(tab, rw.page_stride, c0 + 16 * threadIdx.x, 0);
+            __syncthreads();
             for (int jj = warp * 2 * ATT_KB; jj < cl; jj += ATT_WARPS * 2 * ATT_KB) {
-                att_scores(kb, st, c0, cl, jj, half, l16, hd, qs, scale, ps[0]);
+                att_scores(kb, st, pg[0], cl, jj, half, l16, hd, qs, scale, ps[0]);
             }
             __syncthreads();
             if (warp == 0) {
@@ -170,11 +176,14 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
             __syncthreads();
             const int d = threadIdx.x;
             float ca_d = 0.0f;
-            if (d < hd) {
+            if (d < hd)     /* key order, a page (16 keys) at a time */
+                for (int b = 0; 16 * b < cl; b++) {
+                    const float *vp = vb + pg[0][b] + d;
+                    const float *pb = ps[0] + 16 * b;
+                    const int je = min(16, cl - 16 * b);
 #pragma unroll 8
-                for (int j = 0; j < cl; j++)
-                    ca_d = __fadd_rn(ca_d, __fmul_rn(ps[0][j], __ldg(vb + (int64_t)(c0 + j) * st + d)));
-            }
+                    for (int j = 0; j < je; j++) ca_d = __fadd_rn(ca_d, __fmul_rn(pb[j], __ldg(vp + (int64_t)j * st)));
+                }
             const float cmax = cm[0], csum = cs[0];
             if (c == 0) {
                 m_run = cmax;
@@ -197,10 +206,12 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
         const int c = base + warp;
         if (c < nch) {
             const int c0 = c * ATT_CHUNK, cl = min(ATT_CHUNK, L - c0);
+            if (lane < (cl + 15) / 16) pg[warp][lane] = dsc_kv_at(tab, rw.page_stride, c0 + 16 * lane, 0);
+            __syncwarp();
             /* scores: this warp alone over its chunk (the loop bound is the
              * same for the whole warp: att_scores needs all 32 lanes) */
             for (int jj = 0; jj < cl; jj += 2 * ATT_KB)
-                att_scores(kb, st, c0, cl, jj, half, l16, hd, qs, scale, ps[warp]);
+                att_scores(kb, st, pg[warp], cl, jj, half, l16, hd, qs, scale, ps[warp]);
             __syncwarp();
             /* chunk max (NaN never wins; the value is order-free) */
             float mx = -INFINITY;
@@ -222,9 +233,13 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
             }
             for (int d = lane; d < hd; d += 32) {
                 float a = 0.0f;
+                for (int b = 0; 16 * b < cl; b++) {   /* key order, a page at a time */
+                    const float *vp = vb + pg[warp][b] + d;
+                    const float *pb = ps[warp] + 16 * b;
+                    const int je = min(16, cl - 16 * b);
 #pragma unroll 8
-                for (int j = 0; j < cl; j++)
-                    a = __fadd_rn(a, __fmul_rn(ps[warp][j], __ldg(vb + (int64_t)(c0 + j) * st + d)));
+                    for (int j = 0; j < je; j++) a = __fadd_rn(a, __fmul_rn(pb[j], __ldg(vp + (int64_t)j * st)));
+                }
                 ca[warp][d] = a;
             }
         }
@@ -264,7 +279,7 @@ att_canonical(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
 
 __global__ void __launch_bounds__(32 * ATT_WARPS)
 att_fast(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
-         const int *__restrict__ pos, int causal, const float *__restrict__ q,
+         ds_rows rw, const float *__restrict__ q,
          const float *__restrict__ kc, const float *__restrict__ vc, float *__restrict__ out) {
     __shared__ float qs[ATT_HD_MAX];
     __shared__ float ps[ATF_TILE];
@@ -272,7 +287,9 @@ att_fast(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
     const int m = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int kvh = h / (n_head / n_kv_head);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int L = causal ? pos[m] + 1 : pos[0] + M;
+    const int L = dsc_kv_nvis(rw, m);
+    const int32_t *tab = dsc_kv_table(rw, m);
+    const int64_t pst = rw.page_stride;
     const float *qv = q + ((int64_t)m * n_head + h) * hd;
     float *ov = out + ((int64_t)m * n_head + h) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qv[d];
@@ -289,7 +306,7 @@ att_fast(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
     for (int t0 = 0; t0 < L; t0 += ATF_TILE) {
         const int tl = min(ATF_TILE, L - t0);
         for (int j = warp; j < tl; j += ATT_WARPS) {
-            const float *kr = kb + (int64_t)(t0 + j) * st;
+            const float *kr = kb + dsc_kv_at(tab, pst, t0 + j, st);
             float a = 0.0f;
             for (int d = lane; d < hd; d += 32) a = fmaf(qs[d], kr[d], a);
 #pragma unroll
@@ -318,7 +335,7 @@ att_fast(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
             const int d = threadIdx.x + r * 32 * ATT_WARPS;
             if (d >= hd) continue;
             float a = acc[r] * corr;
-            for (int j = 0; j < tl; j++) a = fmaf(ps[j], vb[(int64_t)(t0 + j) * st + d], a);
+            for (int j = 0; j < tl; j++) a = fmaf(ps[j], vb[dsc_kv_at(tab, pst, t0 + j, st) + d], a);
             acc[r] = a;
         }
         m_run = mn;
@@ -335,17 +352,17 @@ att_fast(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
 /* ==========================================================================
  * entry point
  * ========================================================================== */
-void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
-                   int causal, const float *q, const float *kc, const float *vc, float *out) {
+void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const ds_rows *r,
+                   const float *q, const float *kc, const float *vc, float *out) {
     if (M <= 0 || s->n_head <= 0 || s->n_kv_head <= 0 || s->head_dim <= 0) return;
-    if (s->head_dim > ATT_HD_MAX || s->n_head % s->n_kv_head) {
-        dsc_note(ex, cudaErrorInvalidValue, "attention: head_dim > 256 or n_head not a multiple of n_kv_head");
+    if (s->head_dim > ATT_HD_MAX || s->n_head % s->n_kv_head || r->page != DS_KV_PAGE) {
+        dsc_note(ex, cudaErrorInvalidValue, "attention: head_dim > 256, n_head not a multiple of n_kv_head, or pages of other than 16 positions");
         return;
     }
     const unsigned grid = (unsigned)M * (unsigned)s->n_head;
     if (v == DS_FAST)
         att_fast<<<grid, 32 * ATT_WARPS, 0, ex->st>>>(s->n_head, s->n_kv_head, s->head_dim,
-                                                     s->kv_stride, s->scale, M, pos, causal, q,
+                                                     s->kv_stride, s->scale, M, *r, q,
                                                      kc, vc, out);
     else {
         /* the o projection's Q8_0 input, made here (dsc_q8x) */
@@ -354,7 +371,7 @@ void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, con
         float *od = NULL;
         if (s->head_dim % 32 || !dsc_q8x_reserve(ex, M, K, &oq, &od)) oq = NULL, od = NULL;
         dsc_launch(ex, "attention", att_canonical, dim3(grid), dim3(32 * ATT_WARPS), 0, s->n_head, s->n_kv_head,
-                   s->head_dim, s->kv_stride, s->scale, M, pos, causal, q, kc, vc, out,
+                   s->head_dim, s->kv_stride, s->scale, M, *r, q, kc, vc, out,
                    (dsc_be(ex)->off & DSC_OFF_WIDE) ? 0 : ATT_WIDE_MAX, oq, od);
         if (oq) dsc_q8x_publish(ex, out, M, K, oq, od);
         return;

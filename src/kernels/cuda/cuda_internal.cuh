@@ -49,6 +49,8 @@ typedef struct {
     unsigned       off;         /* DSC_OFF_* bits from $DSPARK_CUDA_OFF (A/B only)    */
     int            q8_layout;   /* a weight in the Q8_0 layout was prepared (Q8_0, Q4_0, Q5_0) */
     int            trace;       /* $DSPARK_CUDA_TRACE=1: the stream timeline (dsc_trace)  */
+    int            mma_bm;      /* $DSPARK_CUDA_MMA: forced tensor-core tile height, 0 = chosen */
+    int            qp_bps[4];   /* the streaming GEMV's resident blocks per SM, MT = 1, 2, 4, 8 */
 } dsc_backend;
 
 /* The stream's timeline as the GPU saw it ($DSPARK_CUDA_TRACE=1): an event
@@ -92,6 +94,8 @@ enum {
     DSC_OFF_NARROW = 1u << 11,   /* Q8_0 GEMV: a row per warp on small grids    */
     DSC_OFF_COPYK = 1u << 12,    /* recorded copies as kernels, not memcpy nodes */
     DSC_OFF_SPREAD = 1u << 13,   /* Q8_0 GEMV, short rows, M > 1: lanes share pairs */
+    DSC_OFF_MMA = 1u << 14,      /* Q8_0 canonical on the tensor cores (M > 8)  */
+    DSC_OFF_STREAM = 1u << 15,   /* Q8_0 streaming tensor-core GEMV (M <= 8)    */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
@@ -187,6 +191,19 @@ void *dsc_scratch(ds_exec *ex, int s, size_t bytes);
 /* The RoPE table for (freq_base, head_dim), built on first use (rope.cu). */
 const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim);
 
+/* The Q8_0 weights of one launch (matmul_q8_0.cu, matmul_q8_0_mma.cu): up to
+ * 4 sharing K and the quantized input (q/k/v, gate/up: matmul_multi). Row
+ * group / tile r belongs to weight i when blk0[i] <= r < blk0[i + 1]; which
+ * launch computes a row never changes its chain. */
+#define DSC_Q8_MAXW 4
+struct dsc_q8_set {
+    const int8_t *wq[DSC_Q8_MAXW];
+    const float  *wd[DSC_Q8_MAXW];
+    float        *y[DSC_Q8_MAXW];
+    int64_t       N[DSC_Q8_MAXW];
+    unsigned      blk0[DSC_Q8_MAXW + 1];
+};
+
 /* dsc_q8x (matmul_q8_0.cu): where a producer of M rows of K writes their
  * Q8_0 copy (q, d), or 0 when none is wanted (no Q8_0-layout weights, K not
  * whole blocks, switched off, out of memory); then, after its launch,
@@ -212,6 +229,20 @@ void dsc_q8x_publish(ds_exec *ex, const float *x, int M, int64_t K, const int8_t
 __device__ __forceinline__ void dsc_pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void dsc_pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
+/* ---- the KV pool's pages (backend.h ds_rows, kvpool.h) --------------------
+ * The kernels take the page size as DS_KV_PAGE (16: shifts, not divisions);
+ * the entry points refuse another. Row m's page table, the positions it
+ * attends, and where position pos of its sequence is (floats from the
+ * layer's page-0 rows; row = floats per position). */
+static_assert(DS_KV_PAGE == 16, "the CUDA kernels address pages of 16 positions");
+__device__ __forceinline__ const int32_t *dsc_kv_table(const ds_rows &r, int m) {
+    return r.tables + (int64_t)(r.seq ? r.seq[m] : 0) * r.max_pages;
+}
+__device__ __forceinline__ int dsc_kv_nvis(const ds_rows &r, int m) { return r.n_vis ? r.n_vis[m] : r.pos[m] + 1; }
+__device__ __forceinline__ int64_t dsc_kv_at(const int32_t *tab, int64_t page_stride, int pos, int64_t row) {
+    return (int64_t)__ldg(tab + (pos >> 4)) * page_stride + (int64_t)(pos & 15) * row;
+}
+
 template <typename... KArgs, typename... Args>
 static inline void dsc_launch(ds_exec *ex, const char *what, void (*kernel)(KArgs...), dim3 grid, dim3 block,
                               size_t smem, Args... args) {
@@ -226,6 +257,51 @@ static inline void dsc_launch(ds_exec *ex, const char *what, void (*kernel)(KArg
     cfg.attrs = at;
     cfg.numAttrs = (dsc_be(ex)->off & DSC_OFF_PDL) ? 0 : 1;
     dsc_launched(ex, cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...), what);
+}
+
+/* ---- tensor-core and async-copy wrappers (matmul_q8_0_mma.cu, matmul_kq.cu) ---------- */
+__device__ __forceinline__ unsigned qm_smem_addr(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+/* 16 bytes global -> shared, asynchronously; bytes = 0 zero-fills (src is
+ * still a valid address) */
+__device__ __forceinline__ void qm_cp16(void *dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(qm_smem_addr(dst)), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void qm_cp4(void *dst, const void *src, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(qm_smem_addr(dst)), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void qm_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void qm_wait(void) { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void qm_ldsm4(unsigned addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+/* d = C + A x B over one 32-byte block, s8 x s8 -> s32 (exact integers) */
+__device__ __forceinline__ void qm_mma(int32_t d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, int32_t c) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c), "r"(c), "r"(c), "r"(c));
+}
+/* d = C + A x B over 16 bytes of k, s8 x s8 -> s32 (m16n8k16; exact integers):
+ * A {row g, row g + 8} bytes 4t..4t+3, B bytes 4t..4t+3 of column g */
+__device__ __forceinline__ void qm_mma16(int32_t d[4], uint32_t a0, uint32_t a1, uint32_t b0, const int32_t c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+}
+/* d = C + A x B over 32 bytes of k with an accumulator of four values */
+__device__ __forceinline__ void qm_mma_acc(int32_t d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const int32_t c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
 }
 
 /* ---- exact conversions (the same formulas as common.h) ---------------------------- */
@@ -411,6 +487,18 @@ void dsc_matmul(ds_exec *ex, ds_variant v, const ds_weight *W, int M, const floa
 void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 void dsc_matmul_q8_0(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 cudaError_t dsc_matmul_q8_0_init(void);
+/* matmul_q8_0_mma.cu: Q8_0 canonical on the tensor cores (the same bits as
+ * the GEMV for every M). dsc_q8_mma_bm: the tile height it would use for
+ * these weights and M, 0 = run the GEMV; dsc_q8_mma: launch it on the
+ * quantized rows. */
+int dsc_q8_mma_bm(ds_exec *ex, int n, const dsc_weight *const w[], int M);
+void dsc_q8_mma(ds_exec *ex, int bm, int n, const dsc_weight *const w[], int M, const int8_t *xq,
+                const float *xd, float *const y[]);
+/* ... and the streaming tensor-core GEMV for M <= 8 (decode, verify) */
+int dsc_q8_stream_ok(ds_exec *ex, int n, int M);
+void dsc_q8_stream(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
+                   float *const y[]);
+cudaError_t dsc_q8_mma_init(int qp_bps[4]);
 cudaError_t dsc_matmul_dense_init(void);
 int dsc_matmul_q8_0_fused(ds_exec *ex, const dsc_weight *w, int M, const float *x, const float *up,
                           float *h, float *y, float *res, const float *nw, float eps, float *xn);
@@ -422,7 +510,7 @@ int dsc_matmul_q8_0_multi(ds_exec *ex, ds_variant v, int n, const dsc_weight *co
 void dsc_matmul_multi(ds_exec *ex, ds_variant v, int n, const ds_weight *const W[], int M,
                       const float *x, float *const y[]);
 void dsc_qk_norm_rope_kv(ds_exec *ex, int M, int n_head, int n_head_kv, int head_dim,
-                         const int *pos, float freq_base, ds_rope_mode mode, const float *q_norm,
+                         const ds_rows *r, float freq_base, ds_rope_mode mode, const float *q_norm,
                          const float *k_norm, float eps, float *q, float *k, const float *v,
                          float *kc, float *vc);
 /* matmul_kq.cu: the kquant types on the GPU (Q4_K, Q5_K, Q6_K; Q4_0 and Q5_0 in
@@ -433,8 +521,9 @@ int dsc_kq_supported(uint32_t t);
 cudaError_t dsc_kq_upload(const ds_weight *w, dsc_weight *d);
 void dsc_matmul_kq(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y);
 void dsc_embed_kq(ds_exec *ex, const dsc_weight *w, int M, const int32_t *ids, float *out);
-void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const int *pos,
-                   int causal, const float *q, const float *kc, const float *vc, float *out);
+cudaError_t dsc_kq_mma_init(void);     /* the K types' tensor-core batches: shared memory limits */
+void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const ds_rows *r,
+                   const float *q, const float *kc, const float *vc, float *out);
 void dsc_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,
                  float eps, float *y);
 void dsc_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
@@ -448,7 +537,7 @@ void dsc_residual(ds_exec *ex, ds_variant vres, ds_variant vnorm, int rows, int 
 void dsc_argmax(ds_exec *ex, int rows, int64_t n, const float *x, int32_t *out);
 void dsc_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float *out);
 void dsc_sanitize(ds_exec *ex, int rows, int64_t n, const float *src, float *dst, float lim);
-void dsc_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const int *pos,
+void dsc_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const ds_rows *r,
                   const float *k, const float *v);
 
 #endif

@@ -18,35 +18,19 @@
  * ==== Why the bits match the CPU (or do not) ================================================
  * add and fill: identical (one IEEE addition; a store).
  *
- * gate: PER-BACKEND EXACT, NOT CPU == GPU. The CPU evaluates
- * 1.0f / (1.0f + expf(-t)) and tanhf with glibc's float functions, which
- * no GPU reproduces. heads_expf and heads_tanhf below evaluate exp / tanh
- * in double (CUDA: at most 1 ulp of double) and round once to float, i.e.
- * correctly rounded but for ~2^-28 of inputs. glibc 2.36 is not: measured
- * on the host against the same double-then-round formula, expf differs on
- * 170,648 of the 4.28e9 non-NaN floats and tanhf on 118,674,314; for
- * t ~ N(0, 3^2) the whole sigmoid differs on 2.6e-4 of inputs and tanh on
- * 14%, never by more than 2 ulp (tests/cuda/test_heads.c asserts <= 2 ulp).
- * The rest of the gate (the +, the division, the products) is the same
- * IEEE sequence. So gated / rnn Markov heads and the confidence can differ
- * from the CPU's in the last bits; a drafter's bits only steer proposals,
- * and spec == plain on the GPU holds whatever they are. Making CPU == GPU
- * here means moving BOTH sides to project-owned exp / tanh (kernels/dsmath.h
- * style), a deliberate change of the CPU drafter's bits (its golden
- * outputs are text, which stays; test_drafter's bitwise references move):
- * one line per function here. vanilla Markov and the correction head use
- * no transcendental beyond swiglu's, so they follow that family's status.
+ * gate: identical. Both sides call ds_sigmoidf (1 / (1 + ds_expf(-t))) and
+ * ds_tanhf from kernels/dsmath.h: fixed sequences of IEEE operations (the
+ * tanh in double, rounded once), compiled for the host and the device alike.
+ * Until issue 22's item 6 the CPU used glibc's expf / tanhf and this file
+ * exp / tanh in double, which differed in the last bit on ~2.6e-4 of the
+ * sigmoids and ~14% of the tanhs (never by more than 2 ulp); now the gated /
+ * rnn Markov heads and the confidence agree bit for bit.
  *
  * sample: the integer part (Philox, the 53-bit uniform, the pair layout,
- * the 42-logit skip window, the tie rule) and the float division x = l / t
- * are bit-identical to sampler.c. The Gumbel noise -log(-log(u)) uses
- * CUDA's double log (at most 1 ulp) where the CPU uses glibc's (at most
- * ~0.52 ulp): they can differ in the last bit of a double, which changes
- * the winner only when two candidates' scores are within a few ulp of
- * double (~1e-15 relative) of each other. Plain and speculative
- * generation on the GPU both select through this op, so spec == plain on
- * the GPU does not depend on it; CPU == GPU sampled text does, with that
- * (unmeasured, astronomically small) exception. top-k / top-p / min-p are
+ * the 42-logit skip window, the tie rule), the float division x = l / t and
+ * the Gumbel noise -ds_log(-ds_log(u)) (kernels/dsmath.h, the sampler's own
+ * double log) are bit-identical to sampler.c, so CPU and GPU sample the same
+ * tokens from the same logits. top-k / top-p / min-p are
  * not implemented here: the op declines them and ds_backend_select selects
  * on the host from downloaded logits (the documented slow path). */
 #include "kernels/cuda/heads.cuh"
@@ -79,12 +63,9 @@ void dsc_fill(ds_exec *ex, int64_t n, float *x, float v) {
 
 /* ---- gate ---------------------------------------------------------------------------- */
 
-/* exp and tanh rounded once from double (the header says why) */
-__device__ __forceinline__ float heads_expf(float t) { return (float)exp((double)t); }
-__device__ __forceinline__ float heads_tanhf(float t) { return (float)tanh((double)t); }
-__device__ __forceinline__ float heads_sigmoidf(float t) {
-    return __fdiv_rn(1.0f, __fadd_rn(1.0f, heads_expf(-t)));
-}
+/* the CPU's gate functions (kernels/dsmath.h; the header says why) */
+__device__ __forceinline__ float heads_tanhf(float t) { return ds_tanhf(t); }
+__device__ __forceinline__ float heads_sigmoidf(float t) { return ds_sigmoidf(t); }
 
 __global__ void gate_k(int kind, int n, const float *__restrict__ a, const float *__restrict__ b,
                        const float *__restrict__ e, float *s, float *y) {
@@ -134,7 +115,7 @@ __device__ __forceinline__ double heads_u53(uint32_t lo, uint32_t hi) {
     return __dmul_rn(__dadd_rn((double)(x >> 11), 0.5), 1.0 / 9007199254740992.0);
 }
 
-__device__ __forceinline__ double heads_gumbel(double u) { return -log(-log(u)); }
+__device__ __forceinline__ double heads_gumbel(double u) { return -ds_log(-ds_log(u)); }
 
 /* (score, id) with a total order: larger score first, then lower id; id < 0 = none */
 __device__ __forceinline__ void smp_pick(double &bs, int &bi, double s, int i) {

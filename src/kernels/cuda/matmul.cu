@@ -1,7 +1,9 @@
 /* matmul.cu — the dsc_matmul dispatcher: the weight's prepared device layout
  * (ds_weight.extra, backend_cuda.cu) picks the family file:
  * matmul_dense.cu (F32, F16, BF16), matmul_q8_0.cu or matmul_kq.cu (the
- * kquant types). No f32 reduction ever splits K across threads in a
+ * kquant types); past 8 rows the Q8_0 and K-type canonical batches run on
+ * the tensor cores (matmul_q8_0_mma.cu, matmul_kq.cu's kqm_kernel) with
+ * the same bits. No f32 reduction ever splits K across threads in a
  * canonical kernel (exact integer partial sums may); which rows share a
  * launch changes speed, never bits (see the family files). */
 #include "kernels/cuda/cuda_internal.cuh"

@@ -547,6 +547,282 @@ __global__ void kq_nan_canon(int64_t n, float *y) {
 }
 
 /* ==========================================================================
+ * CANONICAL on the tensor cores: batches past 8 rows
+ * ==========================================================================
+ * The same definition as kqv_kernel, super-block by super-block in order,
+ * with the integers from mma.sync s8 x s8 -> s32:
+ *   Q4_K / Q5_K  one m16n8k32 per 32-element sub-block j gives D_j =
+ *                sum q p exactly (the 4/5-bit quants, unsigned, fit s8);
+ *                I = sum_j sc_j D_j (integer multiply-adds); the min term
+ *                Mn = sum_j m_j S_j is one more m16n8k32 per sub-block whose
+ *                A operand is m_j in every k (so it sums m_j p over the
+ *                sub-block), accumulated by the mma itself;
+ *   Q6_K         one m16n8k16 per 16-element group, quants q - 32 (s8);
+ *                I = sum_g sc_g D_g.
+ * Then the CPU's epilogue per super-block, acc = fma((float)I, d * e, acc)
+ * (and fma(-(float)Mn, dmin * e, acc)), one chain per output in super-block
+ * order, a NaN stored as 0x7fc00000. Integers are exact in any order (the
+ * k order inside a sub-block is permuted alike for both operands, lane t
+ * taking bytes 8t..8t+7, as in matmul_q8_0_mma.cu's GEMV), so the bits are
+ * kqv_kernel's and the CPU's for every M.
+ *
+ * A block computes 128 weight rows x 16 WM activation rows (warps 4 x WM,
+ * warp tiles 32 x 16); one super-block per pipeline stage, three stages of
+ * cp.async deep: the weight rows as the device layout stores them (quants,
+ * packed scales) in rows padded so the fragment loads fall in distinct
+ * banks, the Q8_K activation rows, the f32 d / dmin and e. */
+#define KQM_STAGES 3
+#define KQM_MI 2
+#define KQM_NJ 2
+
+template <int TYPE>
+struct kqm_t {
+    static constexpr int BB = TYPE == DS_TYPE_Q4_K ? 144 : TYPE == DS_TYPE_Q5_K ? 176 : 208;
+    static constexpr int NF = TYPE == DS_TYPE_Q6_K ? 1 : 2;
+    /* pitches: 8-byte fragment loads (Q4_K/Q5_K) want rows 8 words apart
+     * modulo 32 banks (an odd multiple of 32 bytes), Q6_K's 4-byte ones a
+     * pitch of 20 words (its 208 bytes) */
+    static constexpr int LDA = TYPE == DS_TYPE_Q4_K ? 160 : TYPE == DS_TYPE_Q5_K ? 224 : 208;
+    static constexpr int LDB = TYPE == DS_TYPE_Q6_K ? 272 : 288;
+};
+
+template <int TYPE, int WM>
+struct kqm_cfg {
+    static constexpr int NT = 32 * 4 * WM;
+    static constexpr int BN = 16 * KQM_MI * 4, BM = 8 * KQM_NJ * WM;
+    static constexpr int A_BYTES = BN * kqm_t<TYPE>::LDA, B_BYTES = BM * kqm_t<TYPE>::LDB;
+    static constexpr int WS_BYTES = BN * kqm_t<TYPE>::NF * 4, XS_BYTES = BM * 4;
+    static constexpr int STAGE = (A_BYTES + B_BYTES + WS_BYTES + XS_BYTES + 15) / 16 * 16;
+    static constexpr int SMEM = KQM_STAGES * STAGE;
+};
+
+__device__ __forceinline__ uint32_t kqm_rep(uint32_t byte) { return byte * 0x01010101u; }
+
+template <int TYPE, int WM>
+__global__ void __launch_bounds__(32 * 4 * WM)
+kqm_kernel(const uint8_t *__restrict__ wq, const float *__restrict__ wf, int64_t N, int64_t nb, int M,
+           const int8_t *__restrict__ xq, const float *__restrict__ xd, float *__restrict__ y) {
+    using C = kqm_cfg<TYPE, WM>;
+    using P = kqm_t<TYPE>;
+    extern __shared__ __align__(16) unsigned char kqm_smem[];
+    const int64_t n0 = (int64_t)blockIdx.y * C::BN, K = nb * DS_QK_K;
+    const int m0 = blockIdx.x * C::BM;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
+    const int wn = warp % 4, wm = warp / 4, g = lane >> 2, t = lane & 3;
+
+    auto load_stage = [&](int s, int64_t b) {
+        unsigned char *st = kqm_smem + s * C::STAGE;
+        for (int c = tid; c < C::BN * (P::BB / 16); c += C::NT) {
+            const int row = c / (P::BB / 16), piece = c % (P::BB / 16);
+            const int64_t n = n0 + row < N ? n0 + row : N - 1;
+            qm_cp16(st + row * P::LDA + piece * 16, wq + (n * nb + b) * P::BB + piece * 16, 16);
+        }
+        for (int c = tid; c < C::BM * 16; c += C::NT) {
+            const int row = c / 16, piece = c % 16;
+            const int64_t m = m0 + row < M ? m0 + row : M - 1;
+            qm_cp16(st + C::A_BYTES + row * P::LDB + piece * 16, xq + m * K + b * DS_QK_K + piece * 16, 16);
+        }
+        float *Ws = (float *)(st + C::A_BYTES + C::B_BYTES), *Xs = Ws + C::BN * P::NF;
+        for (int e = tid; e < C::BN * P::NF; e += C::NT) {
+            const int row = e / P::NF, f = e % P::NF;
+            const int64_t n = n0 + row < N ? n0 + row : N - 1;
+            qm_cp4(Ws + e, wf + (n * nb + b) * P::NF + f, 4);
+        }
+        for (int e = tid; e < C::BM; e += C::NT) {
+            const int64_t m = m0 + e < M ? m0 + e : M - 1;
+            qm_cp4(Xs + e, xd + m * nb + b, 4);
+        }
+    };
+
+    float acc[KQM_MI][KQM_NJ][4];
+#pragma unroll
+    for (int i = 0; i < KQM_MI; i++)
+#pragma unroll
+        for (int j = 0; j < KQM_NJ; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+    dsc_pdl_wait();
+    dsc_pdl_trigger();
+#pragma unroll
+    for (int s = 0; s < KQM_STAGES - 1; s++) {
+        if (s < nb) load_stage(s, s);
+        qm_commit();
+    }
+    const int wrow = wn * 16 * KQM_MI + g, xrow = wm * 8 * KQM_NJ + g, xcol = wm * 8 * KQM_NJ + 2 * t;
+    for (int64_t b = 0; b < nb; b++) {
+        qm_wait<KQM_STAGES - 2>();
+        __syncthreads();
+        if (b + KQM_STAGES - 1 < nb) load_stage((int)((b + KQM_STAGES - 1) % KQM_STAGES), b + KQM_STAGES - 1);
+        qm_commit();
+        const unsigned char *st = kqm_smem + (int)(b % KQM_STAGES) * C::STAGE;
+        const unsigned char *Bs = st + C::A_BYTES;
+        const float *Ws = (const float *)(st + C::A_BYTES + C::B_BYTES), *Xs = Ws + C::BN * P::NF;
+        int32_t I[KQM_MI][KQM_NJ][4], Mn[KQM_MI][KQM_NJ][4];
+#pragma unroll
+        for (int i = 0; i < KQM_MI; i++)
+#pragma unroll
+            for (int j = 0; j < KQM_NJ; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) I[i][j][q] = Mn[i][j][q] = 0;
+        if (TYPE == DS_TYPE_Q6_K) {
+#pragma unroll 2
+            for (int G = 0; G < 16; G++) {           /* 16-element groups */
+                const int h = G >> 3, k = (G & 7) >> 1, hf = G & 1;
+                uint32_t a[KQM_MI][2];
+                int sc[KQM_MI][2];
+#pragma unroll
+                for (int i = 0; i < KQM_MI; i++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const unsigned char *ra = st + (wrow + 16 * i + 8 * r) * P::LDA;
+                        const uint32_t ql = *(const uint32_t *)(ra + 64 * h + 32 * (k & 1) + 16 * hf + 4 * t);
+                        const uint32_t qh = *(const uint32_t *)(ra + 128 + 32 * h + 16 * hf + 4 * t);
+                        const uint32_t u = ((k < 2 ? ql : ql >> 4) & 0x0f0f0f0fu) | (((qh >> (2 * k)) & 0x03030303u) << 4);
+                        a[i][r] = __vsub4(u, 0x20202020u);                      /* q - 32 */
+                        sc[i][r] = (int)(int8_t)ra[192 + 8 * h + 4 * hf + k];
+                    }
+                uint32_t bv[KQM_NJ];
+#pragma unroll
+                for (int j = 0; j < KQM_NJ; j++)
+                    bv[j] = *(const uint32_t *)(Bs + (xrow + 8 * j) * P::LDB + 16 * G + 4 * t);
+                const int32_t zero[4] = {0, 0, 0, 0};
+#pragma unroll
+                for (int i = 0; i < KQM_MI; i++)
+#pragma unroll
+                    for (int j = 0; j < KQM_NJ; j++) {
+                        int32_t d[4];
+                        qm_mma16(d, a[i][0], a[i][1], bv[j], zero);
+#pragma unroll
+                        for (int q = 0; q < 4; q++) I[i][j][q] += sc[i][q >> 1] * d[q];
+                    }
+            }
+        } else {
+#pragma unroll 1
+            for (int gp = 0; gp < 4; gp++) {         /* sub-blocks 2gp (low nibbles) and 2gp + 1 (high) */
+                uint32_t lo[KQM_MI][4], hi[KQM_MI][4], sw[KQM_MI][2];
+#pragma unroll
+                for (int i = 0; i < KQM_MI; i++) {
+                    uint2 q[2], hb[2];
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const unsigned char *ra = st + (wrow + 16 * i + 8 * r) * P::LDA;
+                        q[r] = *(const uint2 *)(ra + 32 * gp + 8 * t);
+                        hb[r] = TYPE == DS_TYPE_Q5_K ? *(const uint2 *)(ra + 128 + 8 * t) : make_uint2(0u, 0u);
+                        sw[i][r] = *(const uint32_t *)(ra + P::BB - 16 + 4 * gp);   /* sc_2gp, sc_2gp+1, m_2gp, m_2gp+1 */
+                    }
+                    /* A fragments: {row g k 0-3, row g+8 k 0-3, row g k 4-7, row g+8 k 4-7} of the lane's 8 bytes */
+                    const uint32_t w[4] = {q[0].x, q[1].x, q[0].y, q[1].y}, hw[4] = {hb[0].x, hb[1].x, hb[0].y, hb[1].y};
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        lo[i][e] = w[e] & 0x0f0f0f0fu;
+                        hi[i][e] = (w[e] >> 4) & 0x0f0f0f0fu;
+                        if (TYPE == DS_TYPE_Q5_K) {
+                            lo[i][e] |= ((hw[e] >> (2 * gp)) & 0x01010101u) << 4;
+                            hi[i][e] |= ((hw[e] >> (2 * gp + 1)) & 0x01010101u) << 4;
+                        }
+                    }
+                }
+                uint2 bl[KQM_NJ], bh[KQM_NJ];
+#pragma unroll
+                for (int j = 0; j < KQM_NJ; j++) {
+                    const unsigned char *rb = Bs + (xrow + 8 * j) * P::LDB + 64 * gp + 8 * t;
+                    bl[j] = *(const uint2 *)rb;
+                    bh[j] = *(const uint2 *)(rb + 32);
+                }
+#pragma unroll
+                for (int i = 0; i < KQM_MI; i++) {
+                    /* m_j in every k of rows g and g + 8 */
+                    const uint32_t mlo[4] = {kqm_rep((sw[i][0] >> 16) & 0xff), kqm_rep((sw[i][1] >> 16) & 0xff),
+                                             kqm_rep((sw[i][0] >> 16) & 0xff), kqm_rep((sw[i][1] >> 16) & 0xff)};
+                    const uint32_t mhi[4] = {kqm_rep(sw[i][0] >> 24), kqm_rep(sw[i][1] >> 24), kqm_rep(sw[i][0] >> 24),
+                                             kqm_rep(sw[i][1] >> 24)};
+                    const int sc0[2] = {(int)(sw[i][0] & 0xff), (int)(sw[i][1] & 0xff)};
+                    const int sc1[2] = {(int)((sw[i][0] >> 8) & 0xff), (int)((sw[i][1] >> 8) & 0xff)};
+#pragma unroll
+                    for (int j = 0; j < KQM_NJ; j++) {
+                        int32_t dl[4], dh[4];
+                        qm_mma(dl, lo[i], bl[j].x, bl[j].y, 0);
+                        qm_mma(dh, hi[i], bh[j].x, bh[j].y, 0);
+#pragma unroll
+                        for (int q = 0; q < 4; q++) I[i][j][q] += sc0[q >> 1] * dl[q] + sc1[q >> 1] * dh[q];
+                        qm_mma_acc(Mn[i][j], mlo, bl[j].x, bl[j].y, Mn[i][j]);
+                        qm_mma_acc(Mn[i][j], mhi, bh[j].x, bh[j].y, Mn[i][j]);
+                    }
+                }
+            }
+        }
+        /* the CPU's epilogue of this super-block */
+#pragma unroll
+        for (int i = 0; i < KQM_MI; i++)
+#pragma unroll
+            for (int j = 0; j < KQM_NJ; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int r = wrow + 16 * i + 8 * (q >> 1);
+                    const float e = Xs[xcol + 8 * j + (q & 1)];
+                    acc[i][j][q] = __fmaf_rn(__int2float_rn(I[i][j][q]), __fmul_rn(Ws[r * P::NF], e), acc[i][j][q]);
+                    if (TYPE != DS_TYPE_Q6_K)
+                        acc[i][j][q] = __fmaf_rn(-__int2float_rn(Mn[i][j][q]), __fmul_rn(Ws[r * P::NF + 1], e), acc[i][j][q]);
+                }
+    }
+    qm_wait<0>();
+#pragma unroll
+    for (int i = 0; i < KQM_MI; i++)
+#pragma unroll
+        for (int j = 0; j < KQM_NJ; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int64_t n = n0 + wrow + 16 * i + 8 * (q >> 1);
+                const int m = m0 + xcol + 8 * j + (q & 1);
+                if (n < N && m < M) y[(int64_t)m * N + n] = kq_store_value(acc[i][j][q]);
+            }
+}
+
+/* the tile height for M rows (0: the GEMV), by matmul_q8_0_mma.cu's rule:
+ * M > 8, the tensor cores not switched off, a grid over half the SMs;
+ * DSPARK_CUDA_MMA=16 forces 16, another forced height 32 */
+static int kqm_bm(ds_exec *ex, const dsc_weight *w, int M) {
+    const dsc_backend *b = dsc_be(ex);
+    if (M <= 8 || (b->off & DSC_OFF_MMA)) return 0;
+    if (b->mma_bm) return b->mma_bm == 16 ? 16 : 32;
+    const int64_t tiles = (w->n_out + 127) / 128, full = (b->n_sm + 1) / 2;
+    if (M >= 24 && tiles * ((M + 31) / 32) >= full) return 32;
+    if (tiles * ((M + 15) / 16) >= full) return 16;
+    return 0;
+}
+
+template <int TYPE, int WM>
+static void kqm_launch(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+    using C = kqm_cfg<TYPE, WM>;
+    const dim3 grid((unsigned)((M + C::BM - 1) / C::BM), dsc_blocks(w->n_out, C::BN));
+    dsc_launch(ex, "matmul_kq canonical (tensor cores)", kqm_kernel<TYPE, WM>, grid, dim3(C::NT), (size_t)C::SMEM,
+               (const uint8_t *)w->data, (const float *)w->scale, w->n_out, w->n_in / DS_QK_K, M, xq, xd, y);
+}
+
+template <int TYPE>
+static cudaError_t kqm_init_type(void) {
+    cudaError_t e = cudaFuncSetAttribute(kqm_kernel<TYPE, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, kqm_cfg<TYPE, 1>::SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kqm_kernel<TYPE, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, kqm_cfg<TYPE, 2>::SMEM);
+    return e;
+}
+cudaError_t dsc_kq_mma_init(void) {
+    cudaError_t e = kqm_init_type<DS_TYPE_Q4_K>();
+    if (e == cudaSuccess) e = kqm_init_type<DS_TYPE_Q5_K>();
+    if (e == cudaSuccess) e = kqm_init_type<DS_TYPE_Q6_K>();
+    return e;
+}
+
+template <int TYPE>
+static bool kqm_run(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+    const int bm = kqm_bm(ex, w, M);
+    if (!bm) return false;
+    if (bm == 16) kqm_launch<TYPE, 1>(ex, w, M, xq, xd, y);
+    else kqm_launch<TYPE, 2>(ex, w, M, xq, xd, y);
+    return true;
+}
+
+/* ==========================================================================
  * entry points
  * ========================================================================== */
 void dsc_matmul_kq(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const float *x, float *y) {
@@ -576,15 +852,15 @@ void dsc_matmul_kq(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, const 
     switch (w->type) {
     case DS_TYPE_Q4_K:
         if (fast) kqv_dispatch<DS_TYPE_Q4_K, true>(ex, w, M, xq, xd, y);
-        else kqv_dispatch<DS_TYPE_Q4_K, false>(ex, w, M, xq, xd, y);
+        else if (!kqm_run<DS_TYPE_Q4_K>(ex, w, M, xq, xd, y)) kqv_dispatch<DS_TYPE_Q4_K, false>(ex, w, M, xq, xd, y);
         break;
     case DS_TYPE_Q5_K:
         if (fast) kqv_dispatch<DS_TYPE_Q5_K, true>(ex, w, M, xq, xd, y);
-        else kqv_dispatch<DS_TYPE_Q5_K, false>(ex, w, M, xq, xd, y);
+        else if (!kqm_run<DS_TYPE_Q5_K>(ex, w, M, xq, xd, y)) kqv_dispatch<DS_TYPE_Q5_K, false>(ex, w, M, xq, xd, y);
         break;
     default:
         if (fast) kqv_dispatch<DS_TYPE_Q6_K, true>(ex, w, M, xq, xd, y);
-        else kqv_dispatch<DS_TYPE_Q6_K, false>(ex, w, M, xq, xd, y);
+        else if (!kqm_run<DS_TYPE_Q6_K>(ex, w, M, xq, xd, y)) kqv_dispatch<DS_TYPE_Q6_K, false>(ex, w, M, xq, xd, y);
         break;
     }
 }

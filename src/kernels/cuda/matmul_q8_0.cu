@@ -81,18 +81,9 @@ __global__ void q8_quantize(const float *__restrict__ x, int64_t nblocks, int8_t
 #define Q8V_THREADS 256
 #define Q8V_R 4                 /* weight rows per warp (1 for small grids: q8v_launch) */
 
-/* The weights of one launch: up to 4 sharing K and the quantized input (q/k/v,
- * gate/up: matmul_multi). Row group blockIdx.y belongs to weight i when
- * blk0[i] <= blockIdx.y < blk0[i + 1]; which launch computes a row never
- * changes its chain. */
-#define Q8V_MAXW 4
-struct q8v_set {
-    const int8_t *wq[Q8V_MAXW];
-    const float  *wd[Q8V_MAXW];
-    float        *y[Q8V_MAXW];
-    int64_t       N[Q8V_MAXW];
-    unsigned      blk0[Q8V_MAXW + 1];
-};
+/* The weights of one launch: dsc_q8_set (cuda_internal.cuh). */
+#define Q8V_MAXW DSC_Q8_MAXW
+typedef dsc_q8_set q8v_set;
 
 /* The residual epilogue (matmul_res): after every block has written its
  * outputs, the LAST block to finish (a completion count, not a reduction:
@@ -516,15 +507,21 @@ static void q8v_run(ds_exec *ex, int n, const dsc_weight *const w[], int M, cons
     const int64_t K = w[0]->n_in, nq = (int64_t)M * (K / 32);
     int8_t *xq = NULL;
     float *xd = NULL;
+    /* batches past 8 rows: the tensor cores (matmul_q8_0_mma.cu), the same
+     * bits; they need the quantized rows in memory (no in-kernel FQ) and
+     * have no residual epilogue */
+    const int bm = epi.x ? 0 : dsc_q8_mma_bm(ex, n, w, M);
     if (q8x_valid(ex, x, M, K)) {
         ex->q8x_hits++;
         xq = (int8_t *)ex->q8x.q;
         xd = (float *)ex->q8x.d;
-    } else if (!q8v_fq_ok(ex, n, w, M)) {  /* quantize once, for all blocks */
+    } else if (bm || !q8v_fq_ok(ex, n, w, M)) {  /* quantize once, for all blocks */
         if (!q8x_slot(ex, M, K, &xq, &xd)) return;
         dsc_launch(ex, "q8_0 quantize", q8_quantize, dim3(dsc_blocks(nq, 128)), dim3(128), 0, x, nq, xq, xd);
     }
-    q8v_dispatch(ex, n, w, M, xq, xd, x, NULL, NULL, y, epi);
+    if (bm) dsc_q8_mma(ex, bm, n, w, M, xq, xd, y);
+    else if (xq && !epi.x && dsc_q8_stream_ok(ex, n, M)) dsc_q8_stream(ex, n, w, M, xq, xd, y);
+    else q8v_dispatch(ex, n, w, M, xq, xd, x, NULL, NULL, y, epi);
     /* the copy stays good for the next matmul of the same rows (the launch
      * above read it, wrote only y) — unless y is x's own buffer */
     bool aliased = false;
@@ -567,7 +564,9 @@ int dsc_matmul_q8_0_fused(ds_exec *ex, const dsc_weight *w, int M, const float *
                           float *h, float *y, float *res, const float *nw, float eps, float *xn) {
     if (w->type != DS_TYPE_Q8_0 || M <= 0 || w->n_out <= 0 || w->n_in <= 0) return 0;
     const bool fq_ok = q8v_fq_ok(ex, 1, &w, M);
-    if (up && !fq_ok) return 0;
+    /* SwiGLU in front needs the in-kernel quantization of the GEMV; where
+     * the tensor cores take the rows the caller runs the two ops */
+    if (up && (!fq_ok || dsc_q8_mma_bm(ex, 1, &w, M))) return 0;
     q8v_epi epi = {};
     if (res) {
         if (!nw || !xn || !ex->count || w->n_out > 8192) return 0;

@@ -4,26 +4,29 @@
  *   decode     canonical with rows = 1.
  *   canonical  cos and sin from a table computed ON THE HOST, once per
  *              (freq_base, head_dim), by the CPU kernel's own expressions:
- *              inv_i = powf(freq_base, -2i/head_dim), theta = (float)pos * inv_i,
- *              cosf(theta), sinf(theta) — the C library's bits. Then the
- *              rotation with the CPU's operations, (x0 c - x1 s, x0 s + x1 c),
- *              each product and sum rounded separately.
+ *              inv_i = ds_powf(freq_base, -2i/head_dim), theta = (float)pos *
+ *              inv_i, ds_sincosf(theta) — project-owned IEEE sequences
+ *              (kernels/dsmath.h), not a C library's. Then the rotation with
+ *              the CPU's operations, (x0 c - x1 s, x0 s + x1 c), each product
+ *              and sum rounded separately.
  *              The table covers positions [0, DSC_ROPE_POS) (16384: 8 MB at
- *              head_dim 128); a position past it falls back to the device's
- *              sincosf of the same float angle (accurate, not glibc's bits).
+ *              head_dim 128); a position past it runs the same ds_sincosf on
+ *              the device (double arithmetic), so every position has the
+ *              CPU's bits.
  *   fast       ggml's recurrence on the device: theta_{i+1} = theta_i * ratio,
- *              ratio = powf(base, -2/head_dim), the device's sincosf.
+ *              ratio = ds_powf(base, -2/head_dim), ds_sincosf.
  *
  * ==== Why canonical is the CPU's bits ==================================================
- * The only non-IEEE-basic operations of the CPU kernel (powf, cosf, sinf)
- * run on the host, in the same C library, on the same float arguments; what
- * the GPU does is a table lookup and four products and two sums. The table
- * is keyed by position, which the kernel reads from the device, so a
- * recorded graph stays valid at every position.
+ * The only non-basic operations of the CPU kernel (ds_powf, ds_sincosf) are
+ * fixed sequences of IEEE operations that compile to the same bits on the
+ * host and on the device; what the GPU does per element is a table lookup
+ * (or that same sequence) and four products and two sums. The table is keyed
+ * by position, which the kernel reads from the device, so a recorded graph
+ * stays valid at every position.
  *
  * ==== Why fast differs ==================================================================
  * The repeated multiplication rounds once per step (angles drift in the
- * last bits from i = 2 on), and CUDA's powf / sincosf are not glibc's. */
+ * last bits from i = 2 on); it is the CPU's fast variant's arithmetic. */
 #include "kernels/cuda/cuda_internal.cuh"
 
 #include <math.h>
@@ -48,12 +51,11 @@ const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim) {
         return NULL;
     }
     float *inv = h + nf;
-    for (int i = 0; i < half; i++) inv[i] = powf(freq_base, -2.0f * (float)i / (float)head_dim);
+    for (int i = 0; i < half; i++) inv[i] = ds_powf(freq_base, -2.0f * (float)i / (float)head_dim);
     for (int p = 0; p < DSC_ROPE_POS; p++)
         for (int i = 0; i < half; i++) {
             const float theta = (float)p * inv[i];
-            h[(size_t)p * half + i] = cosf(theta);
-            h[(size_t)DSC_ROPE_POS * half + (size_t)p * half + i] = sinf(theta);
+            ds_sincosf(theta, &h[(size_t)DSC_ROPE_POS * half + (size_t)p * half + i], &h[(size_t)p * half + i]);
         }
     dsc_rope_table t = {fbits, head_dim, NULL, NULL};
     cudaError_t e = cudaMalloc((void **)&t.cs, nf * sizeof(float));
@@ -76,15 +78,15 @@ const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim) {
 }
 
 /* ---- kernels: one thread per (row, head, pair) ----------------------------------------- */
-/* cos and sin of pair i at position p: the host table, or past it the
- * device's sincosf of the same float angle */
+/* cos and sin of pair i at position p: the host table, or past it the same
+ * ds_sincosf of the same float angle on the device */
 __device__ __forceinline__ void rope_cs(int p, int i, int half, const float *__restrict__ cs,
                                         const float *__restrict__ inv, float *c, float *s) {
     if (p >= 0 && p < DSC_ROPE_POS) {
         *c = cs[(int64_t)p * half + i];
         *s = cs[(int64_t)DSC_ROPE_POS * half + (int64_t)p * half + i];
     } else {
-        sincosf(__fmul_rn((float)p, inv[i]), s, c);
+        ds_sincosf(__fmul_rn((float)p, inv[i]), s, c);
     }
 }
 
@@ -116,11 +118,11 @@ __global__ void rope_fast(int64_t total, int n_heads, int hd, const int *__restr
     const int half = hd / 2;
     const int i = (int)(t % half);
     const int64_t rh = t / half;
-    const float ratio = powf(freq_base, -2.0f / (float)hd);
+    const float ratio = ds_powf(freq_base, -2.0f / (float)hd);
     float theta = (float)pos[rh / n_heads];
-    for (int k = 0; k < i; k++) theta *= ratio;
+    for (int k = 0; k < i; k++) theta = __fmul_rn(theta, ratio);
     float s, c;
-    sincosf(theta, &s, &c);
+    ds_sincosf(theta, &s, &c);
     rope_pair(x + rh * hd, i, half, neox, c, s);
 }
 
@@ -154,7 +156,7 @@ void dsc_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, co
 #define QRK_WARPS 4
 
 __global__ void __launch_bounds__(32 * QRK_WARPS)
-qk_norm_rope_kv_k(int M, int H, int Hkv, int hd, const int *__restrict__ pos, int neox,
+qk_norm_rope_kv_k(int M, int H, int Hkv, int hd, ds_rows rw, int neox,
                   const float *__restrict__ cs, const float *__restrict__ inv,
                   const float *__restrict__ qw, const float *__restrict__ kw, float eps,
                   float *q, float *k, const float *__restrict__ v, float *kc, float *vc) {
@@ -170,12 +172,13 @@ qk_norm_rope_kv_k(int M, int H, int Hkv, int hd, const int *__restrict__ pos, in
     const float *w = is_k ? kw : qw;
     const float scale = w ? dsc_rms_scale_canonical(x, hd, eps, lane) : 1.0f;
     __syncwarp();
-    const int half = hd / 2, p = pos[r];
+    const int half = hd / 2, p = rw.pos[r];
     float *kdst = NULL;
     if (is_k) {
-        kdst = kc + (int64_t)p * kvd + (int64_t)hk * hd;
+        const int64_t at = dsc_kv_at(dsc_kv_table(rw, r), rw.page_stride, p, kvd);
+        kdst = kc + at + (int64_t)hk * hd;
         const float *vs = v + (int64_t)r * kvd + (int64_t)hk * hd;
-        float *vd = vc + (int64_t)p * kvd + (int64_t)hk * hd;
+        float *vd = vc + at + (int64_t)hk * hd;
         for (int i = lane; i < hd; i += 32) vd[i] = vs[i];
     }
     for (int i = lane; i < half; i += 32) {
@@ -206,22 +209,27 @@ qk_norm_rope_kv_k(int M, int H, int Hkv, int hd, const int *__restrict__ pos, in
 }
 
 void dsc_qk_norm_rope_kv(ds_exec *ex, int M, int n_head, int n_head_kv, int head_dim,
-                         const int *pos, float freq_base, ds_rope_mode mode, const float *q_norm,
+                         const ds_rows *r, float freq_base, ds_rope_mode mode, const float *q_norm,
                          const float *k_norm, float eps, float *q, float *k, const float *v,
                          float *kc, float *vc) {
     if (M <= 0 || n_head < 0 || n_head_kv <= 0 || head_dim < 2) return;
+    const int *pos = r->pos;
     if (dsc_be(ex)->off & DSC_OFF_PROLOGUE) {      /* A/B: the separate launches */
         if (q_norm && n_head) dsc_rmsnorm(ex, DS_CANONICAL, M * n_head, head_dim, q, q_norm, eps, q);
         if (k_norm) dsc_rmsnorm(ex, DS_CANONICAL, M * n_head_kv, head_dim, k, k_norm, eps, k);
         if (n_head) dsc_rope(ex, DS_CANONICAL, M, n_head, head_dim, pos, freq_base, mode, q);
         dsc_rope(ex, DS_CANONICAL, M, n_head_kv, head_dim, pos, freq_base, mode, k);
-        dsc_kv_write(ex, kc, vc, n_head_kv * head_dim, M, pos, k, v);
+        dsc_kv_write(ex, kc, vc, n_head_kv * head_dim, M, r, k, v);
+        return;
+    }
+    if (r->page != DS_KV_PAGE) {
+        dsc_note(ex, cudaErrorInvalidValue, "qk_norm_rope_kv: pages of other than 16 positions");
         return;
     }
     const dsc_rope_table *t = dsc_rope_get(ex, freq_base, head_dim);
     if (!t) return;
     const int64_t warps = (int64_t)M * (n_head + n_head_kv);
     dsc_launch(ex, "qk_norm + rope + kv_write canonical", qk_norm_rope_kv_k, dim3(dsc_blocks(warps, QRK_WARPS)),
-               dim3(32 * QRK_WARPS), 0, M, n_head, n_head_kv, head_dim, pos, (int)(mode == DS_ROPE_NEOX),
+               dim3(32 * QRK_WARPS), 0, M, n_head, n_head_kv, head_dim, *r, (int)(mode == DS_ROPE_NEOX),
                (const float *)t->cs, (const float *)t->inv_freq, q_norm, k_norm, eps, q, k, v, kc, vc);
 }

@@ -1,0 +1,306 @@
+/* api_engine.c — the batch engine's part of include/dspark.h: sequences,
+ * batches and the scheduler, over engine.h and scheduler.h. Like api.c it
+ * only calls engine functions; errors become dspark_error codes. */
+#include "dspark.h"
+
+#include "engine.h"
+#include "scheduler.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const ds_model *ds_api_model(const dspark_model *dm);   /* api.c */
+
+struct dspark_engine {
+    const dspark_model *dm;
+    ds_engine *e;
+    ds_sched  *s;
+    /* the last batch's outputs */
+    float   *logits;             /* [cap][V]                                */
+    int32_t *tokens;             /* [cap]                                   */
+    int     *lg_row;             /* [cap]: row -> logits slot, -1 none       */
+    ds_row  *rows;               /* [cap]                                   */
+    ds_sampler *samp;            /* [cap]                                   */
+    int      cap, n_last;
+};
+
+static void set_err(dspark_error *e, dspark_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(dspark_error *e, dspark_status code, const char *fmt, ...) {
+    if (!e) return;
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+}
+static void ok_err(dspark_error *e) {
+    if (e) { e->code = DSPARK_OK; e->message[0] = 0; }
+}
+
+/* ========================================================================
+ * The engine
+ * ===================================================================== */
+
+void dspark_engine_params_default(dspark_engine_params *p) {
+    memset(p, 0, sizeof *p);
+    p->n_seq_max = 8;
+    p->prefix_cache = 1;
+}
+
+dspark_engine *dspark_engine_new(const dspark_model *dm, const dspark_engine_params *p, dspark_error *err) {
+    if (!dm || !p) { set_err(err, DSPARK_ERR_INVALID, "engine: no model or parameters given"); return NULL; }
+    const ds_model *m = ds_api_model(dm);
+    char e2[DS_ERRLEN];
+    ds_kernel_set ks;
+    if (ds_kernel_set_parse(&ks, p->kernels, NULL, NULL, e2, sizeof e2)) { set_err(err, DSPARK_ERR_INVALID, "%s", e2); return NULL; }
+    int n_ctx = p->n_ctx;
+    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 2048 ? m->hp.n_ctx_train : 2048;
+    const ds_engine_params ep = {.n_seq_max = p->n_seq_max, .n_ctx = n_ctx, .n_pages = p->n_pages, .m_max = p->batch_rows,
+                                 .n_threads = p->n_threads ? p->n_threads : 2};
+    dspark_engine *x = calloc(1, sizeof *x);
+    if (!x) { set_err(err, DSPARK_ERR_NOMEM, "engine: out of memory"); return NULL; }
+    x->dm = dm;
+    x->e = ds_engine_new(m, &ep, e2, sizeof e2);
+    if (!x->e) {
+        set_err(err, strstr(e2, "out of range") ? DSPARK_ERR_INVALID : DSPARK_ERR_NOMEM, "%s", e2);
+        free(x);
+        return NULL;
+    }
+    ds_engine_set_kernels(x->e, &ks);
+    const ds_sched_params sp = {.max_rows = p->step_rows, .prefix_cache = p->prefix_cache};
+    x->s = ds_sched_new(x->e, &sp, e2, sizeof e2);
+    if (!x->s) { set_err(err, DSPARK_ERR_NOMEM, "%s", e2); ds_engine_free(x->e); free(x); return NULL; }
+    ok_err(err);
+    return x;
+}
+
+void dspark_engine_free(dspark_engine *x) {
+    if (!x) return;
+    ds_sched_free(x->s);
+    ds_engine_free(x->e);
+    free(x->logits); free(x->tokens); free(x->lg_row); free(x->rows); free(x->samp);
+    free(x);
+}
+
+/* ========================================================================
+ * Sequences
+ * ===================================================================== */
+
+int dspark_seq_new(dspark_engine *x, dspark_error *err) {
+    char e2[DS_ERRLEN];
+    const int s = ds_engine_seq_new(x->e, e2, sizeof e2);
+    if (s < 0) set_err(err, DSPARK_ERR_NOMEM, "%s", e2); else ok_err(err);
+    return s;
+}
+
+int dspark_seq_fork(dspark_engine *x, int seq, int n_pos, dspark_error *err) {
+    char e2[DS_ERRLEN];
+    const int s = ds_engine_seq_fork(x->e, seq, n_pos, e2, sizeof e2);
+    if (s < 0) set_err(err, strstr(e2, "slots") ? DSPARK_ERR_NOMEM : DSPARK_ERR_INVALID, "%s", e2); else ok_err(err);
+    return s;
+}
+
+dspark_status dspark_seq_truncate(dspark_engine *x, int seq, int n_pos, dspark_error *err) {
+    char e2[DS_ERRLEN];
+    if (ds_engine_seq_truncate(x->e, seq, n_pos, e2, sizeof e2)) { set_err(err, DSPARK_ERR_INVALID, "%s", e2); return DSPARK_ERR_INVALID; }
+    ok_err(err);
+    return DSPARK_OK;
+}
+
+void dspark_seq_free(dspark_engine *x, int seq) { ds_engine_seq_free(x->e, seq); }
+
+int dspark_seq_n_pos(const dspark_engine *x, int seq) {
+    const ds_seq *q = ds_engine_seq(x->e, seq);
+    return q ? q->n_past : -1;
+}
+
+int dspark_seq_reuse_prefix(dspark_engine *x, int seq, const int32_t *tokens, int n) {
+    return tokens && n > 0 ? ds_engine_prefix_lookup(x->e, seq, tokens, n, 0) : 0;
+}
+
+dspark_status dspark_seq_save(dspark_engine *x, int seq, const char *path, dspark_error *err) {
+    char e2[DS_ERRLEN];
+    if (!path) { set_err(err, DSPARK_ERR_INVALID, "save: no path"); return DSPARK_ERR_INVALID; }
+    if (ds_engine_seq_save(x->e, seq, path, e2, sizeof e2)) {
+        const dspark_status c = strstr(e2, "does not exist") ? DSPARK_ERR_INVALID : DSPARK_ERR_LOAD;
+        set_err(err, c, "%s", e2);
+        return c;
+    }
+    ok_err(err);
+    return DSPARK_OK;
+}
+
+int dspark_seq_load(dspark_engine *x, const char *path, dspark_error *err) {
+    char e2[DS_ERRLEN];
+    if (!path) { set_err(err, DSPARK_ERR_INVALID, "load: no path"); return -1; }
+    const int s = ds_engine_seq_load(x->e, path, e2, sizeof e2);
+    if (s < 0) set_err(err, DSPARK_ERR_LOAD, "%s", e2); else ok_err(err);
+    return s;
+}
+
+/* ========================================================================
+ * Batches
+ * ===================================================================== */
+
+static int grow(dspark_engine *x, int n) {
+    if (n <= x->cap) return 0;
+    const size_t V = (size_t)ds_api_model(x->dm)->hp.n_vocab;
+    float *lg = realloc(x->logits, (size_t)n * V * sizeof(float));
+    if (lg) x->logits = lg;
+    int32_t *t = realloc(x->tokens, (size_t)n * sizeof *t);
+    if (t) x->tokens = t;
+    int *lr = realloc(x->lg_row, (size_t)n * sizeof *lr);
+    if (lr) x->lg_row = lr;
+    ds_row *r = realloc(x->rows, (size_t)n * sizeof *r);
+    if (r) x->rows = r;
+    ds_sampler *sm = realloc(x->samp, (size_t)n * sizeof *sm);
+    if (sm) x->samp = sm;
+    if (!lg || !t || !lr || !r || !sm) return -1;
+    x->cap = n;
+    return 0;
+}
+
+dspark_status dspark_decode(dspark_engine *x, const dspark_batch *b, dspark_error *err) {
+    x->n_last = 0;
+    if (!b || b->n_tokens < 1 || !b->token || !b->pos || !b->seq) {
+        set_err(err, DSPARK_ERR_INVALID, "decode: a batch needs n_tokens >= 1 and token, pos, seq arrays");
+        return DSPARK_ERR_INVALID;
+    }
+    if (grow(x, b->n_tokens)) { set_err(err, DSPARK_ERR_NOMEM, "decode: out of memory"); return DSPARK_ERR_NOMEM; }
+    int nl = 0;
+    for (int i = 0; i < b->n_tokens; i++) {
+        const int o = b->output ? b->output[i] : (i == b->n_tokens - 1 ? DSPARK_OUT_LOGITS : 0);
+        if (o & ~(DSPARK_OUT_LOGITS | DSPARK_OUT_TOKEN)) {
+            set_err(err, DSPARK_ERR_INVALID, "decode: row %d: unknown output %d", i, o);
+            return DSPARK_ERR_INVALID;
+        }
+        const dspark_sampling *sp = b->sampling ? b->sampling[i] : NULL;
+        ds_sampler *sm = &x->samp[i];
+        memset(sm, 0, sizeof *sm);
+        sm->top_p = 1.0f;
+        if (sp) {
+            if (!(sp->temperature >= 0.0f) || sp->top_k < 0 || !(sp->top_p > 0.0f && sp->top_p <= 1.0f) ||
+                !(sp->min_p >= 0.0f && sp->min_p <= 1.0f)) {
+                set_err(err, DSPARK_ERR_INVALID, "decode: row %d: sampling out of range", i);
+                return DSPARK_ERR_INVALID;
+            }
+            sm->temp = sp->temperature;
+            sm->top_k = sp->top_k;
+            sm->top_p = sp->top_p;
+            sm->min_p = sp->min_p;
+            sm->seed = sp->seed;
+        }
+        x->rows[i] = (ds_row){b->seq[i], b->pos[i], b->token[i],
+                              (uint8_t)(((o & DSPARK_OUT_LOGITS) ? DS_ROW_LOGITS : 0) | ((o & DSPARK_OUT_TOKEN) ? DS_ROW_SELECT : 0)),
+                              sp ? sm : NULL};
+        x->lg_row[i] = (o & DSPARK_OUT_LOGITS) ? nl++ : -1;
+        x->tokens[i] = -1;
+    }
+    char e2[DS_ERRLEN];
+    ds_fwd_out out = {.logits = x->logits, .ids = x->tokens};
+    if (ds_engine_forward(x->e, x->rows, b->n_tokens, &out, e2, sizeof e2)) {
+        const dspark_status c = strstr(e2, "free pages") ? DSPARK_ERR_NOMEM : DSPARK_ERR_INVALID;
+        set_err(err, c, "%s", e2);
+        return c;
+    }
+    x->n_last = b->n_tokens;
+    ok_err(err);
+    return DSPARK_OK;
+}
+
+const float *dspark_get_logits(const dspark_engine *x, int i) {
+    if (i < 0 || i >= x->n_last || x->lg_row[i] < 0) return NULL;
+    return x->logits + (size_t)x->lg_row[i] * (size_t)ds_api_model(x->dm)->hp.n_vocab;
+}
+
+int32_t dspark_get_token(const dspark_engine *x, int i) { return i < 0 || i >= x->n_last ? -1 : x->tokens[i]; }
+
+/* ========================================================================
+ * The scheduler
+ * ===================================================================== */
+
+typedef struct {
+    dspark_engine *x;
+    dspark_gen_params p;
+    dspark_done_fn on_done;
+    char *piece;
+    size_t cap;
+} req_cb;
+
+static int req_token(void *user, int32_t t) {
+    req_cb *c = user;
+    if (!c->p.on_token) return 0;
+    const ds_tokenizer *tok = ds_api_model(c->x->dm)->tok;
+    int n = tok ? ds_token_to_bytes(tok, t, c->piece, c->cap) : 0;
+    if (n > 0 && (size_t)n > c->cap) {
+        char *nb = realloc(c->piece, (size_t)n);
+        if (!nb) return 1;
+        c->piece = nb;
+        c->cap = (size_t)n;
+        n = ds_token_to_bytes(tok, t, c->piece, c->cap);
+    }
+    return c->p.on_token(c->p.user, t, c->piece, n > 0 ? (size_t)n : 0);
+}
+
+static void req_done(void *user, const ds_req_result *r) {
+    req_cb *c = user;
+    if (c->on_done) c->on_done(c->p.user, r->stop, r->n_gen);
+    free(c->piece);
+    free(c);
+}
+
+long dspark_engine_submit(dspark_engine *x, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
+                          dspark_done_fn on_done, dspark_error *err) {
+    if (!p) { set_err(err, DSPARK_ERR_INVALID, "submit: no parameters given"); return -1; }
+    if (!(p->temperature >= 0.0f) || p->top_k < 0 || !(p->top_p > 0.0f && p->top_p <= 1.0f) ||
+        !(p->min_p >= 0.0f && p->min_p <= 1.0f)) {
+        set_err(err, DSPARK_ERR_INVALID, "submit: sampling out of range");
+        return -1;
+    }
+    /* what the scheduler does not run yet is refused, never ignored */
+    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f || p->n_logit_bias || p->grammar || p->logprobs ||
+        p->top_logprobs || p->on_token_ex) {
+        set_err(err, DSPARK_ERR_UNSUPPORTED,
+                "submit: penalties, logit bias, grammars and logprobs are not run by the engine's scheduler yet (dspark_generate runs them)");
+        return -1;
+    }
+    req_cb *c = calloc(1, sizeof *c);
+    if (!c) { set_err(err, DSPARK_ERR_NOMEM, "submit: out of memory"); return -1; }
+    c->x = x;
+    c->p = *p;
+    c->on_done = on_done;
+    ds_req_params rp = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = p->max_tokens, .stop_at_eog = p->stop_at_eog,
+                        .on_token = req_token, .on_done = req_done, .user = c};
+    rp.samp.temp = p->temperature;
+    rp.samp.top_k = p->top_k;
+    rp.samp.top_p = p->top_p;
+    rp.samp.min_p = p->min_p;
+    rp.samp.seed = p->seed;
+    char e2[DS_ERRLEN];
+    const long id = ds_sched_submit(x->s, &rp, e2, sizeof e2);
+    if (id < 0) {
+        set_err(err, strstr(e2, "context holds") ? DSPARK_ERR_CONTEXT : DSPARK_ERR_INVALID, "%s", e2);
+        free(c);
+        return -1;
+    }
+    ok_err(err);
+    return id;
+}
+
+int dspark_engine_cancel(dspark_engine *x, long request) { return ds_sched_cancel(x->s, request); }
+
+int dspark_engine_step(dspark_engine *x, dspark_error *err) {
+    char e2[DS_ERRLEN];
+    const int rc = ds_sched_step(x->s, e2, sizeof e2);
+    if (rc < 0) set_err(err, DSPARK_ERR_INTERNAL, "%s", e2); else ok_err(err);
+    return rc;
+}
+
+void dspark_engine_get_stats(dspark_engine *x, dspark_engine_stats *st) {
+    ds_sched_stats s;
+    ds_sched_get_stats(x->s, &s);
+    *st = (dspark_engine_stats){s.waiting, s.running, s.last_batch, s.pages_free, s.pages_total,
+                                s.steps, s.rows, s.requests_done, s.preemptions, s.prompt_tokens, s.cached_tokens};
+}

@@ -1,0 +1,439 @@
+/* engine.c — many sequences, one forward (engine.h, docs/ENGINE.md).
+ *
+ * Read top to bottom: the engine and its buffers -> sequences -> the
+ * forward (validate, chunk, upload, model forward, logits, selection,
+ * downloads). The model's own forward (ds_model_forward in model.c) runs
+ * each chunk; the engine only decides which rows go together and where
+ * their K/V rows live. */
+#include "engine.h"
+#include "outfile.h"
+
+#include <errno.h>
+
+#include <stdlib.h>
+
+struct ds_engine {
+    const ds_model *m;
+    ds_backend *be;
+    ds_exec    *ex;
+    ds_kernel_set ks;
+    int n_seq_max, n_ctx, m_max, max_pages;
+    ds_kvpool *pool;
+    ds_seq    *seq;            /* [n_seq_max]                                     */
+    uint8_t   *used;           /* [n_seq_max]                                     */
+    int        n_used;
+    int32_t   *tables;         /* device [n_seq_max][max_pages]                   */
+    /* a chunk's rows on the device: positions | ids | sequences, m_max each */
+    int32_t   *rowbuf;         /* device [3 * m_max]                              */
+    int32_t   *rowhost;        /* host staging [3 * m_max]                        */
+    ds_rows    rows;
+    ds_acts    a;
+    float     *logits;         /* backend [m_max][V]                              */
+    float     *sel_scratch;    /* backend [2V]                                    */
+    int32_t   *sel_ids;        /* backend [m_max]                                 */
+    int32_t   *sel_host;       /* host [m_max]                                    */
+};
+
+/* ========================================================================
+ * The engine
+ * ===================================================================== */
+
+static void engine_release(ds_engine *e) {
+    ds_backend *be = e->be;
+    float *bufs[] = {e->a.x, e->a.xn, e->a.q, e->a.k, e->a.v, e->a.att, e->a.o, e->a.gate, e->a.up, e->a.h,
+                     e->logits, e->sel_scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->i->release(be, bufs[i]);
+    if (e->rowbuf) be->i->release(be, e->rowbuf);
+    if (e->sel_ids) be->i->release(be, e->sel_ids);
+    if (e->tables) be->i->release(be, e->tables);
+    if (e->seq)
+        for (int s = 0; s < e->n_seq_max; s++) ds_seq_release(&e->seq[s], e->pool);
+    ds_kvpool_free(e->pool);
+    if (e->ex) be->i->exec_free(e->ex);
+    free(e->seq);
+    free(e->used);
+    free(e->rowhost);
+    free(e->sel_host);
+}
+
+ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err, size_t errlen) {
+    const ds_hparams *hp = &m->hp;
+    const int n_ctx = p->n_ctx, m_max = p->m_max ? p->m_max : 64;
+    if (p->n_seq_max < 1 || p->n_seq_max > 4096) {
+        ds_errf(err, errlen, "engine: %d sequences is out of range (1..4096)", p->n_seq_max);
+        return NULL;
+    }
+    if (n_ctx < 1 || (hp->n_ctx_train > 0 && n_ctx > hp->n_ctx_train) || n_ctx > (1 << 24)) {
+        ds_errf(err, errlen, "engine: -c %d is out of range (1..%d)", n_ctx, hp->n_ctx_train > 0 ? hp->n_ctx_train : 1 << 24);
+        return NULL;
+    }
+    if (m_max < 1 || m_max > 8192) { ds_errf(err, errlen, "engine: %d rows per chunk is out of range (1..8192)", m_max); return NULL; }
+    if (p->n_threads < 1 || p->n_threads > 256) { ds_errf(err, errlen, "engine: -t %d is out of range (1..256)", p->n_threads); return NULL; }
+    const int per_seq = (n_ctx + DS_KV_PAGE - 1) / DS_KV_PAGE;
+    const int64_t want_pages = p->n_pages ? p->n_pages : (int64_t)p->n_seq_max * per_seq;
+    if (want_pages < 1 || want_pages > (1 << 26)) {
+        ds_errf(err, errlen, "engine: %lld KV pages is out of range (1..%d)", (long long)want_pages, 1 << 26);
+        return NULL;
+    }
+    ds_engine *e = calloc(1, sizeof *e);
+    if (!e) { ds_errf(err, errlen, "engine: out of memory"); return NULL; }
+    e->m = m;
+    e->be = m->be;
+    e->n_seq_max = p->n_seq_max;
+    e->n_ctx = n_ctx;
+    e->m_max = m_max;
+    e->max_pages = per_seq;
+    ds_kernel_set_all(&e->ks, DS_CANONICAL);
+    char e2[DS_ERRLEN];
+    ds_backend *be = e->be;
+    e->ex = be->i->exec_new(be, p->n_threads, e2, sizeof e2);
+    if (!e->ex) { ds_errf(err, errlen, "engine: %s", e2); free(e); return NULL; }
+    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
+    ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {hp->n_layer}, .row = {(int)kvd}, .n_pages = (int)want_pages};
+    e->pool = ds_kvpool_new(be, &ps, e2, sizeof e2);
+    e->seq = calloc((size_t)e->n_seq_max, sizeof *e->seq);
+    e->used = calloc((size_t)e->n_seq_max, 1);
+    if (!e->pool || !e->seq || !e->used) {
+        ds_errf(err, errlen, "engine: %s", e->pool ? "out of memory" : e2);
+        engine_release(e);
+        free(e);
+        return NULL;
+    }
+    const size_t M = (size_t)m_max, d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
+#define DEV(n) be->i->alloc(be, (n) * sizeof(float))
+    e->a.x = DEV(M * d); e->a.xn = DEV(M * d); e->a.o = DEV(M * d);
+    e->a.q = DEV(M * qd); e->a.att = DEV(M * qd); e->a.k = DEV(M * kvd); e->a.v = DEV(M * kvd);
+    e->a.gate = DEV(M * ff); e->a.up = DEV(M * ff); e->a.h = DEV(M * ff);
+    e->logits = DEV(M * V);
+    e->sel_scratch = DEV(2 * V);
+#undef DEV
+    e->tables = be->i->alloc(be, (size_t)e->n_seq_max * e->max_pages * sizeof(int32_t));
+    e->rowbuf = be->i->alloc(be, 3 * M * sizeof(int32_t));
+    e->sel_ids = be->i->alloc(be, M * sizeof(int32_t));
+    e->rowhost = malloc(3 * M * sizeof(int32_t));
+    e->sel_host = malloc(M * sizeof(int32_t));
+    int ok = e->a.x && e->a.xn && e->a.o && e->a.q && e->a.att && e->a.k && e->a.v && e->a.gate && e->a.up &&
+             e->a.h && e->logits && e->sel_scratch && e->tables && e->rowbuf && e->sel_ids && e->rowhost && e->sel_host;
+    if (ok) {
+        e->rows = (ds_rows){.pos = e->rowbuf, .seq = e->rowbuf + 2 * M, .tables = e->tables, .max_pages = e->max_pages,
+                            .page = DS_KV_PAGE, .page_stride = ds_kvpool_page_stride(e->pool)};
+        e->a.pos = e->rowbuf;
+        e->a.ids_off = (int)M;
+        e->a.rows = &e->rows;
+        /* the families' scratch, once (weights' n_in: d, qd, ff) */
+        const int64_t k_max = (int64_t)(d > ff ? (d > qd ? d : qd) : (ff > qd ? ff : qd));
+        if (be->i->reserve && be->i->reserve(e->ex, m_max, k_max, hp->head_dim, n_ctx, e2, sizeof e2)) ok = 0;
+    }
+    if (!ok) {
+        ds_errf(err, errlen, "engine: out of %s memory for %d rows per chunk", be->i->name, m_max);
+        engine_release(e);
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void ds_engine_free(ds_engine *e) {
+    if (!e) return;
+    engine_release(e);
+    free(e);
+}
+
+const ds_model *ds_engine_model(const ds_engine *e) { return e->m; }
+ds_kvpool *ds_engine_pool(ds_engine *e) { return e->pool; }
+ds_exec *ds_engine_exec(ds_engine *e) { return e->ex; }
+int ds_engine_n_ctx(const ds_engine *e) { return e->n_ctx; }
+int ds_engine_m_max(const ds_engine *e) { return e->m_max; }
+void ds_engine_set_kernels(ds_engine *e, const ds_kernel_set *ks) { e->ks = *ks; }
+
+/* ========================================================================
+ * Sequences
+ * ===================================================================== */
+
+int ds_engine_seq_valid(const ds_engine *e, int s) { return s >= 0 && s < e->n_seq_max && e->used[s]; }
+const ds_seq *ds_engine_seq(const ds_engine *e, int s) { return ds_engine_seq_valid(e, s) ? &e->seq[s] : NULL; }
+int ds_engine_n_seqs(const ds_engine *e) { return e->n_used; }
+int ds_engine_seq_slots(const ds_engine *e) { return e->n_seq_max; }
+
+int ds_engine_seq_new(ds_engine *e, char *err, size_t errlen) {
+    for (int s = 0; s < e->n_seq_max; s++) {
+        if (e->used[s]) continue;
+        if (!e->seq[s].table && ds_seq_init(&e->seq[s], e->n_ctx, err, errlen)) return -1;
+        e->used[s] = 1;
+        e->n_used++;
+        return s;
+    }
+    ds_errf(err, errlen, "engine: all %d sequence slots are in use", e->n_seq_max);
+    return -1;
+}
+
+void ds_engine_seq_free(ds_engine *e, int s) {
+    if (!ds_engine_seq_valid(e, s)) return;
+    ds_seq_clear(&e->seq[s], e->pool);
+    e->seq[s].dirty_lo = e->seq[s].dirty_hi = 0;
+    e->used[s] = 0;
+    e->n_used--;
+}
+
+int ds_engine_seq_fork(ds_engine *e, int src, int n, char *err, size_t errlen) {
+    if (!ds_engine_seq_valid(e, src)) { ds_errf(err, errlen, "fork: sequence %d does not exist", src); return -1; }
+    const int s = ds_engine_seq_new(e, err, errlen);
+    if (s < 0) return -1;
+    if (ds_seq_fork(&e->seq[s], &e->seq[src], e->pool, n, err, errlen)) {
+        ds_engine_seq_free(e, s);
+        return -1;
+    }
+    return s;
+}
+
+int ds_engine_seq_truncate(ds_engine *e, int s, int n, char *err, size_t errlen) {
+    if (!ds_engine_seq_valid(e, s)) { ds_errf(err, errlen, "truncate: sequence %d does not exist", s); return -1; }
+    ds_seq *q = &e->seq[s];
+    if (n < 0 || n > q->n_past) {
+        ds_errf(err, errlen, "truncate: position %d is not in [0, %d] (what sequence %d holds)", n, q->n_past, s);
+        return -1;
+    }
+    q->n_past = n;
+    if (q->n_dctx > n) q->n_dctx = n;
+    if (q->n_tokens > n) q->n_tokens = n;
+    return 0;
+}
+
+int ds_engine_prefix_lookup(ds_engine *e, int s, const int32_t *ids, int n, int need_dctx) {
+    if (!ds_engine_seq_valid(e, s) || e->seq[s].n_pages || n < 1) return 0;
+    return ds_prefix_lookup(e->pool, &e->seq[s], ids, n, need_dctx ? 3u : 1u, (n - 1) / DS_KV_PAGE);
+}
+
+void ds_engine_prefix_publish(ds_engine *e, int s) {
+    if (ds_engine_seq_valid(e, s)) ds_prefix_publish(e->pool, &e->seq[s], 1u);
+}
+
+/* ========================================================================
+ * Sequence files
+ * ===================================================================== */
+/* "DSPKSEQ1", then u32 version, n_layer, row floats, n_vocab, n_past,
+ * n_tokens; int32 ids[n_tokens]; per layer K rows then V rows, n_past each. */
+static const char seq_magic[8] = {'D', 'S', 'P', 'K', 'S', 'E', 'Q', '1'};
+
+int ds_engine_seq_save(ds_engine *e, int s, const char *path, char *err, size_t errlen) {
+    if (!ds_engine_seq_valid(e, s)) { ds_errf(err, errlen, "save: sequence %d does not exist", s); return -1; }
+    const ds_seq *q = &e->seq[s];
+    const ds_hparams *hp = &e->m->hp;
+    const uint32_t row = (uint32_t)(hp->n_head_kv * hp->head_dim);
+    const uint32_t hdr[6] = {1, (uint32_t)hp->n_layer, row, (uint32_t)hp->n_vocab, (uint32_t)q->n_past,
+                             (uint32_t)(q->n_tokens < q->n_past ? q->n_tokens : q->n_past)};
+    const size_t nf = (size_t)hp->n_layer * (size_t)q->n_past * row;
+    float *k = malloc((nf ? nf : 1) * sizeof(float)), *v = malloc((nf ? nf : 1) * sizeof(float));
+    if (!k || !v) { free(k); free(v); ds_errf(err, errlen, "save: out of memory"); return -1; }
+    ds_seq_read(q, e->pool, e->ex, 0, 0, q->n_past, k, v);
+    char e2[DS_ERRLEN];
+    ds_outfile *o = ds_out_open(path, e2, sizeof e2);
+    if (!o) { free(k); free(v); ds_errf(err, errlen, "save: %s", e2); return -1; }
+    FILE *f = ds_out_fp(o);
+    int ok = fwrite(seq_magic, 1, 8, f) == 8 && fwrite(hdr, sizeof hdr, 1, f) == 1 &&
+             (!hdr[5] || fwrite(q->tokens, sizeof(int32_t), hdr[5], f) == hdr[5]);
+    for (int l = 0; ok && l < hp->n_layer; l++) {
+        const size_t n = (size_t)q->n_past * row;
+        ok = !n || (fwrite(k + (size_t)l * n, sizeof(float), n, f) == n && fwrite(v + (size_t)l * n, sizeof(float), n, f) == n);
+    }
+    free(k); free(v);
+    if (!ok) { ds_out_abort(o); ds_errf(err, errlen, "save: cannot write '%s': %s", path, strerror(errno)); return -1; }
+    if (ds_out_commit(o, e2, sizeof e2)) { ds_errf(err, errlen, "save: %s", e2); return -1; }
+    return 0;
+}
+
+int ds_engine_seq_load(ds_engine *e, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { ds_errf(err, errlen, "load: cannot open '%s': %s", path, strerror(errno)); return -1; }
+    const ds_hparams *hp = &e->m->hp;
+    const uint32_t row = (uint32_t)(hp->n_head_kv * hp->head_dim);
+    char mg[8];
+    uint32_t h[6];
+    int s = -1;
+    float *buf = NULL;
+    if (fread(mg, 1, 8, f) != 8 || memcmp(mg, seq_magic, 8) || fread(h, sizeof h, 1, f) != 1) {
+        ds_errf(err, errlen, "load: '%s' is not a dspark sequence file", path);
+        goto fail;
+    }
+    if (h[0] != 1 || h[1] != (uint32_t)hp->n_layer || h[2] != row || h[3] != (uint32_t)hp->n_vocab) {
+        ds_errf(err, errlen, "load: '%s' is version %u of a model with %u layers, %u floats per row, %u tokens; this one has %d, %u, %d",
+                path, h[0], h[1], h[2], h[3], hp->n_layer, row, hp->n_vocab);
+        goto fail;
+    }
+    if (h[4] > (uint32_t)e->n_ctx || h[5] > h[4]) {
+        ds_errf(err, errlen, "load: '%s' holds %u positions (%u ids); the context holds %d", path, h[4], h[5], e->n_ctx);
+        goto fail;
+    }
+    /* the size must add up exactly: no truncated or padded files */
+    const uint64_t want = 8 + sizeof h + (uint64_t)h[5] * 4 + 2ull * hp->n_layer * h[4] * row * 4;
+    if (fseek(f, 0, SEEK_END) || (uint64_t)ftell(f) != want || fseek(f, 8 + (long)sizeof h, SEEK_SET)) {
+        ds_errf(err, errlen, "load: '%s' has the wrong size for %u positions", path, h[4]);
+        goto fail;
+    }
+    if ((s = ds_engine_seq_new(e, err, errlen)) < 0) goto fail;
+    ds_seq *q = &e->seq[s];
+    if (h[5] && fread(q->tokens, sizeof(int32_t), h[5], f) != h[5]) { ds_errf(err, errlen, "load: read error"); goto fail; }
+    for (uint32_t i = 0; i < h[5]; i++)
+        if (q->tokens[i] < 0 || q->tokens[i] >= hp->n_vocab) { ds_errf(err, errlen, "load: token id %d is out of range", q->tokens[i]); goto fail; }
+    if (ds_seq_prepare(q, e->pool, e->ex, 0, (int)h[4], err, errlen)) goto fail;
+    buf = malloc((size_t)row * sizeof(float));
+    if (!buf) { ds_errf(err, errlen, "load: out of memory"); goto fail; }
+    const int64_t ps = ds_kvpool_page_stride(e->pool);
+    for (int l = 0; l < hp->n_layer; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            float *base = kv ? ds_kvpool_v(e->pool, 0, l) : ds_kvpool_k(e->pool, 0, l);
+            for (uint32_t p = 0; p < h[4]; p++) {
+                if (fread(buf, sizeof(float), row, f) != row) { ds_errf(err, errlen, "load: read error"); goto fail; }
+                e->be->i->upload(e->ex, base + (int64_t)q->table[p / DS_KV_PAGE] * ps + (int64_t)(p % DS_KV_PAGE) * row, buf,
+                                 (size_t)row * sizeof(float));
+            }
+        }
+    if (q->dirty_hi > q->dirty_lo) {
+        e->be->i->upload(e->ex, e->tables + (size_t)s * e->max_pages + q->dirty_lo, q->table + q->dirty_lo,
+                         (size_t)(q->dirty_hi - q->dirty_lo) * sizeof(int32_t));
+        q->dirty_lo = q->dirty_hi = 0;
+    }
+    if (e->be->i->sync(e->ex, err, errlen)) goto fail;
+    q->n_past = (int)h[4];
+    q->n_tokens = (int)h[5];
+    free(buf);
+    fclose(f);
+    return s;
+fail:
+    free(buf);
+    if (s >= 0) ds_engine_seq_free(e, s);
+    fclose(f);
+    return -1;
+}
+
+/* ========================================================================
+ * The forward
+ * ===================================================================== */
+
+/* Every rule checked before anything runs: sequences exist, a sequence's
+ * rows are one contiguous run at consecutive positions starting at or below
+ * what it holds and inside its capacity, ids in the vocabulary. */
+static int check_rows(const ds_engine *e, const ds_row *rows, int n, char *err, size_t errlen) {
+    if (n < 1) { ds_errf(err, errlen, "forward: a batch of %d rows (need at least 1)", n); return -1; }
+    const int V = e->m->hp.n_vocab;
+    for (int i = 0; i < n; i++) {
+        const ds_row *r = &rows[i];
+        if (!ds_engine_seq_valid(e, r->seq)) { ds_errf(err, errlen, "forward: row %d: sequence %d does not exist", i, r->seq); return -1; }
+        if (r->token < 0 || r->token >= V) { ds_errf(err, errlen, "forward: row %d: token id %d is out of range [0, %d)", i, r->token, V); return -1; }
+        if (r->want & ~(unsigned)(DS_ROW_LOGITS | DS_ROW_SELECT)) { ds_errf(err, errlen, "forward: row %d: unknown output %u", i, r->want); return -1; }
+        const int first = i == 0 || rows[i - 1].seq != r->seq;
+        if (first) {
+            for (int j = 0; j < i; j++)
+                if (rows[j].seq == r->seq) {
+                    ds_errf(err, errlen, "forward: rows of sequence %d are not contiguous (rows %d and %d)", r->seq, j, i);
+                    return -1;
+                }
+            const ds_seq *q = &e->seq[r->seq];
+            if (r->pos < 0 || r->pos > q->n_past) {
+                ds_errf(err, errlen, "forward: row %d: position %d of sequence %d is not in [0, %d]", i, r->pos, r->seq, q->n_past);
+                return -1;
+            }
+        } else if (r->pos != rows[i - 1].pos + 1) {
+            ds_errf(err, errlen, "forward: row %d: position %d does not follow %d in sequence %d", i, r->pos, rows[i - 1].pos, r->seq);
+            return -1;
+        }
+        if (r->pos >= e->n_ctx) {
+            ds_errf(err, errlen, "forward: row %d: position %d is past the context size %d", i, r->pos, e->n_ctx);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Pages for every sequence's rows of a chunk [c0, c1), and the device page
+ * tables brought up to date before the chunk reads them. Counted first, so
+ * that a pool too small for the chunk changes nothing. */
+static int prepare_chunk(ds_engine *e, const ds_row *rows, int c0, int c1, char *err, size_t errlen) {
+    for (int i = c0; i < c1;) {
+        int j = i + 1;
+        while (j < c1 && rows[j].seq == rows[i].seq) j++;
+        ds_seq *q = &e->seq[rows[i].seq];
+        if (ds_seq_prepare(q, e->pool, e->ex, rows[i].pos, rows[j - 1].pos + 1, err, errlen)) return -1;
+        if (q->dirty_hi > q->dirty_lo) {
+            e->be->i->upload(e->ex, e->tables + (size_t)rows[i].seq * e->max_pages + q->dirty_lo, q->table + q->dirty_lo,
+                             (size_t)(q->dirty_hi - q->dirty_lo) * sizeof(int32_t));
+            q->dirty_lo = q->dirty_hi = 0;
+        }
+        i = j;
+    }
+    return 0;
+}
+
+int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, char *err, size_t errlen) {
+    if (check_rows(e, rows, n, err, errlen)) return -1;
+    int n_logits = 0;
+    for (int i = 0; i < n; i++) n_logits += (rows[i].want & DS_ROW_LOGITS) != 0;
+    if ((n_logits && (!out || !out->logits))) { ds_errf(err, errlen, "forward: logits asked for but no buffer given"); return -1; }
+    const ds_backend_i *b = e->be->i;
+    const int host = b->host_memory;
+    const size_t V = (size_t)e->m->hp.n_vocab, M = (size_t)e->m_max;
+    uint8_t var[DS_FAM_COUNT];
+    memcpy(var, e->ks.v, sizeof var);
+    float *lg_out = out ? out->logits : NULL;
+    for (int c0 = 0; c0 < n; c0 += e->m_max) {
+        const int c1 = c0 + e->m_max < n ? c0 + e->m_max : n, cn = c1 - c0;
+        if (prepare_chunk(e, rows, c0, c1, err, errlen)) return -1;
+        /* positions, ids and sequences of the chunk in one upload */
+        int32_t *hp = e->rowhost;
+        for (int i = 0; i < cn; i++) {
+            hp[i] = rows[c0 + i].pos;
+            hp[M + i] = rows[c0 + i].token;
+            hp[2 * M + i] = rows[c0 + i].seq;
+        }
+        b->upload(e->ex, e->rowbuf, hp, (2 * M + (size_t)cn) * sizeof(int32_t));
+        ds_model_forward(e->m, e->ex, &e->a, e->pool, var, cn, rows[c0].pos, NULL, 0, NULL, 0, NULL);
+        /* the LM head over each run of rows that want an output (the rows
+         * are independent: a run's bits are each row's alone) */
+        for (int i = 0; i < cn;) {
+            if (!rows[c0 + i].want) { i++; continue; }
+            int j = i + 1;
+            while (j < cn && rows[c0 + j].want) j++;
+            ds_model_logits(e->m, e->ex, &e->a, var, i, j - i, rows[c0 + i].pos, e->logits + (size_t)i * V, NULL);
+            i = j;
+        }
+        /* selection: one op per run of rows of one sampler at consecutive
+         * positions (a row at position p chooses the token for p + 1) */
+        int n_sel = 0;
+        for (int i = 0; i < cn;) {
+            const ds_row *r = &rows[c0 + i];
+            if (!(r->want & DS_ROW_SELECT)) { i++; continue; }
+            int j = i + 1;
+            while (j < cn && (rows[c0 + j].want & DS_ROW_SELECT) && rows[c0 + j].samp == r->samp &&
+                   rows[c0 + j].pos == rows[c0 + j - 1].pos + 1 && rows[c0 + j].seq == r->seq)
+                j++;
+            if (ds_backend_select(e->ex, r->samp, j - i, (int)V, e->logits + (size_t)i * V, (int64_t)r->pos + 1,
+                                  e->sel_scratch, e->sel_ids + i, err, errlen))
+                return -1;
+            n_sel += j - i;
+            i = j;
+        }
+        if (n_sel) {
+            b->download(e->ex, e->sel_host, e->sel_ids, (size_t)cn * sizeof(int32_t));
+            for (int i = 0; i < cn; i++)
+                if (rows[c0 + i].want & DS_ROW_SELECT) out->ids[c0 + i] = e->sel_host[i];
+        }
+        for (int i = 0; i < cn; i++)
+            if (rows[c0 + i].want & DS_ROW_LOGITS) {
+                b->download(e->ex, lg_out, e->logits + (size_t)i * V, V * sizeof(float));
+                lg_out += V;
+            }
+        if (!host && b->sync(e->ex, err, errlen)) return -1;
+        /* what each sequence now holds: its rows' K/V, and their ids */
+        for (int i = c0; i < c1; i++) {
+            ds_seq *q = &e->seq[rows[i].seq];
+            if (i == c0 || rows[i - 1].seq != rows[i].seq) {
+                if (q->n_tokens > rows[i].pos) q->n_tokens = rows[i].pos;
+                if (q->n_dctx > rows[i].pos) q->n_dctx = rows[i].pos;
+            }
+            if (q->n_tokens == rows[i].pos) q->tokens[q->n_tokens++] = rows[i].token;
+            q->n_past = rows[i].pos + 1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,90 @@
+/* engine.h — many sequences, one forward (docs/ENGINE.md).
+ *
+ * The engine owns a model's execution context, one KV page pool (group 0:
+ * the target's layers; group 1: a drafter's context rows, when it has a
+ * drafter) and a fixed number of sequence slots. A forward is a list of
+ * rows of any of its sequences — prefill chunks, decode rows, verify
+ * blocks, in any mix — and every row's result is bit for bit what its
+ * sequence alone would get: with the canonical kernel set a row's
+ * arithmetic depends on that row only (tests/test_engine.c proves it
+ * against one sequence at a time, and shows --kernels fast breaking it).
+ *
+ * Rows of one sequence must be contiguous in the list and at consecutive
+ * positions, the first at or below what the sequence holds (rows >= it are
+ * overwritten). A row may ask for its logits (to the host), for the token
+ * its sequence's sampler selects at the next position, or for nothing. */
+#ifndef DSPARK_ENGINE_H
+#define DSPARK_ENGINE_H
+
+#include "model.h"
+#include "kvpool.h"
+
+typedef struct ds_engine ds_engine;
+typedef struct ds_drafter ds_drafter;
+
+typedef struct {
+    int n_seq_max;              /* sequence slots (>= 1)                                  */
+    int n_ctx;                  /* positions a sequence may hold                          */
+    int n_pages;                /* pool pages; 0: enough for every slot's n_ctx            */
+    int m_max;                  /* rows per internal forward chunk; 0: 64                  */
+    int n_threads;              /* the CPU's -t                                            */
+    const ds_drafter *drafter;  /* NULL: no drafter context rows (group 1)                 */
+} ds_engine_params;
+
+/* NULL with one line: a bad size, or memory the pool cannot have. */
+ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err, size_t errlen);
+void       ds_engine_free(ds_engine *e);
+
+const ds_model *ds_engine_model(const ds_engine *e);
+ds_kvpool      *ds_engine_pool(ds_engine *e);
+ds_exec        *ds_engine_exec(ds_engine *e);
+int             ds_engine_n_ctx(const ds_engine *e);
+int             ds_engine_m_max(const ds_engine *e);
+void            ds_engine_set_kernels(ds_engine *e, const ds_kernel_set *ks);
+
+/* ---- sequences ------------------------------------------------------------
+ * Slots are small integers. new: -1 with err when every slot is taken.
+ * fork: a new slot holding the first n positions of src, sharing its pages.
+ * truncate: positions >= n dropped (n <= what it holds). free: the slot
+ * and its pages released. */
+int  ds_engine_seq_new(ds_engine *e, char *err, size_t errlen);
+int  ds_engine_seq_fork(ds_engine *e, int src, int n, char *err, size_t errlen);
+int  ds_engine_seq_truncate(ds_engine *e, int s, int n, char *err, size_t errlen);
+void ds_engine_seq_free(ds_engine *e, int s);
+int  ds_engine_seq_valid(const ds_engine *e, int s);
+const ds_seq *ds_engine_seq(const ds_engine *e, int s);
+int  ds_engine_n_seqs(const ds_engine *e);              /* slots in use */
+int  ds_engine_seq_slots(const ds_engine *e);           /* slots in all */
+/* The prefix cache for an empty sequence: the longest run of full pages of
+ * ids[0, n) already in the pool, at most (n - 1) / P of them (the last
+ * token is always computed, for its logits), reused by reference. need_dctx:
+ * the drafter rows must be there too. Returns the positions reused. */
+int  ds_engine_prefix_lookup(ds_engine *e, int s, const int32_t *ids, int n, int need_dctx);
+/* Enter the sequence's fully committed pages into the prefix cache. */
+void ds_engine_prefix_publish(ds_engine *e, int s);
+
+/* A sequence's state to a file and back: its positions' token ids and every
+ * layer's K/V rows (group 0), with the model's shape so that a file from
+ * another model is refused. Written through outfile.c (temp file, rename).
+ * load: a new slot holding the file's positions, or -1 with err (bad magic,
+ * another shape, a size that does not add up, no slot or pages). */
+int ds_engine_seq_save(ds_engine *e, int s, const char *path, char *err, size_t errlen);
+int ds_engine_seq_load(ds_engine *e, const char *path, char *err, size_t errlen);
+
+/* ---- one forward ------------------------------------------------------------ */
+enum { DS_ROW_LOGITS = 1, DS_ROW_SELECT = 2 };
+typedef struct {
+    int32_t seq, pos, token;
+    uint8_t want;               /* DS_ROW_* bits, 0 = nothing                             */
+    const ds_sampler *samp;     /* SELECT: the sequence's sampler (NULL: greedy)          */
+} ds_row;
+
+typedef struct {
+    float   *logits;            /* host: n_vocab floats per LOGITS row, in row order, or NULL */
+    int32_t *ids;               /* host [n]: the selected id of each SELECT row              */
+} ds_fwd_out;
+
+/* 0, or -1 with one line (nothing is run when the rows break a rule). */
+int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,82 @@
+/* scheduler.h — the scheduler above the batch engine (docs/ENGINE.md): it forms
+ * each step's batch from the requests' states, the way vLLM's scheduler and
+ * llama-server's slots do.
+ *
+ *   WAITING --admit--> PREFILL --prompt done--> DECODE --stop--> DONE
+ *       ^                  |                       |
+ *       +----- preempted (pages ran out: recomputed later, same bits) ----+
+ *
+ * A step: every DECODE request contributes its one row (the token it chose
+ * last step), then PREFILL requests their next prompt chunk while the row
+ * budget lasts (a long prompt is cut into chunks, so decode rows are never
+ * starved), then waiting requests are admitted while sequence slots and
+ * pages allow (the prefix cache first: a hit skips the cached pages). One
+ * engine forward runs the batch; each row that chose a token hands it to its
+ * request. Because every row's bits are its own sequence's alone, a
+ * request's output never depends on what shared its steps, on when it was
+ * admitted, on chunking or on preemption.
+ *
+ * Thread safety: submit / cancel / stats from any thread; step from one. */
+#ifndef DSPARK_SCHEDULER_H
+#define DSPARK_SCHEDULER_H
+
+#include "engine.h"
+#include "sampler.h"
+
+typedef struct ds_sched ds_sched;
+
+typedef struct {
+    int max_rows;               /* rows per step (the token budget); 0: 512            */
+    int max_running;            /* requests in PREFILL / DECODE at once; 0: every slot  */
+    int prefill_chunk;          /* prompt rows one request adds per step; 0: max_rows  */
+    int prefix_cache;           /* 1: reuse cached full pages of prompts               */
+} ds_sched_params;
+
+/* How a request ended, and what it cost. */
+typedef struct {
+    int    n_prompt, n_gen, n_cached;     /* n_cached: prompt positions from the cache */
+    const char *stop;                     /* "length", "eog", "context", "cancel", "error" */
+    double t_queued, t_first, t_done;     /* seconds since submit: admitted, first token, end */
+    int    preemptions;
+} ds_req_result;
+
+typedef struct {
+    const int32_t *prompt;      /* copied at submit                                    */
+    int   n_prompt;
+    int   n_predict;            /* >= 1                                                */
+    ds_sampler samp;            /* temp 0: greedy                                      */
+    int   stop_at_eog;
+    /* Called from the stepping thread: each chosen token, in order (return
+     * nonzero to stop the request after it: stop "cancel"), then once at the
+     * end. Either may be NULL. */
+    int  (*on_token)(void *user, int32_t token);
+    void (*on_done)(void *user, const ds_req_result *r);
+    void  *user;
+} ds_req_params;
+
+ds_sched *ds_sched_new(ds_engine *e, const ds_sched_params *p, char *err, size_t errlen);
+/* Every request still queued or running ends with stop "cancel" first. */
+void      ds_sched_free(ds_sched *s);
+
+/* A request id (> 0), or -1 with err (a prompt that leaves no room in the
+ * context for one new token, n_predict < 1, out of memory). */
+long ds_sched_submit(ds_sched *s, const ds_req_params *p, char *err, size_t errlen);
+/* The request ends at the next step boundary (stop "cancel"), wherever it
+ * is: queued, in its prompt, or generating. 0, or -1 for an unknown id. */
+int  ds_sched_cancel(ds_sched *s, long id);
+
+/* One step: 1 when it ran a batch, 0 when there was nothing to run, -1 on
+ * an engine error (err; every running request then ends with stop
+ * "error"). */
+int  ds_sched_step(ds_sched *s, char *err, size_t errlen);
+
+typedef struct {
+    int  waiting, running;                /* now                                       */
+    long steps, rows, requests_done, preemptions;
+    long prompt_tokens, cached_tokens;    /* prompt positions computed / reused        */
+    int  last_batch;                      /* rows in the last step                     */
+    int  pages_free, pages_total;
+} ds_sched_stats;
+void ds_sched_get_stats(ds_sched *s, ds_sched_stats *st);
+
+#endif
