@@ -15,12 +15,14 @@ import http.client
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import serve_client  # noqa: E402  (the test client's slow sockets and probes)
 
 TGT, DR = "models/dspark-tiny-q8_0.gguf", "models/dspark-tiny-drafter-f16.gguf"
 MIX = [("/v1/completions", {"prompt": "The river", "max_tokens": 8, "temperature": 0}),
@@ -40,30 +42,8 @@ def start(binary, extra):
     return p, int(m.group(1))
 
 
-def probe(port):
-    t0 = time.time()
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        c.request("GET", "/health")
-        ok = c.getresponse().status == 200
-        c.close()
-        return time.time() - t0 if ok else None
-    except OSError:
-        return None
-
-
 def slowloris(port):
-    socks = []
-    for _ in range(150):
-        s = socket.socket()
-        s.settimeout(2)
-        try:
-            s.bind(("127.0.0.2", 0))
-            s.connect(("127.0.0.1", port))
-            s.sendall(b"G")
-            socks.append(s)
-        except OSError:
-            s.close()
+    socks = serve_client.open_slow(port, 150)
     lat, t0, i = [], time.time(), 0
     while time.time() - t0 < 4.0:
         if i % 2 == 0:
@@ -72,7 +52,7 @@ def slowloris(port):
                     s.sendall(b"E")
                 except OSError:
                     pass
-        lat.append(probe(port))
+        lat.append(serve_client.health_latency(port))
         i += 1
         time.sleep(0.2)
     for s in socks:

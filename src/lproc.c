@@ -11,6 +11,7 @@
  * overwritten when its position is computed again. */
 #include "lproc.h"
 #include "common.h"
+#include "kernels/dsmath.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -68,8 +69,8 @@ static void capture_row(ds_lchain *c, int64_t pos, const float *x) {
     double z = 0.0;
     if (m > -INFINITY)
         for (int i = 0; i < V; i++)
-            if (x[i] > -INFINITY) z += exp((double)x[i] - (double)m);
-    c->lse = m > -INFINITY ? (double)m + log(z) : 0.0;
+            if (x[i] > -INFINITY) z += ds_exp((double)x[i] - (double)m);
+    c->lse = m > -INFINITY ? (double)m + ds_log(z) : 0.0;
     memcpy(c->raw, x, (size_t)V * sizeof *x);
     c->raw_pos = pos;
     capture *e = &c->ring[pos % RING];

@@ -166,6 +166,7 @@ fi
 
 # ---- malformed requests ------------------------------------------------------------
 $PY bad "$PA" "$KEY" tests/data/serve_bad_requests.txt || fail=1
+$PY hostile "$PA" "$KEY" || fail=1
 
 # ---- load: 8 clients x 25 requests ---------------------------------------------------
 # (under the sanitizers: 8 clients x 3 requests, for the races, not the numbers)
