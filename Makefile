@@ -31,7 +31,7 @@ PCRE_LIBS    := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2
 CJSON_CFLAGS := $(shell pkg-config --cflags libcjson 2>/dev/null)
 CJSON_LIBS   := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson)
 CFLAGS  += $(SAN) $(CSTD) $(OPT) -g $(WARN) $(FPFLAGS) -pthread -Iinclude -Isrc $(PCRE_CFLAGS) $(CJSON_CFLAGS)
-LDLIBS  += $(SAN) $(PCRE_LIBS) $(CJSON_LIBS) -lm -pthread
+LDLIBS  += $(SAN) $(PCRE_LIBS) $(CJSON_LIBS) -lm -pthread -ldl
 
 BUILD    ?= build
 LIB_SRC  := $(filter-out src/main.c,$(sort $(wildcard src/*.c src/kernels/*.c src/kernels/cpu/*.c src/diag/*.c)))
@@ -58,21 +58,34 @@ NVCCFLAGS := -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=comput
              -O3 -g -fmad=false -prec-div=true -prec-sqrt=true -ftz=false -Werror all-warnings \
              -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter,-ffp-contract=off,-fno-fast-math \
              -Isrc -DDS_HAVE_CUDA
+# The backend is a module, $(BUILD)/libdspark-cuda.so, that libdspark and the
+# CLI load with dlopen when --device cuda is asked for (src/backend.c): they
+# link no CUDA library, so a CPU run maps none and starts on a machine
+# without CUDA. The module carries the device code, the CUDA runtime and
+# cuBLAS; pkg/libdspark-cuda.map exports its entry points only.
 CUDA_SRC := src/backend_cuda.cu $(sort $(wildcard src/kernels/cuda/*.cu))
-LIB_OBJ  += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+CUDA_PIC := $(CUDA_SRC:%.cu=$(BUILD)/pic/%.o)
+CUDA_MODULE := $(BUILD)/libdspark-cuda.so
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -lm
 CFLAGS   += -DDS_HAVE_CUDA
-LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 
-$(BUILD)/%.o: %.cu $(HEADERS) $(wildcard src/kernels/cuda/*.cuh)
+$(BUILD)/pic/%.o: %.cu $(HEADERS) $(wildcard src/kernels/cuda/*.cuh)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC -c $< -o $@
+
+$(CUDA_MODULE): $(CUDA_PIC) pkg/libdspark-cuda.map
+	$(CC) -shared -Wl,-soname,libdspark-cuda.so -Wl,--version-script=pkg/libdspark-cuda.map -Wl,--no-undefined \
+	  $(CUDA_PIC) -o $@ $(CUDA_LIBS)
+all: $(CUDA_MODULE)
 
 # the kernel harness (tests/cuda/test_cuda_ops.c), run by tests/cuda/run.sh;
-# `make bench-cuda`: its kernel benchmark (--bench)
+# `make bench-cuda`: its kernel benchmark (--bench). It is linked with the
+# module itself (it calls the backend's test hooks).
 CUDA_TESTS := $(BUILD)/tests/cuda/test_cuda_ops
-$(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/libdspark.a $(wildcard tests/*.h)
+$(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/libdspark.a $(CUDA_MODULE) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests $< $(BUILD)/libdspark.a -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests $< $(BUILD)/libdspark.a -o $@ -L$(BUILD) -ldspark-cuda \
+	  -Wl,-rpath,$(abspath $(BUILD)) $(LDLIBS) $(CUDA_LIBS)
 bench-cuda: $(CUDA_TESTS)
 	@$(BUILD)/tests/cuda/test_cuda_ops --bench
 # matmul_kq.cu's lane, layout and embed logic run on the host against the CPU
@@ -83,7 +96,7 @@ $(BUILD)/tests/cuda/test_kq_lanes.o: tests/cuda/test_kq_lanes.cu src/kernels/cud
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 $(BUILD)/tests/cuda/test_kq_lanes: $(BUILD)/tests/cuda/test_kq_lanes.o $(BUILD)/libdspark.a
-	$(CC) $(CFLAGS) $< $(BUILD)/libdspark.a -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdspark.a -o $@ $(LDLIBS) $(CUDA_LIBS)
 test-kq-lanes: $(BUILD)/tests/cuda/test_kq_lanes
 	@$(BUILD)/tests/cuda/test_kq_lanes
 endif
@@ -134,7 +147,8 @@ MHD_LIBS   := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicr
 PIC_OBJ  := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
 SO_REAL  := $(BUILD)/libdspark.so.$(VERSION)
 
-$(BUILD)/src/api.o $(BUILD)/pic/src/api.o: CFLAGS += -DDSPARK_VERSION_STRING=\"$(VERSION)\"
+$(BUILD)/src/api.o $(BUILD)/pic/src/api.o $(BUILD)/src/backend.o $(BUILD)/pic/src/backend.o: CFLAGS += -DDSPARK_VERSION_STRING=\"$(VERSION)\"
+$(BUILD)/pic/src/backend_cuda.o: NVCCFLAGS += -DDSPARK_VERSION_STRING=\"$(VERSION)\"
 $(BUILD)/pic/src/diag/%.o: CFLAGS += -fno-finite-math-only -fsignaling-nans
 $(BUILD)/tools/cmd_serve.o: CFLAGS += $(MHD_CFLAGS)
 $(BUILD)/dspark: LDLIBS += $(MHD_LIBS)
@@ -144,13 +158,8 @@ $(BUILD)/pic/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -c $< -o $@
 
-# CUDA builds put the device code in the shared library too (host side -fPIC).
-ifeq ($(CUDA),1)
-PIC_OBJ  += $(CUDA_SRC:%.cu=$(BUILD)/pic/%.o)
-$(BUILD)/pic/%.o: %.cu $(HEADERS) $(wildcard src/kernels/cuda/*.cuh)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC -c $< -o $@
-endif
+# libdspark.so links no CUDA library: CUDA builds load the backend module
+# ($(BUILD)/libdspark-cuda.so, installed beside it) when a device is asked for.
 
 $(SO_REAL): $(PIC_OBJ) pkg/libdspark.map
 	$(CC) $(CFLAGS) -shared -Wl,-soname,libdspark.so.$(SOMAJOR) -Wl,--version-script=pkg/libdspark.map \
@@ -161,10 +170,11 @@ $(BUILD)/libdspark.so: $(SO_REAL)
 	ln -sf libdspark.so.$(SOMAJOR) $@
 
 .PHONY: install
-install: $(BUILD)/dspark $(BUILD)/libdspark.so
+install: $(BUILD)/dspark $(BUILD)/libdspark.so $(if $(filter 1,$(CUDA)),$(CUDA_MODULE))
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(BUILD)/dspark $(DESTDIR)$(PREFIX)/bin/dspark
 	install -m 755 $(SO_REAL) $(DESTDIR)$(PREFIX)/lib/libdspark.so.$(VERSION)
+	$(if $(filter 1,$(CUDA)),install -m 755 $(CUDA_MODULE) $(DESTDIR)$(PREFIX)/lib/libdspark-cuda.so)
 	ln -sf libdspark.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libdspark.so.$(SOMAJOR)
 	ln -sf libdspark.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/libdspark.so
 	install -m 644 include/dspark.h include/dspark_diag.h $(DESTDIR)$(PREFIX)/include/

@@ -2,7 +2,12 @@
  * constants and the KV cache object, built on the table's buffer ops. */
 #include "backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#ifdef DS_HAVE_CUDA
+#include <dlfcn.h>
+#include <unistd.h>
+#endif
 
 /* ========================================================================
  * Registry
@@ -16,10 +21,75 @@ const char *ds_backend_names(void) {
 #endif
 }
 
+#ifdef DS_HAVE_CUDA
+/* ---- the CUDA backend is a module: libdspark-cuda.so, loaded on first use --
+ * so that the library and the CLI start with no CUDA library mapped when the
+ * CPU is asked for, and on a machine without CUDA at all. Where it is looked
+ * for: $DSPARK_CUDA_MODULE, next to the binary or library this code is in
+ * (build/dspark -> build/, PREFIX/lib/libdspark.so -> PREFIX/lib/), its
+ * ../lib, then the loader's own search path. The module was built from the
+ * same sources as this code: its version and its table's size must match.
+ * Once loaded it stays (RTLD_NODELETE), as the CUDA context it makes does. */
+typedef ds_backend *(*cuda_new_fn)(char *err, size_t errlen);
+typedef const char *(*cuda_abi_fn)(size_t *table_size);
+
+static void *cuda_open(const char *path, char *tried, size_t tried_len) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!h) {
+        const size_t used = strlen(tried);
+        const char *why = dlerror();
+        if (used + 8 < tried_len)
+            snprintf(tried + used, tried_len - used, "%s%.300s (%.120s)", used ? "; " : "", path, why ? why : "not loadable");
+    }
+    return h;
+}
+
+static ds_backend *cuda_module_new(char *err, size_t errlen) {
+    char tried[1024] = "", path[4096], self[4096] = "";
+    void *h = NULL;
+    const char *env = getenv("DSPARK_CUDA_MODULE");
+    if (env && *env) h = cuda_open(env, tried, sizeof tried);
+    else {
+        Dl_info di;
+        if (dladdr((void *)cuda_module_new, &di) && di.dli_fname && strchr(di.dli_fname, '/'))
+            snprintf(self, sizeof self, "%s", di.dli_fname);
+        else {
+            ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+            self[n > 0 ? n : 0] = 0;
+        }
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(path, sizeof path, "%s/libdspark-cuda.so", self);
+            h = cuda_open(path, tried, sizeof tried);
+            if (!h) {
+                snprintf(path, sizeof path, "%s/../lib/libdspark-cuda.so", self);
+                h = cuda_open(path, tried, sizeof tried);
+            }
+        }
+        if (!h) h = cuda_open("libdspark-cuda.so", tried, sizeof tried);
+    }
+    if (!h) {
+        ds_errf(err, errlen, "cuda: the CUDA module libdspark-cuda.so cannot be loaded (tried %s)", tried);
+        return NULL;
+    }
+    cuda_new_fn fn = (cuda_new_fn)dlsym(h, "ds_backend_cuda_new");
+    cuda_abi_fn abi = (cuda_abi_fn)dlsym(h, "ds_cuda_module_abi");
+    size_t table = 0;
+    const char *version = abi ? abi(&table) : NULL;
+    if (!fn || !version || strcmp(version, DSPARK_VERSION_STRING) || table != sizeof(ds_backend_i)) {
+        ds_errf(err, errlen, "cuda: the CUDA module is not this build's (version %s, table %zu bytes; this build: %s, %zu)",
+                version ? version : "?", table, DSPARK_VERSION_STRING, sizeof(ds_backend_i));
+        return NULL;
+    }
+    return fn(err, errlen);
+}
+#endif
+
 ds_backend *ds_backend_new(const char *name, char *err, size_t errlen) {
     if (!name || !strcmp(name, "cpu")) return ds_backend_cpu_new(err, errlen);
 #ifdef DS_HAVE_CUDA
-    if (!strcmp(name, "cuda")) return ds_backend_cuda_new(err, errlen);
+    if (!strcmp(name, "cuda")) return cuda_module_new(err, errlen);
 #endif
     char clean[64];   /* echo printable ASCII only: one line, no escapes */
     size_t j = 0;

@@ -339,7 +339,12 @@ const char *ds_backend_names(void);
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen);
 ds_pool    *ds_exec_cpu_pool(ds_exec *ex);       /* NULL for other backends */
 #ifdef DS_HAVE_CUDA
+/* In the module libdspark-cuda.so (ds_backend_new("cuda") loads it; code
+ * linked with the module, as the CUDA tests are, may call it directly).
+ * ds_cuda_module_abi: the module's version and sizeof(ds_backend_i), which
+ * the loader checks against its own. */
 ds_backend *ds_backend_cuda_new(char *err, size_t errlen);
+const char *ds_cuda_module_abi(size_t *table_size);
 #endif
 
 /* ---- token selection ------------------------------------------------------

@@ -739,6 +739,13 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
     return 0;
 }
 
+/* The module's identity, checked by the loader (backend.c): the version it
+ * was built with and the size of the table it fills. */
+extern "C" const char *ds_cuda_module_abi(size_t *table_size) {
+    *table_size = sizeof(ds_backend_i);
+    return DSPARK_VERSION_STRING;
+}
+
 /* One clear line for each way a GPU can be missing. */
 extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     unsigned off = 0, on = 0;                       /* first: a bad switch is the user's error */

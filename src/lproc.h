@@ -18,7 +18,9 @@
  * so a speculative verify row is processed exactly as the plain decode row
  * of that position. Float steps are one IEEE operation each, in the order
  * written (bias add, then one subtraction of the penalty); the capture's
- * exp/log only ever reach the reported numbers, never a logit. */
+ * exp and log are dsmath.h's (ds_exp, ds_log: one fixed sequence of IEEE
+ * operations, not libm's), so the reported numbers are the same bits with
+ * every C library too, and they never reach a logit. */
 #ifndef DSPARK_LPROC_H
 #define DSPARK_LPROC_H
 

@@ -166,6 +166,7 @@ fi
 
 # ---- malformed requests ------------------------------------------------------------
 $PY bad "$PA" "$KEY" tests/data/serve_bad_requests.txt || fail=1
+$PY hostile "$PA" "$KEY" || fail=1
 
 # ---- load: 8 clients x 25 requests ---------------------------------------------------
 # (under the sanitizers: 8 clients x 3 requests, for the races, not the numbers)
@@ -174,7 +175,14 @@ if [ -n "${DSPARK_SAN:-}" ]; then $PY load "$PA" "$KEY" 8 3 || fail=1; else $PY 
 # ---- soak: 2,000 mixed requests, a tenth dropped mid-way -------------------------------
 if [ -n "${DSPARK_SAN:-}" ]; then $PY soak "$PA" "$KEY" 200 "$PID_A" || fail=1; else $PY soak "$PA" "$KEY" 2000 "$PID_A" || fail=1; fi
 
-# ---- a CPU server maps no CUDA library --------------------------------------------------
+# ---- no CUDA library linked or mapped for the CPU (a CUDA build loads its module only for
+# --device cuda; in a CPU-only build this holds trivially) ----------------------------------
+if ldd "$D" "$B/libdspark.so" 2>/dev/null | grep -qi 'libcuda\|libcudart\|libcublas'; then bad "binary_links_no_cuda: $(ldd "$D" | grep -i cud)"
+else ok "binary_links_no_cuda (dspark, libdspark.so)"; fi
+if [ -f "$B/libdspark-cuda.so" ]; then
+    DSPARK_CUDA_MODULE=/nonexistent/libdspark-cuda.so $D devices 2>&1 | grep -q 'device=cuda status=unavailable reason="cuda: the CUDA module' \
+        && ok cuda_module_missing_said || bad cuda_module_missing_said
+fi
 if grep -qi 'libcuda\|libcudart\|libcublas\|libnvrtc' "/proc/$PID_A/maps"; then bad "cpu_server_maps_no_cuda"
 else ok "cpu_server_maps_no_cuda ($(grep -c . "/proc/$PID_A/maps") mappings, none CUDA)"; fi
 

@@ -18,6 +18,7 @@
                             single-client answer, the server's RSS stays flat
   drain PORT PID LEN        SIGTERM mid-stream: the stream ends with a finish_reason + [DONE]
   gguf_template IN OUT F    IN with tokenizer.chat_template = the text of F, as OUT
+  hostile PORT KEY          error bodies stay valid UTF-8 whatever bytes the request held
 """
 import http.client
 import json
@@ -46,8 +47,8 @@ def post(port, path, body, key=None, raw=False, timeout=120):
     return r.status, out
 
 
-def get(port, path, key=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def get(port, path, key=None, timeout=30):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     c.request("GET", path, headers={"Authorization": "Bearer " + key} if key else {})
     r = c.getresponse()
     out = r.read()
@@ -105,6 +106,12 @@ def cmd_bad(port, key, corpus):
             body = json.dumps({"prompt": "x" * 100000})
         elif body == "@binary":
             body = b"\x00\xff\xfe{\x01"
+        elif body == "@ctrlbefore":                     # control bytes around a valid body: refused alike
+            body = b"\x01" + json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+        elif body == "@ctrlafter":
+            body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode() + b"\x01"
+        elif body == "@rawctl":
+            body = b'{"prompt": "a\tb", "max_tokens": 2}'
         elif body == "@deep":
             body = "[" * 5000 + "]" * 5000
         elif body in ("@badkey", "@nokey"):
@@ -502,13 +509,29 @@ def cmd_prometheus(port, key):
 
 # ---- hazards -----------------------------------------------------------------------------
 
-def health_latency(port):
+def health_latency(port, timeout=2):
     t0 = time.time()
     try:
-        st, _ = get(port, "/health")
+        st, _ = get(port, "/health", timeout=timeout)
     except Exception:                                   # noqa: BLE001
         return None
     return time.time() - t0 if st == 200 else None
+
+
+def open_slow(port, n, src="127.0.0.2"):
+    """n connections from src that have sent one byte of a request."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.settimeout(5)
+        try:
+            s.bind((src, 0))
+            s.connect(("127.0.0.1", port))
+            s.sendall(b"G")
+            socks.append(s)
+        except OSError:
+            s.close()
+    return socks
 
 
 def cmd_slowloris(port):
@@ -516,17 +539,7 @@ def cmd_slowloris(port):
     from 127.0.0.1 stays fast; the per-IP limit refuses the surplus at once; the
     request deadline shuts the rest down."""
     port = int(port)
-    socks = []
-    for _ in range(150):
-        s = socket.socket()
-        s.settimeout(5)
-        try:
-            s.bind(("127.0.0.2", 0))
-            s.connect(("127.0.0.1", port))
-            s.sendall(b"G")
-            socks.append(s)
-        except OSError:
-            s.close()
+    socks = open_slow(port, 150)
     lat, t0 = [], time.time()
     i = 0
     while time.time() - t0 < 3.0:
@@ -710,6 +723,48 @@ def cmd_drain(port, pid, n_tokens):
     print(final["choices"][0]["finish_reason"])
 
 
+def cmd_hostile(port, key):
+    """Requests whose bytes end up in error messages (model names, URLs, methods,
+    long multi-byte text cut by the message limit): every error body is valid
+    UTF-8 JSON with an OpenAI error object."""
+    port = int(port)
+    cases = [
+        ("POST", b"/v1/completions", b'{"model": "\xff\xfe caf\xc3", "prompt": "x"}'),
+        ("POST", b"/v1/completions", b'{"model": "' + ("\u00e9" * 150).encode() + b'", "prompt": "x"}'),
+        ("POST", b"/v1/completions", ('{"model": "' + "\u20ac" * 60 + '", "prompt": "x"}').encode()),
+        ("GET", b"/v1/" + "\u00e9\u20ac".encode() * 80 + b"\xff", b""),
+        ("GET", b"/\xc3", b""),
+        ("DELETE", b"/v1/models", b""),
+        ("POST", b"/v1/completions", b'{"prompt": "x", "' + "\u20ac".encode() * 40 + b'": 1}'),
+        ("POST", b"/v1/completions", b'{"prompt": "x", "\xff\xfe": 1}'),
+        ("POST", b"/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x", "\xe2\x82": 1}]}'),
+    ]
+    bad = 0
+    for method, path, body in cases:
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(method.encode() + b" " + path + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        raw = b""
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            raw += c
+        s.close()
+        head, _, payload = raw.partition(b"\r\n\r\n")
+        status = int(head.split()[1]) if head else 0
+        try:
+            err = json.loads(payload.decode("utf-8"))["error"]     # strict UTF-8 decode
+            ok = 400 <= status < 500 and isinstance(err["message"], str) and err["message"]
+        except Exception as e:                          # noqa: BLE001
+            ok, err = False, str(e)
+        if not ok:
+            bad += 1
+            print("  hostile %s %r -> %d %r" % (method, path[:40], status, payload[:120]))
+    print("%s error_bodies_valid_utf8 requests=%d bad=%d" % ("PASS" if not bad else "FAIL", len(cases), bad))
+    sys.exit(1 if bad else 0)
+
+
 def cmd_gguf_template(src, dst, tmpl_file):
     """Copy a GGUF v3 file with tokenizer.chat_template set (the tensor data moves
     as a whole, so the tensor infos' offsets stay as they are)."""
@@ -762,4 +817,5 @@ if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     {"text": cmd_text, "sse": cmd_sse, "bad": cmd_bad, "load": cmd_load, "disconnect": cmd_disconnect,
      "queuefull": cmd_queuefull, "features": cmd_features, "prometheus": cmd_prometheus, "slowloris": cmd_slowloris,
-     "dropped": cmd_dropped, "soak": cmd_soak, "drain": cmd_drain, "gguf_template": cmd_gguf_template}[cmd](*args)
+     "dropped": cmd_dropped, "soak": cmd_soak, "drain": cmd_drain, "gguf_template": cmd_gguf_template,
+     "hostile": cmd_hostile}[cmd](*args)

@@ -5,6 +5,7 @@
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <stdio_ext.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -21,7 +22,12 @@ void cli_die(const char *cmd, const char *fmt, ...) {
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     ds_sanitize_line(line);
-    fflush(stdout);     /* what was printed so far comes first */
+    /* what was printed so far comes first; if stdout cannot take it, this
+     * line is the one report (the exit-time check must not add another) */
+    if (fflush(stdout) || ferror(stdout)) {
+        __fpurge(stdout);
+        clearerr(stdout);
+    }
     fprintf(stderr, "dspark %s: error: %s\n", cmd, line);
     exit(DS_EXIT_USAGE);
 }
