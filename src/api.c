@@ -36,8 +36,9 @@ const char *dspark_version(void) { return DSPARK_VERSION_STRING; }
  * Errors
  * ===================================================================== */
 
-static void set_err(dspark_error *e, dspark_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(dspark_error *e, dspark_status code, const char *fmt, ...) {
+/* Also api_engine.c's (not exported: libdspark.map keeps ds_* local). */
+void ds_api_set_err(dspark_error *e, dspark_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void ds_api_set_err(dspark_error *e, dspark_status code, const char *fmt, ...) {
     if (!e) return;
     e->code = code;
     va_list ap;
@@ -45,6 +46,7 @@ static void set_err(dspark_error *e, dspark_status code, const char *fmt, ...) {
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
 }
+#define set_err ds_api_set_err
 
 static void clear_err(dspark_error *e) {
     if (!e) return;

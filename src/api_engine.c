@@ -26,15 +26,8 @@ struct dspark_engine {
     int      cap, n_last;
 };
 
-static void set_err(dspark_error *e, dspark_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(dspark_error *e, dspark_status code, const char *fmt, ...) {
-    if (!e) return;
-    e->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-}
+void ds_api_set_err(dspark_error *e, dspark_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define set_err ds_api_set_err
 static void ok_err(dspark_error *e) {
     if (e) { e->code = DSPARK_OK; e->message[0] = 0; }
 }
