@@ -3,6 +3,7 @@
  * prompt chunks) -> make room (preempt) -> one engine forward -> hand each
  * chosen token to its request -> finish what stopped. */
 #include "scheduler.h"
+#include "drafter.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,6 +22,11 @@ typedef struct rq {
     rq_state   st;
     atomic_int cancelled;
     int        n_cached, preemptions;
+    /* speculative rounds (an engine with a drafter and p.speculative) */
+    int        spec, draft_max;
+    int32_t   *drafts;          /* [gamma]: this step's drafts                 */
+    int        ell, row0;       /* this step: drafts verified, first row       */
+    int        rounds, drafted, accepted;
     double     t_submit, t_admit, t_first;
     struct rq *next;            /* waiting queue (under mu)                    */
     struct rq *all_next;        /* every live request (under mu)               */
@@ -38,6 +44,9 @@ struct ds_sched {
     ds_row  *rows;              /* the step's batch                            */
     rq     **row_rq;
     int32_t *ids;
+    int      gamma;             /* the drafter's block size, 0 without one     */
+    ds_draft_req *dreq;         /* a step's drafting rounds [max_running]      */
+    int32_t *dids;              /* their drafts [max_running][gamma]           */
     ds_sched_stats stats;       /* counters (under mu for readers)             */
 };
 
@@ -66,8 +75,12 @@ ds_sched *ds_sched_new(ds_engine *e, const ds_sched_params *p, char *err, size_t
     s->rows = malloc((size_t)s->p.max_rows * sizeof *s->rows);
     s->row_rq = malloc((size_t)s->p.max_rows * sizeof *s->row_rq);
     s->ids = malloc((size_t)s->p.max_rows * sizeof *s->ids);
-    if (!s->run || !s->rows || !s->row_rq || !s->ids || pthread_mutex_init(&s->mu, NULL)) {
-        free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s);
+    const ds_drafter *d = ds_engine_drafter(e);
+    s->gamma = d ? ds_drafter_block_size(d) : 0;
+    s->dreq = malloc((size_t)s->run_cap * sizeof *s->dreq);
+    s->dids = malloc((size_t)s->run_cap * (size_t)(s->gamma ? s->gamma : 1) * sizeof *s->dids);
+    if (!s->run || !s->rows || !s->row_rq || !s->ids || !s->dreq || !s->dids || pthread_mutex_init(&s->mu, NULL)) {
+        free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->dreq); free(s->dids); free(s);
         ds_errf(err, errlen, "scheduler: out of memory");
         return NULL;
     }
@@ -85,7 +98,8 @@ static void finish(ds_sched *s, rq *r, const char *stop) {
     }
     const double t = now_s();
     const ds_req_result res = {r->p.n_prompt, r->n_gen, r->n_cached, stop, r->t_admit - r->t_submit,
-                               r->t_first > 0 ? r->t_first - r->t_submit : 0, t - r->t_submit, r->preemptions};
+                               r->t_first > 0 ? r->t_first - r->t_submit : 0, t - r->t_submit, r->preemptions,
+                               r->rounds, r->drafted, r->accepted};
     pthread_mutex_lock(&s->mu);
     for (rq **pp = &s->all; *pp; pp = &(*pp)->all_next)
         if (*pp == r) { *pp = r->all_next; break; }
@@ -93,6 +107,7 @@ static void finish(ds_sched *s, rq *r, const char *stop) {
     pthread_mutex_unlock(&s->mu);
     if (r->p.on_done) r->p.on_done(r->p.user, &res);
     free(r->hist);
+    free(r->drafts);
     free(r);
 }
 
@@ -105,7 +120,7 @@ void ds_sched_free(ds_sched *s) {
         finish(s, r, "cancel");
     }
     pthread_mutex_destroy(&s->mu);
-    free(s->run); free(s->rows); free(s->row_rq); free(s->ids);
+    free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->dreq); free(s->dids);
     free(s);
 }
 
@@ -124,10 +139,22 @@ long ds_sched_submit(ds_sched *s, const ds_req_params *p, char *err, size_t errl
             ds_errf(err, errlen, "request: token id %d is out of range [0, %d)", p->prompt[i], V);
             return -1;
         }
+    const int spec = p->speculative && s->gamma > 0;
+    if (spec && (p->draft_max < 0 || p->draft_max > s->gamma)) {
+        ds_errf(err, errlen, "request: draft_max %d is outside 0..%d (the drafter's block size)", p->draft_max, s->gamma);
+        return -1;
+    }
     rq *r = calloc(1, sizeof *r);
     const size_t cap = (size_t)p->n_prompt + (size_t)(p->n_predict < n_ctx ? p->n_predict : n_ctx) + 1;
     if (r) r->hist = malloc(cap * sizeof *r->hist);
-    if (!r || !r->hist) { if (r) free(r); ds_errf(err, errlen, "request: out of memory"); return -1; }
+    if (r && spec) r->drafts = malloc((size_t)s->gamma * sizeof *r->drafts);
+    if (!r || !r->hist || (spec && !r->drafts)) {
+        if (r) { free(r->hist); free(r); }
+        ds_errf(err, errlen, "request: out of memory");
+        return -1;
+    }
+    r->spec = spec;
+    r->draft_max = spec ? (p->draft_max ? p->draft_max : s->gamma) : 0;
     r->p = *p;
     r->p.prompt = NULL;                 /* the copy below is the request's */
     memcpy(r->hist, p->prompt, (size_t)p->n_prompt * sizeof *r->hist);
@@ -234,7 +261,8 @@ static void admit(ds_sched *s) {
         r->slot = slot;
         r->n_done = 0;
         if (s->p.prefix_cache) {
-            const int hit = ds_engine_prefix_lookup(s->e, slot, r->hist, r->n_hist, 0);
+            /* a speculating request needs the drafter's rows of the pages too */
+            const int hit = ds_engine_prefix_lookup(s->e, slot, r->hist, r->n_hist, r->spec);
             r->n_done = hit;
             if (!r->preemptions) {
                 r->n_cached = hit;
@@ -272,18 +300,41 @@ static int emit(ds_sched *s, rq *r, int32_t t, const char **stop) {
 }
 
 /* The batch from the running requests' states: every generating request's
- * row first, then prompt chunks while the row budget lasts. Returns the
- * rows; *need: pages the batch may take (a spare page per request). */
+ * rows first — one decode row, or for a speculating request its verify
+ * block [anchor, d_1..d_ell] (the drafts are filled in after drafting) —
+ * then prompt chunks while the row budget lasts. Returns the rows; *need:
+ * pages the batch may take (a spare page per request; a drafting round's
+ * block rows reach gamma positions past the anchor). */
 static int build(ds_sched *s, int *need) {
-    int n = 0, budget = s->p.max_rows;
+    int n = 0, budget = s->p.max_rows, n_dec = 0;
+    const int n_ctx = ds_engine_n_ctx(s->e);
     *need = 0;
+    for (int i = 0; i < s->n_run; i++) n_dec += s->run[i]->st == RQ_DECODE;
     for (int i = 0; i < s->n_run; i++) {
         rq *r = s->run[i];
         if (r->st != RQ_DECODE) continue;
-        s->rows[n] = (ds_row){r->slot, r->n_done, r->hist[r->n_done], DS_ROW_SELECT, &r->p.samp};
-        s->row_rq[n++] = r;
-        budget--;
-        *need += pages_for(r, 1) - 1;
+        n_dec--;                                   /* decode requests after this one */
+        const int p = r->n_done;
+        int ell = 0;
+        if (r->spec) {
+            /* drafts: the request's width, the tokens it still wants after
+             * the next, the context (p + ell < n_ctx), and the budget less
+             * one row for each decode request still to come */
+            ell = r->draft_max;
+            if (ell > r->p.n_predict - r->n_gen - 1) ell = r->p.n_predict - r->n_gen - 1;
+            if (ell > n_ctx - 1 - p) ell = n_ctx - 1 - p;
+            if (ell > budget - n_dec - 1) ell = budget - n_dec - 1;
+            if (ell < 0) ell = 0;
+        }
+        r->ell = ell;
+        r->row0 = n;
+        const uint8_t want = DS_ROW_SELECT | (r->spec ? DS_ROW_DCTX : 0);
+        for (int k = 0; k <= ell; k++) {
+            s->rows[n] = (ds_row){r->slot, p + k, k ? 0 : r->hist[p], want, &r->p.samp};
+            s->row_rq[n++] = r;
+        }
+        budget -= ell + 1;
+        *need += pages_for(r, ell ? (s->gamma > ell + 1 ? s->gamma : ell + 1) : 1) - 1;
     }
     for (int i = 0; i < s->n_run && budget > 0; i++) {
         rq *r = s->run[i];
@@ -291,15 +342,74 @@ static int build(ds_sched *s, int *need) {
         int k = r->n_hist - r->n_done;
         if (k > s->p.prefill_chunk) k = s->p.prefill_chunk;
         if (k > budget) k = budget;
+        const uint8_t dctx = r->spec ? DS_ROW_DCTX : 0;
         for (int j = 0; j < k; j++) {
             const int pos = r->n_done + j;
-            s->rows[n] = (ds_row){r->slot, pos, r->hist[pos], pos == r->n_hist - 1 ? DS_ROW_SELECT : 0, &r->p.samp};
+            s->rows[n] = (ds_row){r->slot, pos, r->hist[pos], (uint8_t)((pos == r->n_hist - 1 ? DS_ROW_SELECT : 0) | dctx),
+                                  &r->p.samp};
             s->row_rq[n++] = r;
         }
         budget -= k;
         *need += pages_for(r, k) - 1;
     }
     return n;
+}
+
+/* The drafting rounds of the step's speculating requests, in one engine
+ * call, and their drafts into the verify blocks' rows. */
+static int draft(ds_sched *s, char *err, size_t errlen) {
+    int nd = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        rq *r = s->run[i];
+        if (r->st != RQ_DECODE || !r->spec || !r->ell) continue;
+        s->dreq[nd++] = (ds_draft_req){r->slot, r->hist[r->n_done], r->ell, &r->p.samp};
+    }
+    if (!nd) return 0;
+    if (ds_engine_draft(s->e, nd, s->dreq, s->dids, err, errlen)) return -1;
+    nd = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        rq *r = s->run[i];
+        if (r->st != RQ_DECODE || !r->spec || !r->ell) continue;
+        memcpy(r->drafts, s->dids + (size_t)nd++ * s->gamma, (size_t)r->ell * sizeof *r->drafts);
+        for (int k = 0; k < r->ell; k++) s->rows[r->row0 + 1 + k].token = r->drafts[k];
+    }
+    return 0;
+}
+
+static void drop_request(ds_sched *s, rq *r, const char *stop) {
+    for (int i = 0; i < s->n_run; i++)
+        if (s->run[i] == r) { drop_running(s, i); break; }
+    finish(s, r, stop);
+}
+
+/* A speculating request's verify block at rows[j0 .. j0 + ell]: row k chose
+ * the target's token for position p + k + 1. Accept the longest prefix of
+ * drafts equal to those choices, then the target's own next token; the
+ * sequence keeps the rows of the anchor and the accepted drafts (the rest
+ * are cut: their K/V and drafter rows are rewritten by the next block). */
+static int accept_block(ds_sched *s, rq *r, int j0, char *err, size_t errlen) {
+    const int p = s->rows[j0].pos, ell = r->ell;
+    int a = 0;
+    while (a < ell && s->ids[j0 + a] == r->drafts[a]) a++;
+    const int32_t bonus = s->ids[j0 + a];
+    if (a < ell && ds_engine_seq_truncate(s->e, r->slot, p + a + 1, err, errlen)) return -1;
+    r->n_done = p + a + 1;
+    if (ell) {
+        r->rounds++;
+        r->drafted += ell;
+        r->accepted += a;
+        pthread_mutex_lock(&s->mu);
+        s->stats.spec_rounds++;
+        s->stats.drafted += ell;
+        s->stats.accepted += a;
+        pthread_mutex_unlock(&s->mu);
+    }
+    const char *stop = NULL;
+    int done = 0;
+    for (int k = 0; k < a && !done; k++) done = emit(s, r, r->drafts[k], &stop);
+    if (!done) done = emit(s, r, bonus, &stop);
+    if (done) drop_request(s, r, stop);
+    return 0;
 }
 
 int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
@@ -319,7 +429,7 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
      * pages fit */
     while ((n = build(s, &need)) && need > ds_kvpool_n_free(pool) && s->n_run > 1) preempt(s, s->n_run - 1);
     ds_fwd_out out = {.ids = s->ids};
-    if (ds_engine_forward(s->e, s->rows, n, &out, err, errlen)) {
+    if (draft(s, err, errlen) || ds_engine_forward(s->e, s->rows, n, &out, err, errlen)) {
         /* one request that cannot fit even alone, or a device fault: the
          * running requests end (stop "error"); the queue stays */
         while (s->n_run) {
@@ -340,6 +450,12 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     /* each row's request moves on; a chosen token goes to its request */
     for (int j = 0; j < n; j++) {
         rq *r = s->row_rq[j];
+        if (r->st == RQ_DECODE && r->spec) {
+            const int ell = r->ell;
+            if (accept_block(s, r, j, err, errlen)) return -1;
+            j += ell;
+            continue;
+        }
         r->n_done = s->rows[j].pos + 1;
         if (!(s->rows[j].want & DS_ROW_SELECT)) continue;
         if (r->st == RQ_PREFILL) {
@@ -347,11 +463,7 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
             if (s->p.prefix_cache) ds_engine_prefix_publish(s->e, r->slot);   /* the prompt, for others */
         }
         const char *stop = NULL;
-        if (emit(s, r, s->ids[j], &stop)) {
-            for (int i = 0; i < s->n_run; i++)
-                if (s->run[i] == r) { drop_running(s, i); break; }
-            finish(s, r, stop);
-        }
+        if (emit(s, r, s->ids[j], &stop)) drop_request(s, r, stop);
     }
     return 1;
 }

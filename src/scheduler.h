@@ -38,6 +38,7 @@ typedef struct {
     const char *stop;                     /* "length", "eog", "context", "cancel", "error" */
     double t_queued, t_first, t_done;     /* seconds since submit: admitted, first token, end */
     int    preemptions;
+    int    rounds, drafted, accepted;     /* speculative rounds, drafts verified / accepted */
 } ds_req_result;
 
 typedef struct {
@@ -52,6 +53,15 @@ typedef struct {
     int  (*on_token)(void *user, int32_t token);
     void (*on_done)(void *user, const ds_req_result *r);
     void  *user;
+    /* Speculative rounds (an engine with a drafter): each step the drafter
+     * proposes draft_max tokens (0: its block size) and the request's rows
+     * are the verify block [anchor, d_1..d_ell] in the same forward as every
+     * other request's rows; the longest prefix that equals the target's own
+     * choices is accepted, plus the target's next token. The tokens are
+     * exactly plain decoding's (canonical kernels): only how many come per
+     * step changes. Ignored without a drafter. */
+    int   speculative;
+    int   draft_max;
 } ds_req_params;
 
 ds_sched *ds_sched_new(ds_engine *e, const ds_sched_params *p, char *err, size_t errlen);
@@ -74,6 +84,7 @@ typedef struct {
     int  waiting, running;                /* now                                       */
     long steps, rows, requests_done, preemptions;
     long prompt_tokens, cached_tokens;    /* prompt positions computed / reused        */
+    long spec_rounds, drafted, accepted;  /* speculative rounds; drafts verified / accepted */
     int  last_batch;                      /* rows in the last step                     */
     int  pages_free, pages_total;
 } ds_sched_stats;

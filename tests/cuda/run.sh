@@ -3,7 +3,7 @@
 # proof. Without a CUDA build or a GPU it says so and exits 0.
 #   1. the CUDA op harness (every family x variant x type vs the CPU
 #      reference; canonical property per op; counter-tests), if built;
-#   2. the model-level suites on the GPU (DSPARK_DEVICE=cuda; test_engine: many sequences per batch == each alone): the canonical
+#   2. the model-level suites on the GPU (DSPARK_DEVICE=cuda; test_engine: many sequences per batch == each alone; test_spec_batch: speculative rounds of many sequences == plain alone): the canonical
 #      property (logits, every layer's K/V, taps; M = 1..16 around the
 #      chunk boundaries; F32/F16/BF16/Q8_0; Qwen3 and Llama), trained
 #      weights, diverge (gate, NONE, each fast family alone found and
@@ -43,7 +43,7 @@ mkdir -p "$BUILD/tests"
 for t in "$BUILD"/tests/cuda/test_*; do
     [ -x "$t" ] && one "$(basename "$t")" "$t"
 done
-for t in test_canonical test_diverge test_models test_spec test_drafter test_engine; do
+for t in test_canonical test_diverge test_models test_spec test_drafter test_engine test_spec_batch; do
     [ -x "$BUILD/tests/$t" ] && one "$t" env DSPARK_DEVICE=cuda "$BUILD/tests/$t"
 done
 one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh
