@@ -288,6 +288,8 @@ typedef struct {
     int prefix_cache;            /* scheduler: 1 (default) reuses cached prompt pages */
     int n_threads;               /* 0 = 2                                      */
     const char *kernels;         /* NULL / "canonical" (default) or "fast"      */
+    int no_drafter;              /* 1: leave the model's drafter out (no speculative
+                                    requests; no drafter rows in the pages)     */
 } dspark_engine_params;
 
 void dspark_engine_params_default(dspark_engine_params *p);
@@ -336,8 +338,11 @@ const float *dspark_get_logits(const dspark_engine *e, int i);
 int32_t      dspark_get_token(const dspark_engine *e, int i);
 
 /* The scheduler. submit: a request id (> 0) or -1; the request runs in
- * dspark_engine_step calls (plain decoding: p->speculative is not used
- * here), streams through p->on_token and ends with on_done. cancel: it ends
+ * dspark_engine_step calls, streams through p->on_token and ends with
+ * on_done. With a drafter (the model's, unless no_drafter) a request with
+ * p->speculative runs speculative rounds (draft_max drafts a round, 0: the
+ * block) whose verify blocks share each step's forward with every other
+ * request's rows; its tokens are plain decoding's either way. cancel: it ends
  * at the next step, queued or running. step: 1 when it ran a batch, 0 when
  * idle, -1 on an engine error (err). */
 typedef void (*dspark_done_fn)(void *user, const char *stop, int n_generated);
@@ -349,6 +354,7 @@ int  dspark_engine_step(dspark_engine *e, dspark_error *err);
 typedef struct {
     int  waiting, running, last_batch, pages_free, pages_total;
     long steps, rows, requests_done, preemptions, prompt_tokens, cached_tokens;
+    long spec_rounds, drafted, accepted;  /* speculative rounds; drafts verified / accepted */
 } dspark_engine_stats;
 void dspark_engine_get_stats(dspark_engine *e, dspark_engine_stats *st);
 

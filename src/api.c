@@ -676,3 +676,4 @@ dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt
 
 /* The engine's view of a model (api_engine.c; not exported). */
 const ds_model *ds_api_model(const dspark_model *dm) { return dm->m; }
+const ds_drafter *ds_api_drafter(const dspark_model *dm) { return dm->d; }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 const ds_model *ds_api_model(const dspark_model *dm);   /* api.c */
+const ds_drafter *ds_api_drafter(const dspark_model *dm);
 
 struct dspark_engine {
     const dspark_model *dm;
@@ -50,8 +51,10 @@ dspark_engine *dspark_engine_new(const dspark_model *dm, const dspark_engine_par
     if (ds_kernel_set_parse(&ks, p->kernels, NULL, NULL, e2, sizeof e2)) { set_err(err, DSPARK_ERR_INVALID, "%s", e2); return NULL; }
     int n_ctx = p->n_ctx;
     if (n_ctx == 0) n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 2048 ? m->hp.n_ctx_train : 2048;
+    /* the model's drafter, when it has one: requests may then speculate */
     const ds_engine_params ep = {.n_seq_max = p->n_seq_max, .n_ctx = n_ctx, .n_pages = p->n_pages, .m_max = p->batch_rows,
-                                 .n_threads = p->n_threads ? p->n_threads : 2};
+                                 .n_threads = p->n_threads ? p->n_threads : 2,
+                                 .drafter = p->no_drafter ? NULL : ds_api_drafter(dm)};
     dspark_engine *x = calloc(1, sizeof *x);
     if (!x) { set_err(err, DSPARK_ERR_NOMEM, "engine: out of memory"); return NULL; }
     x->dm = dm;
@@ -265,7 +268,8 @@ long dspark_engine_submit(dspark_engine *x, const int32_t *prompt, int n_prompt,
     c->p = *p;
     c->on_done = on_done;
     ds_req_params rp = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = p->max_tokens, .stop_at_eog = p->stop_at_eog,
-                        .on_token = req_token, .on_done = req_done, .user = c};
+                        .on_token = req_token, .on_done = req_done, .user = c,
+                        .speculative = p->speculative, .draft_max = p->draft_max};
     rp.samp.temp = p->temperature;
     rp.samp.top_k = p->top_k;
     rp.samp.top_p = p->top_p;
@@ -295,5 +299,6 @@ void dspark_engine_get_stats(dspark_engine *x, dspark_engine_stats *st) {
     ds_sched_stats s;
     ds_sched_get_stats(x->s, &s);
     *st = (dspark_engine_stats){s.waiting, s.running, s.last_batch, s.pages_free, s.pages_total,
-                                s.steps, s.rows, s.requests_done, s.preemptions, s.prompt_tokens, s.cached_tokens};
+                                s.steps, s.rows, s.requests_done, s.preemptions, s.prompt_tokens, s.cached_tokens,
+                                s.spec_rounds, s.drafted, s.accepted};
 }

@@ -49,6 +49,12 @@ void     ds_dctx_free(ds_dctx *x);
 ds_dctx *ds_dctx_new_shared(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool *pool, int group, char *err,
                             size_t errlen);
 int      ds_dctx_bind(ds_dctx *x, ds_seq *s, char *err, size_t errlen);
+/* A shared context's rows for many sequences at once: n device tap rows,
+ * row m written at rows->pos[m] of sequence rows->seq[m] (the engine's
+ * device rows and page tables, pages already taken). Bit for bit the rows
+ * ds_dctx_append gives each sequence alone; no n_dctx is changed (the
+ * caller's). */
+int      ds_dctx_append_rows(ds_dctx *x, const float *taps_dev, int n, const ds_rows *rows, char *err, size_t errlen);
 int      ds_dctx_len(const ds_dctx *x);                     /* context rows held          */
 int      ds_dctx_truncate(ds_dctx *x, int n_pos);
 /* Fix the retained depth (drafts kept per round, 1..gamma) for the rest of

@@ -309,6 +309,43 @@ int ds_dctx_truncate(ds_dctx *x, int n_pos) {
 
 /* ---- context injection (spec §1.3, §1.5 k_ctx / v_ctx, §1.7) ------------ */
 
+/* Context rows (spec §1.3, §1.5): M tap rows (device) -> fc -> hidden_norm
+ * -> each layer's K/V, written where rv puts row m (its position, and with
+ * rv->seq its sequence's pages). A row's bits are its taps' alone. */
+static void ctx_rows_ops(ds_dctx *x, const float *src, int M, const ds_rows *rv) {
+    const ds_drafter *d = x->d;
+    const ds_backend_i *b = x->ex->be->i;
+    const int D = d->d, hd = d->head_dim, Hkv = d->n_head_kv, kvd = Hkv * hd;
+    const size_t fw = (size_t)d->n_taps * D;
+    /* sanitize (spec §1.2): NaN -> 0, |x| > 65504 -> +-65504; device
+     * taps straight from where the verify left them */
+    b->sanitize(x->ex, M, (int64_t)fw, src, x->feat, DS_FEAT_MAX);
+    /* ctx = RMSNorm_hidden_norm(W_fc feat) */
+    b->matmul(x->ex, CANON, &d->fc, M, x->feat, x->x);
+    b->rmsnorm(x->ex, CANON, M, D, x->x, d->hidden_norm, d->eps, x->xn);
+    for (int l = 0; l < d->n_layer; l++) {
+        const ds_layer *L = &d->layers[l];
+        /* context rows skip input_layernorm; same W_k / k_norm / W_v */
+        if (b->matmul_multi && L->wk.type == L->wv.type) {   /* one launch, same bits */
+            const ds_weight *const w2[2] = {&L->wk, &L->wv};
+            float *const y2[2] = {x->k, x->v};
+            b->matmul_multi(x->ex, CANON, 2, w2, M, x->xn, y2);
+        } else {
+            b->matmul(x->ex, CANON, &L->wk, M, x->xn, x->k);
+            b->matmul(x->ex, CANON, &L->wv, M, x->xn, x->v);
+        }
+        if (b->qk_norm_rope_kv) {   /* the same three steps in one launch */
+            b->qk_norm_rope_kv(x->ex, M, 0, Hkv, hd, rv, d->rope_base, d->rope_mode, NULL,
+                               L->k_norm, d->eps, NULL, x->k, x->v, ds_kvpool_k(x->pool, x->group, l),
+                               ds_kvpool_v(x->pool, x->group, l));
+            continue;
+        }
+        if (L->k_norm) b->rmsnorm(x->ex, CANON, M * Hkv, hd, x->k, L->k_norm, d->eps, x->k);
+        b->rope(x->ex, CANON, M, Hkv, hd, rv->pos, d->rope_base, d->rope_mode, x->k);
+        b->kv_write(x->ex, ds_kvpool_k(x->pool, x->group, l), ds_kvpool_v(x->pool, x->group, l), kvd, M, rv, x->k, x->v);
+    }
+}
+
 /* taps: host rows (on_device = 0, uploaded) or device rows (copied). */
 static int dctx_append(ds_dctx *x, const float *taps, int on_device, int n, int pos0, char *err, size_t errlen) {
     if (!x) { ds_errf(err, errlen, "drafter append: no context"); return -1; }
@@ -325,7 +362,7 @@ static int dctx_append(ds_dctx *x, const float *taps, int on_device, int n, int 
     if (n == 0) return 0;
     if (!taps) { ds_errf(err, errlen, "drafter append: no tap rows given"); return -1; }
     if (x->shared && dctx_prepare(x, pos0, pos0 + n, err, errlen)) return -1;
-    const int D = d->d, hd = d->head_dim, Hkv = d->n_head_kv, kvd = Hkv * hd;
+    const int D = d->d;
     const size_t fw = (size_t)d->n_taps * D;
     for (int done = 0; done < n;) {
         const int M = n - done < DS_DRAFT_CHUNK ? n - done : DS_DRAFT_CHUNK;
@@ -351,38 +388,28 @@ static int dctx_append(ds_dctx *x, const float *taps, int on_device, int n, int 
             done += M;
             continue;
         }
-        /* sanitize (spec §1.2): NaN -> 0, |x| > 65504 -> +-65504; device
-         * taps straight from where the verify left them */
-        b->sanitize(x->ex, M, (int64_t)fw, on_device ? src : x->feat, x->feat, DS_FEAT_MAX);
-        /* ctx = RMSNorm_hidden_norm(W_fc feat) */
-        b->matmul(x->ex, CANON, &d->fc, M, x->feat, x->x);
-        b->rmsnorm(x->ex, CANON, M, D, x->x, d->hidden_norm, d->eps, x->xn);
-        for (int l = 0; l < d->n_layer; l++) {
-            const ds_layer *L = &d->layers[l];
-            /* context rows skip input_layernorm; same W_k / k_norm / W_v */
-            if (b->matmul_multi && L->wk.type == L->wv.type) {   /* one launch, same bits */
-                const ds_weight *const w2[2] = {&L->wk, &L->wv};
-                float *const y2[2] = {x->k, x->v};
-                b->matmul_multi(x->ex, CANON, 2, w2, M, x->xn, y2);
-            } else {
-                b->matmul(x->ex, CANON, &L->wk, M, x->xn, x->k);
-                b->matmul(x->ex, CANON, &L->wv, M, x->xn, x->v);
-            }
-            if (b->qk_norm_rope_kv) {   /* the same three steps in one launch */
-                b->qk_norm_rope_kv(x->ex, M, 0, Hkv, hd, &x->crows, d->rope_base, d->rope_mode, NULL,
-                                   L->k_norm, d->eps, NULL, x->k, x->v, ds_kvpool_k(x->pool, x->group, l),
-                                   ds_kvpool_v(x->pool, x->group, l));
-                continue;
-            }
-            if (L->k_norm) b->rmsnorm(x->ex, CANON, M * Hkv, hd, x->k, L->k_norm, d->eps, x->k);
-            b->rope(x->ex, CANON, M, Hkv, hd, x->pos, d->rope_base, d->rope_mode, x->k);
-            b->kv_write(x->ex, ds_kvpool_k(x->pool, x->group, l), ds_kvpool_v(x->pool, x->group, l), kvd, M, &x->crows, x->k, x->v);
-        }
+        ctx_rows_ops(x, on_device ? src : x->feat, M, &x->crows);
         if (rec && b->graph_end(x->ex, err, errlen)) return -1;
         done += M;
     }
     x->len = pos0 + n;
     if (x->shared) x->seq->n_dctx = x->len;
+    return 0;
+}
+
+int ds_dctx_append_rows(ds_dctx *x, const float *taps_dev, int n, const ds_rows *rows, char *err, size_t errlen) {
+    if (!x->shared || !rows || !rows->seq) { ds_errf(err, errlen, "drafter append: rows of many sequences need a shared context"); return -1; }
+    if (n < 1) return 0;
+    const size_t fw = (size_t)x->d->n_taps * x->d->d;
+    for (int done = 0; done < n;) {
+        const int M = n - done < DS_DRAFT_CHUNK ? n - done : DS_DRAFT_CHUNK;
+        ds_rows rv = *rows;
+        rv.pos += done;
+        rv.seq += done;
+        rv.n_vis = NULL;
+        ctx_rows_ops(x, taps_dev + (size_t)done * fw, M, &rv);
+        done += M;
+    }
     return 0;
 }
 

@@ -523,18 +523,25 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
                 b->download(e->ex, lg_out, e->logits + (size_t)i * V, V * sizeof(float));
                 lg_out += V;
             }
-        /* drafter context rows from the taps, on the device: one run per
-         * sequence (its first rows; a run cut by the chunk boundary goes on
-         * in the next chunk from where this one left n_dctx) */
+        /* drafter context rows from the taps, on the device: one pass per
+         * run of DCTX rows, whatever sequences they belong to (context rows
+         * attend nothing: a row's bits are its taps' alone); a sequence's
+         * run cut by the chunk boundary goes on in the next chunk */
         for (int i = 0; any_dctx && i < cn;) {
             if (!(rows[c0 + i].want & DS_ROW_DCTX)) { i++; continue; }
             int j = i + 1;
-            while (j < cn && (rows[c0 + j].want & DS_ROW_DCTX) && rows[c0 + j].seq == rows[c0 + i].seq) j++;
-            ds_seq *q = &e->seq[rows[c0 + i].seq];
-            const int p0 = rows[c0 + i].pos;
-            if (q->n_dctx > p0) q->n_dctx = p0;   /* rows from p0 on are replaced */
-            if (ds_dctx_bind(e->dx, q, err, errlen) || ds_dctx_append_dev(e->dx, e->taps + (size_t)i * e->T, j - i, p0, err, errlen))
-                return -1;
+            while (j < cn && (rows[c0 + j].want & DS_ROW_DCTX)) j++;
+            ds_rows rv = e->rows;
+            rv.pos += i;
+            rv.seq += i;
+            if (ds_dctx_append_rows(e->dx, e->taps + (size_t)i * e->T, j - i, &rv, err, errlen)) return -1;
+            for (int k = i; k < j; k++) {
+                ds_seq *q = &e->seq[rows[c0 + k].seq];
+                if (k == i || rows[c0 + k - 1].seq != rows[c0 + k].seq) {
+                    if (q->n_dctx > rows[c0 + k].pos) q->n_dctx = rows[c0 + k].pos;   /* replaced from here */
+                }
+                if (q->n_dctx == rows[c0 + k].pos) q->n_dctx++;
+            }
             i = j;
         }
         if (!host && b->sync(e->ex, err, errlen)) return -1;

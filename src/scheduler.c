@@ -12,6 +12,8 @@
 
 typedef enum { RQ_WAITING = 0, RQ_PREFILL = 1, RQ_DECODE = 2 } rq_state;
 
+#define AUTO_BUCKETS 13         /* generating requests 1, 2-3, 4-7, .. 4096  */
+
 typedef struct rq {
     long       id;
     ds_req_params p;
@@ -47,6 +49,13 @@ struct ds_sched {
     int      gamma;             /* the drafter's block size, 0 without one     */
     ds_draft_req *dreq;         /* a step's drafting rounds [max_running]      */
     int32_t *dids;              /* their drafts [max_running][gamma]           */
+    /* DS_SPEC_AUTO: per batch-size bucket and cap, decayed tokens/s */
+    int      caps[8], n_caps;
+    double   rate[AUTO_BUCKETS][8];
+    int      tries[AUTO_BUCKETS][8];
+    long     auto_steps;
+    int      cap, cap_i, bucket;/* this step's cap (-1: none), its index, bucket */
+    long     step_tokens;       /* tokens handed out this step                 */
     ds_sched_stats stats;       /* counters (under mu for readers)             */
 };
 
@@ -79,6 +88,11 @@ ds_sched *ds_sched_new(ds_engine *e, const ds_sched_params *p, char *err, size_t
     s->gamma = d ? ds_drafter_block_size(d) : 0;
     s->dreq = malloc((size_t)s->run_cap * sizeof *s->dreq);
     s->dids = malloc((size_t)s->run_cap * (size_t)(s->gamma ? s->gamma : 1) * sizeof *s->dids);
+    static const int cand[] = {0, 1, 2, 3, 4, 6};
+    for (size_t i = 0; i < sizeof cand / sizeof *cand; i++)
+        if (cand[i] < s->gamma) s->caps[s->n_caps++] = cand[i];
+    if (s->gamma) s->caps[s->n_caps++] = s->gamma;
+    s->cap = -1;
     if (!s->run || !s->rows || !s->row_rq || !s->ids || !s->dreq || !s->dids || pthread_mutex_init(&s->mu, NULL)) {
         free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->dreq); free(s->dids); free(s);
         ds_errf(err, errlen, "scheduler: out of memory");
@@ -292,6 +306,7 @@ static int emit(ds_sched *s, rq *r, int32_t t, const char **stop) {
     if (r->p.stop_at_eog && m->tok && ds_tokenizer_is_eog(m->tok, t)) { *stop = "eog"; return 1; }
     r->hist[r->n_hist++] = t;
     r->n_gen++;
+    s->step_tokens++;
     if (!r->t_first) r->t_first = now_s();
     if (r->p.on_token && r->p.on_token(r->p.user, t)) { *stop = "cancel"; return 1; }
     if (r->n_gen >= r->p.n_predict) { *stop = "length"; return 1; }
@@ -321,6 +336,7 @@ static int build(ds_sched *s, int *need) {
              * the next, the context (p + ell < n_ctx), and the budget less
              * one row for each decode request still to come */
             ell = r->draft_max;
+            if (s->cap >= 0 && ell > s->cap) ell = s->cap;
             if (ell > r->p.n_predict - r->n_gen - 1) ell = r->p.n_predict - r->n_gen - 1;
             if (ell > n_ctx - 1 - p) ell = n_ctx - 1 - p;
             if (ell > budget - n_dec - 1) ell = budget - n_dec - 1;
@@ -371,6 +387,7 @@ static int draft(ds_sched *s, char *err, size_t errlen) {
         rq *r = s->run[i];
         if (r->st != RQ_DECODE || !r->spec || !r->ell) continue;
         memcpy(r->drafts, s->dids + (size_t)nd++ * s->gamma, (size_t)r->ell * sizeof *r->drafts);
+        if (s->p.draft_override) s->p.draft_override(r->p.user, r->n_done, r->ell, r->drafts);
         for (int k = 0; k < r->ell; k++) s->rows[r->row0 + 1 + k].token = r->drafts[k];
     }
     return 0;
@@ -412,6 +429,45 @@ static int accept_block(ds_sched *s, rq *r, int j0, char *err, size_t errlen) {
     return 0;
 }
 
+/* DS_SPEC_AUTO: the cap for a step with n_dec generating requests. */
+static void auto_choose(ds_sched *s, int n_dec) {
+    s->cap = s->cap_i = -1;
+    if (s->p.spec_policy != DS_SPEC_AUTO || !s->n_caps || !n_dec) return;
+    int b = 0;
+    while (b < AUTO_BUCKETS - 1 && (2 << b) <= n_dec) b++;
+    s->bucket = b;
+    /* exploration, narrowest first: the next cap is tried while the one
+     * before it came within 10% of the best so far (wider is dearer; once
+     * it stops paying, the wider ones are not worth a trial at this size) */
+    int best = -1, top = -1;
+    for (int i = 0; i < s->n_caps && best < 0; i++) {
+        if (s->tries[b][i] < 2) {
+            if (i == 0 || s->rate[b][i - 1] >= 0.9 * s->rate[b][top]) best = i;
+            break;
+        }
+        if (top < 0 || s->rate[b][i] > s->rate[b][top]) top = i;
+    }
+    if (best < 0) {
+        best = 0;
+        for (int i = 1; i < s->n_caps && s->tries[b][i]; i++)
+            if (s->rate[b][i] > s->rate[b][best]) best = i;
+        if (++s->auto_steps % 16 == 0) {                          /* probe a neighbour */
+            const int nb = (s->auto_steps / 16) % 2 ? best + 1 : best - 1;
+            if (nb >= 0 && nb < s->n_caps) best = nb;
+        }
+    }
+    s->cap_i = best;
+    s->cap = s->caps[best];
+}
+
+static void auto_update(ds_sched *s, int tokens, double secs) {
+    if (s->cap_i < 0 || secs <= 0) return;
+    const int b = s->bucket, i = s->cap_i;
+    const double r = tokens / secs;
+    s->rate[b][i] = s->tries[b][i] ? 0.8 * s->rate[b][i] + 0.2 * r : r;
+    s->tries[b][i]++;
+}
+
 int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     /* cancellations of running requests take effect at a step boundary */
     for (int i = 0; i < s->n_run;)
@@ -424,7 +480,14 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     admit(s);
     if (!s->n_run) return 0;
     ds_kvpool *pool = ds_engine_pool(s->e);
-    int n, need;
+    int n, need, n_dec = 0, n_spec = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        n_dec += s->run[i]->st == RQ_DECODE;
+        n_spec += s->run[i]->st == RQ_DECODE && s->run[i]->spec;
+    }
+    auto_choose(s, n_spec ? n_dec : 0);
+    s->step_tokens = 0;
+    const double t_step = now_s();
     /* room: preempt the most recently admitted request until the batch's
      * pages fit */
     while ((n = build(s, &need)) && need > ds_kvpool_n_free(pool) && s->n_run > 1) preempt(s, s->n_run - 1);
@@ -442,6 +505,7 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     long prompt_rows = 0;
     for (int j = 0; j < n; j++) prompt_rows += s->row_rq[j]->st == RQ_PREFILL;
     pthread_mutex_lock(&s->mu);
+    s->stats.spec_cap = s->cap;
     s->stats.steps++;
     s->stats.rows += n;
     s->stats.last_batch = n;
@@ -465,5 +529,6 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
         const char *stop = NULL;
         if (emit(s, r, s->ids[j], &stop)) drop_request(s, r, stop);
     }
+    auto_update(s, (int)s->step_tokens, now_s() - t_step);
     return 1;
 }

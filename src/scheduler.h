@@ -30,7 +30,29 @@ typedef struct {
     int max_running;            /* requests in PREFILL / DECODE at once; 0: every slot  */
     int prefill_chunk;          /* prompt rows one request adds per step; 0: max_rows  */
     int prefix_cache;           /* 1: reuse cached full pages of prompts               */
+    /* Benchmarks and tests only (NULL in normal use): called after each
+     * drafting round with the request's user pointer, the anchor's position
+     * and its n drafts, which it may overwrite (an oracle replaying known
+     * continuations at a chosen acceptance). The tokens stay plain
+     * decoding's whatever it proposes: only acceptance changes. */
+    void (*draft_override)(void *req_user, int p, int n, int32_t *ids);
+    /* How many drafts the speculating requests verify each step:
+     *   DS_SPEC_FIXED  each its draft_max (clamped by budget and context);
+     *   DS_SPEC_AUTO   measured: a cap on every request's drafts, chosen per
+     *                  batch size (the number of generating requests, in
+     *                  powers of two) among 0, 1, 2, 3, 4, 6 and the block
+     *                  by the tokens per second each cap gave at that size
+     *                  (decayed averages; caps tried twice each, narrowest
+     *                  first, while the last came within 10% of the best;
+     *                  then the best, a neighbour probed every 16th step).
+     *                  When verifying costs more than it brings — a batch
+     *                  large enough to be compute-bound — the cap goes to 0:
+     *                  plain steps (the drafter's context rows still follow,
+     *                  so speculation resumes at once when it pays again).
+     * Either way the tokens are plain decoding's. */
+    int spec_policy;
 } ds_sched_params;
+enum { DS_SPEC_FIXED = 0, DS_SPEC_AUTO = 1 };
 
 /* How a request ended, and what it cost. */
 typedef struct {
@@ -85,6 +107,7 @@ typedef struct {
     long steps, rows, requests_done, preemptions;
     long prompt_tokens, cached_tokens;    /* prompt positions computed / reused        */
     long spec_rounds, drafted, accepted;  /* speculative rounds; drafts verified / accepted */
+    int  spec_cap;                        /* AUTO: the last step's cap on drafts (-1: none) */
     int  last_batch;                      /* rows in the last step                     */
     int  pages_free, pages_total;
 } ds_sched_stats;

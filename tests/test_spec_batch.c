@@ -161,11 +161,12 @@ static void on_done(void *u, const ds_req_result *r) {
 typedef struct { long steps, rounds, drafted, accepted, preempt, cached; } run_stats;
 
 static int run(const ds_model *m, const ds_drafter *d, req *rq, int n, int n_pages, int max_rows, int prefix, int stagger,
-               int force_plain, run_stats *rs) {
+               int force_plain, int policy, run_stats *rs) {
     char err[DS_ERRLEN];
     const ds_engine_params ep = {.n_seq_max = 6, .n_ctx = 512, .n_pages = n_pages, .n_threads = 2, .drafter = d};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
-    const ds_sched_params sp = {.max_rows = max_rows, .prefill_chunk = max_rows / 2, .prefix_cache = prefix};
+    const ds_sched_params sp = {.max_rows = max_rows, .prefill_chunk = max_rows / 2, .prefix_cache = prefix,
+                                .spec_policy = policy};
     ds_sched *s = e ? ds_sched_new(e, &sp, err, sizeof err) : NULL;
     if (!s) { printf("FAIL scheduler: %s\n", err); exit(1); }
     int submitted = 0;
@@ -237,17 +238,19 @@ static void test_sched(const char *what, const ds_model *m, const ds_drafter *d,
                        int want_accepts) {
     static req rq[NREQ];
     make_reqs(m, rq, NREQ, text, n_text);
-    struct { int pages, rows, prefix, stagger; const char *what; } cases[] = {
-        {0, 512, 0, 0, "all at once"},
-        {0, 40, 0, 1, "staggered, 40-row budget (blocks and prompts cut)"},
-        {0, 96, 1, 1, "prefix cache"},
-        {20, 96, 1, 1, "20 pages: preemption"},
+    struct { int pages, rows, prefix, stagger, policy; const char *what; } cases[] = {
+        {0, 512, 0, 0, DS_SPEC_FIXED, "all at once"},
+        {0, 40, 0, 1, DS_SPEC_FIXED, "staggered, 40-row budget (blocks and prompts cut)"},
+        {0, 96, 1, 1, DS_SPEC_FIXED, "prefix cache"},
+        {20, 96, 1, 1, DS_SPEC_FIXED, "20 pages: preemption"},
+        {0, 96, 0, 1, DS_SPEC_AUTO, "auto caps (measured)"},
     };
     run_stats plain;
-    CHECK(run(m, d, rq, NREQ, 0, 512, 0, 0, 1, &plain) == 0, "%s: plain through the scheduler differs", what);
+    CHECK(run(m, d, rq, NREQ, 0, 512, 0, 0, 1, DS_SPEC_FIXED, &plain) == 0, "%s: plain through the scheduler differs", what);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         run_stats st;
-        const int bad = run(m, d, rq, NREQ, cases[k].pages, cases[k].rows, cases[k].prefix, cases[k].stagger, 0, &st);
+        const int bad = run(m, d, rq, NREQ, cases[k].pages, cases[k].rows, cases[k].prefix, cases[k].stagger, 0,
+                            cases[k].policy, &st);
         CHECK(bad == 0, "%s %s: %d of %d requests differ from plain generation alone", what, cases[k].what, bad, NREQ);
         CHECK(st.rounds > 0 && st.drafted > 0, "%s %s: no speculative rounds ran", what, cases[k].what);
         if (cases[k].prefix) CHECK(st.cached > 0, "%s %s: the prefix cache reused nothing", what, cases[k].what);
