@@ -65,7 +65,7 @@ dspark_engine *dspark_engine_new(const dspark_model *dm, const dspark_engine_par
         return NULL;
     }
     ds_engine_set_kernels(x->e, &ks);
-    const ds_sched_params sp = {.max_rows = p->step_rows, .prefix_cache = p->prefix_cache};
+    const ds_sched_params sp = {.max_rows = p->step_rows, .prefix_cache = p->prefix_cache, .spec_policy = DS_SPEC_AUTO};
     x->s = ds_sched_new(x->e, &sp, e2, sizeof e2);
     if (!x->s) { set_err(err, DSPARK_ERR_NOMEM, "%s", e2); ds_engine_free(x->e); free(x); return NULL; }
     ok_err(err);
