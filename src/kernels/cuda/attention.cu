@@ -10,6 +10,18 @@
  * has. GQA: head h reads kv head h / (n_head / n_kv_head).
  *
  *   decode     canonical at M = 1.
+ *   split-KV   (canonical, rows of ATS_SPLIT_MIN = 3 chunks and more, i.e.
+ *              past 128 positions) att_split computes every 64-key chunk of
+ *              every long row as a work item of its own — many blocks per
+ *              row, K and V of a chunk staged in shared memory once for all
+ *              the GQA heads and rows of the item — and parks each chunk's
+ *              (max, exp-sum, p.V); att_canonical then folds a row's parked
+ *              chunks in chunk order. The split size is the definition's
+ *              chunk and the fold is its fold, so the bits are exactly the
+ *              one-block path's and the CPU's: no count of splits, blocks,
+ *              rows or sequences enters the arithmetic (details at
+ *              att_split). DSPARK_CUDA_OFF=split keeps every row on the
+ *              one-block paths below (A/B: the same bits).
  *   canonical  the CPU's attn_row_head (kernels/cpu/attention.c) for each
  *              (row, head): chunks of DS_ATTN_CHUNK = 64 keys at absolute
  *              boundaries; per chunk the 16-lane dot (lane = d mod 16, the
@@ -138,6 +150,7 @@ __device__ __forceinline__ void att_store(float *__restrict__ out, int64_t e0, i
 #define ATS_QMAX (ATS_QG * ATS_R)
 #define ATS_SPLIT_MIN 3         /* rows of at least this many chunks take the split path */
 #define ATS_PART_CAP ((size_t)256 << 20)   /* parked chunks per pass of rows */
+#define ATS_FB 16               /* the fold's loads in flight per thread         */
 static_assert(ATS_THREADS == 32 * ATT_WARPS, "att_split and att_canonical share the warp count");
 
 /* Where the chunks of a call's rows are parked: row-head rh = m * n_head + h
@@ -197,7 +210,7 @@ __device__ __forceinline__ void ats_pv(const float *sV, int pitch, const float *
 }
 
 template <int VEC>
-__global__ void __launch_bounds__(ATS_THREADS)
+__global__ void __launch_bounds__(ATS_THREADS, 3)
 att_split(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M, ds_rows rw,
           const float *__restrict__ q, const float *__restrict__ kc, const float *__restrict__ vc,
           ats_part pt, int R, int nsub, int S) {
@@ -223,10 +236,6 @@ att_split(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M, ds_
         s_L[tid] = dsc_kv_nvis(rw, r0 + tid);
         s_seq[tid] = rw.seq ? rw.seq[r0 + tid] : 0;
     }
-    for (int i = tid; i < nr * nq * hd; i += ATS_THREADS) {
-        const int slot = i / hd, d = i % hd, rr = slot / nq, k = slot % nq;
-        sq[i] = q[((int64_t)(r0 + rr) * n_head + h0 + k) * hd + d];
-    }
     __syncthreads();
     unsigned act = 0;
     int ncmax = 0;
@@ -237,6 +246,12 @@ att_split(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M, ds_
             ncmax = max(ncmax, nch);
         }
     }
+    if (s >= ncmax) return;               /* short rows (the one-block path), or no chunk for this block */
+    for (int i = tid; i < nr * nq * hd; i += ATS_THREADS) {
+        const int slot = i / hd, d = i % hd, rr = slot / nq, k = slot % nq;
+        sq[i] = q[((int64_t)(r0 + rr) * n_head + h0 + k) * hd + d];
+    }
+    __syncthreads();
     const float *kb = kc + (int64_t)kvh * hd, *vb = vc + (int64_t)kvh * hd;
     for (int c = s; c < ncmax; c += S) {
         const int c0 = c * ATT_CHUNK;
@@ -407,11 +422,21 @@ __device__ __forceinline__ void ats_fold(const ats_part &pt, int64_t rh, int nch
                 acc = pca[d];
                 k = 1;
             }
-#pragma unroll 4
-            for (; k < n; k++) {
-                const float ea = ea_s[k], eb = eb_s[k];
-                l = __fadd_rn(__fmul_rn(l, ea), __fmul_rn(cs_s[k], eb));
-                acc = __fadd_rn(__fmul_rn(acc, ea), __fmul_rn(pca[(int64_t)(t0 + k) * hd + d], eb));
+            /* the parked p.V rows come in batches of ATS_FB loads in flight
+             * (one latency per batch, not per chunk); the chains follow */
+            for (; k < n; k += ATS_FB) {
+                float v[ATS_FB];
+                const int nb = min(ATS_FB, n - k);
+#pragma unroll
+                for (int i = 0; i < ATS_FB; i++)
+                    if (i < nb) v[i] = pca[(int64_t)(t0 + k + i) * hd + d];
+#pragma unroll
+                for (int i = 0; i < ATS_FB; i++)
+                    if (i < nb) {
+                        const float ea = ea_s[k + i], eb = eb_s[k + i];
+                        l = __fadd_rn(__fmul_rn(l, ea), __fmul_rn(cs_s[k + i], eb));
+                        acc = __fadd_rn(__fmul_rn(acc, ea), __fmul_rn(v[i], eb));
+                    }
             }
         }
         __syncthreads();                           /* the tile's smem is the next tile's */
@@ -717,10 +742,17 @@ void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, con
             for (int m0 = 0; m0 < M; m0 += mp) {
                 const int mn = M - m0 < mp ? M - m0 : mp, R = mn < ATS_R ? mn : ATS_R, ng = (mn + R - 1) / R;
                 const size_t smem = ats_smem(hd, R);
-                int bps = (int)((227u << 10) / (smem + 1024));
-                bps = bps < 1 ? 1 : bps > 8 ? 8 : bps;
+                /* blocks per SM (registers and shared memory), then S so
+                 * that the grid is one wave: a second, mostly empty wave
+                 * would double the time of the longest rows */
+                int bps = 0;
+                if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, vec ? att_split<4> : att_split<1>, ATS_THREADS,
+                                                                  smem) != cudaSuccess || bps < 1) {
+                    (void)cudaGetLastError();
+                    bps = 1;
+                }
                 const int units = ng * s->n_kv_head * nsub;
-                int S = (bps * b->n_sm + units - 1) / units;
+                int S = bps * b->n_sm / units;
                 S = S < 1 ? 1 : S > nch_max ? nch_max : S;
                 ds_rows rp = *r;
                 if (rp.pos) rp.pos += m0;
