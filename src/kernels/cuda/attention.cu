@@ -11,7 +11,7 @@
  *
  *   decode     canonical at M = 1.
  *   split-KV   (canonical, rows of ATS_SPLIT_MIN = 3 chunks and more, i.e.
- *              past 128 positions) att_split computes every 64-key chunk of
+ *              past 128 positions; head_dim <= 128) att_split computes every 64-key chunk of
  *              every long row as a work item of its own — many blocks per
  *              row, K and V of a chunk staged in shared memory once for all
  *              the GQA heads and rows of the item — and parks each chunk's
@@ -724,7 +724,9 @@ void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, con
         const size_t per_row = (size_t)s->n_head * (size_t)nch_max * ((size_t)hd + 2) * sizeof(float);
         int mp = 0;
         float *part = NULL;
-        if (!(dsc_be(ex)->off & DSC_OFF_SPLIT) && nch_max >= ATS_SPLIT_MIN) {
+        /* head_dim <= 128 only: the kernel is written for up to 256 (a thread
+         * per column, 32 chains), but that instance has not run on a GPU yet */
+        if (!(dsc_be(ex)->off & DSC_OFF_SPLIT) && nch_max >= ATS_SPLIT_MIN && hd <= 128) {
             mp = (int)(ATS_PART_CAP / per_row);
             mp = mp < 1 ? 1 : mp > M ? M : mp;
             if (mp > ATS_R) mp -= mp % ATS_R;
