@@ -20,6 +20,10 @@
 #      family alone found at a checkpoint it produces), sweep to C_min.
 BUILD=${BUILD:-build}
 D="$BUILD/dspark"
+# The test programs live in $BUILD/tests, where the CUDA module's search (next
+# to the program, ../lib, the library path) does not look: name it.
+DSPARK_CUDA_MODULE=${DSPARK_CUDA_MODULE:-$BUILD/libdspark-cuda.so}
+export DSPARK_CUDA_MODULE
 if ! "$D" devices --require cuda >/dev/null 2>&1; then
     echo "test-cuda: no usable CUDA device here ($("$D" devices 2>&1 | grep cuda || echo "this build has no CUDA backend")); nothing to run"
     echo "0 passed, 0 failed"
