@@ -1,6 +1,7 @@
 /* scheduler.c — the scheduler above the batch engine (scheduler.h). One step:
  * finish what was cancelled -> admit -> build the batch (decode rows, then
- * prompt chunks) -> make room (preempt) -> one engine forward -> hand each
+ * prompt chunks) -> make room (preempt) -> one engine forward -> choose on
+ * the host for the rows of requests with a logits processor -> hand each
  * chosen token to its request -> finish what stopped. */
 #include "scheduler.h"
 
@@ -38,6 +39,9 @@ struct ds_sched {
     ds_row  *rows;              /* the step's batch                            */
     rq     **row_rq;
     int32_t *ids;
+    float   *lg;                /* host logits of the step's processor rows    */
+    int      lg_cap;            /* rows lg holds                               */
+    float   *scratch;           /* ds_sample's 2V floats                       */
     ds_sched_stats stats;       /* counters (under mu for readers)             */
 };
 
@@ -105,7 +109,7 @@ void ds_sched_free(ds_sched *s) {
         finish(s, r, "cancel");
     }
     pthread_mutex_destroy(&s->mu);
-    free(s->run); free(s->rows); free(s->row_rq); free(s->ids);
+    free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->lg); free(s->scratch);
     free(s);
 }
 
@@ -262,14 +266,22 @@ static void admit(ds_sched *s) {
 static int emit(ds_sched *s, rq *r, int32_t t, const char **stop) {
     const ds_model *m = ds_engine_model(s->e);
     if (r->p.stop_at_eog && m->tok && ds_tokenizer_is_eog(m->tok, t)) { *stop = "eog"; return 1; }
+    /* committed: the processor hears it before the caller (generate.c's order) */
+    if (r->p.lp && r->p.lp->accept) r->p.lp->accept(r->p.lp->user, r->n_hist, t);
     r->hist[r->n_hist++] = t;
     r->n_gen++;
     if (!r->t_first) r->t_first = now_s();
-    if (r->p.on_token && r->p.on_token(r->p.user, t)) { *stop = "cancel"; return 1; }
+    const int rc = r->p.on_token ? r->p.on_token(r->p.user, t) : 0;
+    if (rc) { *stop = rc == DS_REQ_STOP ? "stop" : "cancel"; return 1; }
     if (r->n_gen >= r->p.n_predict) { *stop = "length"; return 1; }
     if (r->n_hist >= ds_engine_n_ctx(s->e)) { *stop = "context"; return 1; }
     return 0;
 }
+
+/* What a row that chooses its request's next token asks the engine for:
+ * the device-side selection, or with a processor the logits (the host
+ * chooses, choose_on_host). */
+static uint8_t choose_want(const rq *r) { return r->p.lp ? DS_ROW_LOGITS : DS_ROW_SELECT; }
 
 /* The batch from the running requests' states: every generating request's
  * row first, then prompt chunks while the row budget lasts. Returns the
@@ -280,7 +292,16 @@ static int build(ds_sched *s, int *need) {
     for (int i = 0; i < s->n_run; i++) {
         rq *r = s->run[i];
         if (r->st != RQ_DECODE) continue;
-        s->rows[n] = (ds_row){r->slot, r->n_done, r->hist[r->n_done], DS_ROW_SELECT, &r->p.samp};
+        /* ---- SPEC HOOK ----------------------------------------------------
+         * Speculative decoding plugs in here: a request that asked for it
+         * contributes its verify block (the anchor row and its drafts, each
+         * a LOGITS / SELECT row, drafted in a drafter batch before this
+         * forward) instead of this one decode row, and the hand-out loop in
+         * ds_sched_step accepts, commits (direct: the verified rows stay,
+         * the rest are truncated) and emits the accepted tokens. Until it is
+         * built every request decodes plain here: the same tokens, since
+         * speculative == plain. */
+        s->rows[n] = (ds_row){r->slot, r->n_done, r->hist[r->n_done], choose_want(r), &r->p.samp};
         s->row_rq[n++] = r;
         budget--;
         *need += pages_for(r, 1) - 1;
@@ -293,13 +314,39 @@ static int build(ds_sched *s, int *need) {
         if (k > budget) k = budget;
         for (int j = 0; j < k; j++) {
             const int pos = r->n_done + j;
-            s->rows[n] = (ds_row){r->slot, pos, r->hist[pos], pos == r->n_hist - 1 ? DS_ROW_SELECT : 0, &r->p.samp};
+            s->rows[n] = (ds_row){r->slot, pos, r->hist[pos], pos == r->n_hist - 1 ? choose_want(r) : 0, &r->p.samp};
             s->row_rq[n++] = r;
         }
         budget -= k;
         *need += pages_for(r, k) - 1;
     }
     return n;
+}
+
+/* Room for n host logits rows (and ds_sample's scratch). 0, or -1. */
+static int lg_reserve(ds_sched *s, int n) {
+    const size_t V = (size_t)ds_engine_model(s->e)->hp.n_vocab;
+    if (!s->scratch && !(s->scratch = malloc(2 * V * sizeof *s->scratch))) return -1;
+    if (n <= s->lg_cap) return 0;
+    float *lg = realloc(s->lg, (size_t)n * V * sizeof *lg);
+    if (!lg) return -1;
+    s->lg = lg;
+    s->lg_cap = n;
+    return 0;
+}
+
+/* The token for position pos of a request with a processor, from its row's
+ * logits: exactly one context's host selection (backend.c select_on_host):
+ * apply, ds_sample keyed on pos, argmax should the sampler fail, selected.
+ * 0, or -1 when the processor failed. */
+static int choose_on_host(ds_sched *s, rq *r, float *logits, int64_t pos, int32_t *tok) {
+    const ds_lproc *lp = r->p.lp;
+    const int V = ds_engine_model(s->e)->hp.n_vocab;
+    if (lp->apply(lp->user, pos, NULL, 0, logits, V)) return -1;
+    const int32_t t = ds_sample(&r->p.samp, logits, V, pos, s->scratch);
+    *tok = t >= 0 ? t : (int32_t)ds_argmax(logits, V);
+    if (lp->selected) lp->selected(lp->user, pos, *tok);
+    return 0;
 }
 
 int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
@@ -318,8 +365,12 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     /* room: preempt the most recently admitted request until the batch's
      * pages fit */
     while ((n = build(s, &need)) && need > ds_kvpool_n_free(pool) && s->n_run > 1) preempt(s, s->n_run - 1);
-    ds_fwd_out out = {.ids = s->ids};
-    if (ds_engine_forward(s->e, s->rows, n, &out, err, errlen)) {
+    int n_lg = 0;
+    for (int j = 0; j < n; j++) n_lg += (s->rows[j].want & DS_ROW_LOGITS) != 0;
+    const int no_lg = n_lg && lg_reserve(s, n_lg);
+    if (no_lg) ds_errf(err, errlen, "scheduler: out of memory for %d rows of logits", n_lg);
+    ds_fwd_out out = {.logits = n_lg ? s->lg : NULL, .ids = s->ids};
+    if (no_lg || ds_engine_forward(s->e, s->rows, n, &out, err, errlen)) {
         /* one request that cannot fit even alone, or a device fault: the
          * running requests end (stop "error"); the queue stays */
         while (s->n_run) {
@@ -337,17 +388,31 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     s->stats.last_batch = n;
     s->stats.prompt_tokens += prompt_rows;
     pthread_mutex_unlock(&s->mu);
-    /* each row's request moves on; a chosen token goes to its request */
+    /* each row's request moves on; a chosen token goes to its request (a
+     * processor row's is chosen here, from its logits, in row order) */
+    float *lg = s->lg;
     for (int j = 0; j < n; j++) {
         rq *r = s->row_rq[j];
         r->n_done = s->rows[j].pos + 1;
-        if (!(s->rows[j].want & DS_ROW_SELECT)) continue;
+        if (!(s->rows[j].want & (DS_ROW_SELECT | DS_ROW_LOGITS))) continue;
         if (r->st == RQ_PREFILL) {
             r->st = RQ_DECODE;
             if (s->p.prefix_cache) ds_engine_prefix_publish(s->e, r->slot);   /* the prompt, for others */
         }
         const char *stop = NULL;
-        if (emit(s, r, s->ids[j], &stop)) {
+        int32_t t = s->ids[j];
+        if (s->rows[j].want & DS_ROW_LOGITS) {
+            const size_t V = (size_t)ds_engine_model(s->e)->hp.n_vocab;
+            const int bad = choose_on_host(s, r, lg, (int64_t)s->rows[j].pos + 1, &t);
+            lg += V;
+            if (bad) {
+                for (int i = 0; i < s->n_run; i++)
+                    if (s->run[i] == r) { drop_running(s, i); break; }
+                finish(s, r, "error");
+                continue;
+            }
+        }
+        if (emit(s, r, t, &stop)) {
             for (int i = 0; i < s->n_run; i++)
                 if (s->run[i] == r) { drop_running(s, i); break; }
             finish(s, r, stop);

@@ -72,7 +72,8 @@ static int run(const ds_model *m, req *rq, int n, int n_pages, int max_rows, int
         /* arrivals: all at once, or a few per step while others run */
         while (submitted < n && (!stagger || steps % 3 == 0 || submitted < 2)) {
             req *q = &rq[submitted];
-            const ds_req_params p = {q->prompt, q->n_prompt, NPRED, q->samp, 1, on_tok, on_done, q};
+            const ds_req_params p = {.prompt = q->prompt, .n_prompt = q->n_prompt, .n_predict = NPRED, .samp = q->samp,
+                                     .stop_at_eog = 1, .on_token = on_tok, .on_done = on_done, .user = q};
             q->id = ds_sched_submit(s, &p, err, sizeof err);
             if (q->id < 0) { printf("FAIL submit: %s\n", err); exit(1); }
             submitted++;
@@ -156,7 +157,8 @@ int main(void) {
         for (int i = 0; i < 4; i++) {
             memcpy(q[i].prompt, rq[i].prompt, sizeof q[i].prompt);
             q[i].n_prompt = 100;
-            const ds_req_params p = {q[i].prompt, 100, NPRED, rq[0].samp, 1, on_tok, on_done, &q[i]};
+            const ds_req_params p = {.prompt = q[i].prompt, .n_prompt = 100, .n_predict = NPRED, .samp = rq[0].samp,
+                                     .stop_at_eog = 1, .on_token = on_tok, .on_done = on_done, .user = &q[i]};
             q[i].id = ds_sched_submit(s, &p, err, sizeof err);
         }
         q[3].cancel_after = 2;                          /* stops itself after two tokens */
