@@ -88,7 +88,7 @@ static void finish(ds_sched *s, rq *r, const char *stop) {
         r->slot = -1;
     }
     const double t = now_s();
-    const ds_req_result res = {r->p.n_prompt, r->n_gen, r->n_cached, stop, r->t_admit - r->t_submit,
+    const ds_req_result res = {r->p.n_prompt, r->n_gen, r->n_cached, stop, (r->t_admit > 0 ? r->t_admit : t) - r->t_submit,
                                r->t_first > 0 ? r->t_first - r->t_submit : 0, t - r->t_submit, r->preemptions};
     pthread_mutex_lock(&s->mu);
     for (rq **pp = &s->all; *pp; pp = &(*pp)->all_next)
@@ -256,7 +256,10 @@ static void admit(ds_sched *s) {
             return;
         }
         r->st = RQ_PREFILL;
-        r->t_admit = now_s();
+        if (!r->preemptions) {
+            r->t_admit = now_s();
+            if (r->p.on_start) r->p.on_start(r->p.user);
+        }
         s->run[s->n_run++] = r;
     }
 }

@@ -46,7 +46,8 @@ typedef struct {
 typedef struct {
     int    n_prompt, n_gen, n_cached;     /* n_cached: prompt positions from the cache */
     const char *stop;                     /* "length", "eog", "context", "stop", "cancel", "error" */
-    double t_queued, t_first, t_done;     /* seconds since submit: admitted, first token, end */
+    double t_queued, t_first, t_done;     /* seconds since submit: admitted (never admitted: the
+                                             end), first token (0: none), end */
     int    preemptions;
 } ds_req_result;
 
@@ -71,6 +72,9 @@ typedef struct {
      * on_done). A failing apply ends the request with stop "error" (the
      * processor knows why); the other requests run on. */
     const ds_lproc *lp;
+    /* Called from the stepping thread when the request is first admitted
+     * (its prompt starts), or never (cancelled while queued). May be NULL. */
+    void (*on_start)(void *user);
 } ds_req_params;
 
 ds_sched *ds_sched_new(ds_engine *e, const ds_sched_params *p, char *err, size_t errlen);
