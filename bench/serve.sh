@@ -4,7 +4,9 @@
 # the batch engine (the default, `--gen engine`: one scheduler thread, every
 # running request a sequence sharing each forward) against one context per
 # slot (`--gen ctx`, each request alone on its context: what `dspark serve`
-# was before the engine), plain decoding on both, interleaved rounds
+# was before the engine), plain decoding on both, and the same with the
+# drafter (ctx+spec: speculative decoding, the old default with -md),
+# interleaved rounds
 # (bench/serve_load.py). Results are appended to bench/results/serve-cpu.txt
 # with the CPU and the load average (this machine is shared: ratios, not
 # absolute times).
@@ -23,14 +25,17 @@ EP=${ENGINE_PARALLEL:-16}
 OUT=${OUT:-bench/results/serve-cpu.txt}
 TGT=models/dspark-tiny-q8_0.gguf
 [ -f "$TGT" ] || TGT=models/dspark-tiny-f16.gguf
+DR=models/dspark-tiny-drafter-q8_0.gguf
+[ -f "$DR" ] || DR=models/dspark-tiny-drafter-f16.gguf
 mkdir -p "$(dirname "$OUT")"
 {
     echo "==== bench/serve.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) git $(git rev-parse --short HEAD 2>/dev/null || echo -)"
     echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "model: $TGT; engine: --parallel $EP -t 1 and -t $T (--batch 512 --ubatch 64, prefix cache on); ctx: --parallel $CP -t $((T / CP > 0 ? T / CP : 1))"
+    echo "model: $TGT (drafter for ctx+spec: $DR); engine: --parallel $EP -t 1 and -t $T (--batch 512 --ubatch 64, prefix cache on); ctx: --parallel $CP -t $((T / CP > 0 ? T / CP : 1))"
 } >> "$OUT"
 DSPARK_BIN=$B/dspark python3 bench/serve_load.py "$OUT" "$ROUNDS" "$CONC" \
     "ctx=-m $TGT --gen ctx --parallel $CP -t $((T / CP > 0 ? T / CP : 1)) --queue 256" \
+    "ctx+spec=-m $TGT -md $DR --gen ctx --parallel $CP -t $((T / CP > 0 ? T / CP : 1)) --queue 256" \
     "engine-t1=-m $TGT --gen engine --parallel $EP -t 1 --queue 256" \
     "engine-t$T=-m $TGT --gen engine --parallel $EP -t $T --queue 256"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"

@@ -328,7 +328,9 @@ static long submit(dspark_engine *x, const int32_t *prompt, int n_prompt, const 
     char e2[DS_ERRLEN];
     const long id = ds_sched_submit(x->s, &rp, e2, sizeof e2);
     if (id < 0) {
-        set_err(err, strstr(e2, "context holds") ? DSPARK_ERR_CONTEXT : strstr(e2, "out of memory") ? DSPARK_ERR_NOMEM : DSPARK_ERR_INVALID,
+        set_err(err, strstr(e2, "context holds") || strstr(e2, "pool holds") ? DSPARK_ERR_CONTEXT
+                     : strstr(e2, "out of memory")                          ? DSPARK_ERR_NOMEM
+                                                                            : DSPARK_ERR_INVALID,
                 "%s", e2);
         req_free(c);
         return -1;

@@ -122,6 +122,14 @@ long ds_sched_submit(ds_sched *s, const ds_req_params *p, char *err, size_t errl
         return -1;
     }
     if (p->n_predict < 1) { ds_errf(err, errlen, "request: n_predict must be >= 1 (got %d)", p->n_predict); return -1; }
+    /* a prompt the whole pool cannot hold (with its first new token) would
+     * never run: refused here, not failed later */
+    const int pages = ds_kvpool_n_pages(ds_engine_pool(s->e)), need = (p->n_prompt + 1 + DS_KV_PAGE - 1) / DS_KV_PAGE + 1;
+    if (need > pages) {
+        ds_errf(err, errlen, "request: the prompt has %d tokens, %d KV pages of %d positions with its first new token, but the pool holds %d",
+                p->n_prompt, need, DS_KV_PAGE, pages);
+        return -1;
+    }
     const int V = ds_engine_model(s->e)->hp.n_vocab;
     for (int i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || p->prompt[i] >= V) {
@@ -368,6 +376,14 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     /* room: preempt the most recently admitted request until the batch's
      * pages fit */
     while ((n = build(s, &need)) && need > ds_kvpool_n_free(pool) && s->n_run > 1) preempt(s, s->n_run - 1);
+    if (need > ds_kvpool_n_free(pool)) {
+        /* one request alone has outgrown the pool: the pool is its context
+         * (stop "context", as a full context ends a generation) */
+        rq *r = s->run[0];
+        drop_running(s, 0);
+        finish(s, r, "context");
+        return 1;
+    }
     int n_lg = 0;
     for (int j = 0; j < n; j++) n_lg += (s->rows[j].want & DS_ROW_LOGITS) != 0;
     const int no_lg = n_lg && lg_reserve(s, n_lg);

@@ -142,6 +142,16 @@ kill -TERM "$PID_AC"
 # ---- the engine: concurrent streams == alone, batched; the prefix cache -------------------
 $PY batch "$PA" "$KEY" 16 || fail=1
 $PY prefix "$PA" "$KEY" || fail=1
+# a pool of 12 pages (192 positions) for 8 sequences: preemption (recompute), the same answers;
+# a prompt the pool can never hold is a 400, not a failure
+start KV -m "$TGT" --parallel 8 -t 1 --kv-pages 12
+$PY batch "$PORT_KV" "" 16 || fail=1
+curl -s "http://127.0.0.1:$PORT_KV/metrics" | awk '/^dspark_engine_preemptions_total/ { p = $2 } /^dspark_generations_failed_total/ { f = $2 }
+    END { exit !(p > 0 && f == 0) }' && ok "small_pool_preempts_nothing_failed" || bad small_pool_preempts_nothing_failed
+python3 -c "import json; print(json.dumps({'prompt': ' '.join(['river'] * 300), 'max_tokens': 8}))" > "$T/big.json"
+code=$(curl -s -o "$T/big_out.json" -w '%{http_code}' "http://127.0.0.1:$PORT_KV/v1/completions" -d @"$T/big.json")
+[ "$code" = 400 ] && grep -q 'pool holds 12' "$T/big_out.json" && ok small_pool_prompt_too_big_400 || bad "small_pool_prompt_too_big_400 ($code)"
+kill -TERM "$PID_KV"
 
 # ---- chat (plain template on this model) ----------------------------------------
 CHAT='{"messages":[{"role":"user","content":"Tell me about the sea."}],"max_tokens":20,"temperature":0}'
@@ -259,7 +269,8 @@ fin=$($PY drain "$PORT_D1" "$PID_D1" 100 | tail -n 1)
 wait "$PID_D1"; rc=$?
 [ "$fin" = length ] && [ $rc -eq 0 ] && grep -q 'cut=0' "$T/D1.log" && ok "sigterm_drains_stream (finish=$fin rc=$rc)" \
     || bad "sigterm_drains_stream (finish=$fin rc=$rc)"
-start D2 -m "$TGT" -md "$DR" --parallel 1 -t 1 --drain-timeout 0.2
+# (0.02 s: a 480-token stream cannot end inside it; at 0.2 s the engine on a quiet CPU sometimes finished first)
+start D2 -m "$TGT" -md "$DR" --parallel 1 -t 1 --drain-timeout 0.02
 fin=$($PY drain "$PORT_D2" "$PID_D2" 480 | tail -n 1)
 wait "$PID_D2"; rc=$?
 [ "$fin" = abort ] && [ $rc -eq 1 ] && grep -q 'cut=1' "$T/D2.log" && ok "sigterm_cuts_at_drain_timeout (finish=$fin rc=$rc)" \

@@ -673,8 +673,8 @@ static void engine_metrics(sbuf *b, const sgen_stat *st) {
             (double)st->cached_tokens);
     gauge(b, "dspark_prefix_cache_hit_ratio", "Cached / admitted prompt tokens.",
           st->prompt_tokens + st->cached_tokens ? (double)st->cached_tokens / (double)(st->prompt_tokens + st->cached_tokens) : 0.0);
-    gauge(b, "dspark_kv_pages_used", "KV pool pages in use (sequences and the prefix cache).", st->pages_total - st->pages_free);
-    gauge(b, "dspark_kv_pages_free", "KV pool pages free.", st->pages_free);
+    gauge(b, "dspark_kv_pages_used", "KV pool pages held by sequences.", st->pages_total - st->pages_free);
+    gauge(b, "dspark_kv_pages_free", "KV pool pages free or evictable (cached prompt pages no sequence holds).", st->pages_free);
 }
 
 static char *metrics_text(server *s) {

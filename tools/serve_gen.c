@@ -437,8 +437,8 @@ void sgen_status(sgen *g, sgen_stat *st) {
     st->preemptions = es.preemptions;
     st->prompt_tokens = es.prompt_tokens;
     st->cached_tokens = es.cached_tokens;
-    /* the pool's positions: pages in use (sequences, and cached prompt
-     * pages no sequence holds) */
+    /* the pool's positions: pages held by sequences (cached prompt pages
+     * no sequence holds count as free: they are evicted on demand) */
     st->kv_used = (long)(es.pages_total - es.pages_free) * 16;
     st->kv_capacity = (long)es.pages_total * 16;
 }
