@@ -1,6 +1,7 @@
 /* scheduler.c — the scheduler above the batch engine (scheduler.h). One step:
  * finish what was cancelled -> admit -> build the batch (decode rows, then
- * prompt chunks) -> make room (preempt) -> one engine forward -> hand each
+ * prompt chunks) -> make room (preempt) -> one engine forward -> choose on
+ * the host for the rows of requests with a logits processor -> hand each
  * chosen token to its request -> finish what stopped. */
 #include "scheduler.h"
 #include "drafter.h"
@@ -56,6 +57,9 @@ struct ds_sched {
     long     auto_steps;
     int      cap, cap_i, bucket;/* this step's cap (-1: none), its index, bucket */
     long     step_tokens;       /* tokens handed out this step                 */
+    float   *lg;                /* host logits of the step's processor rows    */
+    int      lg_cap;            /* rows lg holds                               */
+    float   *scratch;           /* ds_sample's 2V floats                       */
     ds_sched_stats stats;       /* counters (under mu for readers)             */
 };
 
@@ -111,7 +115,7 @@ static void finish(ds_sched *s, rq *r, const char *stop) {
         r->slot = -1;
     }
     const double t = now_s();
-    const ds_req_result res = {r->p.n_prompt, r->n_gen, r->n_cached, stop, r->t_admit - r->t_submit,
+    const ds_req_result res = {r->p.n_prompt, r->n_gen, r->n_cached, stop, (r->t_admit > 0 ? r->t_admit : t) - r->t_submit,
                                r->t_first > 0 ? r->t_first - r->t_submit : 0, t - r->t_submit, r->preemptions,
                                r->rounds, r->drafted, r->accepted};
     pthread_mutex_lock(&s->mu);
@@ -134,7 +138,7 @@ void ds_sched_free(ds_sched *s) {
         finish(s, r, "cancel");
     }
     pthread_mutex_destroy(&s->mu);
-    free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->dreq); free(s->dids);
+    free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->dreq); free(s->dids); free(s->lg); free(s->scratch);
     free(s);
 }
 
@@ -147,13 +151,23 @@ long ds_sched_submit(ds_sched *s, const ds_req_params *p, char *err, size_t errl
         return -1;
     }
     if (p->n_predict < 1) { ds_errf(err, errlen, "request: n_predict must be >= 1 (got %d)", p->n_predict); return -1; }
+    /* a prompt the whole pool cannot hold (with its first new token) would
+     * never run: refused here, not failed later */
+    const int pages = ds_kvpool_n_pages(ds_engine_pool(s->e)), need = (p->n_prompt + 1 + DS_KV_PAGE - 1) / DS_KV_PAGE + 1;
+    if (need > pages) {
+        ds_errf(err, errlen, "request: the prompt has %d tokens, %d KV pages of %d positions with its first new token, but the pool holds %d",
+                p->n_prompt, need, DS_KV_PAGE, pages);
+        return -1;
+    }
     const int V = ds_engine_model(s->e)->hp.n_vocab;
     for (int i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || p->prompt[i] >= V) {
             ds_errf(err, errlen, "request: token id %d is out of range [0, %d)", p->prompt[i], V);
             return -1;
         }
-    const int spec = p->speculative && s->gamma > 0;
+    /* a request with a host logits processor decodes plain (its rows are
+     * chosen on the host, one at a time) */
+    const int spec = p->speculative && s->gamma > 0 && !p->lp;
     if (spec && (p->draft_max < 0 || p->draft_max > s->gamma)) {
         ds_errf(err, errlen, "request: draft_max %d is outside 0..%d (the drafter's block size)", p->draft_max, s->gamma);
         return -1;
@@ -294,7 +308,10 @@ static void admit(ds_sched *s) {
             return;
         }
         r->st = RQ_PREFILL;
-        r->t_admit = now_s();
+        if (!r->preemptions) {
+            r->t_admit = now_s();
+            if (r->p.on_start) r->p.on_start(r->p.user);
+        }
         s->run[s->n_run++] = r;
     }
 }
@@ -304,15 +321,23 @@ static void admit(ds_sched *s) {
 static int emit(ds_sched *s, rq *r, int32_t t, const char **stop) {
     const ds_model *m = ds_engine_model(s->e);
     if (r->p.stop_at_eog && m->tok && ds_tokenizer_is_eog(m->tok, t)) { *stop = "eog"; return 1; }
+    /* committed: the processor hears it before the caller (generate.c's order) */
+    if (r->p.lp && r->p.lp->accept) r->p.lp->accept(r->p.lp->user, r->n_hist, t);
     r->hist[r->n_hist++] = t;
     r->n_gen++;
     s->step_tokens++;
     if (!r->t_first) r->t_first = now_s();
-    if (r->p.on_token && r->p.on_token(r->p.user, t)) { *stop = "cancel"; return 1; }
+    const int rc = r->p.on_token ? r->p.on_token(r->p.user, t) : 0;
+    if (rc) { *stop = rc == DS_REQ_STOP ? "stop" : "cancel"; return 1; }
     if (r->n_gen >= r->p.n_predict) { *stop = "length"; return 1; }
     if (r->n_hist >= ds_engine_n_ctx(s->e)) { *stop = "context"; return 1; }
     return 0;
 }
+
+/* What a row that chooses its request's next token asks the engine for:
+ * the device-side selection, or with a processor the logits (the host
+ * chooses, choose_on_host). */
+static uint8_t choose_want(const rq *r) { return r->p.lp ? DS_ROW_LOGITS : DS_ROW_SELECT; }
 
 /* The batch from the running requests' states: every generating request's
  * rows first — one decode row, or for a speculating request its verify
@@ -344,7 +369,7 @@ static int build(ds_sched *s, int *need) {
         }
         r->ell = ell;
         r->row0 = n;
-        const uint8_t want = DS_ROW_SELECT | (r->spec ? DS_ROW_DCTX : 0);
+        const uint8_t want = r->spec ? DS_ROW_SELECT | DS_ROW_DCTX : choose_want(r);
         for (int k = 0; k <= ell; k++) {
             s->rows[n] = (ds_row){r->slot, p + k, k ? 0 : r->hist[p], want, &r->p.samp};
             s->row_rq[n++] = r;
@@ -361,7 +386,7 @@ static int build(ds_sched *s, int *need) {
         const uint8_t dctx = r->spec ? DS_ROW_DCTX : 0;
         for (int j = 0; j < k; j++) {
             const int pos = r->n_done + j;
-            s->rows[n] = (ds_row){r->slot, pos, r->hist[pos], (uint8_t)((pos == r->n_hist - 1 ? DS_ROW_SELECT : 0) | dctx),
+            s->rows[n] = (ds_row){r->slot, pos, r->hist[pos], (uint8_t)((pos == r->n_hist - 1 ? choose_want(r) : 0) | dctx),
                                   &r->p.samp};
             s->row_rq[n++] = r;
         }
@@ -468,6 +493,32 @@ static void auto_update(ds_sched *s, int tokens, double secs) {
     s->tries[b][i]++;
 }
 
+/* Room for n host logits rows (and ds_sample's scratch). 0, or -1. */
+static int lg_reserve(ds_sched *s, int n) {
+    const size_t V = (size_t)ds_engine_model(s->e)->hp.n_vocab;
+    if (!s->scratch && !(s->scratch = malloc(2 * V * sizeof *s->scratch))) return -1;
+    if (n <= s->lg_cap) return 0;
+    float *lg = realloc(s->lg, (size_t)n * V * sizeof *lg);
+    if (!lg) return -1;
+    s->lg = lg;
+    s->lg_cap = n;
+    return 0;
+}
+
+/* The token for position pos of a request with a processor, from its row's
+ * logits: exactly one context's host selection (backend.c select_on_host):
+ * apply, ds_sample keyed on pos, argmax should the sampler fail, selected.
+ * 0, or -1 when the processor failed. */
+static int choose_on_host(ds_sched *s, rq *r, float *logits, int64_t pos, int32_t *tok) {
+    const ds_lproc *lp = r->p.lp;
+    const int V = ds_engine_model(s->e)->hp.n_vocab;
+    if (lp->apply(lp->user, pos, NULL, 0, logits, V)) return -1;
+    const int32_t t = ds_sample(&r->p.samp, logits, V, pos, s->scratch);
+    *tok = t >= 0 ? t : (int32_t)ds_argmax(logits, V);
+    if (lp->selected) lp->selected(lp->user, pos, *tok);
+    return 0;
+}
+
 int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     /* cancellations of running requests take effect at a step boundary */
     for (int i = 0; i < s->n_run;)
@@ -491,8 +542,20 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     /* room: preempt the most recently admitted request until the batch's
      * pages fit */
     while ((n = build(s, &need)) && need > ds_kvpool_n_free(pool) && s->n_run > 1) preempt(s, s->n_run - 1);
-    ds_fwd_out out = {.ids = s->ids};
-    if (draft(s, err, errlen) || ds_engine_forward(s->e, s->rows, n, &out, err, errlen)) {
+    if (need > ds_kvpool_n_free(pool)) {
+        /* one request alone has outgrown the pool: the pool is its context
+         * (stop "context", as a full context ends a generation) */
+        rq *r = s->run[0];
+        drop_running(s, 0);
+        finish(s, r, "context");
+        return 1;
+    }
+    int n_lg = 0;
+    for (int j = 0; j < n; j++) n_lg += (s->rows[j].want & DS_ROW_LOGITS) != 0;
+    const int no_lg = n_lg && lg_reserve(s, n_lg);
+    if (no_lg) ds_errf(err, errlen, "scheduler: out of memory for %d rows of logits", n_lg);
+    ds_fwd_out out = {.logits = n_lg ? s->lg : NULL, .ids = s->ids};
+    if (no_lg || draft(s, err, errlen) || ds_engine_forward(s->e, s->rows, n, &out, err, errlen)) {
         /* one request that cannot fit even alone, or a device fault: the
          * running requests end (stop "error"); the queue stays */
         while (s->n_run) {
@@ -511,7 +574,9 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     s->stats.last_batch = n;
     s->stats.prompt_tokens += prompt_rows;
     pthread_mutex_unlock(&s->mu);
-    /* each row's request moves on; a chosen token goes to its request */
+    /* each row's request moves on; a chosen token goes to its request (a
+     * processor row's is chosen here, from its logits, in row order) */
+    float *lg = s->lg;
     for (int j = 0; j < n; j++) {
         rq *r = s->row_rq[j];
         if (r->st == RQ_DECODE && r->spec) {
@@ -521,13 +586,23 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
             continue;
         }
         r->n_done = s->rows[j].pos + 1;
-        if (!(s->rows[j].want & DS_ROW_SELECT)) continue;
+        if (!(s->rows[j].want & (DS_ROW_SELECT | DS_ROW_LOGITS))) continue;
         if (r->st == RQ_PREFILL) {
             r->st = RQ_DECODE;
             if (s->p.prefix_cache) ds_engine_prefix_publish(s->e, r->slot);   /* the prompt, for others */
         }
         const char *stop = NULL;
-        if (emit(s, r, s->ids[j], &stop)) drop_request(s, r, stop);
+        int32_t t = s->ids[j];
+        if (s->rows[j].want & DS_ROW_LOGITS) {
+            const size_t V = (size_t)ds_engine_model(s->e)->hp.n_vocab;
+            const int bad = choose_on_host(s, r, lg, (int64_t)s->rows[j].pos + 1, &t);
+            lg += V;
+            if (bad) {
+                drop_request(s, r, "error");
+                continue;
+            }
+        }
+        if (emit(s, r, t, &stop)) drop_request(s, r, stop);
     }
     auto_update(s, (int)s->step_tokens, now_s() - t_step);
     return 1;
