@@ -289,6 +289,12 @@ static void req_done(void *user, const ds_req_result *r) {
     st.prefill_tok_s = st.t_prefill_s > 0 ? r->n_prompt / st.t_prefill_s : 0.0;
     const double t_dec = st.t_total_s - st.t_prefill_s;
     st.tok_s = r->n_gen > 1 && t_dec > 0 ? (r->n_gen - 1) / t_dec : 0.0;
+    st.speculative = r->spec;
+    st.draft_max = r->draft_max;
+    st.rounds = r->rounds;
+    st.drafted = r->drafted;
+    st.accepted = r->accepted;
+    st.mean_accepted_len = r->rounds ? (double)(r->accepted + r->rounds) / r->rounds : 0.0;
     dspark_status rc = DSPARK_OK;
     dspark_error e;
     e.code = DSPARK_OK;

@@ -117,7 +117,7 @@ static void finish(ds_sched *s, rq *r, const char *stop) {
     const double t = now_s();
     const ds_req_result res = {r->p.n_prompt, r->n_gen, r->n_cached, stop, (r->t_admit > 0 ? r->t_admit : t) - r->t_submit,
                                r->t_first > 0 ? r->t_first - r->t_submit : 0, t - r->t_submit, r->preemptions,
-                               r->rounds, r->drafted, r->accepted};
+                               r->rounds, r->drafted, r->accepted, r->spec, r->draft_max};
     pthread_mutex_lock(&s->mu);
     for (rq **pp = &s->all; *pp; pp = &(*pp)->all_next)
         if (*pp == r) { *pp = r->all_next; break; }

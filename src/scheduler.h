@@ -72,6 +72,7 @@ typedef struct {
                                              end), first token (0: none), end */
     int    preemptions;
     int    rounds, drafted, accepted;     /* speculative rounds, drafts verified / accepted */
+    int    spec, draft_max;               /* it speculated (drafter rows kept), its width   */
 } ds_req_result;
 
 /* on_token's return value that ends the request with stop "stop" (a stop

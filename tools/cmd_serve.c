@@ -1244,7 +1244,7 @@ int cmd_serve(int argc, char **argv) {
     gpar.cp.canonical = kf.canonical;
     s->n_slots = (int)parallel;
     s->engine = engine;
-    s->speculative = engine ? 0 : dspark_model_has_drafter(s->model);
+    s->speculative = dspark_model_has_drafter(s->model);
     s->gen = sgen_new(s->model, &gpar, &err);
     if (!s->gen) { freeaddrinfo(ai); dspark_model_free(s->model); cli_die(C, "%s", err.message); }
     s->json_object = dspark_grammar_new(s->model, dspark_grammar_json_object(), strlen(dspark_grammar_json_object()), &err);
@@ -1299,7 +1299,8 @@ int cmd_serve(int argc, char **argv) {
                 engine ? cache_prompt : 0, threads, s->L.n_ctx, s->L.max_tokens_limit, chat_kind_name(s->chat.kind),
                 api_key ? "bearer" : "none", http_threads, dspark_version());
         if (engine && dspark_model_has_drafter(s->model))
-            fprintf(stderr, "dspark serve: the engine decodes plain (the same tokens); --gen ctx runs the drafter\n");
+            fprintf(stderr, "dspark serve: speculative requests run batched rounds (drafts per step measured per batch size); "
+                            "requests with logprobs, penalties, logit_bias or a grammar decode plain (the same tokens)\n");
         if (s->chat.kind == CHAT_NONE) fprintf(stderr, "dspark serve: chat requests will be refused: %s\n", s->chat.why);
         fflush(stderr);
         int sig = 0;

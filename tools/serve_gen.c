@@ -13,9 +13,8 @@
  *
  * One context per slot. A worker thread per dspark_ctx takes the next
  * queued generation and runs dspark_generate on it alone (with the drafter
- * when the model has one: speculative decoding, which the engine's
- * scheduler does not run yet; there a speculative request decodes plain,
- * with the same tokens).
+ * when the model has one); the engine runs speculative requests as batched
+ * rounds of its scheduler (scheduler.h), with the same tokens as plain.
  *
  * Common to both: generations wait in this file's FIFO until a slot is
  * free (at most n_slots run at once: inside the engine, or on a worker), so
