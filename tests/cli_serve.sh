@@ -238,11 +238,11 @@ start ODDNJ -m "$T/odd.gguf" --parallel 1 -t 1 --no-jinja
 code=$(curl -s -o "$T/odd.json" -w '%{http_code}' "http://127.0.0.1:$PORT_ODDNJ/v1/chat/completions" -d "$CHAT")
 [ "$code" = 400 ] && grep -q 'chat_template_unsupported' "$T/odd.json" && grep -q 'chat requests will be refused' "$T/ODDNJ.log" \
     && ok chat_template_unknown_refused_no_jinja || bad "chat_template_unknown_refused_no_jinja ($code)"
-printf '%s' "{% macro turn(m) %}{{ m['content'] }}{% endmacro %}{% for m in messages %}Q: {{ turn(m) }}{% endfor %}" > "$T/macro.jinja"
+printf '%s' "{% filter upper %}{% for m in messages %}Q: {{ m['content'] }}{% endfor %}{% endfilter %}" > "$T/macro.jinja"
 $PY gguf_template "$TGT" "$T/macro.gguf" "$T/macro.jinja" || bad gguf_template_copy
 start MAC -m "$T/macro.gguf" --parallel 1 -t 1
 code=$(curl -s -o "$T/mac.json" -w '%{http_code}' "http://127.0.0.1:$PORT_MAC/v1/chat/completions" -d "$CHAT")
-[ "$code" = 400 ] && grep -q 'chat_template_unsupported' "$T/mac.json" && grep -q 'jinja_unused=".*macro' "$T/MAC.log" \
+[ "$code" = 400 ] && grep -q 'chat_template_unsupported' "$T/mac.json" && grep -q 'jinja_unused=".*filter' "$T/MAC.log" \
     && grep -q 'chat requests will be refused' "$T/MAC.log" && ok chat_template_uninterpretable_refused || bad "chat_template_uninterpretable_refused ($code)"
 kill -TERM "$PID_TPL" "$PID_ODD" "$PID_ODDNJ" "$PID_MAC" "$PID_S"
 

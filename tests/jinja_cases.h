@@ -83,6 +83,15 @@ static const char *const jinja_templates[] = {
         "    {%+ if true %}kept-indent{% endif %}\n"
         "{{ None }} {{ [1,'a'] }} {{ {'k': 'v'} }}\n"
         "",
+    /* t_macro.j */
+    "{%- macro render(m, prefix='> ', upper=false) -%}\n"
+        "{{ prefix }}{{ m.content | upper if upper else m.content }}\n"
+        "{%- endmacro -%}\n"
+        "{%- macro count(n) %}{% if n > 0 %}{{ n }}{{ count(n - 1) }}{% endif %}{% endmacro %}\n"
+        "{%- for m in messages %}{{ render(m) }}|{{ render(m, upper=true) }}|{{ render(m, '# ') }}|{{ count(loop.index) }}\n"
+        "{% endfor %}\n"
+        "{{- [1, 2, 3, 4] | select(\"odd\") | join(\",\") }} {{ [0, 1, 2] | reject | list | length }} {{ 9 is divisibleby 3 }} {{ -3 | abs }}\n"
+        "",
 };
 static const struct { int tmpl; const char *vars, *want, *raises; } jinja_cases[] = {
     { 0, /* t_chatml.j */
@@ -171,4 +180,23 @@ static const struct { int tmpl; const char *vars, *want, *raises; } jinja_cases[
         "[u1][u2]system,user,assistant,user 4 system user i0 i2\"a\\tb\\n\" \"\xc3""\xa9""\" [1, [2, {}]] its q\"uote 6\n"
         "Title Case Words ABC xbby True True True\n"
         "    kept-indentNone [1, 'a'] {'k': 'v'}", NULL },
+    { 5, /* t_macro.j */
+      "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"add_generation_prompt\": true, \"tools\": null, \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"<think>\\nhm\\n</think>\\n\\nHello.\"}, {\"role\": \"user\", \"content\": \"Bye\"}]}",
+      "> Be brief.|> BE BRIEF.|# Be brief.|1\n"
+        "> Hi|> HI|# Hi|21\n"
+        "> <think>\n"
+        "hm\n"
+        "</think>\n"
+        "\n"
+        "Hello.|> <THINK>\n"
+        "HM\n"
+        "</THINK>\n"
+        "\n"
+        "HELLO.|# <think>\n"
+        "hm\n"
+        "</think>\n"
+        "\n"
+        "Hello.|321\n"
+        "> Bye|> BYE|# Bye|4321\n"
+        "1,3 1 True 3", NULL },
 };

@@ -525,7 +525,8 @@ static void test_jinja(void) {
         "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
         "{% set ns = namespace(l=[]) %}{% for i in range(5000) %}{% set ns.l = ns.l + [m, m, i] %}{% endfor %}",
         "{% for i in range(100000) %}{{ 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' }}{% endfor %}",
-        "{{ range(1000000000) }}", "{{ 'ab' * 3 }}", "{{ 2 ** 100000 }}", "{% macro f() %}{% endmacro %}", "{{ x",
+        "{{ range(1000000000) }}", "{{ 'ab' * 3 }}", "{{ 2 ** 100000 }}", "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+        "{% macro g(n) %}{{ g(n) ~ g(n) }}{% endmacro %}{{ g(1) }}", "{% filter upper %}x{% endfilter %}", "{{ x",
         "{% for x in y %}", "{% endif %}", "{% if %}", "{{ 1 / 0 }}", "{{ 5 % 0 }}", "{{ foo(1) }}", "{{ 'a' | bogus }}",
         "{% break %}", "{{ m[1:2:0] }}", "{% set m.x = 1 %}", "{{ 1 < 'a' }}", "{{ 'a' in 3 }}", "{% raw %}x{% endraw %}",
         "{{ raise_exception('no') }}", "{% for a, b in [1, 2] %}{% endfor %}", "{{ 'x'.nomethod() }}", "{{ }}", "{% %}",
@@ -706,8 +707,8 @@ static void test_jinja_api(const dspark_model *m) {
     chat_tmpl_free(&chat);
     /* a template this interpreter refuses: the built-in family stays, and says why */
     chat_tmpl fb;
-    chat_tmpl_load(&fb, "{% macro x() %}{% endmacro %}<|im_start|>{{ messages[0].content }}<|im_end|>", CHAT_NONE, 1, m);
-    CHECK(!fb.jt && fb.kind == CHAT_CHATML && strstr(fb.jinja_why, "macro") && !strcmp(chat_tmpl_source(&fb), "builtin"), "fallback: %s", fb.jinja_why);
+    chat_tmpl_load(&fb, "{% filter upper %}x{% endfilter %}<|im_start|>{{ messages[0].content }}<|im_end|>", CHAT_NONE, 1, m);
+    CHECK(!fb.jt && fb.kind == CHAT_CHATML && strstr(fb.jinja_why, "filter") && !strcmp(chat_tmpl_source(&fb), "builtin"), "fallback: %s", fb.jinja_why);
     chat_tmpl_free(&fb);
     chat_tmpl_load(&fb, jinja_templates[0], CHAT_NONE, 0, m);
     CHECK(!fb.jt && !strcmp(fb.jinja_why, "--no-jinja"), "--no-jinja: %s", fb.jinja_why);

@@ -31,7 +31,7 @@ enum {
 
 typedef enum {
     /* statements */
-    S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_BREAK, S_CONTINUE, S_BLOCK,
+    S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_BREAK, S_CONTINUE, S_BLOCK, S_MACRO,
     /* expressions */
     E_LIT, E_VAR, E_ATTR, E_INDEX, E_SLICE, E_CALL, E_FILTER, E_TEST, E_BIN, E_NOT, E_NEG, E_AND, E_OR, E_COND,
     E_LIST, E_DICT,
@@ -317,7 +317,6 @@ static cJSON *str_lit(parser *P, const token *t) {
 }
 
 static node *expr(parser *P);
-static node *unary(parser *P);
 
 /* call arguments "(a, b, k=v)" into x's kids (the opening paren is consumed) */
 static int call_args(parser *P, node *x) {
@@ -486,20 +485,24 @@ static node *filters(parser *P, node *x) {
     return x;
 }
 
-static node *unary(parser *P) {
+/* Jinja's order: a sign binds tighter than the filters after it
+ * (-3 | abs is abs(-3)) */
+static node *unary_f(parser *P, int with_filters) {
     if (++P->depth > MAX_DEPTH) { perr(P, cur(P)->line, "nested too deeply"); return NULL; }
     node *x;
     if (accept(P, T_OP, "-")) {
         x = mk(P, E_NEG);
-        if (x && !(x->a = unary(P))) { node_free(x); x = NULL; }
+        if (x && !(x->a = unary_f(P, 0))) { node_free(x); x = NULL; }
     } else if (accept(P, T_OP, "+")) {
-        x = unary(P);
+        x = unary_f(P, 0);
     } else {
-        x = filters(P, postfix(P, primary(P)));
+        x = postfix(P, primary(P));
     }
+    if (with_filters) x = filters(P, x);
     P->depth--;
     return x;
 }
+static node *unary(parser *P) { return unary_f(P, 1); }
 
 enum { OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_CAT, OP_EQ, OP_NE, OP_LT, OP_GT, OP_LE, OP_GE, OP_IN, OP_NOTIN };
 
@@ -687,6 +690,31 @@ static node *stmt_tag(parser *P) {
         if (x && !tag_done(P)) { node_free(x); return NULL; }
         return x;
     }
+    if (accept(P, T_NAME, "macro")) {          /* {% macro name(a, b=default) %}: kid[i] the defaults, kw[i] the names */
+        node *x = mk(P, S_MACRO);
+        if (!x) return NULL;
+        if (cur(P)->t != T_NAME) { expect(P, T_NAME, NULL); node_free(x); return NULL; }
+        x->s = tok_dup(cur(P));
+        P->ti++;
+        if (!expect(P, T_OP, "(")) { node_free(x); return NULL; }
+        while (!accept(P, T_OP, ")")) {
+            if (cur(P)->t != T_NAME) { expect(P, T_NAME, NULL); node_free(x); return NULL; }
+            char *name = tok_dup(cur(P));
+            P->ti++;
+            node *def = NULL;
+            if (accept(P, T_OP, "=") && !(def = expr(P))) { free(name); node_free(x); return NULL; }
+            if (!def && !(def = mk(P, E_LIT))) { free(name); node_free(x); return NULL; }   /* no default: an E_LIT without lit */
+            if (add_kid(P, x, def, name)) { node_free(x); return NULL; }
+            if (!tis(P, T_OP, ")") && !expect(P, T_OP, ",")) { node_free(x); return NULL; }
+        }
+        static const char *const ends[] = { "endmacro", NULL };
+        int w;
+        if (!tag_done(P) || !(x->b = block(P, ends, &w))) { node_free(x); return NULL; }
+        P->ti++;
+        if (cur(P)->t == T_NAME) P->ti++;     /* {% endmacro name %} */
+        if (!tag_done(P)) { node_free(x); return NULL; }
+        return x;
+    }
     if (accept(P, T_NAME, "generation")) {     /* transformers' assistant-mask marker: renders its body */
         node *x = mk(P, S_BLOCK);
         static const char *const ends[] = { "endgeneration", NULL };
@@ -733,7 +761,7 @@ static node *block(parser *P, const char *const *ends, int *which) {
                 for (int i = 0; ends && ends[i]; i++)
                     if (tis(P, T_NAME, ends[i])) { *which = i; P->depth--; return b; }
                 if (cur(P)->t == T_NAME && (tis(P, T_NAME, "endif") || tis(P, T_NAME, "endfor") || tis(P, T_NAME, "elif") ||
-                                            tis(P, T_NAME, "else") || tis(P, T_NAME, "endgeneration"))) {
+                                            tis(P, T_NAME, "else") || tis(P, T_NAME, "endgeneration") || tis(P, T_NAME, "endmacro"))) {
                     perr(P, c->line, "'%.*s' without its opening tag", cur(P)->n, cur(P)->p);
                     break;
                 }
@@ -779,6 +807,8 @@ typedef struct {
     size_t  arena_bytes;
     binding *vars;
     int     nvars, vars_cap;
+    const node *macro[64];          /* the macros defined so far              */
+    int     nmacro;
     char   *out;
     size_t  len, cap, max_out;
     long    steps, iters;
@@ -1293,6 +1323,11 @@ static int test(ctx *C, const node *x, const char *name, const cJSON *v, const a
     } else if (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "==")) {
         if (A->npos < 1) { rerr(C, x, "the test '%s' needs a value", name); return -1; }
         *res = equal(v, A->pos[0]);
+    } else if (!strcmp(name, "divisibleby")) {
+        double d, q;
+        if (A->npos < 1 || num_of(C, x, v, &d) || num_of(C, x, A->pos[0], &q)) { if (!C->failed) rerr(C, x, "divisibleby needs numbers"); return -1; }
+        if (q == 0) { rerr(C, x, "divisibleby(0)"); return -1; }
+        *res = d - q * floor_(d / q) == 0;
     } else if (!strcmp(name, "ne") || !strcmp(name, "!=")) {
         if (A->npos < 1) { rerr(C, x, "the test '%s' needs a value", name); return -1; }
         *res = !equal(v, A->pos[0]);
@@ -1340,6 +1375,29 @@ static const cJSON *select_attr(ctx *C, const node *x, const cJSON *v, const arg
         if (ok != reject) {
             cJSON *d = dupv(C, NULL, c);
             if (!d) { rerr(C, x, "out of memory"); return NULL; }
+            cJSON_AddItemToArray(l, d);
+        }
+    }
+    return l;
+}
+
+/* select / reject: the items that pass a test (by name, with its arguments), or are truthy */
+static const cJSON *select_items(ctx *C, const node *x, const cJSON *v, const args *A, int reject) {
+    if (!cJSON_IsArray(v)) { rerr(C, x, "select/reject need a list, not %s", type_name(v)); return NULL; }
+    if (A->npos >= 1 && !cJSON_IsString(A->pos[0])) { rerr(C, x, "select/reject take a test name"); return NULL; }
+    cJSON *l = cJSON_CreateArray();
+    if (!keep(C, l)) return NULL;
+    for (const cJSON *c = v->child; c; c = c->next) {
+        if (++C->steps > MAX_STEPS) { rerr(C, x, "the template ran past %d steps", MAX_STEPS); return NULL; }
+        int ok;
+        if (A->npos >= 1) {
+            args T = { .npos = A->npos - 1 };
+            for (int i = 1; i < A->npos; i++) T.pos[i - 1] = A->pos[i];
+            if (test(C, x, A->pos[0]->valuestring, c, &T, &ok)) return NULL;
+        } else ok = truthy(c);
+        if (ok != reject) {
+            cJSON *d = dupv(C, x, c);
+            if (!d) return NULL;
             cJSON_AddItemToArray(l, d);
         }
     }
@@ -1429,6 +1487,17 @@ static const cJSON *filter(ctx *C, const node *x, const char *f, const cJSON *v,
         return replace(C, x, v, A->pos[0], A->pos[1]);
     }
     if (!strcmp(f, "selectattr") || !strcmp(f, "rejectattr")) return select_attr(C, x, v, A, f[0] == 'r');
+    if (!strcmp(f, "select") || !strcmp(f, "reject")) return select_items(C, x, v, A, f[0] == 'r');
+    if (!strcmp(f, "safe") || !strcmp(f, "e") || !strcmp(f, "escape")) {
+        if (f[0] == 's') return v;
+        rerr(C, x, "the filter '%s' is not supported (chat templates are not HTML)", f);
+        return NULL;
+    }
+    if (!strcmp(f, "abs")) {
+        double d;
+        if (num_of(C, x, v, &d)) return NULL;
+        return mk_num(C, d < 0 ? -d : d);
+    }
     if (!strcmp(f, "map")) {
         const cJSON *at = kwarg(A, "attribute", -1);
         if (!cJSON_IsArray(v) || !cJSON_IsString(at)) { rerr(C, x, "only map(attribute='name') on a list is supported"); return NULL; }
@@ -1487,10 +1556,44 @@ static const cJSON *method(ctx *C, const node *x, const cJSON *o, const char *m,
     return NULL;
 }
 
+static int exec(ctx *C, const node *x);
+
+/* a macro call: its body rendered into a string of its own, the
+ * parameters bound in a frame of their own */
+static const cJSON *call_macro(ctx *C, const node *x, const node *mac, const args *A) {
+    if (A->npos > mac->nk) { rerr(C, x, "the macro '%s' takes %d arguments", mac->s, mac->nk); return NULL; }
+    const int mark = C->nvars;
+    if (bind(C, NULL, NULL)) return NULL;
+    for (int i = 0; i < mac->nk; i++) {
+        const cJSON *v = i < A->npos ? A->pos[i] : NULL;
+        for (int k = 0; k < A->nkw && !v; k++)
+            if (!strcmp(A->kwn[k], mac->kw[i])) v = A->kwv[k];
+        if (!v) v = mac->kid[i]->lit ? mac->kid[i]->lit : mac->kid[i]->k == E_LIT ? C->undef : eval(C, mac->kid[i]);
+        if (!v || bind(C, mac->kw[i], v)) { C->nvars = mark; return NULL; }
+    }
+    char *out = C->out;
+    const size_t len = C->len, cap = C->cap;
+    C->out = NULL;
+    C->len = C->cap = 0;
+    int rc = emit(C, x, "", 0) ? -1 : exec(C, mac->b);
+    char *body = C->out;
+    const size_t blen = C->len;
+    C->out = out;
+    C->len = len;
+    C->cap = cap;
+    C->nvars = mark;
+    const cJSON *r = rc == 0 ? mk_strn(C, x, body, blen) : NULL;
+    if (rc > 0) rerr(C, x, "break or continue outside a loop");
+    free(body);
+    return r;
+}
+
 static const cJSON *call(ctx *C, const node *x) {
     args A;
     if (eval_args(C, x, &A)) return NULL;
     const node *f = x->a;
+    for (int i = C->nmacro - 1; f->k == E_VAR && i >= 0; i--)
+        if (!strcmp(C->macro[i]->s, f->s)) return call_macro(C, x, C->macro[i], &A);
     if (f->k == E_ATTR) {
         const cJSON *o = eval(C, f->a);
         return o ? method(C, x, o, f->s, &A) : NULL;
@@ -1793,6 +1896,10 @@ static int exec(ctx *C, const node *x) {
         } else if (bind(C, x->s, v)) rc = X_ERR;
         break;
     }
+    case S_MACRO:
+        if (C->nmacro == 64) { rerr(C, x, "more than 64 macros"); rc = X_ERR; break; }
+        C->macro[C->nmacro++] = x;
+        break;
     case S_BREAK: rc = X_BREAK; break;
     case S_CONTINUE: rc = X_CONTINUE; break;
     case S_BLOCK:

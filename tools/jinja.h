@@ -2,20 +2,24 @@
  * templates (tokenizer.chat_template) are written in.
  *
  * What it takes: text, {{ expr }}, {% if/elif/else %}, {% for a[, b] in x
- * [if c] %} (loop.index0/index/first/last/length/revindex), {% else %} of a
- * for, {% set x = .. %}, {% set ns.attr = .. %} with namespace(), {% break
- * %} / {% continue %}, {% generation %} (a no-op), comments, {%- -%}
- * whitespace control, and the environment HF renders with: trim_blocks and
- * lstrip_blocks. Expressions: literals (strings, numbers, true/false/none in
- * both spellings, lists, dicts), variables, .attr / [index] / [a:b:c],
- * + - * / // % ~, comparisons, and/or/not, in / not in, a if c else b, tests
- * (is [not] defined/none/string/number/mapping/iterable/sequence/boolean/
- * true/false/odd/even/equalto), filters (trim, length, count, tojson, join,
- * upper, lower, first, last, default, list, string, int, items, keys,
- * values, replace, selectattr, rejectattr, map(attribute=)), the string
- * methods templates call (strip, lstrip, rstrip, split, startswith,
- * endswith, upper, lower, replace, title), dict items/keys/values/get, and
- * the globals range, namespace, raise_exception, strftime_now.
+ * [if c] %} (loop.index0/index/first/last/length/revindex/previtem/
+ * nextitem) with its {% else %}, {% set x = .. %}, {% set ns.attr = .. %}
+ * with namespace(), {% break %} / {% continue %}, {% macro %} (called as a
+ * function; recursion bounded), {% generation %} (a no-op), comments,
+ * {%- -%} whitespace control, and the environment HF renders with:
+ * trim_blocks and lstrip_blocks. Expressions: literals (strings, numbers,
+ * true/false/none in both spellings, lists, dicts), variables, .attr /
+ * [index] / [a:b:c], + - * / // % ** ~, comparisons, and/or/not, in / not
+ * in, a if c else b; tests: defined, undefined, none, string, number,
+ * integer, boolean, true, false, mapping, sequence, iterable, odd, even,
+ * divisibleby, equalto/eq, ne, in; filters: trim, length, count, tojson,
+ * join, upper, lower, title, capitalize, first, last, default, list,
+ * string, int, abs, items, keys, values, replace, select, reject,
+ * selectattr, rejectattr, map(attribute=), safe; the string methods
+ * templates call (strip, lstrip, rstrip, split, startswith, endswith,
+ * upper, lower, title, capitalize, replace, find), dict items / keys /
+ * values / get, and the globals range, namespace, raise_exception,
+ * strftime_now.
  *
  * Anything else is a parse error naming it: a template this cannot
  * interpret is refused whole, never rendered partly. A hostile template
