@@ -250,6 +250,9 @@ kill -TERM "$PID_TPL" "$PID_ODD" "$PID_ODDNJ" "$PID_MAC" "$PID_S"
 $PY gguf_template "$TGT" "$T/tools.gguf" tests/data/chatml_tools.jinja || bad gguf_template_copy
 start TOOLS -m "$T/tools.gguf" -md "$DR" --parallel 1 -t 1
 $PY chat_tools "$PORT_TOOLS" || fail=1
+if [ -z "${DSPARK_SAN:-}" ] && [ -f "$NPM_DIR/node_modules/openai/package.json" ]; then
+    node "$NPM_DIR/serve_openai.mjs" tools "$PORT_TOOLS" || fail=1
+fi
 start TOOLSNJ -m "$T/tools.gguf" --parallel 1 -t 1 --no-jinja
 $PY chat_tools "$PORT_TOOLSNJ" 0 || fail=1
 kill -TERM "$PID_TOOLS" "$PID_TOOLSNJ"
