@@ -705,6 +705,23 @@ static void test_jinja_api(const dspark_model *m) {
     free(full);
     api_request_free(&r);
     chat_tmpl_free(&chat);
+    /* bos_token / eos_token spelled as the vocabulary has them: the
+     * Mistral-style template puts eos after each answer, which must
+     * tokenize to the EOS id itself */
+    chat_tmpl ms;
+    CHECK(!chat_tmpl_load(&ms, jinja_templates[2], CHAT_NONE, 1, m) && ms.jt && ms.eos_text && !strcmp(ms.eos_text, "<|endoftext|>"),
+          "mistral-style load: %s eos '%s'", ms.jinja_why, ms.eos_text ? ms.eos_text : "(null)");
+    api_limits LM = { m, "dspark-tiny", &ms, 512, 64, 8, NULL, 1 };
+    CHECK(!parse(&LM, 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
+                         "{\"role\": \"user\", \"content\": \"c\"}]}", &r, &e), "mistral-style request: %s", e.message);
+    int n_eos = 0;
+    for (int i = 0; i < r.n_prompt; i++) n_eos += r.prompt[i] == dspark_model_eos(m);
+    CHECK(r.n_prompt > 0 && r.prompt[0] == dspark_model_eos(m) && n_eos == 2, "bos + eos as ids: first %d, %d of them",
+          r.n_prompt ? r.prompt[0] : -1, n_eos);
+    api_request_free(&r);
+    CHECK(parse(&LM, 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"c\"}]}", &r, &e) &&
+          e.status == 400 && strstr(e.message, "roles must alternate"), "raise_exception -> 400: %s", e.message);
+    chat_tmpl_free(&ms);
     /* a template this interpreter refuses: the built-in family stays, and says why */
     chat_tmpl fb;
     chat_tmpl_load(&fb, "{% filter upper %}x{% endfilter %}<|im_start|>{{ messages[0].content }}<|im_end|>", CHAT_NONE, 1, m);
