@@ -152,7 +152,7 @@ $(BUILD)/pic/src/backend_cuda.o: NVCCFLAGS += -DDSPARK_VERSION_STRING=\"$(VERSIO
 $(BUILD)/pic/src/diag/%.o: CFLAGS += -fno-finite-math-only -fsignaling-nans
 $(BUILD)/tools/cmd_serve.o: CFLAGS += $(MHD_CFLAGS)
 $(BUILD)/dspark: LDLIBS += $(MHD_LIBS)
-$(BUILD)/tests/test_serve_req: tools/serve_req.c tools/serve_chat.c tools/serve_schema.c tools/serve.h   # compiles the server's OpenAI layer in
+$(BUILD)/tests/test_serve_req: tools/serve_req.c tools/serve_chat.c tools/serve_schema.c tools/jinja.c tools/serve.h tools/jinja.h tests/jinja_cases.h   # compiles the server's OpenAI layer in
 
 $(BUILD)/pic/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)

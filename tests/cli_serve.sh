@@ -22,7 +22,10 @@
 #     and a dropped long prefill free the slot at once; SIGTERM drains (a
 #     stream finishes, exit 0) or cuts at --drain-timeout (finish_reason
 #     "abort", [DONE], exit 1); NUL in a prompt is a 400;
-#   chat templates read from a GGUF (a copy of the shipped target with one);
+#   chat templates read from a GGUF (a copy of the shipped target with one):
+#     interpreted (Jinja) or a built-in family, --no-jinja, one neither takes;
+#   tool calls and reasoning_content (grammar-steered replies of the tiny
+#     model through a template with tools), streamed and not;
 #   the batch engine (the default `--gen engine`, server A) against one context
 #     per slot running the drafter (`--gen ctx`, server AC): the same answers
 #     (engine == speculative == plain); concurrent streaming clients of
@@ -257,11 +260,37 @@ curl -s "http://127.0.0.1:$PORT_TPL/v1/chat/completions" -d "$CHAT" > "$T/tpl.js
 printf '<|im_start|>user\nTell me about the sea.<|im_end|>\n<|im_start|>assistant\n' > "$T/tpl_prompt.txt"
 $D generate -m "$T/chatml.gguf" -f "$T/tpl_prompt.txt" -n 20 -t 1 2>/dev/null | head -c -1 > "$T/tpl_cli.txt"
 $PY text "$T/tpl.json" > "$T/tpl.txt" && cmp -s "$T/tpl.txt" "$T/tpl_cli.txt" && ok chat_template_gguf_equals_generate || bad chat_template_gguf_equals_generate
+grep -q 'chat_template_source=jinja family=chatml' "$T/TPL.log" && ok chat_template_source_logged || bad chat_template_source_logged
+# a family no built-in knows: the interpreted template renders it (== generate on
+# its text); with --no-jinja it is refused, as is a template neither path handles
 start ODD -m "$T/odd.gguf" --parallel 1 -t 1
-code=$(curl -s -o "$T/odd.json" -w '%{http_code}' "http://127.0.0.1:$PORT_ODD/v1/chat/completions" -d "$CHAT")
-[ "$code" = 400 ] && grep -q 'chat_template_unsupported' "$T/odd.json" && grep -q 'chat requests will be refused' "$T/ODD.log" \
-    && ok chat_template_unknown_refused || bad "chat_template_unknown_refused ($code)"
-kill -TERM "$PID_TPL" "$PID_ODD" "$PID_S"
+curl -s "http://127.0.0.1:$PORT_ODD/v1/chat/completions" -d "$CHAT" > "$T/odd.json"
+printf 'Human: Tell me about the sea.' > "$T/odd_prompt.txt"
+$D generate -m "$T/odd.gguf" -f "$T/odd_prompt.txt" -n 20 -t 1 2>/dev/null | head -c -1 > "$T/odd_cli.txt"
+$PY text "$T/odd.json" > "$T/odd.txt" && cmp -s "$T/odd.txt" "$T/odd_cli.txt" && grep -q 'chat_template_source=jinja family=none' "$T/ODD.log" \
+    && ok chat_template_jinja_renders_unknown_family || bad chat_template_jinja_renders_unknown_family
+start ODDNJ -m "$T/odd.gguf" --parallel 1 -t 1 --no-jinja
+code=$(curl -s -o "$T/odd.json" -w '%{http_code}' "http://127.0.0.1:$PORT_ODDNJ/v1/chat/completions" -d "$CHAT")
+[ "$code" = 400 ] && grep -q 'chat_template_unsupported' "$T/odd.json" && grep -q 'chat requests will be refused' "$T/ODDNJ.log" \
+    && ok chat_template_unknown_refused_no_jinja || bad "chat_template_unknown_refused_no_jinja ($code)"
+printf '%s' "{% filter upper %}{% for m in messages %}Q: {{ m['content'] }}{% endfor %}{% endfilter %}" > "$T/macro.jinja"
+$PY gguf_template "$TGT" "$T/macro.gguf" "$T/macro.jinja" || bad gguf_template_copy
+start MAC -m "$T/macro.gguf" --parallel 1 -t 1
+code=$(curl -s -o "$T/mac.json" -w '%{http_code}' "http://127.0.0.1:$PORT_MAC/v1/chat/completions" -d "$CHAT")
+[ "$code" = 400 ] && grep -q 'chat_template_unsupported' "$T/mac.json" && grep -q 'jinja_unused=".*filter' "$T/MAC.log" \
+    && grep -q 'chat requests will be refused' "$T/MAC.log" && ok chat_template_uninterpretable_refused || bad "chat_template_uninterpretable_refused ($code)"
+kill -TERM "$PID_TPL" "$PID_ODD" "$PID_ODDNJ" "$PID_MAC" "$PID_S"
+
+# ---- tool calls and reasoning_content through a GGUF template with tools ---------------------
+$PY gguf_template "$TGT" "$T/tools.gguf" tests/data/chatml_tools.jinja || bad gguf_template_copy
+start TOOLS -m "$T/tools.gguf" -md "$DR" --parallel 1 -t 1
+$PY chat_tools "$PORT_TOOLS" || fail=1
+if [ -z "${DSPARK_SAN:-}" ] && [ -f "$NPM_DIR/node_modules/openai/package.json" ]; then
+    node "$NPM_DIR/serve_openai.mjs" tools "$PORT_TOOLS" || fail=1
+fi
+start TOOLSNJ -m "$T/tools.gguf" --parallel 1 -t 1 --no-jinja
+$PY chat_tools "$PORT_TOOLSNJ" 0 || fail=1
+kill -TERM "$PID_TOOLS" "$PID_TOOLSNJ"
 
 # ---- SIGTERM: a stream drains (exit 0), or is cut at --drain-timeout (exit 1) ---------------
 start D1 -m "$TGT" -md "$DR" --parallel 1 -t 1

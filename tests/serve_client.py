@@ -26,9 +26,11 @@
                             same choices (text, logprobs, finish_reason), streamed and not
   prefix PORT KEY           a repeated long prompt is served from the prefix cache (dspark.cached_tokens,
                             /metrics) with the same answer
+  chat_tools PORT [JINJA]   tool calls and reasoning_content (grammar-steered replies), streamed
+                            and not; JINJA 0: a --no-jinja server refuses tools
 
 DSPARK_SERVE_SPEC=0 (features): the server decodes plain when asked for speculative decoding
-(`--gen engine`: the same tokens), so "speculative" in the answers must be false.
+(no drafter), so "speculative" in the answers must be false.
 """
 import http.client
 import json
@@ -788,6 +790,99 @@ def cmd_hostile(port, key):
     sys.exit(1 if bad else 0)
 
 
+
+def sse_parts(raw):
+    """A streamed chat reply's parts: (reasoning, content, tool_calls, finish_reason)."""
+    events = raw.decode("utf-8").split("\n\n")
+    datas = [e[len("data: "):] for e in events[:-1] if e.startswith("data: ")]
+    assert datas and datas[-1] == "[DONE]", "stream does not end with [DONE]"
+    reasoning, content, calls, finish = "", "", [], None
+    for d in datas[:-1]:
+        o = json.loads(d)
+        assert "error" not in o, "error event: %s" % d
+        if not o["choices"]:
+            continue
+        ch = o["choices"][0]
+        delta = ch.get("delta") or {}
+        reasoning += delta.get("reasoning_content") or ""
+        content += delta.get("content") or ""
+        for c in delta.get("tool_calls") or []:
+            assert c["index"] == len(calls), "tool call index %r" % c["index"]
+            calls.append({k: c[k] for k in ("id", "type", "function")})
+        finish = ch.get("finish_reason") or finish
+    return reasoning, content, calls, finish
+
+
+def gbnf_literal(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def cmd_chat_tools(port, jinja="1"):
+    """Tool calls and reasoning_content end to end: the tiny model is steered by
+    a grammar to write a Hermes <tool_call> block (or a think block), and the
+    reply must come back as OpenAI tool_calls / reasoning_content, streamed
+    and not, the stream adding up to the non-streamed message."""
+    fails = 0
+
+    def check(name, cond, detail=""):
+        nonlocal fails
+        print("%s %s%s" % ("PASS" if cond else "FAIL", name, "" if cond else ": " + str(detail)[:400]))
+        fails += not cond
+
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city now",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                              "required": ["city"]}}}]
+    call_text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    base = {"messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": tools, "max_tokens": 120,
+            "temperature": 0, "grammar": "root ::= " + gbnf_literal(call_text)}
+    st, out = post(port, "/v1/chat/completions", base)
+    if jinja != "1":
+        o = json.loads(out)
+        check("tools_refused_without_jinja", st == 400 and o["error"]["param"] == "tools", out)
+        sys.exit(1 if fails else 0)
+    o = json.loads(out) if st == 200 else {}
+    ch = (o.get("choices") or [{}])[0]
+    msg = ch.get("message") or {}
+    calls = msg.get("tool_calls") or []
+    ok = (st == 200 and ch.get("finish_reason") == "tool_calls" and msg.get("content") is None and len(calls) == 1 and
+          calls[0]["type"] == "function" and calls[0]["function"]["name"] == "get_weather" and
+          json.loads(calls[0]["function"]["arguments"]) == {"city": "Oslo"} and calls[0]["id"].startswith("call_"))
+    check("tool_call_parsed", ok, out)
+    st2, raw = post(port, "/v1/chat/completions", dict(base, stream=True))
+    try:
+        r, c, scalls, fin = sse_parts(raw)
+        ok = st2 == 200 and r == "" and c == "" and fin == "tool_calls" and [x["function"] for x in scalls] == [x["function"] for x in calls]
+    except Exception as e:                             # noqa: BLE001 - report, do not crash
+        ok, scalls = False, str(e)
+    check("tool_call_streamed_equals_whole", ok, raw)
+    # the conversation continues: the assistant's call and the tool's answer go back through the template
+    follow = {"messages": [{"role": "user", "content": "Weather in Oslo?"},
+                           {"role": "assistant", "content": None, "tool_calls": calls},
+                           {"role": "tool", "tool_call_id": calls[0]["id"] if calls else "x", "content": '{"temp_c": 3}'}],
+              "tools": tools, "max_tokens": 8, "temperature": 0}
+    st3, out3 = post(port, "/v1/chat/completions", follow)
+    check("tool_result_turn_rendered", st3 == 200 and json.loads(out3)["choices"][0]["message"]["role"] == "assistant", out3)
+    # reasoning: a think block at the start of the reply
+    think = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 60, "temperature": 0,
+             "grammar": "root ::= " + gbnf_literal("<think>\nplan it\n</think>\n\nHello there")}
+    st4, out4 = post(port, "/v1/chat/completions", think)
+    m4 = json.loads(out4)["choices"][0]["message"] if st4 == 200 else {}
+    check("reasoning_content_split", m4.get("reasoning_content") == "plan it" and m4.get("content") == "Hello there", out4)
+    st5, raw5 = post(port, "/v1/chat/completions", dict(think, stream=True))
+    try:
+        r, c, _, fin = sse_parts(raw5)
+        ok = st5 == 200 and r == "plan it" and c == "Hello there" and fin == "stop"
+    except Exception as e:                             # noqa: BLE001
+        ok = False
+    check("reasoning_content_streamed_equals_whole", ok, raw5)
+    st6, out6 = post(port, "/v1/chat/completions", dict(think, reasoning_format="none"))
+    m6 = json.loads(out6)["choices"][0]["message"] if st6 == 200 else {}
+    check("reasoning_format_none_keeps_tags", m6.get("content") == "<think>\nplan it\n</think>\n\nHello there" and
+          "reasoning_content" not in m6, out6)
+    st7, out7 = post(port, "/v1/chat/completions", dict(base, tool_choice="required"))
+    check("tool_choice_required_refused", st7 == 400 and json.loads(out7)["error"]["param"] == "tool_choice", out7)
+    sys.exit(1 if fails else 0)
+
 def cmd_gguf_template(src, dst, tmpl_file):
     """Copy a GGUF v3 file with tokenizer.chat_template set (the tensor data moves
     as a whole, so the tensor infos' offsets stay as they are)."""
@@ -949,4 +1044,5 @@ if __name__ == "__main__":
     {"text": cmd_text, "sse": cmd_sse, "bad": cmd_bad, "load": cmd_load, "disconnect": cmd_disconnect,
      "queuefull": cmd_queuefull, "features": cmd_features, "prometheus": cmd_prometheus, "slowloris": cmd_slowloris,
      "dropped": cmd_dropped, "soak": cmd_soak, "drain": cmd_drain, "gguf_template": cmd_gguf_template,
-     "hostile": cmd_hostile, "batch": cmd_batch, "prefix": cmd_prefix, "same": cmd_same}[cmd](*args)
+     "hostile": cmd_hostile, "batch": cmd_batch, "prefix": cmd_prefix, "same": cmd_same,
+     "chat_tools": cmd_chat_tools}[cmd](*args)

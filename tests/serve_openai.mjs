@@ -32,6 +32,44 @@ if (port === 'drain') {
   process.exit(failed ? 1 : 0);
 }
 
+// `tools PORT`: a server whose GGUF template takes tools; a grammar steers the
+// tiny model into a Hermes <tool_call> block and a think block. The client must
+// get message.tool_calls (and finish_reason tool_calls), streamed as
+// delta.tool_calls, and reasoning_content beside the content.
+if (port === 'tools') {
+  const [, p] = process.argv.slice(2);
+  const c = new OpenAI({ baseURL: `http://127.0.0.1:${p}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const lit = (t) => '"' + t.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n') + '"';
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'The weather in a city now',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+  const req = { model: 'dspark-tiny', messages: [{ role: 'user', content: 'Weather in Oslo?' }], tools, max_tokens: 120, temperature: 0,
+    grammar: 'root ::= ' + lit('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>') };
+  try {
+    const r = await c.chat.completions.create(req);
+    const call = r.choices[0].message.tool_calls?.[0];
+    check(r.choices[0].finish_reason === 'tool_calls' && call?.type === 'function' && call.function.name === 'get_weather' &&
+          JSON.parse(call.function.arguments).city === 'Oslo' && r.choices[0].message.content === null, 'tool_calls', JSON.stringify(r.choices[0]));
+    let name = '', args = '', finish = null;
+    for await (const ch of await c.chat.completions.create({ ...req, stream: true })) {
+      for (const t of ch.choices[0]?.delta?.tool_calls ?? []) { name += t.function?.name ?? ''; args += t.function?.arguments ?? ''; }
+      finish = ch.choices[0]?.finish_reason ?? finish;
+    }
+    check(name === 'get_weather' && args === call?.function.arguments && finish === 'tool_calls', 'tool_calls_stream', `${name} ${args} ${finish}`);
+    const think = { model: 'dspark-tiny', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 60, temperature: 0,
+      grammar: 'root ::= ' + lit('<think>\nplan it\n</think>\n\nHello there') };
+    const t = await c.chat.completions.create(think);
+    check(t.choices[0].message.reasoning_content === 'plan it' && t.choices[0].message.content === 'Hello there', 'reasoning_content',
+          JSON.stringify(t.choices[0].message));
+    let rs = '', cs = '';
+    for await (const ch of await c.chat.completions.create({ ...think, stream: true })) {
+      rs += ch.choices[0]?.delta?.reasoning_content ?? '';
+      cs += ch.choices[0]?.delta?.content ?? '';
+    }
+    check(rs === 'plan it' && cs === 'Hello there', 'reasoning_content_stream', `${rs} | ${cs}`);
+  } catch (e) { check(false, 'tools', String(e)); }
+  process.exit(failed ? 1 : 0);
+}
+
 const want = JSON.parse(readFileSync(expectedPath, 'utf8'));
 // DSPARK_SERVE_SPEC=0: the server decodes plain when asked for speculative decoding (--gen engine)
 const SPEC = process.env.DSPARK_SERVE_SPEC !== '0';

@@ -8,6 +8,13 @@
  *               character boundary, whatever bytes the client sent
  *   chat        each family detected from template text and rendered in its
  *               format; the templates the server cannot render are refused
+ *   jinja       the template interpreter against jinja2's own output on
+ *               templates in each family's style; hostile templates end in
+ *               one error line within their limits, never a crash or hang
+ *   split       reasoning / content / tool calls out of a reply; a stream
+ *               cut at every byte adds up to the non-streamed message
+ *   jinja_api   a GGUF-style template through the request layer: tools,
+ *               tool messages, tool_calls and reasoning_content replies
  *   schema      JSON Schema -> grammar: instances accepted / refused,
  *               unsupported keywords refused by name
  *   requests    every field: implemented ones read, neutral ones accepted
@@ -17,6 +24,8 @@
 #include "../tools/serve_req.c"
 #include "../tools/serve_chat.c"
 #include "../tools/serve_schema.c"
+#include "../tools/jinja.c"
+#include "jinja_cases.h"
 #include "grammar.h"
 #include "gguf.h"
 #include "testutil.h"
@@ -302,7 +311,7 @@ static int parse(const api_limits *L, int chat, const char *body, api_request *r
 static void test_requests(const dspark_model *m, const dspark_grammar *json) {
     chat_tmpl chat;
     chat_tmpl_init(&chat, NULL, CHAT_CHATML);
-    api_limits L = { m, "dspark-tiny", &chat, 512, 64, 8, json };
+    api_limits L = { m, "dspark-tiny", &chat, 512, 64, 8, json, 1 };
     api_request r;
     api_error e;
     /* defaults: OpenAI's temperature 1 and max_tokens 16; no seed: a random one */
@@ -380,7 +389,7 @@ static void test_requests(const dspark_model *m, const dspark_grammar *json) {
         { 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}", "top_logprobs", 400 },
         { 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": []}]}", "messages", 400 },
         { 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"y\"}]}", "messages", 400 },
-        { 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_format\": \"deepseek\"}", "reasoning_format", 400 },
+        { 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_format\": \"bogus\"}", "reasoning_format", 400 },
         { 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"tools\": 1}}", "chat_template_kwargs", 400 },
         { 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"echo\": true}", "echo", 400 },
     };
@@ -431,7 +440,7 @@ static void test_requests(const dspark_model *m, const dspark_grammar *json) {
 static void test_responses(const dspark_model *m) {
     chat_tmpl chat;
     chat_tmpl_init(&chat, NULL, CHAT_PLAIN);
-    api_limits L = { m, "dspark-tiny", &chat, 512, 64, 8, NULL };
+    api_limits L = { m, "dspark-tiny", &chat, 512, 64, 8, NULL, 1 };
     api_request r;
     api_error e;
     CHECK(!parse(&L, 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"stream\": true, \"logprobs\": true, \"top_logprobs\": 1, "
@@ -471,7 +480,7 @@ static void test_responses(const dspark_model *m) {
 }
 
 static void test_tokenize(const dspark_model *m) {
-    api_limits L = { m, "dspark-tiny", NULL, 512, 64, 8, NULL };
+    api_limits L = { m, "dspark-tiny", NULL, 512, 64, 8, NULL, 1 };
     api_error e;
     char *t = api_tokenize(&L, "{\"content\": \"The river\", \"with_pieces\": true}", 45, &e);
     CHECK(t && strstr(t, "{\"tokens\":[{\"id\":") && strstr(t, "\"piece\":\" river\""), "tokenize: %s", t ? t : e.message);
@@ -488,11 +497,249 @@ static void test_tokenize(const dspark_model *m) {
     PASS("tokenize_endpoints");
 }
 
+
+/* ---- Jinja ------------------------------------------------------------------ */
+static void test_jinja(void) {
+    int ok = 1;
+    for (size_t i = 0; i < sizeof jinja_cases / sizeof jinja_cases[0]; i++) {
+        char err[400];
+        jinja_tmpl *t = jinja_parse(jinja_templates[jinja_cases[i].tmpl], err, sizeof err);
+        CHECK(t != NULL, "case %zu: parse: %s", i, err);
+        if (!t) { ok = 0; continue; }
+        cJSON *vars = cJSON_Parse(jinja_cases[i].vars);
+        size_t n = 0;
+        char *out = jinja_render(t, vars, 1 << 20, &n, err, sizeof err);
+        int good = jinja_cases[i].want ? out && n == strlen(jinja_cases[i].want) && !memcmp(out, jinja_cases[i].want, n)
+                                        : !out && strstr(err, jinja_cases[i].raises) != NULL;
+        CHECK(good, "case %zu (template %d): got %s%s%s", i, jinja_cases[i].tmpl, out ? "\n" : "error: ", out ? out : err, out ? "<<end" : "");
+        ok &= good;
+        free(out);
+        cJSON_Delete(vars);
+        jinja_free(t);
+    }
+    printf("%s jinja_vs_jinja2 cases=%zu\n", ok ? "PASS" : "FAIL", sizeof jinja_cases / sizeof jinja_cases[0]);
+
+    /* hostile templates: each a parse or render error naming why, bounded in time and memory */
+    static const char *const hostile[] = {
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+        "{% set ns = namespace(l=[]) %}{% for i in range(5000) %}{% set ns.l = ns.l + [m, m, i] %}{% endfor %}",
+        "{% for i in range(100000) %}{{ 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' }}{% endfor %}",
+        "{{ range(1000000000) }}", "{{ 'ab' * 3 }}", "{{ 2 ** 100000 }}", "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+        "{% macro g(n) %}{{ g(n) ~ g(n) }}{% endmacro %}{{ g(1) }}", "{% filter upper %}x{% endfilter %}", "{{ x",
+        "{% for x in y %}", "{% endif %}", "{% if %}", "{{ 1 / 0 }}", "{{ 5 % 0 }}", "{{ foo(1) }}", "{{ 'a' | bogus }}",
+        "{% break %}", "{{ m[1:2:0] }}", "{% set m.x = 1 %}", "{{ 1 < 'a' }}", "{{ 'a' in 3 }}", "{% raw %}x{% endraw %}",
+        "{{ raise_exception('no') }}", "{% for a, b in [1, 2] %}{% endfor %}", "{{ 'x'.nomethod() }}", "{{ }}", "{% %}",
+        "{# never closed", "{{ '\\u", "{{ (1, }}", "{{ [1,2,3][:::] }}", "{% set x %}y{% endset %}",
+    };
+    int refused = 0;
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        char err[400] = "";
+        jinja_tmpl *t = jinja_parse(hostile[i], err, sizeof err);
+        char *out = NULL;
+        if (t) {
+            cJSON *vars = cJSON_Parse("{\"m\": [{\"role\": \"user\", \"content\": \"0123456789012345678901234567890123456789\"}]}");
+            out = jinja_render(t, vars, 1 << 20, NULL, err, sizeof err);
+            cJSON_Delete(vars);
+            jinja_free(t);
+        }
+        const int one_line = err[0] && !strchr(err, '\n');
+        CHECK(!out && one_line, "hostile %zu (%s): %s", i, hostile[i], out ? "rendered" : err);
+        refused += !out && one_line;
+        free(out);
+    }
+    /* nesting past the parser's depth */
+    sbuf deep = { 0 };
+    for (int i = 0; i < 5000; i++) sbuf_adds(&deep, "{% if 1 %}");
+    sbuf_adds(&deep, "{{ ");
+    for (int i = 0; i < 5000; i++) sbuf_adds(&deep, "(");
+    sbuf_adds(&deep, "1 }}");
+    char err[400];
+    jinja_tmpl *t = jinja_parse(deep.p, err, sizeof err);
+    CHECK(!t && strstr(err, "nested too deeply"), "deep nesting: %s", t ? "parsed" : err);
+    jinja_free(t);
+    sbuf_free(&deep);
+    printf("%s jinja_hostile refused=%d of %zu, nesting bounded\n", refused == (int)(sizeof hostile / sizeof hostile[0]) ? "PASS" : "FAIL",
+           refused, sizeof hostile / sizeof hostile[0]);
+}
+
+/* ---- the reply's parts ---------------------------------------------------------- */
+static void check_split(const char *text, int think_open, int tools, const char *reasoning, const char *content, int n_calls,
+                        const char *calls_json) {
+    const size_t n = strlen(text);
+    chat_split f;
+    chat_split_text(text, n, 1, think_open, 1, tools, &f);
+    char *cj = f.calls ? cJSON_PrintUnformatted(f.calls) : NULL;
+    CHECK(!strcmp(f.reasoning.p, reasoning) && (content ? !f.content_null && !strcmp(f.content.p, content) : f.content_null) &&
+          f.n_calls == n_calls && (!calls_json || (cj && !strcmp(cj, calls_json))),
+          "split(%s): reasoning '%s' content '%s'%s calls %d %s", text, f.reasoning.p, f.content.p, f.content_null ? " (null)" : "",
+          f.n_calls, cj ? cj : "");
+    free(cj);
+    /* every prefix (a stream cut anywhere) splits into prefixes of the final fields */
+    int prefix_ok = 1;
+    for (size_t cut = 0; cut <= n; cut++) {
+        chat_split p;
+        chat_split_text(text, cut, 0, think_open, 1, tools, &p);
+        prefix_ok &= p.reasoning.len <= f.reasoning.len && !memcmp(p.reasoning.p, f.reasoning.p, p.reasoning.len) &&
+                     p.content.len <= f.content.len && !memcmp(p.content.p, f.content.p, p.content.len) && p.n_calls <= f.n_calls;
+        chat_split_free(&p);
+    }
+    CHECK(prefix_ok, "split(%s): a prefix's split is not a prefix of the final one", text);
+    chat_split_free(&f);
+}
+
+static void test_split(void) {
+    check_split("plain answer\n", 0, 0, "", "plain answer\n", 0, NULL);
+    check_split("<think>\nstep 1\n</think>\n\nThe answer.", 0, 0, "step 1", "The answer.", 0, NULL);
+    check_split("\n<think>a</think>b", 0, 0, "a", "b", 0, NULL);
+    check_split("reasoning only, opened by the prompt\n</think>\n\nDone.", 1, 0, "reasoning only, opened by the prompt", "Done.", 0, NULL);
+    check_split("<think>never closed", 0, 0, "never closed", "", 0, NULL);
+    check_split("text then <think>x</think> stays", 0, 0, "", "text then <think>x</think> stays", 0, NULL);
+    check_split("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>", 0, 1, "", NULL, 1,
+                "[{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}]");
+    check_split("<think>which tool</think>Let me look.\n<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n"
+                "<tool_call>{\"name\": \"b\", \"arguments\": \"{\\\"k\\\": 1}\"}</tool_call>\n", 0, 1, "which tool", "Let me look.", 2,
+                "[{\"name\":\"a\",\"arguments\":\"{}\"},{\"name\":\"b\",\"arguments\":\"{\\\"k\\\": 1}\"}]");
+    check_split("<tool_call>not json</tool_call> after", 0, 1, "", "<tool_call>not json</tool_call> after", 0, NULL);
+    check_split("<tool_call>{\"name\": \"a\"} trailing</tool_call>", 0, 1, "", "<tool_call>{\"name\": \"a\"} trailing</tool_call>", 0, NULL);
+    check_split("open <tool_call>{\"name\": \"a\"", 0, 1, "", "open <tool_call>{\"name\": \"a\"", 0, NULL);
+    check_split("no calls, trailing blanks kept  \n", 0, 1, "", "no calls, trailing blanks kept  \n", 0, NULL);
+    check_split("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>", 0, 0, "", "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>", 0, NULL);
+    PASS("reply_split prefixes=every byte");
+}
+
+/* ---- a template through the request layer --------------------------------------------------- */
+static void test_jinja_api(const dspark_model *m) {
+    chat_tmpl chat;
+    CHECK(!chat_tmpl_load(&chat, jinja_templates[0], CHAT_NONE, 1, m) && chat.jt && !strcmp(chat_tmpl_source(&chat), "jinja"),
+          "load: %s", chat.jinja_why);
+    api_limits L = { m, "dspark-tiny", &chat, 512, 64, 8, NULL, 1 };
+    api_request r;
+    api_error e;
+    static const char *const good[] = {
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Oslo?\"}], \"tools\": [{\"type\": \"function\", \"function\": "
+        "{\"name\": \"get_weather\", \"description\": \"now\", \"parameters\": {\"type\": \"object\"}}}], \"tool_choice\": \"auto\"}",
+        "{\"messages\": [{\"role\": \"developer\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Q\"}]}, "
+        "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": "
+        "{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"42\"}], "
+        "\"chat_template_kwargs\": {\"enable_thinking\": false}}",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        CHECK(!parse(&L, 1, good[i], &r, &e), "jinja request %zu: %s", i, e.message);
+        CHECK(r.n_prompt > 8 && r.tools == (i == 0) && r.reasoning, "jinja request %zu: prompt %d tools %d", i, r.n_prompt, r.tools);
+        api_request_free(&r);
+    }
+    static const struct { const char *body, *param; } bad[] = {
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}", "tools" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "tools" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}", "tool_choice" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": []}]}", "messages" },
+        { "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\", \"tool_calls\": [{\"function\": {\"name\": 3}}]}, "
+          "{\"role\": \"user\", \"content\": \"y\"}]}", "messages" },
+        { "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}", "messages" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"enable_thinking\": 1}}", "chat_template_kwargs" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = parse(&L, 1, bad[i].body, &r, &e);
+        CHECK(rc && e.status == 400 && !strcmp(e.param, bad[i].param), "jinja bad %zu: rc %d param '%s': %s", i, rc, e.param, e.message);
+        if (!rc) api_request_free(&r);
+    }
+    /* a reply with reasoning and a call, whole and streamed byte by byte */
+    CHECK(!parse(&L, 1, good[0], &r, &e), "parse: %s", e.message);
+    r.stream = 1;
+    r.ss = calloc(1, sizeof *r.ss);
+    api_meta meta = { "chatcmpl-9", 1700000000, "dspark-tiny", "canonical" };
+    dspark_stats st;
+    memset(&st, 0, sizeof st);
+    st.n_generated = 5;
+    st.stop = "eog";
+    const char *reply = "<think>use the tool</think>\n\nChecking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+    api_choice c = { 0, reply, strlen(reply), strlen(reply), NULL, 0, "stop", &st, 1 };
+    char *full = api_response_json(&L, &r, &meta, &c, 1);
+    cJSON *j = full ? cJSON_Parse(full) : NULL;
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), *msg = cJSON_GetObjectItem(ch, "message");
+    const cJSON *call = cJSON_GetArrayItem(cJSON_GetObjectItem(msg, "tool_calls"), 0), *fn = cJSON_GetObjectItem(call, "function");
+    CHECK(j && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(ch, "finish_reason")), "tool_calls") &&
+          !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(msg, "content")), "Checking.") &&
+          !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(msg, "reasoning_content")), "use the tool") &&
+          !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(call, "type")), "function") &&
+          !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(call, "id")), "call_9_0_0") &&
+          !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(fn, "name")), "get_weather") &&
+          !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(fn, "arguments")), "{\"city\":\"Oslo\"}"),
+          "tool-call response: %s", full ? full : "");
+    sbuf o = { 0 };
+    for (size_t i = 0; i < strlen(reply); i++) api_stream_delta(&o, &L, &r, &meta, &c, reply + i, 1, i == 0, 0, 0);
+    api_stream_final(&o, &r, &meta, &c);
+    /* the deltas add up to the message */
+    sbuf rs = { 0 }, cs = { 0 };
+    sbuf_add(&rs, "", 0);
+    sbuf_add(&cs, "", 0);
+    int n_calls = 0, finish_ok = 0;
+    for (char *p = o.p; p && (p = strstr(p, "data: ")); p += 6) {
+        char *end = strstr(p, "\n\n");
+        cJSON *ev = end ? cJSON_ParseWithLength(p + 6, (size_t)(end - p - 6)) : NULL;
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(ev, "choices"), 0), *d = cJSON_GetObjectItem(c0, "delta");
+        const char *rp = cJSON_GetStringValue(cJSON_GetObjectItem(d, "reasoning_content")), *cp = cJSON_GetStringValue(cJSON_GetObjectItem(d, "content"));
+        if (rp) sbuf_adds(&rs, rp);
+        if (cp) sbuf_adds(&cs, cp);
+        const cJSON *tc = cJSON_GetArrayItem(cJSON_GetObjectItem(d, "tool_calls"), 0);
+        if (tc) n_calls += cJSON_GetObjectItem(tc, "index") && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "arguments")),
+                                                                       "{\"city\":\"Oslo\"}");
+        const char *fr = cJSON_GetStringValue(cJSON_GetObjectItem(c0, "finish_reason"));
+        if (fr) finish_ok = !strcmp(fr, "tool_calls");
+        cJSON_Delete(ev);
+    }
+    CHECK(!strcmp(rs.p, "use the tool") && !strcmp(cs.p, "Checking.") && n_calls == 1 && finish_ok,
+          "stream adds up: reasoning '%s' content '%s' calls %d finish %d", rs.p, cs.p, n_calls, finish_ok);
+    sbuf_free(&rs);
+    sbuf_free(&cs);
+    sbuf_free(&o);
+    cJSON_Delete(j);
+    free(full);
+    api_request_free(&r);
+    /* reasoning_format none: the tags stay in the content */
+    CHECK(!parse(&L, 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_format\": \"none\"}", &r, &e), "parse: %s", e.message);
+    api_choice c2 = { 0, "<think>a</think>b", 17, 17, NULL, 0, "stop", &st, 1 };
+    full = api_response_json(&L, &r, &meta, &c2, 1);
+    CHECK(full && strstr(full, "\"content\":\"<think>a</think>b\"") && !strstr(full, "reasoning_content"), "reasoning none: %s", full ? full : "");
+    free(full);
+    api_request_free(&r);
+    chat_tmpl_free(&chat);
+    /* bos_token / eos_token spelled as the vocabulary has them: the
+     * Mistral-style template puts eos after each answer, which must
+     * tokenize to the EOS id itself */
+    chat_tmpl ms;
+    CHECK(!chat_tmpl_load(&ms, jinja_templates[2], CHAT_NONE, 1, m) && ms.jt && ms.eos_text && !strcmp(ms.eos_text, "<|endoftext|>"),
+          "mistral-style load: %s eos '%s'", ms.jinja_why, ms.eos_text ? ms.eos_text : "(null)");
+    api_limits LM = { m, "dspark-tiny", &ms, 512, 64, 8, NULL, 1 };
+    CHECK(!parse(&LM, 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
+                         "{\"role\": \"user\", \"content\": \"c\"}]}", &r, &e), "mistral-style request: %s", e.message);
+    int n_eos = 0;
+    for (int i = 0; i < r.n_prompt; i++) n_eos += r.prompt[i] == dspark_model_eos(m);
+    CHECK(r.n_prompt > 0 && r.prompt[0] == dspark_model_eos(m) && n_eos == 2, "bos + eos as ids: first %d, %d of them",
+          r.n_prompt ? r.prompt[0] : -1, n_eos);
+    api_request_free(&r);
+    CHECK(parse(&LM, 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"c\"}]}", &r, &e) &&
+          e.status == 400 && strstr(e.message, "roles must alternate"), "raise_exception -> 400: %s", e.message);
+    chat_tmpl_free(&ms);
+    /* a template this interpreter refuses: the built-in family stays, and says why */
+    chat_tmpl fb;
+    chat_tmpl_load(&fb, "{% filter upper %}x{% endfilter %}<|im_start|>{{ messages[0].content }}<|im_end|>", CHAT_NONE, 1, m);
+    CHECK(!fb.jt && fb.kind == CHAT_CHATML && strstr(fb.jinja_why, "filter") && !strcmp(chat_tmpl_source(&fb), "builtin"), "fallback: %s", fb.jinja_why);
+    chat_tmpl_free(&fb);
+    chat_tmpl_load(&fb, jinja_templates[0], CHAT_NONE, 0, m);
+    CHECK(!fb.jt && !strcmp(fb.jinja_why, "--no-jinja"), "--no-jinja: %s", fb.jinja_why);
+    chat_tmpl_free(&fb);
+    PASS("jinja_api tools, tool messages, tool_calls, reasoning_content, stream == whole, fallback");
+}
+
 int main(void) {
     test_utf8();
     test_stop();
     test_errors();
     test_chat();
+    test_jinja();
+    test_split();
     test_schema();
     dspark_model_params mp;
     dspark_model_params_default(&mp);
@@ -506,6 +753,7 @@ int main(void) {
         test_requests(m, json);
         test_responses(m);
         test_tokenize(m);
+        test_jinja_api(m);
         dspark_grammar_free(json);
         dspark_model_free(m);
     }

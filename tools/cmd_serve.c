@@ -586,6 +586,7 @@ static char *props_json(const server *s) {
     const char *t = dspark_model_chat_template(s->model);
     cJSON_AddItemToObject(root, "chat_template", api_str(t ? t : "", t ? strlen(t) : 0));
     cJSON_AddStringToObject(root, "chat_template_kind", chat_kind_name(s->chat.kind));
+    cJSON_AddStringToObject(root, "chat_template_source", chat_tmpl_source(&s->chat));
     cJSON_AddNumberToObject(root, "eos_token", dspark_model_eos(s->model));
     char b[64];
     snprintf(b, sizeof b, "dspark %s", dspark_version());
@@ -1124,6 +1125,8 @@ static void usage(void) {
            "  --chat-template T         auto (default: detected from the GGUF's template), or chatml, qwen3, llama3,\n"
            "                            llama2, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7, gemma, deepseek,\n"
            "                            deepseek2, deepseek3, phi3, phi4, plain\n"
+           "  --jinja / --no-jinja       interpret the GGUF's Jinja template (default), or use the built-in family only\n"
+           "  --reasoning-format F      deepseek (default: <think>..</think> -> reasoning_content) or none\n"
            "  --device NAME             cpu (default) or a device this build has\n"
            "  --kernels SET / --fast F,.. / --canonical F,..   kernel set of every context\n"
            "  -v                        log each request on stderr\n"
@@ -1150,6 +1153,7 @@ static int split_origins(server *s, const char *list) {
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *draft_path = NULL, *host = "127.0.0.1", *api_key = NULL, *device = NULL, *cors = NULL;
     const char *tmpl = "auto";
+    int jinja = 1, reasoning = 1;
     long port = 8080, parallel = -1, threads = 2, n_ctx = 0, max_tokens = 512, max_body = 1 << 20, queue = 64, max_conn = 1024,
          per_ip = 128, http_threads = 2, max_n = -1, batch = 512, ubatch = 64, kv_pages = 0;
     int engine = 1, cache_prompt = 1;
@@ -1190,6 +1194,12 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--drain-timeout")) drain_timeout = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 86400.0f);
         else if (!strcmp(a, "--cors-origins")) cors = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--chat-template")) tmpl = cli_value(C, argc, argv, &i);
+        else if (!strcmp(a, "--jinja") || !strcmp(a, "--no-jinja")) jinja = a[2] == 'j';
+        else if (!strcmp(a, "--reasoning-format")) {
+            const char *v = cli_value(C, argc, argv, &i);
+            if (strcmp(v, "deepseek") && strcmp(v, "none") && strcmp(v, "auto")) cli_die(C, "--reasoning-format must be deepseek, auto or none; got '%s'", v);
+            reasoning = strcmp(v, "none") != 0;
+        }
         else if (!strcmp(a, "--device")) device = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "-v")) verbose = 1;
         else if (cli_kernel_flag(C, argc, argv, &i, &kf)) {}
@@ -1249,10 +1259,11 @@ int cmd_serve(int argc, char **argv) {
     if (!s->gen) { freeaddrinfo(ai); dspark_model_free(s->model); cli_die(C, "%s", err.message); }
     s->json_object = dspark_grammar_new(s->model, dspark_grammar_json_object(), strlen(dspark_grammar_json_object()), &err);
     if (!s->json_object) { freeaddrinfo(ai); sgen_free(s->gen); dspark_model_free(s->model); cli_die(C, "%s", err.message); }
-    chat_tmpl_init(&s->chat, dspark_model_chat_template(s->model), forced);   /* CHAT_NONE: chat requests get its why */
+    /* the GGUF's Jinja when it renders, else the built-in family (CHAT_NONE: chat requests get its why) */
+    chat_tmpl_load(&s->chat, dspark_model_chat_template(s->model), forced, jinja, s->model);
     s->kernels = sgen_kernels(s->gen);
     s->model_path = model_path;
-    s->L = (api_limits){ s->model, dspark_model_name(s->model), &s->chat, sgen_n_ctx(s->gen), 0, (int)max_n, s->json_object };
+    s->L = (api_limits){ s->model, dspark_model_name(s->model), &s->chat, sgen_n_ctx(s->gen), 0, (int)max_n, s->json_object, reasoning };
     s->L.max_tokens_limit = (int)(max_tokens < s->L.n_ctx - 1 ? max_tokens : s->L.n_ctx - 1);
     s->api_key = api_key;
     s->verbose = verbose;
@@ -1301,7 +1312,10 @@ int cmd_serve(int argc, char **argv) {
         if (engine && dspark_model_has_drafter(s->model))
             fprintf(stderr, "dspark serve: speculative requests run batched rounds (drafts per step measured per batch size); "
                             "requests with logprobs, penalties, logit_bias or a grammar decode plain (the same tokens)\n");
-        if (s->chat.kind == CHAT_NONE) fprintf(stderr, "dspark serve: chat requests will be refused: %s\n", s->chat.why);
+        fprintf(stderr, "dspark serve: chat_template_source=%s family=%s reasoning_format=%s%s%s%s\n", chat_tmpl_source(&s->chat),
+                chat_kind_name(s->chat.kind), reasoning ? "deepseek" : "none", s->chat.jinja_why[0] ? " jinja_unused=\"" : "",
+                s->chat.jinja_why, s->chat.jinja_why[0] ? "\"" : "");
+        if (!s->chat.jt && s->chat.kind == CHAT_NONE) fprintf(stderr, "dspark serve: chat requests will be refused: %s\n", s->chat.why);
         fflush(stderr);
         int sig = 0;
         sigwait(&sigs, &sig);

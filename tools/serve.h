@@ -62,6 +62,12 @@ typedef struct {
     char *date;                     /* ... its default date_string, or NULL       */
     int   date_now;                 /* ... or today's date (strftime_now)         */
     char  why[400];                 /* CHAT_NONE: why                             */
+    /* The GGUF's template interpreted (tools/jinja.h), when it parses and
+     * renders a probe conversation; the built-in family above otherwise. */
+    struct jinja_tmpl *jt;
+    char *bos_text, *eos_text;      /* bos_token / eos_token as the vocabulary spells them ("" unknown) */
+    int   jinja_bos;                /* the template starts with bos_token and its text is unknown: BOS is added */
+    char  jinja_why[300];           /* why the Jinja template is not used ("" when it is) */
 } chat_tmpl;
 
 typedef struct {
@@ -75,6 +81,39 @@ chat_kind   chat_kind_from_name(const char *name);
 /* What a GGUF template is; forced (CHAT_NONE: detect). 0, or -1 with
  * t->why (no template, or one this server cannot render faithfully). */
 int  chat_tmpl_init(chat_tmpl *t, const char *gguf_template, chat_kind forced);
+/* chat_tmpl_init, then (jinja on, nothing forced, a template present) the
+ * template interpreted: parsed, bos/eos spelled from the vocabulary, and a
+ * probe conversation rendered; on any failure jinja_why says why and the
+ * built-in family stays in charge. 0 when chat requests can be served. */
+int  chat_tmpl_load(chat_tmpl *t, const char *gguf_template, chat_kind forced, int jinja, const dspark_model *m);
+/* "jinja", "builtin" or "none" */
+const char *chat_tmpl_source(const chat_tmpl *t);
+/* The prompt of a conversation through the interpreted template: messages
+ * (normalised OpenAI messages), tools (or NULL) and extra variables
+ * (chat_template_kwargs, or NULL). *add_bos: whether the caller adds BOS.
+ * 0, or -1 with why (raise_exception's message, a limit). */
+struct cJSON;
+int chat_render_jinja(const chat_tmpl *t, const struct cJSON *messages, const struct cJSON *tools, const struct cJSON *kwargs,
+                      sbuf *out, int *add_bos, char *why, size_t whylen);
+
+/* ---- the reply's parts (serve_chat.c) ---------------------------------------------
+ * llama-server's --reasoning-format deepseek and its Hermes / Qwen tool-call
+ * parser: text between <think> and </think> at the start of the reply (or
+ * from the start, when the prompt opened the think block) is the
+ * reasoning; each <tool_call>{"name": .., "arguments": ..}</tool_call> is a
+ * tool call; the rest is the content. Not final (a stream): what could
+ * still change (a partial tag, an open call, trailing blanks that a tag may
+ * follow) is held back, so every field of a prefix's split is a prefix of
+ * the final split's field: a stream's deltas add up to the non-streamed
+ * message exactly. */
+typedef struct {
+    sbuf   reasoning, content;
+    struct cJSON *calls;            /* [{"name": s, "arguments": JSON text}], or NULL */
+    int    n_calls;
+    int    content_null;            /* final, tool calls and blank content: null */
+} chat_split;
+void chat_split_text(const char *text, size_t n, int final, int think_open, int reasoning, int tools, chat_split *out);
+void chat_split_free(chat_split *s);
 void chat_tmpl_free(chat_tmpl *t);
 /* The prompt text of a conversation that ends with a user message (or a
  * system one), plus the generation prompt. enable_thinking: Qwen3's switch
@@ -137,6 +176,10 @@ typedef struct {
     dspark_grammar *grammar;        /* owned unless it is the server's shared one */
     int      grammar_shared;
     const char *format;             /* "text", "json_object", "json_schema", "grammar" */
+    int      reasoning;             /* split <think>..</think> into reasoning_content */
+    int      think_open;            /* the prompt ends inside a think block   */
+    int      tools;                 /* parse <tool_call> blocks into tool_calls */
+    struct api_stream_state *ss;    /* owned: streamed chat, one per choice   */
     dspark_gen_params gp;           /* on_token etc. set by the server          */
 } api_request;
 
@@ -148,6 +191,7 @@ typedef struct {
     int         max_tokens_limit;
     int         max_n;              /* largest n                                */
     const dspark_grammar *json_object;   /* compiled once at start           */
+    int         reasoning;          /* --reasoning-format: 1 deepseek (default), 0 none */
 } api_limits;
 
 /* Parse and validate a request body. 0, or -1 with e filled (status 4xx).

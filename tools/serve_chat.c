@@ -30,10 +30,13 @@
  *   plain     SYSTEM\n\nUser: TEXT\nAssistant: ...\nAssistant:  (--chat-template only) */
 #include "serve.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "jinja.h"
 
 static const char *const kind_names[CHAT_KIND_COUNT] = {
     "none", "chatml", "qwen3", "llama3", "llama2", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7",
@@ -79,6 +82,11 @@ void chat_tmpl_free(chat_tmpl *t) {
     free(t->knowledge);
     free(t->date);
     t->default_system = t->knowledge = t->date = NULL;
+    jinja_free(t->jt);
+    free(t->bos_text);
+    free(t->eos_text);
+    t->jt = NULL;
+    t->bos_text = t->eos_text = NULL;
 }
 
 /* Family-level properties once the kind is known. */
@@ -352,4 +360,240 @@ int chat_render(const chat_tmpl *t, const chat_msg *m, int n, int enable_thinkin
         break;
     }
     return 0;
+}
+
+/* ========================================================================
+ * The GGUF's template, interpreted (tools/jinja.h)
+ * ===================================================================== */
+
+/* A rendered prompt may be long (a system prompt and a tools list on every
+ * request) but not unbounded. */
+enum { JINJA_MAX_OUT = 4 << 20 };
+
+/* Stand-ins for bos_token / eos_token whose text the vocabulary does not
+ * say: bytes no tokenizer input holds, found and dealt with after rendering. */
+#define BOS_MARK "\x01\x02" "dspark-bos" "\x02\x01"
+#define EOS_MARK "\x01\x02" "dspark-eos" "\x02\x01"
+
+/* The text of a control token: the spelling among the usual ones that
+ * tokenizes (specials parsed) to exactly that id. "" when none does. */
+static char *special_text(const dspark_model *m, int32_t id) {
+    static const char *const cand[] = {
+        "<s>", "</s>", "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|im_start|>",
+        "<bos>", "<eos>", "<|end|>", "<|startoftext|>", "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+        "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "<|EOT|>", "<end_of_turn>", NULL,
+    };
+    for (int i = 0; id >= 0 && m && cand[i]; i++) {
+        int32_t out[4];
+        dspark_error e;
+        if (dspark_tokenize(m, cand[i], strlen(cand[i]), 0, 1, out, 4, &e) == 1 && out[0] == id) return strdup(cand[i]);
+    }
+    return strdup("");
+}
+
+static int count_of(const char *s, const char *w) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, w)); p += strlen(w)) n++;
+    return n;
+}
+
+int chat_render_jinja(const chat_tmpl *t, const cJSON *messages, const cJSON *tools, const cJSON *kwargs, sbuf *out, int *add_bos,
+                      char *why, size_t wl) {
+    if (!t->jt) { snprintf(why, wl, "the chat template is not interpreted"); return -1; }
+    cJSON *v = cJSON_CreateObject();
+    if (!v) { snprintf(why, wl, "out of memory"); return -1; }
+    for (const cJSON *k = kwargs ? kwargs->child : NULL; k; k = k->next)
+        cJSON_AddItemToObject(v, k->string, cJSON_Duplicate(k, 1));
+    /* the request's own variables win over same-named kwargs */
+    static const char *const own[] = { "messages", "tools", "add_generation_prompt", "bos_token", "eos_token", NULL };
+    for (int i = 0; own[i]; i++) cJSON_DeleteItemFromObjectCaseSensitive(v, own[i]);
+    cJSON_AddItemToObject(v, "messages", cJSON_Duplicate(messages, 1));
+    cJSON_AddItemToObject(v, "tools", tools ? cJSON_Duplicate(tools, 1) : cJSON_CreateNull());
+    cJSON_AddBoolToObject(v, "add_generation_prompt", 1);
+    cJSON_AddStringToObject(v, "bos_token", t->bos_text && t->bos_text[0] ? t->bos_text : BOS_MARK);
+    cJSON_AddStringToObject(v, "eos_token", t->eos_text && t->eos_text[0] ? t->eos_text : EOS_MARK);
+    size_t n = 0;
+    char err[400];
+    char *text = jinja_render(t->jt, v, JINJA_MAX_OUT, &n, err, sizeof err);
+    cJSON_Delete(v);
+    if (!text) { snprintf(why, wl, "%s", err); return -1; }
+    size_t skip = 0;
+    *add_bos = 0;
+    if (strstr(text, EOS_MARK)) {
+        snprintf(why, wl, "the chat template writes eos_token, whose text this model's vocabulary does not spell");
+        free(text);
+        return -1;
+    }
+    if (strstr(text, BOS_MARK)) {      /* only as the very first thing: then it is the BOS the caller adds */
+        if (strncmp(text, BOS_MARK, strlen(BOS_MARK)) || count_of(text, BOS_MARK) != 1) {
+            snprintf(why, wl, "the chat template writes bos_token inside the conversation, and this model's vocabulary does not spell it");
+            free(text);
+            return -1;
+        }
+        skip = strlen(BOS_MARK);
+        *add_bos = 1;
+    }
+    sbuf_add(out, text + skip, n - skip);
+    free(text);
+    return 0;
+}
+
+const char *chat_tmpl_source(const chat_tmpl *t) { return t->jt ? "jinja" : t->kind != CHAT_NONE ? "builtin" : "none"; }
+
+int chat_tmpl_load(chat_tmpl *t, const char *src, chat_kind forced, int jinja, const dspark_model *m) {
+    int rc = chat_tmpl_init(t, src, forced);
+    if (forced != CHAT_NONE) { snprintf(t->jinja_why, sizeof t->jinja_why, "--chat-template names a built-in"); return rc; }
+    if (!src) { snprintf(t->jinja_why, sizeof t->jinja_why, "the model has no chat template"); return rc; }
+    if (!jinja) { snprintf(t->jinja_why, sizeof t->jinja_why, "--no-jinja"); return rc; }
+    char err[300];
+    jinja_tmpl *jt = jinja_parse(src, err, sizeof err);
+    if (!jt) { snprintf(t->jinja_why, sizeof t->jinja_why, "%s", err); return rc; }
+    t->jt = jt;
+    int32_t bos[2];
+    dspark_error de;
+    t->bos_text = dspark_tokenize(m, "", 0, 1, 0, bos, 2, &de) == 1 ? special_text(m, bos[0]) : strdup("");
+    t->eos_text = special_text(m, dspark_model_eos(m));
+    /* a probe conversation: the template must render it (a template that
+     * needs what this interpreter lacks fails here, not on a user's request) */
+    cJSON *msgs = cJSON_Parse("[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"U1\"},"
+                              "{\"role\":\"assistant\",\"content\":\"A\"},{\"role\":\"user\",\"content\":\"U2\"}]");
+    sbuf probe = { 0 };
+    int add_bos = 0;
+    char why[300];
+    int prc = msgs && t->bos_text && t->eos_text ? chat_render_jinja(t, msgs, NULL, NULL, &probe, &add_bos, why, sizeof why) : -1;
+    if (prc && msgs) {      /* a template without a system role (it raises): probe without one */
+        cJSON_DeleteItemFromArray(msgs, 0);
+        char why2[300];
+        sbuf_free(&probe);
+        if (!chat_render_jinja(t, msgs, NULL, NULL, &probe, &add_bos, why2, sizeof why2)) prc = 0;
+    }
+    if (!prc && (probe.oom || !probe.p || !strstr(probe.p, "U2"))) {
+        prc = -1;
+        snprintf(why, sizeof why, "the template's probe render lacks the last user message");
+    }
+    if (!msgs || !t->bos_text || !t->eos_text) snprintf(why, sizeof why, "out of memory");
+    if (!prc) {
+        t->jinja_bos = add_bos;
+        t->jinja_why[0] = 0;
+        rc = 0;
+    } else {
+        snprintf(t->jinja_why, sizeof t->jinja_why, "%s", why);
+        jinja_free(t->jt);
+        t->jt = NULL;
+    }
+    sbuf_free(&probe);
+    cJSON_Delete(msgs);
+    return rc;
+}
+
+/* ========================================================================
+ * The reply's parts: reasoning, content, tool calls
+ * ===================================================================== */
+
+static int blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* how many bytes at the end of s[0..n) are a proper prefix of tag */
+static size_t partial_tag(const char *s, size_t n, const char *tag) {
+    const size_t k = strlen(tag);
+    for (size_t l = k - 1 < n ? k - 1 : n; l > 0; l--)
+        if (!memcmp(s + n - l, tag, l)) return l;
+    return 0;
+}
+
+static const char *find(const char *s, size_t n, const char *w) {
+    const size_t k = strlen(w);
+    for (size_t i = 0; i + k <= n; i++)
+        if (s[i] == w[0] && !memcmp(s + i, w, k)) return s + i;
+    return NULL;
+}
+
+/* a tool call's JSON: {"name": string, "arguments": value} -> an entry of calls */
+static int add_call(chat_split *o, const char *s, size_t n) {
+    while (n && blank(*s)) s++, n--;
+    while (n && blank(s[n - 1])) n--;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+    if (j && end) {                                 /* one value, nothing after it */
+        while (end < s + n && blank(*end)) end++;
+        if (end != s + n) { cJSON_Delete(j); j = NULL; }
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name"), *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
+    if (!args) args = cJSON_GetObjectItemCaseSensitive(j, "parameters");
+    int ok = 0;
+    if (cJSON_IsObject(j) && cJSON_IsString(name) && name->valuestring[0]) {
+        char *a = !args ? strdup("{}") : cJSON_IsString(args) ? strdup(args->valuestring) : cJSON_PrintUnformatted(args);
+        cJSON *c = a ? cJSON_CreateObject() : NULL;
+        if (!o->calls) o->calls = cJSON_CreateArray();
+        if (c && o->calls) {
+            cJSON_AddStringToObject(c, "name", name->valuestring);
+            cJSON_AddStringToObject(c, "arguments", a);
+            cJSON_AddItemToArray(o->calls, c);
+            o->n_calls++;
+            ok = 1;
+        } else {
+            cJSON_Delete(c);
+            o->content.oom = 1;
+        }
+        free(a);
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+void chat_split_text(const char *text, size_t n, int final, int think_open, int reasoning, int tools, chat_split *o) {
+    memset(o, 0, sizeof *o);
+    sbuf_add(&o->reasoning, "", 0);
+    sbuf_add(&o->content, "", 0);
+    size_t p = 0;
+    if (reasoning) {
+        size_t q = 0, start = 0;
+        while (q < n && blank(text[q])) q++;
+        int in_think = think_open;
+        if (!in_think && n - q >= 7 && !memcmp(text + q, "<think>", 7)) { in_think = 1; start = q + 7; }
+        else if (!in_think && !final && (q == n || (n - q < 7 && !memcmp(text + q, "<think>", n - q)))) return;   /* may still open */
+        if (in_think) {
+            const char *e = find(text + start, n - start, "</think>");
+            size_t a = start, b = e ? (size_t)(e - text) : final ? n : n - partial_tag(text + start, n - start, "</think>");
+            while (a < b && blank(text[a])) a++;
+            while (b > a && blank(text[b - 1])) b--;
+            sbuf_add(&o->reasoning, text + a, b - a);
+            if (!e) return;
+            p = (size_t)(e - text) + 8;
+            while (p < n && blank(text[p])) p++;
+        }
+    }
+    if (!tools) {
+        sbuf_add(&o->content, text + p, n - p);
+        return;
+    }
+    for (;;) {
+        const char *k = find(text + p, n - p, "<tool_call>");
+        if (!k) {
+            size_t b = final ? n : n - partial_tag(text + p, n - p, "<tool_call>");
+            sbuf_add(&o->content, text + p, b - p);
+            break;
+        }
+        const size_t kk = (size_t)(k - text);
+        const char *e = find(text + kk + 11, n - kk - 11, "</tool_call>");
+        if (!e) {                                   /* open: held, or (final) text */
+            sbuf_add(&o->content, text + p, (final ? n : kk) - p);
+            break;
+        }
+        const size_t ee = (size_t)(e - text) + 12;
+        if (add_call(o, text + kk + 11, (size_t)(e - text) - kk - 11)) sbuf_add(&o->content, text + p, kk - p);
+        else sbuf_add(&o->content, text + p, ee - p);    /* not a call: kept as text */
+        p = ee;
+    }
+    /* trailing blanks may precede a call: held while streaming; dropped
+     * when the reply has calls */
+    if (!final || o->n_calls)
+        while (o->content.len && blank(o->content.p[o->content.len - 1])) o->content.p[--o->content.len] = 0;
+    o->content_null = final && o->n_calls && !o->content.len;
+}
+
+void chat_split_free(chat_split *s) {
+    sbuf_free(&s->reasoning);
+    sbuf_free(&s->content);
+    cJSON_Delete(s->calls);
+    memset(s, 0, sizeof *s);
 }

@@ -356,16 +356,16 @@ static int a_string(const cJSON *o, const char *k, api_error *e) {
 }
 
 /* The fields this server does not implement, each only at its neutral value. */
-static int neutral_fields(const cJSON *o, const api_request *r, api_error *e) {
+static int neutral_fields(const cJSON *o, const api_request *r, int jinja, api_error *e) {
     static const char *const none_auto[] = { "none", "auto", NULL }, *const tiers[] = { "auto", "default", NULL },
-                             *const rf_none[] = { "none", NULL };
+                             *const rf_none[] = { "none", "deepseek", "auto", NULL };
     long long k = 1;
     if (get_int(o, "best_of", 1, 128, &k, e)) return -1;
     if (k != 1 && k != r->n) { BAD("best_of", "'best_of' must be 1 or equal to 'n' (no server-side ranking)"); return -1; }
     if (neutral(o, "suffix", NV_EMPTY_STRING, 0, "no fill-in-the-middle: only \"\"", e) ||
-        neutral(o, "tools", NV_EMPTY_ARRAY, 0, "no tool calls: only []", e) ||
-        neutral(o, "functions", NV_EMPTY_ARRAY, 0, "no function calls: only []", e) ||
-        one_of(o, "tool_choice", none_auto, "\"none\" or \"auto\" (no tools)", e) ||
+        (!jinja && neutral(o, "tools", NV_EMPTY_ARRAY, 0, "tool calls need the model's own chat template (Jinja): only [] here", e)) ||
+        neutral(o, "functions", NV_EMPTY_ARRAY, 0, "no legacy function calls: only []; use 'tools'", e) ||
+        one_of(o, "tool_choice", none_auto, "\"none\" or \"auto\" (no forced tool calls)", e) ||
         one_of(o, "function_call", none_auto, "\"none\" or \"auto\" (no functions)", e) ||
         neutral(o, "audio", NV_NULL, 0, "text only", e) || neutral(o, "prediction", NV_NULL, 0, "no predicted outputs", e) ||
         neutral(o, "reasoning_effort", NV_NULL, 0, "no reasoning effort control", e) ||
@@ -383,7 +383,7 @@ static int neutral_fields(const cJSON *o, const api_request *r, api_error *e) {
         neutral(o, "return_tokens", NV_FALSE, 0, "only false", e) ||
         neutral(o, "samplers", NV_NULL, 0, "the order is fixed: temperature, top_k, top_p, min_p", e) ||
         neutral(o, "t_max_predict_ms", NV_NUM, 0, "only 0", e) ||
-        one_of(o, "reasoning_format", rf_none, "\"none\" (the reply keeps its thinking tags)", e))
+        one_of(o, "reasoning_format", rf_none, "\"none\" (the reply keeps its thinking tags), \"deepseek\" or \"auto\" (reasoning_content)", e))
         return -1;
     const cJSON *v;
     double d = 0;
@@ -499,10 +499,155 @@ static char *message_content(const cJSON *m, int idx, api_error *e) {
     return b.p;
 }
 
+/* the prompt ends inside an open think block (DeepSeek-R1's "<think>\n"):
+ * the reply starts with reasoning */
+static int ends_in_think(const char *p, size_t n) {
+    while (n && (p[n - 1] == ' ' || p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == '\t')) n--;
+    return n >= 7 && !memcmp(p + n - 7, "<think>", 7);
+}
+
+/* tools: [{"type": "function", "function": {"name": s, "description"?: s, "parameters"?: {}}}] */
+static int check_tools(const cJSON *tools, api_error *e) {
+    if (!cJSON_IsArray(tools)) { BAD("tools", "'tools' must be an array"); return -1; }
+    int i = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, i++) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(t, "type"), *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name"), *ds = cJSON_GetObjectItemCaseSensitive(f, "description"),
+                    *pa = cJSON_GetObjectItemCaseSensitive(f, "parameters");
+        if (!cJSON_IsObject(t) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "function") || !cJSON_IsObject(f) ||
+            !cJSON_IsString(nm) || !nm->valuestring[0] || (ds && !cJSON_IsString(ds)) || (pa && !cJSON_IsObject(pa))) {
+            BAD("tools", "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": string, \"description\"?: string, "
+                         "\"parameters\"?: object}}", i);
+            return -1;
+        }
+    }
+    if (i > 512) { BAD("tools", "too many tools (%d, at most 512)", i); return -1; }
+    return 0;
+}
+
+/* A message for the template: role (developer -> system), content as one
+ * string (text parts joined) or null, and the tool-call fields; a call's
+ * arguments given as a JSON object text become that object (templates
+ * print them with tojson, as the model saw them in training). */
+static cJSON *jinja_message(const cJSON *m, int i, api_error *e) {
+    if (!cJSON_IsObject(m)) { BAD("messages", "messages[%d] must be an object", i); return NULL; }
+    static const char *const keys[] = { "role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content", NULL };
+    for (const cJSON *it = m->child; it; it = it->next) {
+        int ok = 0;
+        for (int k = 0; keys[k] && !ok; k++) ok = !strcmp(it->string, keys[k]);
+        if (!ok) {
+            BAD("messages", "messages[%d].%.60s is not supported (role, content, name, tool_calls, tool_call_id, reasoning_content)", i, it->string);
+            return NULL;
+        }
+    }
+    const cJSON *ro = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+    static const char *const roles[] = { "system", "developer", "user", "assistant", "tool", NULL };
+    int known = 0;
+    for (int k = 0; cJSON_IsString(ro) && roles[k] && !known; k++) known = !strcmp(ro->valuestring, roles[k]);
+    if (!known) { BAD("messages", "messages[%d].role must be \"system\", \"developer\", \"user\", \"assistant\" or \"tool\"", i); return NULL; }
+    const int asst = !strcmp(ro->valuestring, "assistant");
+    for (int k = 2; k < 6; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, keys[k]);
+        if (v && k != 3 && !cJSON_IsString(v) && !cJSON_IsNull(v)) { BAD("messages", "messages[%d].%s must be a string", i, keys[k]); return NULL; }
+    }
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    if (tc && !cJSON_IsNull(tc) && (!asst || !cJSON_IsArray(tc))) {
+        BAD("messages", "messages[%d].tool_calls must be an array, on an assistant message", i);
+        return NULL;
+    }
+    cJSON *out = cJSON_CreateObject();
+    if (!out) { OOM(); return NULL; }
+    cJSON_AddStringToObject(out, "role", !strcmp(ro->valuestring, "developer") ? "system" : ro->valuestring);
+    if ((!c || cJSON_IsNull(c)) && asst) cJSON_AddNullToObject(out, "content");
+    else {
+        char *text = message_content(m, i, e);
+        if (!text) { cJSON_Delete(out); return NULL; }
+        cJSON_AddStringToObject(out, "content", text);
+        free(text);
+    }
+    for (int k = 2; k < 6; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, keys[k]);
+        if (k != 3 && cJSON_IsString(v)) cJSON_AddStringToObject(out, keys[k], v->valuestring);
+    }
+    if (cJSON_IsArray(tc) && tc->child) {
+        cJSON *calls = cJSON_AddArrayToObject(out, "tool_calls");
+        int j = 0;
+        for (const cJSON *t = tc->child; t; t = t->next, j++) {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(t, "id"), *ty = cJSON_GetObjectItemCaseSensitive(t, "type"),
+                        *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name"), *ar = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+            if (!cJSON_IsObject(t) || (id && !cJSON_IsString(id)) || (ty && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function"))) ||
+                !cJSON_IsObject(f) || !cJSON_IsString(nm) || (ar && !cJSON_IsString(ar) && !cJSON_IsObject(ar))) {
+                BAD("messages", "messages[%d].tool_calls[%d] must be {\"id\": string, \"type\": \"function\", \"function\": "
+                                "{\"name\": string, \"arguments\": string}}", i, j);
+                cJSON_Delete(out);
+                return NULL;
+            }
+            cJSON *call = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+            cJSON_AddItemToArray(calls, call);
+            if (id) cJSON_AddStringToObject(call, "id", id->valuestring);
+            cJSON_AddStringToObject(call, "type", "function");
+            cJSON_AddItemToObject(call, "function", fn);
+            cJSON_AddStringToObject(fn, "name", nm->valuestring);
+            cJSON *args = NULL;
+            if (cJSON_IsString(ar)) {
+                args = cJSON_Parse(ar->valuestring);
+                if (!cJSON_IsObject(args)) { cJSON_Delete(args); args = cJSON_CreateString(ar->valuestring); }
+            } else args = ar ? cJSON_Duplicate(ar, 1) : cJSON_CreateObject();
+            cJSON_AddItemToObject(fn, "arguments", args);
+        }
+    }
+    return out;
+}
+
+static int parse_messages_jinja(const api_limits *L, const cJSON *o, const cJSON *ms, api_request *r, api_error *e) {
+    const cJSON *tools = field(o, "tools"), *choice = field(o, "tool_choice"), *kw = field(o, "chat_template_kwargs");
+    if (tools && check_tools(tools, e)) return -1;
+    if (tools && !tools->child) tools = NULL;
+    if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) tools = NULL;   /* OpenAI: no calls */
+    r->tools = tools != NULL;
+    if (kw) {
+        if (!cJSON_IsObject(kw)) { BAD("chat_template_kwargs", "'chat_template_kwargs' must be an object"); return -1; }
+        const cJSON *et = cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking");
+        if (et && !cJSON_IsBool(et)) { BAD("chat_template_kwargs", "chat_template_kwargs.enable_thinking must be a boolean"); return -1; }
+    }
+    const int n = cJSON_GetArraySize(ms);
+    if (n > 4096) { BAD("messages", "too many messages (%d, at most 4096)", n); return -1; }
+    cJSON *msgs = cJSON_CreateArray();
+    if (!msgs) { OOM(); return -1; }
+    int i = 0, rc = -1;
+    for (const cJSON *m = ms->child; m; m = m->next, i++) {
+        cJSON *x = jinja_message(m, i, e);
+        if (!x) goto out;
+        cJSON_AddItemToArray(msgs, x);
+    }
+    const cJSON *last = cJSON_GetArrayItem(msgs, n - 1), *lr = cJSON_GetObjectItemCaseSensitive(last, "role");
+    if (!strcmp(lr->valuestring, "assistant")) {
+        BAD("messages", "the conversation must end with a user, system or tool message; continuing an assistant message is not supported");
+        goto out;
+    }
+    sbuf text = { 0 };
+    char why[400];
+    int add_bos = 0;
+    if (chat_render_jinja(L->chat, msgs, tools, kw, &text, &add_bos, why, sizeof why)) {
+        sbuf_free(&text);
+        BAD("messages", "%s", why);
+        goto out;
+    }
+    if (text.oom) { sbuf_free(&text); OOM(); goto out; }
+    r->think_open = ends_in_think(text.p ? text.p : "", text.len);
+    rc = tokenize_text(L, text.p ? text.p : "", text.len, add_bos, 1, r, e);
+    sbuf_free(&text);
+out:
+    cJSON_Delete(msgs);
+    return rc;
+}
+
 static int parse_messages(const api_limits *L, const cJSON *o, api_request *r, api_error *e) {
     const cJSON *ms = field(o, "messages");
     if (!ms) { BAD("messages", "'messages' is required"); return -1; }
     if (!cJSON_IsArray(ms) || !ms->child) { BAD("messages", "'messages' must be a non-empty array"); return -1; }
+    if (L->chat->jt) return parse_messages_jinja(L, o, ms, r, e);
     if (L->chat->kind == CHAT_NONE) {
         api_error_set(e, 400, "invalid_request_error", "messages", "chat_template_unsupported", "%s", L->chat->why);
         return -1;
@@ -550,6 +695,7 @@ static int parse_messages(const api_limits *L, const cJSON *o, api_request *r, a
         goto out;
     }
     if (text.oom) { sbuf_free(&text); OOM(); goto out; }
+    r->think_open = ends_in_think(text.p, text.len);
     /* BOS is added as the template's bos_token (never twice) */
     rc = tokenize_text(L, text.p, text.len, L->chat->bos, 1, r, e);
     sbuf_free(&text);
@@ -737,7 +883,17 @@ static int parse_format(const api_limits *L, const cJSON *o, api_request *r, api
  * The request
  * ===================================================================== */
 
+/* a streamed chat choice: the text so far and what of its split was sent */
+struct api_stream_state {
+    sbuf   text;
+    size_t sent_reasoning, sent_content;
+    int    sent_calls;
+};
+
 void api_request_free(api_request *r) {
+    if (r->ss)
+        for (int k = 0; k < r->n; k++) sbuf_free(&r->ss[k].text);
+    free(r->ss);
     free(r->prompt);
     free(r->echo_text);
     stop_free(&r->stop);
@@ -794,7 +950,7 @@ int api_parse(const api_limits *L, int chat, const char *body, size_t len, api_r
     long long k = 1;
     if (get_int(o, "n", 1, L->max_n, &k, e)) goto out;
     r->n = (int)k;
-    if (neutral_fields(o, r, e)) goto out;
+    if (neutral_fields(o, r, chat && L->chat->jt, e)) goto out;
 
     /* max_tokens (OpenAI), max_completion_tokens (chat), n_predict (llama-server; -1 = the limit) */
     long long mt = -1, np = -2;
@@ -840,7 +996,15 @@ int api_parse(const api_limits *L, int chat, const char *body, size_t len, api_r
     r->gp.logprobs = r->logprobs;
     r->gp.top_logprobs = r->top_logprobs;
 
+    if (chat) {
+        const cJSON *rf = field(o, "reasoning_format");
+        r->reasoning = cJSON_IsString(rf) ? strcmp(rf->valuestring, "none") != 0 : L->reasoning;
+    }
     rc = chat ? parse_messages(L, o, r, e) : parse_prompt(L, o, r, e);
+    if (!rc && chat && r->stream && (r->reasoning || r->tools) && !(r->ss = calloc((size_t)r->n, sizeof *r->ss))) {
+        OOM();
+        rc = -1;
+    }
 out:
     cJSON_Delete(o);
     if (rc) api_request_free(r);
@@ -983,6 +1147,57 @@ static int visible_tokens(const api_choice *c) {
     return n;
 }
 
+/* OpenAI tool_calls of calls k0.. (stream: with their "index") */
+static cJSON *tool_calls_json(const chat_split *sp, const api_meta *m, int choice, int k0, int stream) {
+    cJSON *a = cJSON_CreateArray();
+    const char *num = strchr(m->id, '-');
+    int k = 0;
+    for (const cJSON *c = sp->calls ? sp->calls->child : NULL; c; c = c->next, k++) {
+        if (k < k0) continue;
+        cJSON *o = cJSON_CreateObject(), *f;
+        char id[96];
+        snprintf(id, sizeof id, "call_%s_%d_%d", num ? num + 1 : m->id, choice, k);
+        if (stream) cJSON_AddNumberToObject(o, "index", k);
+        cJSON_AddStringToObject(o, "id", id);
+        cJSON_AddStringToObject(o, "type", "function");
+        cJSON_AddItemToObject(o, "function", f = cJSON_CreateObject());
+        cJSON_AddItemToObject(f, "name", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, "name"), 0));
+        cJSON_AddItemToObject(f, "arguments", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, "arguments"), 0));
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+/* A streamed chat choice's split after `text` more bytes (final: the last):
+ * into d what it adds to what was sent. Returns whether it added anything;
+ * *n_calls: the choice's calls so far. */
+static int stream_split(const api_request *r, const api_meta *m, const api_choice *c, const char *text, size_t n, int final,
+                        cJSON *d, int *n_calls) {
+    struct api_stream_state *st = &r->ss[c->index];
+    sbuf_add(&st->text, text, n);
+    chat_split sp;
+    chat_split_text(st->text.p ? st->text.p : "", st->text.len, final, r->think_open, r->reasoning, r->tools, &sp);
+    int added = 0;
+    if (sp.reasoning.len > st->sent_reasoning) {
+        cJSON_AddItemToObject(d, "reasoning_content", api_str(sp.reasoning.p + st->sent_reasoning, sp.reasoning.len - st->sent_reasoning));
+        st->sent_reasoning = sp.reasoning.len;
+        added = 1;
+    }
+    if (sp.content.len > st->sent_content) {
+        cJSON_AddItemToObject(d, "content", api_str(sp.content.p + st->sent_content, sp.content.len - st->sent_content));
+        st->sent_content = sp.content.len;
+        added = 1;
+    }
+    if (sp.n_calls > st->sent_calls) {
+        cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(&sp, m, c->index, st->sent_calls, 1));
+        st->sent_calls = sp.n_calls;
+        added = 1;
+    }
+    *n_calls = sp.n_calls;
+    chat_split_free(&sp);
+    return added;
+}
+
 char *api_response_json(const api_limits *L, const api_request *r, const api_meta *m, const api_choice *c, int n) {
     cJSON *root = new_root(r, m, 0), *ch = cJSON_AddArrayToObject(root, "choices");
     long n_gen = 0;
@@ -995,17 +1210,30 @@ char *api_response_json(const api_limits *L, const api_request *r, const api_met
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToArray(ch, o);
         cJSON_AddNumberToObject(o, "index", c[k].index);
+        const char *finish = c[k].finish;
         if (r->chat) {
             cJSON *msg = cJSON_AddObjectToObject(o, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddItemToObject(msg, "content", cJSON_CreateString(t.p));
+            if (r->reasoning || r->tools) {
+                chat_split sp;
+                chat_split_text(t.p, t.len, 1, r->think_open, r->reasoning, r->tools, &sp);
+                if (sp.content_null) cJSON_AddNullToObject(msg, "content");
+                else cJSON_AddItemToObject(msg, "content", api_str(sp.content.p, sp.content.len));
+                if (sp.reasoning.len) cJSON_AddItemToObject(msg, "reasoning_content", api_str(sp.reasoning.p, sp.reasoning.len));
+                if (sp.n_calls) {
+                    cJSON_AddItemToObject(msg, "tool_calls", tool_calls_json(&sp, m, c[k].index, 0, 0));
+                    if (finish && !strcmp(finish, "stop")) finish = "tool_calls";
+                }
+                if (sp.content.oom || sp.reasoning.oom) t.oom = 1;
+                chat_split_free(&sp);
+            } else cJSON_AddItemToObject(msg, "content", cJSON_CreateString(t.p));
             cJSON_AddNullToObject(msg, "refusal");
         } else {
             cJSON_AddItemToObject(o, "text", cJSON_CreateString(t.p));
         }
         sbuf_free(&t);
         cJSON_AddItemToObject(o, "logprobs", logprobs_json(L, r, &c[k], 0, visible_tokens(&c[k])));
-        cJSON_AddStringToObject(o, "finish_reason", c[k].finish);
+        cJSON_AddStringToObject(o, "finish_reason", finish);
         if (n > 1) add_dspark(o, r, m, &c[k]);
         n_gen += c[k].st->n_generated;
     }
@@ -1031,7 +1259,9 @@ void api_stream_delta(sbuf *out, const api_limits *L, const api_request *r, cons
     if (r->chat) {
         cJSON *d = cJSON_AddObjectToObject(o, "delta");
         if (first) cJSON_AddStringToObject(d, "role", "assistant");
-        cJSON_AddItemToObject(d, "content", api_str(text, n));
+        int calls;
+        if (!r->ss) cJSON_AddItemToObject(d, "content", api_str(text, n));
+        else if (!stream_split(r, m, c, text, n, 0, d, &calls)) cJSON_AddStringToObject(d, "content", "");
     } else {
         cJSON_AddItemToObject(o, "text", api_str(text, n));
     }
@@ -1041,13 +1271,28 @@ void api_stream_delta(sbuf *out, const api_limits *L, const api_request *r, cons
 }
 
 void api_stream_final(sbuf *out, const api_request *r, const api_meta *m, const api_choice *c) {
+    const char *finish = c->finish;
+    if (r->chat && r->ss) {
+        /* what the split held back (a partial tag, trailing blanks, an
+         * unclosed call that is text after all), then the calls' finish */
+        cJSON *root = new_root(r, m, 1), *ch = cJSON_AddArrayToObject(root, "choices"), *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(ch, o);
+        cJSON_AddNumberToObject(o, "index", c->index);
+        int calls = 0;
+        if (stream_split(r, m, c, "", 0, 1, cJSON_AddObjectToObject(o, "delta"), &calls)) {
+            cJSON_AddNullToObject(o, "logprobs");
+            cJSON_AddNullToObject(o, "finish_reason");
+            sse(out, root);
+        } else cJSON_Delete(root);
+        if (calls && finish && !strcmp(finish, "stop")) finish = "tool_calls";
+    }
     cJSON *root = new_root(r, m, 1), *ch = cJSON_AddArrayToObject(root, "choices"), *o = cJSON_CreateObject();
     cJSON_AddItemToArray(ch, o);
     cJSON_AddNumberToObject(o, "index", c->index);
     if (r->chat) cJSON_AddObjectToObject(o, "delta");
     else cJSON_AddStringToObject(o, "text", "");
     cJSON_AddNullToObject(o, "logprobs");
-    cJSON_AddStringToObject(o, "finish_reason", c->finish);
+    cJSON_AddStringToObject(o, "finish_reason", finish);
     add_dspark(root, r, m, c);
     sse(out, root);
 }
