@@ -241,6 +241,53 @@ DS_INLINE void kq_ints_scalar(uint32_t t, const kq_wblk *w, const kq_act *a, int
     }
 }
 
+#if DS_ARM
+/* ---- integer parts, AArch64 (neon / dotprod levels): the same integers as
+ * kq_ints_scalar. The unpacked quants are at most 6 bits, so they are valid
+ * signed bytes and the signed dot (ds_neon_dot16: SDOT, or SMULL + SADALP)
+ * gives the exact products; ADDP folds four 16-element groups' lanes into
+ * one vector of their four dots, and the K types' scales and offsets are
+ * applied lane-wise in int32 (MLA): the same exact integers in another
+ * order of addition. */
+DS_INLINE void kq_ints_neon(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
+                            int32_t Mn[KQ_NT], int dp) {
+    const int32x4_t z = vdupq_n_s32(0);
+    if (!kq_is_k(t)) {
+        const int8x16_t p0 = vld1q_s8(a->p), p1 = vld1q_s8(a->p + 16);
+        for (int j = 0; j < KQ_NT; j++) {
+            const int32x4_t s = ds_neon_dot16(ds_neon_dot16(z, vreinterpretq_s8_u8(vld1q_u8(w[j].u)), p0, dp),
+                                              vreinterpretq_s8_u8(vld1q_u8(w[j].u + 16)), p1, dp);
+            I[j] = vaddvq_s32(s) - kq_off(t) * a->psum;
+        }
+        return;
+    }
+    int8x16_t pv[16];
+    for (int g = 0; g < 16; g++) pv[g] = vld1q_s8(a->p + 16 * g);
+    int32x4_t offv[4];              /* off * bsums, four groups a vector */
+    for (int g4 = 0; g4 < 4; g4++) offv[g4] = vmulq_n_s32(vmovl_s16(vld1_s16(a->bsums + 4 * g4)), kq_off(t));
+    const int16x8_t bs0 = vld1q_s16(a->bsums), bs1 = vld1q_s16(a->bsums + 8);
+    for (int j = 0; j < KQ_NT; j++) {
+        int32x4_t tot = z;
+        for (int g4 = 0; g4 < 4; g4++) {
+            int32x4_t d[4];
+            for (int k = 0; k < 4; k++)
+                d[k] = ds_neon_dot16(z, vreinterpretq_s8_u8(vld1q_u8(w[j].u + 16 * (4 * g4 + k))), pv[4 * g4 + k], dp);
+            const int32x4_t dg = vsubq_s32(vpaddq_s32(vpaddq_s32(d[0], d[1]), vpaddq_s32(d[2], d[3])), offv[g4]);
+            tot = vmlaq_s32(tot, vmovl_s16(vld1_s16(w[j].sc16 + 4 * g4)), dg);
+        }
+        I[j] = vaddvq_s32(tot);
+        if (kq_sec(t) == 2) {
+            const int16x8_t m0 = vld1q_s16(w[j].mn16), m1 = vld1q_s16(w[j].mn16 + 8);
+            int32x4_t mn = vmull_s16(vget_low_s16(m0), vget_low_s16(bs0));
+            mn = vmlal_high_s16(mn, m0, bs0);
+            mn = vmlal_s16(mn, vget_low_s16(m1), vget_low_s16(bs1));
+            mn = vmlal_high_s16(mn, m1, bs1);
+            Mn[j] = vaddvq_s32(mn);
+        }
+    }
+}
+#endif
+
 #if DS_X86
 #include <immintrin.h>
 /* 8 vectors of 8 int32 -> one vector of their 8 totals (exact integers) */
@@ -741,6 +788,10 @@ DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int
                 for (int i = 0; i < mb; i++) {
                     const kq_act a = kq_act_at(t, c, m0 + i, b);
                     int32_t I[KQ_NT], Mn[KQ_NT];
+#if DS_ARM
+                    if (DS_LVL_IS_NEON(lv)) kq_ints_neon(t, wb, &a, I, Mn, lv == DS_LVL_DOTPROD);
+                    else
+#endif
                     kq_ints_scalar(t, wb, &a, I, Mn);
                     /* the f32 epilogue: the same C on every level */
                     float *A = fast && (b & 1) ? acc2[i] : acc[i];
