@@ -40,7 +40,7 @@ fail=0
 start=$(date +%s)
 # the same Makefile and flags, another compiler; a command-line BUILD/CC/CUDA
 # wins over what the calling make passes down in MAKEFLAGS
-if ! make --no-print-directory BUILD="$A" CC="$CROSS" CUDA=0 OPT=-O3 SAN= \
+if ! make -j2 --no-print-directory BUILD="$A" CC="$CROSS" CUDA=0 OPT=-O3 SAN= \
         "$A/dspark" "$A/tests/test_matmul" "$A/tests/test_kquant" >"$T/build.log" 2>&1; then
     echo "FAIL aarch64_build:"; tail -n 30 "$T/build.log"; exit 1
 fi
