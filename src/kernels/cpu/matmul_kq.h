@@ -587,14 +587,18 @@ kq_block_fused_body(uint32_t t, int fast, const ds_mm_ctx *c, const void *const 
 KQ_FUSED_FN(kq_fused_canon, KQ_FUSED_TYPE, 0)
 KQ_FUSED_FN(kq_fused_fast, KQ_FUSED_TYPE, 1)
 #endif
-/* Up to this many activation rows the fused block runs (AVX2): Q4_K's
- * unpacking (the 6-bit scales and mins) is the dearer one and pays off to
- * two rows; Q6_K's only for decode (bench/results/cpu-kq-fused-ab.txt). */
+/* Up to this many activation rows the fused block runs (AVX2 and AVX-512):
+ * Q4_K's unpacking (the 6-bit scales and mins) is the dearer one and pays
+ * off to two rows on both; Q6_K's only for decode on AVX2
+ * (bench/results/cpu-kq-fused-ab.txt). */
 #ifndef KQ_FUSED_MAX_M
 #define KQ_FUSED_MAX_M 2
 #endif
-DS_INLINE int kq_fused_rows(uint32_t t) {
-    return t == DS_TYPE_Q4_K ? KQ_FUSED_MAX_M : t == DS_TYPE_Q6_K ? (KQ_FUSED_MAX_M < 1 ? KQ_FUSED_MAX_M : 1) : 0;
+DS_INLINE int kq_fused_rows(uint32_t t, int lv) {
+    if (t == DS_TYPE_Q4_K) return KQ_FUSED_MAX_M;
+    /* Q6_K at AVX-512 VNNI: no clear gain measured, the VNNI block stays */
+    if (t == DS_TYPE_Q6_K && lv == DS_LVL_AVX2) return KQ_FUSED_MAX_M < 1 ? KQ_FUSED_MAX_M : 1;
+    return 0;
 }
 
 /* One block of the tile on AVX2: unpack the 8 weight rows, then for each
@@ -906,17 +910,20 @@ DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int
                 for (int j = 0; j < KQ_NT; j++) acc[i][j] = acc2[i][j] = acc3[i][j] = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
 #if DS_X86
+#ifdef KQ_FUSED_TYPE
+                /* also on the AVX-512 levels: it beats the VNNI unpacking
+                 * block there too at these row counts (Q4_K M=1: 43 -> 21 us) */
+                if (lv >= DS_LVL_AVX2 && t == KQ_FUSED_TYPE && mb <= kq_fused_rows(t, lv)) {
+                    (fast ? kq_fused_fast : kq_fused_canon)(c, wr, b, m0, mb, acc, acc2, acc3);
+                    continue;
+                }
+#endif
                 if (vnni) {
                     kq_block_vnni(t, fast, c, wr, b, wb, m0, mb, acc, acc2, acc3);
                     continue;
                 }
                 if (lv >= DS_LVL_AVX2) {
-#ifdef KQ_FUSED_TYPE
-                    if (t == KQ_FUSED_TYPE && mb <= kq_fused_rows(t)) {
-                        (fast ? kq_fused_fast : kq_fused_canon)(c, wr, b, m0, mb, acc, acc2, acc3);
-                    } else
-#endif
-                        kq_block_avx2(t, fast, c, wr, b, wb, m0, mb, acc, acc2, acc3);
+                    kq_block_avx2(t, fast, c, wr, b, wb, m0, mb, acc, acc2, acc3);
                     continue;
                 }
 #endif
