@@ -158,7 +158,10 @@ const char *ds_simd_level_name(int lv);
  * intrinsic (vdotq_s32) may only be inlined into functions compiled for
  * +dotprod, and the shared kernel bodies are inlined into the neon and the
  * dotprod instances alike (the branch is a constant after inlining). The
- * dotprod instances run only where HWCAP_ASIMDDP says SDOT exists.
+ * .arch line stays in effect for the rest of the file's assembly; that only
+ * widens what the assembler accepts (the compiler still emits nothing the
+ * file's flags do not allow). The dotprod instances run only where
+ * HWCAP_ASIMDDP says SDOT exists.
  * dp = 0: SMULL / SMULL2 (int8 x int8 -> int16, exact: |p| <= 2^14) and
  * SADALP (pairs of int16 added into the int32 lanes, exact). */
 DS_INLINE int32x4_t ds_neon_dot16(int32x4_t acc, int8x16_t a, int8x16_t b, int dp) {
