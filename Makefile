@@ -1,6 +1,7 @@
 # dspark — build, test, bench.
 #
-#   make deps       install the Debian packages the build needs
+#   make deps       install the Debian packages the build needs (and the
+#                   AArch64 cross toolchain + qemu-user for tests/cli_aarch64.sh)
 #   make            build/dspark (CLI), build/libdspark.a, tests, benchmarks
 #   make models     the Q8_0 target made from the committed F16 one
 #   make run        the main job: speculative generation on the shipped pair
@@ -208,8 +209,18 @@ $(BUILD)/tests/libm/libm_probe: tests/libm/libm_probe.c
 # g++: tests/cli_pretok.sh builds llama.cpp's own splitter (its unicode.cpp) as the reference
 APT_PKGS := gcc g++ make pkg-config libpcre2-dev libcjson-dev xz-utils python3 $(APT_PKGS_SERVE)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# tests/cli_aarch64.sh (issue 24): the AArch64 cross build run under qemu-user,
+# linked against Debian's arm64 libraries (multiarch: `dpkg --add-architecture
+# arm64`). Installed apart from the rest: where the arm64 archive cannot be
+# had, deps says so on one line and that test prints SKIP.
+APT_PKGS_AARCH64 := gcc-aarch64-linux-gnu qemu-user libc6-dev:arm64 libpcre2-dev:arm64 libcjson-dev:arm64 \
+                    libmicrohttpd-dev:arm64
 deps:
 	@dpkg -s $(APT_PKGS) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(APT_PKGS); }
+	@dpkg -s $(APT_PKGS_AARCH64) >/dev/null 2>&1 || { \
+	  { dpkg --print-foreign-architectures | grep -qx arm64 || $(SUDO) dpkg --add-architecture arm64; } && \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PKGS_AARCH64); } || \
+	  echo "deps: the AArch64 cross toolchain / qemu-user / arm64 libraries could not be installed; tests/cli_aarch64.sh will SKIP"
 
 # The shipped pair (models/README.md): a trained 15.7M-parameter Qwen3 target
 # (F16, committed) and its DSpark drafter (F16, committed). The Q8_0 target is

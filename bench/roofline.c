@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#if defined(__x86_64__)
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -31,7 +32,6 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-#if defined(__x86_64__)
 #include <immintrin.h>
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 #define ITERS 2000000L

@@ -148,8 +148,16 @@ static void test_simd_device(void) {
     char err[DS_ERRLEN];
     CHECK(ds_simd_parse(NULL, &cap, err, sizeof err) == 0 && cap == DS_LVL_COUNT, "unset");
     CHECK(ds_simd_parse("portable", &cap, err, sizeof err) == 0 && cap == DS_LVL_PORTABLE, "portable");
+#if defined(__aarch64__)
+    /* AArch64 builds know their own levels and refuse the x86 names */
+    CHECK(ds_simd_parse("neon", &cap, err, sizeof err) == 0 && cap == DS_LVL_NEON, "neon");
+    CHECK(ds_simd_parse("dotprod", &cap, err, sizeof err) == 0 && cap == DS_LVL_DOTPROD, "dotprod");
+    CHECK(ds_simd_parse("avx2", &cap, err, sizeof err) != 0 && strstr(err, "neon"), "avx2 accepted on AArch64");
+#else
     CHECK(ds_simd_parse("avx2", &cap, err, sizeof err) == 0 && cap == DS_LVL_AVX2, "avx2");
     CHECK(ds_simd_parse("avx512", &cap, err, sizeof err) == 0 && cap == DS_LVL_AVX512, "avx512");
+    CHECK(ds_simd_parse("neon", &cap, err, sizeof err) != 0 && strstr(err, "avx2"), "neon accepted on x86");
+#endif
     CHECK(ds_simd_parse("AVX2", &cap, err, sizeof err) != 0 && strstr(err, "AVX2"), "AVX2 accepted");
     CHECK(ds_simd_parse("sse", &cap, err, sizeof err) != 0, "sse accepted");
     CHECK(ds_device_known("cpu") && !ds_device_known("gpu") && !ds_device_known(NULL) && !ds_device_known("CPU"), "devices");

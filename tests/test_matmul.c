@@ -471,8 +471,13 @@ static void test_half_conversions(void) {
         }
         for (int l = 0; l < 16; l++) {
             uint32_t s1 = ds_f32_bits(ds_fp16_to_f32(hs[l])), s2 = ds_f32_bits(ds_bf16_to_f32(hs[l]));
-            for (int w = 0; w < 3; w++)
-                lane_bad += ds_f32_bits(a[w][l]) != s1 || ds_f32_bits(b[w][l]) != s2;
+            for (int w = 0; w < 3; w++) {
+                /* AArch64's W = 4 fp16 loader is FCVTL, which quiets a
+                 * signalling NaN like VCVTPH2PS (test_hw_conversions) */
+                const uint32_t want = DS_ARM && w == 2 && ds_fp16_to_f32(hs[l]) != ds_fp16_to_f32(hs[l])
+                                          ? s1 | 0x00400000u : s1;
+                lane_bad += ds_f32_bits(a[w][l]) != want || ds_f32_bits(b[w][l]) != s2;
+            }
         }
     }
     int8_t q[16];
@@ -639,7 +644,8 @@ static void test_registry(void) {
               strstr(err, "empty"), "empty item error: '%s'", err);
     CHECK(ds_kernel_set_parse(&ks, NULL, NULL, "", err, sizeof err) == -1, "empty list rejected");
     const char *p = ds_simd_path();
-    CHECK(!strcmp(p, "avx512") || !strcmp(p, "avx2") || !strcmp(p, "neon") || !strcmp(p, "portable"),
+    CHECK(!strcmp(p, "avx512") || !strcmp(p, "avx2") || !strcmp(p, "neon") || !strcmp(p, "dotprod") ||
+              !strcmp(p, "portable"),
           "simd path '%s'", p);
     printf("%s registry checks (simd path: %s)\n", n_fail == fail0 ? "PASS" : "FAIL", p);
 }

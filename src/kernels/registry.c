@@ -8,6 +8,10 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__aarch64__)
+#include <sys/auxv.h>   /* getauxval: the SIMD level on AArch64 */
+#include <asm/hwcap.h>
+#endif
 
 /* ==========================================================================
  * families
@@ -211,24 +215,49 @@ static int detect_level(void) {
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq"))
         lv = DS_LVL_AVX512;
+#elif DS_ARM
+    /* ASIMD is part of the AArch64 base ISA (HWCAP_ASIMD is set wherever
+     * Linux runs it); SDOT is the armv8.2 dotprod extension */
+    const unsigned long hw = getauxval(AT_HWCAP);
+    if (hw & HWCAP_ASIMD) lv = DS_LVL_NEON;
+    if (lv == DS_LVL_NEON && (hw & HWCAP_ASIMDDP)) lv = DS_LVL_DOTPROD;
 #endif
     return lv;
 }
 
-int ds_simd_level_ok(int lv) { return lv >= 0 && lv <= detect_level(); }
+/* the levels of this architecture, in order; a level of the other one is
+ * never ok (simd.h) */
+int ds_simd_level_ok(int lv) {
+    if (lv == DS_LVL_PORTABLE) return 1;
+#if DS_X86
+    return (lv == DS_LVL_AVX2 || lv == DS_LVL_AVX512) && lv <= detect_level();
+#elif DS_ARM
+    return (lv == DS_LVL_NEON || lv == DS_LVL_DOTPROD) && lv <= detect_level();
+#else
+    return 0;
+#endif
+}
 
 int ds_simd_parse(const char *v, int *cap, char *err, size_t errlen) {
     *cap = DS_LVL_COUNT;            /* unset or empty: no cap */
     if (!v || !*v) return 0;
-    if (strcmp(v, "portable") == 0) *cap = DS_LVL_PORTABLE;
-    else if (strcmp(v, "avx2") == 0) *cap = DS_LVL_AVX2;
-    else if (strcmp(v, "avx512") == 0) *cap = DS_LVL_AVX512;
-    else {
-        ds_errf(err, errlen, "DSPARK_SIMD='%.40s' is not a SIMD level (use portable, avx2 or avx512; "
-                "names are lower-case)", v);
-        return -1;
-    }
-    return 0;
+#if DS_ARM
+    static const char *const names[] = {"portable", "neon", "dotprod"};
+    static const int lvs[] = {DS_LVL_PORTABLE, DS_LVL_NEON, DS_LVL_DOTPROD};
+    const char *list = "portable, neon or dotprod";
+#else
+    static const char *const names[] = {"portable", "avx2", "avx512"};
+    static const int lvs[] = {DS_LVL_PORTABLE, DS_LVL_AVX2, DS_LVL_AVX512};
+    const char *list = "portable, avx2 or avx512";
+#endif
+    for (int i = 0; i < 3; i++)
+        if (strcmp(v, names[i]) == 0) {
+            *cap = lvs[i];
+            return 0;
+        }
+    ds_errf(err, errlen, "DSPARK_SIMD='%.40s' is not a SIMD level of this build (use %s; "
+            "names are lower-case)", v, list);
+    return -1;
 }
 
 int ds_simd_check_env(char *err, size_t errlen) {
@@ -257,12 +286,9 @@ const char *ds_simd_level_name(int lv) {
     switch (lv) {
     case DS_LVL_AVX512: return "avx512";
     case DS_LVL_AVX2: return "avx2";
-    default:
-#if defined(__aarch64__) && defined(__ARM_NEON)
-        return "neon";
-#else
-        return "portable";
-#endif
+    case DS_LVL_NEON: return "neon";
+    case DS_LVL_DOTPROD: return "dotprod";
+    default: return "portable";
     }
 }
 

@@ -169,42 +169,53 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
  *   AVX-512  4 x 4 (16 + 4 + 1 = 21 zmm)      one row: 1 x 8 (8 + 8 + 1)
  *   AVX2     2 x 2 (8 + 2 + 1 = 11 ymm)       one row: 1 x 4 (8 + 4 + 1)
  *   SSE2     2 x 1 (8 + 1 + 2 = 11 xmm)       one row: 1 x 2 (8 + 2 + 1)
+ *   NEON     3 x 2 (24 + 2 + 1 = 27 of 32 q)  one row: 1 x 4 (16 + 4 + 1)
+ *            (the neon and dotprod levels; AArch64's portable level keeps
+ *            the SSE2 shapes)
  * (the spare registers hold the weight conversion: Q8_0 scales, software
  * fp16). The one-row (decode) tile is wider in N: with a single activation
  * row the only reuse is of x, and more accumulators hide add latency. */
 #define DS_MT_MAX 4
 #define DS_NT_MAX 8
-#define DS_TILE_MT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : (lv) == DS_LVL_AVX2 ? 3 : 2)
-#define DS_TILE_NT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : (lv) == DS_LVL_AVX2 ? 2 : 1)
-#define DS_TILE_NT_ONE(lv) ((lv) == DS_LVL_AVX512 ? 8 : (lv) == DS_LVL_AVX2 ? 4 : 2)
+#define DS_LVL_IS_NEON(lv) ((lv) == DS_LVL_NEON || (lv) == DS_LVL_DOTPROD)
+#define DS_TILE_MT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : (lv) == DS_LVL_AVX2 || DS_LVL_IS_NEON(lv) ? 3 : 2)
+#define DS_TILE_NT(lv)     ((lv) == DS_LVL_AVX512 ? 4 : (lv) == DS_LVL_AVX2 || DS_LVL_IS_NEON(lv) ? 2 : 1)
+#define DS_TILE_NT_ONE(lv) ((lv) == DS_LVL_AVX512 ? 8 : (lv) == DS_LVL_AVX2 || DS_LVL_IS_NEON(lv) ? 4 : 2)
 
 /* ---- per-level instantiation -----------------------------------------------------
  * BODY(c, n0, n1, level) is an always-inline function; NAME becomes the
  * exported range kernel that switches on c->level. ATTR is empty for the
  * canonical kernels and DS_FAST_FN (contraction on) for the fast ones. */
+/* one instance (TGT: a target attribute or nothing) and the switch over two
+ * levels plus portable */
+#define DS_MM_INST1(NAME, BODY, ATTR, TGT, SUF, LVL)                                        \
+    TGT ATTR static void NAME##_##SUF(const ds_mm_ctx *c, int64_t a, int64_t b) {           \
+        BODY(c, a, b, LVL);                                                                 \
+    }
+#define DS_MM_DISPATCH(NAME, S2, L2, S1, L1)                                                \
+    void NAME(const ds_mm_ctx *c, int64_t a, int64_t b) {                                   \
+        if (c->level == L2) NAME##_##S2(c, a, b);                                           \
+        else if (c->level == L1) NAME##_##S1(c, a, b);                                      \
+        else NAME##_portable(c, a, b);                                                      \
+    }
 #if DS_X86
 #define DS_MM_INSTANTIATE(NAME, BODY, ATTR)                                                 \
-    DS_TARGET_AVX512 ATTR static void NAME##_avx512(const ds_mm_ctx *c, int64_t a, int64_t b) { \
-        BODY(c, a, b, DS_LVL_AVX512);                                                       \
-    }                                                                                       \
-    DS_TARGET_AVX2 ATTR static void NAME##_avx2(const ds_mm_ctx *c, int64_t a, int64_t b) { \
-        BODY(c, a, b, DS_LVL_AVX2);                                                         \
-    }                                                                                       \
-    ATTR static void NAME##_portable(const ds_mm_ctx *c, int64_t a, int64_t b) {            \
-        BODY(c, a, b, DS_LVL_PORTABLE);                                                     \
-    }                                                                                       \
-    void NAME(const ds_mm_ctx *c, int64_t a, int64_t b) {                                   \
-        switch (c->level) {                                                                 \
-        case DS_LVL_AVX512: NAME##_avx512(c, a, b); break;                                  \
-        case DS_LVL_AVX2: NAME##_avx2(c, a, b); break;                                      \
-        default: NAME##_portable(c, a, b); break;                                           \
-        }                                                                                   \
-    }
+    DS_MM_INST1(NAME, BODY, ATTR, DS_TARGET_AVX512, avx512, DS_LVL_AVX512)                  \
+    DS_MM_INST1(NAME, BODY, ATTR, DS_TARGET_AVX2, avx2, DS_LVL_AVX2)                        \
+    DS_MM_INST1(NAME, BODY, ATTR, , portable, DS_LVL_PORTABLE)                              \
+    DS_MM_DISPATCH(NAME, avx512, DS_LVL_AVX512, avx2, DS_LVL_AVX2)
+#elif DS_ARM
+/* AArch64: the base ISA has NEON, so no target attributes; the levels differ
+ * in their integer dots (ds_neon_dot16) and tile shapes, chosen by the level
+ * constant after inlining. */
+#define DS_MM_INSTANTIATE(NAME, BODY, ATTR)                                                 \
+    DS_MM_INST1(NAME, BODY, ATTR, , dotprod, DS_LVL_DOTPROD)                                \
+    DS_MM_INST1(NAME, BODY, ATTR, , neon, DS_LVL_NEON)                                      \
+    DS_MM_INST1(NAME, BODY, ATTR, , portable, DS_LVL_PORTABLE)                              \
+    DS_MM_DISPATCH(NAME, dotprod, DS_LVL_DOTPROD, neon, DS_LVL_NEON)
 #else
 #define DS_MM_INSTANTIATE(NAME, BODY, ATTR)                                                 \
-    ATTR static void NAME##_portable(const ds_mm_ctx *c, int64_t a, int64_t b) {            \
-        BODY(c, a, b, DS_LVL_PORTABLE);                                                     \
-    }                                                                                       \
+    DS_MM_INST1(NAME, BODY, ATTR, , portable, DS_LVL_PORTABLE)                              \
     void NAME(const ds_mm_ctx *c, int64_t a, int64_t b) { NAME##_portable(c, a, b); }
 #endif
 

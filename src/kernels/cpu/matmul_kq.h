@@ -241,6 +241,53 @@ DS_INLINE void kq_ints_scalar(uint32_t t, const kq_wblk *w, const kq_act *a, int
     }
 }
 
+#if DS_ARM
+/* ---- integer parts, AArch64 (neon / dotprod levels): the same integers as
+ * kq_ints_scalar. The unpacked quants are at most 6 bits, so they are valid
+ * signed bytes and the signed dot (ds_neon_dot16: SDOT, or SMULL + SADALP)
+ * gives the exact products; ADDP folds four 16-element groups' lanes into
+ * one vector of their four dots, and the K types' scales and offsets are
+ * applied lane-wise in int32 (MLA): the same exact integers in another
+ * order of addition. */
+DS_INLINE void kq_ints_neon(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
+                            int32_t Mn[KQ_NT], int dp) {
+    const int32x4_t z = vdupq_n_s32(0);
+    if (!kq_is_k(t)) {
+        const int8x16_t p0 = vld1q_s8(a->p), p1 = vld1q_s8(a->p + 16);
+        for (int j = 0; j < KQ_NT; j++) {
+            const int32x4_t s = ds_neon_dot16(ds_neon_dot16(z, vreinterpretq_s8_u8(vld1q_u8(w[j].u)), p0, dp),
+                                              vreinterpretq_s8_u8(vld1q_u8(w[j].u + 16)), p1, dp);
+            I[j] = vaddvq_s32(s) - kq_off(t) * a->psum;
+        }
+        return;
+    }
+    int8x16_t pv[16];
+    for (int g = 0; g < 16; g++) pv[g] = vld1q_s8(a->p + 16 * g);
+    int32x4_t offv[4];              /* off * bsums, four groups a vector */
+    for (int g4 = 0; g4 < 4; g4++) offv[g4] = vmulq_n_s32(vmovl_s16(vld1_s16(a->bsums + 4 * g4)), kq_off(t));
+    const int16x8_t bs0 = vld1q_s16(a->bsums), bs1 = vld1q_s16(a->bsums + 8);
+    for (int j = 0; j < KQ_NT; j++) {
+        int32x4_t tot = z;
+        for (int g4 = 0; g4 < 4; g4++) {
+            int32x4_t d[4];
+            for (int k = 0; k < 4; k++)
+                d[k] = ds_neon_dot16(z, vreinterpretq_s8_u8(vld1q_u8(w[j].u + 16 * (4 * g4 + k))), pv[4 * g4 + k], dp);
+            const int32x4_t dg = vsubq_s32(vpaddq_s32(vpaddq_s32(d[0], d[1]), vpaddq_s32(d[2], d[3])), offv[g4]);
+            tot = vmlaq_s32(tot, vmovl_s16(vld1_s16(w[j].sc16 + 4 * g4)), dg);
+        }
+        I[j] = vaddvq_s32(tot);
+        if (kq_sec(t) == 2) {
+            const int16x8_t m0 = vld1q_s16(w[j].mn16), m1 = vld1q_s16(w[j].mn16 + 8);
+            int32x4_t mn = vmull_s16(vget_low_s16(m0), vget_low_s16(bs0));
+            mn = vmlal_high_s16(mn, m0, bs0);
+            mn = vmlal_s16(mn, vget_low_s16(m1), vget_low_s16(bs1));
+            mn = vmlal_high_s16(mn, m1, bs1);
+            Mn[j] = vaddvq_s32(mn);
+        }
+    }
+}
+#endif
+
 #if DS_X86
 #include <immintrin.h>
 /* 8 vectors of 8 int32 -> one vector of their 8 totals (exact integers) */
@@ -400,6 +447,160 @@ static inline KQ_TGT_AVX2 void kq_ints_avx2(uint32_t t, const kq_wblk *w, const 
     }
 }
 
+/* The f32 epilogue of one activation row and 8 weight rows on AVX2 (the
+ * unpacking and the fused blocks share it): lane j performs exactly the
+ * scalar epilogue's operations (int -> f32 conversion, products, fma / add:
+ * IEEE, one rounding each), so it is the same bits as the portable loop.
+ * tI / tM: the 8 rows' I and Mn; dv / mv: their d_w and m_w / dmin_w. */
+static inline __attribute__((always_inline)) KQ_TGT_AVX2 void
+kq_epi_avx2(uint32_t t, int fast, int64_t b, const kq_act *a, __m256i tI, __m256i tM, __m256 dv, __m256 mv,
+            float *acc, float *acc2, float *acc3) {
+    const __m256 fi = _mm256_cvtepi32_ps(tI);
+    const __m256 ev = _mm256_set1_ps(a->e);
+    float *A = fast && (b & 1) ? acc2 : acc;
+    __m256 av = _mm256_loadu_ps(A);
+    if (!fast) av = _mm256_fmadd_ps(fi, _mm256_mul_ps(dv, ev), av);
+    else av = _mm256_add_ps(av, _mm256_mul_ps(_mm256_mul_ps(fi, dv), ev));
+    _mm256_storeu_ps(A, av);
+    if (kq_sec(t)) {
+        float *S = fast ? acc3 : acc;
+        __m256 F2, G2;
+        if (kq_sec(t) == 1) {
+            F2 = mv;
+            G2 = _mm256_set1_ps((float)a->psum * a->e);
+        } else {
+            F2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), tM));
+            G2 = _mm256_mul_ps(mv, ev);
+        }
+        __m256 sv = _mm256_loadu_ps(S);
+        sv = fast ? _mm256_add_ps(sv, _mm256_mul_ps(F2, G2)) : _mm256_fmadd_ps(F2, G2, sv);
+        _mm256_storeu_ps(S, sv);
+    }
+}
+
+/* ---- AVX2, few activation rows, Q4_K / Q6_K: unpack fused into the dot ---------------
+ * With one or two activation rows the unpacked block (kq_wblk: 256 quant
+ * bytes, 128 int16 scale lanes, stored and loaded back) is used once or
+ * twice, and storing it costs as much as the dot. Here each 32-quant chunk
+ * is split into its nibbles (Q6_K: plus its two high bits) in registers and
+ * fed straight to maddubs/madd with the activation chunk; the Q4_K scales
+ * and mins come out of their 12 bytes with the usual 32-bit mask-and-shift
+ * (8 scale bytes, then 8 min bytes). The integers are the definition's: the
+ * same products and sums as kq_ints_scalar, grouped otherwise (exact). */
+static inline KQ_TGT_AVX2 void kq_q4k_scales(const uint8_t sc12[12], uint8_t out[16]) {
+    uint32_t u[4];
+    memcpy(u, sc12, 12);
+    const uint32_t k1 = 0x3f3f3f3fu, k2 = 0x0f0f0f0fu, k3 = 0x03030303u;
+    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);     /* mins 4..7   */
+    const uint32_t m03 = u[1] & k1;                             /* mins 0..3   */
+    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);             /* scales 4..7 */
+    u[2] = m03;
+    u[0] &= k1;                                                 /* scales 0..3 */
+    memcpy(out, u, 16);
+}
+/* one weight row's super-block b against one activation row: 8 int32 lanes
+ * summing to I, and (Q4_K) 8 summing to Mn; dh / dmh: the fp16 scales */
+static inline KQ_TGT_AVX2 void kq_fused_avx2(uint32_t t, const void *row, int64_t b, const __m256i P[8],
+                                             __m256i bs, __m256i *vI, __m256i *vM, uint16_t *dh,
+                                             uint16_t *dmh) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256i acc = _mm256_setzero_si256();
+    if (t == DS_TYPE_Q4_K) {
+        const ds_block_q4_K *x = (const ds_block_q4_K *)row + b;
+        uint8_t sm[16];
+        kq_q4k_scales(x->scales, sm);
+        for (int g = 0; g < 4; g++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * g));
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, P[2 * g]),
+                                                          _mm256_set1_epi16(sm[2 * g])));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, P[2 * g + 1]),
+                                                          _mm256_set1_epi16(sm[2 * g + 1])));
+        }
+        /* mins per 16 elements: each min twice (the bsums are per 16) */
+        const __m128i m8 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8)));
+        const __m256i mn16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
+        *vM = _mm256_madd_epi16(mn16, bs);
+        *dh = x->d;
+        *dmh = x->dmin;
+    } else {                                    /* Q6_K */
+        const ds_block_q6_K *x = (const ds_block_q6_K *)row + b;
+        const __m256i m2 = _mm256_set1_epi8(3);
+        int16_t sc[16];
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+        _mm256_storeu_si256((__m256i *)sc, s16);
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+#define KQ_H2(s) _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, s), m2), 4)
+            const __m256i u[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, m4), KQ_H2(0)),
+                _mm256_or_si256(_mm256_and_si256(l1, m4), KQ_H2(2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), KQ_H2(4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), KQ_H2(6))};
+#undef KQ_H2
+            for (int k = 0; k < 4; k++) {
+                const int c = 4 * h + k;
+                const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], P[c]), scv));
+            }
+        }
+        /* the offset: 32 * sum_g sc_g * bsum_g, as kq_ints_avx2 */
+        acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(_mm256_madd_epi16(s16, bs), 5));
+        *vM = _mm256_setzero_si256();
+        *dh = x->d;
+        *dmh = 0;
+    }
+    *vI = acc;
+}
+
+/* The fused block for rows m0 .. m0 + mb - 1 (the f32 epilogue as KQ_BLOCK_BODY's).
+ * Out of line (one instance per type and variant, below): inlined into the
+ * walker it changed the register allocation of the unpacking path beside it
+ * (the 8-row Q6_K verify measured ~10% slower). */
+static inline __attribute__((always_inline)) KQ_TGT_AVX2 void
+kq_block_fused_body(uint32_t t, int fast, const ds_mm_ctx *c, const void *const wr[], int64_t b, int m0, int mb,
+                    float (*acc)[KQ_NT], float (*acc2)[KQ_NT], float (*acc3)[KQ_NT]) {
+    for (int i = 0; i < mb; i++) {
+        const kq_act a = kq_act_at(t, c, m0 + i, b);
+        __m256i P[8], vI[KQ_NT], vM[KQ_NT], tI, tM;
+        for (int k = 0; k < 8; k++) P[k] = _mm256_loadu_si256((const __m256i *)(a.p + 32 * k));
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)a.bsums);
+        uint16_t dh[KQ_NT], mh[KQ_NT];
+        for (int j = 0; j < KQ_NT; j++) kq_fused_avx2(t, wr[j], b, P, bs, &vI[j], &vM[j], &dh[j], &mh[j]);
+        KQ_HSUM8(vI, tI);
+        if (kq_sec(t) == 2) KQ_HSUM8(vM, tM);
+        else tM = _mm256_setzero_si256();
+        kq_epi_avx2(t, fast, b, &a, tI, tM, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)),
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mh)), acc[i], acc2[i], acc3[i]);
+    }
+}
+#define KQ_FUSED_FN(name, T, F)                                                               \
+    static __attribute__((noinline)) KQ_TGT_AVX2 void name(const ds_mm_ctx *c, const void *const wr[], int64_t b, \
+                                                           int m0, int mb, float (*acc)[KQ_NT],         \
+                                                           float (*acc2)[KQ_NT], float (*acc3)[KQ_NT]) { \
+        kq_block_fused_body(T, F, c, wr, b, m0, mb, acc, acc2, acc3);                             \
+    }
+/* the family files of Q4_K and Q6_K define KQ_FUSED_TYPE before including this */
+#ifdef KQ_FUSED_TYPE
+KQ_FUSED_FN(kq_fused_canon, KQ_FUSED_TYPE, 0)
+KQ_FUSED_FN(kq_fused_fast, KQ_FUSED_TYPE, 1)
+#endif
+/* Up to this many activation rows the fused block runs (AVX2 and AVX-512):
+ * Q4_K's unpacking (the 6-bit scales and mins) is the dearer one and pays
+ * off to two rows on both; Q6_K's only for decode on AVX2
+ * (bench/results/cpu-kq-fused-ab.txt). */
+#ifndef KQ_FUSED_MAX_M
+#define KQ_FUSED_MAX_M 2
+#endif
+DS_INLINE int kq_fused_rows(uint32_t t, int lv) {
+    if (t == DS_TYPE_Q4_K) return KQ_FUSED_MAX_M;
+    /* Q6_K at AVX-512 VNNI: no clear gain measured, the VNNI block stays */
+    if (t == DS_TYPE_Q6_K && lv == DS_LVL_AVX2) return KQ_FUSED_MAX_M < 1 ? KQ_FUSED_MAX_M : 1;
+    return 0;
+}
+
 /* One block of the tile on AVX2: unpack the 8 weight rows, then for each
  * activation row the exact integers and the f32 epilogue as 8-lane vector
  * operations — lane j performs exactly the scalar epilogue's operations
@@ -422,28 +623,9 @@ static inline KQ_TGT_AVX2 void kq_ints_avx2(uint32_t t, const kq_wblk *w, const 
         const kq_act a = kq_act_at(t, c, m0 + i, b);                                         \
         int32_t I[KQ_NT], Mn[KQ_NT];                                                         \
         INTS(t, wb, &a, I, Mn);                                                              \
-        const __m256 fi = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)I));        \
-        const __m256 ev = _mm256_set1_ps(a.e);                                               \
-        float *A = fast && (b & 1) ? acc2[i] : acc[i];                                       \
-        __m256 av = _mm256_loadu_ps(A);                                                      \
-        if (!fast) av = _mm256_fmadd_ps(fi, _mm256_mul_ps(dv, ev), av);                      \
-        else av = _mm256_add_ps(av, _mm256_mul_ps(_mm256_mul_ps(fi, dv), ev));               \
-        _mm256_storeu_ps(A, av);                                                             \
-        if (kq_sec(t)) {                                                                     \
-            float *S = fast ? acc3[i] : acc[i];                                              \
-            __m256 F2, G2;                                                                   \
-            if (kq_sec(t) == 1) {                                                            \
-                F2 = mv;                                                                     \
-                G2 = _mm256_set1_ps((float)a.psum * a.e);                                    \
-            } else {                                                                         \
-                F2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(),             \
-                                                         _mm256_loadu_si256((const __m256i *)Mn))); \
-                G2 = _mm256_mul_ps(mv, ev);                                                  \
-            }                                                                                \
-            __m256 sv = _mm256_loadu_ps(S);                                                  \
-            sv = fast ? _mm256_add_ps(sv, _mm256_mul_ps(F2, G2)) : _mm256_fmadd_ps(F2, G2, sv); \
-            _mm256_storeu_ps(S, sv);                                                         \
-        }                                                                                    \
+        kq_epi_avx2(t, fast, b, &a, _mm256_loadu_si256((const __m256i *)I),                   \
+                    kq_sec(t) == 2 ? _mm256_loadu_si256((const __m256i *)Mn) : _mm256_setzero_si256(), \
+                    dv, mv, acc[i], acc2[i], acc3[i]);                                       \
     }
 
 #define KQ_BLOCK_ARGS uint32_t t, int fast, const ds_mm_ctx *c, const void *const wr[], int64_t b, \
@@ -728,6 +910,14 @@ DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int
                 for (int j = 0; j < KQ_NT; j++) acc[i][j] = acc2[i][j] = acc3[i][j] = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
 #if DS_X86
+#ifdef KQ_FUSED_TYPE
+                /* also on the AVX-512 levels: it beats the VNNI unpacking
+                 * block there too at these row counts (Q4_K M=1: 43 -> 21 us) */
+                if (lv >= DS_LVL_AVX2 && t == KQ_FUSED_TYPE && mb <= kq_fused_rows(t, lv)) {
+                    (fast ? kq_fused_fast : kq_fused_canon)(c, wr, b, m0, mb, acc, acc2, acc3);
+                    continue;
+                }
+#endif
                 if (vnni) {
                     kq_block_vnni(t, fast, c, wr, b, wb, m0, mb, acc, acc2, acc3);
                     continue;
@@ -741,6 +931,10 @@ DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int
                 for (int i = 0; i < mb; i++) {
                     const kq_act a = kq_act_at(t, c, m0 + i, b);
                     int32_t I[KQ_NT], Mn[KQ_NT];
+#if DS_ARM
+                    if (DS_LVL_IS_NEON(lv)) kq_ints_neon(t, wb, &a, I, Mn, lv == DS_LVL_DOTPROD);
+                    else
+#endif
                     kq_ints_scalar(t, wb, &a, I, Mn);
                     /* the f32 epilogue: the same C on every level */
                     float *A = fast && (b & 1) ? acc2[i] : acc[i];

@@ -36,6 +36,8 @@
  * canonical's per output, but not the decode bits, so a batched verifier
  * that uses it drifts from sequential decode (test_canonical's counter-test
  * finds the difference on a make-model model of this type). */
+/* the AVX2 fused unpack-and-dot block for few activation rows (matmul_kq.h) */
+#define KQ_FUSED_TYPE DS_TYPE_Q6_K
 #include "kernels/cpu/matmul_kq.h"
 
 KQ_FAMILY(q6_k, DS_TYPE_Q6_K)

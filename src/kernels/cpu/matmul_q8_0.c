@@ -75,6 +75,12 @@ static void q8c_portable(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
     }
 }
 
+/* The VNNI16 layout's sizes (below), also known where it is never built
+ * (ds_weight_packed_row reads either layout on every architecture). */
+#define Q8C_QB 512                              /* quant bytes per repacked block */
+/* bytes of a repacked 16-row tile of nb blocks (64-byte multiple) */
+#define Q8C_TILE(nb) ((size_t)(nb) * Q8C_QB + (((size_t)(nb) * 32 + 63) & ~(size_t)63))
+
 #if DS_X86
 #include <immintrin.h>
 
@@ -101,9 +107,6 @@ static void q8c_portable(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
  * read from there instead of being rebuilt on every call. */
 #define Q8C_TGT_VNNI \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#define Q8C_QB 512                              /* quant bytes per repacked block */
-/* bytes of a repacked 16-row tile of nb blocks (64-byte multiple) */
-#define Q8C_TILE(nb) ((size_t)(nb) * Q8C_QB + (((size_t)(nb) * 32 + 63) & ~(size_t)63))
 
 Q8C_TGT_VNNI static void q8c_pack16(const void *const wr[16], int64_t nb, unsigned char *buf) {
     const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
@@ -529,6 +532,76 @@ Q8C_TGT_AVX2 static void q8c_avx2_s8(const ds_mm_ctx *c, int64_t n0, int64_t n1)
 }
 #endif
 
+#if DS_ARM
+/* ---- AArch64: NEON / dotprod ------------------------------------------------------------
+ * The same tile structure as the x86 ones: a tile of 4 weight rows is loaded
+ * once per block for up to 4 activation rows. Per (row, weight row) the
+ * block's 32 products go into 4 int32 lanes (ds_neon_dot16: SDOT on the
+ * dotprod level, SMULL + SADALP on neon), ADDP folds the four weight rows'
+ * lanes into one vector whose lane j is the exact D of weight row j, and
+ * the f32 update is one convert, one multiply (d_w * e) and one FMLA for 4
+ * outputs: acc = fma((float)D, d_w * e, acc), the definition's sequence lane
+ * by lane (FMLA is IEEE fusedMultiplyAdd like fmaf). The 4 fp16 weight
+ * scales are converted with FCVTL (exact). */
+DS_INLINE void q8n_tile(const ds_mm_ctx *c, const ds_block_q8_0 *const w[4], int nv, int m0, int MT,
+                        int64_t n, int dp) {
+    const int64_t nb = c->W->n_in / DS_QK8_0, N = c->W->n_out;
+    const ds_q8_act *a = c->xq;
+    float32x4_t acc[4];
+    DS_UNROLL
+    for (int i = 0; i < MT; i++) acc[i] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < nb; b++) {
+        int8x16_t q[4][2];
+        uint16_t dh[4];
+        DS_UNROLL
+        for (int j = 0; j < 4; j++) {
+            q[j][0] = vld1q_s8(w[j][b].qs);
+            q[j][1] = vld1q_s8(w[j][b].qs + 16);
+            dh[j] = w[j][b].d;
+        }
+        const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(dh)));
+        DS_UNROLL
+        for (int i = 0; i < MT; i++) {
+            const int64_t xi = (int64_t)(m0 + i) * nb + b;
+            const int8x16_t p0 = vld1q_s8(a->q[xi].qs), p1 = vld1q_s8(a->q[xi].qs + 16);
+            int32x4_t s[4];
+            DS_UNROLL
+            for (int j = 0; j < 4; j++)
+                s[j] = ds_neon_dot16(ds_neon_dot16(vdupq_n_s32(0), q[j][0], p0, dp), q[j][1], p1, dp);
+            const int32x4_t D = vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
+            acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(D), vmulq_n_f32(dw, a->d[xi]));
+        }
+    }
+    DS_UNROLL
+    for (int i = 0; i < MT; i++) {
+        float o[4];
+        vst1q_f32(o, acc[i]);
+        memcpy(c->y + (size_t)(m0 + i) * (size_t)N + (size_t)n, o, (size_t)nv * sizeof(float));
+    }
+}
+
+DS_INLINE void q8n_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1, int dp) {
+    const int64_t nb = c->W->n_in / DS_QK8_0;
+    const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
+    for (int64_t n = n0; n < n1; n += 4) {
+        const int nv = (int)(n1 - n < 4 ? n1 - n : 4);
+        const void *wr[4];
+        ds_tile_rows(c->W->data, wrow, n, nv, 4, wr);
+        const ds_block_q8_0 *w[4] = {wr[0], wr[1], wr[2], wr[3]};
+        int m = 0;
+        for (; m + 4 <= c->M; m += 4) q8n_tile(c, w, nv, m, 4, n, dp);
+        switch (c->M - m) {      /* the rest in one pass over the 4 weight rows */
+        case 3: q8n_tile(c, w, nv, m, 3, n, dp); break;
+        case 2: q8n_tile(c, w, nv, m, 2, n, dp); break;
+        case 1: q8n_tile(c, w, nv, m, 1, n, dp); break;
+        default: break;
+        }
+    }
+}
+static void q8n_neon(const ds_mm_ctx *c, int64_t n0, int64_t n1) { q8n_canonical(c, n0, n1, 0); }
+static void q8n_dotprod(const ds_mm_ctx *c, int64_t n0, int64_t n1) { q8n_canonical(c, n0, n1, 1); }
+#endif
+
 /* ---- pre-packing at load time (kernels.h) ---------------------------------------------
  * The whole weight as consecutive tiles of the level's layout, tile t at
  * t * TILE(nb) bytes after the header, the last tile padded by repeating row
@@ -652,6 +725,9 @@ void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
         else q8c_avx2_rows(c, n0, n1);
         return;
     }
+#elif DS_ARM
+    if (c->level == DS_LVL_DOTPROD) { q8n_dotprod(c, n0, n1); return; }
+    if (c->level == DS_LVL_NEON) { q8n_neon(c, n0, n1); return; }
 #endif
     q8c_portable(c, n0, n1);
 }

@@ -99,6 +99,12 @@ DS_INLINE DS_VF DS_WFN(ds_ld, _f16)(const uint16_t *p) {
     v8hi_ h;
     memcpy(&h, p, sizeof h);
     return __builtin_ia32_vcvtph2ps256(h);
+#elif DS_ARM && DS_W == 4
+    /* AArch64 (every level: FCVTL is base ISA): exact like VCVTPH2PS, the
+     * same signalling-NaN quieting (simd.h) */
+    float16x4_t h;
+    memcpy(&h, p, sizeof h);
+    return (DS_VF)vcvt_f32_f16(h);
 #else
     return DS_WFN(ds_ld, _f16sw)(p);
 #endif

@@ -77,12 +77,25 @@ typedef uint16_t ds_v4h  __attribute__((vector_size(8)));
 typedef int16_t  ds_v4s  __attribute__((vector_size(8)));
 typedef int8_t   ds_v4b  __attribute__((vector_size(4)));
 
-/* ---- levels ---------------------------------------------------------------- */
-enum { DS_LVL_PORTABLE = 0, DS_LVL_AVX2 = 1, DS_LVL_AVX512 = 2, DS_LVL_COUNT = 3 };
+/* ---- levels ---------------------------------------------------------------- 
+ * One enum for both architectures; each uses its own subset, ordered by
+ * value: x86-64 portable < avx2 < avx512, AArch64 portable < neon < dotprod.
+ * On AArch64 "portable" is the base-ISA C (GCC's generic vectors are NEON
+ * there too, and the integer dots scalar loops), "neon" the hand-written
+ * armv8.0 ASIMD integer dots (SMULL + SADALP), "dotprod" the armv8.2
+ * SDOT ones (HWCAP_ASIMDDP). A level of the other architecture is never
+ * ds_simd_level_ok, so an x86 branch (lv >= DS_LVL_AVX2) is never taken on
+ * AArch64, where those branches are not even compiled. */
+enum {
+    DS_LVL_PORTABLE = 0, DS_LVL_AVX2 = 1, DS_LVL_AVX512 = 2,
+    DS_LVL_NEON = 3, DS_LVL_DOTPROD = 4,
+    DS_LVL_COUNT = 5
+};
 
 /* The level this process uses (registry.c): detected once with
- * __builtin_cpu_supports, optionally capped by DSPARK_SIMD=portable|avx2|avx512
- * so that the three paths can be compared end to end on one machine. */
+ * __builtin_cpu_supports (x86) / getauxval(AT_HWCAP) (AArch64), optionally
+ * capped by DSPARK_SIMD=portable|avx2|avx512 (x86) or portable|neon|dotprod
+ * (AArch64) so that the paths can be compared end to end on one machine. */
 int ds_simd_level(void);
 /* Parse a DSPARK_SIMD value: *cap = the level, or DS_LVL_COUNT for NULL/""
  * (no cap); -1 with one line in err for anything else ("AVX2" included). */
@@ -128,9 +141,38 @@ const char *ds_simd_level_name(int lv);
 /* AArch64: the 4-lane FMA is NEON's FMLA (vfmaq_f32), part of the base ISA. */
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #define DS_NEON_FMA 1
+#define DS_ARM 1
 #include <arm_neon.h>
 #else
 #define DS_NEON_FMA 0
+#define DS_ARM 0
+#endif
+
+#if DS_ARM
+/* ---- AArch64 integer dots -----------------------------------------------------
+ * acc (4 x int32) += the products of a and b (16 x int8), in some grouping
+ * of the 16 products into the 4 lanes: every caller sums the 4 lanes (or
+ * lanes of several such vectors) into an exact integer, so the grouping is
+ * immaterial. dp = 1: SDOT (armv8.2 dotprod: lane i += the 4 products
+ * 4i..4i+3), written as inline assembly with its own .arch line: the
+ * intrinsic (vdotq_s32) may only be inlined into functions compiled for
+ * +dotprod, and the shared kernel bodies are inlined into the neon and the
+ * dotprod instances alike (the branch is a constant after inlining). The
+ * .arch line stays in effect for the rest of the file's assembly; that only
+ * widens what the assembler accepts (the compiler still emits nothing the
+ * file's flags do not allow). The dotprod instances run only where
+ * HWCAP_ASIMDDP says SDOT exists.
+ * dp = 0: SMULL / SMULL2 (int8 x int8 -> int16, exact: |p| <= 2^14) and
+ * SADALP (pairs of int16 added into the int32 lanes, exact). */
+DS_INLINE int32x4_t ds_neon_dot16(int32x4_t acc, int8x16_t a, int8x16_t b, int dp) {
+    if (dp) {
+        __asm__(".arch armv8.2-a+dotprod\n\tsdot %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(a), "w"(b));
+        return acc;
+    }
+    const int16x8_t p0 = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+    const int16x8_t p1 = vmull_high_s8(a, b);
+    return vpadalq_s16(vpadalq_s16(acc, p0), p1);
+}
 #endif
 
 /* ---- combines (over the 16 lanes of one accumulator, lane order) ---------------- */
