@@ -151,6 +151,11 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
     uint32_t emb_type = type;
     add_matrix(&b, "token_embd.weight", n_embd, n_vocab, 1.0f, emb_type);
     add_norm(&b, "output_norm.weight", n_embd);
+    /* qwen3moe: an untied head scaled to logits of a few units, so that
+     * greedy text follows the context and sampling has choices (a tied head
+     * of the O(1) embedding rows gives logits of tens: one token wins
+     * everywhere, and a MoE test would see few routes) */
+    if (moe) add_matrix(&b, "output.weight", n_embd, n_vocab, sqrtf(3.0f / (float)n_embd) * 3.0f, type);
     for (long l = 0; l < n_layer && !b.failed; l++) {
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%ld." s ".weight", l), n)
