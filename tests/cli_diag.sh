@@ -49,6 +49,10 @@ grep -q '^FIRST_DIVERGENCE row=[0-9]* layer=0 checkpoint=cp8_ffn_gate_up subobje
 $D families -m "$T/moe.gguf" -p "$P" --block-greedy 6 >"$T/mfam" 2>&1 || bad "families qwen3moe exit"
 grep -q '^FAMILY name=moe_route verdict=PROVEN_DIFFERENT .*model_first_divergence=row:[0-9]*,layer:0,cp8_ffn_gate_up,moe_route' "$T/mfam" \
     && ok "qwen3moe families: moe_route PROVEN_DIFFERENT, first divergence at its route" || { bad "qwen3moe families moe_route"; cat "$T/mfam"; }
+grep -q '^FAMILY name=matmul_q4_0 verdict=UNUSED' "$T/mfam" && ok "qwen3moe families: unused matmul types UNUSED" || bad "qwen3moe UNUSED"
+$D sweep -m "$T/moe.gguf" -p "$P" --block-greedy 6 --reps 3 >"$T/msw" 2>&1 || bad "sweep qwen3moe exit"
+grep -q 'first_divergence=.*cp8_ffn_gate_up,moe_route' "$T/msw" && grep -q '^C_MIN .*moe_route' "$T/msw" \
+    && ok "qwen3moe sweep: the route found and kept ($(grep '^C_MIN' "$T/msw"))" || { bad "qwen3moe sweep"; cat "$T/msw"; }
 
 $D sweep -m "$T/m.gguf" -p "$P" --block-greedy 6 --reps 3 >"$T/sweep" 2>&1 || { bad "sweep exit"; cat "$T/sweep"; }
 grep -q '^SWEEP step=0 sources_tested=0 sources_fully_canonicalized=0 partial_causal_families=none first_divergence=row' "$T/sweep" && ok "sweep starts all-fast and diverges" || bad "sweep start"
