@@ -375,7 +375,7 @@ static void cpu_moe_route(ds_exec *ex, ds_variant v, int M, int n_expert, int k,
 /* Rank order, one multiply and one add per term (backend.h). Inline: M * k
  * * n flops against the experts' M * k * 3 * n * n_ff. */
 static void cpu_moe_combine(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *w, const float *y,
-                            float *out) {
+                            const float *sh_gate, const float *sh, float *out) {
     (void)ex;
     for (int r = 0; r < M; r++) {
         float *o = out + (size_t)r * n;
@@ -387,6 +387,14 @@ static void cpu_moe_combine(ds_exec *ex, int M, int k, int n, const int32_t *slo
             const float wj = w[(size_t)r * k + j];
             for (int i = 0; i < n; i++) {
                 const float t = wj * yj[i];
+                o[i] = o[i] + t;
+            }
+        }
+        if (sh) {
+            const float s = ds_sigmoidf(sh_gate[r]);
+            const float *shr = sh + (size_t)r * n;
+            for (int i = 0; i < n; i++) {
+                const float t = shr[i] * s;
                 o[i] = o[i] + t;
             }
         }

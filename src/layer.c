@@ -149,19 +149,27 @@ ds_weight *ds_layer_weight(ds_layer *L, int i) {
     }
     if (i == 0) return &L->gate_inp;
     i -= 1;
-    if (!L->exp_gate || i >= 3 * L->n_expert) return NULL;
+    if (!L->exp_gate) return NULL;
+    if (i >= 3 * L->n_expert) {
+        ds_weight *const sh[4] = {&L->sh_gate_inp, &L->sh_gate, &L->sh_up, &L->sh_down};
+        i -= 3 * L->n_expert;
+        return L->has_shexp && i < 4 ? sh[i] : NULL;
+    }
     ds_weight *const e[3] = {L->exp_gate, L->exp_up, L->exp_down};
     return &e[i % 3][i / 3];
 }
 
-/* Scratch layout, floats from a->moe (m rows, E experts, k used, n_ff_exp f):
+/* Scratch layout, floats from a->moe (m rows, E experts, k used, n_ff_exp f,
+ * n_ff_shexp fs):
  *   logits [m][E] | w [m][k] | ids [m][k] | slot [m][k] | probe [m][2k] |
- *   X [m k][d] | G [m k][f] | U [m k][f] | H [m k][f] | Y [m k][d]
+ *   X [m k][d] | G [m k][f] | U [m k][f] | H [m k][f] | Y [m k][d] |
+ *   shared expert: gate logit [m] | G, U, H [m][fs] | out [m][d]
  * ids and slot hold int32 (same size as a float; only ever read as int32). */
-size_t ds_moe_scratch_floats(int m_max, int n_expert, int k, int d, int n_ff_exp) {
+size_t ds_moe_scratch_floats(int m_max, int n_expert, int k, int d, int n_ff_exp, int n_ff_shexp) {
     if (n_expert <= 0) return 0;
     const size_t m = (size_t)m_max, mk = m * (size_t)k;
-    return m * (size_t)n_expert + 3 * mk + 2 * mk + 2 * mk * (size_t)d + 3 * mk * (size_t)n_ff_exp;
+    const size_t sh = n_ff_shexp > 0 ? m + 3 * m * (size_t)n_ff_shexp + m * (size_t)d : 0;
+    return m * (size_t)n_expert + 3 * mk + 2 * mk + 2 * mk * (size_t)d + 3 * mk * (size_t)n_ff_exp + sh;
 }
 
 /* The FFN of a MoE layer over M rows of a->xn, into a->o.
@@ -237,7 +245,23 @@ static void moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, con
         fam_exp |= FAM(ds_matmul_family(L->exp_gate[e].type)) | FAM(ds_matmul_family(L->exp_up[e].type)) |
                    FAM(ds_matmul_family(L->exp_down[e].type));
     }
-    b->moe_combine(ex, M, k, d, slot, w, Y, a->o);
+    /* the shared expert (every row, one dense SwiGLU) and its gate logit */
+    float *SG = NULL, *SO = NULL;
+    if (L->has_shexp) {
+        const int fs = (int)L->sh_gate.n_out;
+        SG = Y + mk * d;
+        float *SGt = SG + M, *SU = SGt + (size_t)M * fs, *SH = SU + (size_t)M * fs;
+        SO = SH + (size_t)M * fs;
+        const ds_weight *const w2[2] = {&L->sh_gate, &L->sh_up};
+        float *const y2[2] = {SGt, SU};
+        mm_shared(ex, var, 2, w2, M, a->xn, y2);
+        b->swiglu(ex, vsw, M, fs, SGt, SU, SH);
+        b->matmul(ex, (ds_variant)var[ds_matmul_family(L->sh_down.type)], &L->sh_down, M, SH, SO);
+        b->matmul(ex, (ds_variant)var[ds_matmul_family(L->sh_gate_inp.type)], &L->sh_gate_inp, M, a->xn, SG);
+        fam_exp |= FAM(ds_matmul_family(L->sh_gate.type)) | FAM(ds_matmul_family(L->sh_up.type)) |
+                   FAM(ds_matmul_family(L->sh_down.type)) | FAM(ds_matmul_family(L->sh_gate_inp.type));
+    }
+    b->moe_combine(ex, M, k, d, slot, w, Y, SG, SO, a->o);
     if (wants(pr, l, DSD_CP_FFN_DOWN))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_DOWN, DSD_SUB_ALL, fam_exp, a->o, d, d);
 }

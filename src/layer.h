@@ -20,6 +20,12 @@ typedef struct {
     int n_expert, n_expert_used, moe_norm;
     ds_weight gate_inp;
     ds_weight *exp_gate, *exp_up, *exp_down;
+    /* The shared expert (qwen35moe's FFN; has_shexp = 0: none): a SwiGLU
+     * every row runs (sh_gate / sh_up: [n_ff_shexp][d], sh_down:
+     * [d][n_ff_shexp]) whose output is scaled by sigmoid(sh_gate_inp . x)
+     * (sh_gate_inp: llama.cpp's 1-D ffn_gate_inp_shexp, one output). */
+    int has_shexp;
+    ds_weight sh_gate_inp, sh_gate, sh_up, sh_down;
 } ds_layer;
 
 /* The layer's matmul weights one by one (i = 0, 1, ...; NULL past the
@@ -30,7 +36,7 @@ ds_weight *ds_layer_weight(ds_layer *L, int i);
 /* Floats of the MoE scratch (ds_acts.moe) for m_max rows: router logits,
  * the route, and one row per (row, rank) assignment of the experts' inputs,
  * gate / up / SwiGLU and outputs. 0 for a dense layer (n_expert == 0). */
-size_t ds_moe_scratch_floats(int m_max, int n_expert, int k, int d, int n_ff_exp);
+size_t ds_moe_scratch_floats(int m_max, int n_expert, int k, int d, int n_ff_exp, int n_ff_shexp);
 
 typedef struct {
     int   d, n_head, n_head_kv, head_dim, n_ff;

@@ -22,7 +22,7 @@ const char *ds_arch_name(ds_arch a) {
 }
 
 size_t ds_hp_moe_scratch(const ds_hparams *hp, int m_max) {
-    return ds_moe_scratch_floats(m_max, hp->n_expert, hp->n_expert_used, hp->n_embd, hp->n_ff_exp);
+    return ds_moe_scratch_floats(m_max, hp->n_expert, hp->n_expert_used, hp->n_embd, hp->n_ff_exp, hp->n_ff_shexp);
 }
 
 static int get_u32_req(const gguf_ctx *g, const char *arch, const char *suffix, int *out,
@@ -218,8 +218,22 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
             ds_errf(err, errlen, "model: qwen3moe needs expert_feed_forward_length (or feed_forward_length) > 0");
             goto fail;
         }
+        /* a shared expert (qwen35moe's FFN): its tensors in block 0 say so;
+         * its width is expert_shared_feed_forward_length, else n_ff
+         * (llama.cpp's rule) */
+        if (gguf_find_tensor(g, "blk.0.ffn_up_shexp.weight")) {
+            hp->n_ff_shexp = hp->n_ff;
+            snprintf(key, sizeof key, "%s.expert_shared_feed_forward_length", arch);
+            if (gguf_find_kv(g, key) && get_u32_req(g, arch, "expert_shared_feed_forward_length", &hp->n_ff_shexp, err, errlen))
+                goto fail;
+            if (hp->n_ff_shexp < 1) {
+                ds_errf(err, errlen, "model: the shared expert needs a width > 0 (expert_shared_feed_forward_length)");
+                goto fail;
+            }
+        }
         /* n_ff is the widest FFN any buffer is sized for */
         if (hp->n_ff < hp->n_ff_exp) hp->n_ff = hp->n_ff_exp;
+        if (hp->n_ff < hp->n_ff_shexp) hp->n_ff = hp->n_ff_shexp;
         if (!m->be->i->moe_route || !m->be->i->moe_combine || !m->be->i->host_memory) {
             ds_errf(err, errlen, "model: %s is a mixture-of-experts model and the %s device has no MoE kernels yet "
                     "(use --device cpu)", arch, m->be->i->name);
@@ -325,6 +339,22 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
                 load_experts(g, NAME("ffn_up_exps"), d, f, E, L->exp_up, err, errlen) ||
                 load_experts(g, NAME("ffn_down_exps"), f, d, E, L->exp_down, err, errlen))
                 goto fail;
+            if (hp->n_ff_shexp > 0) {
+                const int fs = hp->n_ff_shexp;
+                L->has_shexp = 1;
+                /* its gate is llama.cpp's 1-D [n_embd]: a weight of one output */
+                const gguf_tensor *tg = want_tensor(g, NAME("ffn_gate_inp_shexp"), d, 0, err, errlen);
+                if (!tg) goto fail;
+                if (tg->type != DS_TYPE_F32 && tg->type != DS_TYPE_F16 && tg->type != DS_TYPE_BF16) {
+                    ds_errf(err, errlen, "model: tensor '%s' is %s (want F32, F16 or BF16)", n, ds_type_name(tg->type));
+                    goto fail;
+                }
+                L->sh_gate_inp = (ds_weight){tg->type, d, 1, tg->data, NULL};
+                if (load_weight(g, NAME("ffn_gate_shexp"), d, fs, &L->sh_gate, err, errlen) ||
+                    load_weight(g, NAME("ffn_up_shexp"), d, fs, &L->sh_up, err, errlen) ||
+                    load_weight(g, NAME("ffn_down_shexp"), fs, d, &L->sh_down, err, errlen))
+                    goto fail;
+            }
         } else if (load_weight(g, NAME("ffn_gate"), d, hp->n_ff, &L->w_gate, err, errlen) ||
                    load_weight(g, NAME("ffn_up"), d, hp->n_ff, &L->w_up, err, errlen) ||
                    load_weight(g, NAME("ffn_down"), hp->n_ff, d, &L->w_down, err, errlen)) {

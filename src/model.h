@@ -43,6 +43,7 @@ typedef struct {
     /* mixture of experts (qwen3moe; 0 for dense models): expert_count,
      * expert_used_count, expert_feed_forward_length */
     int     n_expert, n_expert_used, n_ff_exp;
+    int     n_ff_shexp;    /* the shared expert's width (0: none; qwen35moe's FFN) */
 } ds_hparams;
 
 /* Floats of ds_acts.moe for m_max rows of this model (0: dense). */

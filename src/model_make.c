@@ -109,7 +109,9 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
     if (head_dim % 2) { ds_errf(err, errlen, "make-model: head dim %ld must be even", head_dim); return -1; }
     if (n_head % n_head_kv) { ds_errf(err, errlen, "make-model: n_head %ld must be a multiple of n_head_kv %ld", n_head, n_head_kv); return -1; }
     const long blk = (long)ds_type_block_elems(type);
-    if (blk > 1 && (n_embd % blk || n_ff % blk || (n_head * head_dim) % blk || (moe && n_ff_exp % blk))) {
+    const long n_ff_sh = moe ? o->n_ff_shexp : 0;
+    if (n_ff_sh < 0) { ds_errf(err, errlen, "make-model: the shared expert width %ld is negative", n_ff_sh); return -1; }
+    if (blk > 1 && (n_embd % blk || n_ff % blk || (n_head * head_dim) % blk || (moe && (n_ff_exp % blk || n_ff_sh % blk)))) {
         ds_errf(err, errlen, "make-model: %s needs n_embd, n_ff%s and n_head*head_dim to be multiples of %ld",
                 ds_type_name(type), moe ? ", the expert FFN width" : "", blk);
         return -1;
@@ -135,6 +137,7 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
         gguf_set_u32(b.w, KEY("expert_count"), (uint32_t)n_exp);
         gguf_set_u32(b.w, KEY("expert_used_count"), (uint32_t)n_used);
         gguf_set_u32(b.w, KEY("expert_feed_forward_length"), (uint32_t)n_ff_exp);
+        if (n_ff_sh > 0) gguf_set_u32(b.w, KEY("expert_shared_feed_forward_length"), (uint32_t)n_ff_sh);
     }
 #undef KEY
     gguf_set_u32(b.w, "general.file_type", gguf_llama_ftype(type));     /* llama.cpp's code */
@@ -177,6 +180,18 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
             add_experts(&b, NAME("ffn_gate_exps"), n_embd, n_ff_exp, n_exp, sqrtf(3.0f / (float)n_embd), type);
             add_experts(&b, NAME("ffn_up_exps"), n_embd, n_ff_exp, n_exp, sqrtf(3.0f / (float)n_embd), type);
             add_experts(&b, NAME("ffn_down_exps"), n_ff_exp, n_embd, n_exp, sqrtf(3.0f / (float)n_ff_exp) * 0.5f, type);
+            if (n_ff_sh > 0) {
+                /* the shared expert's gate: one output, a 1-D F32 vector as in llama.cpp's files */
+                float *gv = malloc((size_t)n_embd * sizeof(float));
+                if (!gv) { b.failed = 1; break; }
+                for (long i = 0; i < n_embd; i++) gv[i] = ds_uniform_pm1(&b.r) * sqrtf(3.0f / (float)n_embd);
+                const uint64_t ne1[1] = { (uint64_t)n_embd };
+                if (gguf_add_tensor(b.w, NAME("ffn_gate_inp_shexp"), DS_TYPE_F32, 1, ne1, gv, (uint64_t)n_embd * 4)) b.failed = 1;
+                free(gv);
+                add_matrix(&b, NAME("ffn_gate_shexp"), n_embd, n_ff_sh, sqrtf(3.0f / (float)n_embd), type);
+                add_matrix(&b, NAME("ffn_up_shexp"), n_embd, n_ff_sh, sqrtf(3.0f / (float)n_embd), type);
+                add_matrix(&b, NAME("ffn_down_shexp"), n_ff_sh, n_embd, sqrtf(3.0f / (float)n_ff_sh) * 0.5f, type);
+            }
             continue;
         }
         add_matrix(&b, NAME("ffn_gate"), n_embd, n_ff, sqrtf(3.0f / (float)n_embd), type);
@@ -203,5 +218,5 @@ void ds_make_model_defaults(ds_make_model_opts *o) {
     o->n_embd = 256; o->n_layer = 4; o->n_head = 4; o->n_head_kv = 2; o->head_dim = 0;
     o->n_ff = 768; o->n_vocab = 512; o->n_ctx = 2048; o->seed = 1;
     o->rope_base = 10000.0f; o->norm_eps = 1e-6f;
-    o->n_expert = 8; o->n_expert_used = 2; o->n_ff_exp = 128;
+    o->n_expert = 8; o->n_expert_used = 2; o->n_ff_exp = 128; o->n_ff_shexp = 0;
 }

@@ -11,6 +11,7 @@
 #     and seeded, at several draft widths;
 #   - quantize re-encodes the 3-D expert stacks (the router stays F32) and the
 #     result runs;
+#   - the shared expert (qwen35moe's FFN, --n-ff-shexp) hashes, and spec == plain on it;
 #   - malformed MoE files are one line and exit 2.
 set -u
 BUILD=${BUILD:-build}
@@ -34,6 +35,10 @@ $D generate -m "$T/m.gguf" -p "$P" -n 48 -t 2 --temp 0.8 --seed 7 >"$T/s" 2>/dev
 echo "$(sha256sum <"$T/s" | cut -c1-64) plain_t08" >>"$out"
 $D generate -m "$T/m.gguf" -p "$P" -n 4 -t 2 --dump-logits "$T/l" >/dev/null 2>&1 || bad "dump-logits"
 echo "$(sha256sum <"$T/l" | cut -c1-64) logits" >>"$out"
+# qwen35moe's FFN on the qwen3moe trunk: the experts plus a gated shared expert
+$D make-model -o "$T/sh.gguf" $MK --n-ff-shexp 96 2>/dev/null || bad "make-model --n-ff-shexp"
+$D generate -m "$T/sh.gguf" -p "$P" -n 48 -t 2 >"$T/shg" 2>/dev/null || bad "generate shared expert"
+echo "$(sha256sum <"$T/shg" | cut -c1-64) shared_expert_greedy" >>"$out"
 if [ -n "${GOLDEN_RECORD:-}" ]; then
     cp "$out" tests/data/golden_moe.sha256; echo "recorded $(wc -l <"$out") hashes"
 elif diff tests/data/golden_moe.sha256 "$out" >"$T/diff"; then
@@ -59,6 +64,10 @@ $D generate -m "$T/m.gguf" -md "$T/d.gguf" -p "$P" -n 48 -t 2 --oracle-accept ra
     && cmp -s "$T/g" "$T/so" && ok "oracle acceptance: full verify blocks == plain ($(grep -o 'mean_accepted_len=[0-9.]*' "$T/so.err" | head -1))" \
     || { bad "oracle acceptance on qwen3moe"; head -c 400 "$T/so.err"; }
 
+$D make-drafter -m "$T/sh.gguf" -o "$T/shd.gguf" --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter (shared expert)"
+$D generate -m "$T/sh.gguf" -md "$T/shd.gguf" -p "$P" -n 48 -t 2 --oracle-accept rate:1 >"$T/shs" 2>/dev/null \
+    && cmp -s "$T/shg" "$T/shs" && ok "shared expert: spec (oracle acceptance, full blocks) == plain" || bad "shared expert spec != plain"
+
 # ---- quantize ---------------------------------------------------------------
 $D make-model -o "$T/f.gguf" --arch qwen3moe --n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 --n-expert 4 --n-expert-used 2 --n-ff-exp 256 --n-vocab 400 --seed 2 2>/dev/null || bad "make-model f32 moe"
 $D quantize "$T/f.gguf" "$T/q.gguf" q4_k_m 2>/dev/null || bad "quantize q4_k_m"
@@ -80,5 +89,7 @@ patch "$T/m.gguf" "$T/b3.gguf" "b.replace(b'blk.2.ffn_down_exps', b'blk.2.ffn_dX
 expect_err "an expert tensor missing" "blk.2.ffn_down_exps" $D generate -m "$T/b3.gguf" -p hi -n 1
 patch "$T/m.gguf" "$T/b4.gguf" "b.replace(b'blk.1.ffn_gate_inp', b'blk.1.ffn_gate_iXp', 1)"
 expect_err "the router missing" "blk.1.ffn_gate_inp" $D generate -m "$T/b4.gguf" -p hi -n 1
+patch "$T/sh.gguf" "$T/b5.gguf" "b.replace(b'blk.1.ffn_down_shexp', b'blk.1.ffn_dXwn_shexp', 1)"
+expect_err "a shared-expert tensor missing" "blk.1.ffn_down_shexp" $D generate -m "$T/b5.gguf" -p hi -n 1
 expect_err "make-model: used > experts" "experts" $D make-model -o "$T/x.gguf" --arch qwen3moe --n-expert 4 --n-expert-used 5
 exit $fail

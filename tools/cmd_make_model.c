@@ -24,6 +24,8 @@ int cmd_make_model(int argc, char **argv) {
                    "       [--n-embd N] [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N] [--n-ff N]\n"
                    "       [--n-vocab N] [--n-ctx N] [--rope-base F] [--norm-eps F] [--seed N]\n"
                    "       qwen3moe: [--n-expert N (8)] [--n-expert-used K (2)] [--n-ff-exp N (128)]\n"
+                   "       [--n-ff-shexp N (0)]: a shared expert of width N (qwen35moe's FFN on the qwen3moe\n"
+                   "       trunk: dspark loads it, llama.cpp's qwen3moe loader does not)\n"
                    "       (llama.cpp's tensors: ffn_gate_inp, ffn_{gate,up,down}_exps; the router stays F32)\n");
             return 0;
         }
@@ -46,6 +48,7 @@ int cmd_make_model(int argc, char **argv) {
         else if (!strcmp(a, "--norm-eps")) o.norm_eps = cli_float(C, a, cli_value(C, argc, argv, &i), 1e-12f, 0.1f);
         else if (!strcmp(a, "--n-expert")) o.n_expert = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1024);
         else if (!strcmp(a, "--n-expert-used")) o.n_expert_used = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1024);
+        else if (!strcmp(a, "--n-ff-shexp")) o.n_ff_shexp = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 17);
         else if (!strcmp(a, "--n-ff-exp")) o.n_ff_exp = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 17);
         else if (!strcmp(a, "--seed")) o.seed = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 0x7fffffffL);
         else cli_die(C, "unknown flag '%s' (see dspark make-model --help)", a);
