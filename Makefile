@@ -102,7 +102,7 @@ test-kq-lanes: $(BUILD)/tests/cuda/test_kq_lanes
 endif
 
 # the shipped Q8_0 target: the golden outputs and the CLI diagnostics run on it
-test-cuda: all $(CUDA_TESTS) $(TARGET_Q8)
+test-cuda: all $(CUDA_TESTS)
 	@BUILD=$(BUILD) sh tests/cuda/run.sh
 
 .PHONY: all test test-san test-cuda test-kq-lanes bench-cuda bench clean deps run models
@@ -222,6 +222,9 @@ TARGET_Q8  := models/dspark-tiny-q8_0.gguf
 DRAFTER_F16:= models/dspark-tiny-drafter-f16.gguf
 DRAFTER    := models/dspark-tiny-drafter-q8_0.gguf
 models: $(TARGET_Q8) $(DRAFTER)
+# (here, not on test-cuda's own line above: a prerequisite is expanded where
+# the rule is read, and TARGET_Q8 was still empty there)
+test-cuda: $(TARGET_Q8)
 $(TARGET_Q8): $(TARGET_F16) $(BUILD)/dspark
 	$(BUILD)/dspark quantize $(TARGET_F16) $@ q8_0
 $(DRAFTER): $(DRAFTER_F16) $(BUILD)/dspark

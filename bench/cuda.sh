@@ -11,7 +11,9 @@
 # side-by-side itself at the end): decode and prefill 512 ratios.
 # Table on stdout, one JSON per model under bench/results/cuda-*.json.
 #   SHAPES="tiny 0.6b 8b"  TYPES="q8_0 f16"  REPS=7  MODELS_DIR=/tmp/dspark-models
-#   PREFILL=512,4096  DEPTHS=64,1024,4000
+#   PREFILL=512,4096  DEPTHS=64,1024,4096,16384,32768 (each shape runs the depths
+#   its n_ctx holds: tiny 512, 0.6b 4096, 8b 40960; issue 22's long-context goal:
+#   decode at 4k / 16k / 32k within 1.5x / 2x / 3x of decode at 64)
 set -eu
 B=${BUILD:-build}
 D=$B/dspark
@@ -21,7 +23,7 @@ REPS=${REPS:-7}
 SHAPES=${SHAPES:-"tiny 0.6b 8b"}
 TYPES=${TYPES:-"q8_0 f16"}
 PREFILL=${PREFILL:-512,4096}
-DEPTHS=${DEPTHS:-64,1024,4000}
+DEPTHS=${DEPTHS:-64,1024,4096,16384,32768}
 MD=${MODELS_DIR:-/tmp/dspark-models}
 mkdir -p "$MD"
 $D devices --require cuda >/dev/null || { echo "cuda.sh: no usable CUDA device" >&2; exit 2; }
@@ -33,7 +35,7 @@ make_shape() {   # shape type -> path
     0.6b) [ -f "$f" ] || $D make-model -o "$f" --type "$t" --n-embd 1024 --n-layer 28 --n-head 16 --n-head-kv 8 \
               --head-dim 128 --n-ff 3072 --n-vocab 151936 --n-ctx 4096 --seed 1 >/dev/null ;;
     8b)   [ -f "$f" ] || $D make-model -o "$f" --type "$t" --n-embd 4096 --n-layer 36 --n-head 32 --n-head-kv 8 \
-              --head-dim 128 --n-ff 12288 --n-vocab 151936 --n-ctx 4096 --seed 1 >/dev/null ;;
+              --head-dim 128 --n-ff 12288 --n-vocab 151936 --n-ctx 40960 --seed 1 >/dev/null ;;
     esac
     echo "$f"
 }
@@ -53,7 +55,10 @@ for s in $SHAPES; do
         f=$(make_shape "$s" "$t")
         echo "== $s $t ($(du -h "$f" | cut -f1)) =="
         dep=$DEPTHS
-        [ "$s" = tiny ] && dep=$(echo "$DEPTHS" | tr ',' '\n' | awk '$1 <= 400' | paste -sd, -)   # n_ctx 512
+        case $s in   # what the shape's n_ctx holds (the steps and a margin on top)
+        tiny) dep=$(echo "$DEPTHS" | tr ',' '\n' | awk '$1 <= 400' | paste -sd, -) ;;
+        0.6b) dep=$(echo "$DEPTHS" | tr ',' '\n' | awk '$1 <= 4000' | paste -sd, -) ;;
+        esac
         pre=$PREFILL
         [ "$s" = tiny ] && pre=$(echo "$PREFILL" | tr ',' '\n' | awk '$1 <= 400' | paste -sd, -)
         [ -n "$pre" ] || pre=256

@@ -14,7 +14,7 @@ MODEL=${MODEL:-models/dspark-tiny-q8_0.gguf}
 ROUNDS=${ROUNDS:-3}
 PREFILL=${PREFILL:-64}
 PREFIX=${PREFIX:-128}
-CONFIGS=${CONFIGS:-"none +epilogue swiglu fq multi prologue wide pinned"}
+CONFIGS=${CONFIGS:-"none +epilogue swiglu fq multi prologue wide split pinned"}
 $D devices --require cuda >/dev/null || { echo "cuda_ab.sh: no usable CUDA device" >&2; exit 2; }
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 r=1

@@ -5,11 +5,23 @@
  *
  *   build/bench/engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N]
  *                      [--decode N] [--prompt N] [--long N]
+ *                      [--drafter D.gguf [--text FILE] [--oracle-accept Q]]
+ *
+ * With a drafter: N requests (N = 1..64, prompts from windows of the text)
+ * through the scheduler, plain and speculative interleaved, generated
+ * tokens per second of each and the ratio, the acceptance, and whether
+ * every speculative request's tokens equal its plain tokens. With
+ * --oracle-accept Q the drafts are replaced after each drafting round (the
+ * drafter still runs, for its cost) by the plain continuation, each draft
+ * kept right with probability Q (a fixed hash of its position): the
+ * acceptance of a trained pair on a shape that has none. Labelled so.
  *
  * Every batch is checked against the sequences' own greedy tokens (one
  * sequence alone): a faster wrong answer is not a result. */
+#include "drafter.h"
 #include "engine.h"
 #include "generate.h"
+#include "scheduler.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -60,9 +72,157 @@ static double run_batch(ds_engine *e, int N, int n_prompt, int D, int V, int32_t
     return t;
 }
 
+/* ---- speculative requests through the scheduler ---------------------------- */
+
+typedef struct {
+    int32_t *out;               /* [D] what it generated                 */
+    int n, D;
+    const int32_t *ref;         /* oracle: the plain tokens [D]          */
+    double q;
+    int V, n_prompt;
+} breq;
+
+static int b_tok(void *u, int32_t t) {
+    breq *q = u;
+    if (q->n < q->D) q->out[q->n] = t;
+    q->n++;
+    return 0;
+}
+
+/* the oracle: the draft for position p + k + 1 is the plain token there
+ * with probability q (a hash of the position), else another token */
+static void b_override(void *u, int p, int n, int32_t *ids) {
+    breq *q = u;
+    if (!q->ref) return;
+    for (int k = 0; k < n; k++) {
+        const int g = p + k + 1 - q->n_prompt;          /* index into the generated tokens */
+        if (g < 0 || g >= q->D) continue;
+        uint64_t h = (uint64_t)(p + k + 1) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29; h *= 0xbf58476d1ce4e5b9ull; h ^= h >> 32;
+        const double x = (double)(h >> 11) / 9007199254740992.0;
+        ids[k] = x < q->q ? q->ref[g] : (q->ref[g] + 1) % q->V;
+    }
+}
+
+/* N requests at once through s (a server's scheduler: it lives across runs,
+ * so AUTO's measurements carry over); seconds from submit to the last
+ * token, and the counters this run added */
+static double run_sched(ds_sched *s, int N, const int32_t *text, int n_text, int n_prompt, int D, int spec, breq *rq,
+                        double oracle, const int32_t *ref, ds_sched_stats *st) {
+    char err[DS_ERRLEN];
+    ds_sched_stats st0;
+    ds_sched_get_stats(s, &st0);
+    const double t0 = now_s();
+    for (int i = 0; i < N; i++) {
+        rq[i].n = 0;
+        rq[i].D = D;
+        rq[i].ref = ref ? ref + (size_t)i * D : NULL;
+        rq[i].q = oracle;
+        rq[i].n_prompt = n_prompt;
+        const int off = (int)(((size_t)i * 197) % (size_t)(n_text - n_prompt));
+        const ds_req_params p = {.prompt = text + off, .n_prompt = n_prompt, .n_predict = D, .stop_at_eog = 0,
+                                 .on_token = b_tok, .user = &rq[i], .speculative = spec};
+        if (ds_sched_submit(s, &p, err, sizeof err) < 0) die("submit", err);
+    }
+    int rc;
+    while ((rc = ds_sched_step(s, err, sizeof err)) > 0) {}
+    if (rc < 0) die("step", err);
+    const double t = now_s() - t0;
+    ds_sched_get_stats(s, st);
+    st->steps -= st0.steps;
+    st->spec_rounds -= st0.spec_rounds;
+    st->drafted -= st0.drafted;
+    st->accepted -= st0.accepted;
+    return t;
+}
+
+static void bench_spec(const ds_model *m, const char *dpath, const char *text_path, int threads, int reps, int D,
+                       int n_prompt, double oracle) {
+    char err[DS_ERRLEN];
+    ds_drafter *d = ds_drafter_load(dpath, m, err, sizeof err);
+    if (!d) die("drafter", err);
+    /* the text: a file, or a paragraph; tokenized with the model's vocabulary */
+    static const char para[] =
+        "The package provides a library and a command line tool. The library reads the configuration file at start "
+        "and writes its log to the standard error stream. If the file does not exist, the default settings are used. "
+        "See the manual page for the list of options and the format of the configuration file. Bugs should be "
+        "reported to the maintainer of the package with the output of the version command. ";
+    char *buf = NULL;
+    size_t len = 0;
+    if (text_path) {
+        FILE *f = fopen(text_path, "rb");
+        if (!f) die("text", text_path);
+        buf = malloc(1 << 20);
+        len = fread(buf, 1, (1 << 20) - 1, f);
+        fclose(f);
+    } else {
+        buf = malloc(16 * sizeof para);
+        for (int i = 0; i < 16; i++) memcpy(buf + len, para, sizeof para - 1), len += sizeof para - 1;
+    }
+    int32_t *text = NULL;
+    size_t n_text = 0;
+    if (!m->tok || ds_tokenize(m->tok, buf, len, 0, &text, &n_text, err, sizeof err)) die("tokenize", m->tok ? err : "no tokenizer");
+    free(buf);
+    if ((int)n_text < n_prompt + 64 * 197 / 16) die("text", "too short for 64 prompts");
+    const ds_engine_params ep = {.n_seq_max = 64, .n_ctx = n_prompt + D + 2, .m_max = 64, .n_threads = threads, .drafter = d};
+    ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
+    if (!e) die("engine with drafter", err);
+    printf("speculative requests: drafter=%s gamma=%d prompt=%d generated=%d reps=%d%s (medians; plain and speculative interleaved)\n",
+           dpath, ds_drafter_block_size(d), n_prompt, D, reps, oracle > 0 ? " ORACLE acceptance (drafts replaced)" : "");
+    if (oracle > 0) printf("oracle: each draft is the plain token with probability %.2f; the drafter runs for its cost\n", oracle);
+    static const int Ns[] = {1, 4, 16, 64};
+    ds_sched *sch[3];
+    for (int k = 0; k < 3; k++) {
+        const ds_sched_params sp = {.max_rows = 1024, .prefix_cache = 0, .draft_override = oracle > 0 && k ? b_override : NULL,
+                                    .spec_policy = k == 2 ? DS_SPEC_AUTO : DS_SPEC_FIXED};
+        if (!(sch[k] = ds_sched_new(e, &sp, err, sizeof err))) die("scheduler", err);
+    }
+    breq *rp = calloc(64, sizeof *rp), *rs = calloc(64, sizeof *rs), *ra = calloc(64, sizeof *ra);
+    int32_t *outp = malloc((size_t)64 * D * sizeof *outp), *outs = malloc((size_t)64 * D * sizeof *outs);
+    int32_t *outa = malloc((size_t)64 * D * sizeof *outa);
+    for (int i = 0; i < 64; i++) {
+        rp[i].out = outp + (size_t)i * D; rp[i].V = m->hp.n_vocab;
+        rs[i].out = outs + (size_t)i * D; rs[i].V = m->hp.n_vocab;
+        ra[i].out = outa + (size_t)i * D; ra[i].V = m->hp.n_vocab;
+    }
+    for (size_t k = 0; k < sizeof Ns / sizeof *Ns; k++) {
+        const int N = Ns[k];
+        double tp[99], ts[99], ta[99];
+        ds_sched_stats sp, ss, sa;
+        for (int r = -1; r < reps; r++) {   /* r = -1: a warm-up of each */
+            if (r < 0) {
+                run_sched(sch[0], N, text, (int)n_text, n_prompt, D, 0, rp, 0, NULL, &sp);
+                run_sched(sch[2], N, text, (int)n_text, n_prompt, D, 2, ra, oracle, outp, &sa);
+                continue;
+            }
+            tp[r] = run_sched(sch[0], N, text, (int)n_text, n_prompt, D, 0, rp, 0, NULL, &sp);
+            ts[r] = run_sched(sch[1], N, text, (int)n_text, n_prompt, D, 1, rs, oracle, outp, &ss);
+            ta[r] = run_sched(sch[2], N, text, (int)n_text, n_prompt, D, 2, ra, oracle, outp, &sa);
+        }
+        qsort(tp, (size_t)reps, sizeof *tp, cmp_d);
+        qsort(ts, (size_t)reps, sizeof *ts, cmp_d);
+        qsort(ta, (size_t)reps, sizeof *ta, cmp_d);
+        int same = 1;
+        for (int i = 0; i < N; i++)
+            same &= rp[i].n == D && rs[i].n == D && ra[i].n == D && !memcmp(rp[i].out, rs[i].out, (size_t)D * sizeof(int32_t)) &&
+                    !memcmp(rp[i].out, ra[i].out, (size_t)D * sizeof(int32_t));
+        const double kp = (double)N * D / tp[reps / 2], ks = (double)N * D / ts[reps / 2], ka = (double)N * D / ta[reps / 2];
+        printf("spec N=%-3d plain %8.1f tok/s | fixed %8.1f tok/s %5.2fx, accepted %ld/%ld (%.0f%%), tokens/round %.2f | "
+               "auto %8.1f tok/s %5.2fx, accepted %ld/%ld, last cap %d | tokens==plain: %s\n",
+               N, kp, ks, ks / kp, ss.accepted, ss.drafted, ss.drafted ? 100.0 * ss.accepted / ss.drafted : 0.0,
+               ss.spec_rounds ? (double)(ss.accepted + ss.spec_rounds) / ss.spec_rounds : 0.0, ka, ka / kp, sa.accepted,
+               sa.drafted, sa.spec_cap, same ? "yes" : "NO");
+    }
+    for (int k = 0; k < 3; k++) ds_sched_free(sch[k]);
+    free(rp); free(rs); free(ra); free(outp); free(outs); free(outa); free(text);
+    ds_engine_free(e);
+    ds_drafter_free(d);
+}
+
 int main(int argc, char **argv) {
-    const char *path = NULL, *device = "cpu";
+    const char *path = NULL, *device = "cpu", *dpath = NULL, *text_path = NULL;
     int threads = 2, reps = 3, D = 32, n_prompt = 32, n_long = 0;
+    double oracle = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -70,16 +230,27 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decode") && i + 1 < argc) D = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) n_prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--long") && i + 1 < argc) n_long = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--drafter") && i + 1 < argc) dpath = argv[++i];
+        else if (!strcmp(argv[i], "--text") && i + 1 < argc) text_path = argv[++i];
+        else if (!strcmp(argv[i], "--oracle-accept") && i + 1 < argc) oracle = atof(argv[++i]);
         else if (!path && argv[i][0] != '-') path = argv[i];
         else { fprintf(stderr, "engine bench: unknown argument '%s'\n", argv[i]); return 2; }
     }
-    if (!path || reps < 1 || reps > 99 || D < 1 || D > 4096 || n_prompt < 1 || n_prompt > 4096 || threads < 1) {
-        fprintf(stderr, "usage: engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N] [--decode N] [--prompt N] [--long N]\n");
+    if (!path || reps < 1 || reps > 99 || D < 1 || D > 4096 || n_prompt < 1 || n_prompt > 4096 || threads < 1 ||
+        oracle < 0 || oracle > 1) {
+        fprintf(stderr, "usage: engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N] [--decode N] [--prompt N] [--long N]\n"
+                        "              [--drafter D.gguf [--text FILE] [--oracle-accept Q]]\n");
         return 2;
     }
     char err[DS_ERRLEN];
     ds_model *m = ds_model_load_on(path, device, err, sizeof err);
     if (!m) die("load", err);
+    if (dpath) {   /* the speculative comparison alone */
+        printf("engine bench: model=%s device=%s threads=%d\n", path, device, threads);
+        bench_spec(m, dpath, text_path, threads, reps, D, n_prompt, oracle);
+        ds_model_free(m);
+        return 0;
+    }
     const int V = m->hp.n_vocab;
     static const int Ns[] = {1, 2, 4, 8, 16, 32, 64};
     const int n_ctx = n_prompt + D + 1 > n_long + 2 ? n_prompt + D + 1 : n_long + 2;

@@ -244,6 +244,9 @@ typedef struct {
     double mean_accepted_len;    /* (accepted + rounds) / rounds, bonus included */
     long   accept_hist[DSPARK_MAX_DRAFT];   /* [k-1]: rounds that accepted slot k */
     double t_draft_s, t_verify_s, t_commit_s;
+    /* the engine's scheduler: prompt tokens reused from the prefix cache
+     * (0 from dspark_generate) */
+    int    n_cached;
 } dspark_stats;
 
 /* Generate from prompt[0..n_prompt) on an emptied context. out (may be
@@ -285,14 +288,24 @@ typedef struct {
                                     n_seq_max full sequences                   */
     int batch_rows;              /* rows per internal forward pass; 0 = 64      */
     int step_rows;               /* scheduler: rows per step (token budget); 0 = 512 */
+    int prefill_chunk;           /* scheduler: prompt rows one request adds per step
+                                    (a cancel reaches it between chunks); 0 = step_rows */
     int prefix_cache;            /* scheduler: 1 (default) reuses cached prompt pages */
     int n_threads;               /* 0 = 2                                      */
     const char *kernels;         /* NULL / "canonical" (default) or "fast"      */
+    const char *fast;            /* NULL or "family,..." run fast on top        */
+    const char *canonical;       /* NULL or "family,..." run canonical on top   */
+    int no_drafter;              /* 1: leave the model's drafter out (no speculative
+                                    requests; no drafter rows in the pages)     */
 } dspark_engine_params;
 
 void dspark_engine_params_default(dspark_engine_params *p);
 dspark_engine *dspark_engine_new(const dspark_model *m, const dspark_engine_params *p, dspark_error *err);
 void dspark_engine_free(dspark_engine *e);
+int         dspark_engine_n_ctx(const dspark_engine *e);         /* positions per sequence */
+int         dspark_engine_n_seq_max(const dspark_engine *e);
+/* The kernel set as text, as dspark_ctx_kernels. */
+const char *dspark_engine_kernels(const dspark_engine *e);
 
 /* Sequences: new / fork return the id (>= 0) or -1 (err: every slot in use,
  * no pages). fork shares the first n_pos positions (copy-on-write). */
@@ -336,19 +349,41 @@ const float *dspark_get_logits(const dspark_engine *e, int i);
 int32_t      dspark_get_token(const dspark_engine *e, int i);
 
 /* The scheduler. submit: a request id (> 0) or -1; the request runs in
- * dspark_engine_step calls (plain decoding: p->speculative is not used
- * here), streams through p->on_token and ends with on_done. cancel: it ends
- * at the next step, queued or running. step: 1 when it ran a batch, 0 when
- * idle, -1 on an engine error (err). */
+ * dspark_engine_step calls, streams through p->on_token / on_token_ex
+ * (DSPARK_STOP: stop "stop") and ends with on_done. Everything
+ * dspark_generate runs on a context runs here too, with the same tokens and
+ * logprob bits: the sampler, penalties, logit_bias, a grammar, logprobs /
+ * top_logprobs (a request with any of these is chosen on the host from its
+ * row's logits). With a drafter (the model's, unless no_drafter) a request
+ * with p->speculative and none of those processors runs speculative rounds
+ * (draft_max drafts a round, 0: the block; the number verified each step is
+ * measured, scheduler.h DS_SPEC_AUTO) whose verify blocks share each step's
+ * forward with every other request's rows; its tokens are plain decoding's
+ * either way. cancel: it ends at the next step, queued or running. step: 1
+ * when it ran a batch, 0 when idle, -1 on an engine error (err). Callbacks
+ * run on the thread that steps, with p->user. */
 typedef void (*dspark_done_fn)(void *user, const char *stop, int n_generated);
 long dspark_engine_submit(dspark_engine *e, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
                           dspark_done_fn on_done, dspark_error *err);
+/* submit with the whole outcome: on_start when the request is admitted
+ * (its prompt starts; never for one cancelled while queued), on_done once
+ * with DSPARK_OK and the statistics (stop as dspark_generate's; t_prefill_s
+ * and t_total_s count from admission, n_cached the prompt tokens the prefix
+ * cache gave), or an error (a processor's, e.g. a grammar that allows no
+ * token: INVALID; the engine's: INTERNAL). Either may be NULL. */
+typedef struct {
+    void (*on_start)(void *user);
+    void (*on_done)(void *user, dspark_status rc, const dspark_error *err, const dspark_stats *st);
+} dspark_engine_callbacks;
+long dspark_engine_submit_ex(dspark_engine *e, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
+                             const dspark_engine_callbacks *cb, dspark_error *err);
 int  dspark_engine_cancel(dspark_engine *e, long request);
 int  dspark_engine_step(dspark_engine *e, dspark_error *err);
 
 typedef struct {
     int  waiting, running, last_batch, pages_free, pages_total;
     long steps, rows, requests_done, preemptions, prompt_tokens, cached_tokens;
+    long spec_rounds, drafted, accepted;  /* speculative rounds; drafts verified / accepted */
 } dspark_engine_stats;
 void dspark_engine_get_stats(dspark_engine *e, dspark_engine_stats *st);
 

@@ -9,6 +9,7 @@
  * thread pool, the drafter's KV cache — belongs to a context). A dspark_ctx
  * is used by one thread at a time; its cancel flag is atomic. */
 #include "dspark.h"
+#include "api_internal.h"
 
 #include "backend.h"
 #include "drafter.h"
@@ -37,7 +38,6 @@ const char *dspark_version(void) { return DSPARK_VERSION_STRING; }
  * ===================================================================== */
 
 /* Also api_engine.c's (not exported: libdspark.map keeps ds_* local). */
-void ds_api_set_err(dspark_error *e, dspark_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void ds_api_set_err(dspark_error *e, dspark_status code, const char *fmt, ...) {
     if (!e) return;
     e->code = code;
@@ -415,8 +415,10 @@ static void on_engine_token(void *user, int32_t token) {
     if (e->stopped) *e->n_predict = e->n_emitted;
 }
 
-static dspark_status check_params(const dspark_ctx *x, const dspark_gen_params *p, int use_spec, dspark_error *err) {
-    const int V = x->dm->m->hp.n_vocab;
+/* The request's parameters checked against the model (shared with
+ * api_engine.c's scheduler requests; not exported). */
+dspark_status ds_api_check_params(const dspark_model *dm, const dspark_gen_params *p, int use_spec, dspark_error *err) {
+    const int V = dm->m->hp.n_vocab;
     if (p->max_tokens < 1) { set_err(err, DSPARK_ERR_INVALID, "max_tokens %d must be >= 1", p->max_tokens); return DSPARK_ERR_INVALID; }
     if (!(p->temperature >= 0.0f) || !isfinite(p->temperature)) {
         set_err(err, DSPARK_ERR_INVALID, "temperature %g must be a finite number >= 0", p->temperature);
@@ -473,12 +475,12 @@ static dspark_status check_params(const dspark_ctx *x, const dspark_gen_params *
                 DS_LPROC_TOP_MAX);
         return DSPARK_ERR_INVALID;
     }
-    if (p->grammar && p->grammar->dm != x->dm) {
+    if (p->grammar && p->grammar->dm != dm) {
         set_err(err, DSPARK_ERR_INVALID, "the grammar was compiled for another model");
         return DSPARK_ERR_INVALID;
     }
     if (!use_spec) return DSPARK_OK;
-    const ds_drafter *d = x->dm->d;
+    const ds_drafter *d = dm->d;
     const int gamma = ds_drafter_block_size(d);
     if (p->draft_max < 0 || p->draft_max > gamma) {
         set_err(err, DSPARK_ERR_INVALID, "draft_max %d is out of range [0, %d] (the drafter's block size)", p->draft_max, gamma);
@@ -515,8 +517,9 @@ static dspark_status ensure_sps(dspark_ctx *x, int need, dspark_error *err) {
     return DSPARK_OK;
 }
 
-/* The chain of logits processors a request asks for (NULL: none asked). */
-static ds_lchain *make_chain(const dspark_ctx *x, const dspark_gen_params *p, dspark_status *rc, dspark_error *err) {
+/* The chain of logits processors a request asks for (NULL: none asked;
+ * shared with api_engine.c, not exported). */
+ds_lchain *ds_api_make_chain(const dspark_model *dm, const dspark_gen_params *p, dspark_status *rc, dspark_error *err) {
     *rc = DSPARK_OK;
     if (p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f && !p->n_logit_bias && !p->grammar && !p->logprobs &&
         !p->top_logprobs)
@@ -532,7 +535,7 @@ static ds_lchain *make_chain(const dspark_ctx *x, const dspark_gen_params *p, ds
         for (int i = 0; i < p->n_logit_bias; i++) { ids[i] = p->logit_bias[i].token; bias[i] = p->logit_bias[i].bias; }
         cfg.bias_id = ids;
         cfg.bias = bias;
-        c = ds_lchain_new(&cfg, x->dm->m->hp.n_vocab, e, sizeof e);
+        c = ds_lchain_new(&cfg, dm->m->hp.n_vocab, e, sizeof e);
     }
     free(ids);
     free(bias);
@@ -547,7 +550,7 @@ static dspark_status generate_locked(dspark_ctx *x, uint64_t id, const int32_t *
                                      const dspark_gen_params *p, int32_t *out, dspark_stats *st, dspark_error *err) {
     const ds_model *m = x->dm->m;
     const int use_spec = p->speculative && x->dm->d != NULL;
-    dspark_status rc = check_params(x, p, use_spec, err);
+    dspark_status rc = ds_api_check_params(x->dm, p, use_spec, err);
     if (rc) return rc;
     if (n_prompt < 1) { set_err(err, DSPARK_ERR_INVALID, "the prompt is empty"); return DSPARK_ERR_INVALID; }
     for (int i = 0; i < n_prompt; i++)
@@ -565,7 +568,7 @@ static dspark_status generate_locked(dspark_ctx *x, uint64_t id, const int32_t *
     uint64_t want = id;
     if (atomic_compare_exchange_strong(&x->cancel, &want, 0)) { st->stop = "cancel"; return DSPARK_OK; }   /* before it started */
     emit_ctx em = { x, p, NULL, n_prompt, 0, 0, "cancel", 0, id, NULL };
-    em.chain = make_chain(x, p, &rc, err);
+    em.chain = ds_api_make_chain(x->dm, p, &rc, err);
     if (rc) return rc;
     int32_t *buf = out ? out : malloc((size_t)p->max_tokens * sizeof(int32_t));
     if (!buf) { ds_lchain_free(em.chain); set_err(err, DSPARK_ERR_NOMEM, "out of memory"); return DSPARK_ERR_NOMEM; }
@@ -676,3 +679,4 @@ dspark_status dspark_generate(dspark_ctx *x, const int32_t *prompt, int n_prompt
 
 /* The engine's view of a model (api_engine.c; not exported). */
 const ds_model *ds_api_model(const dspark_model *dm) { return dm->m; }
+const ds_drafter *ds_api_drafter(const dspark_model *dm) { return dm->d; }

@@ -3,15 +3,18 @@
  * only calls engine functions; errors become dspark_error codes. */
 #include "dspark.h"
 
+#include "api_internal.h"
 #include "engine.h"
+#include "lproc.h"
 #include "scheduler.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const ds_model *ds_api_model(const dspark_model *dm);   /* api.c */
+_Static_assert(DSPARK_STOP == DS_REQ_STOP, "the token callback's stop value is the scheduler's");
 
 struct dspark_engine {
     const dspark_model *dm;
@@ -24,9 +27,9 @@ struct dspark_engine {
     ds_row  *rows;               /* [cap]                                   */
     ds_sampler *samp;            /* [cap]                                   */
     int      cap, n_last;
+    char     kernels[256];
 };
 
-void ds_api_set_err(dspark_error *e, dspark_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 #define set_err ds_api_set_err
 static void ok_err(dspark_error *e) {
     if (e) { e->code = DSPARK_OK; e->message[0] = 0; }
@@ -47,11 +50,16 @@ dspark_engine *dspark_engine_new(const dspark_model *dm, const dspark_engine_par
     const ds_model *m = ds_api_model(dm);
     char e2[DS_ERRLEN];
     ds_kernel_set ks;
-    if (ds_kernel_set_parse(&ks, p->kernels, NULL, NULL, e2, sizeof e2)) { set_err(err, DSPARK_ERR_INVALID, "%s", e2); return NULL; }
+    if (ds_kernel_set_parse(&ks, p->kernels, p->fast, p->canonical, e2, sizeof e2)) {
+        set_err(err, DSPARK_ERR_INVALID, "%s", e2);
+        return NULL;
+    }
     int n_ctx = p->n_ctx;
     if (n_ctx == 0) n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 2048 ? m->hp.n_ctx_train : 2048;
+    /* the model's drafter, when it has one: requests may then speculate */
     const ds_engine_params ep = {.n_seq_max = p->n_seq_max, .n_ctx = n_ctx, .n_pages = p->n_pages, .m_max = p->batch_rows,
-                                 .n_threads = p->n_threads ? p->n_threads : 2};
+                                 .n_threads = p->n_threads ? p->n_threads : 2,
+                                 .drafter = p->no_drafter ? NULL : ds_api_drafter(dm)};
     dspark_engine *x = calloc(1, sizeof *x);
     if (!x) { set_err(err, DSPARK_ERR_NOMEM, "engine: out of memory"); return NULL; }
     x->dm = dm;
@@ -62,12 +70,18 @@ dspark_engine *dspark_engine_new(const dspark_model *dm, const dspark_engine_par
         return NULL;
     }
     ds_engine_set_kernels(x->e, &ks);
-    const ds_sched_params sp = {.max_rows = p->step_rows, .prefix_cache = p->prefix_cache};
+    ds_kernel_set_str(&ks, x->kernels, sizeof x->kernels);
+    const ds_sched_params sp = {.max_rows = p->step_rows, .prefill_chunk = p->prefill_chunk, .prefix_cache = p->prefix_cache,
+                                .spec_policy = DS_SPEC_AUTO};
     x->s = ds_sched_new(x->e, &sp, e2, sizeof e2);
     if (!x->s) { set_err(err, DSPARK_ERR_NOMEM, "%s", e2); ds_engine_free(x->e); free(x); return NULL; }
     ok_err(err);
     return x;
 }
+
+int dspark_engine_n_ctx(const dspark_engine *x) { return ds_engine_n_ctx(x->e); }
+int dspark_engine_n_seq_max(const dspark_engine *x) { return ds_engine_seq_slots(x->e); }
+const char *dspark_engine_kernels(const dspark_engine *x) { return x->kernels; }
 
 void dspark_engine_free(dspark_engine *x) {
     if (!x) return;
@@ -214,72 +228,129 @@ int32_t dspark_get_token(const dspark_engine *x, int i) { return i < 0 || i >= x
  * The scheduler
  * ===================================================================== */
 
+/* One request's side of the scheduler: the caller's parameters, its logits
+ * processor chain (when it asked for processing), the token bytes. */
 typedef struct {
     dspark_engine *x;
     dspark_gen_params p;
-    dspark_done_fn on_done;
+    dspark_done_fn legacy_done;          /* dspark_engine_submit's          */
+    dspark_engine_callbacks cb;          /* dspark_engine_submit_ex's       */
+    ds_lchain *chain;
+    int   n_prompt, n_emitted, oom;
     char *piece;
     size_t cap;
 } req_cb;
 
-static int req_token(void *user, int32_t t) {
-    req_cb *c = user;
-    if (!c->p.on_token) return 0;
-    const ds_tokenizer *tok = ds_api_model(c->x->dm)->tok;
-    int n = tok ? ds_token_to_bytes(tok, t, c->piece, c->cap) : 0;
-    if (n > 0 && (size_t)n > c->cap) {
-        char *nb = realloc(c->piece, (size_t)n);
-        if (!nb) return 1;
-        c->piece = nb;
-        c->cap = (size_t)n;
-        n = ds_token_to_bytes(tok, t, c->piece, c->cap);
-    }
-    return c->p.on_token(c->p.user, t, c->piece, n > 0 ? (size_t)n : 0);
-}
-
-static void req_done(void *user, const ds_req_result *r) {
-    req_cb *c = user;
-    if (c->on_done) c->on_done(c->p.user, r->stop, r->n_gen);
+static void req_free(req_cb *c) {
+    ds_lchain_free(c->chain);
     free(c->piece);
     free(c);
 }
 
-long dspark_engine_submit(dspark_engine *x, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
-                          dspark_done_fn on_done, dspark_error *err) {
-    if (!p) { set_err(err, DSPARK_ERR_INVALID, "submit: no parameters given"); return -1; }
-    if (!(p->temperature >= 0.0f) || p->top_k < 0 || !(p->top_p > 0.0f && p->top_p <= 1.0f) ||
-        !(p->min_p >= 0.0f && p->min_p <= 1.0f)) {
-        set_err(err, DSPARK_ERR_INVALID, "submit: sampling out of range");
-        return -1;
+/* The token's bytes (and what the chain captured for it) for the caller,
+ * as dspark_generate's on_engine_token gives them. */
+static int req_token(void *user, int32_t t) {
+    req_cb *c = user;
+    const int64_t pos = (int64_t)c->n_prompt + c->n_emitted++;
+    if (!c->p.on_token && !c->p.on_token_ex) return 0;
+    const ds_tokenizer *tok = ds_api_model(c->x->dm)->tok;
+    int n = tok ? ds_token_to_bytes(tok, t, c->piece, c->cap) : 0;
+    if (n > 0 && (size_t)n > c->cap) {
+        char *nb = realloc(c->piece, (size_t)n);
+        if (!nb) { c->oom = 1; return 1; }
+        c->piece = nb;
+        c->cap = (size_t)n;
+        n = ds_token_to_bytes(tok, t, c->piece, c->cap);
     }
-    /* what the scheduler does not run yet is refused, never ignored */
-    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f || p->n_logit_bias || p->grammar || p->logprobs ||
-        p->top_logprobs || p->on_token_ex) {
-        set_err(err, DSPARK_ERR_UNSUPPORTED,
-                "submit: penalties, logit bias, grammars and logprobs are not run by the engine's scheduler yet (dspark_generate runs them)");
-        return -1;
+    const size_t len = n > 0 ? (size_t)n : 0;
+    if (c->p.on_token_ex) {
+        dspark_token dt = {t, c->piece, len, pos, NAN, 0, NULL, NULL};
+        if (c->chain) ds_lchain_captured(c->chain, pos, &dt.logprob, &dt.n_top, &dt.top_id, &dt.top_logprob);
+        return c->p.on_token_ex(c->p.user, &dt);
     }
+    return c->p.on_token(c->p.user, t, c->piece, len);
+}
+
+static void req_start(void *user) {
+    req_cb *c = user;
+    if (c->cb.on_start) c->cb.on_start(c->p.user);
+}
+
+static void req_done(void *user, const ds_req_result *r) {
+    req_cb *c = user;
+    dspark_stats st;
+    memset(&st, 0, sizeof st);
+    st.n_prompt = r->n_prompt;
+    st.n_generated = r->n_gen;
+    st.n_cached = r->n_cached;
+    st.stop = r->stop;
+    if (r->t_first > 0) st.t_prefill_s = r->t_first - r->t_queued;
+    st.t_total_s = r->t_done - r->t_queued;
+    st.prefill_tok_s = st.t_prefill_s > 0 ? r->n_prompt / st.t_prefill_s : 0.0;
+    const double t_dec = st.t_total_s - st.t_prefill_s;
+    st.tok_s = r->n_gen > 1 && t_dec > 0 ? (r->n_gen - 1) / t_dec : 0.0;
+    dspark_status rc = DSPARK_OK;
+    dspark_error e;
+    e.code = DSPARK_OK;
+    e.message[0] = 0;
+    if (c->oom) {
+        rc = DSPARK_ERR_NOMEM;
+        set_err(&e, rc, "out of memory for a token's bytes");
+    } else if (!strcmp(r->stop, "error")) {
+        const char *ce = c->chain ? ds_lchain_error(c->chain) : "";
+        if (ce[0]) rc = strstr(ce, "out of memory") ? DSPARK_ERR_NOMEM : DSPARK_ERR_INVALID;
+        else if (c->chain) { rc = DSPARK_ERR_INVALID; ce = "the logits processor failed"; }
+        else { rc = DSPARK_ERR_INTERNAL; ce = "the engine's step failed"; }
+        set_err(&e, rc, "%s", ce);
+    }
+    if (c->legacy_done) c->legacy_done(c->p.user, rc ? "error" : r->stop, r->n_gen);
+    if (c->cb.on_done) c->cb.on_done(c->p.user, rc, rc ? &e : NULL, &st);
+    req_free(c);
+}
+
+static long submit(dspark_engine *x, const int32_t *prompt, int n_prompt, const dspark_gen_params *p, dspark_done_fn legacy,
+                   const dspark_engine_callbacks *cb, dspark_error *err) {
+    if (!x || !p || (n_prompt > 0 && !prompt)) { set_err(err, DSPARK_ERR_INVALID, "submit: bad arguments"); return -1; }
+    /* the checks dspark_generate makes (the speculative settings are not
+     * used: the scheduler decodes plain) */
+    dspark_status rc = ds_api_check_params(x->dm, p, 0, err);
+    if (rc) return -1;
     req_cb *c = calloc(1, sizeof *c);
     if (!c) { set_err(err, DSPARK_ERR_NOMEM, "submit: out of memory"); return -1; }
     c->x = x;
     c->p = *p;
-    c->on_done = on_done;
+    c->legacy_done = legacy;
+    if (cb) c->cb = *cb;
+    c->n_prompt = n_prompt;
+    c->chain = ds_api_make_chain(x->dm, p, &rc, err);
+    if (rc) { req_free(c); return -1; }
     ds_req_params rp = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = p->max_tokens, .stop_at_eog = p->stop_at_eog,
-                        .on_token = req_token, .on_done = req_done, .user = c};
-    rp.samp.temp = p->temperature;
-    rp.samp.top_k = p->top_k;
-    rp.samp.top_p = p->top_p;
-    rp.samp.min_p = p->min_p;
-    rp.samp.seed = p->seed;
+                        .on_token = req_token, .on_done = req_done, .user = c,
+                        .lp = c->chain ? ds_lchain_proc(c->chain) : NULL, .on_start = req_start,
+                        .speculative = p->speculative, .draft_max = p->draft_max};
+    rp.samp = (ds_sampler){p->temperature, p->top_k, p->top_p, p->seed, p->min_p};
     char e2[DS_ERRLEN];
     const long id = ds_sched_submit(x->s, &rp, e2, sizeof e2);
     if (id < 0) {
-        set_err(err, strstr(e2, "context holds") ? DSPARK_ERR_CONTEXT : DSPARK_ERR_INVALID, "%s", e2);
-        free(c);
+        set_err(err, strstr(e2, "context holds") || strstr(e2, "pool holds") ? DSPARK_ERR_CONTEXT
+                     : strstr(e2, "out of memory")                          ? DSPARK_ERR_NOMEM
+                                                                            : DSPARK_ERR_INVALID,
+                "%s", e2);
+        req_free(c);
         return -1;
     }
     ok_err(err);
     return id;
+}
+
+long dspark_engine_submit(dspark_engine *x, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
+                          dspark_done_fn on_done, dspark_error *err) {
+    return submit(x, prompt, n_prompt, p, on_done, NULL, err);
+}
+
+long dspark_engine_submit_ex(dspark_engine *x, const int32_t *prompt, int n_prompt, const dspark_gen_params *p,
+                             const dspark_engine_callbacks *cb, dspark_error *err) {
+    return submit(x, prompt, n_prompt, p, NULL, cb, err);
 }
 
 int dspark_engine_cancel(dspark_engine *x, long request) { return ds_sched_cancel(x->s, request); }
@@ -295,5 +366,6 @@ void dspark_engine_get_stats(dspark_engine *x, dspark_engine_stats *st) {
     ds_sched_stats s;
     ds_sched_get_stats(x->s, &s);
     *st = (dspark_engine_stats){s.waiting, s.running, s.last_batch, s.pages_free, s.pages_total,
-                                s.steps, s.rows, s.requests_done, s.preemptions, s.prompt_tokens, s.cached_tokens};
+                                s.steps, s.rows, s.requests_done, s.preemptions, s.prompt_tokens, s.cached_tokens,
+                                s.spec_rounds, s.drafted, s.accepted};
 }

@@ -718,6 +718,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
         {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE}, {"q8x", DSC_OFF_Q8X},
         {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL}, {"narrow", DSC_OFF_NARROW}, {"copyk", DSC_OFF_COPYK},
         {"spread", DSC_OFF_SPREAD}, {"mma", DSC_OFF_MMA}, {"stream", DSC_OFF_STREAM},
+        {"split", DSC_OFF_SPLIT},
     };
     *off = 0;
     const char *v = getenv(var);
@@ -732,7 +733,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
             }
         if (!known) {
             ds_errf(err, errlen,
-                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream)",
+                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream split)",
                     var, (int)(n > 32 ? 32 : n), p);
             return -1;
         }
@@ -808,6 +809,7 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     if (e == cudaSuccess) e = dsc_q8_mma_init(b->qp_bps);
     if (e == cudaSuccess) e = dsc_kq_mma_init();
     if (e == cudaSuccess) e = dsc_matmul_dense_init();
+    if (e == cudaSuccess) e = dsc_attention_init();
     if (e != cudaSuccess) {
         ds_errf(err, errlen, "cuda: cannot start the GPU: %s", cudaGetErrorString(e));
         if (b && b->aux) cudaStreamDestroy(b->aux);

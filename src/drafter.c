@@ -650,6 +650,10 @@ void ds_drafter_free(ds_drafter *d) {
 
 int ds_drafter_block_size(const ds_drafter *d) { return d->gamma; }
 int ds_drafter_n_taps(const ds_drafter *d) { return d->n_taps; }
+void ds_drafter_kv_shape(const ds_drafter *d, int *n_layer, int *row) {
+    *n_layer = d->n_layer;
+    *row = d->n_head_kv * d->head_dim;
+}
 const int *ds_drafter_tap_layers(const ds_drafter *d) { return d->taps; }
 int ds_drafter_has_confidence(const ds_drafter *d) { return d->has_conf; }
 int32_t ds_drafter_mask_id(const ds_drafter *d) { return d->mask_id; }

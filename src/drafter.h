@@ -23,6 +23,8 @@ void        ds_drafter_free(ds_drafter *d);
 
 int         ds_drafter_block_size(const ds_drafter *d);     /* gamma                      */
 int         ds_drafter_n_taps(const ds_drafter *d);
+/* Its KV cache's shape: layers, and floats per position per layer. */
+void        ds_drafter_kv_shape(const ds_drafter *d, int *n_layer, int *row);
 const int  *ds_drafter_tap_layers(const ds_drafter *d);     /* HF ids for ds_set_taps     */
 int         ds_drafter_has_confidence(const ds_drafter *d);
 int32_t     ds_drafter_mask_id(const ds_drafter *d);
@@ -36,6 +38,23 @@ const ds_weight *ds_drafter_head(const ds_drafter *d);
  * its own. */
 ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, size_t errlen);
 void     ds_dctx_free(ds_dctx *x);
+/* A drafter context whose rows live in group `group` of another pool (the
+ * batch engine's, engine.h): no pool or sequence of its own. Before each
+ * use ds_dctx_bind points it at one sequence of that pool (its page table,
+ * which must span n_ctx + gamma positions; len = the sequence's n_dctx, and
+ * appends and truncates keep n_dctx up to date). The scratch, the MASK
+ * cache and the recorded launch sequences are the context's, so one shared
+ * context serves every sequence of an engine in turn: a sequence's rows and
+ * drafts are bit for bit what a context of its own would give. */
+ds_dctx *ds_dctx_new_shared(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool *pool, int group, char *err,
+                            size_t errlen);
+int      ds_dctx_bind(ds_dctx *x, ds_seq *s, char *err, size_t errlen);
+/* A shared context's rows for many sequences at once: n device tap rows,
+ * row m written at rows->pos[m] of sequence rows->seq[m] (the engine's
+ * device rows and page tables, pages already taken). Bit for bit the rows
+ * ds_dctx_append gives each sequence alone; no n_dctx is changed (the
+ * caller's). */
+int      ds_dctx_append_rows(ds_dctx *x, const float *taps_dev, int n, const ds_rows *rows, char *err, size_t errlen);
 int      ds_dctx_len(const ds_dctx *x);                     /* context rows held          */
 int      ds_dctx_truncate(ds_dctx *x, int n_pos);
 /* Fix the retained depth (drafts kept per round, 1..gamma) for the rest of

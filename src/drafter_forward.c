@@ -71,8 +71,10 @@ void ds_dctx_free(ds_dctx *x) {
         if (*slot[i]) be->i->release(be, *slot[i]);
     if (x->nvis) be->i->release(be, x->nvis);    /* x->pos and x->toks lie in the same buffer */
     if (x->tables) be->i->release(be, x->tables);
-    if (x->pool) ds_seq_release(&x->seq, x->pool);
-    ds_kvpool_free(x->pool);
+    if (!x->shared) {
+        if (x->pool) ds_seq_release(&x->own_seq, x->pool);
+        ds_kvpool_free(x->pool);
+    }
     free(x->pos_host);
     if (x->own_ex) be->i->exec_free(x->ex);
     free(x);
@@ -102,17 +104,23 @@ static void layer0_proj_row(const ds_drafter *d, ds_exec *ex, const float *x0, f
 /* Pages for positions [p0, p1), and the device copy of the page table
  * brought up to date before the work that reads it. */
 static int dctx_prepare(ds_dctx *x, int p0, int p1, char *err, size_t errlen) {
-    ds_seq *s = &x->seq;
+    ds_seq *s = x->seq;
+    if (!s) { ds_errf(err, errlen, "drafter context: no sequence bound"); return -1; }
     if (ds_seq_prepare(s, x->pool, x->ex, p0, p1, err, errlen)) return -1;
     if (s->dirty_hi > s->dirty_lo) {
         x->ex->be->i->upload(x->ex, x->tables + s->dirty_lo, s->table + s->dirty_lo,
                              (size_t)(s->dirty_hi - s->dirty_lo) * sizeof(int32_t));
-        s->dirty_lo = s->dirty_hi = 0;
+        /* a shared sequence's changed entries stay marked: the engine's own
+         * device table needs them too before its next forward */
+        if (!x->shared) s->dirty_lo = s->dirty_hi = 0;
     }
     return 0;
 }
 
-ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, size_t errlen) {
+/* pool NULL: a pool and a sequence of its own (ds_dctx_new); else the
+ * rows live in group `group` of pool and ds_dctx_bind names the sequence. */
+static ds_dctx *dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool *pool, int group, char *err,
+                         size_t errlen) {
     if (!d) { ds_errf(err, errlen, "drafter context: no drafter given"); return NULL; }
     if (ex && ex->be != d->be) {
         ds_errf(err, errlen, "drafter context: the execution context is not on the drafter's device");
@@ -146,12 +154,31 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
     const size_t r = (size_t)d->rank, G = (size_t)d->gamma, w = (size_t)(d->has_corr ? d->corr_w : 0);
     const size_t GM = G > 1 ? G - 1 : 1;      /* MASK rows of a block: cached as G - 1 copies */
     char e2[DS_ERRLEN];
-    const ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {d->n_layer}, .row = {(int)kvd},
-                                .n_pages = (x->cap + DS_KV_PAGE - 1) / DS_KV_PAGE};
-    x->pool = ds_kvpool_new(be, &ps, e2, sizeof e2);
-    if (!x->pool || ds_seq_init(&x->seq, x->cap, e2, sizeof e2) ||
-        !(x->tables = be->i->alloc(be, (size_t)x->seq.max_pages * sizeof(int32_t)))) {
-        ds_errf(err, errlen, "drafter context: %s", x->pool && x->seq.table ? "out of memory" : e2);
+    if (pool) {   /* the engine's: its group must hold this drafter's rows */
+        const ds_kvpool_shape *sh = ds_kvpool_shape_of(pool);
+        if (group < 0 || group >= sh->n_groups || sh->n_layer[group] != d->n_layer || sh->row[group] != (int)kvd) {
+            ds_errf(err, errlen, "drafter context: group %d of the pool does not fit this drafter (%d layers of %zu floats)",
+                    group, d->n_layer, kvd);
+            ds_dctx_free(x);
+            return NULL;
+        }
+        x->pool = pool;
+        x->group = group;
+        x->shared = 1;
+    } else {
+        const ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {d->n_layer}, .row = {(int)kvd},
+                                    .n_pages = (x->cap + DS_KV_PAGE - 1) / DS_KV_PAGE};
+        x->pool = ds_kvpool_new(be, &ps, e2, sizeof e2);
+        if (!x->pool || ds_seq_init(&x->own_seq, x->cap, e2, sizeof e2)) {
+            ds_errf(err, errlen, "drafter context: %s", x->pool ? "out of memory" : e2);
+            ds_dctx_free(x);
+            return NULL;
+        }
+        x->seq = &x->own_seq;
+    }
+    const int max_pages = (x->cap + DS_KV_PAGE - 1) / DS_KV_PAGE;
+    if (!(x->tables = be->i->alloc(be, (size_t)max_pages * sizeof(int32_t)))) {
+        ds_errf(err, errlen, "drafter context: out of memory");
         ds_dctx_free(x);
         return NULL;
     }
@@ -170,7 +197,7 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
     x->nvis = be->i->alloc(be, (G + R + G + 2) * sizeof(int32_t));
     x->pos = x->nvis ? x->nvis + G : NULL;
     x->toks = x->pos ? (int32_t *)x->pos + R : NULL;
-    x->crows = (ds_rows){.pos = x->pos, .tables = x->tables, .max_pages = x->seq.max_pages, .page = DS_KV_PAGE,
+    x->crows = (ds_rows){.pos = x->pos, .tables = x->tables, .max_pages = max_pages, .page = DS_KV_PAGE,
                         .page_stride = ds_kvpool_page_stride(x->pool)};
     x->brows = x->crows;
     x->brows.n_vis = x->nvis;
@@ -211,13 +238,39 @@ ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, siz
         be->i->matmul(ex, CANON, &d->w2, 1, x->vec, x->mask_bias);
     }
     /* the one sequence's page table, whole, uploaded once (memory is
-     * committed only where rows are written) */
-    if (dctx_prepare(x, 0, x->cap, e2, sizeof e2) || be->i->sync(ex, e2, sizeof e2)) {
+     * committed only where rows are written); a shared context's come with
+     * each bind */
+    if ((!x->shared && dctx_prepare(x, 0, x->cap, e2, sizeof e2)) || be->i->sync(ex, e2, sizeof e2)) {
         ds_errf(err, errlen, "drafter context: %s", e2);
         ds_dctx_free(x);
         return NULL;
     }
     return x;
+}
+
+ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, size_t errlen) {
+    return dctx_new(d, n_ctx, ex, NULL, 0, err, errlen);
+}
+
+ds_dctx *ds_dctx_new_shared(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool *pool, int group, char *err,
+                            size_t errlen) {
+    if (!pool || !ex) { ds_errf(err, errlen, "drafter context: a shared context needs the pool and its execution context"); return NULL; }
+    return dctx_new(d, n_ctx, ex, pool, group, err, errlen);
+}
+
+int ds_dctx_bind(ds_dctx *x, ds_seq *s, char *err, size_t errlen) {
+    if (!x->shared) { ds_errf(err, errlen, "drafter context: only a shared context is bound"); return -1; }
+    if (!s || !s->table || s->max_pages * DS_KV_PAGE < x->cap) {
+        ds_errf(err, errlen, "drafter context: the sequence holds %d positions, the drafter needs %d",
+                s && s->table ? s->max_pages * DS_KV_PAGE : 0, x->cap);
+        return -1;
+    }
+    x->seq = s;
+    x->len = s->n_dctx;
+    /* the whole table: the recorded launch sequences read this context's
+     * own device copy, so the address never changes between sequences */
+    x->ex->be->i->upload(x->ex, x->tables, s->table, (size_t)((x->cap + DS_KV_PAGE - 1) / DS_KV_PAGE) * sizeof(int32_t));
+    return 0;
 }
 
 /* graph_begin for a key this context owns: tracked so that ds_dctx_free can
@@ -250,10 +303,48 @@ int ds_dctx_len(const ds_dctx *x) { return x->len; }
 int ds_dctx_truncate(ds_dctx *x, int n_pos) {
     if (!x || n_pos < 0 || n_pos > x->len) return -1;
     x->len = n_pos;
+    if (x->shared) x->seq->n_dctx = n_pos;
     return 0;
 }
 
 /* ---- context injection (spec §1.3, §1.5 k_ctx / v_ctx, §1.7) ------------ */
+
+/* Context rows (spec §1.3, §1.5): M tap rows (device) -> fc -> hidden_norm
+ * -> each layer's K/V, written where rv puts row m (its position, and with
+ * rv->seq its sequence's pages). A row's bits are its taps' alone. */
+static void ctx_rows_ops(ds_dctx *x, const float *src, int M, const ds_rows *rv) {
+    const ds_drafter *d = x->d;
+    const ds_backend_i *b = x->ex->be->i;
+    const int D = d->d, hd = d->head_dim, Hkv = d->n_head_kv, kvd = Hkv * hd;
+    const size_t fw = (size_t)d->n_taps * D;
+    /* sanitize (spec §1.2): NaN -> 0, |x| > 65504 -> +-65504; device
+     * taps straight from where the verify left them */
+    b->sanitize(x->ex, M, (int64_t)fw, src, x->feat, DS_FEAT_MAX);
+    /* ctx = RMSNorm_hidden_norm(W_fc feat) */
+    b->matmul(x->ex, CANON, &d->fc, M, x->feat, x->x);
+    b->rmsnorm(x->ex, CANON, M, D, x->x, d->hidden_norm, d->eps, x->xn);
+    for (int l = 0; l < d->n_layer; l++) {
+        const ds_layer *L = &d->layers[l];
+        /* context rows skip input_layernorm; same W_k / k_norm / W_v */
+        if (b->matmul_multi && L->wk.type == L->wv.type) {   /* one launch, same bits */
+            const ds_weight *const w2[2] = {&L->wk, &L->wv};
+            float *const y2[2] = {x->k, x->v};
+            b->matmul_multi(x->ex, CANON, 2, w2, M, x->xn, y2);
+        } else {
+            b->matmul(x->ex, CANON, &L->wk, M, x->xn, x->k);
+            b->matmul(x->ex, CANON, &L->wv, M, x->xn, x->v);
+        }
+        if (b->qk_norm_rope_kv) {   /* the same three steps in one launch */
+            b->qk_norm_rope_kv(x->ex, M, 0, Hkv, hd, rv, d->rope_base, d->rope_mode, NULL,
+                               L->k_norm, d->eps, NULL, x->k, x->v, ds_kvpool_k(x->pool, x->group, l),
+                               ds_kvpool_v(x->pool, x->group, l));
+            continue;
+        }
+        if (L->k_norm) b->rmsnorm(x->ex, CANON, M * Hkv, hd, x->k, L->k_norm, d->eps, x->k);
+        b->rope(x->ex, CANON, M, Hkv, hd, rv->pos, d->rope_base, d->rope_mode, x->k);
+        b->kv_write(x->ex, ds_kvpool_k(x->pool, x->group, l), ds_kvpool_v(x->pool, x->group, l), kvd, M, rv, x->k, x->v);
+    }
+}
 
 /* taps: host rows (on_device = 0, uploaded) or device rows (copied). */
 static int dctx_append(ds_dctx *x, const float *taps, int on_device, int n, int pos0, char *err, size_t errlen) {
@@ -270,7 +361,8 @@ static int dctx_append(ds_dctx *x, const float *taps, int on_device, int n, int 
     }
     if (n == 0) return 0;
     if (!taps) { ds_errf(err, errlen, "drafter append: no tap rows given"); return -1; }
-    const int D = d->d, hd = d->head_dim, Hkv = d->n_head_kv, kvd = Hkv * hd;
+    if (x->shared && dctx_prepare(x, pos0, pos0 + n, err, errlen)) return -1;
+    const int D = d->d;
     const size_t fw = (size_t)d->n_taps * D;
     for (int done = 0; done < n;) {
         const int M = n - done < DS_DRAFT_CHUNK ? n - done : DS_DRAFT_CHUNK;
@@ -296,37 +388,28 @@ static int dctx_append(ds_dctx *x, const float *taps, int on_device, int n, int 
             done += M;
             continue;
         }
-        /* sanitize (spec §1.2): NaN -> 0, |x| > 65504 -> +-65504; device
-         * taps straight from where the verify left them */
-        b->sanitize(x->ex, M, (int64_t)fw, on_device ? src : x->feat, x->feat, DS_FEAT_MAX);
-        /* ctx = RMSNorm_hidden_norm(W_fc feat) */
-        b->matmul(x->ex, CANON, &d->fc, M, x->feat, x->x);
-        b->rmsnorm(x->ex, CANON, M, D, x->x, d->hidden_norm, d->eps, x->xn);
-        for (int l = 0; l < d->n_layer; l++) {
-            const ds_layer *L = &d->layers[l];
-            /* context rows skip input_layernorm; same W_k / k_norm / W_v */
-            if (b->matmul_multi && L->wk.type == L->wv.type) {   /* one launch, same bits */
-                const ds_weight *const w2[2] = {&L->wk, &L->wv};
-                float *const y2[2] = {x->k, x->v};
-                b->matmul_multi(x->ex, CANON, 2, w2, M, x->xn, y2);
-            } else {
-                b->matmul(x->ex, CANON, &L->wk, M, x->xn, x->k);
-                b->matmul(x->ex, CANON, &L->wv, M, x->xn, x->v);
-            }
-            if (b->qk_norm_rope_kv) {   /* the same three steps in one launch */
-                b->qk_norm_rope_kv(x->ex, M, 0, Hkv, hd, &x->crows, d->rope_base, d->rope_mode, NULL,
-                                   L->k_norm, d->eps, NULL, x->k, x->v, ds_kvpool_k(x->pool, 0, l),
-                                   ds_kvpool_v(x->pool, 0, l));
-                continue;
-            }
-            if (L->k_norm) b->rmsnorm(x->ex, CANON, M * Hkv, hd, x->k, L->k_norm, d->eps, x->k);
-            b->rope(x->ex, CANON, M, Hkv, hd, x->pos, d->rope_base, d->rope_mode, x->k);
-            b->kv_write(x->ex, ds_kvpool_k(x->pool, 0, l), ds_kvpool_v(x->pool, 0, l), kvd, M, &x->crows, x->k, x->v);
-        }
+        ctx_rows_ops(x, on_device ? src : x->feat, M, &x->crows);
         if (rec && b->graph_end(x->ex, err, errlen)) return -1;
         done += M;
     }
     x->len = pos0 + n;
+    if (x->shared) x->seq->n_dctx = x->len;
+    return 0;
+}
+
+int ds_dctx_append_rows(ds_dctx *x, const float *taps_dev, int n, const ds_rows *rows, char *err, size_t errlen) {
+    if (!x->shared || !rows || !rows->seq) { ds_errf(err, errlen, "drafter append: rows of many sequences need a shared context"); return -1; }
+    if (n < 1) return 0;
+    const size_t fw = (size_t)x->d->n_taps * x->d->d;
+    for (int done = 0; done < n;) {
+        const int M = n - done < DS_DRAFT_CHUNK ? n - done : DS_DRAFT_CHUNK;
+        ds_rows rv = *rows;
+        rv.pos += done;
+        rv.seq += done;
+        rv.n_vis = NULL;
+        ctx_rows_ops(x, taps_dev + (size_t)done * fw, M, &rv);
+        done += M;
+    }
     return 0;
 }
 
@@ -383,7 +466,7 @@ static void block_forward(ds_dctx *x, int p) {
         }
         const float *next = l + 1 < d->n_layer ? d->layers[l + 1].attn_norm : d->output_norm;
         ds_layer_forward(ex, &d->layers[l], &shape, next, var, G, p, qkv_ready,
-                         ds_kvpool_k(x->pool, 0, l), ds_kvpool_v(x->pool, 0, l), &a, NULL, l);
+                         ds_kvpool_k(x->pool, x->group, l), ds_kvpool_v(x->pool, x->group, l), &a, NULL, l);
     }
 }
 
@@ -556,6 +639,8 @@ static int draft_enqueue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts 
     }
     ds_exec *ex = x->ex;
     const ds_backend_i *be = ex->be->i;
+    /* a shared context's pages come as they are needed: the block's rows */
+    if (x->shared && dctx_prepare(x, p, p + G, err, errlen)) return -1;
 
     /* the round's upload: positions p..p+rows-1 (the block's G, the
      * verify's G + 1 and the context rows after it read them) and the

@@ -80,8 +80,12 @@ struct ds_dctx {
     int   len;                      /* context rows held                         */
     int   retained;                 /* fixed n_keep (ds_dctx_set_retained), 0 = any */
     ds_kvpool *pool;                /* the context rows' and block rows' K/V     */
-    ds_seq  seq;                    /* their page table (cap positions)          */
-    int32_t *tables;                /* device copy of seq.table                  */
+    int      group;                 /* their group in it (0 own, 1 the engine's) */
+    int      shared;                /* 1: pool and seq are the batch engine's    */
+    ds_seq   own_seq;               /* own pool: the one sequence's page table   */
+    ds_seq  *seq;                   /* the bound sequence (&own_seq, or the      */
+                                    /*   engine's: ds_dctx_bind)                  */
+    int32_t *tables;                /* device copy of seq->table                 */
     ds_rows crows;                  /* context rows: causal view, never attended */
     ds_rows brows;                  /* block rows: every row sees [0, p + gamma) */
     int   rows;                     /* scratch rows = max(chunk, gamma)          */

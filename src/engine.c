@@ -6,6 +6,7 @@
  * each chunk; the engine only decides which rows go together and where
  * their K/V rows live. */
 #include "engine.h"
+#include "drafter.h"
 #include "outfile.h"
 
 #include <errno.h>
@@ -32,6 +33,15 @@ struct ds_engine {
     float     *sel_scratch;    /* backend [2V]                                    */
     int32_t   *sel_ids;        /* backend [m_max]                                 */
     int32_t   *sel_host;       /* host [m_max]                                    */
+    /* the drafter (params.drafter): its context rows are group 1 of the
+     * pool, one shared drafter context serves every sequence in turn, and
+     * the forward's taps feed it on the device */
+    const ds_drafter *d;
+    ds_dctx   *dx;
+    int        gamma, seq_cap; /* seq_cap: positions a sequence's table spans     */
+    size_t     T;              /* floats of one row's taps                        */
+    float     *taps;           /* backend [m_max][T]                              */
+    int32_t   *dids;           /* backend [n_seq_max][gamma]: a step's drafts     */
 };
 
 /* ========================================================================
@@ -47,6 +57,9 @@ static void engine_release(ds_engine *e) {
     if (e->rowbuf) be->i->release(be, e->rowbuf);
     if (e->sel_ids) be->i->release(be, e->sel_ids);
     if (e->tables) be->i->release(be, e->tables);
+    if (e->taps) be->i->release(be, e->taps);
+    if (e->dids) be->i->release(be, e->dids);
+    ds_dctx_free(e->dx);   /* before the pool its rows live in */
     if (e->seq)
         for (int s = 0; s < e->n_seq_max; s++) ds_seq_release(&e->seq[s], e->pool);
     ds_kvpool_free(e->pool);
@@ -70,7 +83,11 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     }
     if (m_max < 1 || m_max > 8192) { ds_errf(err, errlen, "engine: %d rows per chunk is out of range (1..8192)", m_max); return NULL; }
     if (p->n_threads < 1 || p->n_threads > 256) { ds_errf(err, errlen, "engine: -t %d is out of range (1..256)", p->n_threads); return NULL; }
-    const int per_seq = (n_ctx + DS_KV_PAGE - 1) / DS_KV_PAGE;
+    const ds_drafter *dr = p->drafter;
+    const int gamma = dr ? ds_drafter_block_size(dr) : 0;
+    /* with a drafter a table spans the block rows past the last position */
+    const int seq_cap = n_ctx + gamma;
+    const int per_seq = (seq_cap + DS_KV_PAGE - 1) / DS_KV_PAGE;
     const int64_t want_pages = p->n_pages ? p->n_pages : (int64_t)p->n_seq_max * per_seq;
     if (want_pages < 1 || want_pages > (1 << 26)) {
         ds_errf(err, errlen, "engine: %lld KV pages is out of range (1..%d)", (long long)want_pages, 1 << 26);
@@ -84,6 +101,9 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     e->n_ctx = n_ctx;
     e->m_max = m_max;
     e->max_pages = per_seq;
+    e->seq_cap = seq_cap;
+    e->d = dr;
+    e->gamma = gamma;
     ds_kernel_set_all(&e->ks, DS_CANONICAL);
     char e2[DS_ERRLEN];
     ds_backend *be = e->be;
@@ -91,6 +111,10 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     if (!e->ex) { ds_errf(err, errlen, "engine: %s", e2); free(e); return NULL; }
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
     ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {hp->n_layer}, .row = {(int)kvd}, .n_pages = (int)want_pages};
+    if (dr) {
+        ps.n_groups = 2;
+        ds_drafter_kv_shape(dr, &ps.n_layer[1], &ps.row[1]);
+    }
     e->pool = ds_kvpool_new(be, &ps, e2, sizeof e2);
     e->seq = calloc((size_t)e->n_seq_max, sizeof *e->seq);
     e->used = calloc((size_t)e->n_seq_max, 1);
@@ -115,6 +139,17 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     e->sel_ids = be->i->alloc(be, M * sizeof(int32_t));
     e->rowhost = malloc(3 * M * sizeof(int32_t));
     e->sel_host = malloc(M * sizeof(int32_t));
+    if (dr) {
+        e->T = (size_t)ds_drafter_n_taps(dr) * d;
+        e->taps = be->i->alloc(be, M * e->T * sizeof(float));
+        e->dids = be->i->alloc(be, (size_t)e->n_seq_max * (size_t)gamma * sizeof(int32_t));
+        if (!e->taps || !e->dids) {
+            ds_errf(err, errlen, "engine: out of %s memory for the drafter's buffers", be->i->name);
+            engine_release(e);
+            free(e);
+            return NULL;
+        }
+    }
     int ok = e->a.x && e->a.xn && e->a.o && e->a.q && e->a.att && e->a.k && e->a.v && e->a.gate && e->a.up &&
              e->a.h && (e->a.moe || !moe_n) && e->logits && e->sel_scratch && e->tables && e->rowbuf && e->sel_ids && e->rowhost && e->sel_host;
     if (ok) {
@@ -129,6 +164,12 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     }
     if (!ok) {
         ds_errf(err, errlen, "engine: out of %s memory for %d rows per chunk", be->i->name, m_max);
+        engine_release(e);
+        free(e);
+        return NULL;
+    }
+    if (dr && !(e->dx = ds_dctx_new_shared(dr, n_ctx, e->ex, e->pool, 1, e2, sizeof e2))) {
+        ds_errf(err, errlen, "engine: %s", e2);
         engine_release(e);
         free(e);
         return NULL;
@@ -148,6 +189,7 @@ ds_exec *ds_engine_exec(ds_engine *e) { return e->ex; }
 int ds_engine_n_ctx(const ds_engine *e) { return e->n_ctx; }
 int ds_engine_m_max(const ds_engine *e) { return e->m_max; }
 void ds_engine_set_kernels(ds_engine *e, const ds_kernel_set *ks) { e->ks = *ks; }
+const ds_drafter *ds_engine_drafter(const ds_engine *e) { return e->d; }
 
 /* ========================================================================
  * Sequences
@@ -161,7 +203,7 @@ int ds_engine_seq_slots(const ds_engine *e) { return e->n_seq_max; }
 int ds_engine_seq_new(ds_engine *e, char *err, size_t errlen) {
     for (int s = 0; s < e->n_seq_max; s++) {
         if (e->used[s]) continue;
-        if (!e->seq[s].table && ds_seq_init(&e->seq[s], e->n_ctx, err, errlen)) return -1;
+        if (!e->seq[s].table && ds_seq_init(&e->seq[s], e->seq_cap, err, errlen)) return -1;
         e->used[s] = 1;
         e->n_used++;
         return s;
@@ -208,7 +250,8 @@ int ds_engine_prefix_lookup(ds_engine *e, int s, const int32_t *ids, int n, int 
 }
 
 void ds_engine_prefix_publish(ds_engine *e, int s) {
-    if (ds_engine_seq_valid(e, s)) ds_prefix_publish(e->pool, &e->seq[s], 1u);
+    /* group 1 is valid up to the sequence's drafter context rows (kvpool.c) */
+    if (ds_engine_seq_valid(e, s)) ds_prefix_publish(e->pool, &e->seq[s], e->d ? 3u : 1u);
 }
 
 /* ========================================================================
@@ -323,8 +366,22 @@ static int check_rows(const ds_engine *e, const ds_row *rows, int n, char *err, 
         const ds_row *r = &rows[i];
         if (!ds_engine_seq_valid(e, r->seq)) { ds_errf(err, errlen, "forward: row %d: sequence %d does not exist", i, r->seq); return -1; }
         if (r->token < 0 || r->token >= V) { ds_errf(err, errlen, "forward: row %d: token id %d is out of range [0, %d)", i, r->token, V); return -1; }
-        if (r->want & ~(unsigned)(DS_ROW_LOGITS | DS_ROW_SELECT)) { ds_errf(err, errlen, "forward: row %d: unknown output %u", i, r->want); return -1; }
+        if (r->want & ~(unsigned)(DS_ROW_LOGITS | DS_ROW_SELECT | DS_ROW_DCTX)) { ds_errf(err, errlen, "forward: row %d: unknown output %u", i, r->want); return -1; }
         const int first = i == 0 || rows[i - 1].seq != r->seq;
+        if (r->want & DS_ROW_DCTX) {
+            if (!e->d) { ds_errf(err, errlen, "forward: row %d: drafter context rows asked for but the engine has no drafter", i); return -1; }
+            /* a sequence's drafter rows are its first rows in the batch, and
+             * its drafter context reaches the first of them: no gap */
+            if (!first && !(rows[i - 1].want & DS_ROW_DCTX)) {
+                ds_errf(err, errlen, "forward: row %d: drafter context rows of sequence %d must be its first rows in the batch", i, r->seq);
+                return -1;
+            }
+            if (first && r->pos > e->seq[r->seq].n_dctx) {
+                ds_errf(err, errlen, "forward: row %d: drafter context rows start at %d but sequence %d's drafter context holds %d",
+                        i, r->pos, r->seq, e->seq[r->seq].n_dctx);
+                return -1;
+            }
+        }
         if (first) {
             for (int j = 0; j < i; j++)
                 if (rows[j].seq == r->seq) {
@@ -367,6 +424,43 @@ static int prepare_chunk(ds_engine *e, const ds_row *rows, int c0, int c1, char 
     return 0;
 }
 
+/* ========================================================================
+ * Drafting
+ * ===================================================================== */
+
+int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, char *err, size_t errlen) {
+    if (!e->d) { ds_errf(err, errlen, "draft: the engine has no drafter"); return -1; }
+    if (n < 1 || n > e->n_seq_max) { ds_errf(err, errlen, "draft: %d sequences (1..%d)", n, e->n_seq_max); return -1; }
+    for (int k = 0; k < n; k++) {
+        const ds_draft_req *r = &dr[k];
+        if (!ds_engine_seq_valid(e, r->seq)) { ds_errf(err, errlen, "draft: sequence %d does not exist", r->seq); return -1; }
+        const ds_seq *q = &e->seq[r->seq];
+        if (q->n_dctx != q->n_past || q->n_past >= e->n_ctx) {
+            ds_errf(err, errlen, "draft: sequence %d holds %d positions and %d drafter context rows (a round needs equal, below %d)",
+                    r->seq, q->n_past, q->n_dctx, e->n_ctx);
+            return -1;
+        }
+        if (r->n_keep < 1 || r->n_keep > e->gamma) { ds_errf(err, errlen, "draft: %d drafts (1..%d)", r->n_keep, e->gamma); return -1; }
+        if (r->anchor < 0 || r->anchor >= e->m->hp.n_vocab) { ds_errf(err, errlen, "draft: anchor id %d is out of range", r->anchor); return -1; }
+        for (int j = 0; j < k; j++)
+            if (dr[j].seq == r->seq) { ds_errf(err, errlen, "draft: sequence %d twice", r->seq); return -1; }
+    }
+    /* one sequence after another through the shared drafter context, each
+     * block's ids copied aside on the device; one download and one wait */
+    const ds_backend_i *b = e->be->i;
+    for (int k = 0; k < n; k++) {
+        ds_seq *q = &e->seq[dr[k].seq];
+        const ds_draft_opts o = {dr[k].samp, dr[k].n_keep};
+        const int32_t *ids_dev = NULL;
+        if (ds_dctx_bind(e->dx, q, err, errlen) ||
+            ds_draft_queue(e->dx, dr[k].anchor, q->n_past, &o, &ids_dev, err, errlen))
+            return -1;
+        b->copy(e->ex, e->dids + (size_t)k * e->gamma, ids_dev, (size_t)dr[k].n_keep * sizeof(int32_t));
+    }
+    b->download(e->ex, ids, e->dids, (size_t)n * e->gamma * sizeof(int32_t));
+    return b->sync(e->ex, err, errlen);
+}
+
 int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, char *err, size_t errlen) {
     if (check_rows(e, rows, n, err, errlen)) return -1;
     int n_logits = 0;
@@ -389,7 +483,13 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
             hp[2 * M + i] = rows[c0 + i].seq;
         }
         b->upload(e->ex, e->rowbuf, hp, (2 * M + (size_t)cn) * sizeof(int32_t));
-        ds_model_forward(e->m, e->ex, &e->a, e->pool, var, cn, rows[c0].pos, NULL, 0, NULL, 0, NULL);
+        int any_dctx = 0;
+        for (int i = c0; i < c1 && !any_dctx; i++) any_dctx = (rows[i].want & DS_ROW_DCTX) != 0;
+        if (any_dctx)   /* the taps of every row of the chunk, on the device */
+            ds_model_forward(e->m, e->ex, &e->a, e->pool, var, cn, rows[c0].pos, ds_drafter_tap_layers(e->d),
+                             ds_drafter_n_taps(e->d), e->taps, e->T, NULL);
+        else
+            ds_model_forward(e->m, e->ex, &e->a, e->pool, var, cn, rows[c0].pos, NULL, 0, NULL, 0, NULL);
         /* the LM head over each run of rows that want an output (the rows
          * are independent: a run's bits are each row's alone) */
         for (int i = 0; i < cn;) {
@@ -425,13 +525,36 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
                 b->download(e->ex, lg_out, e->logits + (size_t)i * V, V * sizeof(float));
                 lg_out += V;
             }
+        /* drafter context rows from the taps, on the device: one pass per
+         * run of DCTX rows, whatever sequences they belong to (context rows
+         * attend nothing: a row's bits are its taps' alone); a sequence's
+         * run cut by the chunk boundary goes on in the next chunk */
+        for (int i = 0; any_dctx && i < cn;) {
+            if (!(rows[c0 + i].want & DS_ROW_DCTX)) { i++; continue; }
+            int j = i + 1;
+            while (j < cn && (rows[c0 + j].want & DS_ROW_DCTX)) j++;
+            ds_rows rv = e->rows;
+            rv.pos += i;
+            rv.seq += i;
+            if (ds_dctx_append_rows(e->dx, e->taps + (size_t)i * e->T, j - i, &rv, err, errlen)) return -1;
+            for (int k = i; k < j; k++) {
+                ds_seq *q = &e->seq[rows[c0 + k].seq];
+                if (k == i || rows[c0 + k - 1].seq != rows[c0 + k].seq) {
+                    if (q->n_dctx > rows[c0 + k].pos) q->n_dctx = rows[c0 + k].pos;   /* replaced from here */
+                }
+                if (q->n_dctx == rows[c0 + k].pos) q->n_dctx++;
+            }
+            i = j;
+        }
         if (!host && b->sync(e->ex, err, errlen)) return -1;
         /* what each sequence now holds: its rows' K/V, and their ids */
         for (int i = c0; i < c1; i++) {
             ds_seq *q = &e->seq[rows[i].seq];
             if (i == c0 || rows[i - 1].seq != rows[i].seq) {
                 if (q->n_tokens > rows[i].pos) q->n_tokens = rows[i].pos;
-                if (q->n_dctx > rows[i].pos) q->n_dctx = rows[i].pos;
+                /* a target row replaces the drafter rows from its position on
+                 * (DCTX rows were handled above: they are rewritten) */
+                if (!(rows[i].want & DS_ROW_DCTX) && q->n_dctx > rows[i].pos) q->n_dctx = rows[i].pos;
             }
             if (q->n_tokens == rows[i].pos) q->tokens[q->n_tokens++] = rows[i].token;
             q->n_past = rows[i].pos + 1;

@@ -72,7 +72,11 @@ int ds_engine_seq_save(ds_engine *e, int s, const char *path, char *err, size_t 
 int ds_engine_seq_load(ds_engine *e, const char *path, char *err, size_t errlen);
 
 /* ---- one forward ------------------------------------------------------------ */
-enum { DS_ROW_LOGITS = 1, DS_ROW_SELECT = 2 };
+/* DS_ROW_DCTX: the row's taps become the sequence's drafter context row at
+ * its position (group 1, on the device; engines with a drafter). A
+ * sequence's DCTX rows are its first rows in the batch and start at or
+ * below the drafter rows it holds (rows from there on are replaced). */
+enum { DS_ROW_LOGITS = 1, DS_ROW_SELECT = 2, DS_ROW_DCTX = 4 };
 typedef struct {
     int32_t seq, pos, token;
     uint8_t want;               /* DS_ROW_* bits, 0 = nothing                             */
@@ -86,5 +90,21 @@ typedef struct {
 
 /* 0, or -1 with one line (nothing is run when the rows break a rule). */
 int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, char *err, size_t errlen);
+
+/* ---- drafting (engines with a drafter) -----------------------------------
+ * One drafting round for each of n sequences: the block [anchor, MASK ...]
+ * at the position the sequence holds (its n_past, which its drafter context
+ * rows must equal), n_keep drafts chosen with samp (NULL: greedy) — bit for
+ * bit ds_draft on a drafter context of its own with the same rows. ids:
+ * n * gamma ints, sequence k's drafts at ids[k * gamma ..]. The block rows'
+ * pages are taken (positions up to n_past + gamma - 1); nothing a sequence
+ * holds changes. 0, or -1 with one line. */
+typedef struct {
+    int32_t seq, anchor;
+    int     n_keep;
+    const ds_sampler *samp;
+} ds_draft_req;
+int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, char *err, size_t errlen);
+const ds_drafter *ds_engine_drafter(const ds_engine *e);
 
 #endif

@@ -1,8 +1,10 @@
 /* scheduler.c — the scheduler above the batch engine (scheduler.h). One step:
  * finish what was cancelled -> admit -> build the batch (decode rows, then
- * prompt chunks) -> make room (preempt) -> one engine forward -> hand each
+ * prompt chunks) -> make room (preempt) -> one engine forward -> choose on
+ * the host for the rows of requests with a logits processor -> hand each
  * chosen token to its request -> finish what stopped. */
 #include "scheduler.h"
+#include "drafter.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -10,6 +12,8 @@
 #include <time.h>
 
 typedef enum { RQ_WAITING = 0, RQ_PREFILL = 1, RQ_DECODE = 2 } rq_state;
+
+#define AUTO_BUCKETS 13         /* generating requests 1, 2-3, 4-7, .. 4096  */
 
 typedef struct rq {
     long       id;
@@ -21,6 +25,11 @@ typedef struct rq {
     rq_state   st;
     atomic_int cancelled;
     int        n_cached, preemptions;
+    /* speculative rounds (an engine with a drafter and p.speculative) */
+    int        spec, draft_max;
+    int32_t   *drafts;          /* [gamma]: this step's drafts                 */
+    int        ell, row0;       /* this step: drafts verified, first row       */
+    int        rounds, drafted, accepted;
     double     t_submit, t_admit, t_first;
     struct rq *next;            /* waiting queue (under mu)                    */
     struct rq *all_next;        /* every live request (under mu)               */
@@ -38,6 +47,19 @@ struct ds_sched {
     ds_row  *rows;              /* the step's batch                            */
     rq     **row_rq;
     int32_t *ids;
+    int      gamma;             /* the drafter's block size, 0 without one     */
+    ds_draft_req *dreq;         /* a step's drafting rounds [max_running]      */
+    int32_t *dids;              /* their drafts [max_running][gamma]           */
+    /* DS_SPEC_AUTO: per batch-size bucket and cap, decayed tokens/s */
+    int      caps[8], n_caps;
+    double   rate[AUTO_BUCKETS][8];
+    int      tries[AUTO_BUCKETS][8];
+    long     auto_steps;
+    int      cap, cap_i, bucket;/* this step's cap (-1: none), its index, bucket */
+    long     step_tokens;       /* tokens handed out this step                 */
+    float   *lg;                /* host logits of the step's processor rows    */
+    int      lg_cap;            /* rows lg holds                               */
+    float   *scratch;           /* ds_sample's 2V floats                       */
     ds_sched_stats stats;       /* counters (under mu for readers)             */
 };
 
@@ -66,8 +88,17 @@ ds_sched *ds_sched_new(ds_engine *e, const ds_sched_params *p, char *err, size_t
     s->rows = malloc((size_t)s->p.max_rows * sizeof *s->rows);
     s->row_rq = malloc((size_t)s->p.max_rows * sizeof *s->row_rq);
     s->ids = malloc((size_t)s->p.max_rows * sizeof *s->ids);
-    if (!s->run || !s->rows || !s->row_rq || !s->ids || pthread_mutex_init(&s->mu, NULL)) {
-        free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s);
+    const ds_drafter *d = ds_engine_drafter(e);
+    s->gamma = d ? ds_drafter_block_size(d) : 0;
+    s->dreq = malloc((size_t)s->run_cap * sizeof *s->dreq);
+    s->dids = malloc((size_t)s->run_cap * (size_t)(s->gamma ? s->gamma : 1) * sizeof *s->dids);
+    static const int cand[] = {0, 1, 2, 3, 4, 6};
+    for (size_t i = 0; i < sizeof cand / sizeof *cand; i++)
+        if (cand[i] < s->gamma) s->caps[s->n_caps++] = cand[i];
+    if (s->gamma) s->caps[s->n_caps++] = s->gamma;
+    s->cap = -1;
+    if (!s->run || !s->rows || !s->row_rq || !s->ids || !s->dreq || !s->dids || pthread_mutex_init(&s->mu, NULL)) {
+        free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->dreq); free(s->dids); free(s);
         ds_errf(err, errlen, "scheduler: out of memory");
         return NULL;
     }
@@ -84,8 +115,9 @@ static void finish(ds_sched *s, rq *r, const char *stop) {
         r->slot = -1;
     }
     const double t = now_s();
-    const ds_req_result res = {r->p.n_prompt, r->n_gen, r->n_cached, stop, r->t_admit - r->t_submit,
-                               r->t_first > 0 ? r->t_first - r->t_submit : 0, t - r->t_submit, r->preemptions};
+    const ds_req_result res = {r->p.n_prompt, r->n_gen, r->n_cached, stop, (r->t_admit > 0 ? r->t_admit : t) - r->t_submit,
+                               r->t_first > 0 ? r->t_first - r->t_submit : 0, t - r->t_submit, r->preemptions,
+                               r->rounds, r->drafted, r->accepted};
     pthread_mutex_lock(&s->mu);
     for (rq **pp = &s->all; *pp; pp = &(*pp)->all_next)
         if (*pp == r) { *pp = r->all_next; break; }
@@ -93,6 +125,7 @@ static void finish(ds_sched *s, rq *r, const char *stop) {
     pthread_mutex_unlock(&s->mu);
     if (r->p.on_done) r->p.on_done(r->p.user, &res);
     free(r->hist);
+    free(r->drafts);
     free(r);
 }
 
@@ -105,7 +138,7 @@ void ds_sched_free(ds_sched *s) {
         finish(s, r, "cancel");
     }
     pthread_mutex_destroy(&s->mu);
-    free(s->run); free(s->rows); free(s->row_rq); free(s->ids);
+    free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->dreq); free(s->dids); free(s->lg); free(s->scratch);
     free(s);
 }
 
@@ -118,16 +151,38 @@ long ds_sched_submit(ds_sched *s, const ds_req_params *p, char *err, size_t errl
         return -1;
     }
     if (p->n_predict < 1) { ds_errf(err, errlen, "request: n_predict must be >= 1 (got %d)", p->n_predict); return -1; }
+    /* a prompt the whole pool cannot hold (with its first new token) would
+     * never run: refused here, not failed later */
+    const int pages = ds_kvpool_n_pages(ds_engine_pool(s->e)), need = (p->n_prompt + 1 + DS_KV_PAGE - 1) / DS_KV_PAGE + 1;
+    if (need > pages) {
+        ds_errf(err, errlen, "request: the prompt has %d tokens, %d KV pages of %d positions with its first new token, but the pool holds %d",
+                p->n_prompt, need, DS_KV_PAGE, pages);
+        return -1;
+    }
     const int V = ds_engine_model(s->e)->hp.n_vocab;
     for (int i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || p->prompt[i] >= V) {
             ds_errf(err, errlen, "request: token id %d is out of range [0, %d)", p->prompt[i], V);
             return -1;
         }
+    /* a request with a host logits processor decodes plain (its rows are
+     * chosen on the host, one at a time) */
+    const int spec = p->speculative && s->gamma > 0 && !p->lp;
+    if (spec && (p->draft_max < 0 || p->draft_max > s->gamma)) {
+        ds_errf(err, errlen, "request: draft_max %d is outside 0..%d (the drafter's block size)", p->draft_max, s->gamma);
+        return -1;
+    }
     rq *r = calloc(1, sizeof *r);
     const size_t cap = (size_t)p->n_prompt + (size_t)(p->n_predict < n_ctx ? p->n_predict : n_ctx) + 1;
     if (r) r->hist = malloc(cap * sizeof *r->hist);
-    if (!r || !r->hist) { if (r) free(r); ds_errf(err, errlen, "request: out of memory"); return -1; }
+    if (r && spec) r->drafts = malloc((size_t)s->gamma * sizeof *r->drafts);
+    if (!r || !r->hist || (spec && !r->drafts)) {
+        if (r) { free(r->hist); free(r); }
+        ds_errf(err, errlen, "request: out of memory");
+        return -1;
+    }
+    r->spec = spec;
+    r->draft_max = spec ? (p->draft_max ? p->draft_max : s->gamma) : 0;
     r->p = *p;
     r->p.prompt = NULL;                 /* the copy below is the request's */
     memcpy(r->hist, p->prompt, (size_t)p->n_prompt * sizeof *r->hist);
@@ -234,7 +289,8 @@ static void admit(ds_sched *s) {
         r->slot = slot;
         r->n_done = 0;
         if (s->p.prefix_cache) {
-            const int hit = ds_engine_prefix_lookup(s->e, slot, r->hist, r->n_hist, 0);
+            /* a speculating request needs the drafter's rows of the pages too */
+            const int hit = ds_engine_prefix_lookup(s->e, slot, r->hist, r->n_hist, r->spec);
             r->n_done = hit;
             if (!r->preemptions) {
                 r->n_cached = hit;
@@ -252,7 +308,10 @@ static void admit(ds_sched *s) {
             return;
         }
         r->st = RQ_PREFILL;
-        r->t_admit = now_s();
+        if (!r->preemptions) {
+            r->t_admit = now_s();
+            if (r->p.on_start) r->p.on_start(r->p.user);
+        }
         s->run[s->n_run++] = r;
     }
 }
@@ -262,28 +321,61 @@ static void admit(ds_sched *s) {
 static int emit(ds_sched *s, rq *r, int32_t t, const char **stop) {
     const ds_model *m = ds_engine_model(s->e);
     if (r->p.stop_at_eog && m->tok && ds_tokenizer_is_eog(m->tok, t)) { *stop = "eog"; return 1; }
+    /* committed: the processor hears it before the caller (generate.c's order) */
+    if (r->p.lp && r->p.lp->accept) r->p.lp->accept(r->p.lp->user, r->n_hist, t);
     r->hist[r->n_hist++] = t;
     r->n_gen++;
+    s->step_tokens++;
     if (!r->t_first) r->t_first = now_s();
-    if (r->p.on_token && r->p.on_token(r->p.user, t)) { *stop = "cancel"; return 1; }
+    const int rc = r->p.on_token ? r->p.on_token(r->p.user, t) : 0;
+    if (rc) { *stop = rc == DS_REQ_STOP ? "stop" : "cancel"; return 1; }
     if (r->n_gen >= r->p.n_predict) { *stop = "length"; return 1; }
     if (r->n_hist >= ds_engine_n_ctx(s->e)) { *stop = "context"; return 1; }
     return 0;
 }
 
+/* What a row that chooses its request's next token asks the engine for:
+ * the device-side selection, or with a processor the logits (the host
+ * chooses, choose_on_host). */
+static uint8_t choose_want(const rq *r) { return r->p.lp ? DS_ROW_LOGITS : DS_ROW_SELECT; }
+
 /* The batch from the running requests' states: every generating request's
- * row first, then prompt chunks while the row budget lasts. Returns the
- * rows; *need: pages the batch may take (a spare page per request). */
+ * rows first — one decode row, or for a speculating request its verify
+ * block [anchor, d_1..d_ell] (the drafts are filled in after drafting) —
+ * then prompt chunks while the row budget lasts. Returns the rows; *need:
+ * pages the batch may take (a spare page per request; a drafting round's
+ * block rows reach gamma positions past the anchor). */
 static int build(ds_sched *s, int *need) {
-    int n = 0, budget = s->p.max_rows;
+    int n = 0, budget = s->p.max_rows, n_dec = 0;
+    const int n_ctx = ds_engine_n_ctx(s->e);
     *need = 0;
+    for (int i = 0; i < s->n_run; i++) n_dec += s->run[i]->st == RQ_DECODE;
     for (int i = 0; i < s->n_run; i++) {
         rq *r = s->run[i];
         if (r->st != RQ_DECODE) continue;
-        s->rows[n] = (ds_row){r->slot, r->n_done, r->hist[r->n_done], DS_ROW_SELECT, &r->p.samp};
-        s->row_rq[n++] = r;
-        budget--;
-        *need += pages_for(r, 1) - 1;
+        n_dec--;                                   /* decode requests after this one */
+        const int p = r->n_done;
+        int ell = 0;
+        if (r->spec) {
+            /* drafts: the request's width, the tokens it still wants after
+             * the next, the context (p + ell < n_ctx), and the budget less
+             * one row for each decode request still to come */
+            ell = r->draft_max;
+            if (s->cap >= 0 && ell > s->cap) ell = s->cap;
+            if (ell > r->p.n_predict - r->n_gen - 1) ell = r->p.n_predict - r->n_gen - 1;
+            if (ell > n_ctx - 1 - p) ell = n_ctx - 1 - p;
+            if (ell > budget - n_dec - 1) ell = budget - n_dec - 1;
+            if (ell < 0) ell = 0;
+        }
+        r->ell = ell;
+        r->row0 = n;
+        const uint8_t want = r->spec ? DS_ROW_SELECT | DS_ROW_DCTX : choose_want(r);
+        for (int k = 0; k <= ell; k++) {
+            s->rows[n] = (ds_row){r->slot, p + k, k ? 0 : r->hist[p], want, &r->p.samp};
+            s->row_rq[n++] = r;
+        }
+        budget -= ell + 1;
+        *need += pages_for(r, ell ? (s->gamma > ell + 1 ? s->gamma : ell + 1) : 1) - 1;
     }
     for (int i = 0; i < s->n_run && budget > 0; i++) {
         rq *r = s->run[i];
@@ -291,15 +383,140 @@ static int build(ds_sched *s, int *need) {
         int k = r->n_hist - r->n_done;
         if (k > s->p.prefill_chunk) k = s->p.prefill_chunk;
         if (k > budget) k = budget;
+        const uint8_t dctx = r->spec ? DS_ROW_DCTX : 0;
         for (int j = 0; j < k; j++) {
             const int pos = r->n_done + j;
-            s->rows[n] = (ds_row){r->slot, pos, r->hist[pos], pos == r->n_hist - 1 ? DS_ROW_SELECT : 0, &r->p.samp};
+            s->rows[n] = (ds_row){r->slot, pos, r->hist[pos], (uint8_t)((pos == r->n_hist - 1 ? choose_want(r) : 0) | dctx),
+                                  &r->p.samp};
             s->row_rq[n++] = r;
         }
         budget -= k;
         *need += pages_for(r, k) - 1;
     }
     return n;
+}
+
+/* The drafting rounds of the step's speculating requests, in one engine
+ * call, and their drafts into the verify blocks' rows. */
+static int draft(ds_sched *s, char *err, size_t errlen) {
+    int nd = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        rq *r = s->run[i];
+        if (r->st != RQ_DECODE || !r->spec || !r->ell) continue;
+        s->dreq[nd++] = (ds_draft_req){r->slot, r->hist[r->n_done], r->ell, &r->p.samp};
+    }
+    if (!nd) return 0;
+    if (ds_engine_draft(s->e, nd, s->dreq, s->dids, err, errlen)) return -1;
+    nd = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        rq *r = s->run[i];
+        if (r->st != RQ_DECODE || !r->spec || !r->ell) continue;
+        memcpy(r->drafts, s->dids + (size_t)nd++ * s->gamma, (size_t)r->ell * sizeof *r->drafts);
+        if (s->p.draft_override) s->p.draft_override(r->p.user, r->n_done, r->ell, r->drafts);
+        for (int k = 0; k < r->ell; k++) s->rows[r->row0 + 1 + k].token = r->drafts[k];
+    }
+    return 0;
+}
+
+static void drop_request(ds_sched *s, rq *r, const char *stop) {
+    for (int i = 0; i < s->n_run; i++)
+        if (s->run[i] == r) { drop_running(s, i); break; }
+    finish(s, r, stop);
+}
+
+/* A speculating request's verify block at rows[j0 .. j0 + ell]: row k chose
+ * the target's token for position p + k + 1. Accept the longest prefix of
+ * drafts equal to those choices, then the target's own next token; the
+ * sequence keeps the rows of the anchor and the accepted drafts (the rest
+ * are cut: their K/V and drafter rows are rewritten by the next block). */
+static int accept_block(ds_sched *s, rq *r, int j0, char *err, size_t errlen) {
+    const int p = s->rows[j0].pos, ell = r->ell;
+    int a = 0;
+    while (a < ell && s->ids[j0 + a] == r->drafts[a]) a++;
+    const int32_t bonus = s->ids[j0 + a];
+    if (a < ell && ds_engine_seq_truncate(s->e, r->slot, p + a + 1, err, errlen)) return -1;
+    r->n_done = p + a + 1;
+    if (ell) {
+        r->rounds++;
+        r->drafted += ell;
+        r->accepted += a;
+        pthread_mutex_lock(&s->mu);
+        s->stats.spec_rounds++;
+        s->stats.drafted += ell;
+        s->stats.accepted += a;
+        pthread_mutex_unlock(&s->mu);
+    }
+    const char *stop = NULL;
+    int done = 0;
+    for (int k = 0; k < a && !done; k++) done = emit(s, r, r->drafts[k], &stop);
+    if (!done) done = emit(s, r, bonus, &stop);
+    if (done) drop_request(s, r, stop);
+    return 0;
+}
+
+/* DS_SPEC_AUTO: the cap for a step with n_dec generating requests. */
+static void auto_choose(ds_sched *s, int n_dec) {
+    s->cap = s->cap_i = -1;
+    if (s->p.spec_policy != DS_SPEC_AUTO || !s->n_caps || !n_dec) return;
+    int b = 0;
+    while (b < AUTO_BUCKETS - 1 && (2 << b) <= n_dec) b++;
+    s->bucket = b;
+    /* exploration, narrowest first: the next cap is tried while the one
+     * before it came within 10% of the best so far (wider is dearer; once
+     * it stops paying, the wider ones are not worth a trial at this size) */
+    int best = -1, top = -1;
+    for (int i = 0; i < s->n_caps && best < 0; i++) {
+        if (s->tries[b][i] < 2) {
+            if (i == 0 || s->rate[b][i - 1] >= 0.9 * s->rate[b][top]) best = i;
+            break;
+        }
+        if (top < 0 || s->rate[b][i] > s->rate[b][top]) top = i;
+    }
+    if (best < 0) {
+        best = 0;
+        for (int i = 1; i < s->n_caps && s->tries[b][i]; i++)
+            if (s->rate[b][i] > s->rate[b][best]) best = i;
+        if (++s->auto_steps % 16 == 0) {                          /* probe a neighbour */
+            const int nb = (s->auto_steps / 16) % 2 ? best + 1 : best - 1;
+            if (nb >= 0 && nb < s->n_caps) best = nb;
+        }
+    }
+    s->cap_i = best;
+    s->cap = s->caps[best];
+}
+
+static void auto_update(ds_sched *s, int tokens, double secs) {
+    if (s->cap_i < 0 || secs <= 0) return;
+    const int b = s->bucket, i = s->cap_i;
+    const double r = tokens / secs;
+    s->rate[b][i] = s->tries[b][i] ? 0.8 * s->rate[b][i] + 0.2 * r : r;
+    s->tries[b][i]++;
+}
+
+/* Room for n host logits rows (and ds_sample's scratch). 0, or -1. */
+static int lg_reserve(ds_sched *s, int n) {
+    const size_t V = (size_t)ds_engine_model(s->e)->hp.n_vocab;
+    if (!s->scratch && !(s->scratch = malloc(2 * V * sizeof *s->scratch))) return -1;
+    if (n <= s->lg_cap) return 0;
+    float *lg = realloc(s->lg, (size_t)n * V * sizeof *lg);
+    if (!lg) return -1;
+    s->lg = lg;
+    s->lg_cap = n;
+    return 0;
+}
+
+/* The token for position pos of a request with a processor, from its row's
+ * logits: exactly one context's host selection (backend.c select_on_host):
+ * apply, ds_sample keyed on pos, argmax should the sampler fail, selected.
+ * 0, or -1 when the processor failed. */
+static int choose_on_host(ds_sched *s, rq *r, float *logits, int64_t pos, int32_t *tok) {
+    const ds_lproc *lp = r->p.lp;
+    const int V = ds_engine_model(s->e)->hp.n_vocab;
+    if (lp->apply(lp->user, pos, NULL, 0, logits, V)) return -1;
+    const int32_t t = ds_sample(&r->p.samp, logits, V, pos, s->scratch);
+    *tok = t >= 0 ? t : (int32_t)ds_argmax(logits, V);
+    if (lp->selected) lp->selected(lp->user, pos, *tok);
+    return 0;
 }
 
 int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
@@ -314,12 +531,31 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     admit(s);
     if (!s->n_run) return 0;
     ds_kvpool *pool = ds_engine_pool(s->e);
-    int n, need;
+    int n, need, n_dec = 0, n_spec = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        n_dec += s->run[i]->st == RQ_DECODE;
+        n_spec += s->run[i]->st == RQ_DECODE && s->run[i]->spec;
+    }
+    auto_choose(s, n_spec ? n_dec : 0);
+    s->step_tokens = 0;
+    const double t_step = now_s();
     /* room: preempt the most recently admitted request until the batch's
      * pages fit */
     while ((n = build(s, &need)) && need > ds_kvpool_n_free(pool) && s->n_run > 1) preempt(s, s->n_run - 1);
-    ds_fwd_out out = {.ids = s->ids};
-    if (ds_engine_forward(s->e, s->rows, n, &out, err, errlen)) {
+    if (need > ds_kvpool_n_free(pool)) {
+        /* one request alone has outgrown the pool: the pool is its context
+         * (stop "context", as a full context ends a generation) */
+        rq *r = s->run[0];
+        drop_running(s, 0);
+        finish(s, r, "context");
+        return 1;
+    }
+    int n_lg = 0;
+    for (int j = 0; j < n; j++) n_lg += (s->rows[j].want & DS_ROW_LOGITS) != 0;
+    const int no_lg = n_lg && lg_reserve(s, n_lg);
+    if (no_lg) ds_errf(err, errlen, "scheduler: out of memory for %d rows of logits", n_lg);
+    ds_fwd_out out = {.logits = n_lg ? s->lg : NULL, .ids = s->ids};
+    if (no_lg || draft(s, err, errlen) || ds_engine_forward(s->e, s->rows, n, &out, err, errlen)) {
         /* one request that cannot fit even alone, or a device fault: the
          * running requests end (stop "error"); the queue stays */
         while (s->n_run) {
@@ -332,26 +568,42 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     long prompt_rows = 0;
     for (int j = 0; j < n; j++) prompt_rows += s->row_rq[j]->st == RQ_PREFILL;
     pthread_mutex_lock(&s->mu);
+    s->stats.spec_cap = s->cap;
     s->stats.steps++;
     s->stats.rows += n;
     s->stats.last_batch = n;
     s->stats.prompt_tokens += prompt_rows;
     pthread_mutex_unlock(&s->mu);
-    /* each row's request moves on; a chosen token goes to its request */
+    /* each row's request moves on; a chosen token goes to its request (a
+     * processor row's is chosen here, from its logits, in row order) */
+    float *lg = s->lg;
     for (int j = 0; j < n; j++) {
         rq *r = s->row_rq[j];
+        if (r->st == RQ_DECODE && r->spec) {
+            const int ell = r->ell;
+            if (accept_block(s, r, j, err, errlen)) return -1;
+            j += ell;
+            continue;
+        }
         r->n_done = s->rows[j].pos + 1;
-        if (!(s->rows[j].want & DS_ROW_SELECT)) continue;
+        if (!(s->rows[j].want & (DS_ROW_SELECT | DS_ROW_LOGITS))) continue;
         if (r->st == RQ_PREFILL) {
             r->st = RQ_DECODE;
             if (s->p.prefix_cache) ds_engine_prefix_publish(s->e, r->slot);   /* the prompt, for others */
         }
         const char *stop = NULL;
-        if (emit(s, r, s->ids[j], &stop)) {
-            for (int i = 0; i < s->n_run; i++)
-                if (s->run[i] == r) { drop_running(s, i); break; }
-            finish(s, r, stop);
+        int32_t t = s->ids[j];
+        if (s->rows[j].want & DS_ROW_LOGITS) {
+            const size_t V = (size_t)ds_engine_model(s->e)->hp.n_vocab;
+            const int bad = choose_on_host(s, r, lg, (int64_t)s->rows[j].pos + 1, &t);
+            lg += V;
+            if (bad) {
+                drop_request(s, r, "error");
+                continue;
+            }
         }
+        if (emit(s, r, t, &stop)) drop_request(s, r, stop);
     }
+    auto_update(s, (int)s->step_tokens, now_s() - t_step);
     return 1;
 }

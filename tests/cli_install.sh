@@ -15,7 +15,11 @@ TGT=models/dspark-tiny-q8_0.gguf
 DR=models/dspark-tiny-drafter-f16.gguf
 P=$T/prefix
 
-make --no-print-directory BUILD="$B" install PREFIX="$P" > "$T/install.log" 2>&1 || { cat "$T/install.log"; echo "FAIL make install"; exit 1; }
+# the build tree's own CUDA setting (a CPU-only tree on a machine with nvcc must not
+# grow a CUDA module here: cli_serve then expects the binary to know it)
+CU=0
+[ -f "$B/libdspark-cuda.so" ] && CU=1
+make --no-print-directory BUILD="$B" CUDA=$CU install PREFIX="$P" > "$T/install.log" 2>&1 || { cat "$T/install.log"; echo "FAIL make install"; exit 1; }
 for f in bin/dspark lib/libdspark.so lib/libdspark.so.0 include/dspark.h include/dspark_diag.h lib/pkgconfig/dspark.pc; do
     [ -e "$P/$f" ] || bad "installed $f"
 done

@@ -23,6 +23,11 @@
 #     stream finishes, exit 0) or cuts at --drain-timeout (finish_reason
 #     "abort", [DONE], exit 1); NUL in a prompt is a 400;
 #   chat templates read from a GGUF (a copy of the shipped target with one);
+#   the batch engine (the default `--gen engine`, server A) against one context
+#     per slot running the drafter (`--gen ctx`, server AC): the same answers
+#     (engine == speculative == plain); concurrent streaming clients of
+#     different settings get exactly what each gets alone, in batched steps;
+#     a repeated long prompt is served from the prefix cache (/metrics);
 #   a CPU server maps no CUDA library; `serve -v` starts without a
 #     libmicrohttpd warning.
 # Servers listen on port 0 (the kernel picks a free port; the server prints
@@ -101,22 +106,52 @@ $D generate -m "$TGT" -md "$DR" -p "The river" -n 24 -t 1 2>/dev/null | head -c 
 cj "$URL/v1/completions" -d '{"model":"dspark-tiny","prompt":"The river","max_tokens":24,"temperature":0}' > "$T/c.json"
 $PY text "$T/c.json" > "$T/c.txt" || bad completion_json
 cmp -s "$T/c.txt" "$T/cli.txt" && ok completion_equals_dspark_generate || bad completion_equals_dspark_generate
-grep -q '"dspark":{"kernels":"canonical","speculative":true' "$T/c.json" && grep -q '"accept_hist":\[' "$T/c.json" \
+# (the engine decodes plain: a speculative request gives the same tokens)
+grep -q '"dspark":{"kernels":"canonical","speculative":false' "$T/c.json" && grep -q '"cached_tokens":' "$T/c.json" \
     && ok completion_dspark_field || bad completion_dspark_field
 cj -N "$URL/v1/completions" -d '{"prompt":"The river","max_tokens":24,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' > "$T/s.txt"
 $PY sse "$T/s.txt" > "$T/s_text.txt" && cmp -s "$T/s_text.txt" "$T/cli.txt" && grep -q '"usage":{"prompt_tokens"' "$T/s.txt" \
     && ok completion_stream_equals_non_stream || bad completion_stream_equals_non_stream
 
-# ---- speculative == plain, greedy and sampled ----------------------------------
+# ---- one context per slot with the drafter (--gen ctx): speculative == plain == the engine ----
 # (under the sanitizers one sampled case: that pass hunts memory errors)
+start AC -m "$TGT" -md "$DR" --gen ctx --parallel 2 -t 1 --api-key "$KEY" --chat-template plain --max-body 65536 --max-tokens 64 \
+    --cors-origins http://good.example
+URLC=http://127.0.0.1:$PORT_AC
+grep -q 'gen=ctx speculative=yes' "$T/AC.log" && grep -q 'gen=engine speculative=no' "$T/A.log" && ok serve_gen_modes || bad serve_gen_modes
+cj "$URLC/v1/completions" -d '{"model":"dspark-tiny","prompt":"The river","max_tokens":24,"temperature":0}' > "$T/cc.json"
+$PY text "$T/cc.json" | cmp -s - "$T/cli.txt" && grep -q '"dspark":{"kernels":"canonical","speculative":true' "$T/cc.json" \
+    && grep -q '"accept_hist":\[' "$T/cc.json" && ok ctx_completion_dspark_field || bad ctx_completion_dspark_field
 SWEEP='"temperature":0.9,"seed":5,"top_p":0.95'
 [ -z "${DSPARK_SAN:-}" ] && SWEEP='"temperature":0 "temperature":0.9,"seed":5,"top_p":0.95 "temperature":1.1,"seed":8,"top_k":40,"min_p":0.05'
 for params in $SWEEP; do
-    cj "$URL/v1/completions" -d "{\"prompt\":\"It is a truth universally acknowledged, that\",\"max_tokens\":40,$params}" > "$T/sp.json"
-    cj "$URL/v1/completions" -d "{\"prompt\":\"It is a truth universally acknowledged, that\",\"max_tokens\":40,$params,\"speculative\":false}" > "$T/pl.json"
-    if [ "$($PY text "$T/sp.json")" = "$($PY text "$T/pl.json")" ] && grep -q '"speculative":true' "$T/sp.json" \
-        && grep -q '"speculative":false' "$T/pl.json"; then ok "spec_equals_plain {$params}"; else bad "spec_equals_plain {$params}"; fi
+    body="{\"prompt\":\"It is a truth universally acknowledged, that\",\"max_tokens\":40,$params"
+    cj "$URLC/v1/completions" -d "$body}" > "$T/sp.json"
+    cj "$URLC/v1/completions" -d "$body,\"speculative\":false}" > "$T/pl.json"
+    cj "$URL/v1/completions" -d "$body}" > "$T/en.json"
+    if [ "$($PY text "$T/sp.json")" = "$($PY text "$T/pl.json")" ] && [ "$($PY text "$T/en.json")" = "$($PY text "$T/pl.json")" ] \
+        && grep -q '"speculative":true' "$T/sp.json" && grep -q '"speculative":false' "$T/pl.json" && grep -q '"speculative":false' "$T/en.json"
+    then ok "spec_equals_plain_equals_engine {$params}"; else bad "spec_equals_plain_equals_engine {$params}"; fi
 done
+# the engine's answers (processors, logprobs, n, grammars, stop strings) == one context's
+$PY same "$PA" "$PORT_AC" "$KEY" || fail=1
+# the feature table with the drafter running (stop strings inside accepted blocks, ...)
+if [ -z "${DSPARK_SAN:-}" ]; then DSPARK_BIN=$D DSPARK_TARGET=$TGT $PY features "$PORT_AC" "$KEY" || fail=1; fi
+kill -TERM "$PID_AC"
+
+# ---- the engine: concurrent streams == alone, batched; the prefix cache -------------------
+$PY batch "$PA" "$KEY" 16 || fail=1
+$PY prefix "$PA" "$KEY" || fail=1
+# a pool of 12 pages (192 positions) for 8 sequences: preemption (recompute), the same answers;
+# a prompt the pool can never hold is a 400, not a failure
+start KV -m "$TGT" --parallel 8 -t 1 --kv-pages 12
+$PY batch "$PORT_KV" "" 16 || fail=1
+curl -s "http://127.0.0.1:$PORT_KV/metrics" | awk '/^dspark_engine_preemptions_total/ { p = $2 } /^dspark_generations_failed_total/ { f = $2 }
+    END { exit !(p > 0 && f == 0) }' && ok "small_pool_preempts_nothing_failed" || bad small_pool_preempts_nothing_failed
+python3 -c "import json; print(json.dumps({'prompt': ' '.join(['river'] * 300), 'max_tokens': 8}))" > "$T/big.json"
+code=$(curl -s -o "$T/big_out.json" -w '%{http_code}' "http://127.0.0.1:$PORT_KV/v1/completions" -d @"$T/big.json")
+[ "$code" = 400 ] && grep -q 'pool holds 12' "$T/big_out.json" && ok small_pool_prompt_too_big_400 || bad "small_pool_prompt_too_big_400 ($code)"
+kill -TERM "$PID_KV"
 
 # ---- chat (plain template on this model) ----------------------------------------
 CHAT='{"messages":[{"role":"user","content":"Tell me about the sea."}],"max_tokens":20,"temperature":0}'
@@ -130,7 +165,7 @@ $D generate -m "$TGT" -f "$T/chat_prompt.txt" -n 20 -t 1 2>/dev/null | head -c -
 cmp -s "$T/chat.txt" "$T/chat_cli.txt" && ok chat_plain_template_equals_generate || bad chat_plain_template_equals_generate
 
 # ---- the feature table, /metrics through a Prometheus parser ------------------------
-DSPARK_BIN=$D DSPARK_TARGET=$TGT $PY features "$PA" "$KEY" || fail=1
+DSPARK_SERVE_SPEC=0 DSPARK_BIN=$D DSPARK_TARGET=$TGT $PY features "$PA" "$KEY" || fail=1
 $PY prometheus "$PA" "$KEY" || fail=1
 
 # ---- the official openai client --------------------------------------------------
@@ -146,7 +181,7 @@ elif [ -f "$NPM_DIR/node_modules/openai/package.json" ]; then
     cp tests/serve_openai.mjs "$NPM_DIR/serve_openai.mjs"
     python3 -c "import json,sys; print(json.dumps({'completion': open(sys.argv[1]).read(), 'chat': open(sys.argv[2]).read()}))" \
         "$T/cli.txt" "$T/chat.txt" > "$T/expected.json"
-    node "$NPM_DIR/serve_openai.mjs" "$PA" "$KEY" "$T/expected.json" || fail=1
+    DSPARK_SERVE_SPEC=0 node "$NPM_DIR/serve_openai.mjs" "$PA" "$KEY" "$T/expected.json" || fail=1
 else
     echo "SKIP openai_client (npm cannot reach the registry: $(tail -n 1 "$T/npm.log"))"
 fi
@@ -234,7 +269,8 @@ fin=$($PY drain "$PORT_D1" "$PID_D1" 100 | tail -n 1)
 wait "$PID_D1"; rc=$?
 [ "$fin" = length ] && [ $rc -eq 0 ] && grep -q 'cut=0' "$T/D1.log" && ok "sigterm_drains_stream (finish=$fin rc=$rc)" \
     || bad "sigterm_drains_stream (finish=$fin rc=$rc)"
-start D2 -m "$TGT" -md "$DR" --parallel 1 -t 1 --drain-timeout 0.2
+# (0.02 s: a 480-token stream cannot end inside it; at 0.2 s the engine on a quiet CPU sometimes finished first)
+start D2 -m "$TGT" -md "$DR" --parallel 1 -t 1 --drain-timeout 0.02
 fin=$($PY drain "$PORT_D2" "$PID_D2" 480 | tail -n 1)
 wait "$PID_D2"; rc=$?
 [ "$fin" = abort ] && [ $rc -eq 1 ] && grep -q 'cut=1' "$T/D2.log" && ok "sigterm_cuts_at_drain_timeout (finish=$fin rc=$rc)" \

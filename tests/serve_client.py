@@ -19,6 +19,16 @@
   drain PORT PID LEN        SIGTERM mid-stream: the stream ends with a finish_reason + [DONE]
   gguf_template IN OUT F    IN with tokenizer.chat_template = the text of F, as OUT
   hostile PORT KEY          error bodies stay valid UTF-8 whatever bytes the request held
+  batch PORT KEY N          N concurrent streaming clients of different settings (greedy, seeded,
+                            logprobs, penalties, logit_bias, a grammar, stop strings) get exactly the
+                            text, logprobs and finish_reason each gets alone; engine steps batched rows
+  same PORT_A PORT_B KEY    the batch mix on two servers (the engine, one context per slot) gives the
+                            same choices (text, logprobs, finish_reason), streamed and not
+  prefix PORT KEY           a repeated long prompt is served from the prefix cache (dspark.cached_tokens,
+                            /metrics) with the same answer
+
+DSPARK_SERVE_SPEC=0 (features): the server decodes plain when asked for speculative decoding
+(`--gen engine`: the same tokens), so "speculative" in the answers must be false.
 """
 import http.client
 import json
@@ -214,8 +224,8 @@ def cmd_load(port, key, clients, per):
     sys.exit(0 if ok else 1)
 
 
-def metric(port, name):
-    st, out = get(port, "/metrics")
+def metric(port, name, key=None):
+    st, out = get(port, "/metrics", key)
     mm = re.search(r"^%s ([0-9.e+-]+)$" % name, out.decode(), re.M)
     return float(mm.group(1)) if mm else None
 
@@ -327,6 +337,9 @@ def logprobs_of(obj, chat):
     return out
 
 
+SPEC = os.environ.get("DSPARK_SERVE_SPEC", "1") != "0"   # speculative requests run the drafter
+
+
 def cmd_features(port, key):
     port = int(port)
     dspark = os.environ.get("DSPARK_BIN", "build/dspark")
@@ -350,7 +363,8 @@ def cmd_features(port, key):
             want = ref[:ref.find(stop)]
             same = (a["choices"][0]["text"] == b["choices"][0]["text"] == st_text == want and
                     a["choices"][0]["finish_reason"] == b["choices"][0]["finish_reason"] == "stop" ==
-                    st_final["choices"][0]["finish_reason"] and a["usage"] == b["usage"] and a["dspark"]["speculative"])
+                    st_final["choices"][0]["finish_reason"] and a["usage"] == b["usage"] and
+                    a["dspark"]["speculative"] == SPEC)
             ok &= same
             n += 1
             if not same:
@@ -606,6 +620,9 @@ def cmd_dropped(port):
     t0 = time.time()
     post(port, "/v1/completions", json.loads(body), timeout=60)            # how long a prefill takes here
     full = time.time() - t0
+    # the dropped one differs from its first word: no prefix-cache hit to
+    # shorten its prefill
+    body = json.dumps({"prompt": "sea " + long_prompt, "max_tokens": 4, "temperature": 0})
     base_c = metric(port, "dspark_generations_cancelled_total")
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
@@ -819,9 +836,117 @@ def cmd_gguf_template(src, dst, tmpl_file):
         f.write(head + b[data_off:])
 
 
+# Concurrent clients of different settings: each one's stream must be what it
+# gets alone (the engine batches their rows into shared steps; a row's bits
+# are its own sequence's alone).
+BATCH_MIX = [
+    {"prompt": "The river", "max_tokens": 24, "temperature": 0},
+    {"prompt": "It is a truth universally acknowledged, that", "max_tokens": 20, "temperature": 0.9, "seed": 5, "top_p": 0.95},
+    {"prompt": "Once upon a time", "max_tokens": 18, "temperature": 0.7, "seed": 9, "logprobs": 3},
+    {"prompt": "The package", "max_tokens": 22, "temperature": 1.0, "seed": 3, "min_p": 0.05, "presence_penalty": 0.6,
+     "frequency_penalty": 0.4},
+    {"prompt": "In the morning", "max_tokens": 16, "temperature": 0, "logit_bias": {"13": -100, "11": 5}, "logprobs": 2},
+    {"prompt": "The sea", "max_tokens": 20, "temperature": 1.1, "seed": 21, "top_k": 40, "stop": [" the", "\n"]},
+    {"prompt": "A list:", "max_tokens": 16, "temperature": 0, "n": 2},
+    {"prompt": "Write JSON:", "max_tokens": 20, "temperature": 0.8, "seed": 2, "response_format": {"type": "json_object"}},
+]
+
+
+def stream_view(port, key, body, path):
+    """What a streaming client sees: every choice's text, logprobs and finish_reason."""
+    st, raw = req_json(port, key, path, dict(body, stream=True))
+    if st != 200:
+        raise AssertionError("status %d: %s" % (st, raw[:300]))
+    sse_text(raw)                                       # the stream's shape
+    view = {}
+    for e in raw.decode().split("\n\n"):
+        if not e.startswith("data: {"):
+            continue
+        o = json.loads(e[6:])
+        for ch in o["choices"]:
+            v = view.setdefault(ch["index"], ["", [], None])
+            v[0] += (ch.get("delta") or {}).get("content") or ch.get("text") or ""
+            lp = ch.get("logprobs")
+            if lp:
+                v[1] += list(zip(lp["tokens"], lp["token_logprobs"], [json.dumps(t, sort_keys=True) for t in lp["top_logprobs"]]))
+            if ch.get("finish_reason"):
+                v[2] = ch["finish_reason"]
+    return json.dumps(sorted(view.items()))
+
+
+def cmd_batch(port, key, n):
+    port, n = int(port), int(n)
+    path = "/v1/completions"
+    ref = [stream_view(port, key, b, path) for b in BATCH_MIX]
+    alone = [stream_view(port, key, b, path) for b in BATCH_MIX]
+    steps0 = metric(port, "dspark_engine_steps_total", key)
+    rows0 = metric(port, "dspark_batch_rows_sum", key)
+    got, errors = [None] * n, []
+
+    def client(c):
+        try:
+            got[c] = stream_view(port, key, BATCH_MIX[c % len(BATCH_MIX)], path)
+        except Exception as e:                          # noqa: BLE001
+            errors.append(str(e))
+
+    th = [threading.Thread(target=client, args=(c,)) for c in range(n)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    diff = [c for c in range(n) if got[c] != ref[c % len(BATCH_MIX)]]
+    steps = metric(port, "dspark_engine_steps_total", key) - steps0
+    rows = metric(port, "dspark_batch_rows_sum", key) - rows0
+    ok = ref == alone and not errors and not diff and steps > 0 and rows / steps > 1.5
+    print("%s concurrent_streams_equal_alone clients=%d differing=%d errors=%d steps=%d rows_per_step=%.2f" %
+          ("PASS" if ok else "FAIL", n, len(diff), len(errors), steps, rows / steps if steps else 0))
+    for c in diff[:3]:
+        print("  client %d: got %s\n    alone %s" % (c, got[c][:300], ref[c % len(BATCH_MIX)][:300]))
+    for e in errors[:3]:
+        print("  error:", e)
+    sys.exit(0 if ok else 1)
+
+
+def cmd_same(port_a, port_b, key):
+    port_a, port_b = int(port_a), int(port_b)
+    diff = 0
+    for b in BATCH_MIX:
+        keep = ("index", "text", "logprobs", "finish_reason")
+        ca = [{k: c.get(k) for k in keep} for c in complete(port_a, key, dict(b, speculative=False))["choices"]]
+        cb = [{k: c.get(k) for k in keep} for c in complete(port_b, key, dict(b, speculative=False))["choices"]]
+        sa = stream_view(port_a, key, dict(b, speculative=False), "/v1/completions")
+        sb = stream_view(port_b, key, dict(b, speculative=False), "/v1/completions")
+        if ca != cb or sa != sb:
+            diff += 1
+            print("  %r:\n    A %s\n    B %s" % (b, json.dumps(ca)[:300], json.dumps(cb)[:300]))
+    print("%s engine_equals_one_context requests=%d differing=%d" % ("PASS" if not diff else "FAIL", len(BATCH_MIX), diff))
+    sys.exit(1 if diff else 0)
+
+
+def cmd_prefix(port, key):
+    port = int(port)
+    words = ("the river runs past the old mill and the people of the town come down to it in the evening to talk "
+             "about the weather and the harvest and the news from the city ").split()
+    prompt = " ".join(words[i % len(words)] + ("," if i % 13 == 12 else "") for i in range(300))
+    body = {"prompt": prompt, "max_tokens": 16, "temperature": 0}
+    hit0 = metric(port, "dspark_prefix_cache_hit_tokens_total", key)
+    a = complete(port, key, body)
+    b = complete(port, key, body)
+    c = complete(port, key, dict(body, stream=False, temperature=0.8, seed=4))
+    hit = metric(port, "dspark_prefix_cache_hit_tokens_total", key) - hit0
+    ratio = metric(port, "dspark_prefix_cache_hit_ratio", key)
+    n = a["usage"]["prompt_tokens"]
+    ok = (text_of(a) == text_of(b) and a["dspark"]["cached_tokens"] == 0 and b["dspark"]["cached_tokens"] >= n - 16 and
+          c["dspark"]["cached_tokens"] >= n - 16 and hit >= 2 * (n - 16) and ratio > 0)
+    print("%s prefix_cache_hit prompt_tokens=%d cached=%d,%d,%d hit_tokens=%d hit_ratio=%.3f first_prefill_s=%.4f "
+          "cached_prefill_s=%.4f" % ("PASS" if ok else "FAIL", n, a["dspark"]["cached_tokens"], b["dspark"]["cached_tokens"],
+                                     c["dspark"]["cached_tokens"], hit, ratio, a["dspark"]["prefill_s"], b["dspark"]["prefill_s"]))
+    sys.exit(0 if ok else 1)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     {"text": cmd_text, "sse": cmd_sse, "bad": cmd_bad, "load": cmd_load, "disconnect": cmd_disconnect,
      "queuefull": cmd_queuefull, "features": cmd_features, "prometheus": cmd_prometheus, "slowloris": cmd_slowloris,
      "dropped": cmd_dropped, "soak": cmd_soak, "drain": cmd_drain, "gguf_template": cmd_gguf_template,
-     "hostile": cmd_hostile}[cmd](*args)
+     "hostile": cmd_hostile, "batch": cmd_batch, "prefix": cmd_prefix, "same": cmd_same}[cmd](*args)

@@ -7,6 +7,8 @@
 #include "dspark.h"
 #include "testutil.h"
 
+#include <math.h>
+
 #define TARGET_F16 "models/dspark-tiny-f16.gguf"
 #define NREQ 6
 #define NPRED 24
@@ -24,6 +26,49 @@ static int on_tok(void *user, int32_t token, const char *bytes, size_t n) {
     r->n++;
     return 0;
 }
+/* processors through the public API: what a token carried */
+typedef struct {
+    int32_t id[NPRED];
+    float   lp[NPRED];
+    int     n_top[NPRED];
+    int32_t top_id[NPRED][4];
+    float   top_lp[NPRED][4];
+    int     n, stop_at, starts, done;
+    dspark_status rc;
+    char    stop[16];
+    int     n_cached;
+} ex_out;
+
+static int on_tok_ex(void *user, const dspark_token *t) {
+    ex_out *r = user;
+    if (r->n < NPRED) {
+        r->id[r->n] = t->id;
+        r->lp[r->n] = t->logprob;
+        r->n_top[r->n] = t->n_top;
+        for (int k = 0; k < t->n_top && k < 4; k++) { r->top_id[r->n][k] = t->top_id[k]; r->top_lp[r->n][k] = t->top_logprob[k]; }
+    }
+    r->n++;
+    return r->stop_at && r->n == r->stop_at ? DSPARK_STOP : 0;
+}
+static void on_start_ex(void *user) { ((ex_out *)user)->starts++; }
+static void on_done_ex(void *user, dspark_status rc, const dspark_error *err, const dspark_stats *st) {
+    ex_out *r = user;
+    r->done++;
+    r->rc = rc;
+    snprintf(r->stop, sizeof r->stop, "%s", st->stop);
+    r->n_cached = st->n_cached;
+    (void)err;
+}
+static int ex_equal(const ex_out *a, const ex_out *b) {
+    if (a->n != b->n || strcmp(a->stop, b->stop)) return 0;
+    for (int i = 0; i < a->n && i < NPRED; i++)
+        if (a->id[i] != b->id[i] || memcmp(&a->lp[i], &b->lp[i], sizeof(float)) || a->n_top[i] != b->n_top[i] ||
+            memcmp(a->top_id[i], b->top_id[i], (size_t)a->n_top[i] * sizeof(int32_t)) ||
+            memcmp(a->top_lp[i], b->top_lp[i], (size_t)a->n_top[i] * sizeof(float)))
+            return 0;
+    return 1;
+}
+
 static void on_done(void *user, const char *stop, int n_gen) {
     req_out *r = user;
     r->done++;
@@ -93,6 +138,65 @@ int main(void) {
     dspark_engine_get_stats(e, &es);
     CHECK(es.requests_done == NREQ && es.pages_free == es.pages_total && es.running == 0, "stats after the run");
     if (same) printf("PASS engine scheduler: %d requests (greedy and seeded) in %d shared steps == dspark_generate alone\n", NREQ, steps);
+
+    /* processors (logprobs and top lists, logit_bias, penalties, a grammar)
+     * and a DSPARK_STOP, submitted with dspark_engine_submit_ex and stepped
+     * together: the same ids, logprob bits and stops as dspark_generate */
+    {
+        dspark_grammar *g = dspark_grammar_new(m, dspark_grammar_json_object(), strlen(dspark_grammar_json_object()), &err);
+        CHECK(g != NULL, "grammar: %s", err.message);
+        const dspark_logit_bias bias[2] = {{13, -INFINITY}, {11, 4.0f}};
+        dspark_gen_params gp[4];
+        ex_out ref_ex[4], got[4];
+        memset(ref_ex, 0, sizeof ref_ex);
+        memset(got, 0, sizeof got);
+        dspark_ctx *c2 = dspark_ctx_new(m, &cp, &err);
+        for (int i = 0; i < 4; i++) {
+            dspark_gen_params_default(&gp[i]);
+            gp[i].max_tokens = NPRED;
+            gp[i].speculative = 0;
+            gp[i].temperature = i % 2 ? 0.8f : 0.0f;
+            gp[i].seed = 7 + (uint64_t)i;
+            gp[i].on_token_ex = on_tok_ex;
+            gp[i].logprobs = 1;
+            gp[i].top_logprobs = i == 3 ? 0 : 3;
+        }
+        gp[1].logit_bias = bias;
+        gp[1].n_logit_bias = 2;
+        gp[2].presence_penalty = 0.7f;
+        gp[2].frequency_penalty = 1.1f;
+        gp[3].grammar = g;
+        ref_ex[0].stop_at = got[0].stop_at = 5;
+        for (int i = 0; i < 4; i++) {
+            gp[i].user = &ref_ex[i];
+            dspark_stats st;
+            CHECK(dspark_generate(c2, prompts[i], np[i], &gp[i], NULL, &st, &err) == DSPARK_OK, "processor reference: %s", err.message);
+            snprintf(ref_ex[i].stop, sizeof ref_ex[i].stop, "%s", st.stop);
+        }
+        dspark_ctx_free(c2);
+        const dspark_engine_callbacks cbs = {on_start_ex, on_done_ex};
+        for (int i = 0; i < 4; i++) {
+            gp[i].user = &got[i];
+            CHECK(dspark_engine_submit_ex(e, prompts[i], np[i], &gp[i], &cbs, &err) > 0, "submit_ex: %s", err.message);
+        }
+        while (dspark_engine_step(e, &err) > 0) {}
+        int eq = 1;
+        for (int i = 0; i < 4; i++) eq &= got[i].done == 1 && got[i].starts == 1 && got[i].rc == DSPARK_OK && ex_equal(&got[i], &ref_ex[i]);
+        CHECK(eq, "processor requests through the engine != dspark_generate alone");
+        CHECK(!strcmp(got[0].stop, "stop") && got[0].n == 5 && ref_ex[0].n_top[0] == 3 && got[3].n_top[0] == 0 && got[3].lp[0] < 0,
+              "DSPARK_STOP, top lists, logprobs: stop %s after %d", got[0].stop, got[0].n);
+        /* refused at submit with dspark_generate's checks */
+        dspark_gen_params bad = gp[0];
+        bad.top_logprobs = 25;
+        CHECK(dspark_engine_submit_ex(e, prompts[0], np[0], &bad, &cbs, &err) < 0 && err.code == DSPARK_ERR_INVALID,
+              "top_logprobs 25 refused: %s", err.message);
+        bad = gp[0];
+        bad.presence_penalty = 3.0f;
+        CHECK(dspark_engine_submit(e, prompts[0], np[0], &bad, on_done, &err) < 0 && err.code == DSPARK_ERR_INVALID,
+              "presence_penalty 3 refused");
+        dspark_grammar_free(g);
+        if (eq) PASS("engine processors: logprobs/top, logit_bias, penalties, a grammar, DSPARK_STOP == dspark_generate alone");
+    }
 
     /* a batch of two sequences' prompts: each row's logits == that sequence alone */
     const int V = dspark_model_n_vocab(m);

@@ -72,7 +72,8 @@ static int run(const ds_model *m, req *rq, int n, int n_pages, int max_rows, int
         /* arrivals: all at once, or a few per step while others run */
         while (submitted < n && (!stagger || steps % 3 == 0 || submitted < 2)) {
             req *q = &rq[submitted];
-            const ds_req_params p = {q->prompt, q->n_prompt, NPRED, q->samp, 1, on_tok, on_done, q};
+            const ds_req_params p = {.prompt = q->prompt, .n_prompt = q->n_prompt, .n_predict = NPRED, .samp = q->samp,
+                                     .stop_at_eog = 1, .on_token = on_tok, .on_done = on_done, .user = q};
             q->id = ds_sched_submit(s, &p, err, sizeof err);
             if (q->id < 0) { printf("FAIL submit: %s\n", err); exit(1); }
             submitted++;
@@ -156,7 +157,8 @@ int main(void) {
         for (int i = 0; i < 4; i++) {
             memcpy(q[i].prompt, rq[i].prompt, sizeof q[i].prompt);
             q[i].n_prompt = 100;
-            const ds_req_params p = {q[i].prompt, 100, NPRED, rq[0].samp, 1, on_tok, on_done, &q[i]};
+            const ds_req_params p = {.prompt = q[i].prompt, .n_prompt = 100, .n_predict = NPRED, .samp = rq[0].samp,
+                                     .stop_at_eog = 1, .on_token = on_tok, .on_done = on_done, .user = &q[i]};
             q[i].id = ds_sched_submit(s, &p, err, sizeof err);
         }
         q[3].cancel_after = 2;                          /* stops itself after two tokens */
@@ -174,6 +176,42 @@ int main(void) {
         ds_sched_free(s);
         ds_engine_free(e);
         PASS("cancel: queued, in the prompt, from the token callback; pages back");
+    }
+    /* a pool smaller than a request: a prompt it can never hold is refused
+     * at submit; a request alone that outgrows it ends with stop "context"
+     * after the tokens it had room for (the prefix of its tokens alone) */
+    {
+        const ds_engine_params ep = {.n_seq_max = 2, .n_ctx = 512, .n_pages = 4, .n_threads = 1};
+        ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
+        const ds_sched_params sp = {.max_rows = 64};
+        ds_sched *s = ds_sched_new(e, &sp, err, sizeof err);
+        req q;
+        memset(&q, 0, sizeof q);
+        memcpy(q.prompt, rq[0].prompt, sizeof q.prompt);
+        ds_req_params p = {.prompt = q.prompt, .n_prompt = 100, .n_predict = NPRED, .samp = rq[0].samp,
+                           .stop_at_eog = 0, .on_token = on_tok, .on_done = on_done, .user = &q};
+        CHECK(ds_sched_submit(s, &p, err, sizeof err) < 0 && strstr(err, "pool holds 4"), "a prompt past the pool refused: %s", err);
+        /* 40 prompt tokens: 3 pages; 4 pages hold 64 positions, so at most
+         * 24 new tokens fit, and NPRED + 40 > 48 makes it outgrow 3 + spare */
+        p.n_prompt = 40;
+        p.n_predict = 40;
+        CHECK(ds_sched_submit(s, &p, err, sizeof err) > 0, "submit: %s", err);
+        for (int k = 0; k < 200 && ds_sched_step(s, err, sizeof err) > 0; k++) {}
+        ds_ctx *c1 = ds_ctx_new(m, 512, 1, err, sizeof err);
+        int32_t ref[40];
+        ds_gen_opts go = {40, DS_PREFILL_BATCH, 0, NULL, NULL};
+        ds_gen_stats gs;
+        ds_generate(c1, q.prompt, 40, &go, &rq[0].samp, ref, &gs, err, sizeof err);
+        ds_ctx_free(c1);
+        CHECK(q.done == 1 && !strcmp(q.res.stop, "context") && q.n_got > 0 && q.n_got < 40 &&
+                  !memcmp(q.got, ref, (size_t)(q.n_got < NPRED + 4 ? q.n_got : NPRED + 4) * sizeof(int32_t)),
+              "outgrowing the pool: stop %s after %d tokens", q.done ? q.res.stop : "-", q.n_got);
+        ds_sched_stats st;
+        ds_sched_get_stats(s, &st);
+        CHECK(st.pages_free == st.pages_total, "pages back");
+        ds_sched_free(s);
+        ds_engine_free(e);
+        PASS("pool smaller than a request: refused at submit, or stop context after the tokens that fit (== alone)");
     }
     ds_model_free(m);
     tu_rmdir(dir);

@@ -6,7 +6,8 @@
  *   prefill     tok/s of a batched prefill of --prefill-len tokens (a comma
  *               list: each length, and its tok/s as a ratio to the first);
  *   depth       (--decode-at P,...) ms per decode step after a prefix of P
- *               positions, each as a ratio to the first depth's.
+ *               positions, each as a ratio to the first depth's (one prefill
+ *               per P; each rep's steps start from it again).
  * A table goes to stdout; --json FILE writes the same numbers as JSON. */
 #include "cli.h"
 #include "model.h"
@@ -178,17 +179,22 @@ int cmd_bench(int argc, char **argv) {
             CHECK(ds_forward_batch(c, toks, (int)prefill_lens[k], 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
             t_pre[k * reps + r] = cli_now() - t0;
         }
-        /* decode at depth: n_decode steps after a prefix of depths[k] (untimed) */
-        for (int k = 0; k < n_depth; k++) {
-            ds_kv_truncate(c, 0);
-            CHECK(ds_forward_batch(c, toks, (int)depths[k], 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
-            t0 = cli_now();
+        ds_kv_truncate(c, 0);
+        CHECK(ds_forward_batch(c, toks, (int)prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
+    }
+    /* decode at depth: one prefill of depths[k] positions (untimed), then per
+     * rep n_decode steps after it, the cache cut back to the prefix between
+     * reps (a 32k-position prefill per rep would cost more than the steps) */
+    for (int k = 0; k < n_depth; k++) {
+        ds_kv_truncate(c, 0);
+        CHECK(ds_forward_batch(c, toks, (int)depths[k], 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
+        for (long r = 0; r < reps; r++) {
+            CHECK(ds_kv_truncate(c, (int)depths[k]));
+            const double t0 = cli_now();
             for (long i = 0; i < n_decode; i++)
                 CHECK(ds_decode(c, toks[depths[k] + i], (int)(depths[k] + i), logits, NULL, err, sizeof err));
             t_dep[k * reps + r] = (cli_now() - t0) / (double)n_decode;
         }
-        ds_kv_truncate(c, 0);
-        CHECK(ds_forward_batch(c, toks, (int)prefix, 0, DS_LOGITS_LAST, logits, NULL, err, sizeof err));
     }
 #undef CHECK
     double dec = cli_median(t_dec, (int)reps), pres[MAX_LIST], deps[MAX_LIST], ver[2][N_WIDTHS];

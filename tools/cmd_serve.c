@@ -121,7 +121,7 @@ struct server {
     const char     *kernels, *api_key, *model_path;
     size_t          max_body;
     double          request_timeout;
-    int             verbose, n_slots;
+    int             verbose, n_slots, engine, speculative;
     char          **cors;                /* allowed origins; "*" = any      */
     int             n_cors;
     atomic_long     next_id;
@@ -558,7 +558,8 @@ static char *models_json(const server *s) {
     cJSON_AddStringToObject(m, "owned_by", "dspark");
     cJSON *d = cJSON_AddObjectToObject(m, "dspark");
     cJSON_AddNumberToObject(d, "n_ctx", s->L.n_ctx);
-    cJSON_AddBoolToObject(d, "speculative", dspark_model_has_drafter(s->model));
+    cJSON_AddBoolToObject(d, "speculative", s->speculative);
+    cJSON_AddStringToObject(d, "gen", s->engine ? "engine" : "ctx");
     cJSON_AddNumberToObject(d, "draft_block", dspark_model_draft_block(s->model));
     cJSON_AddStringToObject(d, "kernels", s->kernels);
     cJSON_AddStringToObject(d, "chat_template", chat_kind_name(s->chat.kind));
@@ -578,7 +579,7 @@ static char *props_json(const server *s) {
     cJSON_AddNumberToObject(p, "frequency_penalty", 0);
     cJSON_AddNumberToObject(p, "max_tokens", s->L.max_tokens_limit);
     cJSON_AddStringToObject(p, "seed", "random unless given");
-    cJSON_AddBoolToObject(p, "speculative", dspark_model_has_drafter(s->model));
+    cJSON_AddBoolToObject(p, "speculative", s->speculative);
     cJSON_AddNumberToObject(root, "total_slots", s->n_slots);
     cJSON_AddStringToObject(root, "model_path", s->model_path);
     cJSON_AddStringToObject(root, "model_alias", s->L.model_id);
@@ -635,6 +636,47 @@ static void counter(sbuf *b, const char *name, const char *help, double v) {
     sbuf_addf(b, "# HELP %s %s\n# TYPE %s counter\n%s %.6f\n", name, help, name, name, v);
 }
 
+/* A Prometheus label value: backslash, double quote and line feed escaped
+ * (the text format's only escapes), everything else as it is. */
+static void label_value(sbuf *b, const char *v) {
+    for (const char *p = v; *p; p++) {
+        if (*p == '\\') sbuf_adds(b, "\\\\");
+        else if (*p == '"') sbuf_adds(b, "\\\"");
+        else if (*p == '\n') sbuf_adds(b, "\\n");
+        else sbuf_add(b, p, 1);
+    }
+}
+
+/* The engine's side: batch sizes, the scheduler's queue, the prefix cache,
+ * the KV pages, preemptions. */
+static void engine_metrics(sbuf *b, const sgen_stat *st) {
+    sbuf_adds(b, "# HELP dspark_batch_rows Engine steps by rows in the step's batch (decode rows and prompt chunks of every "
+                 "running generation).\n# TYPE dspark_batch_rows histogram\n");
+    long cum = 0;
+    for (int i = 0; i < SGEN_BATCH_BUCKETS; i++) {
+        cum += st->batch_hist[i];
+        sbuf_addf(b, "dspark_batch_rows_bucket{le=\"%d\"} %ld\n", sgen_batch_le[i], cum);
+    }
+    cum += st->batch_hist[SGEN_BATCH_BUCKETS];
+    sbuf_addf(b, "dspark_batch_rows_bucket{le=\"+Inf\"} %ld\ndspark_batch_rows_sum %ld\ndspark_batch_rows_count %ld\n", cum,
+              st->rows, st->steps);
+    gauge(b, "dspark_batch_rows_last", "Rows in the last engine step.", st->last_batch);
+    gauge(b, "dspark_batch_rows_mean", "Rows per engine step, over all steps.", st->steps ? (double)st->rows / (double)st->steps : 0.0);
+    counter(b, "dspark_engine_steps_total", "Engine steps (one batched forward each).", (double)st->steps);
+    gauge(b, "dspark_engine_running", "Generations in the engine, admitted (prompt or decoding) or waiting for pages.", st->busy);
+    gauge(b, "dspark_engine_waiting_pages", "Generations in the engine waiting for KV pages.", st->waiting);
+    counter(b, "dspark_engine_preemptions_total", "Generations preempted for pages (recomputed later: the same tokens).",
+            (double)st->preemptions);
+    counter(b, "dspark_prefix_cache_prompt_tokens_total", "Prompt tokens admitted to the engine.",
+            (double)(st->prompt_tokens + st->cached_tokens));
+    counter(b, "dspark_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache (not computed).",
+            (double)st->cached_tokens);
+    gauge(b, "dspark_prefix_cache_hit_ratio", "Cached / admitted prompt tokens.",
+          st->prompt_tokens + st->cached_tokens ? (double)st->cached_tokens / (double)(st->prompt_tokens + st->cached_tokens) : 0.0);
+    gauge(b, "dspark_kv_pages_used", "KV pool pages held by sequences.", st->pages_total - st->pages_free);
+    gauge(b, "dspark_kv_pages_free", "KV pool pages free or evictable (cached prompt pages no sequence holds).", st->pages_free);
+}
+
 static char *metrics_text(server *s) {
     pthread_mutex_lock(&s->mmu);
     const metrics m = s->m;
@@ -642,9 +684,13 @@ static char *metrics_text(server *s) {
     sgen_stat st;
     sgen_status(s->gen, &st);
     sbuf b = { 0 };
-    sbuf_addf(&b, "# HELP dspark_info Server build and configuration.\n# TYPE dspark_info gauge\n"
-                  "dspark_info{version=\"%s\",model=\"%s\",kernels=\"%s\",speculative=\"%s\"} 1\n",
-              dspark_version(), s->L.model_id, s->kernels, dspark_model_has_drafter(s->model) ? "true" : "false");
+    sbuf_adds(&b, "# HELP dspark_info Server build and configuration.\n# TYPE dspark_info gauge\ndspark_info{version=\"");
+    label_value(&b, dspark_version());
+    sbuf_adds(&b, "\",model=\"");
+    label_value(&b, s->L.model_id);
+    sbuf_adds(&b, "\",kernels=\"");
+    label_value(&b, s->kernels);
+    sbuf_addf(&b, "\",speculative=\"%s\",gen=\"%s\"} 1\n", s->speculative ? "true" : "false", s->engine ? "engine" : "ctx");
     sbuf_adds(&b, "# HELP dspark_requests_total HTTP requests by endpoint.\n# TYPE dspark_requests_total counter\n");
     for (int i = 0; i < EP_COUNT; i++) sbuf_addf(&b, "dspark_requests_total{endpoint=\"%s\"} %ld\n", ep_name[i], m.requests[i]);
     sbuf_adds(&b, "# HELP dspark_responses_total HTTP responses by status code.\n# TYPE dspark_responses_total counter\n");
@@ -670,6 +716,7 @@ static char *metrics_text(server *s) {
     histo_text(&b, "dspark_time_to_first_token_seconds", "Generation requests, arrival to the first token.", &m.ttft, lat_le, N_LAT);
     histo_text(&b, "dspark_queue_wait_seconds", "Generations, arrival to the start of their prefill.", &m.queue, lat_le, N_LAT);
     histo_text(&b, "dspark_time_per_output_token_seconds", "Generations, seconds per token after the first.", &m.tpot, tpot_le, N_TPOT);
+    if (st.engine) engine_metrics(&b, &st);
     gauge(&b, "dspark_slots_busy", "Slots generating now.", st.busy);
     gauge(&b, "dspark_slots", "Slots (contexts).", st.slots);
     gauge(&b, "dspark_queue_length", "Generations waiting for a slot.", st.queued);
@@ -1052,9 +1099,17 @@ static void usage(void) {
            "  --host ADDR               IPv4 / IPv6 address to bind (default 127.0.0.1; 0.0.0.0 = all)\n"
            "  --port N                  TCP port (default 8080; 0 = any free port, printed at start)\n"
            "  --api-key KEY             require 'Authorization: Bearer KEY' (all but /health and OPTIONS)\n"
-           "  --parallel N              contexts = requests generated at once (default 1)\n"
-           "  -t N                      threads per context (default 2)\n"
-           "  -c N                      context size per slot (default min(2048, the model's))\n"
+           "  --parallel N, -np N       sequences generated at once, sharing each forward (default 4; --gen ctx: contexts, default 1)\n"
+           "  --batch N, -b N           rows per engine step: decode rows, then prompt chunks (default 512)\n"
+           "  --ubatch N, -ub N         prompt rows one generation adds per step (default 64): decode rows and a\n"
+           "                            cancel never wait longer than one such chunk\n"
+           "  --no-cache-prompt         do not reuse cached prompt pages (the prefix cache is on by default; the\n"
+           "                            answer never depends on it)\n"
+           "  --kv-pages N              KV pool pages of 16 positions (default: --parallel full contexts)\n"
+           "  --gen engine|ctx          engine (default): the batch engine, continuous batching; ctx: one context\n"
+           "                            per slot, each generation alone (runs the drafter: speculative decoding)\n"
+           "  -t N                      threads (of the engine, or per context) (default 2)\n"
+           "  -c N                      context size per sequence (default min(2048, the model's))\n"
            "  --max-tokens N            largest max_tokens a request may ask (default 512, capped by -c)\n"
            "  --max-n N                 largest n (choices per request, default 8)\n"
            "  --max-body BYTES          largest request body (default 1048576)\n"
@@ -1095,8 +1150,9 @@ static int split_origins(server *s, const char *list) {
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *draft_path = NULL, *host = "127.0.0.1", *api_key = NULL, *device = NULL, *cors = NULL;
     const char *tmpl = "auto";
-    long port = 8080, parallel = 1, threads = 2, n_ctx = 0, max_tokens = 512, max_body = 1 << 20, queue = 64, max_conn = 1024,
-         per_ip = 128, http_threads = 2, max_n = -1;
+    long port = 8080, parallel = -1, threads = 2, n_ctx = 0, max_tokens = 512, max_body = 1 << 20, queue = 64, max_conn = 1024,
+         per_ip = 128, http_threads = 2, max_n = -1, batch = 512, ubatch = 64, kv_pages = 0;
+    int engine = 1, cache_prompt = 1;
     float request_timeout = 30, idle_timeout = 600, drain_timeout = 30;
     cli_kernel_flags kf = { 0 };
     int verbose = 0;
@@ -1108,7 +1164,18 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host")) host = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--port")) port = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 65535);
         else if (!strcmp(a, "--api-key")) api_key = cli_value(C, argc, argv, &i);
-        else if (!strcmp(a, "--parallel")) parallel = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 64);
+        else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) parallel = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1024);
+        else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) batch = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 65536);
+        else if (!strcmp(a, "--ubatch") || !strcmp(a, "-ub")) ubatch = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 65536);
+        else if (!strcmp(a, "--kv-pages")) kv_pages = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 26);
+        else if (!strcmp(a, "--cache-prompt")) cache_prompt = 1;
+        else if (!strcmp(a, "--no-cache-prompt")) cache_prompt = 0;
+        else if (!strcmp(a, "--gen")) {
+            const char *v = cli_value(C, argc, argv, &i);
+            if (!strcmp(v, "engine")) engine = 1;
+            else if (!strcmp(v, "ctx")) engine = 0;
+            else cli_die(C, "--gen must be engine or ctx; got '%s'", v);
+        }
         else if (!strcmp(a, "-t")) threads = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
         else if (!strcmp(a, "-c")) n_ctx = cli_int(C, a, cli_value(C, argc, argv, &i), 2, 1 << 24);
         else if (!strcmp(a, "--max-tokens")) max_tokens = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 24);
@@ -1132,6 +1199,8 @@ int cmd_serve(int argc, char **argv) {
     if (api_key && !*api_key) cli_die(C, "--api-key must not be empty");
     if (max_n > queue) cli_die(C, "--max-n %ld exceeds --queue %ld (a request's choices queue together)", max_n, queue);
     if (max_n < 0) max_n = queue < 8 ? queue : 8;
+    if (parallel < 0) parallel = engine ? 4 : 1;
+    if (!engine && parallel > 64) cli_die(C, "--parallel %ld: --gen ctx runs at most 64 contexts", parallel);
     chat_kind forced = CHAT_NONE;
     if (strcmp(tmpl, "auto") && (forced = chat_kind_from_name(tmpl)) == CHAT_NONE)
         cli_die(C, "--chat-template must be auto or one of chatml, qwen3, llama3, llama2, mistral-v1, mistral-v3, mistral-v3-tekken, "
@@ -1165,15 +1234,18 @@ int cmd_serve(int argc, char **argv) {
     mp.device = device;
     s->model = dspark_model_load(&mp, &err);
     if (!s->model) { freeaddrinfo(ai); cli_die(C, "%s", err.message); }
-    dspark_ctx_params cp;
-    dspark_ctx_params_default(&cp);
-    cp.n_ctx = (int)n_ctx;
-    cp.n_threads = (int)threads;
-    cp.kernels = kf.kernels;
-    cp.fast = kf.fast;
-    cp.canonical = kf.canonical;
+    sgen_params gpar = {.engine = engine, .n_slots = (int)parallel, .max_queue = (int)queue, .step_rows = (int)batch, .prefill_chunk = (int)ubatch,
+                        .prefix_cache = cache_prompt, .kv_pages = (int)kv_pages};
+    dspark_ctx_params_default(&gpar.cp);
+    gpar.cp.n_ctx = (int)n_ctx;
+    gpar.cp.n_threads = (int)threads;
+    gpar.cp.kernels = kf.kernels;
+    gpar.cp.fast = kf.fast;
+    gpar.cp.canonical = kf.canonical;
     s->n_slots = (int)parallel;
-    s->gen = sgen_new(s->model, &cp, s->n_slots, (int)queue, &err);
+    s->engine = engine;
+    s->speculative = engine ? 0 : dspark_model_has_drafter(s->model);
+    s->gen = sgen_new(s->model, &gpar, &err);
     if (!s->gen) { freeaddrinfo(ai); dspark_model_free(s->model); cli_die(C, "%s", err.message); }
     s->json_object = dspark_grammar_new(s->model, dspark_grammar_json_object(), strlen(dspark_grammar_json_object()), &err);
     if (!s->json_object) { freeaddrinfo(ai); sgen_free(s->gen); dspark_model_free(s->model); cli_die(C, "%s", err.message); }
@@ -1220,11 +1292,14 @@ int cmd_serve(int argc, char **argv) {
     }
     if (d) {
         const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-        fprintf(stderr, "dspark serve: listening on http://%s%s%s:%u model=%s speculative=%s kernels=\"%s\" parallel=%d threads=%ld "
-                        "n_ctx=%d max_tokens=%d chat_template=%s auth=%s http_threads=%ld version=%s\n",
+        fprintf(stderr, "dspark serve: listening on http://%s%s%s:%u model=%s gen=%s speculative=%s kernels=\"%s\" parallel=%d "
+                        "batch=%ld ubatch=%ld cache_prompt=%d threads=%ld n_ctx=%d max_tokens=%d chat_template=%s auth=%s http_threads=%ld version=%s\n",
                 ai->ai_family == AF_INET6 ? "[" : "", host, ai->ai_family == AF_INET6 ? "]" : "", di ? di->port : (unsigned)port,
-                s->L.model_id, dspark_model_has_drafter(s->model) ? "yes" : "no", s->kernels, s->n_slots, threads, s->L.n_ctx,
-                s->L.max_tokens_limit, chat_kind_name(s->chat.kind), api_key ? "bearer" : "none", http_threads, dspark_version());
+                s->L.model_id, engine ? "engine" : "ctx", s->speculative ? "yes" : "no", s->kernels, s->n_slots, engine ? batch : 0L, engine ? ubatch : 0L,
+                engine ? cache_prompt : 0, threads, s->L.n_ctx, s->L.max_tokens_limit, chat_kind_name(s->chat.kind),
+                api_key ? "bearer" : "none", http_threads, dspark_version());
+        if (engine && dspark_model_has_drafter(s->model))
+            fprintf(stderr, "dspark serve: the engine decodes plain (the same tokens); --gen ctx runs the drafter\n");
         if (s->chat.kind == CHAT_NONE) fprintf(stderr, "dspark serve: chat requests will be refused: %s\n", s->chat.why);
         fflush(stderr);
         int sig = 0;

@@ -11,11 +11,16 @@
  *                then cut the rest (stop "drain")
  *   sgen_status / sgen_slots   what the metrics and /slots show
  *
- * Today it is a FIFO queue and one worker thread per dspark_ctx, each
- * generation alone on its context. The batch engine's scheduler
- * (docs/ENGINE.md: one scheduler thread driving the device, sequences of
- * many requests sharing a step) replaces it behind these functions: the
- * HTTP threads only submit, cancel and stream.
+ * Two sides behind it (serve_gen.c). The default is the batch engine: one
+ * scheduler thread steps a dspark_engine (docs/ENGINE.md), every running
+ * generation a sequence of it, all of them sharing each forward
+ * (continuous batching, chunked prompts, the exact prefix cache); a
+ * generation's tokens are still a pure function of its request, whatever
+ * ran beside it. The other (`--gen ctx`) is one worker thread per
+ * dspark_ctx, each generation alone on its context: kept for comparison
+ * and for speculative decoding, which the engine's scheduler does not run
+ * yet (there a speculative request decodes plain: the same tokens). Either
+ * way the HTTP threads only submit, cancel and stream.
  *
  * Callbacks run on the generating thread (on_done may also run on the
  * caller's thread inside sgen_cancel / sgen_drain / sgen_free when the
@@ -42,9 +47,18 @@ typedef struct {
     void  *user;
 } sgen_cb;
 
+/* rows-per-step histogram buckets (the engine; upper bounds) */
+#define SGEN_BATCH_BUCKETS 10
+extern const int sgen_batch_le[SGEN_BATCH_BUCKETS];
+
 typedef struct {
     int  slots, busy, queued, max_queue, draining;
     long kv_used, kv_capacity;       /* tokens held by running generations / all contexts */
+    /* the engine only (engine = 0: all zero) */
+    int  engine;
+    int  last_batch, pages_free, pages_total, waiting;
+    long steps, rows, preemptions, prompt_tokens, cached_tokens;
+    long batch_hist[SGEN_BATCH_BUCKETS + 1];   /* steps by rows; last: above the last bound */
 } sgen_stat;
 
 typedef struct {
@@ -54,9 +68,21 @@ typedef struct {
     double   running_s;
 } sgen_slot;
 
-/* n_slots contexts of cp on the model (which must outlive the sgen); a
- * queue of max_queue. NULL with err. */
-sgen *sgen_new(const dspark_model *m, const dspark_ctx_params *cp, int n_slots, int max_queue, dspark_error *err);
+typedef struct {
+    int engine;                  /* 1: the batch engine; 0: one context per slot        */
+    int n_slots;                 /* sequences sharing each step / contexts (>= 1)        */
+    int max_queue;               /* generations that may wait for a slot                 */
+    dspark_ctx_params cp;        /* n_ctx, threads, kernels (both sides)                 */
+    /* the engine */
+    int step_rows;               /* rows per step (the token budget); 0: 512             */
+    int prefill_chunk;           /* prompt rows one generation adds per step; 0: step_rows */
+    int prefix_cache;            /* 1: reuse cached prompt pages                         */
+    int kv_pages;                /* KV pool pages of 16 positions; 0: n_slots full ones  */
+} sgen_params;
+
+/* The generation side on the model (which must outlive the sgen). NULL
+ * with err. */
+sgen *sgen_new(const dspark_model *m, const sgen_params *p, dspark_error *err);
 void  sgen_free(sgen *g);                 /* drains with no time left first */
 int   sgen_n_ctx(const sgen *g);
 const char *sgen_kernels(const sgen *g);

@@ -884,6 +884,7 @@ static void add_dspark(cJSON *parent, const api_request *r, const api_meta *m, c
     cJSON_AddBoolToObject(d, "seed_random", r->seed_random);
     cJSON_AddStringToObject(d, "response_format", r->format ? r->format : "text");
     cJSON_AddNumberToObject(d, "prompt_tokens", st->n_prompt);
+    cJSON_AddNumberToObject(d, "cached_tokens", st->n_cached);      /* from the prefix cache */
     cJSON_AddNumberToObject(d, "generated_tokens", st->n_generated);
     cJSON_AddNumberToObject(d, "prefill_s", st->t_prefill_s);
     cJSON_AddNumberToObject(d, "total_s", st->t_total_s);

@@ -3,7 +3,7 @@
 # proof. Without a CUDA build or a GPU it says so and exits 0.
 #   1. the CUDA op harness (every family x variant x type vs the CPU
 #      reference; canonical property per op; counter-tests), if built;
-#   2. the model-level suites on the GPU (DSPARK_DEVICE=cuda; test_engine: many sequences per batch == each alone): the canonical
+#   2. the model-level suites on the GPU (DSPARK_DEVICE=cuda; test_engine: many sequences per batch == each alone; test_spec_batch: speculative rounds of many sequences == plain alone): the canonical
 #      property (logits, every layer's K/V, taps; M = 1..16 around the
 #      chunk boundaries; F32/F16/BF16/Q8_0; Qwen3 and Llama), trained
 #      weights, diverge (gate, NONE, each fast family alone found and
@@ -20,6 +20,10 @@
 #      family alone found at a checkpoint it produces), sweep to C_min.
 BUILD=${BUILD:-build}
 D="$BUILD/dspark"
+# The test programs live in $BUILD/tests, where the CUDA module's search (next
+# to the program, ../lib, the library path) does not look: name it.
+DSPARK_CUDA_MODULE=${DSPARK_CUDA_MODULE:-$BUILD/libdspark-cuda.so}
+export DSPARK_CUDA_MODULE
 if ! "$D" devices --require cuda >/dev/null 2>&1; then
     echo "test-cuda: no usable CUDA device here ($("$D" devices 2>&1 | grep cuda || echo "this build has no CUDA backend")); nothing to run"
     echo "0 passed, 0 failed"
@@ -43,7 +47,7 @@ mkdir -p "$BUILD/tests"
 for t in "$BUILD"/tests/cuda/test_*; do
     [ -x "$t" ] && one "$(basename "$t")" "$t"
 done
-for t in test_canonical test_diverge test_models test_spec test_drafter test_engine; do
+for t in test_canonical test_diverge test_models test_spec test_drafter test_engine test_spec_batch; do
     [ -x "$BUILD/tests/$t" ] && one "$t" env DSPARK_DEVICE=cuda "$BUILD/tests/$t"
 done
 one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh

@@ -30,8 +30,9 @@
  * tensor-core batches against the GEMV at M = 1..2048 (bench_mma; alone
  * with --bench-only mma), matmul
  * at the Qwen3-8B and Qwen3-0.6B shapes, F16, Q8_0, Q4_K and Q6_K, M = 1, 2, 4, 8, 16,
- * canonical and fast, achieved GB/s of weight bytes; attention at 512 and
- * 4096 keys; the elementwise families. */
+ * canonical and fast, achieved GB/s of weight bytes; attention at 512, 4096,
+ * 16384 and 32768 keys (alone: --bench-only attention, 64 to 32768 keys);
+ * the elementwise families. */
 #include "backend.h"
 #include "backend_cuda.h"
 #include "kernels/kernels.h"
@@ -341,10 +342,13 @@ static ds_rows row_of(const ds_rows *r, const int *dpos_m) {
     return o;
 }
 
-/* long = 1: rows past 16 chunks (1024 positions), where the kernel gives each
- * chunk its own warp instead of all warps one chunk at a time */
+/* long = 1: rows past 16 chunks (1024 positions); long = 2: past 3000
+ * positions (47 chunks and more), across the chunk boundaries there. Rows of
+ * 3 chunks and more take the split-KV path (each chunk its own work item,
+ * parked, then folded in chunk order), shorter rows the one-block path: the
+ * short starts cross from one to the other inside a call. */
 static void test_attention(T *t, int hd, int long_ctx) {
-    const int nh = 4, nkv = 2, cap = long_ctx ? 1300 : 200, MM = 16;
+    const int nh = 4, nkv = 2, cap = long_ctx == 2 ? 3300 : long_ctx ? 1300 : 200, MM = 16;
     const int row = nkv * hd;
     ds_attn_shape s = {nh, nkv, hd, row, 1.0f / sqrtf((float)hd)};
     float *kc = rnd(t, (size_t)cap * row, 1.0f), *vc = rnd(t, (size_t)cap * row, 1.0f);
@@ -358,8 +362,11 @@ static void test_attention(T *t, int hd, int long_ctx) {
     float *dec = malloc(no * 4), *ob = malloc(no * 4), *cpu = malloc(no * 4);
     static const int short_starts[] = {0, 5, 48, 49, 63, 64, 65, 112, 127, 128, 150, 184};
     static const int long_starts[] = {1000, 1009, 1023, 1024, 1025, 1100, 1216, 1284};
-    const int *starts = long_ctx ? long_starts : short_starts;
-    const size_t n_starts = long_ctx ? sizeof long_starts / sizeof *long_starts : sizeof short_starts / sizeof *short_starts;
+    static const int vlong_starts[] = {2990, 3007, 3008, 3009, 3050, 3071, 3072, 3199, 3263, 3284};
+    const int *starts = long_ctx == 2 ? vlong_starts : long_ctx ? long_starts : short_starts;
+    const size_t n_starts = long_ctx == 2 ? sizeof vlong_starts / sizeof *vlong_starts
+                            : long_ctx  ? sizeof long_starts / sizeof *long_starts
+                                        : sizeof short_starts / sizeof *short_starts;
     int rows_ok = 1, cpu_same = 1, cpu_near = 1, fast_diff = 0, nc_ok = 1;
     float worst = 0;
     for (size_t si = 0; si < n_starts; si++) {
@@ -398,7 +405,8 @@ static void test_attention(T *t, int hd, int long_ctx) {
     CHECK(cpu_near, "attention hd=%d: CUDA far from CPU (max err %g)", hd, worst);
     CHECK(fast_diff, "attention hd=%d: fast gives the canonical bits (counter-test)", hd);
     CHECK(nc_ok, "attention hd=%d: non-causal differs from the CPU", hd);
-    printf("attention hd=%-3d%s canonical==decode: %s  CUDA==CPU bits: %s (max err %.3g; CPU exp: %s)\n", hd, long_ctx ? " L>1024" : "       ",
+    printf("attention hd=%-3d%s canonical==decode: %s  CUDA==CPU bits: %s (max err %.3g; CPU exp: %s)\n", hd,
+           long_ctx == 2 ? " L>3000" : long_ctx ? " L>1024" : "       ",
            rows_ok ? "yes" : "NO", cpu_same ? "yes" : "no", worst, t->cpu_dsexp ? "ds_expf" : "libm expf");
     sync_ok(t, "attention");
     dfree(t, dk); dfree(t, dv); dfree(t, dq); dfree(t, dout); dfree(t, dpos); dfree(t, dnv);
@@ -482,6 +490,100 @@ static void test_attention_pages(T *t, int hd) {
     dfree(t, dseq); dfree(t, dtab);
     for (int i = 0; i < NS; i++) { free(kc[i]); free(vc[i]); }
     free(pool); free(q); free(ref); free(got); free(cpu);
+}
+
+/* Long sequences on the KV pool's pages: NS sequences of different lengths
+ * (past 3000 positions, near 1500, and short ones under the split-KV
+ * threshold) on shuffled pages of one pool, their rows interleaved in one
+ * call of MR rows, with a table pitch of 40000 pages, so that the parked
+ * chunks of the call do not fit one pass and the rows go through the split
+ * path in several passes. Every row must give the bits of its own sequence
+ * alone on a contiguous cache, decoded one row at a time, and the CPU's
+ * (ds_attention_rows over the same pool). GQA groups of nh / nkv heads: 6
+ * covers a second, partial group of heads per work item. */
+static void test_attention_long_pages(T *t, int hd, int nh, int nkv) {
+    enum { NS = 4, MR = 26, PITCH = 40000 };
+    const int row = nkv * hd;
+    const int len[NS] = {3150, 1480, 150, 100};
+    ds_attn_shape s = {nh, nkv, hd, row, 1.0f / sqrtf((float)hd)};
+    const int64_t pst = (int64_t)2 * DS_KV_PAGE * row;
+    int npg = 8;                                        /* spare pages of noise */
+    for (int q = 0; q < NS; q++) npg += (len[q] + DS_KV_PAGE - 1) / DS_KV_PAGE;
+    float *pool = rnd(t, (size_t)npg * pst, 1.0f);
+    int *perm = malloc((size_t)npg * sizeof *perm);
+    for (int i = 0; i < npg; i++) perm[i] = i;
+    for (int i = npg - 1; i > 0; i--) {
+        const int j = (int)(((unsigned)i * 2654435761u + 777u) % (unsigned)(i + 1));
+        const int x = perm[i]; perm[i] = perm[j]; perm[j] = x;
+    }
+    int32_t *tab = calloc((size_t)NS * PITCH, sizeof *tab);
+    float *kc[NS], *vc[NS];
+    int used = 0;
+    for (int q = 0; q < NS; q++) {
+        const int np = (len[q] + DS_KV_PAGE - 1) / DS_KV_PAGE;
+        kc[q] = rnd(t, (size_t)np * DS_KV_PAGE * row, 1.0f);
+        vc[q] = rnd(t, (size_t)np * DS_KV_PAGE * row, 1.0f);
+        for (int i = 0; i < np; i++) {
+            tab[(size_t)q * PITCH + i] = perm[used + i];
+            for (int r = 0; r < DS_KV_PAGE; r++) {
+                memcpy(pool + perm[used + i] * pst + (int64_t)r * row, kc[q] + ((size_t)i * DS_KV_PAGE + r) * row, (size_t)row * 4);
+                memcpy(pool + perm[used + i] * pst + (int64_t)(DS_KV_PAGE + r) * row,
+                       vc[q] + ((size_t)i * DS_KV_PAGE + r) * row, (size_t)row * 4);
+            }
+        }
+        used += np;
+    }
+    /* rows: sequence m % NS for the first 12 (alternating), then runs of
+     * 5 rows of sequence 0 and of sequence 1, then the rest alternating;
+     * each sequence's rows at its last positions, in order */
+    int seq[MR], pos[MR], cnt[NS] = {0}, tot[NS] = {0};
+    for (int m = 0; m < MR; m++) seq[m] = m < 12 ? m % NS : m < 17 ? 0 : m < 22 ? 1 : m % NS;
+    for (int m = 0; m < MR; m++) tot[seq[m]]++;
+    for (int m = 0; m < MR; m++) { const int q = seq[m]; pos[m] = len[q] - tot[q] + cnt[q]++; }
+    const size_t hrow = (size_t)nh * hd, no = (size_t)MR * hrow;
+    float *q = rnd(t, no, 3.0f), *ref = malloc(no * 4), *got = malloc(no * 4), *cpu = malloc(no * 4);
+    float *dref = dmem(t, hrow * 4), *dq1 = dmem(t, hrow * 4);
+    int *dp1 = dmem(t, sizeof(int));
+    float *dkq[NS], *dvq[NS];
+    ds_rows r1q[NS];
+    for (int k = 0; k < NS; k++) {
+        const int cap = (len[k] + DS_KV_PAGE - 1) / DS_KV_PAGE * DS_KV_PAGE;
+        dkq[k] = dput(t, kc[k], (size_t)cap * row * 4);
+        dvq[k] = dput(t, vc[k], (size_t)cap * row * 4);
+        r1q[k] = flat_rows(t, dp1, NULL, cap, row);
+    }
+    for (int m = 0; m < MR; m++) {
+        t->i->upload(t->ex, dp1, &pos[m], sizeof(int));
+        t->i->upload(t->ex, dq1, q + m * hrow, hrow * 4);
+        t->i->attention(t->ex, DS_CANONICAL, &s, 1, &r1q[seq[m]], dq1, dkq[seq[m]], dvq[seq[m]], dref);
+        dget(t, ref + m * hrow, dref, hrow * 4);
+    }
+    float *dpool = dput(t, pool, (size_t)npg * pst * 4), *dq = dput(t, q, no * 4), *dout = dmem(t, no * 4);
+    int *dpos = dput(t, pos, sizeof pos), *dseq = dput(t, seq, sizeof seq);
+    int32_t *dtab = dput(t, tab, (size_t)NS * PITCH * sizeof *tab);
+    const ds_rows rw = {.pos = dpos, .seq = dseq, .tables = dtab, .max_pages = PITCH, .page = DS_KV_PAGE, .page_stride = pst};
+    t->i->attention(t->ex, DS_CANONICAL, &s, MR, &rw, dq, dpool, dpool + (int64_t)DS_KV_PAGE * row, dout);
+    dget(t, got, dout, no * 4);
+    const ds_attn_rows ar = {NULL, pos, seq, tab, PITCH, DS_KV_PAGE, pst};
+    ds_attention_rows(DS_CANONICAL, &s, MR, &ar, q, pool, pool + (int64_t)DS_KV_PAGE * row, cpu, NULL);
+    const int dev_ok = !memcmp(got, ref, no * 4), cpu_ok = !memcmp(cpu, got, no * 4);
+    float me = 0;
+    CHECK(dev_ok, "attention hd=%d %d/%d heads: long sequences on shuffled pages != each alone", hd, nh, nkv);
+    if (t->cpu_dsexp) CHECK(cpu_ok, "attention hd=%d %d/%d heads long pages: CUDA != CPU", hd, nh, nkv);
+    CHECK(close_to(got, cpu, no, &me), "attention hd=%d long pages: CUDA far from CPU (max err %g)", hd, me);
+    /* counter-test: fast gives other bits on the same rows */
+    t->i->attention(t->ex, DS_FAST, &s, MR, &rw, dq, dpool, dpool + (int64_t)DS_KV_PAGE * row, dout);
+    dget(t, ref, dout, no * 4);
+    CHECK(memcmp(ref, got, no * 4) != 0, "attention hd=%d long pages: fast gives the canonical bits", hd);
+    CHECK(rel_err(ref, got, no) < 1e-3, "attention hd=%d long pages: fast far from canonical", hd);
+    printf("attention hd=%-3d %2d/%d heads, %d sequences up to %d positions on shuffled pages, %d rows interleaved "
+           "(several split passes) == each alone: %s (CPU bits: %s)\n",
+           hd, nh, nkv, NS, len[0], MR, dev_ok ? "yes" : "NO", cpu_ok ? "same" : "differ");
+    sync_ok(t, "attention long pages");
+    for (int k = 0; k < NS; k++) { dfree(t, dkq[k]); dfree(t, dvq[k]); dfree(t, (void *)r1q[k].tables); free(kc[k]); free(vc[k]); }
+    dfree(t, dref); dfree(t, dq1); dfree(t, dp1); dfree(t, dpool); dfree(t, dq); dfree(t, dout); dfree(t, dpos);
+    dfree(t, dseq); dfree(t, dtab);
+    free(pool); free(perm); free(tab); free(q); free(ref); free(got); free(cpu);
 }
 
 /* A recorded graph (kv_write + attention + argmax) replayed at another
@@ -1011,8 +1113,10 @@ static void bench_attention(T *t, int L) {
         f.v = DS_FAST;
         const float tc = bench_ms(t, at_run, &c), tf = bench_ms(t, at_run, &f);
         if (M == 1) dec = tc;
-        printf("bench attention 32/8 heads hd 128 L=%-5d M=%-2d canonical %8.4f ms (%.2fx decode)  fast %8.4f ms  canonical/fast %.2f\n",
-               L, M, tc, tc / dec, tf, tc / tf);
+        /* the K and V bytes one row reads (f32, 8 kv heads x 128) */
+        const double gbs = (double)L * 1024 * 4 * 2 / 1e9 / (tc / 1e3);
+        printf("bench attention 32/8 heads hd 128 L=%-5d M=%-2d canonical %8.4f ms (%.2fx decode, %5.0f GB/s of K+V)  fast %8.4f ms  canonical/fast %.2f\n",
+               L, M, tc, tc / dec, gbs, tf, tc / tf);
     }
     sync_ok(t, "bench attention");
     dfree(t, dk); dfree(t, dq); dfree(t, dout); dfree(t, dpos); dfree(t, (void *)rw.tables);
@@ -1585,8 +1689,13 @@ int main(int argc, char **argv) {
         test_attention(&t, 128, 0);
         test_attention(&t, 64, 1);
         test_attention(&t, 128, 1);
+        test_attention(&t, 128, 2);
+        test_attention(&t, 72, 2);
         test_attention_pages(&t, 64);
         test_attention_pages(&t, 128);
+        test_attention_long_pages(&t, 128, 8, 2);
+        test_attention_long_pages(&t, 64, 12, 2);
+        test_attention_long_pages(&t, 70, 4, 4);     /* head_dim % 4 != 0: 4-byte copies; % 16 tail */
         test_graph(&t);
         test_copies(&t);
         test_rmsnorm(&t, 384);
@@ -1614,6 +1723,9 @@ int main(int argc, char **argv) {
     /* --bench-only mma: the tensor-core batches alone (for a profiler) */
     if (bench_only && argc > 2 && !strcmp(argv[2], "mma")) {
         bench_mma(&t, "8B gate/up", 12288, 4096);
+    } else if (bench_only && argc > 2 && !strcmp(argv[2], "attention")) {
+        const int Ls[] = {64, 512, 1024, 4096, 16384, 32768};
+        for (size_t k = 0; k < sizeof Ls / sizeof *Ls; k++) bench_attention(&t, Ls[k]);
     } else if (bench) {
         bench_matmul(&t, "8B wq/wo", DS_TYPE_F16, 4096, 4096);
         bench_matmul(&t, "8B wq/wo", DS_TYPE_Q8_0, 4096, 4096);
@@ -1642,6 +1754,8 @@ int main(int argc, char **argv) {
         bench_mma(&t, "8B vocab", 151936, 4096);
         bench_attention(&t, 512);
         bench_attention(&t, 4096);
+        bench_attention(&t, 16384);
+        bench_attention(&t, 32768);
         bench_small(&t);
     }
     if (t.flush) cudaFree(t.flush);

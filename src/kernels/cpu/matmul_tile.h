@@ -248,8 +248,10 @@ DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, int64_t K, const v
     /* FAST splits K in two (split-K, as a GEMM does for parallelism): the
      * first half's accumulators are set aside at the split point and the
      * second half starts again from +0; the halves are added lane-wise at the
-     * end. Canonical has no split (ksplit = end: phase 1 is empty). */
-    DS_VF acc_lo[DS_MT_MAX][DS_NT_MAX][DS_NC];
+     * end. Canonical has no split (ksplit = end: phase 1 is empty). Zeroed
+     * so that no compiler can think the halves' sum reads it unset (the
+     * device's GCC under -O3 did: maybe-uninitialized, an error here). */
+    DS_VF acc_lo[DS_MT_MAX][DS_NT_MAX][DS_NC] = {{{{0}}}};
 #define DS_TILE_SPLIT()                                                                     \
     do {                                                                                    \
         DS_UNROLL                                                                           \

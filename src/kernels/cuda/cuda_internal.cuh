@@ -96,6 +96,7 @@ enum {
     DSC_OFF_SPREAD = 1u << 13,   /* Q8_0 GEMV, short rows, M > 1: lanes share pairs */
     DSC_OFF_MMA = 1u << 14,      /* Q8_0 canonical on the tensor cores (M > 8)  */
     DSC_OFF_STREAM = 1u << 15,   /* Q8_0 streaming tensor-core GEMV (M <= 8)    */
+    DSC_OFF_SPLIT = 1u << 16,    /* attention: chunks of long rows over many blocks */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
@@ -120,7 +121,7 @@ static inline const dsc_weight *dsc_w(const ds_weight *W) {
 }
 
 /* Scratch slots of an execution context (grown, never shrunk; see backend_cuda.cu). */
-enum { DSC_SLOT_Q8_ACT = 0, DSC_SLOT_HALF_X, DSC_SLOT_COUNT };
+enum { DSC_SLOT_Q8_ACT = 0, DSC_SLOT_HALF_X, DSC_SLOT_ATT_PART, DSC_SLOT_COUNT };
 #define DSC_MAX_RETIRED 32
 
 /* The Q8_0 copy of an activation buffer, made by the kernel that wrote the
@@ -524,6 +525,7 @@ void dsc_embed_kq(ds_exec *ex, const dsc_weight *w, int M, const int32_t *ids, f
 cudaError_t dsc_kq_mma_init(void);     /* the K types' tensor-core batches: shared memory limits */
 void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const ds_rows *r,
                    const float *q, const float *kc, const float *vc, float *out);
+cudaError_t dsc_attention_init(void);  /* the split-KV kernel's shared memory limit */
 void dsc_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, const float *w,
                  float eps, float *y);
 void dsc_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,

@@ -1,0 +1,41 @@
+#!/bin/sh
+# bench/serve.sh — `dspark serve` under 1, 4, 8, 16 concurrent streaming
+# clients on the shipped target (models/, Q8_0 when `make models` made it):
+# the batch engine (the default, `--gen engine`: one scheduler thread, every
+# running request a sequence sharing each forward) against one context per
+# slot (`--gen ctx`, each request alone on its context: what `dspark serve`
+# was before the engine), plain decoding on both, and the same with the
+# drafter (ctx+spec: speculative decoding, the old default with -md),
+# interleaved rounds
+# (bench/serve_load.py). Results are appended to bench/results/serve-cpu.txt
+# with the CPU and the load average (this machine is shared: ratios, not
+# absolute times).
+#
+#   sh bench/serve.sh [ROUNDS] [CONCURRENCY,...]
+# Environment: BUILD (build), THREADS (2), CTX_PARALLEL (2: the old default
+# shape --parallel 2 -t 1 uses the same two cores), ENGINE_PARALLEL (16),
+# OUT (bench/results/serve-cpu.txt), PER, MAX_TOKENS (serve_load.py).
+set -eu
+B=${BUILD:-build}
+ROUNDS=${1:-3}
+CONC=${2:-1,4,8,16}
+T=${THREADS:-2}
+CP=${CTX_PARALLEL:-2}
+EP=${ENGINE_PARALLEL:-16}
+OUT=${OUT:-bench/results/serve-cpu.txt}
+TGT=models/dspark-tiny-q8_0.gguf
+[ -f "$TGT" ] || TGT=models/dspark-tiny-f16.gguf
+DR=models/dspark-tiny-drafter-q8_0.gguf
+[ -f "$DR" ] || DR=models/dspark-tiny-drafter-f16.gguf
+mkdir -p "$(dirname "$OUT")"
+{
+    echo "==== bench/serve.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) git $(git rev-parse --short HEAD 2>/dev/null || echo -)"
+    echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "model: $TGT (drafter for ctx+spec: $DR); engine: --parallel $EP -t 1 and -t $T (--batch 512 --ubatch 64, prefix cache on); ctx: --parallel $CP -t $((T / CP > 0 ? T / CP : 1))"
+} >> "$OUT"
+DSPARK_BIN=$B/dspark python3 bench/serve_load.py "$OUT" "$ROUNDS" "$CONC" \
+    "ctx=-m $TGT --gen ctx --parallel $CP -t $((T / CP > 0 ? T / CP : 1)) --queue 256" \
+    "ctx+spec=-m $TGT -md $DR --gen ctx --parallel $CP -t $((T / CP > 0 ? T / CP : 1)) --queue 256" \
+    "engine-t1=-m $TGT --gen engine --parallel $EP -t 1 --queue 256" \
+    "engine-t$T=-m $TGT --gen engine --parallel $EP -t $T --queue 256"
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
