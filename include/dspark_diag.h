@@ -165,6 +165,9 @@ enum {
     DSD_SUB_Q_ROPE, DSD_SUB_K_ROPE,
     DSD_SUB_K_CACHE_ROW, DSD_SUB_V_CACHE_ROW,
     DSD_SUB_FFN_GATE, DSD_SUB_FFN_UP,
+    DSD_SUB_MOE_LOGITS,         /* "moe_logits": a MoE layer's router logits (cp8)  */
+    DSD_SUB_MOE_ROUTE,          /* "moe_route": its k weights, then the k expert
+                                   ids as floats, in rank order (cp8)           */
     DSD_SUB_NAMED_COUNT,
     DSD_SUB_HEAD_BASE = 0x10000,
     DSD_SUB_HEAD_MAX  = 0xffff  /* heads 0..65535                               */

@@ -309,6 +309,28 @@ typedef struct ds_backend_i {
      * the pages in use, not gigabytes zeroed up front). */
     void *(*alloc_pool)(ds_backend *be, size_t bytes);
     void  (*release_pool)(ds_backend *be, void *p, size_t bytes);
+
+    /* ---- optional: mixture of experts (qwen3moe's FFN, layer.c) -----------
+     * NULL: the backend cannot run MoE models (the loader refuses them).
+     * moe_route: the moe_route family (kernels.h ds_moe_route) on device
+     *   buffers: logits [M][n_expert] -> ids [M][k] (int32), w [M][k];
+     *   n_expert <= DS_MOE_MAX_EXPERT.
+     * moe_combine: the weighted sum of a row's k expert outputs, in rank
+     *   order (the order moe_route selected them), never in an order that
+     *   depends on the batch: for r < M, i < n,
+     *     out[r][i] = w[r][0] * y[slot[r][0]][i];
+     *     out[r][i] = out[r][i] + w[r][j] * y[slot[r][j]][i]   for j = 1..k-1
+     *   (one multiply and one add per term, no fused multiply-add). y: the
+     *   experts' down projections, one row per (row, rank) assignment, at
+     *   the slots the caller grouped them into (slot: device int32 [M][k]).
+     *   With a shared expert (qwen35moe's FFN; sh != NULL), then
+     *     s = ds_sigmoidf(sh_gate[r]); out[r][i] = out[r][i] + sh[r][i] * s
+     *   (sh: [M][n], sh_gate: [M], llama.cpp's order: the gated shared
+     *   output added to the experts' sum). */
+    void (*moe_route)(ds_exec *ex, ds_variant v, int M, int n_expert, int k, int norm, const float *logits,
+                      int32_t *ids, float *w);
+    void (*moe_combine)(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *w, const float *y,
+                        const float *sh_gate, const float *sh, float *out);
 } ds_backend_i;
 #define DS_COPY_N_MAX 4
 

@@ -360,6 +360,47 @@ static int cpu_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     return 0;
 }
 
+/* ---- mixture of experts ------------------------------------------------- */
+
+/* The route is k * n_expert compares a row: inline, on the caller's thread
+ * (its scratch on the stack, n_expert <= DS_MOE_MAX_EXPERT). */
+static void cpu_moe_route(ds_exec *ex, ds_variant v, int M, int n_expert, int k, int norm, const float *logits,
+                          int32_t *ids, float *w) {
+    (void)ex;
+    float scratch[DS_MOE_MAX_EXPERT];
+    if (n_expert > DS_MOE_MAX_EXPERT) return;   /* the loader refuses such files */
+    (void)ds_moe_route(v, M, n_expert, k, norm, logits, scratch, ids, w);
+}
+
+/* Rank order, one multiply and one add per term (backend.h). Inline: M * k
+ * * n flops against the experts' M * k * 3 * n * n_ff. */
+static void cpu_moe_combine(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *w, const float *y,
+                            const float *sh_gate, const float *sh, float *out) {
+    (void)ex;
+    for (int r = 0; r < M; r++) {
+        float *o = out + (size_t)r * n;
+        const float *y0 = y + (size_t)slot[(size_t)r * k] * n;
+        const float w0 = w[(size_t)r * k];
+        for (int i = 0; i < n; i++) o[i] = w0 * y0[i];
+        for (int j = 1; j < k; j++) {
+            const float *yj = y + (size_t)slot[(size_t)r * k + j] * n;
+            const float wj = w[(size_t)r * k + j];
+            for (int i = 0; i < n; i++) {
+                const float t = wj * yj[i];
+                o[i] = o[i] + t;
+            }
+        }
+        if (sh) {
+            const float s = ds_sigmoidf(sh_gate[r]);
+            const float *shr = sh + (size_t)r * n;
+            for (int i = 0; i < n; i++) {
+                const float t = shr[i] * s;
+                o[i] = o[i] + t;
+            }
+        }
+    }
+}
+
 static const ds_backend_i cpu_i = {
     .name = "cpu",
     .host_memory = 1,
@@ -396,6 +437,8 @@ static const ds_backend_i cpu_i = {
     .draft_chain = cpu_draft_chain,
     .alloc_pool = cpu_alloc_pool,
     .release_pool = cpu_release_pool,
+    .moe_route = cpu_moe_route,
+    .moe_combine = cpu_moe_combine,
 };
 
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {

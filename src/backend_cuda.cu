@@ -703,6 +703,8 @@ static const ds_backend_i dsc_iface = {
     dsc_copy_n,
     /* alloc_pool */ NULL,          /* cudaMalloc: device memory is not zeroed anyway */
     /* release_pool */ NULL,
+    /* moe_route */ NULL,           /* no MoE kernels yet: the loader refuses MoE models here */
+    /* moe_combine */ NULL,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving

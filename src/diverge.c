@@ -326,11 +326,24 @@ static void fill(float *x, size_t n, uint64_t seed, float scale) {
 static const ds_weight *model_weight_of_type(const ds_model *m, uint32_t type) {
     for (int l = 0; l < m->hp.n_layer; l++) {
         const ds_layer *L = &m->layers[l];
+        if (L->n_expert > 0) {          /* MoE: attention, router, experts in order */
+            const ds_weight *w;
+            for (int i = 0; (w = ds_layer_weight((ds_layer *)L, i)); i++) if (w->type == type) return w;
+            continue;
+        }
         const ds_weight *ws[] = { &L->w_gate, &L->wq, &L->w_down, &L->wo, &L->wk, &L->wv, &L->w_up };
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) if (ws[i]->type == type) return ws[i];
     }
     if (m->output.type == type) return &m->output;
     return NULL;
+}
+
+int ds_model_uses_family(const ds_model *m, int fam) {
+    if (fam < 0 || fam >= DS_FAM_COUNT) return 0;
+    if (fam == DS_FAM_MOE_ROUTE) return m->hp.n_expert > 0;
+    const int t = ds_family_weight_type(fam);
+    if (t < 0) return 1;                 /* attention, norms, RoPE, SwiGLU, residual: every model */
+    return model_weight_of_type(m, (uint32_t)t) != NULL;
 }
 
 /* The A/B runs on the context's device through the backend table, on
@@ -394,6 +407,18 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
     const int n_kv = 160;                     /* cache positions for attention: spans two chunks */
     size_t row_in = (size_t)(is_mm ? K : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
     size_t row_out = (size_t)(is_mm ? N : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
+    /* moe_route: the model's router shape (a 64-expert, top-8 one for a
+     * dense model); in: logits (room for the route's 2k), out: k weights
+     * then the k expert ids as floats */
+    const int n_exp = hp->n_expert > 0 ? hp->n_expert : 64, k_exp = hp->n_expert > 0 ? hp->n_expert_used : 8;
+    if (fam == DS_FAM_MOE_ROUTE) {
+        if (!b->moe_route) {
+            ds_errf(err, errlen, "families: the %s device has no moe_route kernel", b->name);
+            return -1;
+        }
+        row_in = 2 * (size_t)n_exp;
+        row_out = 2 * (size_t)k_exp;
+    }
     size_t cache = (size_t)n_kv * Hkv * hd;
     const size_t wn = (size_t)(d > hd ? d : hd);
     const size_t n[7] = { (size_t)m_max * row_in, (size_t)m_max * row_in + 2 * cache, (size_t)m_max * row_out,
@@ -427,6 +452,13 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
         fill(in1, (size_t)M * row_in, 1000 + (uint64_t)M, fam == DS_FAM_SWIGLU ? 4.0f : 1.0f);
         fill(in2, (size_t)M * row_in + 2 * cache, 2000 + (uint64_t)M, 1.0f);
         for (int r = 0; r < M; r++) pos[r] = n_kv - M + r;
+        if (fam == DS_FAM_MOE_ROUTE)   /* a near-tie at the top of every row: where expert choices flip */
+            for (int r = 0; r < M; r++) {
+                float *lr = in1 + (size_t)r * n_exp;      /* rows of n_exp logits, back to back */
+                int i0 = 0;
+                for (int i = 1; i < n_exp; i++) if (lr[i] > lr[i0]) i0 = i;
+                lr[(i0 + 1 + r) % n_exp] = nextafterf(lr[i0], (r & 1) ? INFINITY : -INFINITY);
+            }
         b->upload(ex, d_in1, in1, (size_t)M * row_in * sizeof(float));
         b->upload(ex, d_in2, in2, ((size_t)M * row_in + 2 * cache) * sizeof(float));
         b->upload(ex, a.dpos, pos, (size_t)M * sizeof(int));
@@ -454,7 +486,7 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
             b->rmsnorm(ex, v, M, d, d_in1, d_w, hp->norm_eps, d_got);
             break;
         case DS_FAM_ROPE: {
-            ds_rope_mode mode = hp->arch == DS_ARCH_QWEN3 ? DS_ROPE_NEOX : DS_ROPE_NORMAL;
+            ds_rope_mode mode = ds_arch_rope(hp->arch);
             b->copy(ex, d_ref, d_in1, (size_t)M * row_in * sizeof(float));
             b->copy(ex, d_got, d_in1, (size_t)M * row_in * sizeof(float));
             for (int r = 0; r < M; r++) b->rope(ex, DS_CANONICAL, 1, H, hd, a.dpos + r, hp->rope_base, mode, d_ref + (size_t)r * H * hd);
@@ -473,6 +505,34 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
             b->copy(ex, d_tmp, d_in1, (size_t)M * d * sizeof(float));
             b->residual(ex, v, DS_CANONICAL, M, d, d_tmp, d_in2, d_w, hp->norm_eps, d_got);
             break;
+        case DS_FAM_MOE_ROUTE: {
+            /* ids and weights of both runs, then the rows rebuilt as
+             * [weights, ids as floats] in d_ref / d_got for the comparison */
+            const size_t kk = (size_t)k_exp;
+            int32_t *ids_dev = (int32_t *)d_tmp;
+            for (int r = 0; r < M; r++)
+                b->moe_route(ex, DS_CANONICAL, 1, n_exp, k_exp, 1, d_in1 + (size_t)r * n_exp, ids_dev + (size_t)r * kk,
+                             d_ref + (size_t)r * kk);
+            b->moe_route(ex, v, M, n_exp, k_exp, 1, d_in1, ids_dev + (size_t)M * kk, d_got);
+            int32_t *idh = malloc(2 * (size_t)M * kk * sizeof(int32_t));
+            float *wh = malloc(2 * (size_t)M * kk * sizeof(float));
+            if (!idh || !wh) { free(idh); free(wh); ds_errf(err, errlen, "families: out of memory"); goto done; }
+            b->download(ex, idh, ids_dev, 2 * (size_t)M * kk * sizeof(int32_t));
+            b->download(ex, wh, d_ref, (size_t)M * kk * sizeof(float));
+            b->download(ex, wh + (size_t)M * kk, d_got, (size_t)M * kk * sizeof(float));
+            for (int side = 0; side < 2; side++) {
+                float *dst = side ? got : ref;
+                for (int r = 0; r < M; r++)
+                    for (size_t j = 0; j < kk; j++) {
+                        dst[(size_t)r * 2 * kk + j] = wh[(size_t)side * M * kk + (size_t)r * kk + j];
+                        dst[(size_t)r * 2 * kk + kk + j] = (float)idh[(size_t)side * M * kk + (size_t)r * kk + j];
+                    }
+                b->upload(ex, side ? d_got : d_ref, dst, (size_t)M * 2 * kk * sizeof(float));
+            }
+            free(idh);
+            free(wh);
+            break;
+        }
         default:
             ds_errf(err, errlen, "families: unknown family %d", fam);
             goto done;

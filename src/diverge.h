@@ -89,6 +89,10 @@ typedef struct {
     int         synthetic;
     dsd_metrics worst;                       /* metrics of the worst width     */
 } ds_family_ab;
+/* 1 when the model runs the family: a matmul family for a weight of its
+ * type, moe_route for a mixture-of-experts model, the others always. The
+ * diagnostics (families, sweep) test only these. */
+int ds_model_uses_family(const ds_model *m, int fam);
 int ds_family_ab_run(const ds_model *m, ds_exec *ex, int family, ds_variant v, int m_max,
                      ds_family_ab *out, char *err, size_t errlen);
 

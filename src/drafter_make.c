@@ -188,7 +188,7 @@ int ds_make_drafter(const ds_make_drafter_opts *o, const ds_model *target, const
     mk_matrix(&b, T("fc.weight", "dspark.fc.weight"), (int64_t)n_taps * D, D, sqrtf(3.0f / (float)(n_taps * D)), type);
     mk_vec(&b, T("enc.output_norm.weight", "dspark.hidden_norm.weight"), D, 1.0f, 0.1f);
     mk_vec(&b, "output_norm.weight", D, 1.0f, 0.1f);
-    const int qk_norm = hp->arch == DS_ARCH_QWEN3;
+    const int qk_norm = ds_arch_qk_norm(hp->arch);
     for (int l = 0; l < o->n_layer && !b.failed; l++) {
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s ".weight", l), n)
         mk_vec(&b, NAME("attn_norm"), D, 1.0f, 0.1f);

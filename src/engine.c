@@ -51,7 +51,7 @@ struct ds_engine {
 static void engine_release(ds_engine *e) {
     ds_backend *be = e->be;
     float *bufs[] = {e->a.x, e->a.xn, e->a.q, e->a.k, e->a.v, e->a.att, e->a.o, e->a.gate, e->a.up, e->a.h,
-                     e->logits, e->sel_scratch};
+                     e->a.moe, e->logits, e->sel_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->i->release(be, bufs[i]);
     if (e->rowbuf) be->i->release(be, e->rowbuf);
@@ -129,6 +129,8 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     e->a.x = DEV(M * d); e->a.xn = DEV(M * d); e->a.o = DEV(M * d);
     e->a.q = DEV(M * qd); e->a.att = DEV(M * qd); e->a.k = DEV(M * kvd); e->a.v = DEV(M * kvd);
     e->a.gate = DEV(M * ff); e->a.up = DEV(M * ff); e->a.h = DEV(M * ff);
+    const size_t moe_n = ds_hp_moe_scratch(hp, m_max);     /* MoE layers' scratch (layer.c) */
+    if (moe_n) e->a.moe = DEV(moe_n);
     e->logits = DEV(M * V);
     e->sel_scratch = DEV(2 * V);
 #undef DEV
@@ -149,7 +151,7 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         }
     }
     int ok = e->a.x && e->a.xn && e->a.o && e->a.q && e->a.att && e->a.k && e->a.v && e->a.gate && e->a.up &&
-             e->a.h && e->logits && e->sel_scratch && e->tables && e->rowbuf && e->sel_ids && e->rowhost && e->sel_host;
+             e->a.h && (e->a.moe || !moe_n) && e->logits && e->sel_scratch && e->tables && e->rowbuf && e->sel_ids && e->rowhost && e->sel_host;
     if (ok) {
         e->rows = (ds_rows){.pos = e->rowbuf, .seq = e->rowbuf + 2 * M, .tables = e->tables, .max_pages = e->max_pages,
                             .page = DS_KV_PAGE, .page_stride = ds_kvpool_page_stride(e->pool)};

@@ -135,6 +135,137 @@ static void mm_shared(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], int n, const
     for (int i = 0; i < n; i++) b->matmul(ex, (ds_variant)var[ds_matmul_family(W[i]->type)], W[i], M, x, y[i]);
 }
 
+/* ========================================================================
+ * Mixture of experts (qwen3moe): router -> moe_route -> experts -> combine
+ * ======================================================================== */
+
+ds_weight *ds_layer_weight(ds_layer *L, int i) {
+    ds_weight *const att[4] = {&L->wq, &L->wk, &L->wv, &L->wo};
+    if (i < 4) return i >= 0 ? att[i] : NULL;
+    i -= 4;
+    if (L->n_expert <= 0) {
+        ds_weight *const ffn[3] = {&L->w_gate, &L->w_up, &L->w_down};
+        return i < 3 ? ffn[i] : NULL;
+    }
+    if (i == 0) return &L->gate_inp;
+    i -= 1;
+    if (!L->exp_gate) return NULL;
+    if (i >= 3 * L->n_expert) {
+        ds_weight *const sh[4] = {&L->sh_gate_inp, &L->sh_gate, &L->sh_up, &L->sh_down};
+        i -= 3 * L->n_expert;
+        return L->has_shexp && i < 4 ? sh[i] : NULL;
+    }
+    ds_weight *const e[3] = {L->exp_gate, L->exp_up, L->exp_down};
+    return &e[i % 3][i / 3];
+}
+
+/* Scratch layout, floats from a->moe (m rows, E experts, k used, n_ff_exp f,
+ * n_ff_shexp fs):
+ *   logits [m][E] | w [m][k] | ids [m][k] | slot [m][k] | probe [m][2k] |
+ *   X [m k][d] | G [m k][f] | U [m k][f] | H [m k][f] | Y [m k][d] |
+ *   shared expert: gate logit [m] | G, U, H [m][fs] | out [m][d]
+ * ids and slot hold int32 (same size as a float; only ever read as int32). */
+size_t ds_moe_scratch_floats(int m_max, int n_expert, int k, int d, int n_ff_exp, int n_ff_shexp) {
+    if (n_expert <= 0) return 0;
+    const size_t m = (size_t)m_max, mk = m * (size_t)k;
+    const size_t sh = n_ff_shexp > 0 ? m + 3 * m * (size_t)n_ff_shexp + m * (size_t)d : 0;
+    return m * (size_t)n_expert + 3 * mk + 2 * mk + 2 * mk * (size_t)d + 3 * mk * (size_t)n_ff_exp + sh;
+}
+
+/* The FFN of a MoE layer over M rows of a->xn, into a->o.
+ *
+ * Why a row's bits are its own: the router is a matmul (a family: row r's
+ * logits are decode's), the route is the moe_route family (a row's experts
+ * and weights are a function of its logits alone), and each expert's three
+ * matmuls run over the rows that chose it, grouped into one call per
+ * expert — the grouping decides which rows share a weight read, while a
+ * canonical matmul's row is the decode row whatever the other rows are.
+ * The combine sums a row's k outputs in rank order (backend.h
+ * moe_combine), never in an order set by which other rows chose which
+ * expert. So decode (M = 1: k calls of one row each) and any batch give the
+ * same bits, and the grouping is free to change.
+ *
+ * The grouping itself (a counting sort of the assignments by expert) runs
+ * on the host over the route's ids: on a host-memory backend they are read
+ * in place; the loader refuses MoE models on other backends until they have
+ * the device-side grouping. */
+static void moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT], int M,
+                    int pos0, ds_acts *a, const ds_probe *pr, int l) {
+    const ds_backend_i *b = ex->be->i;
+    const int E = L->n_expert, k = L->n_expert_used, d = s->d, f = (int)L->exp_gate[0].n_out;
+    const size_t mk = (size_t)M * (size_t)k;
+    float *logits = a->moe, *w = logits + (size_t)M * E;
+    int32_t *ids = (int32_t *)(w + mk), *slot = ids + mk;
+    float *probe = (float *)(slot + mk);
+    float *X = probe + 2 * mk, *G = X + mk * d, *U = G + mk * f, *H = U + mk * f, *Y = H + mk * f;
+    const ds_variant vrt = (ds_variant)var[DS_FAM_MOE_ROUTE], vsw = (ds_variant)var[DS_FAM_SWIGLU];
+
+    b->matmul(ex, (ds_variant)var[ds_matmul_family(L->gate_inp.type)], &L->gate_inp, M, a->xn, logits);
+    b->moe_route(ex, vrt, M, E, k, L->moe_norm, logits, ids, w);
+    if (wants(pr, l, DSD_CP_FFN_GATE_UP)) {
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_MOE_LOGITS,
+                      FAM(ds_matmul_family(L->gate_inp.type)), logits, (size_t)E, (size_t)E);
+        for (int r = 0; r < M; r++)
+            for (int j = 0; j < k; j++) {
+                probe[(size_t)r * 2 * k + j] = w[(size_t)r * k + j];
+                probe[(size_t)r * 2 * k + k + j] = (float)ids[(size_t)r * k + j];
+            }
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_MOE_ROUTE,
+                      FAM(DS_FAM_MOE_ROUTE) | FAM(ds_matmul_family(L->gate_inp.type)), probe, 2 * (size_t)k,
+                      2 * (size_t)k);
+    }
+
+    /* group the assignments by expert (rows in order within an expert) */
+    int start[DS_MOE_MAX_EXPERT + 1], fill[DS_MOE_MAX_EXPERT];
+    for (int e = 0; e <= E; e++) start[e] = 0;
+    for (size_t i = 0; i < mk; i++) start[ids[i] + 1]++;
+    for (int e = 0; e < E; e++) {
+        start[e + 1] += start[e];
+        fill[e] = 0;
+    }
+    for (int r = 0; r < M; r++)
+        for (int j = 0; j < k; j++) {
+            const size_t i = (size_t)r * k + (size_t)j;
+            const int e = ids[i], sl = start[e] + fill[e]++;
+            slot[i] = sl;
+            b->copy(ex, X + (size_t)sl * d, a->xn + (size_t)r * d, (size_t)d * sizeof(float));
+        }
+    /* each used expert once, over its rows */
+    unsigned fam_exp = FAM(DS_FAM_SWIGLU) | FAM(DS_FAM_MOE_ROUTE);
+    for (int e = 0; e < E; e++) {
+        const int n = start[e + 1] - start[e];
+        if (!n) continue;
+        const size_t s0 = (size_t)start[e];
+        const ds_weight *const w2[2] = {&L->exp_gate[e], &L->exp_up[e]};
+        float *const y2[2] = {G + s0 * f, U + s0 * f};
+        mm_shared(ex, var, 2, w2, n, X + s0 * d, y2);
+        b->swiglu(ex, vsw, n, f, G + s0 * f, U + s0 * f, H + s0 * f);
+        b->matmul(ex, (ds_variant)var[ds_matmul_family(L->exp_down[e].type)], &L->exp_down[e], n, H + s0 * f,
+                  Y + s0 * d);
+        fam_exp |= FAM(ds_matmul_family(L->exp_gate[e].type)) | FAM(ds_matmul_family(L->exp_up[e].type)) |
+                   FAM(ds_matmul_family(L->exp_down[e].type));
+    }
+    /* the shared expert (every row, one dense SwiGLU) and its gate logit */
+    float *SG = NULL, *SO = NULL;
+    if (L->has_shexp) {
+        const int fs = (int)L->sh_gate.n_out;
+        SG = Y + mk * d;
+        float *SGt = SG + M, *SU = SGt + (size_t)M * fs, *SH = SU + (size_t)M * fs;
+        SO = SH + (size_t)M * fs;
+        const ds_weight *const w2[2] = {&L->sh_gate, &L->sh_up};
+        float *const y2[2] = {SGt, SU};
+        mm_shared(ex, var, 2, w2, M, a->xn, y2);
+        b->swiglu(ex, vsw, M, fs, SGt, SU, SH);
+        b->matmul(ex, (ds_variant)var[ds_matmul_family(L->sh_down.type)], &L->sh_down, M, SH, SO);
+        b->matmul(ex, (ds_variant)var[ds_matmul_family(L->sh_gate_inp.type)], &L->sh_gate_inp, M, a->xn, SG);
+        fam_exp |= FAM(ds_matmul_family(L->sh_gate.type)) | FAM(ds_matmul_family(L->sh_up.type)) |
+                   FAM(ds_matmul_family(L->sh_down.type)) | FAM(ds_matmul_family(L->sh_gate_inp.type));
+    }
+    b->moe_combine(ex, M, k, d, slot, w, Y, SG, SO, a->o);
+    if (wants(pr, l, DSD_CP_FFN_DOWN))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_DOWN, DSD_SUB_ALL, fam_exp, a->o, d, d);
+}
+
 void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
                       const float *next_norm, const uint8_t var[DS_FAM_COUNT], int M, int pos0,
                       int qkv_ready, float *kc, float *vc, ds_acts *a, const ds_probe *pr, int l) {
@@ -230,6 +361,15 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
     if (wants(pr, l, DSD_CP_FFN_NORM))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_NORM, DSD_SUB_ALL,
                       FAM(DS_FAM_RESIDUAL) | FAM(DS_FAM_RMSNORM), a->xn, d, d);
+
+    /* --- mixture of experts: its own FFN, then the residual epilogue ----------- */
+    if (L->n_expert > 0) {
+        moe_ffn(ex, L, s, var, M, pos0, a, pr, l);
+        b->residual(ex, vres, vnorm, M, d, a->x, a->o, next_norm, eps, a->xn);
+        if (wants(pr, l, DSD_CP_LAYER_OUT))
+            ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_LAYER_OUT, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), a->x, d, d);
+        return;
+    }
 
     /* --- SwiGLU FFN ------------------------------------------------------------ */
     {

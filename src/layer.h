@@ -11,7 +11,32 @@
 typedef struct {
     const float *attn_norm, *q_norm, *k_norm, *ffn_norm;
     ds_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    /* Mixture of experts (qwen3moe): n_expert > 0 replaces w_gate / w_up /
+     * w_down by a router (gate_inp, [n_expert][d]) and n_expert SwiGLU
+     * experts, each a view of one slice of llama.cpp's 3-D ffn_*_exps
+     * tensors (exp_gate[e], exp_up[e]: [n_ff_exp][d]; exp_down[e]:
+     * [d][n_ff_exp]). Each row runs its n_expert_used best experts; their
+     * outputs are summed with the route's weights in rank order. */
+    int n_expert, n_expert_used, moe_norm;
+    ds_weight gate_inp;
+    ds_weight *exp_gate, *exp_up, *exp_down;
+    /* The shared expert (qwen35moe's FFN; has_shexp = 0: none): a SwiGLU
+     * every row runs (sh_gate / sh_up: [n_ff_shexp][d], sh_down:
+     * [d][n_ff_shexp]) whose output is scaled by sigmoid(sh_gate_inp . x)
+     * (sh_gate_inp: llama.cpp's 1-D ffn_gate_inp_shexp, one output). */
+    int has_shexp;
+    ds_weight sh_gate_inp, sh_gate, sh_up, sh_down;
 } ds_layer;
+
+/* The layer's matmul weights one by one (i = 0, 1, ...; NULL past the
+ * last): q, k, v, o, then gate, up, down or the router and every expert's
+ * gate, up, down. For preparing, releasing and reporting them. */
+ds_weight *ds_layer_weight(ds_layer *L, int i);
+
+/* Floats of the MoE scratch (ds_acts.moe) for m_max rows: router logits,
+ * the route, and one row per (row, rank) assignment of the experts' inputs,
+ * gate / up / SwiGLU and outputs. 0 for a dense layer (n_expert == 0). */
+size_t ds_moe_scratch_floats(int m_max, int n_expert, int k, int d, int n_ff_exp, int n_ff_shexp);
 
 typedef struct {
     int   d, n_head, n_head_kv, head_dim, n_ff;
@@ -23,6 +48,7 @@ typedef struct {
  * normed copy (the layer's input on entry, the next norm's output on exit). */
 typedef struct {
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *h;
+    float *moe;                      /* MoE layers: ds_moe_scratch_floats, else NULL */
     const int *pos;                  /* device: positions of the rows (== rows->pos) */
     int ids_off;                     /* the rows' token ids are at pos + ids_off     */
     const ds_rows *rows;             /* the rows' positions, KV slots, visibility    */

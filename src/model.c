@@ -17,7 +17,13 @@
  * Loading
  * ===================================================================== */
 
-const char *ds_arch_name(ds_arch a) { return a == DS_ARCH_LLAMA ? "llama" : "qwen3"; }
+const char *ds_arch_name(ds_arch a) {
+    return a == DS_ARCH_LLAMA ? "llama" : a == DS_ARCH_QWEN3MOE ? "qwen3moe" : "qwen3";
+}
+
+size_t ds_hp_moe_scratch(const ds_hparams *hp, int m_max) {
+    return ds_moe_scratch_floats(m_max, hp->n_expert, hp->n_expert_used, hp->n_embd, hp->n_ff_exp, hp->n_ff_shexp);
+}
 
 static int get_u32_req(const gguf_ctx *g, const char *arch, const char *suffix, int *out,
                        char *err, size_t errlen) {
@@ -63,6 +69,30 @@ static const gguf_tensor *want_tensor(const gguf_ctx *g, const char *name, int64
     return t;
 }
 
+/* A 3-D tensor {ne0, ne1, ne2} of llama.cpp's stacked experts, as ne2
+ * weights of [ne1][ne0] each (views: no copy). */
+static int load_experts(const gguf_ctx *g, const char *name, int64_t n_in, int64_t n_out, int n_exp, ds_weight *w,
+                        char *err, size_t errlen) {
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) { ds_errf(err, errlen, "model: missing tensor '%s'", name); return -1; }
+    if (t->n_dims != 3 || (int64_t)t->ne[0] != n_in || (int64_t)t->ne[1] != n_out || (int64_t)t->ne[2] != n_exp) {
+        ds_errf(err, errlen, "model: tensor '%s' has shape [%llu, %llu, %llu] (%u dims), expected [%lld, %lld, %d]", name,
+                (unsigned long long)t->ne[0], (unsigned long long)(t->n_dims > 1 ? t->ne[1] : 0),
+                (unsigned long long)(t->n_dims > 2 ? t->ne[2] : 0), t->n_dims, (long long)n_in, (long long)n_out, n_exp);
+        return -1;
+    }
+    if (n_in % (int64_t)ds_type_block_elems(t->type)) {
+        ds_errf(err, errlen, "model: tensor '%s' is %s but its row length %lld is not a multiple of %d", name,
+                ds_type_name(t->type), (long long)n_in, (int)ds_type_block_elems(t->type));
+        return -1;
+    }
+    int ok;
+    const uint64_t rb = ds_row_bytes(t->type, (uint64_t)n_in, &ok);
+    for (int e = 0; e < n_exp; e++)
+        w[e] = (ds_weight){t->type, n_in, n_out, (const unsigned char *)t->data + (size_t)e * (size_t)n_out * rb, NULL};
+    return 0;
+}
+
 static int load_weight(const gguf_ctx *g, const char *name, int64_t n_in, int64_t n_out, ds_weight *w,
                        char *err, size_t errlen) {
     const gguf_tensor *t = want_tensor(g, name, n_in, n_out, err, errlen);
@@ -102,10 +132,9 @@ static int prepare_weights(ds_model *m, char *err, size_t errlen) {
     const int nl = m->hp.n_layer;
     m->weights_prepared = 1;          /* release_weight takes unprepared ones */
     for (int l = 0; l < nl; l++) {
-        ds_layer *L = &m->layers[l];
-        ds_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
-            if (be->i->prepare_weight(be, ws[i], DS_USE_MATMUL, err, errlen)) return -1;
+        ds_weight *w;
+        for (int i = 0; (w = ds_layer_weight(&m->layers[l], i)); i++)
+            if (be->i->prepare_weight(be, w, DS_USE_MATMUL, err, errlen)) return -1;
     }
     if (be->i->prepare_weight(be, &m->output, DS_USE_MATMUL | (m->output_tied ? DS_USE_LOOKUP : 0), err, errlen))
         return -1;
@@ -153,18 +182,65 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
     const char *arch;
     if (gguf_str_eq(archs, "qwen3")) { hp->arch = DS_ARCH_QWEN3; arch = "qwen3"; }
     else if (gguf_str_eq(archs, "llama")) { hp->arch = DS_ARCH_LLAMA; arch = "llama"; }
+    else if (gguf_str_eq(archs, "qwen3moe")) { hp->arch = DS_ARCH_QWEN3MOE; arch = "qwen3moe"; }
     else {
-        ds_errf(err, errlen, "model: unknown architecture '%.*s' (supported: qwen3, llama)",
+        ds_errf(err, errlen, "model: unknown architecture '%.*s' (supported: qwen3, qwen3moe, llama)",
                 (int)(archs.len > 64 ? 64 : archs.len), archs.ptr);
         goto fail;
     }
+    const int moe = hp->arch == DS_ARCH_QWEN3MOE;
+    char key[128];
+    snprintf(key, sizeof key, "%s.feed_forward_length", arch);
     if (get_u32_req(g, arch, "block_count", &hp->n_layer, err, errlen) ||
         get_u32_req(g, arch, "embedding_length", &hp->n_embd, err, errlen) ||
-        get_u32_req(g, arch, "feed_forward_length", &hp->n_ff, err, errlen) ||
+        ((!moe || gguf_find_kv(g, key)) && get_u32_req(g, arch, "feed_forward_length", &hp->n_ff, err, errlen)) ||
         get_u32_req(g, arch, "attention.head_count", &hp->n_head, err, errlen))
         goto fail;
+    if (moe) {
+        /* llama.cpp's keys; without expert_feed_forward_length an expert is
+         * feed_forward_length / expert_used_count wide (its rule) */
+        if (get_u32_req(g, arch, "expert_count", &hp->n_expert, err, errlen) ||
+            get_u32_req(g, arch, "expert_used_count", &hp->n_expert_used, err, errlen))
+            goto fail;
+        if (hp->n_expert < 1 || hp->n_expert > DS_MOE_MAX_EXPERT || hp->n_expert_used < 1 ||
+            hp->n_expert_used > hp->n_expert) {
+            ds_errf(err, errlen, "model: expert_count %d / expert_used_count %d out of range (1 <= used <= count <= %d)",
+                    hp->n_expert, hp->n_expert_used, DS_MOE_MAX_EXPERT);
+            goto fail;
+        }
+        snprintf(key, sizeof key, "%s.expert_feed_forward_length", arch);
+        if (gguf_find_kv(g, key)) {
+            if (get_u32_req(g, arch, "expert_feed_forward_length", &hp->n_ff_exp, err, errlen)) goto fail;
+        } else {
+            hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
+        }
+        if (hp->n_ff_exp < 1) {
+            ds_errf(err, errlen, "model: qwen3moe needs expert_feed_forward_length (or feed_forward_length) > 0");
+            goto fail;
+        }
+        /* a shared expert (qwen35moe's FFN): its tensors in block 0 say so;
+         * its width is expert_shared_feed_forward_length, else n_ff
+         * (llama.cpp's rule) */
+        if (gguf_find_tensor(g, "blk.0.ffn_up_shexp.weight")) {
+            hp->n_ff_shexp = hp->n_ff;
+            snprintf(key, sizeof key, "%s.expert_shared_feed_forward_length", arch);
+            if (gguf_find_kv(g, key) && get_u32_req(g, arch, "expert_shared_feed_forward_length", &hp->n_ff_shexp, err, errlen))
+                goto fail;
+            if (hp->n_ff_shexp < 1) {
+                ds_errf(err, errlen, "model: the shared expert needs a width > 0 (expert_shared_feed_forward_length)");
+                goto fail;
+            }
+        }
+        /* n_ff is the widest FFN any buffer is sized for */
+        if (hp->n_ff < hp->n_ff_exp) hp->n_ff = hp->n_ff_exp;
+        if (hp->n_ff < hp->n_ff_shexp) hp->n_ff = hp->n_ff_shexp;
+        if (!m->be->i->moe_route || !m->be->i->moe_combine || !m->be->i->host_memory) {
+            ds_errf(err, errlen, "model: %s is a mixture-of-experts model and the %s device has no MoE kernels yet "
+                    "(use --device cpu)", arch, m->be->i->name);
+            goto fail;
+        }
+    }
     hp->n_head_kv = hp->n_head;
-    char key[128];
     snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
     if (gguf_find_kv(g, key) && get_u32_req(g, arch, "attention.head_count_kv", &hp->n_head_kv, err, errlen)) goto fail;
     hp->head_dim = hp->n_head ? hp->n_embd / hp->n_head : 0;
@@ -234,7 +310,8 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
     m->f32_arena = malloc(n_norm * sizeof(float));
     m->f32_n = n_norm;
     m->layers = calloc((size_t)hp->n_layer, sizeof(ds_layer));
-    if (!m->f32_arena || !m->layers) { ds_errf(err, errlen, "model: out of memory"); goto fail; }
+    if (moe) m->experts = calloc((size_t)hp->n_layer * 3 * (size_t)hp->n_expert, sizeof(ds_weight));
+    if (!m->f32_arena || !m->layers || (moe && !m->experts)) { ds_errf(err, errlen, "model: out of memory"); goto fail; }
     float *cur = m->f32_arena;
     if (load_norm(g, "output_norm.weight", d, &cur, &m->output_norm, err, errlen)) goto fail;
 
@@ -247,12 +324,43 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
             load_weight(g, NAME("attn_q"), d, qd, &L->wq, err, errlen) ||
             load_weight(g, NAME("attn_k"), d, kvd, &L->wk, err, errlen) ||
             load_weight(g, NAME("attn_v"), d, kvd, &L->wv, err, errlen) ||
-            load_weight(g, NAME("attn_output"), qd, d, &L->wo, err, errlen) ||
-            load_weight(g, NAME("ffn_gate"), d, hp->n_ff, &L->w_gate, err, errlen) ||
-            load_weight(g, NAME("ffn_up"), d, hp->n_ff, &L->w_up, err, errlen) ||
-            load_weight(g, NAME("ffn_down"), hp->n_ff, d, &L->w_down, err, errlen))
+            load_weight(g, NAME("attn_output"), qd, d, &L->wo, err, errlen))
             goto fail;
-        if (hp->arch == DS_ARCH_QWEN3) {
+        if (moe) {
+            const int E = hp->n_expert, f = hp->n_ff_exp;
+            L->n_expert = E;
+            L->n_expert_used = hp->n_expert_used;
+            L->moe_norm = 1;                 /* qwen3moe renormalises the k weights (llama.cpp: norm_w) */
+            L->exp_gate = m->experts + (size_t)l * 3 * E;
+            L->exp_up = L->exp_gate + E;
+            L->exp_down = L->exp_up + E;
+            if (load_weight(g, NAME("ffn_gate_inp"), d, E, &L->gate_inp, err, errlen) ||
+                load_experts(g, NAME("ffn_gate_exps"), d, f, E, L->exp_gate, err, errlen) ||
+                load_experts(g, NAME("ffn_up_exps"), d, f, E, L->exp_up, err, errlen) ||
+                load_experts(g, NAME("ffn_down_exps"), f, d, E, L->exp_down, err, errlen))
+                goto fail;
+            if (hp->n_ff_shexp > 0) {
+                const int fs = hp->n_ff_shexp;
+                L->has_shexp = 1;
+                /* its gate is llama.cpp's 1-D [n_embd]: a weight of one output */
+                const gguf_tensor *tg = want_tensor(g, NAME("ffn_gate_inp_shexp"), d, 0, err, errlen);
+                if (!tg) goto fail;
+                if (tg->type != DS_TYPE_F32 && tg->type != DS_TYPE_F16 && tg->type != DS_TYPE_BF16) {
+                    ds_errf(err, errlen, "model: tensor '%s' is %s (want F32, F16 or BF16)", n, ds_type_name(tg->type));
+                    goto fail;
+                }
+                L->sh_gate_inp = (ds_weight){tg->type, d, 1, tg->data, NULL};
+                if (load_weight(g, NAME("ffn_gate_shexp"), d, fs, &L->sh_gate, err, errlen) ||
+                    load_weight(g, NAME("ffn_up_shexp"), d, fs, &L->sh_up, err, errlen) ||
+                    load_weight(g, NAME("ffn_down_shexp"), fs, d, &L->sh_down, err, errlen))
+                    goto fail;
+            }
+        } else if (load_weight(g, NAME("ffn_gate"), d, hp->n_ff, &L->w_gate, err, errlen) ||
+                   load_weight(g, NAME("ffn_up"), d, hp->n_ff, &L->w_up, err, errlen) ||
+                   load_weight(g, NAME("ffn_down"), hp->n_ff, d, &L->w_down, err, errlen)) {
+            goto fail;
+        }
+        if (ds_arch_qk_norm(hp->arch)) {
             if (load_norm(g, NAME("attn_q_norm"), hd, &cur, &L->q_norm, err, errlen) ||
                 load_norm(g, NAME("attn_k_norm"), hd, &cur, &L->k_norm, err, errlen))
                 goto fail;
@@ -283,9 +391,8 @@ void ds_model_free(ds_model *m) {
     ds_backend *be = m->be;
     if (be && m->weights_prepared) {
         for (int l = 0; l < m->hp.n_layer && m->layers; l++) {
-            ds_layer *L = &m->layers[l];
-            ds_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (int i = 0; i < 7; i++) be->i->release_weight(be, ws[i]);
+            ds_weight *w;
+            for (int i = 0; (w = ds_layer_weight(&m->layers[l], i)); i++) be->i->release_weight(be, w);
         }
         be->i->release_weight(be, &m->output);
         if (!m->output_tied) be->i->release_weight(be, &m->tok_embd);
@@ -293,6 +400,7 @@ void ds_model_free(ds_model *m) {
     if (be) ds_backend_const_free(be, m->f32_dev, m->f32_arena);
     ds_tokenizer_free(m->tok);
     free(m->layers);
+    free(m->experts);
     free(m->f32_arena);
     gguf_close(m->gguf);
     ds_backend_free(be);
@@ -345,7 +453,7 @@ struct ds_ctx {
 static void ctx_release(ds_ctx *c) {
     ds_backend *be = c->be;
     float *bufs[] = {c->a.x, c->a.xn, c->a.q, c->a.k, c->a.v, c->a.att, c->a.o, c->a.gate, c->a.up,
-                     c->a.h, c->logits, c->taps, c->sel_logits, c->sel_scratch};
+                     c->a.h, c->a.moe, c->logits, c->taps, c->sel_logits, c->sel_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->i->release(be, bufs[i]);
     if (c->pos) be->i->release(be, c->pos);      /* c->ids lies in the same buffer */
@@ -410,6 +518,8 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     c->a.x = DEV(M * d); c->a.xn = DEV(M * d); c->a.o = DEV(M * d);
     c->a.q = DEV(M * qd); c->a.att = DEV(M * qd); c->a.k = DEV(M * kvd); c->a.v = DEV(M * kvd);
     c->a.gate = DEV(M * ff); c->a.up = DEV(M * ff); c->a.h = DEV(M * ff);
+    const size_t moe_n = ds_hp_moe_scratch(hp, c->m_max);
+    if (moe_n) c->a.moe = DEV(moe_n);
 #undef DEV
     /* positions, ids, selected ids in one buffer: a call uploads the first
      * two at once, and a verify of a queued draft downloads the draft's ids
@@ -423,6 +533,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     size_t widest = V > ff ? V : ff;
     if (qd > widest) widest = qd;
     if (d > widest) widest = d;
+    if ((size_t)hp->n_expert > widest) widest = (size_t)hp->n_expert;
     c->stage = malloc(widest * sizeof(float));
     /* selection on the device (ds_forward_select): device backends select
      * from c->logits; host ones need a logits buffer of their own */
@@ -433,7 +544,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
                         .page = DS_KV_PAGE, .page_stride = ds_kvpool_page_stride(c->pool)};
     c->a.rows = &c->rows;
     int ok = c->tables && c->a.x && c->a.xn && c->a.o && c->a.q && c->a.att && c->a.k && c->a.v && c->a.gate &&
-             c->a.up && c->a.h && c->pos && c->ids && c->pos_host && c->sel_host && c->stage &&
+             c->a.up && c->a.h && (c->a.moe || !moe_n) && c->pos && c->ids && c->pos_host && c->sel_host && c->stage &&
              (c->sel_logits || !be->i->host_memory) && c->sel_scratch && c->sel_ids;
     if (ok && !be->i->host_memory) {   /* logits and taps stay on the device until asked */
         c->logits = be->i->alloc(be, M * V * sizeof(float));
@@ -508,7 +619,7 @@ void ds_model_forward(const ds_model *m, ds_exec *ex, ds_acts *a, ds_kvpool *poo
     const ds_layer_shape shape = {
         .d = d, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
         .n_ff = hp->n_ff, .eps = hp->norm_eps, .rope_base = hp->rope_base,
-        .rope_mode = hp->arch == DS_ARCH_QWEN3 ? DS_ROPE_NEOX : DS_ROPE_NORMAL,
+        .rope_mode = ds_arch_rope(hp->arch),
     };
     const int32_t *ids = a->pos + a->ids_off;
 

@@ -23,7 +23,10 @@
 #include "layer.h"
 #include "sampler.h"
 
-typedef enum { DS_ARCH_QWEN3 = 0, DS_ARCH_LLAMA = 1 } ds_arch;
+typedef enum { DS_ARCH_QWEN3 = 0, DS_ARCH_LLAMA = 1, DS_ARCH_QWEN3MOE = 2 } ds_arch;
+/* Qwen3 and Qwen3-MoE: NEOX RoPE and per-head QK-norm; Llama: neither. */
+static inline int ds_arch_qk_norm(ds_arch a) { return a != DS_ARCH_LLAMA; }
+static inline ds_rope_mode ds_arch_rope(ds_arch a) { return a == DS_ARCH_LLAMA ? DS_ROPE_NORMAL : DS_ROPE_NEOX; }
 
 typedef struct {
     ds_arch arch;
@@ -37,7 +40,14 @@ typedef struct {
     int     n_ctx_train;
     float   rope_base;
     float   norm_eps;
+    /* mixture of experts (qwen3moe; 0 for dense models): expert_count,
+     * expert_used_count, expert_feed_forward_length */
+    int     n_expert, n_expert_used, n_ff_exp;
+    int     n_ff_shexp;    /* the shared expert's width (0: none; qwen35moe's FFN) */
 } ds_hparams;
+
+/* Floats of ds_acts.moe for m_max rows of this model (0: dense). */
+size_t ds_hp_moe_scratch(const ds_hparams *hp, int m_max);
 
 typedef struct ds_model {
     gguf_ctx     *gguf;          /* owns the mapping every weight points into */
@@ -49,6 +59,7 @@ typedef struct ds_model {
     int           output_tied;
     const float  *output_norm;   /* device f32 (as every norm pointer)        */
     ds_layer     *layers;
+    ds_weight    *experts;       /* MoE: every layer's 3 x n_expert expert views */
     float        *f32_arena;     /* norm weights converted to f32 (owned)     */
     size_t        f32_n;         /* its length in floats                      */
     float        *f32_dev;       /* its device copy (== f32_arena on the CPU) */

@@ -56,6 +56,25 @@ static void add_matrix(builder *b, const char *name, int64_t n_in, int64_t n_out
     free(f);
 }
 
+/* A 3-D stack of n_exp [n_out][n_in] matrices (llama.cpp's ffn_*_exps),
+ * each row quantized as a row of a 2-D weight would be. */
+static void add_experts(builder *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp, float scale,
+                        uint32_t type) {
+    size_t n = (size_t)n_in * (size_t)n_out * (size_t)n_exp;
+    float *f = malloc(n * sizeof(float));
+    int ok;
+    uint64_t rb = ds_row_bytes(type, (uint64_t)n_in, &ok);
+    void *data = f && ok ? malloc(rb * (uint64_t)n_out * (uint64_t)n_exp) : NULL;
+    if (!data) { free(f); b->failed = 1; return; }
+    for (size_t i = 0; i < n; i++) f[i] = ds_uniform_pm1(&b->r) * scale;
+    for (int64_t r = 0; r < n_out * n_exp; r++)
+        ds_f32_to_type(type, f + (size_t)r * (size_t)n_in, n_in, (unsigned char *)data + (size_t)r * rb);
+    uint64_t ne[3] = { (uint64_t)n_in, (uint64_t)n_out, (uint64_t)n_exp };
+    if (gguf_add_tensor(b->w, name, type, 3, ne, data, rb * (uint64_t)n_out * (uint64_t)n_exp)) b->failed = 1;
+    free(data);
+    free(f);
+}
+
 static void add_norm(builder *b, const char *name, int64_t n) {
     float *f = malloc((size_t)n * sizeof(float));
     if (!f) { b->failed = 1; return; }
@@ -72,7 +91,17 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
                n_ff = o->n_ff, n_vocab = o->n_vocab, n_ctx = o->n_ctx, seed = o->seed;
     const long head_dim = o->head_dim ? o->head_dim : o->n_embd / o->n_head;
     const float rope_base = o->rope_base, eps = o->norm_eps;
-    if (strcmp(arch, "qwen3") && strcmp(arch, "llama")) { ds_errf(err, errlen, "make-model: arch must be qwen3 or llama, got '%s'", arch); return -1; }
+    if (strcmp(arch, "qwen3") && strcmp(arch, "llama") && strcmp(arch, "qwen3moe")) {
+        ds_errf(err, errlen, "make-model: arch must be qwen3, qwen3moe or llama, got '%s'", arch);
+        return -1;
+    }
+    const int moe = !strcmp(arch, "qwen3moe");
+    const long n_exp = o->n_expert, n_used = o->n_expert_used, n_ff_exp = o->n_ff_exp;
+    if (moe && (n_exp < 1 || n_exp > 1024 || n_used < 1 || n_used > n_exp || n_ff_exp < 1)) {
+        ds_errf(err, errlen, "make-model: qwen3moe needs 1 <= experts used (%ld) <= experts (%ld) <= 1024 and an "
+                "expert FFN width >= 1 (%ld)", n_used, n_exp, n_ff_exp);
+        return -1;
+    }
     if (n_embd < 1 || n_layer < 1 || n_head < 1 || n_head_kv < 1 || n_ff < 1 || n_vocab < 260 || head_dim < 2) {
         ds_errf(err, errlen, "make-model: every dimension must be positive (and n_vocab >= 260)");
         return -1;
@@ -80,9 +109,11 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
     if (head_dim % 2) { ds_errf(err, errlen, "make-model: head dim %ld must be even", head_dim); return -1; }
     if (n_head % n_head_kv) { ds_errf(err, errlen, "make-model: n_head %ld must be a multiple of n_head_kv %ld", n_head, n_head_kv); return -1; }
     const long blk = (long)ds_type_block_elems(type);
-    if (blk > 1 && (n_embd % blk || n_ff % blk || (n_head * head_dim) % blk)) {
-        ds_errf(err, errlen, "make-model: %s needs n_embd, n_ff and n_head*head_dim to be multiples of %ld",
-                ds_type_name(type), blk);
+    const long n_ff_sh = moe ? o->n_ff_shexp : 0;
+    if (n_ff_sh < 0) { ds_errf(err, errlen, "make-model: the shared expert width %ld is negative", n_ff_sh); return -1; }
+    if (blk > 1 && (n_embd % blk || n_ff % blk || (n_head * head_dim) % blk || (moe && (n_ff_exp % blk || n_ff_sh % blk)))) {
+        ds_errf(err, errlen, "make-model: %s needs n_embd, n_ff%s and n_head*head_dim to be multiples of %ld",
+                ds_type_name(type), moe ? ", the expert FFN width" : "", blk);
         return -1;
     }
     builder b = { gguf_writer_new(), (uint64_t)seed * 0x2545F4914F6CDD1Dull + 1, type, 0 };
@@ -102,6 +133,12 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
     gguf_set_f32(b.w, KEY("rope.freq_base"), rope_base);
     gguf_set_f32(b.w, KEY("attention.layer_norm_rms_epsilon"), eps);
     gguf_set_u32(b.w, KEY("vocab_size"), (uint32_t)n_vocab);
+    if (moe) {
+        gguf_set_u32(b.w, KEY("expert_count"), (uint32_t)n_exp);
+        gguf_set_u32(b.w, KEY("expert_used_count"), (uint32_t)n_used);
+        gguf_set_u32(b.w, KEY("expert_feed_forward_length"), (uint32_t)n_ff_exp);
+        if (n_ff_sh > 0) gguf_set_u32(b.w, KEY("expert_shared_feed_forward_length"), (uint32_t)n_ff_sh);
+    }
 #undef KEY
     gguf_set_u32(b.w, "general.file_type", gguf_llama_ftype(type));     /* llama.cpp's code */
     gguf_set_u32(b.w, "general.quantization_version", GGUF_QUANTIZATION_VERSION);
@@ -117,6 +154,11 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
     uint32_t emb_type = type;
     add_matrix(&b, "token_embd.weight", n_embd, n_vocab, 1.0f, emb_type);
     add_norm(&b, "output_norm.weight", n_embd);
+    /* qwen3moe: an untied head scaled to logits of a few units, so that
+     * greedy text follows the context and sampling has choices (a tied head
+     * of the O(1) embedding rows gives logits of tens: one token wins
+     * everywhere, and a MoE test would see few routes) */
+    if (moe) add_matrix(&b, "output.weight", n_embd, n_vocab, sqrtf(3.0f / (float)n_embd) * 3.0f, type);
     for (long l = 0; l < n_layer && !b.failed; l++) {
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%ld." s ".weight", l), n)
@@ -124,12 +166,34 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
         add_matrix(&b, NAME("attn_q"), n_embd, qd, sqrtf(3.0f / (float)n_embd), type);
         add_matrix(&b, NAME("attn_k"), n_embd, kvd, sqrtf(3.0f / (float)n_embd), type);
         add_matrix(&b, NAME("attn_v"), n_embd, kvd, sqrtf(3.0f / (float)n_embd), type);
-        if (!strcmp(arch, "qwen3")) {
+        if (strcmp(arch, "llama")) {
             add_norm(&b, NAME("attn_q_norm"), head_dim);
             add_norm(&b, NAME("attn_k_norm"), head_dim);
         }
         add_matrix(&b, NAME("attn_output"), qd, n_embd, sqrtf(3.0f / (float)qd) * 0.5f, type);
         add_norm(&b, NAME("ffn_norm"), n_embd);
+        if (moe) {
+            /* the router stays F32, as llama.cpp's quantizer leaves it; its
+             * scale spreads the logits over a few units so that rows choose
+             * different experts */
+            add_matrix(&b, NAME("ffn_gate_inp"), n_embd, n_exp, sqrtf(3.0f / (float)n_embd) * 2.0f, DS_TYPE_F32);
+            add_experts(&b, NAME("ffn_gate_exps"), n_embd, n_ff_exp, n_exp, sqrtf(3.0f / (float)n_embd), type);
+            add_experts(&b, NAME("ffn_up_exps"), n_embd, n_ff_exp, n_exp, sqrtf(3.0f / (float)n_embd), type);
+            add_experts(&b, NAME("ffn_down_exps"), n_ff_exp, n_embd, n_exp, sqrtf(3.0f / (float)n_ff_exp) * 0.5f, type);
+            if (n_ff_sh > 0) {
+                /* the shared expert's gate: one output, a 1-D F32 vector as in llama.cpp's files */
+                float *gv = malloc((size_t)n_embd * sizeof(float));
+                if (!gv) { b.failed = 1; break; }
+                for (long i = 0; i < n_embd; i++) gv[i] = ds_uniform_pm1(&b.r) * sqrtf(3.0f / (float)n_embd);
+                const uint64_t ne1[1] = { (uint64_t)n_embd };
+                if (gguf_add_tensor(b.w, NAME("ffn_gate_inp_shexp"), DS_TYPE_F32, 1, ne1, gv, (uint64_t)n_embd * 4)) b.failed = 1;
+                free(gv);
+                add_matrix(&b, NAME("ffn_gate_shexp"), n_embd, n_ff_sh, sqrtf(3.0f / (float)n_embd), type);
+                add_matrix(&b, NAME("ffn_up_shexp"), n_embd, n_ff_sh, sqrtf(3.0f / (float)n_embd), type);
+                add_matrix(&b, NAME("ffn_down_shexp"), n_ff_sh, n_embd, sqrtf(3.0f / (float)n_ff_sh) * 0.5f, type);
+            }
+            continue;
+        }
         add_matrix(&b, NAME("ffn_gate"), n_embd, n_ff, sqrtf(3.0f / (float)n_embd), type);
         add_matrix(&b, NAME("ffn_up"), n_embd, n_ff, sqrtf(3.0f / (float)n_embd), type);
         add_matrix(&b, NAME("ffn_down"), n_ff, n_embd, sqrtf(3.0f / (float)n_ff) * 0.5f, type);
@@ -154,4 +218,5 @@ void ds_make_model_defaults(ds_make_model_opts *o) {
     o->n_embd = 256; o->n_layer = 4; o->n_head = 4; o->n_head_kv = 2; o->head_dim = 0;
     o->n_ff = 768; o->n_vocab = 512; o->n_ctx = 2048; o->seed = 1;
     o->rope_base = 10000.0f; o->norm_eps = 1e-6f;
+    o->n_expert = 8; o->n_expert_used = 2; o->n_ff_exp = 128; o->n_ff_shexp = 0;
 }

@@ -9,6 +9,14 @@ typedef struct {
     uint32_t    type;          /* weight type of the 2-D tensors              */
     long n_embd, n_layer, n_head, n_head_kv, head_dim /* 0 = n_embd/n_head */, n_ff, n_vocab, n_ctx, seed;
     float rope_base, norm_eps;
+    /* qwen3moe: experts per layer, used per token, each expert's FFN width
+     * (n_ff is then the feed_forward_length key, unused by the forward) */
+    long n_expert, n_expert_used, n_ff_exp;
+    /* > 0: a shared expert of this width in every layer (qwen35moe's FFN:
+     * ffn_gate_inp_shexp, ffn_{gate,up,down}_shexp). llama.cpp's qwen3moe
+     * loader has no shared expert and refuses such a file (extra tensors);
+     * dspark loads it, to test that FFN on the qwen3moe trunk. */
+    long n_ff_shexp;
 } ds_make_model_opts;
 
 void ds_make_model_defaults(ds_make_model_opts *o);

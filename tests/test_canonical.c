@@ -94,12 +94,16 @@ static int sweep(ds_ctx *c, const int32_t *toks, const ds_kernel_set *ks, int m_
     return differing;
 }
 
-static ds_model *make(const char *dir, const char *name, uint32_t type, const char *arch) {
+/* n_expert / n_used / n_ff_shexp: the qwen3moe shape (ignored by the dense archs) */
+static ds_model *make_moe(const char *dir, const char *name, uint32_t type, const char *arch, int n_expert, int n_used,
+                          int n_ff_shexp) {
     char path[512], err[DS_ERRLEN];
     snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
     ds_make_model_opts o;
     ds_make_model_defaults(&o);
     o.arch = arch; o.type = type;
+    o.n_expert = n_expert; o.n_expert_used = n_used; o.n_ff_exp = ds_type_block_elems(type) == 256 ? 256 : 64;
+    o.n_ff_shexp = n_ff_shexp;
     o.n_embd = 128; o.n_layer = 3; o.n_head = 4; o.n_head_kv = 2; o.head_dim = 32; o.n_ff = 256;
     if (ds_type_block_elems(type) == 256) {     /* K types: rows of whole super-blocks */
         o.n_embd = 256; o.head_dim = 64; o.n_ff = 256;
@@ -109,6 +113,57 @@ static ds_model *make(const char *dir, const char *name, uint32_t type, const ch
     ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);
     if (!m) { printf("FAIL load: %s\n", err); exit(1); }
     return m;
+}
+
+static ds_model *make(const char *dir, const char *name, uint32_t type, const char *arch) {
+    return make_moe(dir, name, type, arch, 8, 2, 0);
+}
+
+/* A context with two taps and the all-canonical sweep over M = 1..16: the
+ * differing cases (*cp: the context, for the counter-tests). */
+static int canonical_sweep(const ds_model *m, const int32_t *toks, ds_ctx **cp) {
+    char err[DS_ERRLEN];
+    ds_ctx *c = *cp = ds_ctx_new(m, N_CTX, 2, err, sizeof err);
+    if (!c) { printf("FAIL ctx: %s\n", err); exit(1); }
+    CHECK(ds_set_taps(c, k_taps, 2, err, sizeof err) == 0, "taps: %s", err);
+    ds_kernel_set ks;
+    ds_kernel_set_all(&ks, DS_CANONICAL);
+    return sweep(c, toks, &ks, 16);
+}
+
+/* The mixture of experts (qwen3moe): the same property and counter-tests,
+ * and moe_route's own: with only the route fast, rows differ. Two shapes:
+ * 2 of 8 experts (F32, Q8_0) and 4 of 16 (Q4_K), so that some experts are
+ * chosen by several rows of one batch and others by none. */
+static void test_moe(const char *dir, const int32_t *toks) {
+    /* the last: qwen35moe's FFN, the experts plus a gated shared expert */
+    static const struct { uint32_t type; int n_expert, n_used, n_ff_shexp; } cases[] = {
+        { DS_TYPE_F32, 8, 2, 0 }, { DS_TYPE_Q8_0, 8, 2, 0 }, { DS_TYPE_Q4_K, 16, 4, 0 }, { DS_TYPE_Q8_0, 8, 2, 96 } };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const uint32_t type = cases[ci].type;
+        if (getenv("DSPARK_SAN") && ci == 2) { printf("SKIP canonical_property arch=qwen3moe type=Q4_K under the sanitizers\n"); continue; }
+        char name[64];
+        snprintf(name, sizeof name, "moe-%s-%zu", ds_type_name(type), ci);
+        ds_model *m = make_moe(dir, name, type, "qwen3moe", cases[ci].n_expert, cases[ci].n_used, cases[ci].n_ff_shexp);
+        ds_ctx *c;
+        int d = canonical_sweep(m, toks, &c);
+        ds_kernel_set ks;
+        CHECK(d == 0, "qwen3moe %s canonical: %d of %d (pos0, M) cases differ from decode", ds_type_name(type), d, N_POS0 * 16);
+        printf("%s canonical_property type=%s arch=qwen3moe experts=%d/%d shared_expert=%d cases=%d differing=%d\n",
+               d ? "FAIL" : "PASS", ds_type_name(type), cases[ci].n_used, cases[ci].n_expert, cases[ci].n_ff_shexp,
+               N_POS0 * 16, d);
+        /* counter-tests: the experts' matmul family fast, then the route alone */
+        const int fams[2] = { ds_matmul_family(type), DS_FAM_MOE_ROUTE };
+        for (int fi = 0; fi < 2; fi++) {
+            ds_kernel_set_all(&ks, DS_CANONICAL);
+            ks.v[fams[fi]] = DS_FAST;
+            d = sweep(c, toks, &ks, 8);
+            CHECK(d > 0, "qwen3moe: fast %s never differed from decode", ds_family_name(fams[fi]));
+            printf("%s counter_test arch=qwen3moe family=%s differing=%d\n", d > 0 ? "PASS" : "FAIL", ds_family_name(fams[fi]), d);
+        }
+        ds_ctx_free(c);
+        ds_model_free(m);
+    }
 }
 
 int main(void) {
@@ -135,13 +190,9 @@ int main(void) {
             continue;
         }
         ds_model *m = make(dir, ds_type_name(types[ti]), types[ti], arch);
-        ds_ctx *c = ds_ctx_new(m, N_CTX, 2, err, sizeof err);
-        CHECK(c != NULL, "ctx: %s", err);
-        CHECK(ds_set_taps(c, k_taps, 2, err, sizeof err) == 0, "taps: %s", err);
-
+        ds_ctx *c;
+        int d = canonical_sweep(m, toks, &c);
         ds_kernel_set ks;
-        ds_kernel_set_all(&ks, DS_CANONICAL);
-        int d = sweep(c, toks, &ks, 16);
         CHECK(d == 0, "%s/%s canonical: %d of %d (pos0, M) cases differ from decode", ds_type_name(types[ti]), arch, d, N_POS0 * 16);
         printf("%s canonical_property type=%s arch=%s cases=%d differing=%d\n", d ? "FAIL" : "PASS", ds_type_name(types[ti]), arch, N_POS0 * 16, d);
 
@@ -163,6 +214,9 @@ int main(void) {
         ds_ctx_free(c);
         ds_model_free(m);
     }
+
+    if (!strcmp(tu_device(), "cpu")) test_moe(dir, toks);
+    else printf("SKIP canonical_property arch=qwen3moe on device %s (no MoE kernels there yet)\n", tu_device());
 
     /* thread-count invariance: canonical and fast, 1 vs 2 vs 3 threads */
     {

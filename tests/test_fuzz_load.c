@@ -5,6 +5,8 @@
  *   target:  mutated model file  -> ds_model_load -> context -> a few tokens
  *   drafter: good target + mutated drafter file -> ds_drafter_load ->
  *            a short speculative run
+ *   moe:     mutated qwen3moe file (expert keys, 3-D expert tensors, the
+ *            router) -> ds_model_load -> context -> a few tokens
  *
  * Mutations aim where loaders go wrong: every scalar metadata value and
  * every tensor-directory field (dims, type, offset) is set to boundary
@@ -150,11 +152,12 @@ static long env_long(const char *k, long def) {
 }
 
 int main(void) {
-    char dir[256], tpath[400], dpath[400], mpath[400], err[DS_ERRLEN];
+    char dir[256], tpath[400], dpath[400], mpath[400], epath[400], err[DS_ERRLEN];
     tu_tmpdir(dir, sizeof dir);
     snprintf(tpath, sizeof tpath, "%s/t.gguf", dir);
     snprintf(dpath, sizeof dpath, "%s/d.gguf", dir);
     snprintf(mpath, sizeof mpath, "%s/mut.gguf", dir);
+    snprintf(epath, sizeof epath, "%s/moe.gguf", dir);
     const long iters = env_long("DSPARK_FUZZ_ITERS", 1000);
     const double secs = (double)env_long("DSPARK_FUZZ_SECONDS", 6);
 
@@ -163,6 +166,8 @@ int main(void) {
     mo.n_embd = 64; mo.n_layer = 2; mo.n_head = 4; mo.n_head_kv = 2; mo.n_ff = 96; mo.n_vocab = 280; mo.n_ctx = 64;
     mo.type = DS_TYPE_Q8_0;
     CHECK(ds_make_model(&mo, tpath, err, sizeof err) == 0, "make target: %s", err);
+    mo.arch = "qwen3moe"; mo.n_expert = 4; mo.n_expert_used = 2; mo.n_ff_exp = 32;
+    CHECK(ds_make_model(&mo, epath, err, sizeof err) == 0, "make qwen3moe target: %s", err);
     ds_model *target = ds_model_load(tpath, err, sizeof err);
     CHECK(target != NULL, "target: %s", err);
     if (!target) return tu_finish("test_fuzz_load");
@@ -177,9 +182,9 @@ int main(void) {
           "tokenize: %s", err);
 
     uint64_t rng = 0x5eed;
-    for (int path = 0; path < 2; path++) {
+    for (int path = 0; path < 3; path++) {      /* target, drafter, qwen3moe target */
         corpus c = { 0 };
-        c.seed = read_all(path == 0 ? tpath : dpath, &c.n);
+        c.seed = read_all(path == 0 ? tpath : path == 1 ? dpath : epath, &c.n);
         index_fields(&c);
         uint8_t *buf = malloc(c.n);
         long loaded = 0, refused = 0, bad_err = 0, it;
@@ -189,7 +194,7 @@ int main(void) {
             mutate(&c, buf, &n, &rng);
             write_file(mpath, buf, n);
             err[0] = 0;
-            if (path == 0) {
+            if (path != 1) {
                 ds_model *m = ds_model_load(mpath, err, sizeof err);
                 if (!m) { refused++; bad_err += !one_line(err); continue; }
                 loaded++;
@@ -221,7 +226,7 @@ int main(void) {
             }
         }
         printf("%s path: %ld iterations in %.1fs, %ld loaded and ran, %ld refused, %ld malformed error lines\n",
-               path ? "drafter" : "target", it, now_s() - t0, loaded, refused, bad_err);
+               path == 1 ? "drafter" : path == 2 ? "qwen3moe target" : "target", it, now_s() - t0, loaded, refused, bad_err);
         CHECK(bad_err == 0, "%ld refusals were not one non-empty line", bad_err);
         CHECK(refused > 0 && loaded > 0, "the mutations must both break and keep the file (refused %ld, loaded %ld)",
               refused, loaded);

@@ -39,10 +39,11 @@ static double pf_now(int cpu) {
 
 /* ---- timing probe ------------------------------------------------------------- */
 enum { PF_EMBED, PF_MM_QKV, PF_QKNORM, PF_ROPE, PF_KVWRITE, PF_ATTN, PF_MM_O, PF_RESID, PF_MM_GATEUP,
-       PF_SWIGLU, PF_MM_DOWN, PF_TAP, PF_LMHEAD, PF_OTHER, PF_COUNT };
+       PF_SWIGLU, PF_MM_DOWN, PF_MOE_ROUTER, PF_MOE_EXPERTS, PF_TAP, PF_LMHEAD, PF_OTHER, PF_COUNT };
 static const char *k_pf_name[PF_COUNT] = {
     "embed+norm0", "matmul q,k,v", "rmsnorm q,k", "rope q,k", "kv write", "attention", "matmul o",
-    "residual+norm", "matmul gate,up", "swiglu", "matmul down", "taps", "lm head", "other"};
+    "residual+norm", "matmul gate,up", "swiglu", "matmul down", "moe router+route", "moe experts",
+    "taps", "lm head", "other"};
 #define PF_MAX_LAYERS 256
 
 typedef struct {
@@ -51,6 +52,7 @@ typedef struct {
     int64_t last_key;
     double fam[PF_COUNT];
     double layer[PF_MAX_LAYERS];
+    int moe_layer;      /* the layer whose router was last reported (MoE) */
 } pf_state;
 
 static int pf_family(int cp, int sub) {
@@ -63,7 +65,8 @@ static int pf_family(int cp, int sub) {
     case DSD_CP_ATTN_HEADS: return PF_ATTN;
     case DSD_CP_ATTN_OUT_PROJ: return PF_MM_O;
     case DSD_CP_ATTN_RESIDUAL: case DSD_CP_LAYER_OUT: return PF_RESID;
-    case DSD_CP_FFN_GATE_UP: return sub == DSD_SUB_FFN_GATE ? PF_MM_GATEUP : PF_OTHER;
+    case DSD_CP_FFN_GATE_UP:
+        return sub == DSD_SUB_FFN_GATE ? PF_MM_GATEUP : sub == DSD_SUB_MOE_LOGITS ? PF_MOE_ROUTER : PF_OTHER;
     case DSD_CP_FFN_ACT: return PF_SWIGLU;
     case DSD_CP_FFN_DOWN: return PF_MM_DOWN;
     case DSD_CP_TAP: return PF_TAP;
@@ -84,7 +87,10 @@ static void pf_probe(void *user, int pos, int layer, int cp, int sub, unsigned f
     const double t = pf_now(s->cpu), dt = t - s->last;
     s->last = t;
     s->last_key = key;
-    s->fam[pf_family(cp, sub)] += dt;
+    /* a MoE layer's FFN_DOWN closes its experts and the combine */
+    if (cp == DSD_CP_FFN_GATE_UP && sub == DSD_SUB_MOE_LOGITS) s->moe_layer = layer;
+    const int f = cp == DSD_CP_FFN_DOWN && layer == s->moe_layer ? PF_MOE_EXPERTS : pf_family(cp, sub);
+    s->fam[f] += dt;
     if (layer >= 0 && layer < PF_MAX_LAYERS) s->layer[layer] += dt;
 }
 
@@ -117,6 +123,7 @@ static void profile_forward(ds_ctx *c, const int32_t *toks, int prefix, long rep
         for (int k = 0; k < 2; k++) {        /* 0 = decode step, 1 = verify(8); interleaved */
             CHECK(ds_kv_truncate(c, prefix));
             memset(&s, 0, sizeof s);
+            s.moe_layer = -2;
             s.cpu = cpu;
             s.last_key = -1;
             ds_pool_stats_t p0, p1;
@@ -165,9 +172,11 @@ static void profile_kernels(ds_ctx *c, long reps, int cpu) {
     const ds_model *m = ds_ctx_model(c);
     ds_pool *pool = ds_exec_cpu_pool(ds_ctx_exec(c));
     const ds_layer *L = &m->layers[0];
+    const int moe = L->n_expert > 0;     /* MoE: the router and expert 0 stand for the FFN */
     const struct { const char *name; const ds_weight *w; int per_layer; } mm[8] = {
         {"q", &L->wq, 1}, {"k", &L->wk, 1}, {"v", &L->wv, 1}, {"o", &L->wo, 1},
-        {"gate", &L->w_gate, 1}, {"up", &L->w_up, 1}, {"down", &L->w_down, 1}, {"lm_head", &m->output, 0}};
+        {moe ? "router" : "gate", moe ? &L->gate_inp : &L->w_gate, 1}, {moe ? "exp_up" : "up", moe ? &L->exp_up[0] : &L->w_up, 1},
+        {moe ? "exp_down" : "down", moe ? &L->exp_down[0] : &L->w_down, 1}, {"lm_head", &m->output, 0}};
     static const int widths[] = {1, 2, 4, 7, 8, 16};
     const int NW = (int)(sizeof widths / sizeof widths[0]);
     int64_t kmax = 0, nmax = 0;
@@ -206,12 +215,15 @@ static void profile_kernels(ds_ctx *c, long reps, int cpu) {
     }
     size_t bytes = weight_bytes(&m->output);
     for (int l = 0; l < m->hp.n_layer; l++) {
-        const ds_layer *ly = &m->layers[l];
-        const ds_weight *ws[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
-        for (int j = 0; j < 7; j++) bytes += weight_bytes(ws[j]);
+        const ds_weight *w;
+        for (int j = 0; (w = ds_layer_weight((ds_layer *)&m->layers[l], j)); j++) bytes += weight_bytes(w);
     }
-    printf("weight bytes read per forward (any M): %.2f MB as stored (the VNNI tiles are the same size)\n",
-           (double)bytes / 1e6);
+    if (moe)
+        printf("weight bytes in all (a MoE forward reads the experts its rows choose): %.2f MB as stored\n",
+               (double)bytes / 1e6);
+    else
+        printf("weight bytes read per forward (any M): %.2f MB as stored (the VNNI tiles are the same size)\n",
+               (double)bytes / 1e6);
     free(x); free(y); free(t);
 }
 

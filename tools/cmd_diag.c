@@ -30,6 +30,7 @@
 typedef struct {
     const char *model_path, *drafter_path, *prompt, *prompt_file, *tokens, *json, *svg, *table;
     long block_greedy, reps;
+    int all_families;                /* families: also those the model does not use */
     cli_model_flags mf;
 } diag_args;
 
@@ -45,6 +46,7 @@ static void parse_args(const char *C, int argc, char **argv, diag_args *a, void 
         else if (!strcmp(s, "-f") || !strcmp(s, "--file")) a->prompt_file = cli_value(C, argc, argv, &i);
         else if (!strcmp(s, "--tokens")) a->tokens = cli_value(C, argc, argv, &i);
         else if (!strcmp(s, "--block-greedy")) a->block_greedy = cli_int(C, s, cli_value(C, argc, argv, &i), 1, 64);
+        else if (!strcmp(s, "--all-families")) a->all_families = 1;
         else if (!strcmp(s, "--reps")) a->reps = cli_int(C, s, cli_value(C, argc, argv, &i), 1, 1000);
         else if (!strcmp(s, "--json")) a->json = cli_value(C, argc, argv, &i);
         else if (!strcmp(s, "--svg")) a->svg = cli_value(C, argc, argv, &i);
@@ -287,10 +289,12 @@ int cmd_diverge(int argc, char **argv) {
 
 static void families_usage(void) {
     printf("usage: dspark families -m MODEL.gguf (-p TEXT | -f FILE) (--tokens ID,... | -md DRAFTER.gguf | --block-greedy N)\n"
-           "       [-t N]\n"
+           "       [-t N] [--all-families]\n"
            "For each family: the isolated same-input A/B (decode kernel vs the fast batched kernel,\n"
            "M = 1..16) and, with only that family fast, where the model's pass stops being identical on\n"
-           "the chain operator -> future-visible state -> logits -> greedy token -> bytes.\n");
+           "the chain operator -> future-visible state -> logits -> greedy token -> bytes.\n"
+           "A family the model does not run (a matmul type it has no weight of, moe_route on a dense\n"
+           "model) is one line verdict=UNUSED; --all-families tests it anyway (synthetic weights).\n");
 }
 
 static const char *chain_verdict(const int chain[DSD_CHAIN_COUNT]) {
@@ -308,6 +312,10 @@ int cmd_families(int argc, char **argv) {
     print_block(&s);
     for (int f = 0; f < DS_FAM_COUNT; f++) {
         ds_family_ab ab;
+        if (!a.all_families && !ds_model_uses_family(s.m, f)) {
+            printf("FAMILY name=%s verdict=UNUSED reason=\"the model runs no %s kernel\"\n", ds_family_name(f), ds_family_name(f));
+            continue;
+        }
         if (family_ab(C, &s, f, &ab, err, sizeof err)) {
             printf("FAMILY name=%s verdict=UNSUPPORTED device=%s reason=\"%s\"\n", ds_family_name(f), a.mf.device, err);
             continue;
@@ -427,8 +435,12 @@ int cmd_sweep(int argc, char **argv) {
         dsd_metrics before = first->m;
         /* attribution: candidates at this site that are still fast, each
          * tested in isolation; the first proven different is the source */
-        unsigned cand = ds_families_for_checkpoint(&r, site.layer, site.cp, site.sub) & ~canon;
-        if (!cand) cand = ((1u << DS_FAM_COUNT) - 1) & ~canon;
+        /* only families the model runs: fast kernels it never calls cannot
+         * be the source (and their A/Bs would cost time for nothing) */
+        unsigned used = 0;
+        for (int f = 0; f < DS_FAM_COUNT; f++) used |= (unsigned)ds_model_uses_family(s.m, f) << f;
+        unsigned cand = ds_families_for_checkpoint(&r, site.layer, site.cp, site.sub) & ~canon & used;
+        if (!cand) cand = used & ~canon;
         int chosen = -1;
         for (int f = 0; f < DS_FAM_COUNT && chosen < 0; f++) {
             if (!(cand & (1u << f))) continue;

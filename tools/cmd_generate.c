@@ -331,6 +331,9 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "model=%s arch=%s n_layer=%d n_embd=%d n_head=%d n_head_kv=%d n_ff=%d n_vocab=%d weights=%s params=%llu\n",
                 model_path, ds_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
                 m->hp.n_ff, m->hp.n_vocab, ds_type_name(m->weight_type), (unsigned long long)m->n_params);
+        if (m->hp.n_expert > 0)
+            fprintf(stderr, "moe n_expert=%d n_expert_used=%d n_ff_exp=%d n_ff_shexp=%d router=%s\n", m->hp.n_expert,
+                    m->hp.n_expert_used, m->hp.n_ff_exp, m->hp.n_ff_shexp, ds_type_name(m->layers[0].gate_inp.type));
         fprintf(stderr, "kernels=\"%s\" simd=%s threads=%ld n_ctx=%ld n_prompt=%zu\n", kbuf, ds_simd_path(), n_threads, n_ctx, n_toks);
         fprintf(stderr, "device=%s\n", m->be->i->name);
         if (R.dr) fprintf(stderr, "drafter=%s %s\n", draft_path, ds_drafter_describe(R.dr));

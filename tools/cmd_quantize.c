@@ -3,7 +3,8 @@
  * habit). Every metadata key is copied (with llama.cpp's names and codes:
  * tokenizer.ggml.pre "gpt-2", general.file_type as LLAMA_FTYPE,
  * general.quantization_version = 2); 1-D tensors (norms) stay as they are;
- * 2-D tensors are converted to f32 exactly and re-encoded.
+ * 2-D tensors and 3-D expert stacks (ffn_*_exps) are converted to f32
+ * exactly and re-encoded; a MoE router (ffn_gate_inp) keeps its type.
  *
  *   f32|f16|bf16|q8_0      every 2-D weight to TYPE (a row length that is not
  *                          a multiple of the block keeps its type). Makes the
@@ -110,7 +111,9 @@ int cmd_quantize(int argc, char **argv) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
         const uint64_t n = gguf_tensor_nelements(t), ne0 = t->ne[0];
         uint32_t to = type;
-        if (mix == MIX_COPY || t->n_dims != 2) {
+        /* 2-D weights and llama.cpp's 3-D expert stacks (rows of rows); a
+         * MoE router (ffn_gate_inp) stays as it is, as llama-quantize leaves it */
+        if (mix == MIX_COPY || (t->n_dims != 2 && t->n_dims != 3) || strstr(t->name, "ffn_gate_inp")) {
             to = t->type;
         } else if (ds_type_is_kq(type) || mix) {
             const int is_out = !strcmp(t->name, "output.weight") || (!has_output && !strcmp(t->name, "token_embd.weight"));
@@ -133,11 +136,12 @@ int cmd_quantize(int argc, char **argv) {
         int ok;
         const uint64_t rb = ds_row_bytes(to, ne0, &ok);
         float *f = malloc(n * sizeof(float));
-        void *q = malloc(rb * t->ne[1]);
+        const uint64_t rows = t->ne[1] * (t->n_dims == 3 ? t->ne[2] : 1);
+        void *q = malloc(rb * rows);
         if (!ok || !f || !q) cli_die(C, "out of memory converting '%s'", t->name);
         ds_row_to_f32(t->type, t->data, (int64_t)n, f);
         ds_f32_to_type(to, f, (int64_t)n, q);
-        if (gguf_add_tensor(w, t->name, to, 2, t->ne, q, rb * t->ne[1])) cli_die(C, "%s", gguf_writer_error(w));
+        if (gguf_add_tensor(w, t->name, to, t->n_dims, t->ne, q, rb * rows)) cli_die(C, "%s", gguf_writer_error(w));
         free(f); free(q);
         converted++;
     }

@@ -35,6 +35,7 @@ typedef enum {
     DS_FAM_ROPE,
     DS_FAM_SWIGLU,
     DS_FAM_RESIDUAL,
+    DS_FAM_MOE_ROUTE,       /* mixture-of-experts routing (moe_route.c)    */
     DS_FAM_COUNT
 } ds_family;
 
@@ -43,7 +44,8 @@ typedef enum { DS_CANONICAL = 0, DS_FAST = 1 } ds_variant;
 typedef struct { uint8_t v[DS_FAM_COUNT]; } ds_kernel_set;
 
 /* "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "matmul_q4_0",
- * ..., "matmul_q6_k", "attention", "rmsnorm", "rope", "swiglu", "residual" —
+ * ..., "matmul_q6_k", "attention", "rmsnorm", "rope", "swiglu", "residual",
+ * "moe_route" —
  * the one name used in CLI, code and reports. */
 const char *ds_family_name(int fam);
 int  ds_family_from_name(const char *name);          /* -1 if unknown */
@@ -203,7 +205,9 @@ void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up
  * and their weights, renormalised to sum 1 when norm. ids / weights: rows x k.
  * scratch: n_expert floats. Decode is canonical at rows = 1; a row's experts
  * and weights depend on its logits alone. 0, or -1 on bad sizes. The family
- * joins the kernel sets (--fast moe_route) with the qwen3moe forward. */
+ * is DS_FAM_MOE_ROUTE in the kernel sets (--fast moe_route). n_expert is at
+ * most DS_MOE_MAX_EXPERT (the backends' scratch is sized by it). */
+#define DS_MOE_MAX_EXPERT 1024
 int ds_moe_route(ds_variant v, int rows, int n_expert, int k, int norm, const float *logits, float *scratch,
                  int32_t *ids, float *weights);
 

@@ -21,6 +21,7 @@ static const char *const fam_names[DS_FAM_COUNT] = {
     "matmul_q4_0", "matmul_q4_1", "matmul_q5_0", "matmul_q5_1",
     "matmul_q4_k", "matmul_q5_k", "matmul_q6_k",
     "attention",  "rmsnorm",    "rope",        "swiglu",      "residual",
+    "moe_route",
 };
 
 /* What the fast kernel does differently from canonical (= decode). Kept in
@@ -69,6 +70,8 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "fast: angle by repeated multiplication of the frequency; canonical: powf per pair",
     "fast: polynomial exp approximation; canonical: libm expf",
     "fast: add fused with the next norm's sum of squares; canonical: add then a separate norm",
+    "fast: polynomial exp, four interleaved partial sums, reciprocal multiplies (near-tied router "
+    "logits pick other experts); canonical: ds_expf, one left-to-right sum, IEEE divisions, ties to the lower expert",
 };
 
 const char *ds_family_name(int fam) {
