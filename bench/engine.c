@@ -151,7 +151,7 @@ static void bench_spec(const ds_model *m, const char *dpath, const char *text_pa
     size_t len = 0;
     if (text_path) {
         FILE *f = fopen(text_path, "rb");
-        if (!f) die("text", text_path);
+        if (!f) die("cannot open the --text file", text_path);
         buf = malloc(1 << 20);
         len = fread(buf, 1, (1 << 20) - 1, f);
         fclose(f);
