@@ -13,6 +13,8 @@ run_one() {
     else
         fail=$((fail+1)); failed="$failed $name"
         printf 'FAIL %-32s (log: %s)\n' "$name" "$BUILD/tests/$name.log"
+        # the checks that failed first (a long log's tail may not hold them), then the tail
+        grep -E '^ *FAIL' "$BUILD/tests/$name.log" | head -n 10 | sed 's/^/    failed: /'
         tail -n 20 "$BUILD/tests/$name.log" | sed 's/^/    /'
     fi
 }
