@@ -97,6 +97,11 @@ typedef struct {
     float *conf;                       /* [n_keep]                                */
     float *bias;                       /* [V] scratch: W2 e (the engine's bias)   */
     float *in;                         /* [D + rank] scratch: the conf input      */
+    /* rows of h and z, and ids of toks, from one slot to the next (0 or 1:
+     * adjacent). A batched round (ds_draft_many) lays many sequences' slots
+     * out slot-major: stride = its number of sequences. A backend whose
+     * chain has no strides returns 1 for stride > 1. */
+    int stride;
 } ds_draft_chain;
 
 /* A matmul with its neighbours in one launch (matmul_res):

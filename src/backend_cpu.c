@@ -330,12 +330,13 @@ static int cpu_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     ds_pool *pool = pool_of(ex);
     chain_slot st = {.bias = c->bias, .mask_id = c->mask_id, .mask_logit = c->mask_logit};
     float *e = c->in + c->D;                 /* in = [h_k; e]: e lands in place */
+    const size_t sd = c->stride > 1 ? (size_t)c->stride : 1;
     for (int k = 0; k < c->n_keep; k++) {
-        const float *hk = c->h + (size_t)k * c->D;
-        st.z = c->z + (size_t)k * c->V;
+        const float *hk = c->h + (size_t)k * sd * c->D;
+        st.z = c->z + (size_t)k * sd * c->V;
         int32_t tok;
         if (c->w2) {
-            cpu_embed(ex, c->w1, 1, c->toks + k, e);
+            cpu_embed(ex, c->w1, 1, c->toks + (size_t)k * sd, e);
             for (int t = 0; t < CPU_CHAIN_MAX_CHUNKS; t++) st.best[t] = -1;
             ds_matmul_epi(DS_CANONICAL, c->w2, 1, e, c->bias, pool, chain_epi, &st);
             int64_t b = -1;
@@ -355,7 +356,7 @@ static int cpu_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
             cpu_matmul(ex, DS_CANONICAL, c->conf_w, 1, c->in, c->conf_logit);
             cpu_gate(ex, DS_GATE_SIGMOID, 1, c->conf_logit, c->conf_b, NULL, NULL, c->conf + k);
         }
-        c->toks[k + 1] = tok;
+        c->toks[(size_t)(k + 1) * sd] = tok;
     }
     return 0;
 }

@@ -46,8 +46,8 @@ void     ds_dctx_free(ds_dctx *x);
  * cache and the recorded launch sequences are the context's, so one shared
  * context serves every sequence of an engine in turn: a sequence's rows and
  * drafts are bit for bit what a context of its own would give. */
-ds_dctx *ds_dctx_new_shared(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool *pool, int group, char *err,
-                            size_t errlen);
+ds_dctx *ds_dctx_new_shared(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool *pool, int group, int n_seq,
+                            char *err, size_t errlen);
 int      ds_dctx_bind(ds_dctx *x, ds_seq *s, char *err, size_t errlen);
 /* A shared context's rows for many sequences at once: n device tap rows,
  * row m written at rows->pos[m] of sequence rows->seq[m] (the engine's
@@ -55,6 +55,28 @@ int      ds_dctx_bind(ds_dctx *x, ds_seq *s, char *err, size_t errlen);
  * ds_dctx_append gives each sequence alone; no n_dctx is changed (the
  * caller's). */
 int      ds_dctx_append_rows(ds_dctx *x, const float *taps_dev, int n, const ds_rows *rows, char *err, size_t errlen);
+/* Drafting rounds of many sequences of a shared context in one pass: one
+ * block forward over every sequence's gamma rows (row k*n + i is slot k of
+ * sequence i: the anchors first, then the MASK rows slot by slot), the LM
+ * head over each slot's rows, then each sequence's Markov chain. Sequence
+ * i's ids are bit for bit what ds_draft gives it alone (a row's arithmetic
+ * is its own; which rows share a weight read never changes a bit). q[] is
+ * sorted by n_keep, largest first, so the sequences still drafting at slot
+ * k are a prefix; n <= ds_dctx_many_max. The sequences' pages for the block
+ * rows [p, p + gamma) must be taken and tables (the engine's rows: their
+ * tables, pitch, page stride) up to date. *ids_dev: the ids on the device,
+ * slot-major: slot j of sequence i at [j * n + i]; valid until the next
+ * round. Queued, not waited for. */
+typedef struct {
+    int32_t seq;                  /* its row of tables->tables               */
+    int32_t p;                    /* the anchor's position (its n_dctx)      */
+    int32_t anchor;
+    int     n_keep;               /* 1..gamma                                */
+    const ds_sampler *samp;       /* NULL: greedy                            */
+} ds_draft_seq;
+int      ds_dctx_many_max(const ds_dctx *x);
+int      ds_draft_many(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *tables, const int32_t **ids_dev,
+                       char *err, size_t errlen);
 int      ds_dctx_len(const ds_dctx *x);                     /* context rows held          */
 int      ds_dctx_truncate(ds_dctx *x, int n_pos);
 /* Fix the retained depth (drafts kept per round, 1..gamma) for the rest of

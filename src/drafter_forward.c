@@ -70,6 +70,8 @@ void ds_dctx_free(ds_dctx *x) {
     for (int i = 0; i < DCTX_NBUF; i++)
         if (*slot[i]) be->i->release(be, *slot[i]);
     if (x->nvis) be->i->release(be, x->nvis);    /* x->pos and x->toks lie in the same buffer */
+    if (x->mbuf) be->i->release(be, x->mbuf);
+    free(x->mhost);
     if (x->tables) be->i->release(be, x->tables);
     if (!x->shared) {
         if (x->pool) ds_seq_release(&x->own_seq, x->pool);
@@ -80,24 +82,25 @@ void ds_dctx_free(ds_dctx *x) {
     free(x);
 }
 
-/* Layer-0 projections of rows whose input is the embedding row `id`:
- * x0 = E[id], a = RMSNorm(x0), q/k/v (+ q/k norm), no RoPE. */
-static void layer0_proj_row(const ds_drafter *d, ds_exec *ex, const float *x0, float *a, float *q, float *k, float *v) {
+/* Layer-0 projections of M rows whose inputs are embedding rows x0:
+ * a = RMSNorm(x0), q/k/v (+ q/k norm), no RoPE. */
+static void layer0_proj_rows(const ds_drafter *d, ds_exec *ex, int M, const float *x0, float *a, float *q, float *k,
+                             float *v) {
     const ds_backend_i *b = ex->be->i;
     const ds_layer *L = &d->layers[0];
-    b->rmsnorm(ex, CANON, 1, d->d, x0, L->attn_norm, d->eps, a);
+    b->rmsnorm(ex, CANON, M, d->d, x0, L->attn_norm, d->eps, a);
     if (b->matmul_multi && L->wq.type == L->wk.type && L->wq.type == L->wv.type) {  /* one launch, same bits */
         const ds_weight *const w3[3] = {&L->wq, &L->wk, &L->wv};
         float *const y3[3] = {q, k, v};
-        b->matmul_multi(ex, CANON, 3, w3, 1, a, y3);
+        b->matmul_multi(ex, CANON, 3, w3, M, a, y3);
     } else {
-        b->matmul(ex, CANON, &L->wq, 1, a, q);
-        b->matmul(ex, CANON, &L->wk, 1, a, k);
-        b->matmul(ex, CANON, &L->wv, 1, a, v);
+        b->matmul(ex, CANON, &L->wq, M, a, q);
+        b->matmul(ex, CANON, &L->wk, M, a, k);
+        b->matmul(ex, CANON, &L->wv, M, a, v);
     }
     if (L->q_norm) {
-        b->rmsnorm(ex, CANON, d->n_head, d->head_dim, q, L->q_norm, d->eps, q);
-        b->rmsnorm(ex, CANON, d->n_head_kv, d->head_dim, k, L->k_norm, d->eps, k);
+        b->rmsnorm(ex, CANON, M * d->n_head, d->head_dim, q, L->q_norm, d->eps, q);
+        b->rmsnorm(ex, CANON, M * d->n_head_kv, d->head_dim, k, L->k_norm, d->eps, k);
     }
 }
 
@@ -119,8 +122,8 @@ static int dctx_prepare(ds_dctx *x, int p0, int p1, char *err, size_t errlen) {
 
 /* pool NULL: a pool and a sequence of its own (ds_dctx_new); else the
  * rows live in group `group` of pool and ds_dctx_bind names the sequence. */
-static ds_dctx *dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool *pool, int group, char *err,
-                         size_t errlen) {
+static ds_dctx *dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool *pool, int group, int n_seq,
+                         char *err, size_t errlen) {
     if (!d) { ds_errf(err, errlen, "drafter context: no drafter given"); return NULL; }
     if (ex && ex->be != d->be) {
         ds_errf(err, errlen, "drafter context: the execution context is not on the drafter's device");
@@ -148,11 +151,16 @@ static ds_dctx *dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool 
     }
     x->n_ctx = n_ctx;
     x->cap = n_ctx + d->gamma;
+    /* a shared context drafts up to n_many sequences per pass: its scratch
+     * holds their blocks' rows (and their logits: n_many * gamma * V) */
+    x->n_many = !pool ? 1 : n_seq < 1 ? 1 : n_seq > DS_DRAFT_MANY_MAX ? DS_DRAFT_MANY_MAX : n_seq;
     x->rows = d->gamma > DS_DRAFT_CHUNK ? d->gamma : DS_DRAFT_CHUNK;
+    if (x->n_many * d->gamma > x->rows) x->rows = x->n_many * d->gamma;
     const size_t R = (size_t)x->rows, D = (size_t)d->d, hd = (size_t)d->head_dim;
     const size_t qd = (size_t)d->n_head * hd, kvd = (size_t)d->n_head_kv * hd, V = (size_t)d->V;
     const size_t r = (size_t)d->rank, G = (size_t)d->gamma, w = (size_t)(d->has_corr ? d->corr_w : 0);
-    const size_t GM = G > 1 ? G - 1 : 1;      /* MASK rows of a block: cached as G - 1 copies */
+    const size_t NM = (size_t)x->n_many;
+    const size_t GM = (G > 1 ? G - 1 : 1) * NM;   /* MASK rows: G - 1 copies per sequence of a pass */
     char e2[DS_ERRLEN];
     if (pool) {   /* the engine's: its group must hold this drafter's rows */
         const ds_kvpool_shape *sh = ds_kvpool_shape_of(pool);
@@ -186,7 +194,7 @@ static ds_dctx *dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool 
         R * (size_t)d->n_taps * D, R * D, R * D, R * D,        /* feat x xn o        */
         R * qd, R * qd, R * kvd, R * kvd,                      /* q att k v          */
         R * (size_t)d->n_ff, R * (size_t)d->n_ff, R * (size_t)d->n_ff,       /* gate up hff        */
-        G * V, V, 2 * V,                                       /* z bias samp        */
+        NM * G * V, V, 2 * V,                                  /* z bias samp        */
         7 * r + 4 * D + 16, 3 * w + 1, D, r + 1,               /* vec cw hc state    */
         GM * D, GM * qd, GM * kvd, GM * kvd, V,                /* mask x q k v bias  */
         G, 2};                                                 /* conf scal          */
@@ -202,6 +210,12 @@ static ds_dctx *dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool 
     x->brows = x->crows;
     x->brows.n_vis = x->nvis;
     x->pos_host = malloc((G + R + 1) * sizeof(int32_t));
+    if (x->shared) {
+        const size_t nb = 3 * NM * G + (G + 1) * NM;
+        x->mbuf = be->i->alloc(be, nb * sizeof(int32_t));
+        x->mhost = malloc(nb * sizeof(int32_t));
+        ok &= x->mbuf && x->mhost;
+    }
     if (!ok || !x->pos || !x->toks || !x->pos_host) {
         ds_errf(err, errlen, "drafter context: out of memory for n_ctx=%d", n_ctx);
         ds_dctx_free(x);
@@ -224,9 +238,10 @@ static ds_dctx *dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool 
     }
     /* MASK-row reuse cache (constant per drafter) */
     be->i->embed(ex, d->embd, 1, x->toks + G + 1, x->mask_x);
-    layer0_proj_row(d, ex, x->mask_x, x->o, x->mask_q, x->mask_k, x->mask_v);
-    /* ... repeated for the block's G - 1 MASK rows, so that a round restores
-     * them with one copy per buffer instead of one per row */
+    layer0_proj_rows(d, ex, 1, x->mask_x, x->o, x->mask_q, x->mask_k, x->mask_v);
+    /* ... repeated for the block's G - 1 MASK rows (of every sequence of a
+     * batched pass), so that a round restores them with one copy per
+     * buffer instead of one per row */
     for (size_t i = 1; i < GM; i++) {
         be->i->copy(ex, x->mask_x + i * D, x->mask_x, D * sizeof(float));
         be->i->copy(ex, x->mask_q + i * qd, x->mask_q, qd * sizeof(float));
@@ -249,13 +264,13 @@ static ds_dctx *dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool 
 }
 
 ds_dctx *ds_dctx_new(const ds_drafter *d, int n_ctx, ds_exec *ex, char *err, size_t errlen) {
-    return dctx_new(d, n_ctx, ex, NULL, 0, err, errlen);
+    return dctx_new(d, n_ctx, ex, NULL, 0, 1, err, errlen);
 }
 
-ds_dctx *ds_dctx_new_shared(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool *pool, int group, char *err,
-                            size_t errlen) {
+ds_dctx *ds_dctx_new_shared(const ds_drafter *d, int n_ctx, ds_exec *ex, ds_kvpool *pool, int group, int n_seq,
+                            char *err, size_t errlen) {
     if (!pool || !ex) { ds_errf(err, errlen, "drafter context: a shared context needs the pool and its execution context"); return NULL; }
-    return dctx_new(d, n_ctx, ex, pool, group, err, errlen);
+    return dctx_new(d, n_ctx, ex, pool, group, n_seq, err, errlen);
 }
 
 int ds_dctx_bind(ds_dctx *x, ds_seq *s, char *err, size_t errlen) {
@@ -423,16 +438,21 @@ int ds_dctx_append_dev(ds_dctx *x, const float *taps_dev, int n, int pos0, char 
 
 /* ---- the block forward (spec §1.4-§1.6) ----------------------------------- */
 
-/* Runs the γ block rows [anchor, MASK...] at positions p..p+γ-1 (already in
- * x->pos) through the trunk; leaves the post-output_norm hidden of every row in x->xn. Block K/V
- * rows go to cache rows p..p+γ-1 (beyond the context length: scratch that
- * the next append or round overwrites; never counted as context). */
-static void block_forward(ds_dctx *x, int p) {
+/* Runs n sequences' block rows [anchor, MASK...] through the trunk: rows
+ * [0, n) are the anchors (their ids at `anchors`, device), rows [n, n * γ)
+ * the MASK rows, slot by slot; rv and pos give every row its position
+ * (p..p+γ-1 of its sequence), sequence and visible length (p + γ: the block
+ * is non-causal). n = 1 is ds_draft's one block. Leaves the
+ * post-output_norm hidden of every row in x->xn. Block K/V rows go to cache
+ * rows p..p+γ-1 (beyond the context length: scratch that the next append or
+ * round overwrites; never counted as context). Rows are independent, so
+ * the order of rows, and how many sequences share the pass, change no bit. */
+static void block_forward(ds_dctx *x, int n, const ds_rows *rv, const int *pos, const int32_t *anchors, int p) {
     const ds_drafter *d = x->d;
     ds_exec *ex = x->ex;
     const ds_backend_i *b = ex->be->i;
     const int G = d->gamma, D = d->d, hd = d->head_dim, H = d->n_head, Hkv = d->n_head_kv;
-    const int qd = H * hd, kvd = Hkv * hd;
+    const int qd = H * hd, kvd = Hkv * hd, M = n * G;
     const int reuse = !x->no_mask_cache && G > 1;
     const ds_layer_shape shape = {
         .d = D, .n_head = H, .n_head_kv = Hkv, .head_dim = hd, .n_ff = d->n_ff,
@@ -441,31 +461,30 @@ static void block_forward(ds_dctx *x, int p) {
     uint8_t var[DS_FAM_COUNT];
     memset(var, CANON, sizeof var);
     ds_acts a = {.x = x->x, .xn = x->xn, .q = x->q, .k = x->k, .v = x->v, .att = x->att,
-                 .o = x->o, .gate = x->gate, .up = x->up, .h = x->hff, .pos = x->pos, .rows = &x->brows};
+                 .o = x->o, .gate = x->gate, .up = x->up, .h = x->hff, .pos = pos, .rows = rv};
 
-    b->embed(ex, d->embd, 1, x->toks, x->x);                       /* the anchor (toks[0]) */
+    b->embed(ex, d->embd, n, anchors, x->x);
     if (reuse) {
         /* the MASK rows' layer-0 input and projections from the per-context
-         * cache, in one op (rows 1..G-1: the anchor's row 0 is computed) */
-        const size_t fs = sizeof(float);
-        void *const dst[4] = {x->x + D, x->q + qd, x->k + kvd, x->v + kvd};
+         * cache, in one op (the anchors' rows are computed) */
+        const size_t fs = sizeof(float), nm = (size_t)n * (size_t)(G - 1);
+        void *const dst[4] = {x->x + (size_t)n * D, x->q + (size_t)n * qd, x->k + (size_t)n * kvd, x->v + (size_t)n * kvd};
         const void *const src[4] = {x->mask_x, x->mask_q, x->mask_k, x->mask_v};
-        const size_t bytes[4] = {(size_t)(G - 1) * D * fs, (size_t)(G - 1) * qd * fs, (size_t)(G - 1) * kvd * fs,
-                                 (size_t)(G - 1) * kvd * fs};
+        const size_t bytes[4] = {nm * D * fs, nm * qd * fs, nm * kvd * fs, nm * kvd * fs};
         ds_backend_copy_n(ex, 4, dst, src, bytes);
     } else
-        for (int r = 1; r < G; r++) b->embed(ex, d->embd, 1, x->toks + G + 1, x->x + (size_t)r * D);
+        for (int r = n; r < M; r++) b->embed(ex, d->embd, 1, x->toks + G + 1, x->x + (size_t)r * D);
     for (int l = 0; l < d->n_layer; l++) {
         int qkv_ready = 0;
         if (l == 0 && reuse) {
-            /* anchor row computed; MASK rows copied from the cache above */
-            layer0_proj_row(d, ex, x->x, x->xn, x->q, x->k, x->v);
+            /* anchors computed; MASK rows copied from the cache above */
+            layer0_proj_rows(d, ex, n, x->x, x->xn, x->q, x->k, x->v);
             qkv_ready = 1;
         } else if (l == 0) {
-            b->rmsnorm(ex, CANON, G, D, x->x, d->layers[0].attn_norm, d->eps, x->xn);
+            b->rmsnorm(ex, CANON, M, D, x->x, d->layers[0].attn_norm, d->eps, x->xn);
         }
         const float *next = l + 1 < d->n_layer ? d->layers[l + 1].attn_norm : d->output_norm;
-        ds_layer_forward(ex, &d->layers[l], &shape, next, var, G, p, qkv_ready,
+        ds_layer_forward(ex, &d->layers[l], &shape, next, var, M, p, qkv_ready,
                          ds_kvpool_k(x->pool, x->group, l), ds_kvpool_v(x->pool, x->group, l), &a, NULL, l);
     }
 }
@@ -487,6 +506,123 @@ int ds_dctx_set_retained(ds_dctx *x, int n_keep, char *err, size_t errlen) {
     return 0;
 }
 
+/* One slot of one sequence's head chain (spec §2): the Markov bias from
+ * the slot's input id, or the correction head; the MASK logit; the
+ * confidence when asked; the chosen id. */
+typedef struct {
+    const float *h;          /* the slot's hidden row (post output_norm)              */
+    float *z;                /* its logits: the LM head's on entry (no correction)    */
+    const int32_t *prev;     /* device: the slot's input id (the anchor, then chosen) */
+    int32_t *out;            /* device: the id it chooses                             */
+    float *conf;             /* device: its confidence, or NULL                       */
+    int64_t pos;             /* the position the chosen token is for                  */
+} slot_io;
+
+static int head_slot(ds_dctx *x, const ds_sampler *samp, int k, const slot_io *io, char *err, size_t errlen) {
+    const ds_drafter *d = x->d;
+    const int G = d->gamma, D = d->d, V = d->V, r = d->rank;
+    ds_exec *ex = x->ex;
+    const ds_backend_i *be = ex->be->i;
+    const size_t fs = sizeof(float);
+    /* scratch carve-up of x->vec: e[r] | in[max(2r+d, d+r, 2d)] | out[3r] | g[r] */
+    float *e = x->vec;
+    float *in = e + r;
+    float *out = in + 2 * (size_t)r + 2 * (size_t)D;
+    float *gv = out + 3 * (size_t)r;
+    int32_t *mask_tok = x->toks + G + 1;
+    const float *hk = io->h;
+    float *zk = io->z;
+    const int32_t *prev = io->prev;
+    if (r > 0) be->embed(ex, &d->w1, 1, prev, e);            /* e_k = W1[prev_k] */
+
+    if (d->has_corr) {
+        /* h'_k = h_k + W_down(silu(W_gate in) * W_up in) */
+        const int w = d->corr_w;
+        float *cg = x->cw, *cu = cg + w, *ca = cu + w;
+        be->rmsnorm(ex, CANON, 1, D, hk, d->corr_hn, DS_CORR_EPS, in);
+        be->embed(ex, d->embd, 1, prev, x->hc);
+        be->rmsnorm(ex, CANON, 1, D, x->hc, d->corr_en, DS_CORR_EPS, in + D);
+        be->matmul(ex, CANON, &d->corr_gate, 1, in, cg);
+        be->matmul(ex, CANON, &d->corr_up, 1, in, cu);
+        be->swiglu(ex, CANON, 1, w, cg, cu, ca);
+        be->matmul(ex, CANON, &d->corr_down, 1, ca, x->o);
+        be->add(ex, D, hk, x->o, x->hc);
+        be->matmul(ex, CANON, d->head, 1, x->hc, zk);
+        if (r > 0) {
+            /* deploy exposure: the slot's own input id (anchor, then MASK) */
+            const float *b;
+            if (k > 0 && !x->no_mask_cache) b = x->mask_bias;
+            else {
+                be->embed(ex, &d->w1, 1, k == 0 ? prev : mask_tok, gv);
+                be->matmul(ex, CANON, &d->w2, 1, gv, x->bias);
+                b = x->bias;
+            }
+            be->add(ex, V, zk, b, zk);
+        }
+    } else if (r > 0) {
+        const float *bsrc = e;
+        if (d->markov == DS_MARKOV_GATED) {
+            /* g = sigmoid(W_g [h; e] + b_g); B = W2 (g * e) */
+            be->copy(ex, in, hk, (size_t)D * fs);
+            be->copy(ex, in + D, e, (size_t)r * fs);
+            be->matmul(ex, CANON, &d->mgate, 1, in, out);
+            be->gate(ex, DS_GATE_SIGMOID_MUL, r, out, arena_vec(d, d->mgate_b), e, NULL, gv);
+            bsrc = gv;
+        } else if (d->markov == DS_MARKOV_RNN) {
+            /* [gamma; cand; o] = W_j [s; e; h] + b_j; s = g s + (1-g) cand; B = W2 tanh(o) */
+            be->copy(ex, in, x->state, (size_t)r * fs);
+            be->copy(ex, in + r, e, (size_t)r * fs);
+            be->copy(ex, in + 2 * r, hk, (size_t)D * fs);
+            be->matmul(ex, CANON, &d->mjoint, 1, in, out);
+            be->gate(ex, DS_GATE_RNN, r, out, arena_vec(d, d->mjoint_b), NULL, x->state, gv);
+            bsrc = gv;
+        }
+        be->matmul(ex, CANON, &d->w2, 1, bsrc, x->bias);
+        be->add(ex, V, zk, x->bias, zk);
+    }
+
+    if (x->dbg_unmasked) be->download(ex, x->dbg_unmasked + (size_t)k * V, zk, (size_t)V * fs);
+    be->fill(ex, 1, zk + d->mask_id, DS_MASK_LOGIT);
+
+    if (io->conf) {
+        /* c_k = sigmoid(w . [h_k; e_k] + b): the logit into scal[0], b = scal[1] */
+        be->copy(ex, in, hk, (size_t)D * fs);
+        if (d->conf_with_markov) be->copy(ex, in + D, e, (size_t)r * fs);
+        be->matmul(ex, CANON, &d->conf_w, 1, in, x->scal);
+        be->gate(ex, DS_GATE_SIGMOID, 1, x->scal, x->scal + 1, NULL, NULL, io->conf);
+    }
+
+    /* the token for position p+k+1, straight where the next slot reads it */
+    return ds_backend_select(ex, samp, 1, V, zk, io->pos, x->samp_scratch, io->out, err, errlen) ? -1 : 0;
+}
+
+/* A sequence's whole chain in the backend's one launch, when it has one
+ * and the round allows it: greedy, no correction head, a vanilla Markov
+ * head or none (the same ops' bits). Slot k's hidden row is h + k * stride
+ * rows, its logits z + k * stride rows, its input id toks[k * stride].
+ * 0: done; 1: run the slots op by op. */
+static int chain_fused(ds_dctx *x, const ds_sampler *samp, int n_keep, const float *h, float *z, int32_t *toks,
+                       int stride, int want_conf) {
+    const ds_drafter *d = x->d;
+    const ds_backend_i *be = x->ex->be->i;
+    const int r = d->rank;
+    const int greedy = !samp || !(samp->temp > 0.0f);
+    const int vanilla = d->markov == DS_MARKOV_VANILLA || (d->markov == DS_MARKOV_NONE && r == 0);
+    if (!be->draft_chain || !greedy || !vanilla || d->has_corr || x->dbg_unmasked || x->no_chain) return 1;
+    const ds_draft_chain ch = {
+        .n_keep = n_keep, .V = d->V, .D = d->d,
+        .w1 = r > 0 ? &d->w1 : NULL, .w2 = r > 0 ? &d->w2 : NULL,
+        .conf_w = d->has_conf && want_conf ? &d->conf_w : NULL,
+        .conf_with_markov = d->conf_with_markov,
+        .h = h, .z = z, .toks = toks,
+        .mask_id = d->mask_id, .mask_logit = DS_MASK_LOGIT,
+        .conf_b = x->scal + 1, .conf_logit = x->scal, .conf = x->conf,
+        .bias = x->bias, .in = x->vec + r,     /* head_slot's `in` */
+        .stride = stride,
+    };
+    return be->draft_chain(x->ex, &ch) == 0 ? 0 : 1;
+}
+
 /* One round's device work after the uploads: the block forward, then the
  * heads slot by slot, the chosen ids into x->toks[1..n_keep]. Issues ops
  * only (recordable) unless a debug download or T > 0 asks otherwise. */
@@ -498,7 +634,7 @@ static int draft_ops(ds_dctx *x, int n_keep, const ds_sampler *samp, int p, int 
     const ds_backend_i *be = ex->be->i;
     const size_t fs = sizeof(float);
 
-    block_forward(x, p);
+    block_forward(x, 1, &x->brows, x->pos, x->toks, p);
     if (!d->has_corr) {
         /* base logits of every kept row in one LM-head matmul, straight
          * after the output norm (whose Q8_0 copy of x->xn it can then read) */
@@ -508,100 +644,12 @@ static int draft_ops(ds_dctx *x, int n_keep, const ds_sampler *samp, int p, int 
      * here on nothing writes x->xn before the next block */
     if (x->dbg_hidden) be->download(ex, x->dbg_hidden, x->xn, (size_t)G * D * fs);
 
-    /* scratch carve-up of x->vec: e[r] | in[max(2r+d, d+r, 2d)] | out[3r] | g[r] */
-    float *e = x->vec;
-    float *in = e + r;
-    float *out = in + 2 * (size_t)r + 2 * (size_t)D;
-    float *gv = out + 3 * (size_t)r;
-    int32_t *mask_tok = x->toks + G + 1;
-
     if (d->markov == DS_MARKOV_RNN) be->fill(ex, r, x->state, 0.0f);
-
-    /* greedy, no correction head, a vanilla Markov head or none: the
-     * backend's one-launch chain when it has one (the same ops' bits) */
-    const int greedy = !samp || !(samp->temp > 0.0f);
-    const int vanilla = d->markov == DS_MARKOV_VANILLA || (d->markov == DS_MARKOV_NONE && r == 0);
-    if (be->draft_chain && greedy && vanilla && !d->has_corr && !x->dbg_unmasked && !x->no_chain) {
-        const ds_draft_chain ch = {
-            .n_keep = n_keep, .V = V, .D = D,
-            .w1 = r > 0 ? &d->w1 : NULL, .w2 = r > 0 ? &d->w2 : NULL,
-            .conf_w = d->has_conf && want_conf ? &d->conf_w : NULL,
-            .conf_with_markov = d->conf_with_markov,
-            .h = x->xn, .z = x->z, .toks = x->toks,
-            .mask_id = d->mask_id, .mask_logit = DS_MASK_LOGIT,
-            .conf_b = x->scal + 1, .conf_logit = x->scal, .conf = x->conf,
-            .bias = x->bias, .in = in,
-        };
-        if (be->draft_chain(ex, &ch) == 0) return 0;
-    }
-
+    if (!chain_fused(x, samp, n_keep, x->xn, x->z, x->toks, 1, want_conf)) return 0;
     for (int k = 0; k < n_keep; k++) {
-        const float *hk = x->xn + (size_t)k * D;
-        float *zk = x->z + (size_t)k * V;
-        const int32_t *prev = x->toks + k;                       /* device: anchor, then chosen */
-        if (r > 0) be->embed(ex, &d->w1, 1, prev, e);            /* e_k = W1[prev_k] */
-
-        if (d->has_corr) {
-            /* h'_k = h_k + W_down(silu(W_gate in) * W_up in) */
-            const int w = d->corr_w;
-            float *cg = x->cw, *cu = cg + w, *ca = cu + w;
-            be->rmsnorm(ex, CANON, 1, D, hk, d->corr_hn, DS_CORR_EPS, in);
-            be->embed(ex, d->embd, 1, prev, x->hc);
-            be->rmsnorm(ex, CANON, 1, D, x->hc, d->corr_en, DS_CORR_EPS, in + D);
-            be->matmul(ex, CANON, &d->corr_gate, 1, in, cg);
-            be->matmul(ex, CANON, &d->corr_up, 1, in, cu);
-            be->swiglu(ex, CANON, 1, w, cg, cu, ca);
-            be->matmul(ex, CANON, &d->corr_down, 1, ca, x->o);
-            be->add(ex, D, hk, x->o, x->hc);
-            be->matmul(ex, CANON, d->head, 1, x->hc, zk);
-            if (r > 0) {
-                /* deploy exposure: the slot's own input id (anchor, then MASK) */
-                const float *b;
-                if (k > 0 && !x->no_mask_cache) b = x->mask_bias;
-                else {
-                    be->embed(ex, &d->w1, 1, k == 0 ? x->toks : mask_tok, gv);
-                    be->matmul(ex, CANON, &d->w2, 1, gv, x->bias);
-                    b = x->bias;
-                }
-                be->add(ex, V, zk, b, zk);
-            }
-        } else if (r > 0) {
-            const float *bsrc = e;
-            if (d->markov == DS_MARKOV_GATED) {
-                /* g = sigmoid(W_g [h; e] + b_g); B = W2 (g * e) */
-                be->copy(ex, in, hk, (size_t)D * fs);
-                be->copy(ex, in + D, e, (size_t)r * fs);
-                be->matmul(ex, CANON, &d->mgate, 1, in, out);
-                be->gate(ex, DS_GATE_SIGMOID_MUL, r, out, arena_vec(d, d->mgate_b), e, NULL, gv);
-                bsrc = gv;
-            } else if (d->markov == DS_MARKOV_RNN) {
-                /* [gamma; cand; o] = W_j [s; e; h] + b_j; s = g s + (1-g) cand; B = W2 tanh(o) */
-                be->copy(ex, in, x->state, (size_t)r * fs);
-                be->copy(ex, in + r, e, (size_t)r * fs);
-                be->copy(ex, in + 2 * r, hk, (size_t)D * fs);
-                be->matmul(ex, CANON, &d->mjoint, 1, in, out);
-                be->gate(ex, DS_GATE_RNN, r, out, arena_vec(d, d->mjoint_b), NULL, x->state, gv);
-                bsrc = gv;
-            }
-            be->matmul(ex, CANON, &d->w2, 1, bsrc, x->bias);
-            be->add(ex, V, zk, x->bias, zk);
-        }
-
-        if (x->dbg_unmasked) be->download(ex, x->dbg_unmasked + (size_t)k * V, zk, (size_t)V * fs);
-        be->fill(ex, 1, zk + d->mask_id, DS_MASK_LOGIT);
-
-        if (d->has_conf && want_conf) {
-            /* c_k = sigmoid(w . [h_k; e_k] + b): the logit into scal[0], b = scal[1] */
-            be->copy(ex, in, hk, (size_t)D * fs);
-            if (d->conf_with_markov) be->copy(ex, in + D, e, (size_t)r * fs);
-            be->matmul(ex, CANON, &d->conf_w, 1, in, x->scal);
-            be->gate(ex, DS_GATE_SIGMOID, 1, x->scal, x->scal + 1, NULL, NULL, x->conf + k);
-        }
-
-        /* the token for position p+k+1, straight into toks[k+1] */
-        if (ds_backend_select(ex, samp, 1, V, zk, (int64_t)p + k + 1, x->samp_scratch, x->toks + k + 1,
-                              err, errlen))
-            return -1;
+        const slot_io io = {x->xn + (size_t)k * D, x->z + (size_t)k * V, x->toks + k, x->toks + k + 1,
+                            d->has_conf && want_conf ? x->conf + k : NULL, (int64_t)p + k + 1};
+        if (head_slot(x, samp, k, &io, err, errlen)) return -1;
     }
     return 0;
 }
@@ -679,6 +727,88 @@ int ds_draft_queue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, co
     if (!ids_dev) { ds_errf(err, errlen, "draft: no place for the ids' device address"); return -1; }
     if (draft_enqueue(x, anchor, p, o, 0, err, errlen)) return -1;
     *ids_dev = x->toks + 1;
+    return 0;
+}
+
+/* ---- many sequences' rounds in one pass (the batch engine's) ------------- */
+
+int ds_dctx_many_max(const ds_dctx *x) { return x && x->shared ? x->n_many : 0; }
+
+int ds_draft_many(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *tables, const int32_t **ids_dev,
+                  char *err, size_t errlen) {
+    if (!x || !x->shared || !tables || !ids_dev) {
+        ds_errf(err, errlen, "draft: rounds of many sequences need a shared context, the tables and a place for the ids");
+        return -1;
+    }
+    const ds_drafter *d = x->d;
+    const int G = d->gamma, D = d->d, V = d->V;
+    if (n < 1 || n > x->n_many) { ds_errf(err, errlen, "draft: %d sequences in one pass (1..%d)", n, x->n_many); return -1; }
+    /* every contract is checked before anything is written */
+    for (int i = 0; i < n; i++) {
+        const ds_draft_seq *r = &q[i];
+        if (r->n_keep < 1 || r->n_keep > G || (i && r->n_keep > q[i - 1].n_keep)) {
+            ds_errf(err, errlen, "draft: sequence %d keeps %d drafts (1..%d, none more than the one before)", i, r->n_keep, G);
+            return -1;
+        }
+        if (x->retained && r->n_keep != x->retained) {
+            ds_errf(err, errlen, "draft: n_keep %d differs from the retained depth %d fixed at initialisation (settings changed after initialisation)",
+                    r->n_keep, x->retained);
+            return -1;
+        }
+        if (r->p < 0 || r->p >= x->n_ctx) { ds_errf(err, errlen, "draft: anchor position %d is outside [0, %d)", r->p, x->n_ctx); return -1; }
+        if (r->anchor < 0 || r->anchor >= V) { ds_errf(err, errlen, "draft: anchor token %d is out of range [0, %d)", r->anchor, V); return -1; }
+        if (r->samp && r->samp->temp < 0.0f) { ds_errf(err, errlen, "draft: sampler temperature %g is negative", r->samp->temp); return -1; }
+    }
+    ds_exec *ex = x->ex;
+    const ds_backend_i *be = ex->be->i;
+    const int M = n * G;
+    /* the rows (row k * n + i: slot k of sequence i) and the anchors, in one
+     * upload: nvis | pos | seq | ids (slot-major: the anchors, then what
+     * each slot chooses) */
+    int32_t *h = x->mhost;
+    for (int k = 0; k < G; k++)
+        for (int i = 0; i < n; i++) {
+            const int row = k * n + i;
+            h[row] = q[i].p + G;
+            h[M + row] = q[i].p + k;
+            h[2 * M + row] = q[i].seq;
+        }
+    for (int i = 0; i < n; i++) h[3 * M + i] = q[i].anchor;
+    be->upload(ex, x->mbuf, h, ((size_t)3 * M + (size_t)n) * sizeof(int32_t));
+    ds_rows rv = *tables;
+    rv.n_vis = x->mbuf;
+    rv.pos = x->mbuf + M;
+    rv.seq = x->mbuf + 2 * M;
+    int32_t *ids = x->mbuf + 3 * M;
+    block_forward(x, n, &rv, rv.pos, ids, q[0].p);
+    /* the LM head over the rows still drafting, slot by slot (sequences of
+     * fewer drafts are a suffix); slots that every sequence keeps share one
+     * matmul */
+    if (!d->has_corr)
+        for (int k = 0; k < q[0].n_keep;) {
+            int act = 0;
+            while (act < n && q[act].n_keep > k) act++;
+            int k1 = k + 1;
+            if (act == n)
+                while (k1 < q[0].n_keep && q[n - 1].n_keep > k1) k1++;
+            const int rows_n = act == n ? (k1 - k) * n : act;
+            be->matmul(ex, CANON, d->head, rows_n, x->xn + (size_t)k * n * D, x->z + (size_t)k * n * V);
+            k = act == n ? k1 : k + 1;
+        }
+    /* each sequence's chain: its slots are n rows apart */
+    for (int i = 0; i < n; i++) {
+        const float *hi = x->xn + (size_t)i * D;
+        float *zi = x->z + (size_t)i * V;
+        if (d->markov == DS_MARKOV_RNN) be->fill(ex, d->rank, x->state, 0.0f);
+        if (!chain_fused(x, q[i].samp, q[i].n_keep, hi, zi, ids + i, n, 0)) continue;
+        for (int k = 0; k < q[i].n_keep; k++) {
+            const size_t row = (size_t)k * n;
+            const slot_io io = {hi + row * D, zi + row * V, ids + row + i, ids + row + n + i, NULL,
+                                (int64_t)q[i].p + k + 1};
+            if (head_slot(x, q[i].samp, k, &io, err, errlen)) return -1;
+        }
+    }
+    *ids_dev = ids + n;
     return 0;
 }
 

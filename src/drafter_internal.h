@@ -63,6 +63,8 @@ struct ds_drafter {
 };
 
 #define DS_DRAFT_CHUNK 64           /* context rows per internal append chunk    */
+#define DS_DRAFT_MANY_MAX 16        /* sequences one batched drafting pass takes:
+                                       its logits are 16 * gamma * V floats     */
 #define DS_DCTX_MAX_GRAPHS 32       /* recorded launch sequences a context tracks */
 
 struct ds_dctx {
@@ -88,7 +90,14 @@ struct ds_dctx {
     int32_t *tables;                /* device copy of seq->table                 */
     ds_rows crows;                  /* context rows: causal view, never attended */
     ds_rows brows;                  /* block rows: every row sees [0, p + gamma) */
-    int   rows;                     /* scratch rows = max(chunk, gamma)          */
+    int   rows;                     /* scratch rows = max(chunk, n_many * gamma) */
+    /* many sequences' rounds at once (ds_draft_many, shared contexts): up
+     * to n_many sequences; their rows' nvis | pos | seq (n_many * gamma
+     * each) and the chain's ids, slot-major ((gamma + 1) * n_many), in one
+     * device buffer filled by one upload from mhost */
+    int      n_many;
+    int32_t *mbuf;
+    int32_t *mhost;
     /* scratch */
     float *feat;                    /* [rows][n_taps*d] sanitized taps           */
     float *x, *xn, *o;              /* [rows][d]; xn: the heads' hidden rows too */
@@ -119,7 +128,8 @@ struct ds_dctx {
      * toks[gamma+1] = the MASK id (constant). */
     int32_t *toks;                  /* [gamma + 2] device (= pos + rows: a round's
                                        positions and anchor go up in one upload) */
-    /* MASK-row reuse: layer-0 projections of E[MASK] (post q/k-norm, pre-RoPE),
+    /* MASK-row reuse (n_many * (G-1) copies: every sequence's MASK rows of a
+     * batched round restore with one copy per buffer): layer-0 projections of E[MASK] (post q/k-norm, pre-RoPE),
      * and for the graph-corrected mode the constant Markov bias of MASK. The
      * MASK row is a function of constant weights only, so the cache is built
      * once in ds_dctx_new and reused every round. */

@@ -42,6 +42,11 @@ struct ds_engine {
     size_t     T;              /* floats of one row's taps                        */
     float     *taps;           /* backend [m_max][T]                              */
     int32_t   *dids;           /* backend [n_seq_max][gamma]: a step's drafts     */
+    /* batched drafting (host-memory backends): the requests in pass order,
+     * a pass's sequences, the drafts as they come back (slot-major per pass) */
+    int       *dorder;         /* [n_seq_max]                                     */
+    ds_draft_seq *dq;          /* [n_seq_max]                                     */
+    int32_t   *dhost;          /* [n_seq_max][gamma]                              */
 };
 
 /* ========================================================================
@@ -68,6 +73,9 @@ static void engine_release(ds_engine *e) {
     free(e->used);
     free(e->rowhost);
     free(e->sel_host);
+    free(e->dorder);
+    free(e->dq);
+    free(e->dhost);
 }
 
 ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err, size_t errlen) {
@@ -143,7 +151,10 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         e->T = (size_t)ds_drafter_n_taps(dr) * d;
         e->taps = be->i->alloc(be, M * e->T * sizeof(float));
         e->dids = be->i->alloc(be, (size_t)e->n_seq_max * (size_t)gamma * sizeof(int32_t));
-        if (!e->taps || !e->dids) {
+        e->dorder = malloc((size_t)e->n_seq_max * sizeof *e->dorder);
+        e->dq = malloc((size_t)e->n_seq_max * sizeof *e->dq);
+        e->dhost = malloc((size_t)e->n_seq_max * (size_t)gamma * sizeof *e->dhost);
+        if (!e->taps || !e->dids || !e->dorder || !e->dq || !e->dhost) {
             ds_errf(err, errlen, "engine: out of %s memory for the drafter's buffers", be->i->name);
             engine_release(e);
             free(e);
@@ -168,7 +179,7 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         free(e);
         return NULL;
     }
-    if (dr && !(e->dx = ds_dctx_new_shared(dr, n_ctx, e->ex, e->pool, 1, e2, sizeof e2))) {
+    if (dr && !(e->dx = ds_dctx_new_shared(dr, n_ctx, e->ex, e->pool, 1, e->n_seq_max, e2, sizeof e2))) {
         ds_errf(err, errlen, "engine: %s", e2);
         engine_release(e);
         free(e);
@@ -428,6 +439,48 @@ static int prepare_chunk(ds_engine *e, const ds_row *rows, int c0, int c1, char 
  * Drafting
  * ===================================================================== */
 
+/* The rounds in passes of up to ds_dctx_many_max sequences (ds_draft_many):
+ * the requests sorted by drafts kept, most first (a pass's shorter chains
+ * are then a suffix of each slot), each sequence's block pages taken and its
+ * table row on the device first. One download for every pass, one wait. */
+static int draft_batched(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, char *err, size_t errlen) {
+    const ds_backend_i *b = e->be->i;
+    const int G = e->gamma, per = ds_dctx_many_max(e->dx);
+    for (int k = 0; k < n; k++) {          /* insertion sort: stable, n is small */
+        int j = k;
+        while (j > 0 && dr[e->dorder[j - 1]].n_keep < dr[k].n_keep) { e->dorder[j] = e->dorder[j - 1]; j--; }
+        e->dorder[j] = k;
+    }
+    for (int c0 = 0; c0 < n; c0 += per) {
+        const int cn = n - c0 < per ? n - c0 : per;
+        for (int i = 0; i < cn; i++) {
+            const ds_draft_req *r = &dr[e->dorder[c0 + i]];
+            ds_seq *q = &e->seq[r->seq];
+            if (ds_seq_prepare(q, e->pool, e->ex, q->n_past, q->n_past + G, err, errlen)) return -1;
+            if (q->dirty_hi > q->dirty_lo) {
+                b->upload(e->ex, e->tables + (size_t)r->seq * e->max_pages + q->dirty_lo, q->table + q->dirty_lo,
+                          (size_t)(q->dirty_hi - q->dirty_lo) * sizeof(int32_t));
+                q->dirty_lo = q->dirty_hi = 0;
+            }
+            e->dq[i] = (ds_draft_seq){r->seq, q->n_past, r->anchor, r->n_keep, r->samp};
+        }
+        const int32_t *ids_dev = NULL;
+        if (ds_draft_many(e->dx, cn, e->dq, &e->rows, &ids_dev, err, errlen)) return -1;
+        b->copy(e->ex, e->dids + (size_t)c0 * G, ids_dev, (size_t)cn * G * sizeof(int32_t));
+    }
+    b->download(e->ex, e->dhost, e->dids, (size_t)n * G * sizeof(int32_t));
+    if (b->sync(e->ex, err, errlen)) return -1;
+    /* pass c0's ids are slot-major: slot j of its sequence i at c0 * G + j * cn + i */
+    for (int c0 = 0; c0 < n; c0 += per) {
+        const int cn = n - c0 < per ? n - c0 : per;
+        for (int i = 0; i < cn; i++) {
+            const int k = e->dorder[c0 + i];
+            for (int j = 0; j < dr[k].n_keep; j++) ids[(size_t)k * G + j] = e->dhost[(size_t)c0 * G + (size_t)j * cn + i];
+        }
+    }
+    return 0;
+}
+
 int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, char *err, size_t errlen) {
     if (!e->d) { ds_errf(err, errlen, "draft: the engine has no drafter"); return -1; }
     if (n < 1 || n > e->n_seq_max) { ds_errf(err, errlen, "draft: %d sequences (1..%d)", n, e->n_seq_max); return -1; }
@@ -445,9 +498,12 @@ int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, c
         for (int j = 0; j < k; j++)
             if (dr[j].seq == r->seq) { ds_errf(err, errlen, "draft: sequence %d twice", r->seq); return -1; }
     }
-    /* one sequence after another through the shared drafter context, each
-     * block's ids copied aside on the device; one download and one wait */
     const ds_backend_i *b = e->be->i;
+    if (b->host_memory) return draft_batched(e, n, dr, ids, err, errlen);
+    /* one sequence after another through the shared drafter context, each
+     * block's ids copied aside on the device; one download and one wait
+     * (the device keeps this path: each round replays one recorded launch
+     * sequence, and the batched passes have not been measured there yet) */
     for (int k = 0; k < n; k++) {
         ds_seq *q = &e->seq[dr[k].seq];
         const ds_draft_opts o = {dr[k].samp, dr[k].n_keep};

@@ -98,7 +98,10 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
  * bit ds_draft on a drafter context of its own with the same rows. ids:
  * n * gamma ints, sequence k's drafts at ids[k * gamma ..]. The block rows'
  * pages are taken (positions up to n_past + gamma - 1); nothing a sequence
- * holds changes. 0, or -1 with one line. */
+ * holds changes. On a host-memory backend the rounds run in batched passes
+ * (ds_draft_many: one block forward and one LM head for up to 16
+ * sequences); on a device, one recorded round per sequence. 0, or -1 with
+ * one line. */
 typedef struct {
     int32_t seq, anchor;
     int     n_keep;

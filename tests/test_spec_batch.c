@@ -35,8 +35,8 @@
 /* The reference: target context + a drafter context of its own, the prompt
  * prefilled with taps to the host, appended as context rows; then the
  * drafts of one round at n. */
-static void ref_rows(const ds_model *m, const ds_drafter *d, const int32_t *toks, int n, float *k, float *v, int32_t *ids,
-                     int n_keep) {
+static void ref_rows_samp(const ds_model *m, const ds_drafter *d, const int32_t *toks, int n, float *k, float *v,
+                          int32_t *ids, int n_keep, const ds_sampler *samp) {
     char err[DS_ERRLEN];
     ds_ctx *c = ds_ctx_new(m, 512, 1, err, sizeof err);
     ds_dctx *x = c ? ds_dctx_new(d, 512 + ds_drafter_block_size(d), ds_ctx_exec(c), err, sizeof err) : NULL;
@@ -49,11 +49,75 @@ static void ref_rows(const ds_model *m, const ds_drafter *d, const int32_t *toks
         exit(1);
     }
     ds_seq_read(x->seq, x->pool, x->ex, 0, 0, n, k, v);
-    const ds_draft_opts o = {NULL, n_keep};
+    const ds_draft_opts o = {samp, n_keep};
     if (ds_draft(x, toks[n], n, &o, ids, NULL, NULL, err, sizeof err)) { printf("FAIL reference draft: %s\n", err); exit(1); }
     free(taps);
     ds_dctx_free(x);
     ds_ctx_free(c);
+}
+
+static void ref_rows(const ds_model *m, const ds_drafter *d, const int32_t *toks, int n, float *k, float *v, int32_t *ids,
+                     int n_keep) {
+    ref_rows_samp(m, d, toks, n, k, v, ids, n_keep, NULL);
+}
+
+/* Many sequences' rounds at once (ds_draft_many's passes): 20 sequences of
+ * different lengths — two passes, of 16 and 4 — each keeping its own
+ * number of drafts (1..gamma: the shorter chains run beside the longer
+ * ones), greedy and seeded sampled mixed in one pass: every sequence's
+ * drafts equal ds_draft on a context of its own. */
+static void test_draft_many(const char *what, const ds_model *m, const ds_drafter *d) {
+    char err[DS_ERRLEN];
+    const int gamma = ds_drafter_block_size(d);
+    enum { NS = 20, LMAX = 120 };
+    int len[NS];
+    int32_t toks[NS][LMAX + 1];
+    ds_sampler samp[NS];
+    uint64_t r = 91;
+    for (int s = 0; s < NS; s++) {
+        len[s] = 5 + (s * 37) % (LMAX - 5);
+        for (int i = 0; i <= LMAX; i++) {
+            r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+            toks[s][i] = (int32_t)(r % (uint64_t)m->hp.n_vocab);
+        }
+        samp[s] = (ds_sampler){.temp = s % 3 ? 0.0f : 0.9f, .top_p = 1.0f, .seed = 100u + (uint64_t)s};
+    }
+    const ds_engine_params ep = {.n_seq_max = NS, .n_ctx = 256, .n_threads = 2, .drafter = d};
+    ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
+    if (!e) { printf("FAIL engine with a drafter: %s\n", err); exit(1); }
+    int slot[NS];
+    ds_draft_req dr[NS];
+    ds_row *rows = malloc((size_t)NS * LMAX * sizeof *rows);
+    int n = 0;
+    for (int s = 0; s < NS; s++) {
+        slot[s] = ds_engine_seq_new(e, err, sizeof err);
+        for (int j = 0; j < len[s]; j++) rows[n++] = (ds_row){slot[s], j, toks[s][j], DS_ROW_DCTX, NULL};
+        dr[s] = (ds_draft_req){slot[s], toks[s][len[s]], 1 + (s * 5) % gamma, samp[s].temp > 0.0f ? &samp[s] : NULL};
+    }
+    CHECK(ds_engine_forward(e, rows, n, NULL, err, sizeof err) == 0, "%s: prefill of %d sequences: %s", what, NS, err);
+    int32_t *eids = malloc((size_t)NS * gamma * sizeof(int32_t)), rids[64];
+    CHECK(ds_engine_draft(e, NS, dr, eids, err, sizeof err) == 0, "%s: engine draft of %d sequences: %s", what, NS, err);
+    int n_layer = 0, row = 0;
+    ds_drafter_kv_shape(d, &n_layer, &row);
+    const size_t nf = (size_t)n_layer * (LMAX + 1) * (size_t)row;
+    float *rk = malloc(nf * sizeof(float)), *rv = malloc(nf * sizeof(float));
+    int bad = 0, sampled = 0;
+    for (int s = 0; s < NS; s++) {
+        ref_rows_samp(m, d, toks[s], len[s], rk, rv, rids, dr[s].n_keep, dr[s].samp);
+        const int differ = memcmp(rids, eids + (size_t)s * gamma, (size_t)dr[s].n_keep * sizeof(int32_t)) != 0;
+        if (differ) printf("  sequence %d (len %d, keep %d, temp %.1f) differs\n", s, len[s], dr[s].n_keep, (double)samp[s].temp);
+        bad += differ;
+        sampled += dr[s].samp != NULL;
+        const ds_seq *q = ds_engine_seq(e, slot[s]);
+        CHECK(q->n_past == len[s] && q->n_dctx == len[s], "%s: sequence %d changed (%d, %d rows; want %d)", what, s, q->n_past,
+              q->n_dctx, len[s]);
+    }
+    CHECK(bad == 0, "%s: %d of %d sequences' drafts (batched passes) differ from ds_draft alone", what, bad, NS);
+    if (!bad)
+        printf("PASS %s draft_many sequences=%d passes=%d sampled=%d keep=1..%d: every sequence's drafts == ds_draft alone\n",
+               what, NS, (NS + 15) / 16, sampled, gamma);
+    free(rows); free(eids); free(rk); free(rv);
+    ds_engine_free(e);
 }
 
 static void test_rows(const ds_model *m, const ds_drafter *d) {
@@ -311,6 +375,7 @@ int main(void) {
     memcpy(text, tv, (size_t)n_text * sizeof(int32_t));
     free(tv);
     test_rows(m, d);
+    test_draft_many("shipped", m, d);
     test_sched("shipped", m, d, text, n_text, 1);
     /* refusal: draft_max past the block */
     {
@@ -352,8 +417,24 @@ int main(void) {
         int32_t t2[300];
         for (int i = 0; i < 300; i++) t2[i] = (int32_t)((i * 71 + 3) % 300);
         test_rows(m, d);
+        test_draft_many("made-q8_0", m, d);
         test_sched("made-q8_0", m, d, t2, 300, 0);
         ds_drafter_free(d);
+        /* every head the batched passes run op by op: gated and rnn Markov
+         * heads, a correction head */
+        static const struct { const char *markov; int corr; } heads[] = {{"gated", 0}, {"rnn", 0}, {"vanilla", 32}};
+        for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++) {
+            dopt.markov = heads[h].markov;
+            dopt.correction = heads[h].corr;
+            char what[64];
+            snprintf(what, sizeof what, "made-%s%s", heads[h].markov, heads[h].corr ? "-corr" : "");
+            if (ds_make_drafter(&dopt, m, dpath, err, sizeof err) || !(d = ds_drafter_load(dpath, m, err, sizeof err))) {
+                printf("FAIL make drafter %s: %s\n", what, err);
+                return 1;
+            }
+            test_draft_many(what, m, d);
+            ds_drafter_free(d);
+        }
         ds_model_free(m);
     }
     tu_rmdir(dir);

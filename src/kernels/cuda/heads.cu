@@ -431,6 +431,7 @@ int dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     if ((c->w1 && !w1) || (c->w2 && !w2) || (c->conf_w && !cw) || (!w1) != (!w2)) return 1;
     if (c->n_keep < 1 || c->n_keep > CH_KEEP_MAX || c->V < 1 || c->D < 1 || (dsc_be(ex)->off & DSC_OFF_CHAIN))
         return 1;
+    if (c->stride > 1) return 1;                   /* adjacent slots only: the ops do strided ones */
     if (!ex->chain_sync) return 1;
     if (w1 && w1->type != DS_TYPE_F32 && w1->type != DS_TYPE_F16 && w1->type != DS_TYPE_BF16 &&
         w1->type != DS_TYPE_Q8_0)
