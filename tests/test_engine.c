@@ -38,6 +38,7 @@ static ds_model *make(const char *dir, uint32_t type, const char *arch) {
     ds_make_model_defaults(&o);
     o.arch = arch; o.type = type;
     o.n_expert = 8; o.n_expert_used = 3; o.n_ff_exp = 64;     /* qwen3moe: 3 of 8 experts a row */
+    o.full_attn_interval = 2;                                  /* qwen35: a recurrent, then an attention layer */
     o.n_embd = 128; o.n_layer = 2; o.n_head = 4; o.n_head_kv = 2; o.head_dim = 32; o.n_ff = 256;
     o.n_vocab = 384; o.n_ctx = 512; o.seed = 11;
     if (ds_make_model(&o, path, err, sizeof err)) { printf("FAIL make-model: %s\n", err); exit(1); }
@@ -54,8 +55,8 @@ static void reference(const ds_model *m, ref_seq *r) {
     const int n = r->n_prompt + GEN;
     ds_ctx *c = ds_ctx_new(m, 512, 1, err, sizeof err);
     r->logits = malloc((size_t)n * V * sizeof(float));
-    r->k = malloc((size_t)m->hp.n_layer * n * kvd * sizeof(float));
-    r->v = malloc((size_t)m->hp.n_layer * n * kvd * sizeof(float));
+    r->k = malloc((size_t)ds_hp_kv_layers(&m->hp) * n * kvd * sizeof(float));
+    r->v = malloc((size_t)ds_hp_kv_layers(&m->hp) * n * kvd * sizeof(float));
     if (!c || ds_forward_batch(c, r->toks, r->n_prompt, 0, DS_LOGITS_ALL, r->logits, NULL, err, sizeof err)) {
         printf("FAIL reference prefill: %s\n", err);
         exit(1);
@@ -149,7 +150,7 @@ static long run_schedule(const ds_model *m, ref_seq *refs, const sched *sc, ds_e
     /* every K/V row of every sequence, through its page table */
     for (int i = 0; i < sc->nseq; i++) {
         const int nrow = refs[i].n_prompt + GEN;
-        const size_t nf = (size_t)m->hp.n_layer * nrow * kvd;
+        const size_t nf = (size_t)ds_hp_kv_layers(&m->hp) * nrow * kvd;
         float *k = malloc(nf * sizeof(float)), *v = malloc(nf * sizeof(float));
         ds_seq_read(ds_engine_seq(e, rsq[i].slot), ds_engine_pool(e), ds_engine_exec(e), 0, 0, nrow, k, v);
         differ += memcmp(k, refs[i].k, nf * sizeof(float)) != 0 || memcmp(v, refs[i].v, nf * sizeof(float)) != 0;
@@ -306,10 +307,13 @@ int main(void) {
     tu_tmpdir(dir, sizeof dir);
     /* the mixture of experts last: rows of many sequences choose experts
      * in one grouped pass, each row still its sequence alone */
-    static const uint32_t types[] = {DS_TYPE_Q8_0, DS_TYPE_F16, DS_TYPE_Q8_0};
-    for (int t = 0; t < 3; t++) {
-        if (t == 2 && strcmp(tu_device(), "cpu")) { printf("SKIP batch_invariance arch=qwen3moe on %s\n", tu_device()); continue; }
-        ds_model *m = make(dir, types[t], t == 2 ? "qwen3moe" : "qwen3");
+    /* then the hybrid (qwen35): each sequence's recurrent state runs
+     * through its own rows, whatever else shares the step */
+    static const uint32_t types[] = {DS_TYPE_Q8_0, DS_TYPE_F16, DS_TYPE_Q8_0, DS_TYPE_Q8_0};
+    static const char *const archs[] = {"qwen3", "qwen3", "qwen3moe", "qwen35"};
+    for (int t = 0; t < 4; t++) {
+        if (t >= 2 && strcmp(tu_device(), "cpu")) { printf("SKIP batch_invariance arch=%s on %s\n", archs[t], tu_device()); continue; }
+        ds_model *m = make(dir, types[t], archs[t]);
         test_invariance(m);
         if (t == 0) test_cache_fork(m);
         ds_model_free(m);
