@@ -174,9 +174,9 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         free(e);
         return NULL;
     }
-    /* a verify block is at most gamma + 1 rows; rolling back to its first
-     * row needs the state before it too */
-    if (ds_hp_rstate_init(hp, &e->rs, be, e->n_seq_max, gamma + 2, m_max, e2, sizeof e2)) {
+    /* a verify block is at most gamma + 1 rows: runs that long are logged
+     * for a rollback (without a drafter: one decode row) */
+    if (ds_hp_rstate_init(hp, &e->rs, be, e->n_seq_max, gamma + 1, m_max, e2, sizeof e2)) {
         ds_errf(err, errlen, "engine: %s", e2);
         engine_release(e);
         free(e);
@@ -256,7 +256,7 @@ int ds_engine_seq_truncate(ds_engine *e, int s, int n, char *err, size_t errlen)
         return -1;
     }
     /* a hybrid model's recurrent state goes back with it (to a kept one) */
-    if (e->rs.mem && ds_rstate_rewind(&e->rs, s, n, err, errlen)) return -1;
+    if (e->rs.mem && ds_model_rs_rewind(e->m, e->ex, &e->a, s, n, err, errlen)) return -1;
     q->n_past = n;
     if (q->n_dctx > n) q->n_dctx = n;
     if (q->n_tokens > n) q->n_tokens = n;
@@ -418,7 +418,7 @@ static int check_rows(const ds_engine *e, const ds_row *rows, int n, char *err, 
             }
             if (e->rs.mem && !ds_rstate_has(&e->rs, r->seq, r->pos)) {
                 ds_errf(err, errlen, "forward: row %d: sequence %d no longer holds the recurrent state at position %d "
-                        "(a hybrid model keeps its last %d)", i, r->seq, r->pos, e->rs.ring);
+                        "(it holds %d, and can go back to %d)", i, r->seq, r->pos, e->rs.pos[r->seq], e->rs.base[r->seq]);
                 return -1;
             }
         } else if (r->pos != rows[i - 1].pos + 1) {
@@ -503,7 +503,7 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
     /* each sequence's rows start from its recurrent state there (check_rows
      * made sure it is held) */
     for (int i = 0; e->rs.mem && i < n; i++)
-        if ((i == 0 || rows[i - 1].seq != rows[i].seq) && ds_rstate_rewind(&e->rs, rows[i].seq, rows[i].pos, err, errlen))
+        if ((i == 0 || rows[i - 1].seq != rows[i].seq) && ds_model_rs_rewind(e->m, e->ex, &e->a, rows[i].seq, rows[i].pos, err, errlen))
             return -1;
     for (int c0 = 0; c0 < n; c0 += e->m_max) {
         const int c1 = c0 + e->m_max < n ? c0 + e->m_max : n, cn = c1 - c0;
@@ -595,7 +595,7 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
             if (e->rs.mem && (i + 1 == c1 || rows[i + 1].seq != rows[i].seq)) {
                 int j = i;
                 while (j > c0 && rows[j - 1].seq == rows[i].seq) j--;
-                ds_rstate_commit(&e->rs, rows[i].seq, rows[j].pos, rows[i].pos);
+                ds_rstate_commit(&e->rs, rows[i].seq, rows[j].pos, rows[i].pos, var[DS_FAM_GDN]);
             }
         }
     }

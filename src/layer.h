@@ -159,6 +159,13 @@ void ds_layer_mm_shared(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], int n, con
 void ds_layer_gdn_mixer(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT],
                         int M, int pos0, ds_acts *a, const ds_probe *pr, int l);
 
+/* A hybrid model's recurrent state of sequence sq rolled back to the one
+ * after n positions (rstate.h): the checkpoint, or replayed from it through
+ * the logged rows with the gdn kernels (a->rec is the scratch). 0, or -1
+ * with one line when that state cannot be had (it was never kept). */
+int ds_gdn_rewind(ds_exec *ex, const ds_layer *layers, int n_layer, const ds_layer_shape *s, ds_acts *a, int sq, int n,
+                  char *err, size_t errlen);
+
 /* Run one layer over M rows (a->rows: their positions, KV slots and what
  * each attends, on the device; probes report row r at position pos0 + r).
  * Expects a->xn = attn_norm(x) unless qkv_ready, in which case a->q/k/v

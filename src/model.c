@@ -38,14 +38,21 @@ size_t ds_hp_hybrid_scratch(const ds_hparams *hp, int m_max) {
     return ds_hybrid_scratch_floats(m_max, &s);
 }
 
-int ds_hp_rstate_init(const ds_hparams *hp, ds_rstate *r, ds_backend *be, int n_slot, int ring, int m_max,
+int ds_hp_rstate_init(const ds_hparams *hp, ds_rstate *r, ds_backend *be, int n_slot, int cap, int m_max,
                       char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     if (hp->n_rec <= 0) return 0;
     const ds_layer_shape s = ds_hp_layer_shape(hp);
     const size_t conv_n = (size_t)(s.gdn.d_conv - 1) * (size_t)s.gdn.conv_dim;
     const size_t ssm_n = (size_t)s.gdn.n_v_head * (size_t)s.gdn.head_dim * (size_t)s.gdn.head_dim;
-    return ds_rstate_init(r, be, n_slot, ring, hp->n_rec, conv_n, ssm_n, m_max, err, errlen);
+    const size_t log_row = (size_t)s.gdn.conv_dim + 2 * (size_t)s.gdn.n_v_head;
+    return ds_rstate_init(r, be, n_slot, cap < m_max ? cap : m_max, hp->n_rec, conv_n, ssm_n, log_row, m_max, err, errlen);
+}
+
+int ds_model_rs_rewind(const ds_model *m, ds_exec *ex, ds_acts *a, int seq, int n, char *err, size_t errlen) {
+    if (!a->rs) return 0;
+    const ds_layer_shape s = ds_hp_layer_shape(&m->hp);
+    return ds_gdn_rewind(ex, m->layers, m->hp.n_layer, &s, a, seq, n, err, errlen);
 }
 
 size_t ds_hp_moe_scratch(const ds_hparams *hp, int m_max) {
@@ -629,9 +636,9 @@ struct ds_ctx {
     ds_rstate   rs;              /* hybrid models: the recurrent states (one slot) */
 };
 
-/* States a context keeps of its sequence (rstate.h): a verify block of up
- * to DS_CTX_RING - 2 drafts can be rolled back to any of its rows. */
-#define DS_CTX_RING 18
+/* Rows of a run a context can roll back into (rstate.h): a verify block of
+ * up to DS_CTX_RS_ROWS - 1 drafts. */
+#define DS_CTX_RS_ROWS 17
 
 static void ctx_release(ds_ctx *c) {
     ds_backend *be = c->be;
@@ -707,7 +714,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     const size_t rec_n = ds_hp_hybrid_scratch(hp, c->m_max);   /* hybrid layers' scratch (layer.c) */
     if (rec_n) c->a.rec = DEV(rec_n);
 #undef DEV
-    if (ds_hp_rstate_init(hp, &c->rs, be, 1, DS_CTX_RING, c->m_max, e2, sizeof e2)) {
+    if (ds_hp_rstate_init(hp, &c->rs, be, 1, DS_CTX_RS_ROWS, c->m_max, e2, sizeof e2)) {
         ds_errf(err, errlen, "context: %s", e2);
         ctx_release(c);
         free(c);
@@ -796,7 +803,7 @@ int ds_kv_truncate(ds_ctx *c, int n_pos) {
     if (n_pos < 0 || n_pos > c->n_past) return -1;
     /* a hybrid model rolls its recurrent state back too: to a state it kept */
     char e[DS_ERRLEN];
-    if (c->rs.mem && ds_rstate_rewind(&c->rs, 0, n_pos, e, sizeof e)) return -1;
+    if (c->rs.mem && ds_model_rs_rewind(c->m, c->ex, &c->a, 0, n_pos, e, sizeof e)) return -1;
     c->n_past = c->seq.n_past = n_pos;
     return 0;
 }
@@ -944,7 +951,7 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
     if (check_run(c, tokens, M, tail_dev ? 1 : M, pos0, err, errlen)) return -1;
     /* a hybrid model's rows start from the recurrent state after pos0 - 1:
      * one it kept, or the forward is refused before anything runs */
-    if (c->rs.mem && ds_rstate_rewind(&c->rs, 0, pos0, err, errlen)) return -1;
+    if (c->rs.mem && ds_model_rs_rewind(c->m, c->ex, &c->a, 0, pos0, err, errlen)) return -1;
     if (tail_dev && M > c->m_max) {
         ds_errf(err, errlen, "select: %d rows with device tokens exceed one batch of %d", M, c->m_max);
         return -1;
@@ -1016,7 +1023,7 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
             }
         }
         if (graphs && b->graph_end(c->ex, err, errlen)) return -1;
-        if (c->rs.mem) ds_rstate_commit(&c->rs, 0, p0, p0 + n - 1);
+        if (c->rs.mem) ds_rstate_commit(&c->rs, 0, p0, p0 + n - 1, var[DS_FAM_GDN]);
         if (sel) {
             if (!host && sel->taps_dev && !(sel->taps_dev == c->taps && done == 0 && n == M))
                 b->copy(c->ex, sel->taps_dev + (size_t)done * taps_stride, c->taps,
@@ -1152,7 +1159,7 @@ int ds_state_restore(ds_ctx *c, const ds_state *s) {
         ctx_prepare(c, 0, 0, e, sizeof e))
         return -1;
     if (c->rs.mem) {
-        if (!s->rs.data || s->rs.n != (size_t)c->rs.ring * c->rs.state_n) return -1;
+        if (!s->rs.data || s->rs.n != 2 * c->rs.state_n + (size_t)c->rs.n_rec * (size_t)c->rs.cap * c->rs.log_row) return -1;
         ds_rstate_load(&c->rs, c->ex, 0, &s->rs);
     }
     c->n_past = c->seq.n_past = s->n_past;

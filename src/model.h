@@ -59,9 +59,10 @@ typedef struct {
 ds_layer_shape ds_hp_layer_shape(const ds_hparams *hp);
 /* Floats of ds_acts.rec for m_max rows of this model (0: not hybrid). */
 size_t ds_hp_hybrid_scratch(const ds_hparams *hp, int m_max);
-/* The recurrent state ring of a hybrid model for n_slot sequences with
- * `ring` states each (rstate.h); 0 and nothing done for other models. */
-int ds_hp_rstate_init(const ds_hparams *hp, ds_rstate *r, ds_backend *be, int n_slot, int ring, int m_max,
+/* The recurrent states of a hybrid model for n_slot sequences whose runs
+ * of up to cap rows can be rolled back into (rstate.h); 0 and nothing done
+ * for other models. */
+int ds_hp_rstate_init(const ds_hparams *hp, ds_rstate *r, ds_backend *be, int n_slot, int cap, int m_max,
                       char *err, size_t errlen);
 
 /* Floats of ds_acts.moe for m_max rows of this model (0: dense). */
@@ -229,6 +230,10 @@ typedef struct {
 int  ds_state_save(ds_ctx *c, ds_state *s);
 int  ds_state_restore(ds_ctx *c, const ds_state *s);
 void ds_state_free(ds_state *s);
+
+/* A hybrid model's recurrent state of sequence seq (a->rs) rolled back to
+ * the one after n positions (layer.h ds_gdn_rewind); 0 for other models. */
+int ds_model_rs_rewind(const ds_model *m, ds_exec *ex, ds_acts *a, int seq, int n, char *err, size_t errlen);
 
 /* Layers with K/V rows in the pool: every layer but a hybrid model's
  * recurrent ones. */

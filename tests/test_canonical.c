@@ -38,8 +38,8 @@ static void pass_alloc(pass_out *p, const ds_model *m, int M) {
 }
 static void pass_free(pass_out *p) { free(p->logits); free(p->taps); free(p->k); free(p->v); ds_state_free(&p->st); }
 
-/* A hybrid model's recurrent states after a pass: the context's ring (the
- * state after every kept row, a verify block's rows all among them) */
+/* A hybrid model's recurrent state after a pass (a host copy of the
+ * context's state buffers, rstate.h) */
 static void grab_state(ds_ctx *c, pass_out *o) {
     if (!ds_ctx_model(c)->hp.n_rec) return;
     ds_state_free(&o->st);
@@ -69,13 +69,21 @@ static void run_decode(ds_ctx *c, const int32_t *toks, int pos0, int M, pass_out
     grab_state(c, o);
 }
 
+/* Two snapshots' current states (rstate.h: two buffers, the current one
+ * named by cur) and positions, memcmp. */
+static int same_rstate(const ds_rstate_snap *a, const ds_rstate_snap *b, const ds_model *m) {
+    const ds_layer_shape sh = ds_hp_layer_shape(&m->hp);
+    const size_t sn = (size_t)m->hp.n_rec * ((size_t)(sh.gdn.d_conv - 1) * sh.gdn.conv_dim +
+                                             (size_t)sh.gdn.n_v_head * sh.gdn.head_dim * sh.gdn.head_dim);
+    return a->data && b->data && a->pos == b->pos &&
+           !memcmp(a->data + (size_t)a->cur * sn, b->data + (size_t)b->cur * sn, sn * sizeof(float));
+}
+
 static int same(const pass_out *a, const pass_out *b, const ds_model *m, int M) {
     size_t kvd = (size_t)m->hp.n_head_kv * m->hp.head_dim, nl = (size_t)ds_hp_kv_layers(&m->hp);
-    /* the recurrent states: every ring entry (after each row of the block,
-     * and the prefix's untouched) and which positions they hold */
-    const int rs_same = !m->hp.n_rec || (a->st.rs.n == b->st.rs.n && a->st.rs.pos == b->st.rs.pos &&
-                                          a->st.rs.lo == b->st.rs.lo &&
-                                          !memcmp(a->st.rs.data, b->st.rs.data, a->st.rs.n * sizeof(float)));
+    /* the recurrent state after the block: every recurrent layer's conv
+     * window and recurrence, and the position it is at */
+    const int rs_same = !m->hp.n_rec || same_rstate(&a->st.rs, &b->st.rs, m);
     return !memcmp(a->logits, b->logits, (size_t)M * m->hp.n_vocab * sizeof(float)) &&
            !memcmp(a->taps, b->taps, (size_t)M * 2 * m->hp.n_embd * sizeof(float)) &&
            !memcmp(a->k, b->k, nl * M * kvd * sizeof(float)) &&
@@ -185,11 +193,12 @@ static void test_moe(const char *dir, const int32_t *toks) {
 
 /* The hybrid (qwen35): gated delta net layers (every layer but each 3rd,
  * here) and gated full attention. The property now includes the recurrent
- * states: after the batched block, the state kept after each of its rows is
- * decode's after the same tokens (memcmp of the whole ring). Counter-tests:
- * the gdn family alone fast, and the weights' matmul family fast. Then the
- * rollback: a verify block cut back to each of its rows, and decoding on
- * from there, is the decode-only sequence bit for bit. */
+ * state: after a batched block of M rows (M = 1..16) it is decode's after
+ * the same tokens (memcmp of every recurrent layer's conv window and
+ * recurrence). Counter-tests: the gdn family alone fast, and the weights'
+ * matmul family fast. Then the rollback: a 12-row verify cut back to each
+ * of its rows (checkpoint + replay) holds decode's state there (memcmp),
+ * and decoding on from there is the decode-only sequence bit for bit. */
 static void test_hybrid(const char *dir, const int32_t *toks) {
     static const uint32_t types[] = {DS_TYPE_F32, DS_TYPE_Q8_0};
     char err[DS_ERRLEN];
@@ -225,7 +234,7 @@ static void test_hybrid(const char *dir, const int32_t *toks) {
         ds_ctx_set_kernels(c, &canon);
         const size_t V = (size_t)m->hp.n_vocab;
         float *la = malloc(12 * V * sizeof(float)), *lb = malloc(V * sizeof(float)), *lr = malloc(V * sizeof(float));
-        int bad = 0, cuts = 0;
+        int bad = 0, cuts = 0, st_bad = 0;
         ds_ctx *cr = ds_ctx_new(m, N_CTX, 1, err, sizeof err);
         for (int j = 0; j < 12; j++) {
             ds_kv_truncate(c, 0);
@@ -236,6 +245,12 @@ static void test_hybrid(const char *dir, const int32_t *toks) {
             for (int p = 0; p < 40 + j + 1; p++)
                 if (ds_decode(cr, toks[p], p, lr, NULL, err, sizeof err)) { printf("FAIL %s\n", err); exit(1); }
             bad += memcmp(la + (size_t)j * V, lr, V * sizeof(float)) != 0;
+            /* the rolled-back (replayed) state is decode's after those tokens */
+            ds_state sa, sb;
+            if (ds_state_save(c, &sa) || ds_state_save(cr, &sb)) { printf("FAIL state_save\n"); exit(1); }
+            st_bad += !same_rstate(&sa.rs, &sb.rs, m);
+            ds_state_free(&sa);
+            ds_state_free(&sb);
             for (int p = 40 + j + 1; p < 40 + j + 7; p++) {
                 const int32_t t = (int32_t)((p * 7 + 3) % 383);   /* other tokens than the block's */
                 if (ds_decode(c, t, p, lb, NULL, err, sizeof err) || ds_decode(cr, t, p, lr, NULL, err, sizeof err)) {
@@ -247,15 +262,17 @@ static void test_hybrid(const char *dir, const int32_t *toks) {
             cuts++;
         }
         CHECK(bad == 0, "qwen35: %d logits rows after a rollback differ from decode-only", bad);
-        printf("%s rollback arch=qwen35 type=%s cuts=%d rows=%d differing=%d (verify 12, cut back to each row, decode 6 on)\n",
-               bad ? "FAIL" : "PASS", ds_type_name(types[ti]), cuts, cuts * 7, bad);
-        /* a rollback further than the ring holds is refused, not wrong */
+        CHECK(st_bad == 0, "qwen35: %d rolled-back recurrent states differ from decode's", st_bad);
+        printf("%s rollback arch=qwen35 type=%s cuts=%d rows=%d differing=%d states_differing=%d (verify 12, cut back to each row "
+               "by checkpoint + replay, state memcmp decode's, decode 6 on)\n",
+               bad || st_bad ? "FAIL" : "PASS", ds_type_name(types[ti]), cuts, cuts * 7, bad, st_bad);
+        /* a rollback past the checkpoint is refused, not wrong */
         ds_kv_truncate(c, 0);
         if (ds_forward_batch(c, toks, 100, 0, DS_LOGITS_NONE, NULL, NULL, err, sizeof err)) { printf("FAIL %s\n", err); exit(1); }
         CHECK(ds_kv_truncate(c, 50) == -1, "a rollback past the kept states was accepted");
         CHECK(ds_decode(c, toks[50], 50, lb, NULL, err, sizeof err) == -1 && strstr(err, "recurrent state"),
               "a decode at a position whose state is gone: %s", err);
-        printf("PASS rollback past the ring refused: %s\n", err);
+        printf("PASS rollback past the checkpoint refused: %s\n", err);
         free(la); free(lb); free(lr);
         ds_ctx_free(cr);
         ds_ctx_free(c);
