@@ -175,8 +175,9 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         return NULL;
     }
     /* a verify block is at most gamma + 1 rows: runs that long are logged
-     * for a rollback (without a drafter: one decode row) */
-    if (ds_hp_rstate_init(hp, &e->rs, be, e->n_seq_max, gamma + 1, m_max, e2, sizeof e2)) {
+     * for a rollback (without a drafter: runs of up to 8 rows, for callers
+     * that truncate on their own) */
+    if (ds_hp_rstate_init(hp, &e->rs, be, e->n_seq_max, gamma ? gamma + 1 : 8, m_max, e2, sizeof e2)) {
         ds_errf(err, errlen, "engine: %s", e2);
         engine_release(e);
         free(e);
@@ -489,6 +490,20 @@ int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, c
     return b->sync(e->ex, err, errlen);
 }
 
+/* Where the chunk from row c0 ends: m_max rows on, except that on a hybrid
+ * model a sequence's run short enough to be rolled back into (a verify
+ * block: rstate.h cap) is never cut — its checkpoint is the state before
+ * its first row, which a second chunk of the same run would overwrite. It
+ * moves to the next chunk whole (which rows share a chunk changes no bit). */
+static int chunk_end(const ds_engine *e, const ds_row *rows, int n, int c0) {
+    int c1 = c0 + e->m_max < n ? c0 + e->m_max : n;
+    if (!e->rs.mem || c1 == n || rows[c1 - 1].seq != rows[c1].seq) return c1;
+    int j0 = c1 - 1, j1 = c1;
+    while (j0 > c0 && rows[j0 - 1].seq == rows[c1].seq) j0--;
+    while (j1 < n && rows[j1].seq == rows[c1].seq) j1++;
+    return j0 > c0 && j1 - j0 <= e->rs.cap ? j0 : c1;
+}
+
 int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, char *err, size_t errlen) {
     if (check_rows(e, rows, n, err, errlen)) return -1;
     int n_logits = 0;
@@ -505,8 +520,9 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
     for (int i = 0; e->rs.mem && i < n; i++)
         if ((i == 0 || rows[i - 1].seq != rows[i].seq) && ds_model_rs_rewind(e->m, e->ex, &e->a, rows[i].seq, rows[i].pos, err, errlen))
             return -1;
-    for (int c0 = 0; c0 < n; c0 += e->m_max) {
-        const int c1 = c0 + e->m_max < n ? c0 + e->m_max : n, cn = c1 - c0;
+    for (int c0 = 0, c1; c0 < n; c0 = c1) {
+        c1 = chunk_end(e, rows, n, c0);
+        const int cn = c1 - c0;
         if (prepare_chunk(e, rows, c0, c1, err, errlen)) return -1;
         /* positions, ids and sequences of the chunk in one upload */
         int32_t *hp = e->rowhost;
