@@ -26,15 +26,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_util.h"
 
 static void die(const char *what, const char *err) {
     fprintf(stderr, "engine bench: %s: %s\n", what, err);

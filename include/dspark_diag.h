@@ -168,6 +168,9 @@ enum {
     DSD_SUB_MOE_LOGITS,         /* "moe_logits": a MoE layer's router logits (cp8)  */
     DSD_SUB_MOE_ROUTE,          /* "moe_route": its k weights, then the k expert
                                    ids as floats, in rank order (cp8)           */
+    DSD_SUB_GDN_CONV,           /* "gdn_conv": a gated delta net layer's conv
+                                   output, q|k|v after SiLU (cp4)               */
+    DSD_SUB_GDN_OUT,            /* "gdn_out": its recurrence output (cp4)        */
     DSD_SUB_NAMED_COUNT,
     DSD_SUB_HEAD_BASE = 0x10000,
     DSD_SUB_HEAD_MAX  = 0xffff  /* heads 0..65535                               */

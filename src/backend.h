@@ -336,6 +336,20 @@ typedef struct ds_backend_i {
                       int32_t *ids, float *w);
     void (*moe_combine)(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *w, const float *y,
                         const float *sh_gate, const float *sh, float *out);
+
+    /* ---- optional: the gated delta net (qwen35's recurrent layers) ---------
+     * NULL: the backend cannot run qwen35 (the loader refuses it). The gdn
+     * family (kernels.h ds_gdn_conv / ds_gdn_recur) on this device's
+     * buffers; state_in and the per-row state_out pointers address the
+     * sequence's recurrent state ring (rstate.h), which the layer finds on
+     * the host — host-memory backends only, like the MoE grouping.
+     * sigmoid_mul: x[i] = x[i] * ds_sigmoidf(g[i]) (the gated attention of
+     * qwen35's full-attention layers; elementwise, no variants). */
+    void (*gdn_conv)(ds_exec *ex, ds_variant v, const ds_gdn_shape *s, int M, const float *x, const float *w,
+                     const float *state_in, float *const *state_out, float *out);
+    void (*gdn_recur)(ds_exec *ex, ds_variant v, const ds_gdn_shape *s, int M, float *qkv, float *alpha, float *beta,
+                      const float *dt_bias, const float *A, const float *state_in, float *const *state_out, float *out);
+    void (*sigmoid_mul)(ds_exec *ex, int64_t n, float *x, const float *g);
 } ds_backend_i;
 #define DS_COPY_N_MAX 4
 

@@ -402,6 +402,21 @@ static void cpu_moe_combine(ds_exec *ex, int M, int k, int n, const int32_t *slo
     }
 }
 
+/* ---- the gated delta net (qwen35) ---------------------------------------- */
+static void cpu_gdn_conv(ds_exec *ex, ds_variant v, const ds_gdn_shape *s, int M, const float *x, const float *w,
+                         const float *state_in, float *const *state_out, float *out) {
+    ds_gdn_conv(v, s, M, x, w, state_in, state_out, out, ds_exec_cpu_pool(ex));
+}
+
+static void cpu_gdn_recur(ds_exec *ex, ds_variant v, const ds_gdn_shape *s, int M, float *qkv, float *alpha, float *beta,
+                          const float *dt_bias, const float *A, const float *state_in, float *const *state_out, float *out) {
+    (void)ds_gdn_recur(v, s, M, qkv, alpha, beta, dt_bias, A, state_in, state_out, out, ds_exec_cpu_pool(ex));
+}
+
+static void cpu_sigmoid_mul(ds_exec *ex, int64_t n, float *x, const float *g) {
+    ds_sigmoid_mul(n, x, g, ds_exec_cpu_pool(ex));
+}
+
 static const ds_backend_i cpu_i = {
     .name = "cpu",
     .host_memory = 1,
@@ -440,6 +455,9 @@ static const ds_backend_i cpu_i = {
     .release_pool = cpu_release_pool,
     .moe_route = cpu_moe_route,
     .moe_combine = cpu_moe_combine,
+    .gdn_conv = cpu_gdn_conv,
+    .gdn_recur = cpu_gdn_recur,
+    .sigmoid_mul = cpu_sigmoid_mul,
 };
 
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {

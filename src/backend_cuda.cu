@@ -705,6 +705,9 @@ static const ds_backend_i dsc_iface = {
     /* release_pool */ NULL,
     /* moe_route */ NULL,           /* no MoE kernels yet: the loader refuses MoE models here */
     /* moe_combine */ NULL,
+    /* gdn_conv */ NULL,            /* no gated delta net kernels yet: the loader refuses qwen35 here */
+    /* gdn_recur */ NULL,
+    /* sigmoid_mul */ NULL,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving

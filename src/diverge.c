@@ -58,7 +58,7 @@ static int pass_alloc(pass_out *p, const ds_ctx *c, int M) {
     const ds_hparams *hp = &ds_ctx_model(c)->hp;
     p->n_logits = (size_t)M * hp->n_vocab;
     p->n_taps = (size_t)M * ds_ctx_n_taps(c) * hp->n_embd;
-    p->n_kv = (size_t)hp->n_layer * M * hp->n_head_kv * hp->head_dim;
+    p->n_kv = (size_t)ds_hp_kv_layers(hp) * M * hp->n_head_kv * hp->head_dim;
     p->logits = malloc(p->n_logits * sizeof(float));
     p->taps = malloc((p->n_taps + 1) * sizeof(float));
     p->k = malloc(p->n_kv * sizeof(float));
@@ -326,7 +326,7 @@ static void fill(float *x, size_t n, uint64_t seed, float scale) {
 static const ds_weight *model_weight_of_type(const ds_model *m, uint32_t type) {
     for (int l = 0; l < m->hp.n_layer; l++) {
         const ds_layer *L = &m->layers[l];
-        if (L->n_expert > 0) {          /* MoE: attention, router, experts in order */
+        if (L->n_expert > 0 || L->recur) {   /* MoE: attention, router, experts in order; qwen35's mixer */
             const ds_weight *w;
             for (int i = 0; (w = ds_layer_weight((ds_layer *)L, i)); i++) if (w->type == type) return w;
             continue;
@@ -341,6 +341,7 @@ static const ds_weight *model_weight_of_type(const ds_model *m, uint32_t type) {
 int ds_model_uses_family(const ds_model *m, int fam) {
     if (fam < 0 || fam >= DS_FAM_COUNT) return 0;
     if (fam == DS_FAM_MOE_ROUTE) return m->hp.n_expert > 0;
+    if (fam == DS_FAM_GDN) return m->hp.n_rec > 0;
     const int t = ds_family_weight_type(fam);
     if (t < 0) return 1;                 /* attention, norms, RoPE, SwiGLU, residual: every model */
     return model_weight_of_type(m, (uint32_t)t) != NULL;
@@ -359,6 +360,58 @@ typedef struct {
 static void ab_free(ab_dev *a) {
     for (int i = 0; i < 7; i++) if (a->dev[i]) a->b->release(a->ex->be, a->dev[i]);
     if (a->dpos) a->b->release(a->ex->be, a->dpos);
+}
+
+/* The gdn family's A/B (host memory): rows of [raw q|k|v, alpha, beta]
+ * through the conv and the recurrence one row at a time from a zero state
+ * (the decode kernel, its states carried in place) against all M rows in
+ * one call of variant v; ref / got: the recurrence outputs. */
+static int gdn_ab(const ds_backend_i *b, ds_exec *ex, const ds_gdn_shape *gs, ds_variant v, int M, const float *in,
+                  float *ref, float *got, char *err, size_t errlen) {
+    const size_t C = (size_t)gs->conv_dim, Hv = (size_t)gs->n_v_head, S = (size_t)gs->head_dim, vd = Hv * S;
+    const size_t row = C + 2 * Hv, cs = (size_t)(gs->d_conv - 1) * C, ss = Hv * S * S;
+    float *x = malloc(((size_t)M * (C + 2 * Hv) + C + 2 * Hv + 2 * (cs + ss)) * sizeof(float));
+    float *w = malloc((C * (size_t)gs->d_conv + 2 * Hv) * sizeof(float));
+    float **ptr = malloc(2 * (size_t)M * sizeof(float *));
+    if (!x || !w || !ptr) { free(x); free(w); free(ptr); ds_errf(err, errlen, "families: out of memory"); return -1; }
+    float *xc = x + (size_t)M * C, *al = xc + C, *be = al + Hv, *st = be + Hv;
+    fill(w, C * (size_t)gs->d_conv, 77, 0.5f);
+    float *dt = w + C * (size_t)gs->d_conv, *A = dt + Hv;
+    for (size_t h = 0; h < Hv; h++) { dt[h] = 0.1f * (float)h; A[h] = -0.5f - 0.1f * (float)h; }
+    for (int side = 0; side < 2; side++) {
+        float *out = side ? got : ref;
+        memset(st, 0, 2 * (cs + ss) * sizeof(float));
+        if (!side) {   /* decode: one row a call, the state updated in place */
+            for (int r = 0; r < M; r++) {
+                const float *ir = in + (size_t)r * row;
+                float *co[1] = {st}, *so[1] = {st + cs};
+                b->gdn_conv(ex, DS_CANONICAL, gs, 1, ir, w, r ? st : NULL, co, xc);
+                memcpy(al, ir + C, 2 * Hv * sizeof(float));
+                b->gdn_recur(ex, DS_CANONICAL, gs, 1, xc, al, be, dt, A, r ? st + cs : NULL, so, out + (size_t)r * vd);
+            }
+        } else {       /* the batched call: M rows, the last state kept */
+            float *X = x;
+            float *AL = malloc(2 * (size_t)M * Hv * sizeof(float));
+            float *XCb = malloc((size_t)M * C * sizeof(float));
+            if (!AL || !XCb) { free(AL); free(XCb); free(x); free(w); free(ptr); ds_errf(err, errlen, "families: out of memory"); return -1; }
+            for (int r = 0; r < M; r++) {
+                memcpy(X + (size_t)r * C, in + (size_t)r * row, C * sizeof(float));
+                memcpy(AL + (size_t)r * Hv, in + (size_t)r * row + C, Hv * sizeof(float));
+                memcpy(AL + (size_t)(M + r) * Hv, in + (size_t)r * row + C + Hv, Hv * sizeof(float));
+            }
+            for (int r = 0; r < M; r++) ptr[r] = ptr[M + r] = NULL;
+            ptr[M - 1] = st;
+            ptr[2 * M - 1] = st + cs;
+            b->gdn_conv(ex, v, gs, M, X, w, NULL, ptr, XCb);
+            b->gdn_recur(ex, v, gs, M, XCb, AL, AL + (size_t)M * Hv, dt, A, NULL, ptr + M, out);
+            free(AL);
+            free(XCb);
+        }
+    }
+    free(x);
+    free(w);
+    free(ptr);
+    return 0;
 }
 
 int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int m_max,
@@ -418,6 +471,19 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
         }
         row_in = 2 * (size_t)n_exp;
         row_out = 2 * (size_t)k_exp;
+    }
+    /* gdn: the model's recurrent shape (a small synthetic one for a model
+     * without); out: the recurrence's output rows */
+    ds_gdn_shape gs = ds_hp_layer_shape(hp).gdn;
+    if (hp->n_rec <= 0) gs = (ds_gdn_shape){.n_k_head = 2, .n_v_head = 4, .head_dim = 32, .d_conv = 4, .conv_dim = 8 * 32,
+                                            .eps = hp->norm_eps};
+    if (fam == DS_FAM_GDN) {
+        if (!b->gdn_conv || !b->gdn_recur || !b->host_memory) {
+            ds_errf(err, errlen, "families: the %s device has no gdn kernel", b->name);
+            return -1;
+        }
+        row_in = (size_t)gs.conv_dim + 2 * (size_t)gs.n_v_head;
+        row_out = (size_t)gs.n_v_head * gs.head_dim;
     }
     size_t cache = (size_t)n_kv * Hkv * hd;
     const size_t wn = (size_t)(d > hd ? d : hd);
@@ -533,6 +599,11 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
             free(wh);
             break;
         }
+        case DS_FAM_GDN:
+            if (gdn_ab(b, ex, &gs, v, M, in1, ref, got, err, errlen)) goto done;
+            b->upload(ex, d_ref, ref, (size_t)M * row_out * sizeof(float));
+            b->upload(ex, d_got, got, (size_t)M * row_out * sizeof(float));
+            break;
         default:
             ds_errf(err, errlen, "families: unknown family %d", fam);
             goto done;

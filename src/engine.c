@@ -47,6 +47,9 @@ struct ds_engine {
     int       *dorder;         /* [n_seq_max]                                     */
     ds_draft_seq *dq;          /* [n_seq_max]                                     */
     int32_t   *dhost;          /* [n_seq_max][gamma]                              */
+    /* hybrid models (qwen35): each slot's recurrent states (rstate.h), a
+     * ring wide enough to roll a verify block back to any of its rows */
+    ds_rstate  rs;
 };
 
 /* ========================================================================
@@ -56,7 +59,8 @@ struct ds_engine {
 static void engine_release(ds_engine *e) {
     ds_backend *be = e->be;
     float *bufs[] = {e->a.x, e->a.xn, e->a.q, e->a.k, e->a.v, e->a.att, e->a.o, e->a.gate, e->a.up, e->a.h,
-                     e->a.moe, e->logits, e->sel_scratch};
+                     e->a.moe, e->a.rec, e->logits, e->sel_scratch};
+    if (e->rs.mem) ds_rstate_free(&e->rs);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->i->release(be, bufs[i]);
     if (e->rowbuf) be->i->release(be, e->rowbuf);
@@ -118,7 +122,7 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     e->ex = be->i->exec_new(be, p->n_threads, e2, sizeof e2);
     if (!e->ex) { ds_errf(err, errlen, "engine: %s", e2); free(e); return NULL; }
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
-    ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {hp->n_layer}, .row = {(int)kvd}, .n_pages = (int)want_pages};
+    ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {ds_hp_kv_layers(hp)}, .row = {(int)kvd}, .n_pages = (int)want_pages};
     if (dr) {
         ps.n_groups = 2;
         ds_drafter_kv_shape(dr, &ps.n_layer[1], &ps.row[1]);
@@ -139,6 +143,8 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     e->a.gate = DEV(M * ff); e->a.up = DEV(M * ff); e->a.h = DEV(M * ff);
     const size_t moe_n = ds_hp_moe_scratch(hp, m_max);     /* MoE layers' scratch (layer.c) */
     if (moe_n) e->a.moe = DEV(moe_n);
+    const size_t rec_n = ds_hp_hybrid_scratch(hp, m_max);  /* hybrid layers' scratch (layer.c) */
+    if (rec_n) e->a.rec = DEV(rec_n);
     e->logits = DEV(M * V);
     e->sel_scratch = DEV(2 * V);
 #undef DEV
@@ -162,7 +168,7 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         }
     }
     int ok = e->a.x && e->a.xn && e->a.o && e->a.q && e->a.att && e->a.k && e->a.v && e->a.gate && e->a.up &&
-             e->a.h && (e->a.moe || !moe_n) && e->logits && e->sel_scratch && e->tables && e->rowbuf && e->sel_ids && e->rowhost && e->sel_host;
+             e->a.h && (e->a.moe || !moe_n) && (e->a.rec || !rec_n) && e->logits && e->sel_scratch && e->tables && e->rowbuf && e->sel_ids && e->rowhost && e->sel_host;
     if (ok) {
         e->rows = (ds_rows){.pos = e->rowbuf, .seq = e->rowbuf + 2 * M, .tables = e->tables, .max_pages = e->max_pages,
                             .page = DS_KV_PAGE, .page_stride = ds_kvpool_page_stride(e->pool)};
@@ -179,6 +185,16 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         free(e);
         return NULL;
     }
+    /* a verify block is at most gamma + 1 rows: runs that long are logged
+     * for a rollback (without a drafter: runs of up to 8 rows, for callers
+     * that truncate on their own) */
+    if (ds_hp_rstate_init(hp, &e->rs, be, e->n_seq_max, gamma ? gamma + 1 : 8, m_max, e2, sizeof e2)) {
+        ds_errf(err, errlen, "engine: %s", e2);
+        engine_release(e);
+        free(e);
+        return NULL;
+    }
+    if (e->rs.mem) e->a.rs = &e->rs;
     if (dr && !(e->dx = ds_dctx_new_shared(dr, n_ctx, e->ex, e->pool, 1, e->n_seq_max, e2, sizeof e2))) {
         ds_errf(err, errlen, "engine: %s", e2);
         engine_release(e);
@@ -215,6 +231,7 @@ int ds_engine_seq_new(ds_engine *e, char *err, size_t errlen) {
     for (int s = 0; s < e->n_seq_max; s++) {
         if (e->used[s]) continue;
         if (!e->seq[s].table && ds_seq_init(&e->seq[s], e->seq_cap, err, errlen)) return -1;
+        if (e->rs.mem) ds_rstate_reset(&e->rs, s);
         e->used[s] = 1;
         e->n_used++;
         return s;
@@ -235,7 +252,8 @@ int ds_engine_seq_fork(ds_engine *e, int src, int n, char *err, size_t errlen) {
     if (!ds_engine_seq_valid(e, src)) { ds_errf(err, errlen, "fork: sequence %d does not exist", src); return -1; }
     const int s = ds_engine_seq_new(e, err, errlen);
     if (s < 0) return -1;
-    if (ds_seq_fork(&e->seq[s], &e->seq[src], e->pool, n, err, errlen)) {
+    if (ds_seq_fork(&e->seq[s], &e->seq[src], e->pool, n, err, errlen) ||
+        (e->rs.mem && ds_rstate_copy(&e->rs, e->ex, s, src, n, err, errlen))) {
         ds_engine_seq_free(e, s);
         return -1;
     }
@@ -249,6 +267,8 @@ int ds_engine_seq_truncate(ds_engine *e, int s, int n, char *err, size_t errlen)
         ds_errf(err, errlen, "truncate: position %d is not in [0, %d] (what sequence %d holds)", n, q->n_past, s);
         return -1;
     }
+    /* a hybrid model's recurrent state goes back with it (to a kept one) */
+    if (e->rs.mem && ds_model_rs_rewind(e->m, e->ex, &e->a, s, n, err, errlen)) return -1;
     q->n_past = n;
     if (q->n_dctx > n) q->n_dctx = n;
     if (q->n_tokens > n) q->n_tokens = n;
@@ -256,13 +276,15 @@ int ds_engine_seq_truncate(ds_engine *e, int s, int n, char *err, size_t errlen)
 }
 
 int ds_engine_prefix_lookup(ds_engine *e, int s, const int32_t *ids, int n, int need_dctx) {
-    if (!ds_engine_seq_valid(e, s) || e->seq[s].n_pages || n < 1) return 0;
+    /* a hybrid model's pages hold K/V but not the recurrent state at their
+     * end: no prefix is ever reused (the prompt is computed) */
+    if (!ds_engine_seq_valid(e, s) || e->seq[s].n_pages || n < 1 || e->rs.mem) return 0;
     return ds_prefix_lookup(e->pool, &e->seq[s], ids, n, need_dctx ? 3u : 1u, (n - 1) / DS_KV_PAGE);
 }
 
 void ds_engine_prefix_publish(ds_engine *e, int s) {
     /* group 1 is valid up to the sequence's drafter context rows (kvpool.c) */
-    if (ds_engine_seq_valid(e, s)) ds_prefix_publish(e->pool, &e->seq[s], e->d ? 3u : 1u);
+    if (ds_engine_seq_valid(e, s) && !e->rs.mem) ds_prefix_publish(e->pool, &e->seq[s], e->d ? 3u : 1u);
 }
 
 /* ========================================================================
@@ -274,6 +296,7 @@ static const char seq_magic[8] = {'D', 'S', 'P', 'K', 'S', 'E', 'Q', '1'};
 
 int ds_engine_seq_save(ds_engine *e, int s, const char *path, char *err, size_t errlen) {
     if (!ds_engine_seq_valid(e, s)) { ds_errf(err, errlen, "save: sequence %d does not exist", s); return -1; }
+    if (e->rs.mem) { ds_errf(err, errlen, "save: sequence files do not hold a hybrid model's recurrent state yet"); return -1; }
     const ds_seq *q = &e->seq[s];
     const ds_hparams *hp = &e->m->hp;
     const uint32_t row = (uint32_t)(hp->n_head_kv * hp->head_dim);
@@ -300,6 +323,7 @@ int ds_engine_seq_save(ds_engine *e, int s, const char *path, char *err, size_t 
 }
 
 int ds_engine_seq_load(ds_engine *e, const char *path, char *err, size_t errlen) {
+    if (e->rs.mem) { ds_errf(err, errlen, "load: sequence files do not hold a hybrid model's recurrent state yet"); return -1; }
     FILE *f = fopen(path, "rb");
     if (!f) { ds_errf(err, errlen, "load: cannot open '%s': %s", path, strerror(errno)); return -1; }
     const ds_hparams *hp = &e->m->hp;
@@ -402,6 +426,11 @@ static int check_rows(const ds_engine *e, const ds_row *rows, int n, char *err, 
             const ds_seq *q = &e->seq[r->seq];
             if (r->pos < 0 || r->pos > q->n_past) {
                 ds_errf(err, errlen, "forward: row %d: position %d of sequence %d is not in [0, %d]", i, r->pos, r->seq, q->n_past);
+                return -1;
+            }
+            if (e->rs.mem && !ds_rstate_has(&e->rs, r->seq, r->pos)) {
+                ds_errf(err, errlen, "forward: row %d: sequence %d no longer holds the recurrent state at position %d "
+                        "(it holds %d, and can go back to %d)", i, r->seq, r->pos, e->rs.pos[r->seq], e->rs.base[r->seq]);
                 return -1;
             }
         } else if (r->pos != rows[i - 1].pos + 1) {
@@ -517,6 +546,20 @@ int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, c
     return b->sync(e->ex, err, errlen);
 }
 
+/* Where the chunk from row c0 ends: m_max rows on, except that on a hybrid
+ * model a sequence's run short enough to be rolled back into (a verify
+ * block: rstate.h cap) is never cut — its checkpoint is the state before
+ * its first row, which a second chunk of the same run would overwrite. It
+ * moves to the next chunk whole (which rows share a chunk changes no bit). */
+static int chunk_end(const ds_engine *e, const ds_row *rows, int n, int c0) {
+    int c1 = c0 + e->m_max < n ? c0 + e->m_max : n;
+    if (!e->rs.mem || c1 == n || rows[c1 - 1].seq != rows[c1].seq) return c1;
+    int j0 = c1 - 1, j1 = c1;
+    while (j0 > c0 && rows[j0 - 1].seq == rows[c1].seq) j0--;
+    while (j1 < n && rows[j1].seq == rows[c1].seq) j1++;
+    return j0 > c0 && j1 - j0 <= e->rs.cap ? j0 : c1;
+}
+
 int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, char *err, size_t errlen) {
     if (check_rows(e, rows, n, err, errlen)) return -1;
     int n_logits = 0;
@@ -528,8 +571,14 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
     uint8_t var[DS_FAM_COUNT];
     memcpy(var, e->ks.v, sizeof var);
     float *lg_out = out ? out->logits : NULL;
-    for (int c0 = 0; c0 < n; c0 += e->m_max) {
-        const int c1 = c0 + e->m_max < n ? c0 + e->m_max : n, cn = c1 - c0;
+    /* each sequence's rows start from its recurrent state there (check_rows
+     * made sure it is held) */
+    for (int i = 0; e->rs.mem && i < n; i++)
+        if ((i == 0 || rows[i - 1].seq != rows[i].seq) && ds_model_rs_rewind(e->m, e->ex, &e->a, rows[i].seq, rows[i].pos, err, errlen))
+            return -1;
+    for (int c0 = 0, c1; c0 < n; c0 = c1) {
+        c1 = chunk_end(e, rows, n, c0);
+        const int cn = c1 - c0;
         if (prepare_chunk(e, rows, c0, c1, err, errlen)) return -1;
         /* positions, ids and sequences of the chunk in one upload */
         int32_t *hp = e->rowhost;
@@ -614,6 +663,12 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
             }
             if (q->n_tokens == rows[i].pos) q->tokens[q->n_tokens++] = rows[i].token;
             q->n_past = rows[i].pos + 1;
+            /* the recurrent states the chunk's run of this sequence kept */
+            if (e->rs.mem && (i + 1 == c1 || rows[i + 1].seq != rows[i].seq)) {
+                int j = i;
+                while (j > c0 && rows[j - 1].seq == rows[i].seq) j--;
+                ds_rstate_commit(&e->rs, rows[i].seq, rows[j].pos, rows[i].pos, var[DS_FAM_GDN]);
+            }
         }
     }
     return 0;

@@ -140,9 +140,16 @@ static void mm_shared(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], int n, const
  * ======================================================================== */
 
 ds_weight *ds_layer_weight(ds_layer *L, int i) {
-    ds_weight *const att[4] = {&L->wq, &L->wk, &L->wv, &L->wo};
-    if (i < 4) return i >= 0 ? att[i] : NULL;
-    i -= 4;
+    if (i < 0) return NULL;
+    if (L->recur) {   /* a gated delta net layer has its mixer's weights instead of q/k/v/o */
+        ds_weight *const rec[5] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_alpha, &L->ssm_beta, &L->ssm_out};
+        if (i < 5) return rec[i];
+        i -= 5;
+    } else {
+        ds_weight *const att[4] = {&L->wq, &L->wk, &L->wv, &L->wo};
+        if (i < 4) return att[i];
+        i -= 4;
+    }
     if (L->n_expert <= 0) {
         ds_weight *const ffn[3] = {&L->w_gate, &L->w_up, &L->w_down};
         return i < 3 ? ffn[i] : NULL;
@@ -266,6 +273,31 @@ static void moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, con
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_DOWN, DSD_SUB_ALL, fam_exp, a->o, d, d);
 }
 
+/* RoPE on the first n_rot dims of each head (qwen35: a quarter of them):
+ * gathered into tmp as heads of n_rot, rotated as such (theta_i = pos *
+ * base^(-2i/n_rot), llama.cpp's n_dims), and put back. */
+static void rope_partial(ds_exec *ex, ds_variant v, const ds_layer_shape *s, int M, int heads, int n_rot,
+                         const int *pos, float *x, float *tmp) {
+    const size_t hb = (size_t)s->head_dim * sizeof(float), rb = (size_t)n_rot * sizeof(float);
+    ds_backend_copy2d(ex, tmp, rb, x, hb, rb, (size_t)M * heads);
+    ex->be->i->rope(ex, v, M, heads, n_rot, pos, s->rope_base, s->rope_mode, tmp);
+    ds_backend_copy2d(ex, x, hb, tmp, rb, rb, (size_t)M * heads);
+}
+
+size_t ds_hybrid_scratch_floats(int m_max, const ds_layer_shape *s) {
+    const size_t m = (size_t)m_max, qd = (size_t)s->n_head * s->head_dim;
+    const ds_gdn_shape *g = &s->gdn;
+    const size_t vd = (size_t)g->n_v_head * g->head_dim;
+    const size_t rec = m * (2 * (size_t)g->conv_dim + 3 * vd + 2 * (size_t)g->n_v_head);
+    const size_t att = m * 3 * qd;    /* q|gate, gate; the RoPE staging reuses the first (q is copied out) */
+    return rec > att ? rec : att;
+}
+
+void ds_layer_mm_shared(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], int n, const ds_weight *const W[], int M,
+                        const float *x, float *const y[]) {
+    mm_shared(ex, var, n, W, M, x, y);
+}
+
 void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
                       const float *next_norm, const uint8_t var[DS_FAM_COUNT], int M, int pos0,
                       int qkv_ready, float *kc, float *vc, ds_acts *a, const ds_probe *pr, int l) {
@@ -283,11 +315,24 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_NORM, DSD_SUB_ALL,
                       FAM(DS_FAM_RMSNORM) | (l > 0 ? FAM(DS_FAM_RESIDUAL) : 0), a->xn, d, d);
 
+    int fused_o = 0;
+    if (L->recur) {   /* qwen35's gated delta net: its mixer replaces the attention */
+        ds_layer_gdn_mixer(ex, L, s, var, M, pos0, a, pr, l);
+        goto mixed;
+    }
     /* --- attention: projections, QK-norm, RoPE ---------------------------- */
+    /* qwen35's gated attention: wq gives each head's query and gate side by
+     * side; the queries go to a->q, the gates to the hybrid scratch */
+    float *qgate = L->q_gate ? a->rec + (size_t)M * 2 * qd : NULL;
     if (!qkv_ready) {
         const ds_weight *const w3[3] = {&L->wq, &L->wk, &L->wv};
-        float *const y3[3] = {a->q, a->k, a->v};
+        float *const y3[3] = {L->q_gate ? a->rec : a->q, a->k, a->v};
         mm_shared(ex, var, 3, w3, M, a->xn, y3);
+        if (L->q_gate) {
+            const size_t hb = (size_t)hd * sizeof(float);
+            ds_backend_copy2d(ex, a->q, hb, a->rec, 2 * hb, hb, (size_t)M * H);
+            ds_backend_copy2d(ex, qgate, hb, a->rec + hd, 2 * hb, hb, (size_t)M * H);
+        }
     }
     const int p_qkv = wants(pr, l, DSD_CP_QKV);
     if (p_qkv) {
@@ -297,7 +342,8 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
     }
     /* Canonical norm and RoPE with nothing to observe in between: the
      * backend's one-launch prologue when it has one (same bits). */
-    const int fuse = b->qk_norm_rope_kv && vnorm == DS_CANONICAL && vrope == DS_CANONICAL && !p_qkv;
+    const int n_rot = s->n_rot > 0 && s->n_rot < hd ? s->n_rot : hd;
+    const int fuse = b->qk_norm_rope_kv && vnorm == DS_CANONICAL && vrope == DS_CANONICAL && !p_qkv && n_rot == hd;
     const int norm = L->q_norm && !qkv_ready;
     if (fuse) {
         b->qk_norm_rope_kv(ex, M, H, Hkv, hd, a->rows, s->rope_base, s->rope_mode,
@@ -313,8 +359,13 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
             ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_NORM, FAM(DS_FAM_RMSNORM), a->q, qd, qd);
             ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_NORM, FAM(DS_FAM_RMSNORM), a->k, kvd, kvd);
         }
-        b->rope(ex, vrope, M, H, hd, a->pos, s->rope_base, s->rope_mode, a->q);
-        b->rope(ex, vrope, M, Hkv, hd, a->pos, s->rope_base, s->rope_mode, a->k);
+        if (n_rot == hd) {
+            b->rope(ex, vrope, M, H, hd, a->pos, s->rope_base, s->rope_mode, a->q);
+            b->rope(ex, vrope, M, Hkv, hd, a->pos, s->rope_base, s->rope_mode, a->k);
+        } else {
+            rope_partial(ex, vrope, s, M, H, n_rot, a->pos, a->q, a->rec);
+            rope_partial(ex, vrope, s, M, Hkv, n_rot, a->pos, a->k, a->rec);
+        }
         if (p_qkv) {
             ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_ROPE, FAM(DS_FAM_ROPE), a->q, qd, qd);
             ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_ROPE, FAM(DS_FAM_ROPE), a->k, kvd, kvd);
@@ -338,6 +389,7 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
     }
     ds_attn_shape as = { H, Hkv, hd, (int)kvd, 1.0f / sqrtf((float)hd) };
     b->attention(ex, (ds_variant)var[DS_FAM_ATTENTION], &as, M, a->rows, a->q, kc, vc, a->att);
+    if (L->q_gate) b->sigmoid_mul(ex, (int64_t)M * (int64_t)qd, a->att, qgate);
     if (wants(pr, l, DSD_CP_ATTN_HEADS))
         for (int r = 0; r < M; r++)
             for (int h = 0; h < H; h++)
@@ -349,10 +401,11 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
      * the same rows either way) */
     const ds_matmul_res ro = {(ds_variant)var[ds_matmul_family(L->wo.type)], vres, vnorm, DS_CANONICAL,
                               &L->wo, M, a->att, NULL, NULL, a->o, a->x, L->ffn_norm, eps, a->xn};
-    const int fused_o = L->ffn_norm && b->matmul_res && b->matmul_res(ex, &ro) == 0;
+    fused_o = L->ffn_norm && b->matmul_res && b->matmul_res(ex, &ro) == 0;
     if (!fused_o) MM(&L->wo, a->att, a->o);
     if (wants(pr, l, DSD_CP_ATTN_OUT_PROJ))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_OUT_PROJ, DSD_SUB_ALL, MMF(&L->wo), a->o, d, d);
+mixed:
 
     /* --- residual epilogue + FFN norm --------------------------------------- */
     if (!fused_o) b->residual(ex, vres, vnorm, M, d, a->x, a->o, L->ffn_norm, eps, a->xn);

@@ -26,6 +26,18 @@ typedef struct {
      * (sh_gate_inp: llama.cpp's 1-D ffn_gate_inp_shexp, one output). */
     int has_shexp;
     ds_weight sh_gate_inp, sh_gate, sh_up, sh_down;
+    /* qwen35 (hybrid): recur = 1 for a gated delta net layer, whose mixer
+     * (layer_hybrid.c) replaces the attention: ssm_qkv ([conv_dim][d], the
+     * conv's input), ssm_z ([n_v_head * head][d], the output gate),
+     * ssm_alpha / ssm_beta ([n_v_head][d]), ssm_out ([d][n_v_head * head]);
+     * f32 vectors conv_w ([conv_dim][d_conv]), dt_bias, ssm_a ([n_v_head])
+     * and ssm_norm ([head]); rec_idx: its index among the recurrent layers.
+     * A full-attention layer of such a model has q_gate = 1: wq projects
+     * [n_head][2 * head_dim] (each head's query, then its gate), and the
+     * attention output is multiplied by sigmoid(gate) before wo. */
+    int recur, q_gate, rec_idx;
+    ds_weight ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_out;
+    const float *conv_w, *dt_bias, *ssm_a, *ssm_norm;
 } ds_layer;
 
 /* The layer's matmul weights one by one (i = 0, 1, ...; NULL past the
@@ -42,13 +54,25 @@ typedef struct {
     int   d, n_head, n_head_kv, head_dim, n_ff;
     float eps, rope_base;
     ds_rope_mode rope_mode;
+    int   n_rot;                     /* RoPE'd dims per head (0: head_dim; qwen35: partial) */
+    ds_gdn_shape gdn;                /* qwen35's recurrent layers (unused otherwise)        */
 } ds_layer_shape;
+
+/* Floats of the hybrid layers' scratch (ds_acts.rec) for m_max rows: the
+ * recurrent mixer's conv input / output, gate, alpha, beta, core output and
+ * norm, or a gated attention layer's q|gate projection, gate and the
+ * partial-RoPE staging, whichever is wider. */
+size_t ds_hybrid_scratch_floats(int m_max, const ds_layer_shape *s);
+
 
 /* Device activations for up to m_max rows. x: the residual stream; xn: its
  * normed copy (the layer's input on entry, the next norm's output on exit). */
-typedef struct {
+struct ds_rstate;
+typedef struct ds_acts {
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *h;
     float *moe;                      /* MoE layers: ds_moe_scratch_floats, else NULL */
+    float *rec;                      /* hybrid models: ds_hybrid_scratch_floats, else NULL */
+    struct ds_rstate *rs;            /* hybrid models: the sequences' recurrent states */
     const int *pos;                  /* device: positions of the rows (== rows->pos) */
     int ids_off;                     /* the rows' token ids are at pos + ids_off     */
     const ds_rows *rows;             /* the rows' positions, KV slots, visibility    */
@@ -122,6 +146,25 @@ void ds_probe_arena_free(ds_probe_arena *a);
  * No-op without an arena or pending rows. 0, or -1 with err when the
  * device reports a fault (the pending rows are dropped, fn is not called). */
 int  ds_probe_flush(ds_exec *ex, const ds_probe *pr, char *err, size_t errlen);
+
+/* Weights sharing their input as one launch where the backend can (q/k/v,
+ * gate/up, the recurrent mixer's four projections): bit for bit the n
+ * separate matmuls. */
+void ds_layer_mm_shared(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], int n, const ds_weight *const W[], int M,
+                        const float *x, float *const y[]);
+
+/* The recurrent mixer of a gated delta net layer (layer_hybrid.c): from
+ * a->xn (the attention norm's output) into a->o, the recurrent states of
+ * the rows' sequences read and kept in a->rs (rstate.h). */
+void ds_layer_gdn_mixer(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT],
+                        int M, int pos0, ds_acts *a, const ds_probe *pr, int l);
+
+/* A hybrid model's recurrent state of sequence sq rolled back to the one
+ * after n positions (rstate.h): the checkpoint, or replayed from it through
+ * the logged rows with the gdn kernels (a->rec is the scratch). 0, or -1
+ * with one line when that state cannot be had (it was never kept). */
+int ds_gdn_rewind(ds_exec *ex, const ds_layer *layers, int n_layer, const ds_layer_shape *s, ds_acts *a, int sq, int n,
+                  char *err, size_t errlen);
 
 /* Run one layer over M rows (a->rows: their positions, KV slots and what
  * each attends, on the device; probes report row r at position pos0 + r).

@@ -18,7 +18,41 @@
  * ===================================================================== */
 
 const char *ds_arch_name(ds_arch a) {
-    return a == DS_ARCH_LLAMA ? "llama" : a == DS_ARCH_QWEN3MOE ? "qwen3moe" : "qwen3";
+    return a == DS_ARCH_LLAMA ? "llama" : a == DS_ARCH_QWEN3MOE ? "qwen3moe" : a == DS_ARCH_QWEN35 ? "qwen35" : "qwen3";
+}
+
+ds_layer_shape ds_hp_layer_shape(const ds_hparams *hp) {
+    const int S = hp->ssm_d_state, Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank;
+    return (ds_layer_shape){
+        .d = hp->n_embd, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+        .n_ff = hp->n_ff, .eps = hp->norm_eps, .rope_base = hp->rope_base, .rope_mode = ds_arch_rope(hp->arch),
+        .n_rot = hp->n_rot,
+        .gdn = {.n_k_head = Hk, .n_v_head = Hv, .head_dim = S, .d_conv = hp->ssm_d_conv,
+                .conv_dim = (2 * Hk + Hv) * S, .eps = hp->norm_eps},
+    };
+}
+
+size_t ds_hp_hybrid_scratch(const ds_hparams *hp, int m_max) {
+    if (hp->arch != DS_ARCH_QWEN35) return 0;
+    const ds_layer_shape s = ds_hp_layer_shape(hp);
+    return ds_hybrid_scratch_floats(m_max, &s);
+}
+
+int ds_hp_rstate_init(const ds_hparams *hp, ds_rstate *r, ds_backend *be, int n_slot, int cap, int m_max,
+                      char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    if (hp->n_rec <= 0) return 0;
+    const ds_layer_shape s = ds_hp_layer_shape(hp);
+    const size_t conv_n = (size_t)(s.gdn.d_conv - 1) * (size_t)s.gdn.conv_dim;
+    const size_t ssm_n = (size_t)s.gdn.n_v_head * (size_t)s.gdn.head_dim * (size_t)s.gdn.head_dim;
+    const size_t log_row = (size_t)s.gdn.conv_dim + 2 * (size_t)s.gdn.n_v_head;
+    return ds_rstate_init(r, be, n_slot, cap < m_max ? cap : m_max, hp->n_rec, conv_n, ssm_n, log_row, m_max, err, errlen);
+}
+
+int ds_model_rs_rewind(const ds_model *m, ds_exec *ex, ds_acts *a, int seq, int n, char *err, size_t errlen) {
+    if (!a->rs) return 0;
+    const ds_layer_shape s = ds_hp_layer_shape(&m->hp);
+    return ds_gdn_rewind(ex, m->layers, m->hp.n_layer, &s, a, seq, n, err, errlen);
 }
 
 size_t ds_hp_moe_scratch(const ds_hparams *hp, int m_max) {
@@ -153,8 +187,144 @@ static int prepare_weights(ds_model *m, char *err, size_t errlen) {
     for (int l = 0; l < nl; l++) {
         ds_layer *L = &m->layers[l];
         REBASE(L->attn_norm); REBASE(L->ffn_norm); REBASE(L->q_norm); REBASE(L->k_norm);
+        REBASE(L->conv_w); REBASE(L->dt_bias); REBASE(L->ssm_a); REBASE(L->ssm_norm);
     }
 #undef REBASE
+    return 0;
+}
+
+/* ========================================================================
+ * qwen35 (Qwen3.5 / 3.6 dense): gated delta net layers between full-attention
+ * layers, llama.cpp's keys and tensor names
+ * ===================================================================== */
+
+/* The recurrence's sizes, which layers are recurrent, the partial RoPE and
+ * the MTP blocks llama.cpp counts in block_count (skipped: dspark drafts with
+ * its own drafters). */
+static int load_qwen35_hparams(const gguf_ctx *g, ds_model *m, const char *arch, char *err, size_t errlen) {
+    ds_hparams *hp = &m->hp;
+    int d_inner = 0;
+    char key[128];
+    if (get_u32_req(g, arch, "ssm.conv_kernel", &hp->ssm_d_conv, err, errlen) ||
+        get_u32_req(g, arch, "ssm.inner_size", &d_inner, err, errlen) ||
+        get_u32_req(g, arch, "ssm.state_size", &hp->ssm_d_state, err, errlen) ||
+        get_u32_req(g, arch, "ssm.time_step_rank", &hp->ssm_dt_rank, err, errlen) ||
+        get_u32_req(g, arch, "ssm.group_count", &hp->ssm_n_group, err, errlen))
+        return -1;
+    const int S = hp->ssm_d_state, Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank;
+    if (hp->ssm_d_conv < 2 || hp->ssm_d_conv > DS_GDN_MAX_CONV || S < 1 || S > DS_GDN_MAX_HEAD || Hk < 1 ||
+        Hv < Hk || Hv % Hk || Hv > 4096 || d_inner != Hv * S) {
+        ds_errf(err, errlen, "model: qwen35 ssm sizes out of range (conv_kernel=%d in 2..%d, state_size=%d in 1..%d, "
+                "group_count=%d, time_step_rank=%d a multiple of it, inner_size=%d = time_step_rank x state_size)",
+                hp->ssm_d_conv, DS_GDN_MAX_CONV, S, DS_GDN_MAX_HEAD, Hk, Hv, d_inner);
+        return -1;
+    }
+    snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
+    if (gguf_find_kv(g, key) && get_u32_req(g, arch, "rope.dimension_count", &hp->n_rot, err, errlen)) return -1;
+    if (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2) {
+        ds_errf(err, errlen, "model: rope.dimension_count %d must be even and in 2..%d", hp->n_rot, hp->head_dim);
+        return -1;
+    }
+    int nextn = 0;
+    snprintf(key, sizeof key, "%s.nextn_predict_layers", arch);
+    if (gguf_find_kv(g, key) && get_u32_req(g, arch, "nextn_predict_layers", &nextn, err, errlen)) return -1;
+    const int n_all = hp->n_layer;
+    if (nextn >= n_all) {
+        ds_errf(err, errlen, "model: nextn_predict_layers %d leaves no trunk of block_count %d", nextn, n_all);
+        return -1;
+    }
+    hp->n_layer = n_all - nextn;
+    /* attention.recurrent_layers (one flag a block) or every
+     * full_attention_interval-th layer full attention (llama.cpp's rule) */
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", arch);
+    const gguf_kv *rk = gguf_find_kv(g, key);
+    int interval = 4;
+    if (!rk) {
+        snprintf(key, sizeof key, "%s.full_attention_interval", arch);
+        if (gguf_find_kv(g, key) && get_u32_req(g, arch, "full_attention_interval", &interval, err, errlen)) return -1;
+        if (interval < 1) { ds_errf(err, errlen, "model: full_attention_interval must be >= 1"); return -1; }
+    } else if (rk->type != GGUF_T_ARRAY || rk->arr_n != (uint64_t)n_all) {
+        ds_errf(err, errlen, "model: '%s' must be an array of %d flags", key, n_all);
+        return -1;
+    }
+    if ((uint64_t)n_all * 9 > gguf_n_tensors(g)) {
+        ds_errf(err, errlen, "model: block_count %d needs at least %lld tensors, the file has %llu", n_all,
+                (long long)n_all * 9, (unsigned long long)gguf_n_tensors(g));
+        return -1;
+    }
+    m->layers = calloc((size_t)hp->n_layer, sizeof(ds_layer));
+    if (!m->layers) { ds_errf(err, errlen, "model: out of memory"); return -1; }
+    hp->n_rec = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        int64_t f = (l + 1) % interval != 0;
+        if (rk) {
+            if (rk->arr_type == GGUF_T_BOOL) f = rk->arr_data[l] != 0;
+            else if (gguf_arr_i64(rk, (uint64_t)l, &f)) {
+                ds_errf(err, errlen, "model: '%s' must hold integer or bool flags", key);
+                return -1;
+            }
+        }
+        m->layers[l].recur = f != 0;
+        if (f) m->layers[l].rec_idx = hp->n_rec++;
+    }
+    if (hp->n_rec == hp->n_layer) {
+        ds_errf(err, errlen, "model: qwen35 with no full-attention layer (every one of %d layers recurrent)", hp->n_layer);
+        return -1;
+    }
+    if (!m->be->i->gdn_conv || !m->be->i->gdn_recur || !m->be->i->sigmoid_mul || !m->be->i->host_memory) {
+        ds_errf(err, errlen, "model: qwen35 is a hybrid recurrent model and the %s device has no gated delta net kernels yet "
+                "(use --device cpu)", m->be->i->name);
+        return -1;
+    }
+    return 0;
+}
+
+/* One block: the norms, the mixer (a gated delta net's or the gated
+ * attention's), the SwiGLU FFN. li counts the recurrent layers. */
+static int load_qwen35_layer(const gguf_ctx *g, ds_model *m, int l, int *li, float **cur, char *err, size_t errlen) {
+    const ds_hparams *hp = &m->hp;
+    ds_layer *L = &m->layers[l];
+    const int d = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+    const ds_layer_shape sh = ds_hp_layer_shape(hp);
+    const int C = sh.gdn.conv_dim, Hv = sh.gdn.n_v_head, S = sh.gdn.head_dim, vd = Hv * S, K = sh.gdn.d_conv;
+    char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
+    if (load_norm(g, NAME("attn_norm.weight"), d, cur, &L->attn_norm, err, errlen) ||
+        load_norm(g, NAME("post_attention_norm.weight"), d, cur, &L->ffn_norm, err, errlen) ||
+        load_weight(g, NAME("ffn_gate.weight"), d, hp->n_ff, &L->w_gate, err, errlen) ||
+        load_weight(g, NAME("ffn_up.weight"), d, hp->n_ff, &L->w_up, err, errlen) ||
+        load_weight(g, NAME("ffn_down.weight"), hp->n_ff, d, &L->w_down, err, errlen))
+        return -1;
+    if (!L->recur) {
+        L->q_gate = 1;
+        return load_weight(g, NAME("attn_q.weight"), d, 2 * qd, &L->wq, err, errlen) ||
+               load_weight(g, NAME("attn_k.weight"), d, kvd, &L->wk, err, errlen) ||
+               load_weight(g, NAME("attn_v.weight"), d, kvd, &L->wv, err, errlen) ||
+               load_weight(g, NAME("attn_output.weight"), qd, d, &L->wo, err, errlen) ||
+               load_norm(g, NAME("attn_q_norm.weight"), hd, cur, &L->q_norm, err, errlen) ||
+               load_norm(g, NAME("attn_k_norm.weight"), hd, cur, &L->k_norm, err, errlen) ? -1 : 0;
+    }
+    L->rec_idx = (*li)++;
+    if (load_weight(g, NAME("attn_qkv.weight"), d, C, &L->ssm_qkv, err, errlen) ||
+        load_weight(g, NAME("attn_gate.weight"), d, vd, &L->ssm_z, err, errlen) ||
+        load_weight(g, NAME("ssm_alpha.weight"), d, Hv, &L->ssm_alpha, err, errlen) ||
+        load_weight(g, NAME("ssm_beta.weight"), d, Hv, &L->ssm_beta, err, errlen) ||
+        load_weight(g, NAME("ssm_out.weight"), vd, d, &L->ssm_out, err, errlen) ||
+        load_norm(g, NAME("ssm_dt.bias"), Hv, cur, &L->dt_bias, err, errlen) ||
+        load_norm(g, NAME("ssm_a"), Hv, cur, &L->ssm_a, err, errlen) ||
+        load_norm(g, NAME("ssm_norm.weight"), S, cur, &L->ssm_norm, err, errlen))
+        return -1;
+    /* the conv kernel {d_conv, conv_dim}: conv_dim rows of d_conv taps */
+    const gguf_tensor *t = want_tensor(g, NAME("ssm_conv1d.weight"), K, C, err, errlen);
+    if (!t) return -1;
+    if (t->type != DS_TYPE_F32 && t->type != DS_TYPE_F16 && t->type != DS_TYPE_BF16) {
+        ds_errf(err, errlen, "model: tensor '%s' is %s (want F32, F16 or BF16)", n, ds_type_name(t->type));
+        return -1;
+    }
+    ds_row_to_f32(t->type, t->data, (int64_t)K * C, *cur);
+    L->conv_w = *cur;
+    *cur += (size_t)K * C;
+#undef NAME
     return 0;
 }
 
@@ -183,8 +353,9 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
     if (gguf_str_eq(archs, "qwen3")) { hp->arch = DS_ARCH_QWEN3; arch = "qwen3"; }
     else if (gguf_str_eq(archs, "llama")) { hp->arch = DS_ARCH_LLAMA; arch = "llama"; }
     else if (gguf_str_eq(archs, "qwen3moe")) { hp->arch = DS_ARCH_QWEN3MOE; arch = "qwen3moe"; }
+    else if (gguf_str_eq(archs, "qwen35")) { hp->arch = DS_ARCH_QWEN35; arch = "qwen35"; }
     else {
-        ds_errf(err, errlen, "model: unknown architecture '%.*s' (supported: qwen3, qwen3moe, llama)",
+        ds_errf(err, errlen, "model: unknown architecture '%.*s' (supported: qwen3, qwen3moe, qwen35, llama)",
                 (int)(archs.len > 64 ? 64 : archs.len), archs.ptr);
         goto fail;
     }
@@ -276,6 +447,9 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
         goto fail;
     }
 
+    hp->n_rot = hp->head_dim;
+    if (hp->arch == DS_ARCH_QWEN35 && load_qwen35_hparams(g, m, arch, err, errlen)) goto fail;
+
     /* counts against the file before anything is sized by them: each layer
      * needs at least 9 tensors, and the head products must fit an int */
     if ((uint64_t)hp->n_layer * 9 > gguf_n_tensors(g)) {
@@ -307,16 +481,25 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
     }
 
     size_t n_norm = (size_t)d + (size_t)hp->n_layer * (2 * (size_t)d + 2 * (size_t)hd);
+    if (hp->n_rec > 0) {   /* a recurrent layer's conv kernel, dt bias, A and norm */
+        const ds_layer_shape sh = ds_hp_layer_shape(hp);
+        n_norm += (size_t)hp->n_rec * ((size_t)sh.gdn.conv_dim * (size_t)sh.gdn.d_conv + 2 * (size_t)sh.gdn.n_v_head +
+                                      (size_t)sh.gdn.head_dim);
+    }
     m->f32_arena = malloc(n_norm * sizeof(float));
     m->f32_n = n_norm;
-    m->layers = calloc((size_t)hp->n_layer, sizeof(ds_layer));
+    if (!m->layers) m->layers = calloc((size_t)hp->n_layer, sizeof(ds_layer));   /* qwen35: already made */
     if (moe) m->experts = calloc((size_t)hp->n_layer * 3 * (size_t)hp->n_expert, sizeof(ds_weight));
     if (!m->f32_arena || !m->layers || (moe && !m->experts)) { ds_errf(err, errlen, "model: out of memory"); goto fail; }
     float *cur = m->f32_arena;
     if (load_norm(g, "output_norm.weight", d, &cur, &m->output_norm, err, errlen)) goto fail;
 
-    for (int l = 0; l < hp->n_layer; l++) {
+    for (int l = 0, li = 0; l < hp->n_layer; l++) {
         ds_layer *L = &m->layers[l];
+        if (hp->arch == DS_ARCH_QWEN35) {
+            if (load_qwen35_layer(g, m, l, &li, &cur, err, errlen)) goto fail;
+            continue;
+        }
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s ".weight", l), n)
         if (load_norm(g, NAME("attn_norm"), d, &cur, &L->attn_norm, err, errlen) ||
@@ -367,7 +550,7 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
         }
 #undef NAME
     }
-    m->weight_type = m->layers[0].wq.type;
+    m->weight_type = m->layers[0].recur ? m->layers[0].ssm_qkv.type : m->layers[0].wq.type;
     if (prepare_weights(m, err, errlen)) goto fail;
     for (uint64_t i = 0; i < gguf_n_tensors(g); i++) m->n_params += gguf_tensor_nelements(gguf_tensor_at(g, i));
 
@@ -407,8 +590,10 @@ void ds_model_free(ds_model *m) {
     free(m);
 }
 
+int ds_hp_kv_layers(const ds_hparams *hp) { return hp->n_layer - hp->n_rec; }
+
 size_t ds_kv_row_bytes(const ds_model *m) {
-    return 2u * (size_t)m->hp.n_layer * (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim * sizeof(float);
+    return 2u * (size_t)ds_hp_kv_layers(&m->hp) * (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim * sizeof(float);
 }
 
 
@@ -448,12 +633,18 @@ struct ds_ctx {
     int         pend_rows, pend_n;
     ds_probe    probe;           /* .fn == NULL: none                         */
     float      *stage;           /* host staging for probes: widest row       */
+    ds_rstate   rs;              /* hybrid models: the recurrent states (one slot) */
 };
+
+/* Rows of a run a context can roll back into (rstate.h): a verify block of
+ * up to DS_CTX_RS_ROWS - 1 drafts. */
+#define DS_CTX_RS_ROWS 17
 
 static void ctx_release(ds_ctx *c) {
     ds_backend *be = c->be;
     float *bufs[] = {c->a.x, c->a.xn, c->a.q, c->a.k, c->a.v, c->a.att, c->a.o, c->a.gate, c->a.up,
-                     c->a.h, c->a.moe, c->logits, c->taps, c->sel_logits, c->sel_scratch};
+                     c->a.h, c->a.moe, c->a.rec, c->logits, c->taps, c->sel_logits, c->sel_scratch};
+    if (c->rs.mem) ds_rstate_free(&c->rs);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->i->release(be, bufs[i]);
     if (c->pos) be->i->release(be, c->pos);      /* c->ids lies in the same buffer */
@@ -503,7 +694,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
     const size_t M = (size_t)c->m_max, d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
     /* the KV cache: pages for n_ctx positions, committed as they are used */
-    const ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {hp->n_layer}, .row = {(int)kvd},
+    const ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {ds_hp_kv_layers(hp)}, .row = {(int)kvd},
                                 .n_pages = (n_ctx + DS_KV_PAGE - 1) / DS_KV_PAGE};
     c->pool = ds_kvpool_new(c->be, &ps, e2, sizeof e2);
     if (!c->pool || ds_seq_init(&c->seq, n_ctx, e2, sizeof e2)) {
@@ -520,7 +711,16 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     c->a.gate = DEV(M * ff); c->a.up = DEV(M * ff); c->a.h = DEV(M * ff);
     const size_t moe_n = ds_hp_moe_scratch(hp, c->m_max);
     if (moe_n) c->a.moe = DEV(moe_n);
+    const size_t rec_n = ds_hp_hybrid_scratch(hp, c->m_max);   /* hybrid layers' scratch (layer.c) */
+    if (rec_n) c->a.rec = DEV(rec_n);
 #undef DEV
+    if (ds_hp_rstate_init(hp, &c->rs, be, 1, DS_CTX_RS_ROWS, c->m_max, e2, sizeof e2)) {
+        ds_errf(err, errlen, "context: %s", e2);
+        ctx_release(c);
+        free(c);
+        return NULL;
+    }
+    if (c->rs.mem) c->a.rs = &c->rs;
     /* positions, ids, selected ids in one buffer: a call uploads the first
      * two at once, and a verify of a queued draft downloads the draft's ids
      * (ids[1..]) and the selections as one range */
@@ -544,7 +744,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
                         .page = DS_KV_PAGE, .page_stride = ds_kvpool_page_stride(c->pool)};
     c->a.rows = &c->rows;
     int ok = c->tables && c->a.x && c->a.xn && c->a.o && c->a.q && c->a.att && c->a.k && c->a.v && c->a.gate &&
-             c->a.up && c->a.h && (c->a.moe || !moe_n) && c->pos && c->ids && c->pos_host && c->sel_host && c->stage &&
+             c->a.up && c->a.h && (c->a.moe || !moe_n) && (c->a.rec || !rec_n) && c->pos && c->ids && c->pos_host && c->sel_host && c->stage &&
              (c->sel_logits || !be->i->host_memory) && c->sel_scratch && c->sel_ids;
     if (ok && !be->i->host_memory) {   /* logits and taps stay on the device until asked */
         c->logits = be->i->alloc(be, M * V * sizeof(float));
@@ -601,6 +801,9 @@ int ds_set_taps(ds_ctx *c, const int *layers, int n, char *err, size_t errlen) {
 
 int ds_kv_truncate(ds_ctx *c, int n_pos) {
     if (n_pos < 0 || n_pos > c->n_past) return -1;
+    /* a hybrid model rolls its recurrent state back too: to a state it kept */
+    char e[DS_ERRLEN];
+    if (c->rs.mem && ds_model_rs_rewind(c->m, c->ex, &c->a, 0, n_pos, e, sizeof e)) return -1;
     c->n_past = c->seq.n_past = n_pos;
     return 0;
 }
@@ -616,11 +819,7 @@ void ds_model_forward(const ds_model *m, ds_exec *ex, ds_acts *a, ds_kvpool *poo
     const ds_hparams *hp = &m->hp;
     const ds_backend_i *b = ex->be->i;
     const int d = hp->n_embd;
-    const ds_layer_shape shape = {
-        .d = d, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-        .n_ff = hp->n_ff, .eps = hp->norm_eps, .rope_base = hp->rope_base,
-        .rope_mode = ds_arch_rope(hp->arch),
-    };
+    const ds_layer_shape shape = ds_hp_layer_shape(hp);
     const int32_t *ids = a->pos + a->ids_off;
 
     b->embed(ex, &m->tok_embd, M, ids, a->x);
@@ -628,10 +827,14 @@ void ds_model_forward(const ds_model *m, ds_exec *ex, ds_acts *a, ds_kvpool *poo
     b->rmsnorm(ex, (ds_variant)var[DS_FAM_RMSNORM], M, d, a->x, m->layers[0].attn_norm, hp->norm_eps, a->xn);
 
     int tap_i = 0;
-    for (int l = 0; l < hp->n_layer; l++) {
+    for (int l = 0, kv = 0; l < hp->n_layer; l++) {
         const float *next_norm = l + 1 < hp->n_layer ? m->layers[l + 1].attn_norm : m->output_norm;
-        ds_layer_forward(ex, &m->layers[l], &shape, next_norm, var, M, pos0, 0, ds_kvpool_k(pool, 0, l),
-                         ds_kvpool_v(pool, 0, l), a, pr, l);
+        /* the pool holds K/V for the attention layers only (a hybrid
+         * model's recurrent layers keep their state in a->rs) */
+        const int recur = m->layers[l].recur;
+        ds_layer_forward(ex, &m->layers[l], &shape, next_norm, var, M, pos0, 0, recur ? NULL : ds_kvpool_k(pool, 0, kv),
+                         recur ? NULL : ds_kvpool_v(pool, 0, kv), a, pr, l);
+        kv += !recur;
         /* taps: the raw residual stream leaving layer l */
         if (tap_i < n_taps && tap_layers[tap_i] == l) {
             if (taps)   /* row r's tap tap_i: one strided copy for the M rows */
@@ -746,6 +949,9 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
     const int tail_dev = sel && sel->draft_dev;
     if (c->pend) { ds_errf(err, errlen, "forward: a deferred selection was never collected"); return -1; }
     if (check_run(c, tokens, M, tail_dev ? 1 : M, pos0, err, errlen)) return -1;
+    /* a hybrid model's rows start from the recurrent state after pos0 - 1:
+     * one it kept, or the forward is refused before anything runs */
+    if (c->rs.mem && ds_model_rs_rewind(c->m, c->ex, &c->a, 0, pos0, err, errlen)) return -1;
     if (tail_dev && M > c->m_max) {
         ds_errf(err, errlen, "select: %d rows with device tokens exceed one batch of %d", M, c->m_max);
         return -1;
@@ -817,6 +1023,7 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
             }
         }
         if (graphs && b->graph_end(c->ex, err, errlen)) return -1;
+        if (c->rs.mem) ds_rstate_commit(&c->rs, 0, p0, p0 + n - 1, var[DS_FAM_GDN]);
         if (sel) {
             if (!host && sel->taps_dev && !(sel->taps_dev == c->taps && done == 0 && n == M))
                 b->copy(c->ex, sel->taps_dev + (size_t)done * taps_stride, c->taps,
@@ -941,6 +1148,8 @@ int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logi
 
 int ds_state_save(ds_ctx *c, ds_state *s) {
     s->n_past = c->n_past;
+    memset(&s->rs, 0, sizeof s->rs);
+    if (c->rs.mem && ds_rstate_save(&c->rs, c->ex, 0, &s->rs)) return -1;
     return ds_seq_snapshot(&c->seq, c->pool, c->ex, c->n_past, &s->snap);
 }
 
@@ -949,11 +1158,18 @@ int ds_state_restore(ds_ctx *c, const ds_state *s) {
     if (s->n_past > c->n_ctx || ds_seq_restore(&c->seq, c->pool, c->ex, &s->snap) ||
         ctx_prepare(c, 0, 0, e, sizeof e))
         return -1;
+    if (c->rs.mem) {
+        if (!s->rs.data || s->rs.n != 2 * c->rs.state_n + (size_t)c->rs.n_rec * (size_t)c->rs.cap * c->rs.log_row) return -1;
+        ds_rstate_load(&c->rs, c->ex, 0, &s->rs);
+    }
     c->n_past = c->seq.n_past = s->n_past;
     return 0;
 }
 
-void ds_state_free(ds_state *s) { ds_kv_snap_free(&s->snap); }
+void ds_state_free(ds_state *s) {
+    ds_kv_snap_free(&s->snap);
+    ds_rstate_snap_free(&s->rs);
+}
 
 void ds_ctx_read_kv(ds_ctx *c, int pos0, int n, float *k, float *v) {
     ds_seq_read(&c->seq, c->pool, c->ex, 0, pos0, n, k, v);

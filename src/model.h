@@ -21,10 +21,13 @@
 #include "backend.h"
 #include "kvpool.h"
 #include "layer.h"
+#include "rstate.h"
 #include "sampler.h"
 
-typedef enum { DS_ARCH_QWEN3 = 0, DS_ARCH_LLAMA = 1, DS_ARCH_QWEN3MOE = 2 } ds_arch;
-/* Qwen3 and Qwen3-MoE: NEOX RoPE and per-head QK-norm; Llama: neither. */
+typedef enum { DS_ARCH_QWEN3 = 0, DS_ARCH_LLAMA = 1, DS_ARCH_QWEN3MOE = 2, DS_ARCH_QWEN35 = 3 } ds_arch;
+/* Qwen3, Qwen3-MoE and Qwen3.5's attention layers: NEOX RoPE (qwen35's
+ * IMROPE is NEOX when the position's sections are equal, as for text) and
+ * per-head QK-norm; Llama: neither. */
 static inline int ds_arch_qk_norm(ds_arch a) { return a != DS_ARCH_LLAMA; }
 static inline ds_rope_mode ds_arch_rope(ds_arch a) { return a == DS_ARCH_LLAMA ? DS_ROPE_NORMAL : DS_ROPE_NEOX; }
 
@@ -44,7 +47,23 @@ typedef struct {
      * expert_used_count, expert_feed_forward_length */
     int     n_expert, n_expert_used, n_ff_exp;
     int     n_ff_shexp;    /* the shared expert's width (0: none; qwen35moe's FFN) */
+    /* qwen35 (hybrid): ssm.conv_kernel, ssm.state_size (the head width of
+     * the recurrence), ssm.group_count (its key heads), ssm.time_step_rank
+     * (its value heads); rope.dimension_count (n_rot, RoPE'd dims of an
+     * attention head); n_rec: the gated delta net layers (0: none) */
+    int     ssm_d_conv, ssm_d_state, ssm_n_group, ssm_dt_rank;
+    int     n_rot, n_rec;
 } ds_hparams;
+
+/* The layer shape every forward uses (model.c): the hparams' sizes. */
+ds_layer_shape ds_hp_layer_shape(const ds_hparams *hp);
+/* Floats of ds_acts.rec for m_max rows of this model (0: not hybrid). */
+size_t ds_hp_hybrid_scratch(const ds_hparams *hp, int m_max);
+/* The recurrent states of a hybrid model for n_slot sequences whose runs
+ * of up to cap rows can be rolled back into (rstate.h); 0 and nothing done
+ * for other models. */
+int ds_hp_rstate_init(const ds_hparams *hp, ds_rstate *r, ds_backend *be, int n_slot, int cap, int m_max,
+                      char *err, size_t errlen);
 
 /* Floats of ds_acts.moe for m_max rows of this model (0: dense). */
 size_t ds_hp_moe_scratch(const ds_hparams *hp, int m_max);
@@ -206,10 +225,19 @@ void ds_model_logits(const ds_model *m, ds_exec *ex, const ds_acts *a, const uin
 typedef struct {
     int        n_past;
     ds_kv_snap snap;     /* rows [0, n_past) of every layer, on the device  */
+    ds_rstate_snap rs;   /* hybrid models: a host copy of the recurrent states */
 } ds_state;
 int  ds_state_save(ds_ctx *c, ds_state *s);
 int  ds_state_restore(ds_ctx *c, const ds_state *s);
 void ds_state_free(ds_state *s);
+
+/* A hybrid model's recurrent state of sequence seq (a->rs) rolled back to
+ * the one after n positions (layer.h ds_gdn_rewind); 0 for other models. */
+int ds_model_rs_rewind(const ds_model *m, ds_exec *ex, ds_acts *a, int seq, int n, char *err, size_t errlen);
+
+/* Layers with K/V rows in the pool: every layer but a hybrid model's
+ * recurrent ones. */
+int ds_hp_kv_layers(const ds_hparams *hp);
 
 /* Bytes of one KV row (one position, all layers, K and V) — for reports. */
 size_t ds_kv_row_bytes(const ds_model *m);

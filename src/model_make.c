@@ -84,6 +84,51 @@ static void add_norm(builder *b, const char *name, int64_t n) {
     free(f);
 }
 
+/* One qwen35 block in llama.cpp's names: a gated delta net (recur) or a
+ * gated full-attention mixer, then the SwiGLU FFN. */
+static void add_hybrid_layer(builder *b, long l, int recur, long d, long nh, long nkv, long hd, long ff, long K, long S,
+                             long Hv, long C) {
+    char n[96];
+#define NM(s) (snprintf(n, sizeof n, "blk.%ld." s, l), n)
+    const float sd = sqrtf(3.0f / (float)d);
+    const uint32_t t = b->type;
+    add_norm(b, NM("attn_norm.weight"), d);
+    add_norm(b, NM("post_attention_norm.weight"), d);
+    if (recur) {
+        const long vd = Hv * S;
+        add_matrix(b, NM("attn_qkv.weight"), d, C, sd, t);
+        add_matrix(b, NM("attn_gate.weight"), d, vd, sd, t);
+        add_matrix(b, NM("ssm_alpha.weight"), d, Hv, sd, t);
+        add_matrix(b, NM("ssm_beta.weight"), d, Hv, sd, t);
+        add_matrix(b, NM("ssm_out.weight"), vd, d, sqrtf(3.0f / (float)vd) * 0.5f, t);
+        add_matrix(b, NM("ssm_conv1d.weight"), K, C, sqrtf(3.0f / (float)K), DS_TYPE_F32);
+        /* dt bias around 0, A = -exp(A_log) in [-1.5, -0.5]: decays of a few
+         * positions to a few hundred, as a trained model has */
+        float *v = malloc((size_t)(Hv > S ? Hv : S) * sizeof(float));
+        if (!v) { b->failed = 1; return; }
+        const uint64_t ne[1] = {(uint64_t)Hv}, ns[1] = {(uint64_t)S};
+        for (long i = 0; i < Hv; i++) v[i] = 0.5f * ds_uniform_pm1(&b->r);
+        if (gguf_add_tensor(b->w, NM("ssm_dt.bias"), DS_TYPE_F32, 1, ne, v, (uint64_t)Hv * 4)) b->failed = 1;
+        for (long i = 0; i < Hv; i++) v[i] = -1.0f + 0.5f * ds_uniform_pm1(&b->r);
+        if (gguf_add_tensor(b->w, NM("ssm_a"), DS_TYPE_F32, 1, ne, v, (uint64_t)Hv * 4)) b->failed = 1;
+        for (long i = 0; i < S; i++) v[i] = 1.0f + 0.1f * ds_uniform_pm1(&b->r);
+        if (gguf_add_tensor(b->w, NM("ssm_norm.weight"), DS_TYPE_F32, 1, ns, v, (uint64_t)S * 4)) b->failed = 1;
+        free(v);
+    } else {
+        const long qd = nh * hd, kvd = nkv * hd;
+        add_matrix(b, NM("attn_q.weight"), d, 2 * qd, sd, t);
+        add_matrix(b, NM("attn_k.weight"), d, kvd, sd, t);
+        add_matrix(b, NM("attn_v.weight"), d, kvd, sd, t);
+        add_norm(b, NM("attn_q_norm.weight"), hd);
+        add_norm(b, NM("attn_k_norm.weight"), hd);
+        add_matrix(b, NM("attn_output.weight"), qd, d, sqrtf(3.0f / (float)qd) * 0.5f, t);
+    }
+    add_matrix(b, NM("ffn_gate.weight"), d, ff, sd, t);
+    add_matrix(b, NM("ffn_up.weight"), d, ff, sd, t);
+    add_matrix(b, NM("ffn_down.weight"), ff, d, sqrtf(3.0f / (float)ff) * 0.5f, t);
+#undef NM
+}
+
 int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_t errlen) {
     const char *arch = o->arch;
     const uint32_t type = o->type;
@@ -91,11 +136,19 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
                n_ff = o->n_ff, n_vocab = o->n_vocab, n_ctx = o->n_ctx, seed = o->seed;
     const long head_dim = o->head_dim ? o->head_dim : o->n_embd / o->n_head;
     const float rope_base = o->rope_base, eps = o->norm_eps;
-    if (strcmp(arch, "qwen3") && strcmp(arch, "llama") && strcmp(arch, "qwen3moe")) {
-        ds_errf(err, errlen, "make-model: arch must be qwen3, qwen3moe or llama, got '%s'", arch);
+    if (strcmp(arch, "qwen3") && strcmp(arch, "llama") && strcmp(arch, "qwen3moe") && strcmp(arch, "qwen35")) {
+        ds_errf(err, errlen, "make-model: arch must be qwen3, qwen3moe, qwen35 or llama, got '%s'", arch);
         return -1;
     }
-    const int moe = !strcmp(arch, "qwen3moe");
+    const int moe = !strcmp(arch, "qwen3moe"), hyb = !strcmp(arch, "qwen35");
+    const long S = o->ssm_d_state, Hk = o->ssm_n_group, Hv = o->ssm_dt_rank, K = o->ssm_d_conv;
+    const long C = (2 * Hk + Hv) * S, vd = Hv * S, ival = o->full_attn_interval;
+    const long n_rot = o->n_rot ? o->n_rot : ((o->head_dim ? o->head_dim : o->n_embd / o->n_head) / 4) & ~1L;
+    if (hyb && (K < 2 || K > 16 || S < 1 || S > 512 || Hk < 1 || Hv < Hk || Hv % Hk || ival < 1 || n_rot < 2)) {
+        ds_errf(err, errlen, "make-model: qwen35 needs conv width 2..16, state size 1..512, value heads a multiple of "
+                "key heads, full-attention interval >= 1 and a rope dimension >= 2");
+        return -1;
+    }
     const long n_exp = o->n_expert, n_used = o->n_expert_used, n_ff_exp = o->n_ff_exp;
     if (moe && (n_exp < 1 || n_exp > 1024 || n_used < 1 || n_used > n_exp || n_ff_exp < 1)) {
         ds_errf(err, errlen, "make-model: qwen3moe needs 1 <= experts used (%ld) <= experts (%ld) <= 1024 and an "
@@ -111,7 +164,9 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
     const long blk = (long)ds_type_block_elems(type);
     const long n_ff_sh = moe ? o->n_ff_shexp : 0;
     if (n_ff_sh < 0) { ds_errf(err, errlen, "make-model: the shared expert width %ld is negative", n_ff_sh); return -1; }
-    if (blk > 1 && (n_embd % blk || n_ff % blk || (n_head * head_dim) % blk || (moe && (n_ff_exp % blk || n_ff_sh % blk)))) {
+    if (hyb && (n_rot > head_dim || n_rot % 2)) { ds_errf(err, errlen, "make-model: rope dimension %ld must be even and <= head dim %ld", n_rot, head_dim); return -1; }
+    if (blk > 1 && (n_embd % blk || n_ff % blk || (n_head * head_dim) % blk || (moe && (n_ff_exp % blk || n_ff_sh % blk)) ||
+                    (hyb && vd % blk))) {
         ds_errf(err, errlen, "make-model: %s needs n_embd, n_ff%s and n_head*head_dim to be multiples of %ld",
                 ds_type_name(type), moe ? ", the expert FFN width" : "", blk);
         return -1;
@@ -139,6 +194,17 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
         gguf_set_u32(b.w, KEY("expert_feed_forward_length"), (uint32_t)n_ff_exp);
         if (n_ff_sh > 0) gguf_set_u32(b.w, KEY("expert_shared_feed_forward_length"), (uint32_t)n_ff_sh);
     }
+    if (hyb) {   /* llama.cpp's qwen35 keys */
+        gguf_set_u32(b.w, KEY("ssm.conv_kernel"), (uint32_t)K);
+        gguf_set_u32(b.w, KEY("ssm.inner_size"), (uint32_t)vd);
+        gguf_set_u32(b.w, KEY("ssm.state_size"), (uint32_t)S);
+        gguf_set_u32(b.w, KEY("ssm.time_step_rank"), (uint32_t)Hv);
+        gguf_set_u32(b.w, KEY("ssm.group_count"), (uint32_t)Hk);
+        gguf_set_u32(b.w, KEY("full_attention_interval"), (uint32_t)ival);
+        gguf_set_u32(b.w, KEY("rope.dimension_count"), (uint32_t)n_rot);
+        const int32_t sections[4] = {(int32_t)(n_rot / 2 - 2 * (n_rot / 8)), (int32_t)(n_rot / 8), (int32_t)(n_rot / 8), 0};
+        gguf_set_arr(b.w, KEY("rope.dimension_sections"), GGUF_T_I32, sections, 4);
+    }
 #undef KEY
     gguf_set_u32(b.w, "general.file_type", gguf_llama_ftype(type));     /* llama.cpp's code */
     gguf_set_u32(b.w, "general.quantization_version", GGUF_QUANTIZATION_VERSION);
@@ -158,10 +224,14 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
      * greedy text follows the context and sampling has choices (a tied head
      * of the O(1) embedding rows gives logits of tens: one token wins
      * everywhere, and a MoE test would see few routes) */
-    if (moe) add_matrix(&b, "output.weight", n_embd, n_vocab, sqrtf(3.0f / (float)n_embd) * 3.0f, type);
+    if (moe || hyb) add_matrix(&b, "output.weight", n_embd, n_vocab, sqrtf(3.0f / (float)n_embd) * 3.0f, type);
     for (long l = 0; l < n_layer && !b.failed; l++) {
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%ld." s ".weight", l), n)
+        if (hyb) {
+            add_hybrid_layer(&b, l, (l + 1) % ival != 0, n_embd, n_head, n_head_kv, head_dim, n_ff, K, S, Hv, C);
+            continue;
+        }
         add_norm(&b, NAME("attn_norm"), n_embd);
         add_matrix(&b, NAME("attn_q"), n_embd, qd, sqrtf(3.0f / (float)n_embd), type);
         add_matrix(&b, NAME("attn_k"), n_embd, kvd, sqrtf(3.0f / (float)n_embd), type);
@@ -219,4 +289,6 @@ void ds_make_model_defaults(ds_make_model_opts *o) {
     o->n_ff = 768; o->n_vocab = 512; o->n_ctx = 2048; o->seed = 1;
     o->rope_base = 10000.0f; o->norm_eps = 1e-6f;
     o->n_expert = 8; o->n_expert_used = 2; o->n_ff_exp = 128; o->n_ff_shexp = 0;
+    o->ssm_d_conv = 4; o->ssm_d_state = 32; o->ssm_n_group = 2; o->ssm_dt_rank = 4; o->full_attn_interval = 4;
+    o->n_rot = 0;
 }

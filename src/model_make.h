@@ -5,7 +5,7 @@
 #include "common.h"
 
 typedef struct {
-    const char *arch;          /* "qwen3" or "llama"                          */
+    const char *arch;          /* "qwen3", "qwen3moe", "qwen35" or "llama"    */
     uint32_t    type;          /* weight type of the 2-D tensors              */
     long n_embd, n_layer, n_head, n_head_kv, head_dim /* 0 = n_embd/n_head */, n_ff, n_vocab, n_ctx, seed;
     float rope_base, norm_eps;
@@ -17,6 +17,11 @@ typedef struct {
      * loader has no shared expert and refuses such a file (extra tensors);
      * dspark loads it, to test that FFN on the qwen3moe trunk. */
     long n_ff_shexp;
+    /* qwen35 (hybrid): the gated delta net layers' conv width, head width
+     * (ssm.state_size), key heads (group_count) and value heads
+     * (time_step_rank); every full_attn_interval-th layer is full
+     * attention; n_rot: RoPE'd dims of an attention head (0: head_dim / 4) */
+    long ssm_d_conv, ssm_d_state, ssm_n_group, ssm_dt_rank, full_attn_interval, n_rot;
 } ds_make_model_opts;
 
 void ds_make_model_defaults(ds_make_model_opts *o);

@@ -27,8 +27,8 @@ $D diverge -m "$T/m.gguf" -p "$P" --tokens 1,x >"$T/e1" 2>&1; [ $? -eq 2 ] && ok
 $D diverge -m "$T/m.gguf" -p "$P" >"$T/e2" 2>&1; [ $? -eq 2 ] && ok "missing block source rejected" || bad "no block source"
 
 $D families -m "$T/m.gguf" -p "$P" --block-greedy 6 >"$T/fam" 2>&1 || bad "families exit"
-[ "$(grep -c '^FAMILY ' "$T/fam")" -eq 17 ] && ok "families: 17 FAMILY lines" || { bad "families lines"; cat "$T/fam"; }
-for f in matmul_f16 matmul_q4_0 matmul_q6_k moe_route; do      # not run by a dense Q8_0 model (its norms are F32 vectors)
+[ "$(grep -c '^FAMILY ' "$T/fam")" -eq 18 ] && ok "families: 18 FAMILY lines" || { bad "families lines"; cat "$T/fam"; }
+for f in matmul_f16 matmul_q4_0 matmul_q6_k moe_route gdn; do      # not run by a dense Q8_0 model (its norms are F32 vectors)
     grep -q "^FAMILY name=$f verdict=UNUSED" "$T/fam" || bad "$f not UNUSED"
 done && ok "families the model does not run: verdict=UNUSED (no A/B, no experiment)"
 grep -q '^FAMILY name=matmul_q8_0 verdict=PROVEN_DIFFERENT' "$T/fam" && ok "matmul_q8_0 PROVEN_DIFFERENT" || bad "matmul_q8_0 verdict"
@@ -37,6 +37,7 @@ for f in q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; do       # the kquant families, on 
     grep -q "^FAMILY name=matmul_$f verdict=PROVEN_DIFFERENT" "$T/fama" || bad "matmul_$f verdict"
 done && ok "--all-families: kquant families PROVEN_DIFFERENT (synthetic weights)"
 grep -q '^FAMILY name=moe_route verdict=PROVEN_DIFFERENT' "$T/fama" && ok "--all-families: moe_route PROVEN_DIFFERENT (a synthetic 64-expert router)" || bad "moe_route synthetic"
+grep -q '^FAMILY name=gdn verdict=PROVEN_DIFFERENT' "$T/fama" && ok "--all-families: gdn PROVEN_DIFFERENT (a synthetic gated delta net)" || bad "gdn synthetic"
 
 # the mixture of experts: the route's fast variant alone is found at the route
 $D make-model -o "$T/moe.gguf" --arch qwen3moe --type q8_0 --n-embd 128 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 \

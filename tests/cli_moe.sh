@@ -39,13 +39,7 @@ echo "$(sha256sum <"$T/l" | cut -c1-64) logits" >>"$out"
 $D make-model -o "$T/sh.gguf" $MK --n-ff-shexp 96 2>/dev/null || bad "make-model --n-ff-shexp"
 $D generate -m "$T/sh.gguf" -p "$P" -n 48 -t 2 >"$T/shg" 2>/dev/null || bad "generate shared expert"
 echo "$(sha256sum <"$T/shg" | cut -c1-64) shared_expert_greedy" >>"$out"
-if [ -n "${GOLDEN_RECORD:-}" ]; then
-    cp "$out" tests/data/golden_moe.sha256; echo "recorded $(wc -l <"$out") hashes"
-elif diff tests/data/golden_moe.sha256 "$out" >"$T/diff"; then
-    ok "golden: $(wc -l <"$out") qwen3moe outputs bit-identical to tests/data/golden_moe.sha256"
-else
-    bad "golden: qwen3moe outputs differ from tests/data/golden_moe.sha256:"; cat "$T/diff"
-fi
+golden_check tests/data/golden_moe.sha256 "$out" qwen3moe
 
 # ---- threads --------------------------------------------------------------
 $D generate -m "$T/m.gguf" -p "$P" -n 48 -t 1 >"$T/g1" 2>/dev/null && $D generate -m "$T/m.gguf" -p "$P" -n 48 -t 3 >"$T/g3" 2>/dev/null \
@@ -53,12 +47,7 @@ $D generate -m "$T/m.gguf" -p "$P" -n 48 -t 1 >"$T/g1" 2>/dev/null && $D generat
 
 # ---- speculative == plain on the MoE target --------------------------------
 $D make-drafter -m "$T/m.gguf" -o "$T/d.gguf" --taps 0,2,3 --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter from the MoE target"
-for dm in 6 3 1; do
-    $D generate -m "$T/m.gguf" -md "$T/d.gguf" --draft-max $dm -p "$P" -n 48 -t 2 >"$T/sg" 2>"$T/sg.err" || bad "spec greedy draft-max $dm"
-    cmp -s "$T/g" "$T/sg" && ok "spec greedy == plain (qwen3moe, draft-max $dm, $(grep -o 'mean_accepted_len=[0-9.]*' "$T/sg.err"))" || bad "spec greedy != plain at draft-max $dm"
-    $D generate -m "$T/m.gguf" -md "$T/d.gguf" --draft-max $dm -p "$P" -n 48 -t 2 --temp 0.8 --seed 7 >"$T/ss" 2>/dev/null || bad "spec seeded draft-max $dm"
-    cmp -s "$T/s" "$T/ss" && ok "spec seeded == plain (qwen3moe, draft-max $dm)" || bad "spec seeded != plain at draft-max $dm"
-done
+spec_widths qwen3moe "$T/m.gguf" "$T/d.gguf" "$T/g" "$T/s" "$P"
 # the oracle drafter: every draft accepted, so whole verify blocks commit
 $D generate -m "$T/m.gguf" -md "$T/d.gguf" -p "$P" -n 48 -t 2 --oracle-accept rate:1 >"$T/so" 2>"$T/so.err" \
     && cmp -s "$T/g" "$T/so" && ok "oracle acceptance: full verify blocks == plain ($(grep -o 'mean_accepted_len=[0-9.]*' "$T/so.err" | head -1))" \

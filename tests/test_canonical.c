@@ -23,6 +23,7 @@ static const int k_taps[] = { 0, 2 };
 
 typedef struct {
     float *logits, *taps, *k, *v;   /* M rows each */
+    ds_state st;                     /* hybrid models: the recurrent states after the pass */
 } pass_out;
 
 static void kv_rows(ds_ctx *c, int pos0, int M, float *k, float *v) { ds_ctx_read_kv(c, pos0, M, k, v); }
@@ -31,10 +32,19 @@ static void pass_alloc(pass_out *p, const ds_model *m, int M) {
     size_t kvd = (size_t)m->hp.n_head_kv * m->hp.head_dim;
     p->logits = malloc((size_t)M * m->hp.n_vocab * sizeof(float));
     p->taps = malloc((size_t)M * 2 * m->hp.n_embd * sizeof(float));
-    p->k = malloc((size_t)m->hp.n_layer * M * kvd * sizeof(float));
-    p->v = malloc((size_t)m->hp.n_layer * M * kvd * sizeof(float));
+    p->k = malloc((size_t)ds_hp_kv_layers(&m->hp) * M * kvd * sizeof(float));
+    p->v = malloc((size_t)ds_hp_kv_layers(&m->hp) * M * kvd * sizeof(float));
+    memset(&p->st, 0, sizeof p->st);
 }
-static void pass_free(pass_out *p) { free(p->logits); free(p->taps); free(p->k); free(p->v); }
+static void pass_free(pass_out *p) { free(p->logits); free(p->taps); free(p->k); free(p->v); ds_state_free(&p->st); }
+
+/* A hybrid model's recurrent state after a pass (a host copy of the
+ * context's state buffers, rstate.h) */
+static void grab_state(ds_ctx *c, pass_out *o) {
+    if (!ds_ctx_model(c)->hp.n_rec) return;
+    ds_state_free(&o->st);
+    if (ds_state_save(c, &o->st)) { printf("FAIL state_save\n"); exit(1); }
+}
 
 /* Pass A: one batched call. */
 static void run_batch(ds_ctx *c, const int32_t *toks, int pos0, int M, pass_out *o) {
@@ -44,6 +54,7 @@ static void run_batch(ds_ctx *c, const int32_t *toks, int pos0, int M, pass_out 
         exit(1);
     }
     kv_rows(c, pos0, M, o->k, o->v);
+    grab_state(c, o);
 }
 /* Pass B: the same tokens through sequential decode. */
 static void run_decode(ds_ctx *c, const int32_t *toks, int pos0, int M, pass_out *o) {
@@ -55,14 +66,28 @@ static void run_decode(ds_ctx *c, const int32_t *toks, int pos0, int M, pass_out
             exit(1);
         }
     kv_rows(c, pos0, M, o->k, o->v);
+    grab_state(c, o);
+}
+
+/* Two snapshots' current states (rstate.h: two buffers, the current one
+ * named by cur) and positions, memcmp. */
+static int same_rstate(const ds_rstate_snap *a, const ds_rstate_snap *b, const ds_model *m) {
+    const ds_layer_shape sh = ds_hp_layer_shape(&m->hp);
+    const size_t sn = (size_t)m->hp.n_rec * ((size_t)(sh.gdn.d_conv - 1) * sh.gdn.conv_dim +
+                                             (size_t)sh.gdn.n_v_head * sh.gdn.head_dim * sh.gdn.head_dim);
+    return a->data && b->data && a->pos == b->pos &&
+           !memcmp(a->data + (size_t)a->cur * sn, b->data + (size_t)b->cur * sn, sn * sizeof(float));
 }
 
 static int same(const pass_out *a, const pass_out *b, const ds_model *m, int M) {
-    size_t kvd = (size_t)m->hp.n_head_kv * m->hp.head_dim;
+    size_t kvd = (size_t)m->hp.n_head_kv * m->hp.head_dim, nl = (size_t)ds_hp_kv_layers(&m->hp);
+    /* the recurrent state after the block: every recurrent layer's conv
+     * window and recurrence, and the position it is at */
+    const int rs_same = !m->hp.n_rec || same_rstate(&a->st.rs, &b->st.rs, m);
     return !memcmp(a->logits, b->logits, (size_t)M * m->hp.n_vocab * sizeof(float)) &&
            !memcmp(a->taps, b->taps, (size_t)M * 2 * m->hp.n_embd * sizeof(float)) &&
-           !memcmp(a->k, b->k, (size_t)m->hp.n_layer * M * kvd * sizeof(float)) &&
-           !memcmp(a->v, b->v, (size_t)m->hp.n_layer * M * kvd * sizeof(float));
+           !memcmp(a->k, b->k, nl * M * kvd * sizeof(float)) &&
+           !memcmp(a->v, b->v, nl * M * kvd * sizeof(float)) && rs_same;
 }
 
 /* Sweep pos0 x M with kernel set ks; return the number of (pos0, M) cases
@@ -166,6 +191,95 @@ static void test_moe(const char *dir, const int32_t *toks) {
     }
 }
 
+/* The hybrid (qwen35): gated delta net layers (every layer but each 3rd,
+ * here) and gated full attention. The property now includes the recurrent
+ * state: after a batched block of M rows (M = 1..16) it is decode's after
+ * the same tokens (memcmp of every recurrent layer's conv window and
+ * recurrence). Counter-tests: the gdn family alone fast, and the weights'
+ * matmul family fast. Then the rollback: a 12-row verify cut back to each
+ * of its rows (checkpoint + replay) holds decode's state there (memcmp),
+ * and decoding on from there is the decode-only sequence bit for bit. */
+static void test_hybrid(const char *dir, const int32_t *toks) {
+    static const uint32_t types[] = {DS_TYPE_F32, DS_TYPE_Q8_0};
+    char err[DS_ERRLEN];
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/hyb-%s.gguf", dir, ds_type_name(types[ti]));
+        ds_make_model_opts o;
+        ds_make_model_defaults(&o);
+        o.arch = "qwen35"; o.type = types[ti];
+        o.n_embd = 128; o.n_layer = 3; o.n_head = 4; o.n_head_kv = 2; o.head_dim = 32; o.n_ff = 256;
+        o.n_vocab = 384; o.n_ctx = 512; o.seed = 9; o.full_attn_interval = 3;
+        if (ds_make_model(&o, path, err, sizeof err)) { printf("FAIL make-model: %s\n", err); exit(1); }
+        ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);
+        if (!m) { printf("FAIL load: %s\n", err); exit(1); }
+        ds_ctx *c;
+        int d = canonical_sweep(m, toks, &c);
+        CHECK(d == 0, "qwen35 %s canonical: %d of %d (pos0, M) cases differ from decode", ds_type_name(types[ti]), d, N_POS0 * 16);
+        printf("%s canonical_property type=%s arch=qwen35 recurrent_layers=%d cases=%d differing=%d (logits, taps, K/V, recurrent states)\n",
+               d ? "FAIL" : "PASS", ds_type_name(types[ti]), m->hp.n_rec, N_POS0 * 16, d);
+        const int fams[2] = { DS_FAM_GDN, ds_matmul_family(types[ti]) };
+        for (int fi = 0; fi < 2; fi++) {
+            ds_kernel_set ks;
+            ds_kernel_set_all(&ks, DS_CANONICAL);
+            ks.v[fams[fi]] = DS_FAST;
+            d = sweep(c, toks, &ks, 8);
+            CHECK(d > 0, "qwen35: fast %s never differed from decode", ds_family_name(fams[fi]));
+            printf("%s counter_test arch=qwen35 family=%s differing=%d\n", d > 0 ? "PASS" : "FAIL", ds_family_name(fams[fi]), d);
+        }
+        /* rollback: prefill 40, verify 12 rows, cut back to 40 + j + 1, decode 6 more;
+         * the reference decodes 40 + j + 1 + 6 tokens one by one */
+        ds_kernel_set canon;
+        ds_kernel_set_all(&canon, DS_CANONICAL);
+        ds_ctx_set_kernels(c, &canon);
+        const size_t V = (size_t)m->hp.n_vocab;
+        float *la = malloc(12 * V * sizeof(float)), *lb = malloc(V * sizeof(float)), *lr = malloc(V * sizeof(float));
+        int bad = 0, cuts = 0, st_bad = 0;
+        ds_ctx *cr = ds_ctx_new(m, N_CTX, 1, err, sizeof err);
+        for (int j = 0; j < 12; j++) {
+            ds_kv_truncate(c, 0);
+            if (ds_forward_batch(c, toks, 40, 0, DS_LOGITS_NONE, NULL, NULL, err, sizeof err) ||
+                ds_forward_batch(c, toks + 40, 12, 40, DS_LOGITS_ALL, la, NULL, err, sizeof err)) { printf("FAIL %s\n", err); exit(1); }
+            CHECK(ds_kv_truncate(c, 40 + j + 1) == 0, "rollback to %d refused", 40 + j + 1);
+            ds_kv_truncate(cr, 0);
+            for (int p = 0; p < 40 + j + 1; p++)
+                if (ds_decode(cr, toks[p], p, lr, NULL, err, sizeof err)) { printf("FAIL %s\n", err); exit(1); }
+            bad += memcmp(la + (size_t)j * V, lr, V * sizeof(float)) != 0;
+            /* the rolled-back (replayed) state is decode's after those tokens */
+            ds_state sa, sb;
+            if (ds_state_save(c, &sa) || ds_state_save(cr, &sb)) { printf("FAIL state_save\n"); exit(1); }
+            st_bad += !same_rstate(&sa.rs, &sb.rs, m);
+            ds_state_free(&sa);
+            ds_state_free(&sb);
+            for (int p = 40 + j + 1; p < 40 + j + 7; p++) {
+                const int32_t t = (int32_t)((p * 7 + 3) % 383);   /* other tokens than the block's */
+                if (ds_decode(c, t, p, lb, NULL, err, sizeof err) || ds_decode(cr, t, p, lr, NULL, err, sizeof err)) {
+                    printf("FAIL %s\n", err);
+                    exit(1);
+                }
+                bad += memcmp(lb, lr, V * sizeof(float)) != 0;
+            }
+            cuts++;
+        }
+        CHECK(bad == 0, "qwen35: %d logits rows after a rollback differ from decode-only", bad);
+        CHECK(st_bad == 0, "qwen35: %d rolled-back recurrent states differ from decode's", st_bad);
+        printf("%s rollback arch=qwen35 type=%s cuts=%d rows=%d differing=%d states_differing=%d (verify 12, cut back to each row "
+               "by checkpoint + replay, state memcmp decode's, decode 6 on)\n",
+               bad || st_bad ? "FAIL" : "PASS", ds_type_name(types[ti]), cuts, cuts * 7, bad, st_bad);
+        /* a rollback past the checkpoint is refused, not wrong */
+        ds_kv_truncate(c, 0);
+        if (ds_forward_batch(c, toks, 100, 0, DS_LOGITS_NONE, NULL, NULL, err, sizeof err)) { printf("FAIL %s\n", err); exit(1); }
+        CHECK(ds_kv_truncate(c, 50) == -1, "a rollback past the kept states was accepted");
+        CHECK(ds_decode(c, toks[50], 50, lb, NULL, err, sizeof err) == -1 && strstr(err, "recurrent state"),
+              "a decode at a position whose state is gone: %s", err);
+        printf("PASS rollback past the checkpoint refused: %s\n", err);
+        free(la); free(lb); free(lr);
+        ds_ctx_free(cr);
+        ds_ctx_free(c);
+        ds_model_free(m);
+    }
+}
+
 int main(void) {
     char dir[256], err[DS_ERRLEN];
     tu_tmpdir(dir, sizeof dir);
@@ -217,6 +331,8 @@ int main(void) {
 
     if (!strcmp(tu_device(), "cpu")) test_moe(dir, toks);
     else printf("SKIP canonical_property arch=qwen3moe on device %s (no MoE kernels there yet)\n", tu_device());
+    if (!strcmp(tu_device(), "cpu")) test_hybrid(dir, toks);
+    else printf("SKIP canonical_property arch=qwen35 on device %s (no gated delta net kernels there yet)\n", tu_device());
 
     /* thread-count invariance: canonical and fast, 1 vs 2 vs 3 threads */
     {

@@ -38,6 +38,7 @@ static ds_model *make(const char *dir, uint32_t type, const char *arch) {
     ds_make_model_defaults(&o);
     o.arch = arch; o.type = type;
     o.n_expert = 8; o.n_expert_used = 3; o.n_ff_exp = 64;     /* qwen3moe: 3 of 8 experts a row */
+    o.full_attn_interval = 2;                                  /* qwen35: a recurrent, then an attention layer */
     o.n_embd = 128; o.n_layer = 2; o.n_head = 4; o.n_head_kv = 2; o.head_dim = 32; o.n_ff = 256;
     o.n_vocab = 384; o.n_ctx = 512; o.seed = 11;
     if (ds_make_model(&o, path, err, sizeof err)) { printf("FAIL make-model: %s\n", err); exit(1); }
@@ -54,8 +55,8 @@ static void reference(const ds_model *m, ref_seq *r) {
     const int n = r->n_prompt + GEN;
     ds_ctx *c = ds_ctx_new(m, 512, 1, err, sizeof err);
     r->logits = malloc((size_t)n * V * sizeof(float));
-    r->k = malloc((size_t)m->hp.n_layer * n * kvd * sizeof(float));
-    r->v = malloc((size_t)m->hp.n_layer * n * kvd * sizeof(float));
+    r->k = malloc((size_t)ds_hp_kv_layers(&m->hp) * n * kvd * sizeof(float));
+    r->v = malloc((size_t)ds_hp_kv_layers(&m->hp) * n * kvd * sizeof(float));
     if (!c || ds_forward_batch(c, r->toks, r->n_prompt, 0, DS_LOGITS_ALL, r->logits, NULL, err, sizeof err)) {
         printf("FAIL reference prefill: %s\n", err);
         exit(1);
@@ -149,7 +150,7 @@ static long run_schedule(const ds_model *m, ref_seq *refs, const sched *sc, ds_e
     /* every K/V row of every sequence, through its page table */
     for (int i = 0; i < sc->nseq; i++) {
         const int nrow = refs[i].n_prompt + GEN;
-        const size_t nf = (size_t)m->hp.n_layer * nrow * kvd;
+        const size_t nf = (size_t)ds_hp_kv_layers(&m->hp) * nrow * kvd;
         float *k = malloc(nf * sizeof(float)), *v = malloc(nf * sizeof(float));
         ds_seq_read(ds_engine_seq(e, rsq[i].slot), ds_engine_pool(e), ds_engine_exec(e), 0, 0, nrow, k, v);
         differ += memcmp(k, refs[i].k, nf * sizeof(float)) != 0 || memcmp(v, refs[i].v, nf * sizeof(float)) != 0;
@@ -301,16 +302,81 @@ static void test_cache_fork(const ds_model *m) {
     PASS("prefix cache hit == miss (logits, K/V), fork + diverge == independent, malformed rows and exhaustion refused");
 }
 
+/* ---- hybrid: rollback inside a batch of several sequences -------------------
+ * Chunks of 8 rows; two sequences' verify-sized runs in one forward (11 rows:
+ * the second run would straddle the chunk boundary and is moved whole), each
+ * cut back into its run (checkpoint + replay), then decoded on: every logits
+ * row equals the sequence decoded alone. A cut past the checkpoint is refused. */
+static void test_hybrid_rollback(const ds_model *m) {
+    char err[DS_ERRLEN];
+    const size_t V = (size_t)m->hp.n_vocab;
+    const ds_engine_params ep = {.n_seq_max = 3, .n_ctx = 128, .m_max = 8, .n_threads = 2};
+    ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
+    ds_ctx *c = ds_ctx_new(m, 128, 1, err, sizeof err);
+    if (!e || !c) { printf("FAIL engine/ctx: %s\n", err); exit(1); }
+    int32_t toks[2][40];
+    for (int q = 0; q < 2; q++)
+        for (int p = 0; p < 40; p++) toks[q][p] = (int32_t)((p * 29 + q * 101 + 7) % 383);
+    const int cut[2] = {21, 22};           /* keep 20 + 1 and 20 + 2 positions */
+    float *lg = malloc(16 * V * sizeof(float)), *ref = malloc(V * sizeof(float));
+    int sl[2], bad = 0, rows_cmp = 0;
+    for (int q = 0; q < 2; q++) {
+        sl[q] = ds_engine_seq_new(e, err, sizeof err);
+        ds_row r[20];
+        for (int p = 0; p < 20; p++) r[p] = (ds_row){sl[q], p, toks[q][p], 0, NULL};
+        if (ds_engine_forward(e, r, 20, NULL, err, sizeof err)) { printf("FAIL prefill: %s\n", err); exit(1); }
+    }
+    /* the block: 5 rows of sequence 0, 6 of sequence 1, with other tokens
+     * than the ones kept after the cut (rejected drafts) */
+    ds_row r[11];
+    int k = 0;
+    for (int p = 20; p < 25; p++) r[k++] = (ds_row){sl[0], p, p < cut[0] ? toks[0][p] : 5, DS_ROW_LOGITS, NULL};
+    for (int p = 20; p < 26; p++) r[k++] = (ds_row){sl[1], p, p < cut[1] ? toks[1][p] : 9, DS_ROW_LOGITS, NULL};
+    ds_fwd_out out = {lg, NULL};
+    if (ds_engine_forward(e, r, k, &out, err, sizeof err)) { printf("FAIL block: %s\n", err); exit(1); }
+    for (int q = 0; q < 2; q++)
+        CHECK(ds_engine_seq_truncate(e, sl[q], cut[q], err, sizeof err) == 0, "cut into the block: %s", err);
+    /* decode on: 4 rows each, both sequences in every step */
+    for (int p = 0; p < 4; p++) {
+        ds_row d[2];
+        for (int q = 0; q < 2; q++) d[q] = (ds_row){sl[q], cut[q] + p, toks[q][cut[q] + p], DS_ROW_LOGITS, NULL};
+        if (ds_engine_forward(e, d, 2, &out, err, sizeof err)) { printf("FAIL decode on: %s\n", err); exit(1); }
+        for (int q = 0; q < 2; q++) {
+            /* the reference: the sequence alone, one token at a time */
+            ds_kv_truncate(c, 0);
+            for (int i = 0; i <= cut[q] + p; i++)
+                if (ds_decode(c, toks[q][i], i, ref, NULL, err, sizeof err)) { printf("FAIL ref: %s\n", err); exit(1); }
+            bad += memcmp(lg + (size_t)q * V, ref, V * sizeof(float)) != 0;
+            rows_cmp++;
+        }
+    }
+    CHECK(bad == 0, "hybrid rollback in the engine: %d of %d rows differ from alone", bad, rows_cmp);
+    /* a cut past the checkpoint (the decode rows moved it) is refused */
+    CHECK(ds_engine_seq_truncate(e, sl[0], 20, err, sizeof err) == -1 && strstr(err, "recurrent state"),
+          "a cut past the checkpoint: %s", err);
+    if (!bad)
+        printf("PASS hybrid_rollback in the engine: 2 sequences' blocks (11 rows, chunks of 8) cut back into, %d rows decoded on == alone; "
+               "past the checkpoint refused: %s\n", rows_cmp, err);
+    free(lg);
+    free(ref);
+    ds_ctx_free(c);
+    ds_engine_free(e);
+}
+
 int main(void) {
     char dir[256];
     tu_tmpdir(dir, sizeof dir);
     /* the mixture of experts last: rows of many sequences choose experts
      * in one grouped pass, each row still its sequence alone */
-    static const uint32_t types[] = {DS_TYPE_Q8_0, DS_TYPE_F16, DS_TYPE_Q8_0};
-    for (int t = 0; t < 3; t++) {
-        if (t == 2 && strcmp(tu_device(), "cpu")) { printf("SKIP batch_invariance arch=qwen3moe on %s\n", tu_device()); continue; }
-        ds_model *m = make(dir, types[t], t == 2 ? "qwen3moe" : "qwen3");
+    /* then the hybrid (qwen35): each sequence's recurrent state runs
+     * through its own rows, whatever else shares the step */
+    static const uint32_t types[] = {DS_TYPE_Q8_0, DS_TYPE_F16, DS_TYPE_Q8_0, DS_TYPE_Q8_0};
+    static const char *const archs[] = {"qwen3", "qwen3", "qwen3moe", "qwen35"};
+    for (int t = 0; t < 4; t++) {
+        if (t >= 2 && strcmp(tu_device(), "cpu")) { printf("SKIP batch_invariance arch=%s on %s\n", archs[t], tu_device()); continue; }
+        ds_model *m = make(dir, types[t], archs[t]);
         test_invariance(m);
+        if (t == 3) test_hybrid_rollback(m);
         if (t == 0) test_cache_fork(m);
         ds_model_free(m);
     }

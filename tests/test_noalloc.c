@@ -264,6 +264,15 @@ int main(void) {
         o.n_expert = 8; o.n_expert_used = 3; o.n_ff_exp = 64; o.n_vocab = 400;
         CHECK(ds_make_model(&o, path, err, sizeof err) == 0, "make-model qwen3moe: %s", err);
         model_forward(path, NULL, "qwen3moe target (3 of 8 experts)");
+        /* the hybrid: the gated delta net's conv and recurrence, the
+         * per-row state pointers and the gated attention in the scratch and
+         * the state ring made at context creation */
+        snprintf(path, sizeof path, "%s/hyb.gguf", dir);
+        ds_make_model_defaults(&o);
+        o.arch = "qwen35"; o.type = DS_TYPE_Q8_0;
+        o.n_embd = 128; o.n_layer = 4; o.n_head = 4; o.n_head_kv = 2; o.head_dim = 32; o.n_ff = 256; o.n_vocab = 400;
+        CHECK(ds_make_model(&o, path, err, sizeof err) == 0, "make-model qwen35: %s", err);
+        model_forward(path, NULL, "qwen35 target (3 recurrent layers, 1 gated attention)");
         tu_rmdir(dir);
     }
     return tu_finish("test_noalloc");

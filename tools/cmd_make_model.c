@@ -18,7 +18,7 @@ int cmd_make_model(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) {
-            printf("usage: dspark make-model -o OUT.gguf [--arch qwen3|qwen3moe|llama] [--type TYPE]\n"
+            printf("usage: dspark make-model -o OUT.gguf [--arch qwen3|qwen3moe|qwen35|llama] [--type TYPE]\n"
                    "       TYPE: " DS_TYPE_NAMES " (K types need n_embd, n_ff and\n"
                    "       n_head*head_dim multiples of 256, the others of 32)\n"
                    "       [--n-embd N] [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N] [--n-ff N]\n"
@@ -26,14 +26,17 @@ int cmd_make_model(int argc, char **argv) {
                    "       qwen3moe: [--n-expert N (8)] [--n-expert-used K (2)] [--n-ff-exp N (128)]\n"
                    "       [--n-ff-shexp N (0)]: a shared expert of width N (qwen35moe's FFN on the qwen3moe\n"
                    "       trunk: dspark loads it, llama.cpp's qwen3moe loader does not)\n"
-                   "       (llama.cpp's tensors: ffn_gate_inp, ffn_{gate,up,down}_exps; the router stays F32)\n");
+                   "       (llama.cpp's tensors: ffn_gate_inp, ffn_{gate,up,down}_exps; the router stays F32)\n"
+                   "       qwen35 (gated delta net layers, every 4th layer gated full attention):\n"
+                   "       [--ssm-conv N (4)] [--ssm-state N (32)] [--ssm-groups N (2)] [--ssm-heads N (4)]\n"
+                   "       [--full-attn-interval N (4)] [--n-rot N (head_dim/4)]\n");
             return 0;
         }
         else if (!strcmp(a, "-o")) out = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--arch")) {
             o.arch = cli_value(C, argc, argv, &i);
-            if (strcmp(o.arch, "qwen3") && strcmp(o.arch, "llama") && strcmp(o.arch, "qwen3moe"))
-                cli_die(C, "--arch must be qwen3, qwen3moe or llama, got '%s'", o.arch);
+            if (strcmp(o.arch, "qwen3") && strcmp(o.arch, "llama") && strcmp(o.arch, "qwen3moe") && strcmp(o.arch, "qwen35"))
+                cli_die(C, "--arch must be qwen3, qwen3moe, qwen35 or llama, got '%s'", o.arch);
         }
         else if (!strcmp(a, "--type")) o.type = parse_type(C, cli_value(C, argc, argv, &i));
         else if (!strcmp(a, "--n-embd")) o.n_embd = cli_int(C, a, cli_value(C, argc, argv, &i), 32, 16384);
@@ -50,6 +53,12 @@ int cmd_make_model(int argc, char **argv) {
         else if (!strcmp(a, "--n-expert-used")) o.n_expert_used = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1024);
         else if (!strcmp(a, "--n-ff-shexp")) o.n_ff_shexp = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 17);
         else if (!strcmp(a, "--n-ff-exp")) o.n_ff_exp = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 17);
+        else if (!strcmp(a, "--ssm-conv")) o.ssm_d_conv = cli_int(C, a, cli_value(C, argc, argv, &i), 2, 16);
+        else if (!strcmp(a, "--ssm-state")) o.ssm_d_state = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 512);
+        else if (!strcmp(a, "--ssm-groups")) o.ssm_n_group = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
+        else if (!strcmp(a, "--ssm-heads")) o.ssm_dt_rank = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1024);
+        else if (!strcmp(a, "--full-attn-interval")) o.full_attn_interval = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
+        else if (!strcmp(a, "--n-rot")) o.n_rot = cli_int(C, a, cli_value(C, argc, argv, &i), 2, 1024);
         else if (!strcmp(a, "--seed")) o.seed = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 0x7fffffffL);
         else cli_die(C, "unknown flag '%s' (see dspark make-model --help)", a);
     }

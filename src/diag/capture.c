@@ -38,7 +38,7 @@ static const char *const SUB_NAMES[DSD_SUB_NAMED_COUNT] = {
     [DSD_SUB_Q_ROPE] = "q_rope", [DSD_SUB_K_ROPE] = "k_rope",
     [DSD_SUB_K_CACHE_ROW] = "k_cache_row", [DSD_SUB_V_CACHE_ROW] = "v_cache_row",
     [DSD_SUB_FFN_GATE] = "ffn_gate", [DSD_SUB_FFN_UP] = "ffn_up",
-    [DSD_SUB_MOE_LOGITS] = "moe_logits", [DSD_SUB_MOE_ROUTE] = "moe_route",
+    [DSD_SUB_MOE_LOGITS] = "moe_logits", [DSD_SUB_MOE_ROUTE] = "moe_route", [DSD_SUB_GDN_CONV] = "gdn_conv", [DSD_SUB_GDN_OUT] = "gdn_out",
 };
 
 static int cp_valid(uint32_t cp) { return cp > DSD_CP_NONE && cp < DSD_CP_COUNT; }

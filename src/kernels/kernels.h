@@ -36,6 +36,7 @@ typedef enum {
     DS_FAM_SWIGLU,
     DS_FAM_RESIDUAL,
     DS_FAM_MOE_ROUTE,       /* mixture-of-experts routing (moe_route.c)    */
+    DS_FAM_GDN,             /* qwen35's gated delta net recurrence (gdn.c) */
     DS_FAM_COUNT
 } ds_family;
 
@@ -45,7 +46,7 @@ typedef struct { uint8_t v[DS_FAM_COUNT]; } ds_kernel_set;
 
 /* "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "matmul_q4_0",
  * ..., "matmul_q6_k", "attention", "rmsnorm", "rope", "swiglu", "residual",
- * "moe_route" —
+ * "moe_route", "gdn" —
  * the one name used in CLI, code and reports. */
 const char *ds_family_name(int fam);
 int  ds_family_from_name(const char *name);          /* -1 if unknown */
@@ -210,6 +211,36 @@ void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up
 #define DS_MOE_MAX_EXPERT 1024
 int ds_moe_route(ds_variant v, int rows, int n_expert, int k, int norm, const float *logits, float *scratch,
                  int32_t *ids, float *weights);
+
+/* ---- gated delta net (gdn.c): qwen35's linear-attention layers ----------
+ * conv: out[m][c] = silu(sum_k w[c][k] * xin[m + k][c]) over the K taps,
+ * xin = the K - 1 rows of state_in (oldest first; NULL: zeros) then x's
+ * M rows ([M][conv_dim]); w: [conv_dim][K]. state_out[m] (NULL: not kept):
+ * where the K - 1 inputs ending at row m go, the conv state after row m.
+ * recur: from the conv output rows qkv ([M][conv_dim] = q heads | k heads |
+ * v heads, each head_dim wide), alpha / beta logits ([M][n_v_head]),
+ * dt_bias and A ([n_v_head]): q and k L2-normalised in place, alpha
+ * becomes exp(g) and beta sigmoid(beta) in place, and the state
+ * ([n_v_head][head_dim][head_dim], row j over the key index; state_in NULL:
+ * zeros) runs through the M positions in order; out: [M][n_v_head *
+ * head_dim]; state_out[m] (NULL: not kept) receives the state after row m
+ * (the last row's must be kept). Decode is canonical at M = 1 and after
+ * row m of a canonical call the state is decode's after the same rows.
+ * The family is DS_FAM_GDN (--fast gdn). 0, or -1 on bad shapes. */
+#define DS_GDN_MAX_CONV 16
+#define DS_GDN_MAX_HEAD 512
+typedef struct {
+    int   n_k_head, n_v_head, head_dim;
+    int   d_conv, conv_dim;          /* conv_dim = (2 n_k_head + n_v_head) head_dim */
+    float eps;                       /* the L2 norms' floor                         */
+} ds_gdn_shape;
+void ds_gdn_conv(ds_variant v, const ds_gdn_shape *s, int M, const float *x, const float *w, const float *state_in,
+                 float *const *state_out, float *out, ds_pool *pool);
+int  ds_gdn_recur(ds_variant v, const ds_gdn_shape *s, int M, float *qkv, float *alpha, float *beta,
+                  const float *dt_bias, const float *A, const float *state_in, float *const *state_out, float *out,
+                  ds_pool *pool);
+/* x[i] *= sigmoid(g[i]) for i < n (qwen35's gated attention output). */
+void ds_sigmoid_mul(int64_t n, float *x, const float *g, ds_pool *pool);
 
 /* ---- residual epilogue: x += y (rows x n), then, if w != NULL,
  * xnorm = rmsnorm(x, w, eps) (the next sub-block's norm).

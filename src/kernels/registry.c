@@ -21,7 +21,7 @@ static const char *const fam_names[DS_FAM_COUNT] = {
     "matmul_q4_0", "matmul_q4_1", "matmul_q5_0", "matmul_q5_1",
     "matmul_q4_k", "matmul_q5_k", "matmul_q6_k",
     "attention",  "rmsnorm",    "rope",        "swiglu",      "residual",
-    "moe_route",
+    "moe_route", "gdn",
 };
 
 /* What the fast kernel does differently from canonical (= decode). Kept in
@@ -72,6 +72,9 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "fast: add fused with the next norm's sum of squares; canonical: add then a separate norm",
     "fast: polynomial exp, four interleaved partial sums, reciprocal multiplies (near-tied router "
     "logits pick other experts); canonical: ds_expf, one left-to-right sum, IEEE divisions, ties to the lower expert",
+    "fast: decay folded into the state dot, fmaf state update, 4 interleaved partial sums, polynomial exp, "
+    "conv as an fmaf chain newest tap first; canonical (= decode): one position at a time in order, 16-lane dots, "
+    "rounded product then add, ds_expf",
 };
 
 const char *ds_family_name(int fam) {
