@@ -452,8 +452,8 @@ ds_tokenizer *ds_tokenizer_from_spec(const ds_tok_spec *s, char *err, size_t err
     if (kind == DS_TOK_GPT2) {
         int r = ds_pre_lookup(s->pre, &pre, &ignore_merges, NULL);
         if (r == -2) {
-            ds_errf(err, errlen, "tokenizer.ggml.pre '%.64s' is not supported (llama.cpp splits it with "
-                    "hand-written code or it is not byte-level BPE)", s->pre);
+            ds_errf(err, errlen, "tokenizer.ggml.pre '%.64s' is not supported (llama.cpp runs it as BPE over "
+                    "raw UTF-8 with U+2581 for spaces, not byte-level BPE)", s->pre);
             return NULL;
         }
         if (r) {

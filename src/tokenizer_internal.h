@@ -38,7 +38,8 @@ typedef enum {
     DS_PRE_DEEPSEEK_LLM, DS_PRE_DEEPSEEK_CODER, DS_PRE_DEEPSEEK3, DS_PRE_FALCON, DS_PRE_STARCODER,
     DS_PRE_JAIS2, DS_PRE_SPARK2_5, DS_PRE_YOUTU, DS_PRE_PORO, DS_PRE_VIKING, DS_PRE_TEKKEN,
     DS_PRE_CHAMELEON, DS_PRE_GPT4O, DS_PRE_GRANITE_EMB_MULTI, DS_PRE_BAILINGMOE, DS_PRE_SEED_CODER,
-    DS_PRE_UFAKZEKA, DS_PRE_LAGUNA, DS_PRE_EXAONE_MOE, DS_PRE_MINICPM5,
+    DS_PRE_UFAKZEKA, DS_PRE_LAGUNA, DS_PRE_EXAONE_MOE, DS_PRE_MINICPM5, DS_PRE_KIMI_K2, DS_PRE_AFMOE,
+    DS_PRE_TINY_AYA, DS_PRE_SUPERBPE,
     DS_PRE_COUNT
 } ds_pre_kind;
 
@@ -117,6 +118,7 @@ int  ds_gpt2_cp_to_byte(uint32_t cp);
 typedef struct {
     pcre2_code *re[DS_PRETOK_MAX];
     int n_re;
+    uint8_t digit_groups[DS_PRETOK_MAX]; /* 1: re[k] finds \p{N} runs for afmoe's digit groups */
     int jit;               /* 1 if every regex is JIT-compiled               */
     ds_pre_kind kind;
 } ds_pretok;
