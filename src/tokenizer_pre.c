@@ -169,6 +169,8 @@ static const char *const SEQ_TINY_AYA[] = {
 /* superbpe: number runs, then a split (an empty match: a boundary, no piece)
  * before every group of three ASCII digits that ends a run */
 static const char *const SEQ_SUPERBPE[] = { "\\p{N}+", "(?=(\\d{3})+(?!\\d))", NULL };
+/* BPE over raw UTF-8 (sarvam-moe, gemma4): only newline runs are split off */
+static const char *const SEQ_NEWLINES[] = { "[^\\n]+|[\\n]+", NULL };
 static const char *const SEQ_DEFAULT[] = {
     "[\\p{P}\\$\\+<=>\\^~\\|]+",
     RX_GPT2,
@@ -193,7 +195,7 @@ static const char *const *const SEQ_OF[DS_PRE_COUNT] = {
     [DS_PRE_LAGUNA] = SEQ_LAGUNA,       [DS_PRE_EXAONE_MOE] = SEQ_EXAONE_MOE,
     [DS_PRE_MINICPM5] = SEQ_MINICPM5,   [DS_PRE_KIMI_K2] = SEQ_KIMI_K2,
     [DS_PRE_AFMOE] = SEQ_AFMOE,         [DS_PRE_TINY_AYA] = SEQ_TINY_AYA,
-    [DS_PRE_SUPERBPE] = SEQ_SUPERBPE,
+    [DS_PRE_SUPERBPE] = SEQ_SUPERBPE,   [DS_PRE_NEWLINES] = SEQ_NEWLINES,
 };
 
 /* What dspark compiles for a pattern llama.cpp spells as a name of its own
@@ -260,8 +262,8 @@ static const pre_name PRE_NAMES[] = {
     { "youtu", DS_PRE_YOUTU, 1, 0 },
     { "poro-chat", DS_PRE_PORO, 0, 0 }, { "bloom", DS_PRE_PORO, 0, 0 }, { "gpt3-finnish", DS_PRE_PORO, 0, 0 },
     { "viking", DS_PRE_VIKING, 0, 0 },
-    { "tekken", DS_PRE_TEKKEN, 1, 0 },
-    { "chameleon", DS_PRE_CHAMELEON, 0, 0 },
+    { "tekken", DS_PRE_TEKKEN, 1, 1 },
+    { "chameleon", DS_PRE_CHAMELEON, 0, 1 },
     { "gpt-4o", DS_PRE_GPT4O, 0, 0 }, { "llama4", DS_PRE_GPT4O, 0, 0 }, { "kanana2", DS_PRE_GPT4O, 0, 0 },
     { "talkie", DS_PRE_GPT4O, 0, 0 }, { "minimax-m2", DS_PRE_GPT4O, 0, 0 },
     { "granite-embed-multi-97m", DS_PRE_GRANITE_EMB_MULTI, 1, 0 },
@@ -276,13 +278,21 @@ static const pre_name PRE_NAMES[] = {
     { "afmoe", DS_PRE_AFMOE, 0, 0 },
     { "tiny_aya", DS_PRE_TINY_AYA, 0, 0 }, { "cohere2moe", DS_PRE_TINY_AYA, 0, 0 },
     { "superbpe", DS_PRE_SUPERBPE, 0, 0 },
+    /* BPE over raw UTF-8 (the tokenizer reads them so: ds_pre_is_raw);
+     * llama.cpp turns add_bos_token on for gemma4 whatever the file says */
+    { "sarvam-moe", DS_PRE_NEWLINES, 0, 0 }, { "gemma4", DS_PRE_NEWLINES, 0, 1 },
+    { "granite-embed-multi-311m", DS_PRE_NEWLINES, 0, 1 },
 };
 
-/* Names llama.cpp knows that are not byte-level BPE (merges over raw UTF-8
- * with spaces as U+2581): refused with their own line. */
-static const char *const PRE_REFUSED[] = {
-    "gemma4", "granite-embed-multi-311m", "sarvam-moe", "whitespace",
-};
+/* Names llama.cpp knows that dspark does not implement: "whitespace"
+ * (jina-v2-zh: \S+ pieces over raw UTF-8, also a tokenizer model of its own
+ * there), refused with its own line. */
+static const char *const PRE_REFUSED[] = { "whitespace" };
+
+int ds_pre_is_raw(const char *name) {
+    return name && (!strcmp(name, "sarvam-moe") || !strcmp(name, "gemma4") ||
+                    !strcmp(name, "granite-embed-multi-311m"));
+}
 
 int ds_pre_lookup(const char *name, ds_pre_kind *kind, int *ignore_merges, int *add_bos) {
     if (!name) name = "default";            /* llama.cpp: a file without the key */

@@ -515,7 +515,7 @@ static void test_hand_bpe(void) {
 
     name = "pre_refused_custom_splitter";
     ds_pre_kind k;
-    if (ds_pre_lookup("gemma4", &k, NULL, NULL) != -2 || ds_pre_lookup("klingon", &k, NULL, NULL) != -1 ||
+    if (ds_pre_lookup("whitespace", &k, NULL, NULL) != -2 || ds_pre_lookup("klingon", &k, NULL, NULL) != -1 ||
         ds_pre_lookup("kimi-k2", &k, NULL, NULL) || k != DS_PRE_KIMI_K2 ||
         ds_pre_lookup("qwen35", &k, NULL, NULL) || k != DS_PRE_QWEN35 || ds_pre_lookup(NULL, &k, NULL, NULL) ||
         k != DS_PRE_DEFAULT)
