@@ -282,6 +282,16 @@ void ds_tokenizer_free(ds_tokenizer *t) {
     free(t);
 }
 
+/* "<0xNN>": a byte token's text */
+static int is_hex_byte_token(const char *s, size_t len) {
+    if (len != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return 0;
+    for (int i = 3; i < 5; i++) {
+        char c = s[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f'))) return 0;
+    }
+    return 1;
+}
+
 /* Bytes of one token for ds_token_to_bytes, appended to buf (capacity is
  * ensured by the caller: a token never decodes to more bytes than its text). */
 static size_t decode_token_bytes(const ds_tokenizer *t, int32_t id, char *out) {
@@ -294,8 +304,10 @@ static size_t decode_token_bytes(const ds_tokenizer *t, int32_t id, char *out) {
         return len;
     }
     size_t n = 0;
-    if (t->kind == DS_TOK_LLAMA) {
-        if (type == DS_TOKTYPE_BYTE) {      /* "<0xNN>", checked at load */
+    /* raw UTF-8 BPE (sarvam-moe, gemma4) writes its tokens as SentencePiece
+     * does: U+2581 for spaces, <0xNN> byte tokens */
+    if (t->kind == DS_TOK_LLAMA || t->raw) {
+        if (type == DS_TOKTYPE_BYTE || (t->raw && is_hex_byte_token((const char *)s, len))) {
             out[0] = (char)strtoul((const char *)s + 3, NULL, 16);
             return 1;
         }
@@ -327,15 +339,6 @@ static size_t decode_token_bytes(const ds_tokenizer *t, int32_t id, char *out) {
         }
     }
     return n;
-}
-
-static int is_hex_byte_token(const char *s, size_t len) {
-    if (len != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return 0;
-    for (int i = 3; i < 5; i++) {
-        char c = s[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f'))) return 0;
-    }
-    return 1;
 }
 
 typedef struct { uint8_t first; uint32_t len; int32_t id; } special_sort_item;
@@ -441,19 +444,23 @@ static int build_merges(ds_tokenizer *t, const ds_tok_spec *s, char *err, size_t
 ds_tokenizer *ds_tokenizer_from_spec(const ds_tok_spec *s, char *err, size_t errlen) {
     ds_tok_kind kind;
     if (!s->model) { ds_errf(err, errlen, "missing tokenizer.ggml.model"); return NULL; }
-    if (!strcmp(s->model, "gpt2")) kind = DS_TOK_GPT2;
+    /* gemma4's own model is BPE over raw UTF-8 with the gemma4 pre-tokenizer,
+     * whatever tokenizer.ggml.pre says (llama.cpp) */
+    int model_gemma4 = !strcmp(s->model, "gemma4");
+    const char *pre_name = model_gemma4 ? "gemma4" : s->pre;
+    if (!strcmp(s->model, "gpt2") || model_gemma4) kind = DS_TOK_GPT2;
     else if (!strcmp(s->model, "llama")) kind = DS_TOK_LLAMA;
     else {
-        ds_errf(err, errlen, "unsupported tokenizer.ggml.model '%.64s' (supported: gpt2, llama)", s->model);
+        ds_errf(err, errlen, "unsupported tokenizer.ggml.model '%.64s' (supported: gpt2, llama, gemma4)", s->model);
         return NULL;
     }
     ds_pre_kind pre = DS_PRE_GPT2;
     int ignore_merges = 0;
     if (kind == DS_TOK_GPT2) {
-        int r = ds_pre_lookup(s->pre, &pre, &ignore_merges, NULL);
+        int r = ds_pre_lookup(pre_name, &pre, &ignore_merges, NULL);
         if (r == -2) {
-            ds_errf(err, errlen, "tokenizer.ggml.pre '%.64s' is not supported (llama.cpp splits it with "
-                    "hand-written code or it is not byte-level BPE)", s->pre);
+            ds_errf(err, errlen, "tokenizer.ggml.pre '%.64s' is not supported (llama.cpp splits it at whitespace "
+                    "into raw UTF-8 pieces; dspark has no such tokenizer)", s->pre);
             return NULL;
         }
         if (r) {
@@ -476,8 +483,10 @@ ds_tokenizer *ds_tokenizer_from_spec(const ds_tok_spec *s, char *err, size_t err
     ds_tokenizer *t = calloc(1, sizeof *t);
     if (!t) { ds_errf(err, errlen, "out of memory"); return NULL; }
     t->kind = kind;
-    snprintf(t->model, sizeof t->model, "%s", kind == DS_TOK_GPT2 ? "gpt2" : "llama");
-    snprintf(t->pre, sizeof t->pre, "%.31s", s->pre ? s->pre : "");
+    snprintf(t->model, sizeof t->model, "%s", model_gemma4 ? "gemma4" : kind == DS_TOK_GPT2 ? "gpt2" : "llama");
+    snprintf(t->pre, sizeof t->pre, "%.31s", pre_name ? pre_name : "");
+    t->raw = kind == DS_TOK_GPT2 && ds_pre_is_raw(pre_name);
+    t->gemma4 = t->raw && strcmp(pre_name, "sarvam-moe");     /* llama.cpp's GEMMA4 pre type */
     t->n_vocab = n;
     t->bos = s->bos; t->eos = s->eos; t->pad = s->pad; t->mask = s->mask;
     t->unk = s->unk; t->eot = s->eot; t->eom = s->eom;
@@ -503,7 +512,7 @@ ds_tokenizer *ds_tokenizer_from_spec(const ds_tok_spec *s, char *err, size_t err
             ds_errf(err, errlen, "tokenizer.ggml.tokens[%d] is too long (%zu bytes)", i, s->tokens[i].len);
             goto fail;
         }
-        if (ty == DS_TOKTYPE_BYTE && kind == DS_TOK_LLAMA &&
+        if (ty == DS_TOKTYPE_BYTE && (kind == DS_TOK_LLAMA || t->raw) &&
             !is_hex_byte_token(s->tokens[i].ptr, s->tokens[i].len)) {
             ds_errf(err, errlen, "tokenizer.ggml.tokens[%d] = '%.*s' has type byte but is not <0xNN>", i,
                     (int)(s->tokens[i].len > 32 ? 32 : s->tokens[i].len), s->tokens[i].ptr);
@@ -529,7 +538,16 @@ ds_tokenizer *ds_tokenizer_from_spec(const ds_tok_spec *s, char *err, size_t err
     t->bytes_off[n] = off;
 
     for (int b = 0; b < 256; b++) t->byte_token[b] = -1;
-    if (kind == DS_TOK_GPT2) {
+    if (t->raw) {
+        /* the byte fallback looks the tokens up by text, as llama.cpp does */
+        for (int b = 0; b < 256; b++) {
+            char hx[8];
+            snprintf(hx, sizeof hx, "<0x%02X>", b);
+            t->byte_token[b] = ds_strmap_find(&t->vocab, hx, 6);
+        }
+        if (build_merges(t, s, err, errlen)) goto fail;
+        if (ds_pretok_init(&t->pretok, pre, err, errlen)) goto fail;
+    } else if (kind == DS_TOK_GPT2) {
         /* A byte may lack a token: gpt-neox style vocabularies have none for
          * the bytes that never occur in valid UTF-8 (0xc0, 0xc1, 0xf5..0xff).
          * Such a byte is encoded as U+FFFD (ds_bpe_encode), which llama.cpp
@@ -633,11 +651,12 @@ ds_tokenizer *ds_tokenizer_load(const gguf_ctx *g, char *err, size_t errlen) {
     int r = load_str(g, TK "model", model, sizeof model, err, errlen);
     if (r < 0) return NULL;
     if (r == 0) { ds_errf(err, errlen, "missing " TK "model"); return NULL; }
-    if (strcmp(model, "gpt2") && strcmp(model, "llama")) {
-        ds_errf(err, errlen, "unsupported " TK "model '%s' (supported: gpt2, llama)", model);
+    if (strcmp(model, "gpt2") && strcmp(model, "llama") && strcmp(model, "gemma4")) {
+        ds_errf(err, errlen, "unsupported " TK "model '%s' (supported: gpt2, llama, gemma4)", model);
         return NULL;
     }
-    int is_gpt2 = !strcmp(model, "gpt2");
+    int is_gpt2 = strcmp(model, "llama") != 0;       /* gpt2, gemma4: BPE with merges */
+    int model_gemma4 = !strcmp(model, "gemma4");
     r = load_str(g, TK "pre", pre, sizeof pre, err, errlen);
     if (r < 0) return NULL;
 
@@ -646,7 +665,13 @@ ds_tokenizer *ds_tokenizer_load(const gguf_ctx *g, char *err, size_t errlen) {
     spec.model = model;
     spec.pre = r ? pre : NULL;
     if (!is_gpt2) { spec.bos = 1; spec.eos = 2; spec.unk = 0; spec.add_bos = 1; }  /* llama.cpp SPM defaults */
-    if (is_gpt2) {      /* llama.cpp: the llama3 names default add_bos_token to true */
+    if (is_gpt2) {
+        /* llama.cpp's defaults for a file without the keys: bos = eos = 11
+         * (GPT-2's id; glm4 / chatglm-bpe: no bos), and add_bos_token true
+         * for the llama3 names, tekken and chameleon */
+        spec.bos = spec.pre && (!strcmp(spec.pre, "glm4") || !strcmp(spec.pre, "chatglm-bpe")) ? -1 : 11;
+        spec.eos = 11;
+        if (model_gemma4) spec.bos = spec.eos = -1;   /* gemma4's model: no default ids */
         ds_pre_kind k;
         int ab = 0;
         if (ds_pre_lookup(spec.pre, &k, NULL, &ab) == 0) spec.add_bos = ab;
@@ -722,13 +747,19 @@ ds_tokenizer *ds_tokenizer_load(const gguf_ctx *g, char *err, size_t errlen) {
     if (is_gpt2) {
         const gguf_kv *km = load_array(g, TK "merges", 1, &present, err, errlen);
         if (present < 0) goto done;
-        if (!km) { ds_errf(err, errlen, "missing " TK "merges (required for model gpt2)"); goto done; }
-        if (km->arr_n > INT32_MAX) {
+        /* llama.cpp loads kimi-k2 without merges (every character its own token) */
+        int merges_optional = spec.pre && !strcmp(spec.pre, "kimi-k2");
+        if (!km && !merges_optional) {
+            ds_errf(err, errlen, "missing " TK "merges (required for model gpt2)");
+            goto done;
+        }
+        if (km && km->arr_n > INT32_MAX) {
             ds_errf(err, errlen, TK "merges has %llu entries", (unsigned long long)km->arr_n);
             goto done;
         }
-        if (!(merges = malloc((km->arr_n ? km->arr_n : 1) * sizeof *merges))) goto oom;
-        for (uint64_t i = 0; i < km->arr_n; i++) {
+        uint64_t n_merges = km ? km->arr_n : 0;
+        if (!(merges = malloc((n_merges ? n_merges : 1) * sizeof *merges))) goto oom;
+        for (uint64_t i = 0; i < n_merges; i++) {
             gguf_str s;
             if (gguf_arr_str(km, i, &s)) {
                 ds_errf(err, errlen, "cannot read " TK "merges[%llu]", (unsigned long long)i);
@@ -737,7 +768,7 @@ ds_tokenizer *ds_tokenizer_load(const gguf_ctx *g, char *err, size_t errlen) {
             merges[i] = (ds_tok_str){ s.ptr, (size_t)s.len };
         }
         spec.merges = merges;
-        spec.n_merges = (size_t)km->arr_n;
+        spec.n_merges = (size_t)n_merges;
     }
 
     if (load_id(g, TK "bos_token_id", &spec.bos, err, errlen) ||
@@ -750,6 +781,11 @@ ds_tokenizer *ds_tokenizer_load(const gguf_ctx *g, char *err, size_t errlen) {
         load_bool(g, TK "add_bos_token", &spec.add_bos, err, errlen) ||
         load_bool(g, TK "add_space_prefix", &spec.add_space_prefix, err, errlen))
         goto done;
+    /* llama.cpp turns add_bos_token on for its gemma4 pre type, whatever the
+     * file says */
+    if (model_gemma4 || (is_gpt2 && spec.pre && (!strcmp(spec.pre, "gemma4") ||
+                                                 !strcmp(spec.pre, "granite-embed-multi-311m"))))
+        spec.add_bos = 1;
 
     t = ds_tokenizer_from_spec(&spec, err, errlen);
     goto done;
@@ -794,6 +830,7 @@ int ds_token_to_bytes(const ds_tokenizer *t, int32_t id, char *buf, size_t cap) 
 /* Encode one fragment of plain text with the model's encoder. */
 static int encode_fragment(const ds_tokenizer *t, const char *s, size_t len, int after_special,
                            ds_i32vec *out, char *err, size_t errlen) {
+    if (t->raw) return ds_rawbpe_encode(t, s, len, out, err, errlen);
     if (t->kind == DS_TOK_GPT2) return ds_bpe_encode(t, s, len, out, err, errlen);
     /* llama.cpp SPM: the space prefix goes before the first fragment and
      * before every fragment that follows a special token */

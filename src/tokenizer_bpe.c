@@ -15,7 +15,8 @@
  * re-checking the ids at that position. O(n log n) per pre-token.
  * ====================================================================== */
 
-typedef struct { int32_t id, prev, next; } bpe_sym;
+/* off/len: the symbol's bytes in the piece (raw mode's byte fallback) */
+typedef struct { int32_t id, prev, next, off, len; } bpe_sym;
 typedef struct { int32_t rank, left, lid, rid; } bpe_cand;
 
 typedef struct {
@@ -33,6 +34,7 @@ typedef struct {
      * where [count, id...] is stored. Bounded in entries and piece length. */
     ds_strmap cache;
     ds_i32vec cache_ids;
+    int raw;                       /* t->raw: symbols are characters          */
 } bpe_session;
 
 #define BPE_CACHE_MAX_PIECE   64
@@ -90,7 +92,7 @@ static int bpe_merge_piece(bpe_session *s, const char *piece, size_t n);
 
 static int bpe_piece(void *ctx, const char *piece, size_t n) {
     bpe_session *s = ctx;
-    if (n == 1) {
+    if (n == 1 && !s->raw) {
         int32_t id = s->t->byte_token[(uint8_t)piece[0]];
         if (id >= 0) return ds_i32vec_push(s->out, id);
         /* a byte the vocabulary has no token for: an invalid UTF-8 byte (a
@@ -146,10 +148,33 @@ static int bpe_merge_piece(bpe_session *s, const char *piece, size_t n) {
         s->sym = ns;
         s->sym_cap = n;
     }
-    for (size_t i = 0; i < n; i++)
-        s->sym[i] = (bpe_sym){ t->byte_token[u[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1 };
+    size_t ns = 0;
+    if (s->raw) {
+        /* gemma4: a piece of newlines only that is a token is emitted whole */
+        size_t nl = 0;
+        while (t->gemma4 && nl < n && piece[nl] == '\n') nl++;
+        if (t->gemma4 && nl == n) {
+            int32_t id = ds_strmap_find(&t->vocab, piece, n);
+            if (id >= 0) return ds_i32vec_push(s->out, id);
+        }
+        /* one symbol per character (an invalid byte is one of its own),
+         * -1 when the vocabulary lacks it: it never merges and falls back
+         * to byte tokens below */
+        for (size_t i = 0; i < n; ns++) {
+            size_t l = ds_utf8_valid_len(u + i, n - i);
+            if (!l) l = 1;
+            s->sym[ns] = (bpe_sym){ ds_strmap_find(&t->vocab, piece + i, l), (int32_t)ns - 1, (int32_t)ns + 1,
+                                    (int32_t)i, (int32_t)l };
+            i += l;
+        }
+        s->sym[ns - 1].next = -1;
+    } else {
+        for (; ns < n; ns++)
+            s->sym[ns] = (bpe_sym){ t->byte_token[u[ns]], (int32_t)ns - 1, ns + 1 < n ? (int32_t)ns + 1 : -1,
+                                    (int32_t)ns, 1 };
+    }
     s->heap_n = 0;
-    for (size_t i = 0; i + 1 < n; i++)
+    for (size_t i = 0; i + 1 < ns; i++)
         if (try_queue_pair(s, (int32_t)i)) return -1;
 
     while (s->heap_n) {
@@ -160,19 +185,31 @@ static int bpe_merge_piece(bpe_session *s, const char *piece, size_t n) {
         ds_u64map_find(&t->merges, ds_pair_key(c.lid, c.rid), &v);
         int32_t right = l->next;
         l->id = (int32_t)(v & 0xffffffff);
+        l->len += s->sym[right].len;
         l->next = s->sym[right].next;
         if (l->next >= 0) s->sym[l->next].prev = c.left;
         s->sym[right].id = -1;
         if (try_queue_pair(s, l->prev) || try_queue_pair(s, c.left)) return -1;
     }
-    for (int32_t i = 0; i >= 0; i = s->sym[i].next)
-        if (s->sym[i].id >= 0 && ds_i32vec_push(s->out, s->sym[i].id)) return -1;
+    for (int32_t i = 0; i >= 0; i = s->sym[i].next) {
+        if (s->sym[i].id >= 0) {
+            if (ds_i32vec_push(s->out, s->sym[i].id)) return -1;
+        } else if (s->raw) {
+            /* llama.cpp: a character without a token becomes its <0xNN>
+             * byte tokens, each dropped when the vocabulary lacks it */
+            for (int32_t k = 0; k < s->sym[i].len; k++) {
+                int32_t b = t->byte_token[u[s->sym[i].off + k]];
+                if (b >= 0 && ds_i32vec_push(s->out, b)) return -1;
+            }
+        }
+    }
     return 0;
 }
 
-int ds_bpe_encode(const ds_tokenizer *t, const char *text, size_t len, ds_i32vec *out,
-                  char *err, size_t errlen) {
-    bpe_session s = { .t = t, .out = out };
+/* Pre-tokenize text and BPE every piece, in one session (scratch, memo). */
+static int bpe_run(const ds_tokenizer *t, const char *text, size_t len, int raw, ds_i32vec *out,
+                   char *err, size_t errlen) {
+    bpe_session s = { .t = t, .out = out, .raw = raw };
     if (t->ignore_merges) ds_gpt2_byte_alphabet(s.byte_to_cp);
     if (err && errlen) err[0] = 0;
     int rc = ds_pretok_split(&t->pretok, text, len, bpe_piece, &s, err, errlen);
@@ -180,6 +217,32 @@ int ds_bpe_encode(const ds_tokenizer *t, const char *text, size_t len, ds_i32vec
         ds_errf(err, errlen, "out of memory while tokenizing");
     free(s.sym); free(s.heap); free(s.mapped); free(s.cache_ids.v);
     ds_strmap_free(&s.cache);
+    return rc;
+}
+
+int ds_bpe_encode(const ds_tokenizer *t, const char *text, size_t len, ds_i32vec *out,
+                  char *err, size_t errlen) {
+    return bpe_run(t, text, len, 0, out, err, errlen);
+}
+
+/* BPE over raw UTF-8 (sarvam-moe, gemma4): every space becomes U+2581
+ * first, as llama.cpp's escape_whitespaces does, then the pieces merge by
+ * character (bpe_merge_piece in raw mode). Invalid UTF-8 is kept byte by
+ * byte (its byte tokens), where llama.cpp reads U+FFFD in its place. */
+int ds_rawbpe_encode(const ds_tokenizer *t, const char *text, size_t len, ds_i32vec *out,
+                     char *err, size_t errlen) {
+    size_t n_sp = 0;
+    for (size_t i = 0; i < len; i++) n_sp += text[i] == ' ';
+    if (len > (SIZE_MAX - 1) / 3) { ds_errf(err, errlen, "text too long"); return -1; }
+    char *esc = malloc(len + 2 * n_sp + 1);
+    if (!esc) { ds_errf(err, errlen, "out of memory while tokenizing"); return -1; }
+    size_t m = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') { memcpy(esc + m, "\xe2\x96\x81", 3); m += 3; }
+        else esc[m++] = text[i];
+    }
+    int rc = bpe_run(t, esc, m, 1, out, err, errlen);
+    free(esc);
     return rc;
 }
 

@@ -38,7 +38,8 @@ typedef enum {
     DS_PRE_DEEPSEEK_LLM, DS_PRE_DEEPSEEK_CODER, DS_PRE_DEEPSEEK3, DS_PRE_FALCON, DS_PRE_STARCODER,
     DS_PRE_JAIS2, DS_PRE_SPARK2_5, DS_PRE_YOUTU, DS_PRE_PORO, DS_PRE_VIKING, DS_PRE_TEKKEN,
     DS_PRE_CHAMELEON, DS_PRE_GPT4O, DS_PRE_GRANITE_EMB_MULTI, DS_PRE_BAILINGMOE, DS_PRE_SEED_CODER,
-    DS_PRE_UFAKZEKA, DS_PRE_LAGUNA, DS_PRE_EXAONE_MOE, DS_PRE_MINICPM5,
+    DS_PRE_UFAKZEKA, DS_PRE_LAGUNA, DS_PRE_EXAONE_MOE, DS_PRE_MINICPM5, DS_PRE_KIMI_K2, DS_PRE_AFMOE,
+    DS_PRE_TINY_AYA, DS_PRE_SUPERBPE, DS_PRE_NEWLINES,
     DS_PRE_COUNT
 } ds_pre_kind;
 
@@ -117,6 +118,7 @@ int  ds_gpt2_cp_to_byte(uint32_t cp);
 typedef struct {
     pcre2_code *re[DS_PRETOK_MAX];
     int n_re;
+    uint8_t digit_groups[DS_PRETOK_MAX]; /* 1: re[k] finds \p{N} runs for afmoe's digit groups */
     int jit;               /* 1 if every regex is JIT-compiled               */
     ds_pre_kind kind;
 } ds_pretok;
@@ -126,6 +128,9 @@ typedef struct {
  * name it knows whose splitting dspark does not implement. */
 int  ds_pre_lookup(const char *name, ds_pre_kind *kind, int *ignore_merges, int *add_bos);
 int  ds_pre_kind_from_name(const char *name, ds_pre_kind *out);   /* 0 or -1 */
+/* 1 for the names llama.cpp runs as BPE over raw UTF-8 (escaped spaces, no
+ * byte-level alphabet): sarvam-moe, gemma4, granite-embed-multi-311m. */
+int  ds_pre_is_raw(const char *name);
 /* The names ds_pre_lookup accepts (up to cap written); returns the count. */
 size_t ds_pre_names(const char **names, size_t cap);
 /* The kind's regexes as llama.cpp writes them, NULL-terminated. */
@@ -147,7 +152,7 @@ int  ds_pretok_split(const ds_pretok *p, const char *text, size_t len,
 /* ---- the tokenizer object ---- */
 struct ds_tokenizer {
     ds_tok_kind kind;
-    char        model[8];          /* "gpt2" | "llama"                             */
+    char        model[8];          /* "gpt2" | "llama" | "gemma4"                  */
     char        pre[32];           /* tokenizer.ggml.pre as given ("" if absent)   */
     int32_t     n_vocab;
 
@@ -168,6 +173,12 @@ struct ds_tokenizer {
     ds_u64map   merges;
     ds_pretok   pretok;
     int         ignore_merges;     /* llama3: whole pre-token found in vocab wins   */
+    /* BPE over raw UTF-8 (sarvam-moe, gemma4, granite-embed-multi-311m):
+     * spaces written U+2581, one symbol per character, a character without a
+     * token falls back to its <0xNN> byte tokens; gemma4: a run of newlines
+     * that is itself a token is emitted whole */
+    int         raw;
+    int         gemma4;
 
     int32_t     bos, eos, pad, mask, unk, eot, eom;   /* -1 = none                  */
     int         add_bos;           /* tokenizer.ggml.add_bos_token                   */
@@ -215,6 +226,10 @@ ds_tokenizer *ds_tokenizer_from_spec(const ds_tok_spec *s, char *err, size_t err
 /* gpt2 (tokenizer_bpe.c): pre-tokenize, then BPE each piece. */
 int ds_bpe_encode(const ds_tokenizer *t, const char *text, size_t len, ds_i32vec *out,
                   char *err, size_t errlen);
+/* gpt2 / gemma4 over raw UTF-8 (t->raw; tokenizer_bpe.c): spaces to U+2581,
+ * pre-tokenize (newline runs apart), BPE each piece by character. */
+int ds_rawbpe_encode(const ds_tokenizer *t, const char *text, size_t len, ds_i32vec *out,
+                     char *err, size_t errlen);
 /* llama (tokenizer_spm.c): escape spaces (prefixing '▁' when space_prefix),
  * then merge by score, falling back to byte tokens. */
 int ds_spm_encode(const ds_tokenizer *t, const char *text, size_t len, int space_prefix,

@@ -140,6 +140,37 @@ static const char *const SEQ_MINICPM5[] = {
     RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
     NULL,
 };
+/* The digit splitter llama.cpp writes as a name its own code implements (not
+ * a regex it compiles): every maximal run of \p{N} is cut into groups of
+ * three from the right, the leading group of one or two when the run's
+ * length is not a multiple of three — and that first group keeps the text
+ * between the previous run and this one in front of it ("a1234" -> "a1",
+ * "234"), as llama.cpp's code emits it. afmoe names it; tiny_aya's
+ * tokenizer.json regex "\d{1,3}(?=(?:\d{3})*\b)" is routed to the same
+ * code there, so it groups every \p{N}, not only ASCII digits. dspark runs
+ * it as split_digit_groups below. */
+#define NAME_AFMOE_DIGITS "\\p{AFMoE_digits}"
+#define NAME_TINY_AYA_DIGITS "\\d{1,3}(?=(?:\\d{3})*\\b)"
+#define NAME_KIMI_K2 "\\p{Han}+"
+static const char *const SEQ_KIMI_K2[] = { NAME_KIMI_K2, NULL };
+static const char *const SEQ_AFMOE[] = {
+    NAME_AFMOE_DIGITS,
+    "[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL,
+};
+static const char *const SEQ_TINY_AYA[] = {
+    NAME_TINY_AYA_DIGITS,
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+" RX_CONTRACTIONS "?"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*" RX_CONTRACTIONS "?"
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL,
+};
+/* superbpe: number runs, then a split (an empty match: a boundary, no piece)
+ * before every group of three ASCII digits that ends a run */
+static const char *const SEQ_SUPERBPE[] = { "\\p{N}+", "(?=(\\d{3})+(?!\\d))", NULL };
+/* BPE over raw UTF-8 (sarvam-moe, gemma4): only newline runs are split off */
+static const char *const SEQ_NEWLINES[] = { "[^\\n]+|[\\n]+", NULL };
 static const char *const SEQ_DEFAULT[] = {
     "[\\p{P}\\$\\+<=>\\^~\\|]+",
     RX_GPT2,
@@ -162,8 +193,29 @@ static const char *const *const SEQ_OF[DS_PRE_COUNT] = {
     [DS_PRE_GRANITE_EMB_MULTI] = SEQ_GRANITE_EMB_MULTI, [DS_PRE_BAILINGMOE] = SEQ_BAILINGMOE,
     [DS_PRE_SEED_CODER] = SEQ_SEED_CODER, [DS_PRE_UFAKZEKA] = SEQ_UFAKZEKA,
     [DS_PRE_LAGUNA] = SEQ_LAGUNA,       [DS_PRE_EXAONE_MOE] = SEQ_EXAONE_MOE,
-    [DS_PRE_MINICPM5] = SEQ_MINICPM5,
+    [DS_PRE_MINICPM5] = SEQ_MINICPM5,   [DS_PRE_KIMI_K2] = SEQ_KIMI_K2,
+    [DS_PRE_AFMOE] = SEQ_AFMOE,         [DS_PRE_TINY_AYA] = SEQ_TINY_AYA,
+    [DS_PRE_SUPERBPE] = SEQ_SUPERBPE,   [DS_PRE_NEWLINES] = SEQ_NEWLINES,
 };
+
+/* What dspark compiles for a pattern llama.cpp spells as a name of its own
+ * hand-written splitter; every other pattern is compiled as written.
+ *   Han (Kimi K2): the code points llama.cpp's unicode_cpt_is_han counts
+ *   (CJK unified ideographs and extensions A..F, compatibility ideographs
+ *   and their supplement) — not PCRE2's \p{Han} script, which also holds
+ *   radicals, U+3005 and others. A "letter other than Han" is [^\P{L}HAN]. */
+#define HAN "\\x{3400}-\\x{4DBF}\\x{4E00}-\\x{9FFF}\\x{F900}-\\x{FAFF}\\x{20000}-\\x{2A6DF}" \
+    "\\x{2A700}-\\x{2EBEF}\\x{2F800}-\\x{2FA1F}"
+static int is_digit_groups(const char *pat) {
+    return !strcmp(pat, NAME_AFMOE_DIGITS) || !strcmp(pat, NAME_TINY_AYA_DIGITS);
+}
+static const char *pcre_spelling(const char *pat) {
+    if (is_digit_groups(pat)) return "\\p{N}+";       /* finds the runs split_digit_groups cuts */
+    if (!strcmp(pat, NAME_KIMI_K2))
+        return "[" HAN "]+|[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}" HAN "]+(?:'[sStTmMdD]|'[rR][eE]|'[vV][eE]|'[lL][lL])?"
+               "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    return pat;
+}
 
 /* ======================================================================
  * tokenizer.ggml.pre names
@@ -210,8 +262,8 @@ static const pre_name PRE_NAMES[] = {
     { "youtu", DS_PRE_YOUTU, 1, 0 },
     { "poro-chat", DS_PRE_PORO, 0, 0 }, { "bloom", DS_PRE_PORO, 0, 0 }, { "gpt3-finnish", DS_PRE_PORO, 0, 0 },
     { "viking", DS_PRE_VIKING, 0, 0 },
-    { "tekken", DS_PRE_TEKKEN, 1, 0 },
-    { "chameleon", DS_PRE_CHAMELEON, 0, 0 },
+    { "tekken", DS_PRE_TEKKEN, 1, 1 },
+    { "chameleon", DS_PRE_CHAMELEON, 0, 1 },
     { "gpt-4o", DS_PRE_GPT4O, 0, 0 }, { "llama4", DS_PRE_GPT4O, 0, 0 }, { "kanana2", DS_PRE_GPT4O, 0, 0 },
     { "talkie", DS_PRE_GPT4O, 0, 0 }, { "minimax-m2", DS_PRE_GPT4O, 0, 0 },
     { "granite-embed-multi-97m", DS_PRE_GRANITE_EMB_MULTI, 1, 0 },
@@ -222,14 +274,25 @@ static const pre_name PRE_NAMES[] = {
     { "laguna", DS_PRE_LAGUNA, 0, 0 },
     { "exaone-moe", DS_PRE_EXAONE_MOE, 0, 0 },
     { "minicpm5", DS_PRE_MINICPM5, 1, 0 },
+    { "kimi-k2", DS_PRE_KIMI_K2, 0, 0 },
+    { "afmoe", DS_PRE_AFMOE, 0, 0 },
+    { "tiny_aya", DS_PRE_TINY_AYA, 0, 0 }, { "cohere2moe", DS_PRE_TINY_AYA, 0, 0 },
+    { "superbpe", DS_PRE_SUPERBPE, 0, 0 },
+    /* BPE over raw UTF-8 (the tokenizer reads them so: ds_pre_is_raw);
+     * llama.cpp turns add_bos_token on for gemma4 whatever the file says */
+    { "sarvam-moe", DS_PRE_NEWLINES, 0, 0 }, { "gemma4", DS_PRE_NEWLINES, 0, 1 },
+    { "granite-embed-multi-311m", DS_PRE_NEWLINES, 0, 1 },
 };
 
-/* Names llama.cpp knows whose splitting is hand-written there (no regex
- * says it) or which are not byte-level BPE: refused with their own line. */
-static const char *const PRE_REFUSED[] = {
-    "kimi-k2", "afmoe", "tiny_aya", "cohere2moe", "superbpe",
-    "gemma4", "granite-embed-multi-311m", "sarvam-moe", "whitespace",
-};
+/* Names llama.cpp knows that dspark does not implement: "whitespace"
+ * (jina-v2-zh: \S+ pieces over raw UTF-8, also a tokenizer model of its own
+ * there), refused with its own line. */
+static const char *const PRE_REFUSED[] = { "whitespace" };
+
+int ds_pre_is_raw(const char *name) {
+    return name && (!strcmp(name, "sarvam-moe") || !strcmp(name, "gemma4") ||
+                    !strcmp(name, "granite-embed-multi-311m"));
+}
 
 int ds_pre_lookup(const char *name, ds_pre_kind *kind, int *ignore_merges, int *add_bos) {
     if (!name) name = "default";            /* llama.cpp: a file without the key */
@@ -292,7 +355,7 @@ int ds_pretok_init(ds_pretok *p, ds_pre_kind kind, char *err, size_t errlen) {
     p->jit = 1;
     for (int k = 0; seq[k]; k++) {
         if (k == DS_PRETOK_MAX) { ds_errf(err, errlen, "pre-tokenizer has too many regexes"); goto fail; }
-        char *pat = letters_collapsed(seq[k]);
+        char *pat = letters_collapsed(pcre_spelling(seq[k]));
         if (!pat) { ds_errf(err, errlen, "out of memory compiling the pre-tokenizer"); goto fail; }
         int ec;
         PCRE2_SIZE eo;
@@ -307,6 +370,7 @@ int ds_pretok_init(ds_pretok *p, ds_pre_kind kind, char *err, size_t errlen) {
                     (const char *)msg);
             goto fail;
         }
+        p->digit_groups[k] = (uint8_t)is_digit_groups(seq[k]);
         p->n_re = k + 1;
         /* JIT is an optimisation only: without it the interpreter gives the
          * same matches, so a failure (no JIT on this CPU/build) is ignored */
@@ -330,18 +394,27 @@ void ds_pretok_free(ds_pretok *p) {
 
 /* One pcre2_match; on a JIT stack overflow (only pathological inputs can
  * need more than the default 32 KiB) retry once with a large private stack. */
-static int pretok_match(const pcre2_code *re, const char *s, size_t n, size_t start, pcre2_match_data *md) {
-    int rc = pcre2_match(re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, NULL);
+static int pretok_match(const pcre2_code *re, const char *s, size_t n, size_t start, uint32_t opts,
+                        pcre2_match_data *md) {
+    int rc = pcre2_match(re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK | opts, md, NULL);
     if (rc != PCRE2_ERROR_JIT_STACKLIMIT) return rc;
     pcre2_match_context *mc = pcre2_match_context_create(NULL);
     pcre2_jit_stack *js = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, NULL);
     if (mc && js) {
         pcre2_jit_stack_assign(mc, NULL, js);
-        rc = pcre2_match(re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, mc);
+        rc = pcre2_match(re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK | opts, md, mc);
     }
     if (js) pcre2_jit_stack_free(js);
     if (mc) pcre2_match_context_free(mc);
     return rc;
+}
+
+/* A PCRE2 resource error (match or depth limit, out of memory) as one line. */
+static int match_failed(int rc, char *err, size_t errlen) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(rc, msg, sizeof msg);
+    ds_errf(err, errlen, "pre-tokenizer regex failed: %s", (const char *)msg);
+    return -1;
 }
 
 /* pieces as (start, length) pairs in one growable array */
@@ -361,32 +434,71 @@ static int piece_push(piece_vec *a, size_t start, size_t len) {
 }
 
 /* Split s[off, off + n) with one regex into the matches and the stretches
- * between them, appended to out. An empty match (no sequence here has one,
- * but a pre-tokenizer must never stall or lose bytes) takes one character. */
+ * between them, appended to out.
+ *
+ * An empty match (superbpe's look-ahead is nothing else) is a boundary and no
+ * piece. The search then goes on as C++'s std::regex_iterator does, which is
+ * what llama.cpp runs such a regex with: first a non-empty match anchored at
+ * the same place, and if there is none, an ordinary search one code point
+ * further on. (PCRE2 runs anchored searches in its interpreter, not the JIT:
+ * the same matches, a little slower, and only after an empty match.) */
 static int split_one(const pcre2_code *re, const char *s, size_t off, size_t n, pcre2_match_data *md,
                      piece_vec *out, char *err, size_t errlen) {
     const char *sub = s + off;
-    size_t pos = 0;
-    while (pos < n) {
-        int rc = pretok_match(re, sub, n, pos, md);
-        if (rc == PCRE2_ERROR_NOMATCH) return piece_push(out, off + pos, n - pos);
-        if (rc < 0) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            ds_errf(err, errlen, "pre-tokenizer regex failed: %s", (const char *)msg);
-            return -1;
+    size_t pos = 0, last = 0;       /* search start; end of what is emitted */
+    uint32_t opts = 0;
+    while (pos <= n) {
+        int rc = pretok_match(re, sub, n, pos, opts, md);
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            if (!opts || pos >= n) break;
+            opts = 0;
+            pos += ds_utf8_valid_len((const uint8_t *)sub + pos, n - pos);
+            continue;
         }
+        if (rc < 0) return match_failed(rc, err, errlen);
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t ms = ov[0], me = ov[1];
-        if (ms > pos && piece_push(out, off + pos, ms - pos)) return -1;
-        if (me == ms) {
-            size_t l = ds_utf8_valid_len((const uint8_t *)sub + ms, n - ms);
-            me = ms + (l ? l : 1);
-        }
-        if (piece_push(out, off + ms, me - ms)) return -1;
+        if (ms > last && piece_push(out, off + last, ms - last)) return -1;
+        if (me > ms && piece_push(out, off + ms, me - ms)) return -1;
+        last = me;
         pos = me;
+        opts = me == ms ? PCRE2_NOTEMPTY_ATSTART | PCRE2_ANCHORED : 0;
+        if (!opts && pos >= n) break;
     }
+    if (last < n && piece_push(out, off + last, n - last)) return -1;
     return 0;
+}
+
+/* afmoe / tiny_aya's digit groups (see NAME_AFMOE_DIGITS): re finds the
+ * \p{N} runs of s[off, off + n); each run is cut in threes from the right,
+ * its first group taking the stretch before it along. */
+static int split_digit_groups(const pcre2_code *re, const char *s, size_t off, size_t n, pcre2_match_data *md,
+                              piece_vec *out, char *err, size_t errlen) {
+    const char *sub = s + off;
+    size_t pos = 0, last = 0;
+    while (pos < n) {
+        int rc = pretok_match(re, sub, n, pos, 0, md);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) return match_failed(rc, err, errlen);
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t rs = ov[0], re_end = ov[1], n_cp = 0;
+        for (size_t i = rs; i < re_end; n_cp++) i += ds_utf8_valid_len((const uint8_t *)sub + i, re_end - i);
+        size_t group = n_cp % 3 ? n_cp % 3 : 3;
+        for (size_t i = rs; i < re_end; group = 3) {
+            for (size_t c = 0; c < group; c++) i += ds_utf8_valid_len((const uint8_t *)sub + i, re_end - i);
+            if (piece_push(out, off + last, i - last)) return -1;
+            last = i;
+        }
+        pos = re_end;
+    }
+    if (last < n && piece_push(out, off + last, n - last)) return -1;
+    return 0;
+}
+
+static int split_step(const ds_pretok *p, int k, const char *s, size_t off, size_t n, pcre2_match_data *md,
+                      piece_vec *out, char *err, size_t errlen) {
+    return p->digit_groups[k] ? split_digit_groups(p->re[k], s, off, n, md, out, err, errlen)
+                              : split_one(p->re[k], s, off, n, md, out, err, errlen);
 }
 
 /* Length of the non-ASCII White_Space code point at s (well-formed UTF-8,
@@ -433,13 +545,13 @@ static int pretok_split_run(const ds_pretok *p, const char *s, size_t n, pcre2_m
         subj = tmp;
     }
     pv[0].n = 0;
-    if (split_one(p->re[0], subj, 0, sn, md, &pv[0], err, errlen)) goto done;
+    if (split_step(p, 0, subj, 0, sn, md, &pv[0], err, errlen)) goto done;
     int cur = 0;
     for (int k = 1; k < p->n_re; k++) {
         piece_vec *in = &pv[cur], *out = &pv[cur ^ 1];
         out->n = 0;
         for (size_t j = 0; j < in->n; j += 2)
-            if (split_one(p->re[k], subj, in->v[j], in->v[j + 1], md, out, err, errlen)) goto done;
+            if (split_step(p, k, subj, in->v[j], in->v[j + 1], md, out, err, errlen)) goto done;
         cur ^= 1;
     }
     for (size_t j = 0; j < pv[cur].n; j += 2) {

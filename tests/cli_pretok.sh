@@ -4,7 +4,7 @@
 # The reference is llama.cpp's own splitter: src/unicode.cpp and
 # src/unicode-data.cpp from the peer source tarball (../shared/peers, SKIP when
 # absent or without g++) built with tests/tools/ref_split.cpp. Each of
-# dspark's 25 regex sequences (test_vocab --patterns) is given to both, and
+# dspark's 29 regex sequences (test_vocab --patterns) is given to both, and
 # both split the same texts: llama.cpp's test texts (tests/data/vocab/*.inp)
 # and 400 random strings drawn from letters of several scripts, combining
 # marks, digits, punctuation, symbols, emoji and every kind of whitespace.
@@ -45,6 +45,7 @@ pools = [
     "你好世界中文字", "こんにちはカタカナ", "한국어가나다", "ﾊﾟｰｽ", "½²³¼", "€£¥₹©®™", "…。，、！？：；“”‘’—",
     "\u00a0\u2009\u3000\u2028\u0085\u1680\u202f\u205f", "🦙🚀😁😶‍🌫️", "\u200b\u200d\ufeff", "١٢٣٤", "ⅠⅡⅢ",
     "กขฃ", "हिन्दी", "IMGIMGABZ<sentinel:12>", "    ", "ǅǈǋ", "ʰʲʷ",
+    "𠀀𪜀々〆豈⺀㐀", "ក្ខက်가", "1234567890", "１２３", "'S'RE'Ll",
 ]
 rnd = random.Random(26)
 for _ in range(400):
@@ -55,7 +56,7 @@ PY
 n_texts=$(python3 -c "import sys;print(open(sys.argv[1],'rb').read().count(b'\0')+1)" "$T/texts")
 names="gpt-2 llama-bpe qwen2 default qwen35 deepseek-llm deepseek-coder deepseek-v3 falcon starcoder jais-2
 spark2_5 youtu poro-chat viking tekken chameleon gpt-4o granite-embed-multi-97m bailingmoe seed-coder
-ufakzeka laguna exaone-moe minicpm5"
+ufakzeka laguna exaone-moe minicpm5 kimi-k2 afmoe tiny_aya superbpe"
 n=0
 for name in $names; do
     n=$((n+1))

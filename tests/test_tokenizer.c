@@ -324,6 +324,15 @@ static void test_pretok(void) {
         { DS_PRE_FALCON, "falcon_sequence", "x+=1234", "x|+=|123|4" },
         /* deepseek-v3: up to three digits, CJK runs, then the main pattern */
         { DS_PRE_DEEPSEEK3, "deepseek3_sequence", "ab12345\xe4\xbd\xa0.c", "ab|123|45|\xe4\xbd\xa0|.c" },
+        /* kimi-k2: Han runs apart from other letters (kana is not Han), digits in threes */
+        { DS_PRE_KIMI_K2, "kimi_k2_han", "\xe4\xbd\xa0\xe5\xa5\xbd\xe3\x81\x8b 12345 It'S",
+          "\xe4\xbd\xa0\xe5\xa5\xbd|\xe3\x81\x8b| |123|45| It'S" },
+        /* afmoe, tiny_aya: digit runs grouped in threes from the right, the
+         * first group with the text before it (later regexes split that) */
+        { DS_PRE_AFMOE, "afmoe_digits", "\xe4\xbd\xa0" "a1234567 89x", "\xe4\xbd\xa0|a|1|234|567| |89|x" },
+        { DS_PRE_TINY_AYA, "tiny_aya_digits", "x 1234", "x| |1|234" },
+        /* superbpe: only number runs and the empty matches split ("ab " stays whole) */
+        { DS_PRE_SUPERBPE, "superbpe_empty_matches", "ab 1234567 123456", "ab |1|234|567| |123|456" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[128], err[DS_ERRLEN];
@@ -506,7 +515,8 @@ static void test_hand_bpe(void) {
 
     name = "pre_refused_custom_splitter";
     ds_pre_kind k;
-    if (ds_pre_lookup("kimi-k2", &k, NULL, NULL) != -2 || ds_pre_lookup("klingon", &k, NULL, NULL) != -1 ||
+    if (ds_pre_lookup("whitespace", &k, NULL, NULL) != -2 || ds_pre_lookup("klingon", &k, NULL, NULL) != -1 ||
+        ds_pre_lookup("kimi-k2", &k, NULL, NULL) || k != DS_PRE_KIMI_K2 ||
         ds_pre_lookup("qwen35", &k, NULL, NULL) || k != DS_PRE_QWEN35 || ds_pre_lookup(NULL, &k, NULL, NULL) ||
         k != DS_PRE_DEFAULT)
         FAILF(name, "lookup results");

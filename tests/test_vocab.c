@@ -23,46 +23,10 @@
 #include "tokenizer_internal.h"
 #include "gguf.h"
 #include "testutil.h"
+#include "vocab_util.h"
 
 #include <dirent.h>
 #include <errno.h>
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += r;
-        if (len + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (buf) buf[len] = 0;
-    *n = len;
-    return buf;
-}
-
-static int hexval(int c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* Decode hex in place; returns the length or -1. */
-static long unhex(char *h) {
-    size_t n = strlen(h);
-    if (n % 2) return -1;
-    for (size_t i = 0; i < n; i += 2) {
-        int a = hexval(h[i]), b = hexval(h[i + 1]);
-        if (a < 0 || b < 0) return -1;
-        h[i / 2] = (char)(a * 16 + b);
-    }
-    return (long)(n / 2);
-}
 
 /* A tokenizer from a make_fixture.py file: the kept ids with their text and
  * type, every other id an unused placeholder no text can produce. */

@@ -34,9 +34,19 @@ int main(int argc, char **argv) {
     while (pos < all.size()) {
         size_t e = all.find('\0', pos);
         if (e == std::string::npos) e = all.size();
-        const auto words = unicode_regex_split(all.substr(pos, e - pos), pats, false);
+        // an empty text is not split: llama.cpp's hand-written splitters
+        // (kimi-k2, afmoe) return no pieces for it, which unicode_regex_split
+        // takes as "no custom splitter" and hands their names to std::regex
+        // (which throws); its tokenizer never splits an empty fragment.
+        // Empty pieces (superbpe's empty matches) make no token; they are left
+        // out, as dspark leaves them out.
+        const std::string text = all.substr(pos, e - pos);
+        const auto words = text.empty() ? std::vector<std::string>() : unicode_regex_split(text, pats, false);
+        bool first = true;
         for (size_t w = 0; w < words.size(); w++) {
-            if (w) putchar('|');
+            if (words[w].empty()) continue;
+            if (!first) putchar('|');
+            first = false;
             for (unsigned char c : words[w]) printf("%02x", c);
         }
         putchar('\n');

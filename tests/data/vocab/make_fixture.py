@@ -84,4 +84,5 @@ def main():
         for a, b in merges:
             f.write('merge %s %s\n' % (a.hex(), b.hex()))
 
-main()
+if __name__ == '__main__':
+    main()
