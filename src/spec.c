@@ -78,6 +78,7 @@ typedef struct {
     double draft_s, commit_s;               /* per speculative round; < 0: none yet */
     double n[DS_SPEC_MAX_GAMMA], k[DS_SPEC_MAX_GAMMA]; /* depth j at [j-1]: reached, accepted */
     int    spec_rounds, plain_run, gap;
+    double pred_spec_tp, pred_plain_tp;     /* the last plain decision's estimates */
 } auto_sched;
 
 /* The start-up table seeds only the two ends of the line (a plain step and
@@ -142,7 +143,12 @@ static int auto_choose(auto_sched *a, int cap, int *draft) {
         const double tp = tau / (a->draft_s + a->commit_s + c0 + c1 * ell);
         if (tp > best_tp) { best_tp = tp; best = ell; }
     }
-    if (best == 0 || best_tp < plain_tp) { *draft = 0; return 0; }
+    if (best == 0 || best_tp < plain_tp) {
+        a->pred_spec_tp = best_tp;
+        a->pred_plain_tp = plain_tp;
+        *draft = 0;
+        return 0;
+    }
     a->gap = AUTO_GAP0;                                       /* speculation pays again */
     return best;
 }
@@ -519,7 +525,15 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         const double te = now_s();
         st->t_commit += te - td;
         if (o->sched == DS_SCHED_AUTO) auto_update(&as, n_draft > 0, ell, a, tb - ta, tc - tb, te - td);
-        if (!n_draft) st->plain_rounds += cap > 0;
+        if (!n_draft && cap > 0) {
+            /* the cost model's fallback, for the caller's one-line report */
+            if (!st->plain_rounds) st->auto_first_plain = st->rounds;
+            st->plain_rounds++;
+            if (o->sched == DS_SCHED_AUTO) {
+                st->auto_pred_spec_tok_s = as.pred_spec_tp;
+                st->auto_pred_plain_tok_s = as.pred_plain_tp;
+            }
+        }
 
         if (o->on_round) {
             ds_spec_round r = { st->rounds, p, anchor, n_draft, ids, use_conf && n_draft ? conf : NULL, ell, a, bonus };

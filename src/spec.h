@@ -129,6 +129,9 @@ typedef struct {
     long   len_hist[DS_SPEC_MAX_GAMMA + 1];    /* [a]: rounds that accepted exactly a */
     long   width_hist[DS_SPEC_MAX_GAMMA + 1];  /* [ell]: rounds that verified ell drafts */
     long   plain_rounds;            /* AUTO: rounds that did not draft (a plain step) */
+    int    auto_first_plain;        /* AUTO: the first plain round (when plain_rounds > 0) */
+    double auto_pred_spec_tok_s;    /* AUTO: at the last plain decision, the best ell's */
+    double auto_pred_plain_tok_s;   /*   predicted tok/s and a plain step's            */
     long   replay_fixups;           /* REPLAY: acceptances overturned by decode logits */
     long   queued_rounds;           /* rounds whose verify was queued behind the draft */
     long   ahead_rounds;            /* ... and whose drafter context rows ran while the
