@@ -69,7 +69,7 @@ int ds_spec_choose_len(ds_sched_mode mode, const float *conf, int n, float p_min
 #define AUTO_DECAY 0.97         /* per speculative round, on the depth counts    */
 #define AUTO_WARM 3             /* first speculative rounds: full width          */
 #define AUTO_FULL_EVERY 8       /* every 8th speculative round: full width       */
-#define AUTO_GAP0 4             /* plain steps before a probing round ...        */
+#define AUTO_GAP0 8             /* plain steps before a probing round ...        */
 #define AUTO_GAP_MAX 64         /* ... doubling up to this                       */
 typedef struct {
     int    W;                               /* widths 1..W                      */
@@ -90,6 +90,12 @@ static void auto_init(auto_sched *a, const double *sps, int W) {
     memset(a, 0, sizeof *a);
     a->W = W;
     for (int w = 0; w < W; w++) a->v[w] = sps[w];
+    /* a one-row pass never costs more than a wider one: a start-up outlier
+     * at width 1 (seen: 2.1 ms where widths 2..8 took 0.8-1.9) would price
+     * plain steps out, and AUTO learns a width's cost only by running it,
+     * so it would never take the plain step that corrects the estimate */
+    for (int w = 1; w < W; w++)
+        if (a->v[w] < a->v[0]) a->v[0] = a->v[w];
     a->nv[0] = a->nv[W - 1] = 1.0;
     a->draft_s = a->commit_s = -1.0;
     a->gap = AUTO_GAP0;

@@ -47,7 +47,7 @@ typedef enum { DS_COMMIT_DIRECT = 0, DS_COMMIT_REPLAY = 1 } ds_commit_mode;
  *          plain step (one-row verify + commit) the round does not draft
  *          at all (ell = 0, the drafter only takes the row in), so
  *          speculation is never much slower than plain decoding; plain runs
- *          are probed with a full-width round after 4, 8, .. 64 plain steps,
+ *          are probed with a full-width round after 8, 16, .. 64 plain steps,
  *          and every 8th speculative round verifies the full width to keep
  *          the deep acceptance counts fresh. Needs the SPS table, not a
  *          confidence head. Output bytes: the same as every mode (the
