@@ -16,7 +16,8 @@
 # Medians of REPS runs (each `--warmup`: recordings out of the figures);
 # the speed-up is bench_spec.sh's: mean speculative tok/s over the prompts
 # against the mean plain tok/s of the same processes.
-#   SHAPE=8b|0.6b|tiny  TYPE=q8_0  DEVICE=cuda  N=128  REPS=3  MODELS_DIR=/tmp/dspark-models
+#   SHAPE=8b|0.6b|m505|tiny  TYPE=q8_0  DEVICE=cuda  N=128  REPS=3  MODELS_DIR=/tmp/dspark-models
+#   (on the CPU: DEVICE=cpu THREADS=2; DSPARK_SIMD caps the level)
 set -eu
 B=${BUILD:-build}
 D=$B/dspark
@@ -27,6 +28,7 @@ TYPE=${TYPE:-q8_0}
 DEVICE=${DEVICE:-cuda}
 N=${N:-128}
 REPS=${REPS:-3}
+TH=${THREADS:-2}
 MD=${MODELS_DIR:-/tmp/dspark-models}
 mkdir -p "$MD"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -53,11 +55,14 @@ for p in p1 p2 p3; do
 done
 case $SHAPE in
 tiny) F=models/dspark-tiny-q8_0.gguf ;;
+# the 505 MB shape of bench/peer_cpu.sh (issue 24: a memory-bound target on a CPU)
+m505) F="$MD/m505-$TYPE.gguf"; [ -f "$F" ] || $D make-model -o "$F" --type "$TYPE" --n-embd 1024 --n-layer 28 --n-head 16 \
+          --n-head-kv 8 --head-dim 128 --n-ff 3072 --n-vocab 32000 --n-ctx 4096 --seed 1 >/dev/null ;;
 0.6b) F="$MD/0.6b-$TYPE.gguf"; [ -f "$F" ] || $D make-model -o "$F" --type "$TYPE" --n-embd 1024 --n-layer 28 --n-head 16 \
           --n-head-kv 8 --head-dim 128 --n-ff 3072 --n-vocab 151936 --n-ctx 4096 --seed 1 >/dev/null ;;
 8b)   F="$MD/8b-$TYPE.gguf"; [ -f "$F" ] || $D make-model -o "$F" --type "$TYPE" --n-embd 4096 --n-layer 36 --n-head 32 \
           --n-head-kv 8 --head-dim 128 --n-ff 12288 --n-vocab 151936 --n-ctx 4096 --seed 1 >/dev/null ;;
-*) echo "oracle_spec: SHAPE must be tiny, 0.6b or 8b" >&2; exit 2 ;;
+*) echo "oracle_spec: SHAPE must be tiny, m505, 0.6b or 8b" >&2; exit 2 ;;
 esac
 NL=$($D inspect "$F" | awk '/block_count/ {print $NF; exit}')
 DF="$MD/$SHAPE-$TYPE-drafter.gguf"
@@ -73,7 +78,7 @@ sp=0; sl=0; sn=0
 for p in p1 p2 p3; do
     : > "$T/$p.plain"; : > "$T/$p.spec"
     for r in $(seq 1 "$REPS"); do
-        $D generate -m "$F" -md "$DF" -f "$T/$p" -n "$N" --device "$DEVICE" --warmup --oracle-accept "$T/$p.blk" \
+        $D generate -m "$F" -md "$DF" -f "$T/$p" -n "$N" -t "$TH" --device "$DEVICE" --warmup --oracle-accept "$T/$p.blk" \
             >/dev/null 2>"$T/run"
         grep '^mode=' "$T/run"
         kv "$(grep '^mode=plain' "$T/run")" decode_tok_s >> "$T/$p.plain"

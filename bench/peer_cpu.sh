@@ -5,7 +5,8 @@
 # round so the shared machine's drift hits both alike. Prints the CPU model,
 # the SIMD level dspark ran, the load average before and after, per file and
 # thread count the medians over ROUNDS and dspark/llama.cpp, and the spread
-# (max / min over the rounds) of each side. bench/run.sh calls it.
+# (max / min over the rounds) of each side, and each side's CPU share with,
+# for one thread, the ratio per CPU-second (below). bench/run.sh calls it.
 #
 #   LLAMA_BIN=DIR   llama.cpp's build/bin (llama-bench); without it: skipped.
 #                   For an AVX2-only comparison on an AVX-512 machine build it
@@ -41,17 +42,31 @@ echo "== dspark vs llama.cpp (CPU) =="
 simd=$($D generate -m models/dspark-tiny-q8_0.gguf -p x -n 1 -v 2>&1 >/dev/null | sed -n 's/.* simd=\([a-z0-9]*\).*/\1/p' | head -1)
 echo "cpu=\"$cpu\" cores=$(nproc) dspark_simd=$simd DSPARK_SIMD=${DSPARK_SIMD:-unset}"
 echo "llama_bin=$LB load_before=\"$(cut -d' ' -f1-3 /proc/loadavg)\" rounds=$ROUNDS n_gen=$NGEN n_prompt=$NPROMPT"
+# Each process's CPU share, (user + sys) / wall over its whole life (load
+# and warm-up included): on a machine shared with other jobs a 1-thread run
+# gets a fraction of a core, and not the same fraction for both engines.
+# With one thread, tok/s divided by the share estimates the speed on a core
+# of its own ("per cpu-s" columns); with more, spinning workers make CPU
+# time no measure of work, so the wall-clock ratio is all there is.
+timed() { if [ -x /usr/bin/time ]; then /usr/bin/time -f %e,%U,%S -o "$T/tm" "$@"; else "$@"; fi; }
+cpu_share() {
+    if [ -s "$T/tm" ]; then awk -F, 'END { if ($1 > 0) printf "%.4f\n", ($2 + $3) / $1; else print "nan" }' "$T/tm"
+    else echo nan; fi
+    rm -f "$T/tm"
+}
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     for f in $FILES; do
         k=$(basename "$f" .gguf)
         for t in $THREADS; do
-            $D bench -m "$f" -t "$t" --reps 1 --prefix 1 --decode "$NGEN" --prefill-len "$NPROMPT" >"$T/ds" 2>&1 \
+            timed $D bench -m "$f" -t "$t" --reps 1 --prefix 1 --decode "$NGEN" --prefill-len "$NPROMPT" >"$T/ds" 2>&1 \
                 || { echo "peer_cpu: dspark bench failed on $f"; cat "$T/ds"; exit 1; }
+            cpu_share >>"$T/sd.$k.$t"
             sed -n 's/^decode: .*  \([0-9.]*\) tok\/s.*/\1/p' "$T/ds" | head -1 >>"$T/dd.$k.$t"
             sed -n 's/^prefill([0-9]*): \([0-9.]*\) tok\/s.*/\1/p' "$T/ds" | head -1 >>"$T/dp.$k.$t"
-            "$LB/llama-bench" -m "$f" -t "$t" -r 1 -p "$NPROMPT" -n "$NGEN" -o csv >"$T/lb" 2>/dev/null \
+            timed "$LB/llama-bench" -m "$f" -t "$t" -r 1 -p "$NPROMPT" -n "$NGEN" -o csv >"$T/lb" 2>/dev/null \
                 || { echo "peer_cpu: llama-bench failed on $f"; exit 1; }
+            cpu_share >>"$T/sl.$k.$t"
             # csv: the column avg_ts; the pp row has n_gen=0, the tg row n_prompt=0
             python3 - "$T/lb" "$T/ld.$k.$t" "$T/lp.$k.$t" <<'PY'
 import csv, sys
@@ -73,12 +88,25 @@ def vals(n):
 def med_spread(v):
     return (statistics.median(v), max(v) / min(v)) if v and min(v) > 0 else (float("nan"), float("nan"))
 print(f"{'file':22} {'t':>2} {'decode dspark':>13} {'llama.cpp':>10} {'ratio':>6} {'spread d,l':>11}   "
-      f"{'prefill dspark':>14} {'llama.cpp':>10} {'ratio':>6} {'spread d,l':>11}")
+      f"{'prefill dspark':>14} {'llama.cpp':>10} {'ratio':>6} {'spread d,l':>11}   "
+      f"{'cpu share d,l':>13} {'per cpu-s: decode':>17} {'prefill':>7}")
+def per_cpu(a, sa, b, sb):
+    # per round: (dspark tok/s / its share) / (llama.cpp tok/s / its share); the median
+    r = [(x / p) / (y / q) for x, p, y, q in zip(a, sa, b, sb) if p > 0 and q > 0 and y > 0]
+    return statistics.median(r) if r else float("nan")
 for f in files:
     k = os.path.basename(f)[:-5]
     for t in threads:
         dd, ds_ = med_spread(vals(f"dd.{k}.{t}")); ld, ls = med_spread(vals(f"ld.{k}.{t}"))
         dp, ps = med_spread(vals(f"dp.{k}.{t}")); lp, lps = med_spread(vals(f"lp.{k}.{t}"))
+        sd, sl = vals(f"sd.{k}.{t}"), vals(f"sl.{k}.{t}")
+        shares = f"{statistics.median(sd):5.2f},{statistics.median(sl):5.2f}" if sd and sl else "nan"
+        if t == "1":
+            nd = per_cpu(vals(f"dd.{k}.{t}"), sd, vals(f"ld.{k}.{t}"), sl)
+            np_ = per_cpu(vals(f"dp.{k}.{t}"), sd, vals(f"lp.{k}.{t}"), sl)
+            norm = f"{nd:17.2f} {np_:7.2f}"
+        else:
+            norm = f"{'-':>17} {'-':>7}"
         print(f"{k:22} {t:>2} {dd:13.1f} {ld:10.1f} {dd / ld:6.2f} {ds_:5.2f},{ls:5.2f}   "
-              f"{dp:14.1f} {lp:10.1f} {dp / lp:6.2f} {ps:5.2f},{lps:5.2f}")
+              f"{dp:14.1f} {lp:10.1f} {dp / lp:6.2f} {ps:5.2f},{lps:5.2f}   {shares:>13} {norm}")
 PY

@@ -69,7 +69,7 @@ int ds_spec_choose_len(ds_sched_mode mode, const float *conf, int n, float p_min
 #define AUTO_DECAY 0.97         /* per speculative round, on the depth counts    */
 #define AUTO_WARM 3             /* first speculative rounds: full width          */
 #define AUTO_FULL_EVERY 8       /* every 8th speculative round: full width       */
-#define AUTO_GAP0 4             /* plain steps before a probing round ...        */
+#define AUTO_GAP0 8             /* plain steps before a probing round ...        */
 #define AUTO_GAP_MAX 64         /* ... doubling up to this                       */
 typedef struct {
     int    W;                               /* widths 1..W                      */
@@ -78,6 +78,7 @@ typedef struct {
     double draft_s, commit_s;               /* per speculative round; < 0: none yet */
     double n[DS_SPEC_MAX_GAMMA], k[DS_SPEC_MAX_GAMMA]; /* depth j at [j-1]: reached, accepted */
     int    spec_rounds, plain_run, gap;
+    double pred_spec_tp, pred_plain_tp;     /* the last plain decision's estimates */
 } auto_sched;
 
 /* The start-up table seeds only the two ends of the line (a plain step and
@@ -89,6 +90,12 @@ static void auto_init(auto_sched *a, const double *sps, int W) {
     memset(a, 0, sizeof *a);
     a->W = W;
     for (int w = 0; w < W; w++) a->v[w] = sps[w];
+    /* a one-row pass never costs more than a wider one: a start-up outlier
+     * at width 1 (seen: 2.1 ms where widths 2..8 took 0.8-1.9) would price
+     * plain steps out, and AUTO learns a width's cost only by running it,
+     * so it would never take the plain step that corrects the estimate */
+    for (int w = 1; w < W; w++)
+        if (a->v[w] < a->v[0]) a->v[0] = a->v[w];
     a->nv[0] = a->nv[W - 1] = 1.0;
     a->draft_s = a->commit_s = -1.0;
     a->gap = AUTO_GAP0;
@@ -142,7 +149,12 @@ static int auto_choose(auto_sched *a, int cap, int *draft) {
         const double tp = tau / (a->draft_s + a->commit_s + c0 + c1 * ell);
         if (tp > best_tp) { best_tp = tp; best = ell; }
     }
-    if (best == 0 || best_tp < plain_tp) { *draft = 0; return 0; }
+    if (best == 0 || best_tp < plain_tp) {
+        a->pred_spec_tp = best_tp;
+        a->pred_plain_tp = plain_tp;
+        *draft = 0;
+        return 0;
+    }
     a->gap = AUTO_GAP0;                                       /* speculation pays again */
     return best;
 }
@@ -519,7 +531,15 @@ int ds_spec_generate(ds_ctx *c, const ds_drafter *d, const int32_t *prompt, int 
         const double te = now_s();
         st->t_commit += te - td;
         if (o->sched == DS_SCHED_AUTO) auto_update(&as, n_draft > 0, ell, a, tb - ta, tc - tb, te - td);
-        if (!n_draft) st->plain_rounds += cap > 0;
+        if (!n_draft && cap > 0) {
+            /* the cost model's fallback, for the caller's one-line report */
+            if (!st->plain_rounds) st->auto_first_plain = st->rounds;
+            st->plain_rounds++;
+            if (o->sched == DS_SCHED_AUTO) {
+                st->auto_pred_spec_tok_s = as.pred_spec_tp;
+                st->auto_pred_plain_tok_s = as.pred_plain_tp;
+            }
+        }
 
         if (o->on_round) {
             ds_spec_round r = { st->rounds, p, anchor, n_draft, ids, use_conf && n_draft ? conf : NULL, ell, a, bonus };

@@ -47,7 +47,7 @@ typedef enum { DS_COMMIT_DIRECT = 0, DS_COMMIT_REPLAY = 1 } ds_commit_mode;
  *          plain step (one-row verify + commit) the round does not draft
  *          at all (ell = 0, the drafter only takes the row in), so
  *          speculation is never much slower than plain decoding; plain runs
- *          are probed with a full-width round after 4, 8, .. 64 plain steps,
+ *          are probed with a full-width round after 8, 16, .. 64 plain steps,
  *          and every 8th speculative round verifies the full width to keep
  *          the deep acceptance counts fresh. Needs the SPS table, not a
  *          confidence head. Output bytes: the same as every mode (the
@@ -129,6 +129,9 @@ typedef struct {
     long   len_hist[DS_SPEC_MAX_GAMMA + 1];    /* [a]: rounds that accepted exactly a */
     long   width_hist[DS_SPEC_MAX_GAMMA + 1];  /* [ell]: rounds that verified ell drafts */
     long   plain_rounds;            /* AUTO: rounds that did not draft (a plain step) */
+    int    auto_first_plain;        /* AUTO: the first plain round (when plain_rounds > 0) */
+    double auto_pred_spec_tok_s;    /* AUTO: at the last plain decision, the best ell's */
+    double auto_pred_plain_tok_s;   /*   predicted tok/s and a plain step's            */
     long   replay_fixups;           /* REPLAY: acceptances overturned by decode logits */
     long   queued_rounds;           /* rounds whose verify was queued behind the draft */
     long   ahead_rounds;            /* ... and whose drafter context rows ran while the

@@ -74,6 +74,12 @@ same "greedy -md no-conf drafter == plain"   "$T/plain" $D generate -m "$T/m.ggu
 same "greedy -md auto (measured) == plain"   "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-sched auto
 same "greedy -md auto (file) == plain"       "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-sched auto --sps-table "$T/sps"
 same "greedy -md auto no-conf == plain"      "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/dnc.gguf" --draft-sched auto
+# a table that prices every verify wider than one row out: AUTO falls back to
+# plain steps after its warm-up rounds and says so in one key=value line
+printf '1 0.0001\n2 10\n3 10\n4 10\n5 10\n' > "$T/sps_slow"
+same "greedy -md auto (wide verify priced out) == plain" "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-sched auto --sps-table "$T/sps_slow"
+grep -q "^draft_sched=auto fallback=plain reason=predicted_loss predicted_spec_tok_s=[0-9.]* predicted_plain_tok_s=[0-9.]* first_plain_round=[0-9]* plain_rounds=[1-9][0-9]* rounds=" "$T/spec_err" \
+    && echo "PASS auto fallback line: $(grep '^draft_sched=' "$T/spec_err")" || { echo "FAIL no auto fallback line: $(cat "$T/spec_err")"; fail=1; }
 same "greedy -md -t 3 == plain"              "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" -t 3
 same "greedy -md --draft-wait == plain"      "$T/plain" $D generate -m "$T/m.gguf" -p "$P" -n 40 -md "$T/d.gguf" --draft-wait
 grep -q " queued_rounds=0 " "$T/spec_err" && echo "PASS --draft-wait: no queued rounds" || { echo "FAIL --draft-wait stats: $(tail -n 1 "$T/spec_err")"; fail=1; }

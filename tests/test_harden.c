@@ -156,7 +156,12 @@ static void test_simd_device(void) {
 #else
     CHECK(ds_simd_parse("avx2", &cap, err, sizeof err) == 0 && cap == DS_LVL_AVX2, "avx2");
     CHECK(ds_simd_parse("avx512", &cap, err, sizeof err) == 0 && cap == DS_LVL_AVX512, "avx512");
-    CHECK(ds_simd_parse("neon", &cap, err, sizeof err) != 0 && strstr(err, "avx2"), "neon accepted on x86");
+    CHECK(ds_simd_parse("avxvnni", &cap, err, sizeof err) == 0 && cap == DS_LVL_AVXVNNI, "avxvnni");
+    CHECK(ds_simd_parse("neon", &cap, err, sizeof err) != 0 && strstr(err, "avx2") && strstr(err, "avxvnni"),
+          "neon accepted on x86");
+    /* the matmul level is AVXVNNI only where ds_simd_level() is AVX2 */
+    CHECK(DS_LVL_BASE(ds_simd_mm_level()) == ds_simd_level(), "mm level %d vs level %d", ds_simd_mm_level(),
+          ds_simd_level());
 #endif
     CHECK(ds_simd_parse("AVX2", &cap, err, sizeof err) != 0 && strstr(err, "AVX2"), "AVX2 accepted");
     CHECK(ds_simd_parse("sse", &cap, err, sizeof err) != 0, "sse accepted");

@@ -478,6 +478,14 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, " prefill_s=%.4f draft_s=%.4f verify_s=%.4f accept_s=%.4f commit_s=%.4f total_s=%.4f replay_fixups=%ld plain_rounds=%ld queued_rounds=%ld ahead_rounds=%ld tok_s=%.1f\n",
                     st.t_prefill, st.t_draft, st.t_verify, st.t_accept, st.t_commit, st.t_total, st.replay_fixups,
                     st.plain_rounds, st.queued_rounds, st.ahead_rounds, st.tok_s);
+            /* AUTO fell back to plain steps where its cost model (this
+             * machine's verify, draft and commit timings, this text's
+             * acceptance) predicted that drafting loses: one line saying so */
+            if (sched == DS_SCHED_AUTO && st.plain_rounds > 0)
+                fprintf(stderr, "draft_sched=auto fallback=plain reason=predicted_loss predicted_spec_tok_s=%.1f "
+                        "predicted_plain_tok_s=%.1f first_plain_round=%d plain_rounds=%ld rounds=%d\n",
+                        st.auto_pred_spec_tok_s, st.auto_pred_plain_tok_s, st.auto_first_plain, st.plain_rounds,
+                        st.rounds);
         }
     }
     if (rc) {

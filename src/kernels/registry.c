@@ -221,6 +221,7 @@ static int detect_level(void) {
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq"))
         lv = DS_LVL_AVX512;
+    if (lv == DS_LVL_AVX2 && __builtin_cpu_supports("avxvnni")) lv = DS_LVL_AVXVNNI;
 #elif DS_ARM
     /* ASIMD is part of the AArch64 base ISA (HWCAP_ASIMD is set wherever
      * Linux runs it); SDOT is the armv8.2 dotprod extension */
@@ -233,10 +234,20 @@ static int detect_level(void) {
 
 /* the levels of this architecture, in order; a level of the other one is
  * never ok (simd.h) */
+#if DS_X86
+/* x86 levels in order: portable < avx2 < avxvnni < avx512 (the enum's
+ * values are not that order: avxvnni came last) */
+static int x86_rank(int lv) {
+    return lv == DS_LVL_AVX512 ? 3 : lv == DS_LVL_AVXVNNI ? 2 : lv == DS_LVL_AVX2 ? 1 : 0;
+}
+#endif
+
 int ds_simd_level_ok(int lv) {
     if (lv == DS_LVL_PORTABLE) return 1;
 #if DS_X86
-    return (lv == DS_LVL_AVX2 || lv == DS_LVL_AVX512) && lv <= detect_level();
+    /* AVX-VNNI is its own CPUID bit: an AVX-512 CPU may lack it */
+    if (lv == DS_LVL_AVXVNNI) return x86_rank(detect_level()) >= 1 && __builtin_cpu_supports("avxvnni");
+    return (lv == DS_LVL_AVX2 || lv == DS_LVL_AVX512) && x86_rank(lv) <= x86_rank(detect_level());
 #elif DS_ARM
     return (lv == DS_LVL_NEON || lv == DS_LVL_DOTPROD) && lv <= detect_level();
 #else
@@ -252,11 +263,11 @@ int ds_simd_parse(const char *v, int *cap, char *err, size_t errlen) {
     static const int lvs[] = {DS_LVL_PORTABLE, DS_LVL_NEON, DS_LVL_DOTPROD};
     const char *list = "portable, neon or dotprod";
 #else
-    static const char *const names[] = {"portable", "avx2", "avx512"};
-    static const int lvs[] = {DS_LVL_PORTABLE, DS_LVL_AVX2, DS_LVL_AVX512};
-    const char *list = "portable, avx2 or avx512";
+    static const char *const names[] = {"portable", "avx2", "avxvnni", "avx512"};
+    static const int lvs[] = {DS_LVL_PORTABLE, DS_LVL_AVX2, DS_LVL_AVXVNNI, DS_LVL_AVX512};
+    const char *list = "portable, avx2, avxvnni or avx512";
 #endif
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
         if (strcmp(v, names[i]) == 0) {
             *cap = lvs[i];
             return 0;
@@ -277,28 +288,40 @@ int ds_simd_check_env(char *err, size_t errlen) {
  * paths end to end on one machine); an unknown value is refused at CLI
  * start (ds_simd_check_env) and ignored by library callers that skip the
  * check. */
-int ds_simd_level(void) {
+int ds_simd_mm_level(void) {
     static atomic_int cached = -1;
     int lv = atomic_load_explicit(&cached, memory_order_relaxed);
     if (lv >= 0) return lv;
     lv = detect_level();
     int cap;
-    if (ds_simd_parse(getenv("DSPARK_SIMD"), &cap, NULL, 0) == 0 && cap < lv) lv = cap;
+    if (ds_simd_parse(getenv("DSPARK_SIMD"), &cap, NULL, 0) == 0 && cap != DS_LVL_COUNT) {
+#if DS_X86
+        /* a cap above what the CPU runs leaves the CPU's level; avxvnni on a
+         * CPU without AVX-VNNI is avx2 */
+        if (!ds_simd_level_ok(cap)) cap = cap == DS_LVL_AVXVNNI ? DS_LVL_AVX2 : lv;
+        if (x86_rank(cap) < x86_rank(lv)) lv = cap;
+#else
+        if (cap < lv) lv = cap;
+#endif
+    }
     atomic_store_explicit(&cached, lv, memory_order_relaxed);
     return lv;
 }
+/* every kernel but the matmuls: AVXVNNI runs the AVX2 code */
+int ds_simd_level(void) { return DS_LVL_BASE(ds_simd_mm_level()); }
 
 const char *ds_simd_level_name(int lv) {
     switch (lv) {
     case DS_LVL_AVX512: return "avx512";
     case DS_LVL_AVX2: return "avx2";
+    case DS_LVL_AVXVNNI: return "avxvnni";
     case DS_LVL_NEON: return "neon";
     case DS_LVL_DOTPROD: return "dotprod";
     default: return "portable";
     }
 }
 
-const char *ds_simd_path(void) { return ds_simd_level_name(ds_simd_level()); }
+const char *ds_simd_path(void) { return ds_simd_level_name(ds_simd_mm_level()); }
 
 /* ==========================================================================
  * conversions

@@ -401,7 +401,9 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
         if (epi) epi(epi_arg, 0, W[0]->n_out, 0);
         return;
     }
-    ds_mm_ctx ctx = {.W = W[0], .M = M, .x = x, .y = y[0], .level = level};
+    /* AVXVNNI is AVX2 for every kernel but canonical Q8_0 (simd.h) */
+    ds_mm_ctx ctx = {.W = W[0], .M = M, .x = x, .y = y[0], .level = DS_LVL_BASE(level),
+                     .avxvnni = level == DS_LVL_AVXVNNI};
     /* canonical (= decode) Q8_0 multiplies quantized activations: quantize
      * x once, here, before the columns are split (matmul_q8_0.c) */
     ds_q8_act act;
@@ -480,7 +482,7 @@ void ds_matmul_at_level(int level, ds_variant v, const ds_weight *W, int M, cons
 void ds_matmul_epi(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool,
                    ds_mm_epi_fn epi, void *arg) {
     if (W->n_out <= 0) return;
-    matmul_multi_at_level(ds_simd_level(), v, 1, &W, M, x, &y, pool, epi, arg);
+    matmul_multi_at_level(ds_simd_mm_level(), v, 1, &W, M, x, &y, pool, epi, arg);
 }
 
 /* Same bits as n ds_matmul calls (every output column runs the same range
@@ -495,11 +497,11 @@ void ds_matmul_multi(ds_variant v, int n, const ds_weight *const W[], int M, con
         for (int i = 0; i < n; i++) ds_matmul(v, W[i], M, x, y[i], pool);
         return;
     }
-    matmul_multi_at_level(ds_simd_level(), v, n, W, M, x, y, pool, NULL, NULL);
+    matmul_multi_at_level(ds_simd_mm_level(), v, n, W, M, x, y, pool, NULL, NULL);
 }
 
 void ds_matmul(ds_variant v, const ds_weight *W, int M, const float *x, float *y, ds_pool *pool) {
-    ds_matmul_at_level(ds_simd_level(), v, W, M, x, y, pool);
+    ds_matmul_at_level(ds_simd_mm_level(), v, W, M, x, y, pool);
 }
 
 /* The decode kernel is not a separate implementation: it IS canonical(M=1). */

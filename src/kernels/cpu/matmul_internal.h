@@ -86,6 +86,7 @@ enum {
     DS_PACK_NONE = 0,
     DS_PACK_Q8_VNNI16 = 1,  /* Q8_0, AVX-512 VNNI: 16-row tiles, quants biased to u8 */
     DS_PACK_Q8_S8 = 2,      /* Q8_0, AVX2 / NEON: 8-row tiles, signed quants          */
+    DS_PACK_Q8_VNNI8 = 3,   /* Q8_0, AVX-VNNI: 8-row tiles, quants biased to u8       */
 };
 typedef struct {
     uint32_t magic, layout, type, level;
@@ -112,7 +113,8 @@ typedef struct {
     int          M;
     const float *x;      /* M x K activations                                   */
     float       *y;      /* M x N outputs                                       */
-    int          level;  /* DS_LVL_*                                           */
+    int          level;  /* DS_LVL_* (AVXVNNI runs as AVX2 with avxvnni set)     */
+    int          avxvnni;/* canonical Q8_0: the AVX-VNNI tile (level AVX2)       */
     const ds_q8_act *xq; /* canonical Q8_0, and Q4_0..Q5_1: x quantized to Q8_0   */
     const ds_q8k_act *xk;/* Q4_K / Q5_K / Q6_K: x quantized to Q8_K (else NULL)  */
     int          q8_path;/* canonical Q8_0: 0 = by M, else DS_Q8_PATH_* (tests)  */

@@ -31,7 +31,8 @@
  * gives the same bits: the repacked AVX512-VNNI tile (VPDPBUSD, 16 outputs
  * per vector), the non-repacked one-activation-row kernels (VPDPBUSD or
  * AVX2 maddubs per row block, exact horizontal integer reduce), the AVX2
- * 2 x 2 tile and the portable scalar loop. M, the tile shape, the thread
+ * S8 tile (VPMADDWD), the AVX-VNNI 8-row tile (VPDPBUSD on ymm, level
+ * avxvnni) and the portable scalar loop. M, the tile shape, the thread
  * that owns a column and the SIMD level choose between them and never change
  * a bit (test_matmul compares every path and level with a scalar reference
  * of the definition), so canonical(M) row m is bit for bit decode(row m), and
@@ -385,6 +386,36 @@ static void q8s_pack8(const void *const wr[8], int64_t nb, unsigned char *buf) {
 }
 
 #if DS_X86
+/* The 8-row tiles' shared pieces (S8 and VNNI8 have the same tile size and
+ * scale placement): the prefetch of the NT tiles after these, one block at a
+ * time, and the store of an MT x NT accumulator tile (the last tile nv valid
+ * columns). */
+static inline __attribute__((always_inline)) Q8C_TGT_AVX2 void
+q8_tiles8_prefetch(const unsigned char *pf, int NT, int64_t nb, int64_t b) {
+    DS_UNROLL
+    for (int j = 0; j < NT; j++) {
+        const char *pj = (const char *)pf + (size_t)j * Q8S_TILE(nb);
+        for (int l = 0; l < 4; l++) _mm_prefetch(pj + b * Q8S_QB + 64 * l, _MM_HINT_T0);
+        if (b % 4 == 0) _mm_prefetch(pj + (size_t)nb * Q8S_QB + (size_t)b * 16, _MM_HINT_T0);
+    }
+}
+static inline __attribute__((always_inline)) Q8C_TGT_AVX2 void
+q8_tiles8_store(__m256 acc[4][4], int MT, int NT, int nv, float *y, int64_t N, int m0, int64_t n0) {
+    DS_UNROLL
+    for (int i = 0; i < MT; i++)
+        DS_UNROLL
+        for (int j = 0; j < NT; j++) {
+            float *yo = y + (size_t)(m0 + i) * (size_t)N + (size_t)(n0 + 8 * j);
+            if (j < NT - 1 || nv == 8) {
+                _mm256_storeu_ps(yo, acc[i][j]);
+            } else {
+                float o8[8];
+                _mm256_storeu_ps(o8, acc[i][j]);
+                memcpy(yo, o8, (size_t)nv * sizeof(float));
+            }
+        }
+}
+
 /* The register tile: rows m0 .. m0 + MT - 1 of the activations (inside one
  * group of 8 of the copies: m0 % 8 + MT <= 8) against NT consecutive S8
  * tiles t[0..NT) (8 columns each; the last has nv valid). MT x NT int32 D's
@@ -404,13 +435,7 @@ q8s_tile_rows(const unsigned char *const t[], int NT, int nv, int64_t nb, const 
     const int16_t *w16 = a->qw + (size_t)(m0 / 8) * (size_t)nb * 256 + 32 * (m0 % 8);
     const unsigned char *ge = a->qi + (size_t)(m0 / 8) * (size_t)nb * DS_Q8_GROUP_BYTES + 288 + 4 * (m0 % 8);
     for (int64_t b = 0; b < nb; b++, w16 += 256, ge += DS_Q8_GROUP_BYTES) {
-        if (pf)     /* the NT tiles after these (consecutive), a block at a time */
-            DS_UNROLL
-            for (int j = 0; j < NT; j++) {
-                const char *pj = (const char *)pf + (size_t)j * Q8S_TILE(nb);
-                for (int l = 0; l < 4; l++) _mm_prefetch(pj + b * Q8S_QB + 64 * l, _MM_HINT_T0);
-                if (b % 4 == 0) _mm_prefetch(pj + (size_t)nb * Q8S_QB + (size_t)b * 16, _MM_HINT_T0);
-            }
+        if (pf) q8_tiles8_prefetch(pf, NT, nb, b);   /* the NT tiles after these, a block ahead */
         __m256i D[4][4];
         DS_UNROLL
         for (int i = 0; i < MT; i++)
@@ -445,19 +470,7 @@ q8s_tile_rows(const unsigned char *const t[], int NT, int nv, int64_t nb, const 
                 acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[i][j]), _mm256_mul_ps(dw[j], ev), acc[i][j]);
         }
     }
-    DS_UNROLL
-    for (int i = 0; i < MT; i++)
-        DS_UNROLL
-        for (int j = 0; j < NT; j++) {
-            float *yo = y + (size_t)(m0 + i) * (size_t)N + (size_t)(n0 + 8 * j);
-            if (j < NT - 1 || nv == 8) {
-                _mm256_storeu_ps(yo, acc[i][j]);
-            } else {
-                float o8[8];
-                _mm256_storeu_ps(o8, acc[i][j]);
-                memcpy(yo, o8, (size_t)nv * sizeof(float));
-            }
-        }
+    q8_tiles8_store(acc, MT, NT, nv, y, N, m0, n0);
 }
 
 /* MT rows at m0 against NT tiles, the shapes instantiated (MT, NT constants) */
@@ -475,8 +488,9 @@ q8s_run(const unsigned char *const t[], int NT, int nv, int64_t nb, const ds_q8_
 
 /* NT S8 tiles of weight rows n .. n + 8 NT - 1 (the last nv valid): the
  * packed ones (pk), else packed here into buf. */
+typedef void (*q8_pack8_fn)(const void *const wr[8], int64_t nb, unsigned char *buf);
 static inline void q8s_tiles(const ds_mm_ctx *c, const unsigned char *pk, size_t wrow, int64_t nb, int64_t n,
-                             int NT, int nv, unsigned char *buf, const unsigned char *t[4]) {
+                             int NT, int nv, unsigned char *buf, const unsigned char *t[4], q8_pack8_fn pack) {
     for (int j = 0; j < NT; j++) {
         if (pk) {
             t[j] = pk + (size_t)(n / 8 + j) * Q8S_TILE(nb);
@@ -485,7 +499,7 @@ static inline void q8s_tiles(const ds_mm_ctx *c, const unsigned char *pk, size_t
         const void *wr[8];
         ds_tile_rows(c->W->data, wrow, n + 8 * j, j == NT - 1 ? nv : 8, 8, wr);
         unsigned char *o = buf + (size_t)j * Q8S_TILE(nb);
-        q8s_pack8(wr, nb, o);
+        pack(wr, nb, o);
         t[j] = o;
     }
 }
@@ -517,7 +531,7 @@ Q8C_TGT_AVX2 static void q8c_avx2_s8(const ds_mm_ctx *c, int64_t n0, int64_t n1)
         const int64_t cols = n1 - n < 8 * GT ? n1 - n : 8 * GT;
         const int NT = (int)((cols + 7) / 8), nv = (int)(cols - 8 * (NT - 1));
         const unsigned char *t[4];
-        q8s_tiles(c, pk, wrow, nb, n, NT, nv, buf, t);
+        q8s_tiles(c, pk, wrow, nb, n, NT, nv, buf, t, q8s_pack8);
         const unsigned char *pf = pk && n + cols < n1 ? t[NT - 1] + Q8S_TILE(nb) : NULL;
         /* row tiles of up to 4 (2 beside 3 or 4 tiles: at most 8 D's),
          * inside the groups of 8 rows of the activation copies */
@@ -526,6 +540,136 @@ Q8C_TGT_AVX2 static void q8c_avx2_s8(const ds_mm_ctx *c, int64_t n0, int64_t n1)
             int MT = M - m < mt_max ? M - m : mt_max;
             if (MT > 8 - m % 8) MT = 8 - m % 8;
             q8s_run(t, NT, nv, nb, c->xq, m, MT, c->y, N, n, pf);
+            m += MT;
+        }
+    }
+}
+#endif
+
+/* ---- the 8-row VNNI tile (AVX-VNNI: VPDPBUSD on ymm without AVX-512) ------------------
+ * Layout DS_PACK_Q8_VNNI8: tiles of 8 weight rows; in a tile, block b's quants
+ * at b * 256: vector s (32 bytes at b * 256 + 32 s, s = 0..7) holds dword s
+ * (quants 4s .. 4s+3) of the 8 rows, row j at bytes 4j .. 4j+3, biased to
+ * unsigned (q ^ 0x80 = q + 128) — the VNNI16 tile's transpose at 8 lanes;
+ * after the nb blocks the 8 fp16 scales of each block (16 bytes at nb * 256
+ * + 16 b), padded to 32 bytes: the S8 tile's size, Q8S_TILE(nb).
+ *
+ * The dot (q8v_tile_rows): VPDPBUSD of vector s with the activation row's
+ * dword s broadcast adds, in lane j, the four products (q + 128) p of row j;
+ * the eight of a block, started from the row's -128 * sum(p) (nsum), give in
+ * lane j the exact D of (m, n + j), as on VNNI16. One instruction per 32
+ * products and row where the S8 tile needs a VPMADDWD and a VPADDD per 16:
+ * a quarter of the integer work, which is what bounds an 8-row verify on an
+ * AVX2 core. The f32 update is the definition's, lane by lane. */
+static void q8v_pack8(const void *const wr[8], int64_t nb, unsigned char *buf) {
+    for (int64_t b = 0; b < nb; b++) {
+        unsigned char *o = buf + b * Q8S_QB;
+        for (int j = 0; j < 8; j++) {
+            const ds_block_q8_0 *r = (const ds_block_q8_0 *)wr[j] + b;
+            for (int s = 0; s < 8; s++)
+                for (int e = 0; e < 4; e++) o[32 * s + 4 * j + e] = (unsigned char)(r->qs[4 * s + e] ^ 0x80);
+            memcpy(buf + (size_t)nb * Q8S_QB + (size_t)b * 16 + 2 * (size_t)j, &r->d, 2);
+        }
+    }
+    memset(buf + (size_t)nb * Q8S_QB + (size_t)nb * 16, 0, Q8S_TILE(nb) - (size_t)nb * Q8S_QB - (size_t)nb * 16);
+}
+
+#if DS_X86
+#define Q8V_TGT __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+/* MT rows at m0 (inside one group of 8 of the interleaved copy) against NT
+ * consecutive VNNI8 tiles: MT x NT int32 D's and f32 accumulators in
+ * registers (<= 6 + 6 of the 16 ymm), the NT weight vectors of a dword
+ * shared by the MT rows. */
+static inline __attribute__((always_inline)) Q8V_TGT void
+q8v_tile_rows(const unsigned char *const t[], int NT, int nv, int64_t nb, const ds_q8_act *a, int m0, int MT,
+              float *y, int64_t N, int64_t n0, const unsigned char *pf) {
+    __m256 acc[4][4];
+    DS_UNROLL
+    for (int i = 0; i < MT; i++)
+        DS_UNROLL
+        for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
+    const unsigned char *g = a->qi + (size_t)(m0 / 8) * (size_t)nb * DS_Q8_GROUP_BYTES + 32 * (m0 % 8);
+    const unsigned char *ge = a->qi + (size_t)(m0 / 8) * (size_t)nb * DS_Q8_GROUP_BYTES + 4 * (m0 % 8);
+    for (int64_t b = 0; b < nb; b++, g += DS_Q8_GROUP_BYTES, ge += DS_Q8_GROUP_BYTES) {
+        if (pf) q8_tiles8_prefetch(pf, NT, nb, b);   /* the NT tiles after these, a block ahead */
+        __m256i D[4][4];
+        DS_UNROLL
+        for (int i = 0; i < MT; i++) {
+            int32_t ns;
+            memcpy(&ns, ge + 256 + 4 * i, sizeof ns);
+            DS_UNROLL
+            for (int j = 0; j < NT; j++) D[i][j] = _mm256_set1_epi32(ns);
+        }
+        DS_UNROLL
+        for (int s = 0; s < 8; s++) {
+            __m256i q[4];
+            DS_UNROLL
+            for (int j = 0; j < NT; j++) q[j] = _mm256_load_si256((const __m256i *)(t[j] + b * Q8S_QB + 32 * s));
+            DS_UNROLL
+            for (int i = 0; i < MT; i++) {
+                int32_t pp;
+                memcpy(&pp, g + 32 * i + 4 * s, sizeof pp);
+                const __m256i p = _mm256_set1_epi32(pp);
+                DS_UNROLL
+                for (int j = 0; j < NT; j++) D[i][j] = _mm256_dpbusd_avx_epi32(D[i][j], q[j], p);
+            }
+        }
+        __m256 dw[4];
+        DS_UNROLL
+        for (int j = 0; j < NT; j++)
+            dw[j] = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(t[j] + (size_t)nb * Q8S_QB + (size_t)b * 16)));
+        DS_UNROLL
+        for (int i = 0; i < MT; i++) {
+            float e;
+            memcpy(&e, ge + 288 + 4 * i, sizeof e);
+            const __m256 ev = _mm256_set1_ps(e);
+            DS_UNROLL
+            for (int j = 0; j < NT; j++)
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[i][j]), _mm256_mul_ps(dw[j], ev), acc[i][j]);
+        }
+    }
+    q8_tiles8_store(acc, MT, NT, nv, y, N, m0, n0);
+}
+
+static inline __attribute__((always_inline)) Q8V_TGT void
+q8v_run(const unsigned char *const t[], int NT, int nv, int64_t nb, const ds_q8_act *a, int m0, int MT, float *y,
+        int64_t N, int64_t n0, const unsigned char *pf) {
+#define Q8V_CASE(mt, nt) \
+    if (MT == mt && NT == nt) { q8v_tile_rows(t, nt, nv, nb, a, m0, mt, y, N, n0, pf); return; }
+    Q8V_CASE(1, 1) Q8V_CASE(1, 2) Q8V_CASE(1, 3) Q8V_CASE(1, 4)
+    Q8V_CASE(2, 1) Q8V_CASE(2, 2)
+    Q8V_CASE(3, 1) Q8V_CASE(3, 2)
+    Q8V_CASE(4, 1) Q8V_CASE(4, 2)
+#undef Q8V_CASE
+}
+
+/* All M rows over [n0, n1): decode in groups of 4 tiles (32 columns, 4 + 4
+ * registers), more rows in groups of 2 tiles and row tiles of up to 3 (6 D's
+ * and 6 accumulators), M = 8 as 3 + 3 + 2 over the same two tiles (L1). */
+Q8V_TGT static void q8c_avxvnni(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
+    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
+    const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
+    const int M = c->M, GT = M == 1 ? 4 : 2, mt_max = M == 1 ? 1 : M == 2 ? 2 : M == 3 ? 3 : 4;
+    const unsigned char *pk = n0 % 8 == 0 && ds_pack_layout(c->W) == DS_PACK_Q8_VNNI8 ? ds_pack_data(c->W) : NULL;
+    unsigned char *buf = NULL;
+    if (!pk) {
+        if (c->tmp_bytes < 4 * Q8S_TILE(nb) || ((uintptr_t)c->tmp & 31)) {
+            q8c_avx2_rows(c, n0, n1);          /* no scratch: the one-row kernel, same bits */
+            return;
+        }
+        buf = c->tmp;
+    }
+    for (int64_t n = n0; n < n1; n += 8 * GT) {
+        const int64_t cols = n1 - n < 8 * GT ? n1 - n : 8 * GT;
+        const int NT = (int)((cols + 7) / 8), nv = (int)(cols - 8 * (NT - 1));
+        const unsigned char *t[4];
+        q8s_tiles(c, pk, wrow, nb, n, NT, nv, buf, t, q8v_pack8);
+        const unsigned char *pf = pk && n + cols < n1 ? t[NT - 1] + Q8S_TILE(nb) : NULL;
+        for (int m = 0; m < M; pf = NULL) {
+            int MT = M - m < mt_max ? M - m : mt_max;
+            if (MT > 8 - m % 8) MT = 8 - m % 8;
+            q8v_run(t, NT, nv, nb, c->xq, m, MT, c->y, N, n, pf);
             m += MT;
         }
     }
@@ -611,7 +755,8 @@ static int q8_pack_layout_at(const ds_weight *W, int lv) {
     if (W->type != DS_TYPE_Q8_0 || W->n_in <= 0 || W->n_in % DS_QK8_0 || W->n_out <= 0) return DS_PACK_NONE;
 #if DS_X86
     if (lv == DS_LVL_AVX512 && q8c_have_vnni()) return DS_PACK_Q8_VNNI16;
-    if (lv >= DS_LVL_AVX2) return DS_PACK_Q8_S8;
+    if (lv == DS_LVL_AVXVNNI) return DS_PACK_Q8_VNNI8;
+    if (lv == DS_LVL_AVX2 || lv == DS_LVL_AVX512) return DS_PACK_Q8_S8;
 #endif
     (void)lv;
     return DS_PACK_NONE;
@@ -628,7 +773,7 @@ size_t ds_weight_pack_bytes_at(const ds_weight *W, int lv) {
     if (tiles > (SIZE_MAX - DS_PACK_HDR) / tb) return 0;
     return DS_PACK_HDR + (size_t)tiles * tb;
 }
-size_t ds_weight_pack_bytes(const ds_weight *W) { return ds_weight_pack_bytes_at(W, ds_simd_level()); }
+size_t ds_weight_pack_bytes(const ds_weight *W) { return ds_weight_pack_bytes_at(W, ds_simd_mm_level()); }
 
 #if DS_X86
 Q8C_TGT_VNNI static void q8c_pack_all(const ds_weight *W, unsigned char *dst) {
@@ -657,7 +802,7 @@ int ds_weight_pack_at(const ds_weight *W, int lv, void *dst) {
         for (int64_t n = 0; n < N; n += 8) {
             const void *wr[8];
             ds_tile_rows(W->data, wrow, n, (int)(N - n < 8 ? N - n : 8), 8, wr);
-            q8s_pack8(wr, nb, d + (size_t)(n / 8) * Q8S_TILE(nb));
+            (layout == DS_PACK_Q8_VNNI8 ? q8v_pack8 : q8s_pack8)(wr, nb, d + (size_t)(n / 8) * Q8S_TILE(nb));
         }
     }
     const ds_pack_hdr h = {.magic = DS_PACK_MAGIC, .layout = (uint32_t)layout, .type = W->type,
@@ -666,7 +811,7 @@ int ds_weight_pack_at(const ds_weight *W, int lv, void *dst) {
     memcpy(dst, &h, sizeof h);
     return 0;
 }
-int ds_weight_pack(const ds_weight *W, void *dst) { return ds_weight_pack_at(W, ds_simd_level(), dst); }
+int ds_weight_pack(const ds_weight *W, void *dst) { return ds_weight_pack_at(W, ds_simd_mm_level(), dst); }
 int ds_weight_is_packed(const ds_weight *W) { return ds_pack_layout(W) != DS_PACK_NONE; }
 
 /* Row `row` of a packed weight back to f32, read from the tile layout alone.
@@ -680,7 +825,7 @@ void ds_weight_packed_row(const ds_weight *W, int64_t row, float *out) {
     const int layout = ds_pack_layout(W);
     const int64_t nb = W->n_in / DS_QK8_0;
     const int R = q8_pack_rows(layout), QB = layout == DS_PACK_Q8_VNNI16 ? Q8C_QB : Q8S_QB;
-    const unsigned char bias = layout == DS_PACK_Q8_VNNI16 ? 0x80 : 0;
+    const unsigned char bias = layout == DS_PACK_Q8_S8 ? 0 : 0x80;
     const unsigned char *t = ds_pack_data(W) + (size_t)(row / R) * q8_pack_tile_bytes(layout, nb);
     const int j = (int)(row % R);
     for (int64_t b = 0; b < nb; b++) {
@@ -688,10 +833,10 @@ void ds_weight_packed_row(const ds_weight *W, int64_t row, float *out) {
         uint16_t dh;
         memcpy(&dh, t + (size_t)nb * QB + (size_t)b * 2 * R + 2 * (size_t)j, sizeof dh);
         const float d = ds_fp16_to_f32(dh);
-        if (layout == DS_PACK_Q8_VNNI16)
+        if (layout != DS_PACK_Q8_S8)    /* VNNI16 (64-byte vectors) / VNNI8 (32-byte) */
             for (int s = 0; s < 8; s++)
                 for (int e = 0; e < 4; e++)
-                    out[b * DS_QK8_0 + 4 * s + e] = d * (float)(int8_t)(o[64 * s + 4 * j + e] ^ bias);
+                    out[b * DS_QK8_0 + 4 * s + e] = d * (float)(int8_t)(o[4 * R * s + 4 * j + e] ^ bias);
         else
             for (int t = 0; t < 16; t++)
                 for (int e = 0; e < 2; e++) out[b * DS_QK8_0 + 2 * t + e] = d * (float)(int8_t)o[16 * t + 2 * j + e];
@@ -712,9 +857,15 @@ void ds_weight_packed_row(const ds_weight *W, int64_t row, float *out) {
 
 void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
 #if DS_X86
-    const int packed = ds_pack_layout(c->W) == q8_pack_layout_at(c->W, c->level);
+    const int avxvnni = c->avxvnni && c->level == DS_LVL_AVX2;
+    const int packed = ds_pack_layout(c->W) == q8_pack_layout_at(c->W, avxvnni ? DS_LVL_AVXVNNI : c->level);
     const int repack = c->q8_path ? c->q8_path == DS_Q8_PATH_REPACKED
                                   : c->M >= (packed ? Q8C_PACKED_MIN_M : Q8C_REPACK_MIN_M);
+    if (avxvnni) {
+        if (repack) q8c_avxvnni(c, n0, n1);
+        else q8c_avx2_rows(c, n0, n1);
+        return;
+    }
     if (c->level == DS_LVL_AVX512 && q8c_have_vnni()) {
         if (repack) q8c_vnni_repacked(c, n0, n1);
         else q8c_vnni_rows(c, n0, n1);
@@ -760,7 +911,9 @@ DS_MM_INSTANTIATE(q8_fast_f32_range, q8_fast_f32, DS_FAST_FN)
 
 #if DS_X86
 int ds_q8_0_fast_vnni(int level) { return level == DS_LVL_AVX512 && q8c_have_vnni(); }
-int ds_q8_0_wants_qw(int level) { return level >= DS_LVL_AVX2 && !ds_q8_0_fast_vnni(level); }
+int ds_q8_0_wants_qw(int level) {
+    return (level == DS_LVL_AVX2 || level == DS_LVL_AVX512) && !ds_q8_0_fast_vnni(level);
+}
 
 /* Row m of x (K floats) -> K / 32 blocks of quants (the d field unused), the
  * blocks' -128 * sum(quants) and the row scale amax / 127. Rounding: VCVTPS2DQ

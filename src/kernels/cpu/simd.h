@@ -89,14 +89,26 @@ typedef int8_t   ds_v4b  __attribute__((vector_size(4)));
 enum {
     DS_LVL_PORTABLE = 0, DS_LVL_AVX2 = 1, DS_LVL_AVX512 = 2,
     DS_LVL_NEON = 3, DS_LVL_DOTPROD = 4,
-    DS_LVL_COUNT = 5
+    DS_LVL_AVXVNNI = 5,
+    DS_LVL_COUNT = 6
 };
+/* AVXVNNI is AVX2 plus AVX-VNNI (VPDPBUSD on ymm without AVX-512: Intel
+ * client cores since Alder Lake, Zen 5's AVX2 paths), between avx2 and
+ * avx512 in the x86 order. It is a MATMUL level only: the canonical Q8_0
+ * tile reads its own packed layout with VPDPBUSD (matmul_q8_0.c); every
+ * other kernel runs the AVX2 code, so ds_simd_level() reports AVX2 there
+ * and ds_simd_mm_level() the AVXVNNI level (matmul.c maps it to AVX2 plus
+ * ds_mm_ctx.avxvnni). */
+#define DS_LVL_BASE(lv) ((lv) == DS_LVL_AVXVNNI ? DS_LVL_AVX2 : (lv))
 
 /* The level this process uses (registry.c): detected once with
  * __builtin_cpu_supports (x86) / getauxval(AT_HWCAP) (AArch64), optionally
- * capped by DSPARK_SIMD=portable|avx2|avx512 (x86) or portable|neon|dotprod
+ * capped by DSPARK_SIMD=portable|avx2|avxvnni|avx512 (x86) or portable|neon|dotprod
  * (AArch64) so that the paths can be compared end to end on one machine. */
 int ds_simd_level(void);
+/* The matmul level: ds_simd_level(), or DS_LVL_AVXVNNI where that is the
+ * CPU's (or DSPARK_SIMD's) level; DS_LVL_BASE of it is ds_simd_level(). */
+int ds_simd_mm_level(void);
 /* Parse a DSPARK_SIMD value: *cap = the level, or DS_LVL_COUNT for NULL/""
  * (no cap); -1 with one line in err for anything else ("AVX2" included). */
 int ds_simd_parse(const char *v, int *cap, char *err, size_t errlen);
