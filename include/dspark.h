@@ -286,7 +286,7 @@ typedef struct {
     int n_ctx;                   /* positions per sequence; 0 = min(2048, the model's) */
     int n_pages;                 /* KV pool pages of 16 positions; 0 = enough for
                                     n_seq_max full sequences                   */
-    int batch_rows;              /* rows per internal forward pass; 0 = 64      */
+    int batch_rows;              /* rows per internal forward pass; 0 = the device's (64 CPU, 512 CUDA) */
     int step_rows;               /* scheduler: rows per step (token budget); 0 = 512 */
     int prefill_chunk;           /* scheduler: prompt rows one request adds per step
                                     (a cancel reaches it between chunks); 0 = step_rows */

@@ -199,3 +199,8 @@ void *ds_backend_const(ds_backend *be, ds_exec *ex, const void *host, size_t byt
 void ds_backend_const_free(ds_backend *be, void *dev, const void *host) {
     if (dev && dev != host) be->i->release(be, dev);
 }
+
+int ds_backend_chunk_rows(ds_backend *be) {
+    const int n = be->i->chunk_rows ? be->i->chunk_rows(be) : DS_CHUNK_ROWS_DEFAULT;
+    return n >= 1 && n <= 8192 ? n : DS_CHUNK_ROWS_DEFAULT;
+}

@@ -350,7 +350,20 @@ typedef struct ds_backend_i {
     void (*gdn_recur)(ds_exec *ex, ds_variant v, const ds_gdn_shape *s, int M, float *qkv, float *alpha, float *beta,
                       const float *dt_bias, const float *A, const float *state_in, float *const *state_out, float *out);
     void (*sigmoid_mul)(ds_exec *ex, int64_t n, float *x, const float *g);
+
+    /* ---- optional: rows per internal chunk ---------------------------------
+     * How many rows a context or engine forward runs at once when a prompt
+     * is longer (its activation, logits and taps buffers are sized to it).
+     * NULL: DS_CHUNK_ROWS_DEFAULT. A chunk's size never moves a bit (prefill
+     * is chunk-invariant: tested with chunks of 1, 7, 64 and 512 rows); it
+     * only decides how wide the matmuls of a long prompt run — which on a
+     * GPU is the difference between tensor-core tiles at ~90 TMAC/s
+     * (M = 512) and ~20 (M = 64). */
+    int (*chunk_rows)(ds_backend *be);
 } ds_backend_i;
+#define DS_CHUNK_ROWS_DEFAULT 64
+/* The backend's chunk rows (chunk_rows above, or the default). */
+int ds_backend_chunk_rows(ds_backend *be);
 #define DS_COPY_N_MAX 4
 
 struct ds_backend {

@@ -659,6 +659,15 @@ static void dsc_describe(ds_backend *be, char *buf, size_t n) {
              p.multiProcessorCount, total_b >> 20, free_b >> 20);
 }
 
+/* A prompt runs in chunks of 512 rows here: the Q8_0 / K-quant tensor-core
+ * tiles reach their rate from a few hundred rows on (8B shapes: ~90 TMAC/s
+ * at M = 512, 11-44 at M = 64), and 512 rows of activations, logits and taps
+ * are small beside the weights. DSPARK_CUDA_OFF=chunk keeps the default 64
+ * (A/B; no bit moves: prefill is chunk-invariant). */
+static int dsc_chunk_rows(ds_backend *be) {
+    return (((dsc_backend *)be->priv)->off & DSC_OFF_CHUNK) ? DS_CHUNK_ROWS_DEFAULT : 512;
+}
+
 static const ds_backend_i dsc_iface = {
     /* name */ "cuda",
     /* host_memory */ 0,
@@ -708,6 +717,7 @@ static const ds_backend_i dsc_iface = {
     /* gdn_conv */ NULL,            /* no gated delta net kernels yet: the loader refuses qwen35 here */
     /* gdn_recur */ NULL,
     /* sigmoid_mul */ NULL,
+    dsc_chunk_rows,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving
@@ -721,7 +731,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
         {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE}, {"q8x", DSC_OFF_Q8X},
         {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL}, {"narrow", DSC_OFF_NARROW}, {"copyk", DSC_OFF_COPYK},
         {"spread", DSC_OFF_SPREAD}, {"mma", DSC_OFF_MMA}, {"stream", DSC_OFF_STREAM},
-        {"split", DSC_OFF_SPLIT},
+        {"split", DSC_OFF_SPLIT}, {"chunk", DSC_OFF_CHUNK},
     };
     *off = 0;
     const char *v = getenv(var);

@@ -84,7 +84,7 @@ static void engine_release(ds_engine *e) {
 
 ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err, size_t errlen) {
     const ds_hparams *hp = &m->hp;
-    const int n_ctx = p->n_ctx, m_max = p->m_max ? p->m_max : 64;
+    const int n_ctx = p->n_ctx, m_max = p->m_max ? p->m_max : ds_backend_chunk_rows(m->be);
     if (p->n_seq_max < 1 || p->n_seq_max > 4096) {
         ds_errf(err, errlen, "engine: %d sequences is out of range (1..4096)", p->n_seq_max);
         return NULL;

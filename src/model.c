@@ -601,7 +601,6 @@ size_t ds_kv_row_bytes(const ds_model *m) {
  * Context: execution context, KV cache, device activations, taps
  * ===================================================================== */
 
-#define DS_M_MAX 64      /* rows per internal chunk: prefill goes 64 at a time */
 
 struct ds_ctx {
     const ds_model *m;
@@ -686,7 +685,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     c->m = m;
     c->be = m->be;
     c->n_ctx = n_ctx;
-    c->m_max = DS_M_MAX;
+    c->m_max = ds_backend_chunk_rows(c->be);   /* 64 on the CPU, 512 on CUDA */
     ds_kernel_set_all(&c->ks, DS_CANONICAL);
     char e2[DS_ERRLEN];
     c->ex = c->be->i->exec_new(c->be, n_threads, e2, sizeof e2);

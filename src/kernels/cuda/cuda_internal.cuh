@@ -97,6 +97,7 @@ enum {
     DSC_OFF_MMA = 1u << 14,      /* Q8_0 canonical on the tensor cores (M > 8)  */
     DSC_OFF_STREAM = 1u << 15,   /* Q8_0 streaming tensor-core GEMV (M <= 8)    */
     DSC_OFF_SPLIT = 1u << 16,    /* attention: chunks of long rows over many blocks */
+    DSC_OFF_CHUNK = 1u << 17,    /* prompts in 512-row chunks (else 64)          */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
