@@ -348,6 +348,22 @@ DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, int64_t K, const v
     for (int i = 0; i < MT; i++)
         DS_UNROLL
         for (int j = 0; j < NT; j++) {
+#if DS_W == 8
+            /* canonical on AVX2: ds_hsum16_tree's additions, the same operands
+             * in the same order, on vectors (GCC lowers the array loops to 15
+             * scalar adds per output, a quarter of a K = 384 tile's time):
+             * chunk 0 + chunk 1 is a[l] + a[l + 8] (l < 8); low + high half is
+             * a[l] + a[l + 4] (l < 4); then a[l] + a[l + 2] and a[0] + a[1]. */
+            if (!fast) {
+                typedef float v4f_ __attribute__((vector_size(16)));
+                const DS_VF t = acc[i][j][0] + acc[i][j][1];
+                const v4f_ u = __builtin_shufflevector(t, t, 0, 1, 2, 3) +
+                               __builtin_shufflevector(t, t, 4, 5, 6, 7);
+                const v4f_ v = u + __builtin_shufflevector(u, u, 2, 3, 2, 3);
+                out[i][j] = v[0] + v[1];
+                continue;
+            }
+#endif
             float a[16];                         /* the 16 lanes, back in lane order */
             memcpy(a, acc[i][j], sizeof a);
             out[i][j] = fast ? ds_hsum16_seq(a) : ds_hsum16_tree(a);
