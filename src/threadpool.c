@@ -1,26 +1,34 @@
 /* threadpool.c — a fixed pool of persistent pthreads for data-parallel loops.
  *
  * One pattern only: ds_pool_for(n, grain, fn) cuts [0, n) into at most
- * n_threads contiguous chunks of at least `grain` items, worker t runs chunk
- * t, the calling thread runs chunk 0, and the call returns when every chunk
- * is done. The split is a pure function of (n, grain, n_threads) and each
- * item is processed by exactly one fn call — which items share a call never
- * matters to the kernels, because they only split independent outputs.
+ * n_threads contiguous chunks of at least `grain` items, the calling thread
+ * and the workers claim chunks one at a time until none is left, and the
+ * call returns when every chunk is done. The split is a pure function of
+ * (n, grain, n_threads) and each item is processed by exactly one fn call —
+ * which items share a call, or which thread runs it, never matters to the
+ * kernels, because they only split independent outputs.
  *
  * ==== Hand-off =================================================================
  * A decode step issues hundreds of short ds_pool_for calls (tens of
  * microseconds each), so waking sleeping threads through the kernel every
  * time would dominate. The pool therefore spins first and sleeps second:
- *   start:  the caller publishes the job, bumps `gen` (release) and
+ *   start:  the caller writes the job, stores the `ticket` (release: the
+ *           job's chunk count and next unclaimed chunk), bumps `gen` and
  *           broadcasts cv_go under the mutex; workers spin on `gen` for a
  *           while, then sleep on cv_go (checking `gen` under the mutex, so a
  *           wake-up can never be lost).
- *   finish: every worker decrements `pending`; the caller spins on it, then
- *           sleeps on cv_done; the worker that brings it to zero signals
- *           cv_done under the mutex.
- * Every worker takes part in every generation (workers without a chunk just
- * check in), so a job's fields are never overwritten while a late worker
- * could still read them. */
+ *   claim:  a thread takes chunk i by a compare-and-swap of the ticket from
+ *           next = i to i + 1 (acquire: it then sees the job the ticket was
+ *           published with). The caller claims too, so a worker that is not
+ *           running (a shared machine, more threads than free cores) costs
+ *           its chunk's time on the caller, not a time slice of waiting.
+ *   finish: each finished chunk increments `done`; the caller spins until it
+ *           reaches the chunk count, then sleeps on cv_done; the thread that
+ *           finishes the last chunk signals cv_done under the mutex.
+ * A job's fields are read only after a successful claim, and the caller
+ * does not return (nor write the next job) while a claimed chunk is
+ * unfinished, so a late worker never sees a half-written job: it finds the
+ * ticket exhausted, or claims a chunk of the newer job whole. */
 #include "threadpool.h"
 
 #include <pthread.h>
@@ -48,7 +56,9 @@ struct ds_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv_go, cv_done;
     atomic_uint_fast64_t gen;       /* job generation; bumped to start a job  */
-    atomic_int pending;             /* workers still inside this generation   */
+    /* (job number << 20) | (chunks << 10) | next unclaimed chunk             */
+    atomic_uint_fast64_t ticket;
+    atomic_int done;                /* chunks of the current job finished     */
     atomic_int stop;
     atomic_int busy;                /* a job is in flight                     */
 
@@ -97,6 +107,36 @@ static inline void run_chunk(struct ds_pool *p, int t) {
     else p->fn(p->arg, b, e);
 }
 
+#define TK_BITS 10
+#define TK_MASK ((1u << TK_BITS) - 1)
+/* Claim the next chunk of the published job: its index, or -1 when none is
+ * left. *nch: the job's chunk count. */
+static inline int claim(struct ds_pool *p, int *nch) {
+    uint_fast64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
+    for (;;) {
+        const int next = (int)(t & TK_MASK), ch = (int)((t >> TK_BITS) & TK_MASK);
+        if (next >= ch) return -1;
+        if (atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            *nch = ch;
+            return next;
+        }
+    }
+}
+/* Run chunks until none is left; the thread that finishes the job's last
+ * chunk wakes a sleeping caller (worker = 1; the caller itself need not). */
+static void run_claims(struct ds_pool *p, int worker) {
+    int ch = 0, i;
+    while ((i = claim(p, &ch)) >= 0) {
+        run_chunk(p, i);
+        if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == ch && worker) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->cv_done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+}
+
 static void *worker_main(void *vp) {
     ds_worker *w = vp;
     struct ds_pool *p = w->pool;
@@ -116,12 +156,7 @@ static void *worker_main(void *vp) {
         }
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
-        if (w->id < p->chunks) run_chunk(p, w->id);
-        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->cv_done);
-            pthread_mutex_unlock(&p->mu);
-        }
+        run_claims(p, 1);
     }
     return NULL;
 }
@@ -129,7 +164,10 @@ static void *worker_main(void *vp) {
 /* Bump the generation and wake everyone (job fields already written). */
 static void publish(struct ds_pool *p) {
     pthread_mutex_lock(&p->mu);
-    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    const uint_fast64_t job = (atomic_load_explicit(&p->ticket, memory_order_relaxed) >> (2 * TK_BITS)) + 1;
+    atomic_store_explicit(&p->ticket, (job << (2 * TK_BITS)) | ((uint_fast64_t)p->chunks << TK_BITS),
+                          memory_order_release);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
     pthread_cond_broadcast(&p->cv_go);
     pthread_mutex_unlock(&p->mu);
@@ -156,7 +194,8 @@ ds_pool *ds_pool_new(int n_threads) {
     if (!p) return NULL;
     p->n_threads = n_threads;
     atomic_init(&p->gen, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->ticket, 0);
+    atomic_init(&p->done, 0);
     atomic_init(&p->stop, 0);
     atomic_init(&p->busy, 0);
     atomic_init(&p->n_sleeps, 0);
@@ -233,16 +272,16 @@ static void pool_run(ds_pool *p, int64_t n, int64_t grain, ds_range_fn fn, ds_ra
     p->n = n;
     p->chunks = (int)c;
     publish(p);
-    run_chunk(p, 0);
+    run_claims(p, 0);
     int done = 0;
     for (int s = 0; s < DS_POOL_SPIN; s++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) { done = 1; break; }
+        if (atomic_load_explicit(&p->done, memory_order_acquire) == (int)c) { done = 1; break; }
         cpu_relax(s);
     }
     if (!done) {
         atomic_fetch_add_explicit(&p->n_sleeps, 1, memory_order_relaxed);
         pthread_mutex_lock(&p->mu);
-        while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
+        while (atomic_load_explicit(&p->done, memory_order_acquire) != (int)c)
             pthread_cond_wait(&p->cv_done, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }

@@ -34,10 +34,11 @@ void    *ds_pool_scratch(ds_pool *p, int slot, size_t bytes);
  * target and the drafter context on one pool — each reserve what they need).
  * Call it at context creation, outside any job. 0, or -1 if out of memory
  * (the earlier regions are kept).
- * ds_pool_for_idx: ds_pool_for whose callback also gets its chunk index,
- * which is the index of the thread running it (0 = the caller; an inline
- * run is chunk 0), so that
- * ds_pool_thread_scratch(p, chunk, &bytes) finds that thread's region. It and
+ * ds_pool_for_idx: ds_pool_for whose callback also gets its chunk index
+ * (0 .. chunks-1, at most n_threads chunks, in item order; an inline run is
+ * chunk 0). Each chunk runs once, on whichever thread claims it, so
+ * ds_pool_thread_scratch(p, chunk, &bytes) is a region no other running
+ * chunk uses. It and
  * ds_pool_shared_scratch never allocate: NULL (and bytes 0) when nothing (or
  * not enough, for the shared one) is reserved, or p is NULL.
  * ds_pool_stats: counters for profiles and the zero-allocation test. */

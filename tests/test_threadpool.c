@@ -10,6 +10,7 @@
 #include "threadpool.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,9 +178,82 @@ static void test_nested(void) {
     printf("%s nested ds_pool_for runs inline\n", atomic_load(&c.s) == 6 * 45 ? "PASS" : "FAIL");
 }
 
+/* A worker that is not running (on a shared machine: descheduled; here:
+ * held in a signal handler) does not stall a job: the caller claims its
+ * chunk and the job returns while the worker is still held. With the static
+ * split (worker t runs chunk t) the job waits for the release. */
+typedef struct {
+    pthread_t caller, other;
+    atomic_int arrived, hold, in_handler, ran_other;
+} steal_ctx;
+static void find_worker(void *arg, int64_t b, int64_t e) {
+    steal_ctx *s = arg;
+    (void)b; (void)e;
+    if (!pthread_equal(pthread_self(), s->caller)) s->other = pthread_self();
+    atomic_fetch_add(&s->arrived, 1);
+    for (long spin = 0; spin < 2000000000L && atomic_load(&s->arrived) < 2; spin++) {}
+}
+static void hold_handler(int sig, siginfo_t *si, void *uc) {
+    steal_ctx *s = si->si_value.sival_ptr;
+    (void)sig; (void)uc;
+    atomic_store(&s->in_handler, 1);
+    while (atomic_load(&s->hold)) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+static void count_other(void *arg, int64_t b, int64_t e) {
+    steal_ctx *s = arg;
+    (void)b; (void)e;
+    if (!pthread_equal(pthread_self(), s->caller)) atomic_fetch_add(&s->ran_other, 1);
+}
+static void *releaser(void *arg) {
+    steal_ctx *s = arg;
+    struct timespec ts = {2, 0};
+    nanosleep(&ts, NULL);
+    atomic_store(&s->hold, 0);
+    return NULL;
+}
+static void test_steal(void) {
+    ds_pool *p = ds_pool_new(2);
+    steal_ctx s = {.caller = pthread_self()};
+    atomic_init(&s.arrived, 0);
+    atomic_init(&s.hold, 1);
+    atomic_init(&s.in_handler, 0);
+    atomic_init(&s.ran_other, 0);
+    ds_pool_for(p, 2, 1, find_worker, &s);            /* both threads take part: the worker's id */
+    int ok = atomic_load(&s.arrived) == 2 && !pthread_equal(s.other, s.caller);
+    struct sigaction sa = {0}, old;
+    sa.sa_sigaction = hold_handler;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    pthread_t rel;
+    int held_at_return = 0;
+    if (ok && sigaction(SIGUSR1, &sa, &old) == 0) {
+        ok = pthread_sigqueue(s.other, SIGUSR1, (union sigval){.sival_ptr = &s}) == 0;
+        for (long spin = 0; ok && spin < 2000000000L && !atomic_load(&s.in_handler); spin++) {}
+        ok = ok && atomic_load(&s.in_handler) && pthread_create(&rel, NULL, releaser, &s) == 0;
+        if (ok) {
+            ds_pool_for(p, 2, 1, count_other, &s);
+            held_at_return = atomic_load(&s.hold);
+            pthread_join(rel, NULL);
+        }
+        atomic_store(&s.hold, 0);
+        ds_pool_free(p);                                 /* the worker is released: joins */
+        sigaction(SIGUSR1, &old, NULL);
+    } else {
+        ds_pool_free(p);
+    }
+    ok = ok && held_at_return && atomic_load(&s.ran_other) == 0;
+    CHECK(ok, "a job waited for a held worker (held at return %d, chunks on the worker %d)",
+          held_at_return, atomic_load(&s.ran_other));
+    printf("%s a held worker does not stall a job: the caller claims its chunk\n", ok ? "PASS" : "FAIL");
+}
+
 int main(void) {
     test_chunking();
     test_parallel();
+    test_steal();
     test_scratch();
     test_lifecycle();
     test_many_jobs();

@@ -12,7 +12,11 @@
  *              the K % 16 tail in the same lanes), each step one fused
  *              multiply-add, fixed tree 8-4-2-1; M rows share each weight
  *              tile, and for M > MT the tile is converted once into an f32
- *              buffer shared by all row tiles (matmul_internal.h).
+ *              buffer shared by all row tiles (matmul_internal.h),
+ *              DS_NT_MAX weight rows at a time, each row tile run against
+ *              all of them while its activations are in L1; at AVX2 the
+ *              16-lane tree runs on vectors (matmul_tile.h: the same
+ *              additions in the same order).
  *   fast       the same tiles with split-K (two halves of K accumulated
  *              separately) and a left-to-right lane sum: other bits.
  * The tile engine is matmul_internal.h's, shared with F32 and BF16. */

@@ -313,6 +313,36 @@ DS_INLINE void ds_mm_rows(uint32_t type, int fast, const ds_mm_ctx *c, const voi
         ds_dense_tile(type, fast, K, wr, c->x, m, 3, c->y, N, n, nv, 4, NT, lv);
 }
 
+/* All M activation rows against the bv converted weight rows in buf (f32,
+ * K each; outputs n .. n + bv): row tiles outer, the block's NT-row weight
+ * tiles inner. Every (m, n) pair is still one tile's accumulator running the
+ * one sequence (the tile rule): only the visiting order changes. */
+DS_INLINE void ds_mm_rows_blk(int fast, const ds_mm_ctx *c, const float *buf, int64_t n, int bv,
+                              int lv) {
+    const int M = c->M, MT = DS_TILE_MT(lv), NT = DS_TILE_NT(lv);
+    const int64_t K = c->W->n_in, N = c->W->n_out;
+    const void *wr[DS_NT_MAX];
+    for (int m = 0; m < M; m += MT) {
+        const int r = M - m < MT ? M - m : MT;
+        for (int j0 = 0; j0 < bv; j0 += NT) {
+            const int nv = bv - j0 < NT ? bv - j0 : NT;
+            ds_tile_rows(buf + (size_t)j0 * (size_t)K, (size_t)K * sizeof(float), 0, nv, NT, wr);
+            if (r == MT)
+                ds_dense_tile(DS_TYPE_F32, fast, K, wr, c->x, m, MT, c->y, N, n + j0, nv,
+                              DS_TILE_MT(lv), DS_TILE_NT(lv), lv);
+            else if (r == 1)
+                ds_dense_tile(DS_TYPE_F32, fast, K, wr, c->x, m, 1, c->y, N, n + j0, nv, 1,
+                              DS_TILE_NT(lv), lv);
+            else if (r == 2)
+                ds_dense_tile(DS_TYPE_F32, fast, K, wr, c->x, m, 2, c->y, N, n + j0, nv, 2,
+                              DS_TILE_NT(lv), lv);
+            else    /* r == 3 < MT = 4 */
+                ds_dense_tile(DS_TYPE_F32, fast, K, wr, c->x, m, 3, c->y, N, n + j0, nv, 4,
+                              DS_TILE_NT(lv), lv);
+        }
+    }
+}
+
 /* ---- the range walker -------------------------------------------------------------
  * y[0..M)[n0..n1): NT weight rows at a time (outer, so each weight tile is
  * fetched from memory once), then all M activation rows in tiles of MT
@@ -342,16 +372,28 @@ DS_INLINE void ds_mm_walk(uint32_t type, int fast, const ds_mm_ctx *c, int64_t n
     if (type != DS_TYPE_F32 && c->M > DS_TILE_MT(lv) &&
         c->tmp_bytes >= (size_t)NT * (size_t)K * sizeof(float))
         buf = c->tmp;
+    if (buf) {
+        /* Blocked over the buffer: NB weight rows (a multiple of NT, as many
+         * as the scratch holds, at most DS_NT_MAX) converted once; then each
+         * row tile of x runs against all NB / NT weight tiles of the block
+         * while its MT x K activations are hot in L1. Without the blocking
+         * every NT-row weight tile streamed all M x K activations from L3
+         * (prefill: M x K x 4 bytes is far beyond L2), once per NT outputs. */
+        const size_t rowb = (size_t)K * sizeof(float);
+        int NB = (int)(c->tmp_bytes / rowb < DS_NT_MAX ? c->tmp_bytes / rowb : DS_NT_MAX);
+        NB -= NB % NT;
+        for (int64_t n = n0; n < n1; n += NB) {
+            const int bv = (int)(n1 - n < NB ? n1 - n : NB);
+            ds_tile_rows(c->W->data, wrow, n, bv, bv, wr);
+            for (int j = 0; j < bv; j++) ds_cvt_row(type, wr[j], K, buf + (size_t)j * (size_t)K, lv);
+            ds_mm_rows_blk(fast, c, buf, n, bv, lv);
+        }
+        return;
+    }
     for (int64_t n = n0; n < n1; n += NT) {
         const int nv = (int)(n1 - n < NT ? n1 - n : NT);
         ds_tile_rows(c->W->data, wrow, n, nv, NT, wr);
-        if (buf) {
-            for (int j = 0; j < nv; j++) ds_cvt_row(type, wr[j], K, buf + (size_t)j * (size_t)K, lv);
-            ds_tile_rows(buf, (size_t)K * sizeof(float), 0, nv, NT, wr);
-            ds_mm_rows(DS_TYPE_F32, fast, c, wr, n, nv, DS_TILE_NT(lv), lv);
-        } else {
-            ds_mm_rows(type, fast, c, wr, n, nv, DS_TILE_NT(lv), lv);
-        }
+        ds_mm_rows(type, fast, c, wr, n, nv, DS_TILE_NT(lv), lv);
     }
 }
 

@@ -50,6 +50,9 @@
 #error "DS_W must be 16, 8 or 4"
 #endif
 #define DS_NC (16 / DS_W)                    /* chunks per 16-lane accumulator */
+#ifndef DS_PF_TILES
+#define DS_PF_TILES 4                        /* decode weight prefetch distance, in tiles */
+#endif
 
 /* ---- loaders: W consecutive elements of a weight/activation row as f32 ---------- */
 DS_INLINE DS_VF DS_WFN(ds_ld, _f32)(const float *p) {
@@ -297,8 +300,21 @@ DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, int64_t K, const v
         }
     } else {
         const int64_t Kf = K & ~(int64_t)15, ksplit = fast ? (Kf / 32) * 16 : Kf;
+        /* One activation row (decode): the tile's NT weight rows are
+         * consecutive, so the weights are one contiguous stream read as NT
+         * short interleaved ones, which the hardware prefetchers follow
+         * poorly (AMD Zen: a third below llama.cpp's row-at-a-time F16
+         * decode). Each step therefore prefetches its share (NT x 16
+         * elements) of the tile DS_PF_TILES tiles ahead; past the weight's
+         * end a prefetch is a no-op. A hint only: no value changes. */
+        const size_t pf_step = (size_t)NT * 16 * es;
+        const char *pf = MT == 1 ? (const char *)wr[0] + DS_PF_TILES * (size_t)K * es * (size_t)NT : NULL;
         for (int64_t k = 0; k < Kf; k += 16) {
             if (fast && k == ksplit) DS_TILE_SPLIT();
+            if (pf) {
+                const char *a = pf + (size_t)(k / 16) * pf_step;
+                for (size_t o = 0; o < pf_step; o += 64) __builtin_prefetch(a + o, 0, 3);
+            }
 #define DS_D_W(j, h) DS_WFN(ds_ld, _w)(type, wr[j], k + (h) * DS_W)
 #define DS_D_X(i) ((const float *)xr[i] + k)
             DS_TILE_STEP(DS_D_W, DS_D_X);
@@ -348,6 +364,22 @@ DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, int64_t K, const v
     for (int i = 0; i < MT; i++)
         DS_UNROLL
         for (int j = 0; j < NT; j++) {
+#if DS_W == 8
+            /* canonical on AVX2: ds_hsum16_tree's additions, the same operands
+             * in the same order, on vectors (GCC lowers the array loops to 15
+             * scalar adds per output, a quarter of a K = 384 tile's time):
+             * chunk 0 + chunk 1 is a[l] + a[l + 8] (l < 8); low + high half is
+             * a[l] + a[l + 4] (l < 4); then a[l] + a[l + 2] and a[0] + a[1]. */
+            if (!fast) {
+                typedef float v4f_ __attribute__((vector_size(16)));
+                const DS_VF t = acc[i][j][0] + acc[i][j][1];
+                const v4f_ u = __builtin_shufflevector(t, t, 0, 1, 2, 3) +
+                               __builtin_shufflevector(t, t, 4, 5, 6, 7);
+                const v4f_ v = u + __builtin_shufflevector(u, u, 2, 3, 2, 3);
+                out[i][j] = v[0] + v[1];
+                continue;
+            }
+#endif
             float a[16];                         /* the 16 lanes, back in lane order */
             memcpy(a, acc[i][j], sizeof a);
             out[i][j] = fast ? ds_hsum16_seq(a) : ds_hsum16_tree(a);
