@@ -708,6 +708,10 @@ static const ds_backend_i dsc_iface = {
     /* gdn_conv */ NULL,            /* no gated delta net kernels yet: the loader refuses qwen35 here */
     /* gdn_recur */ NULL,
     /* sigmoid_mul */ NULL,
+    /* attn_sinks */ NULL,          /* no deepseek4 kernels yet: the loader refuses deepseek4 here */
+    /* hc_pre */ NULL,
+    /* hc_post */ NULL,
+    /* moe_route_ex */ NULL,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving

@@ -342,6 +342,9 @@ int ds_model_uses_family(const ds_model *m, int fam) {
     if (fam < 0 || fam >= DS_FAM_COUNT) return 0;
     if (fam == DS_FAM_MOE_ROUTE) return m->hp.n_expert > 0;
     if (fam == DS_FAM_GDN) return m->hp.n_rec > 0;
+    if (fam == DS_FAM_ATTN_SINKS || fam == DS_FAM_HC_PRE || fam == DS_FAM_HC_POST) return m->hp.arch == DS_ARCH_DEEPSEEK4;
+    if (m->hp.arch == DS_ARCH_DEEPSEEK4 && (fam == DS_FAM_ATTENTION || fam == DS_FAM_SWIGLU || fam == DS_FAM_RESIDUAL))
+        return fam == DS_FAM_SWIGLU;     /* deepseek4 attends with attn_sinks and adds by hc_post */
     const int t = ds_family_weight_type(fam);
     if (t < 0) return 1;                 /* attention, norms, RoPE, SwiGLU, residual: every model */
     return model_weight_of_type(m, (uint32_t)t) != NULL;

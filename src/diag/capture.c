@@ -39,6 +39,8 @@ static const char *const SUB_NAMES[DSD_SUB_NAMED_COUNT] = {
     [DSD_SUB_K_CACHE_ROW] = "k_cache_row", [DSD_SUB_V_CACHE_ROW] = "v_cache_row",
     [DSD_SUB_FFN_GATE] = "ffn_gate", [DSD_SUB_FFN_UP] = "ffn_up",
     [DSD_SUB_MOE_LOGITS] = "moe_logits", [DSD_SUB_MOE_ROUTE] = "moe_route", [DSD_SUB_GDN_CONV] = "gdn_conv", [DSD_SUB_GDN_OUT] = "gdn_out",
+    [DSD_SUB_QA] = "qa", [DSD_SUB_KV] = "kv", [DSD_SUB_QB] = "qb", [DSD_SUB_HC_PRE] = "hc_pre",
+    [DSD_SUB_HC_ATTN] = "after_attn_hc",
 };
 
 static int cp_valid(uint32_t cp) { return cp > DSD_CP_NONE && cp < DSD_CP_COUNT; }
