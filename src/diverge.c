@@ -631,12 +631,12 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
             break;
         }
         case DS_FAM_HC_PRE: {
-            /* x: in1 rows (hc x d, then room); mixes: in2 rows; scale and
+            /* x: in1 as [M][hc][d]; mixes: in2 as [M][n_mix]; scale and
              * base: the weight vector; post / comb: d_tmp */
             const float *sc = d_w, *bs = d_w + 3;
             float *post = d_tmp, *comb = d_tmp + (size_t)M * hcn;
             for (int r = 0; r < M; r++)
-                b->hc_pre(ex, DS_CANONICAL, 1, hcn, hdd, mixn, d_in1 + (size_t)r * row_in, d_in2 + (size_t)r * row_in, sc, bs,
+                b->hc_pre(ex, DS_CANONICAL, 1, hcn, hdd, mixn, d_in1 + (size_t)r * hcn * hdd, d_in2 + (size_t)r * mixn, sc, bs,
                           1e-6f, hp->hc_iters > 0 ? hp->hc_iters : 20, d_ref + (size_t)r * hdd, post, comb);
             b->hc_pre(ex, v, M, hcn, hdd, mixn, d_in1, d_in2, sc, bs, 1e-6f, hp->hc_iters > 0 ? hp->hc_iters : 20, d_got,
                       post, comb);
