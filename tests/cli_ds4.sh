@@ -47,7 +47,7 @@ for fs in "attn_sinks:cp4_attn_heads subobject=head_" "hc_pre:cp1_attn_norm subo
         && ok "--fast $f: $(grep '^FIRST_DIVERGENCE' "$T/df")" || { bad "--fast $f not found at $want"; grep '^FIRST' "$T/df"; }
 done
 $D families -m "$T/m.gguf" -p "$P" --block-greedy 6 >"$T/fam" 2>&1 || bad "families deepseek4 exit"
-grep -aq '^  SEED FAMILY_Q8_0_BATCH_EXT_VS_SINGLE_MV sites=QA,KV,QB' "$T/fam" && grep -aq '^  SEED FAMILY_FLASH_ATTN_BATCH_DIRECT_VS_SINGLE_VEC_REDUCE sites=CP4-HEADS-RAW status=PROVEN' "$T/fam" \
+grep -aq '^  SEED FAMILY_Q8_0_BATCH_EXT_VS_SINGLE_MV sites=QA,KV,QB status=PROVEN$' "$T/fam" && grep -aq '^  SEED FAMILY_FLASH_ATTN_BATCH_DIRECT_VS_SINGLE_VEC_REDUCE sites=CP4-HEADS-RAW status=PROVEN' "$T/fam" \
     && grep -aq '^FAMILY name=hc_post verdict=PROVEN_DIFFERENT .*model_first_divergence=row:0,layer:0,cp6_attn_residual,after_attn_hc' "$T/fam" \
     && ok "families in the seed's terms: $(grep -a 'SEED FAMILY_Q8_0' "$T/fam" | sed 's/^ *//')" || { bad "deepseek4 families"; grep -a "SEED\|hc_post" "$T/fam"; }
 

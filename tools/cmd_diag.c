@@ -311,8 +311,10 @@ static const char *seed_family(const ds_model *m, int f) {
 
 /* The seed's sites where the pass r diverged: QA, KV, QB (cp2), the raw
  * heads (CP4-HEADS-RAW), the streams after the attention's HC tail
- * (CP4/after_attn_hc, the seed's name for dspark's cp6 object). */
-static void seed_sites(const ds_diverge_result *r, char *buf, size_t n) {
+ * (CP4/after_attn_hc, the seed's name for dspark's cp6 object). fam >= 0:
+ * only the sites that family produces (the seed's "sites=" of a family);
+ * -1: every diverging site. */
+static void seed_sites(const ds_diverge_result *r, int fam, char *buf, size_t n) {
     static const struct { uint32_t cp, sub; const char *name; } k[] = {
         {DSD_CP_QKV, DSD_SUB_QA, "QA"}, {DSD_CP_QKV, DSD_SUB_KV, "KV"}, {DSD_CP_QKV, DSD_SUB_QB, "QB"},
         {DSD_CP_ATTN_HEADS, DSD_SUB_HEAD_BASE, "CP4-HEADS-RAW"}, {DSD_CP_ATTN_RESIDUAL, DSD_SUB_HC_ATTN, "CP4/after_attn_hc"},
@@ -323,7 +325,8 @@ static void seed_sites(const ds_diverge_result *r, char *buf, size_t n) {
         for (size_t j = 0; j < r->report.n_objects && !hit; j++) {
             const dsd_object_result *o = &r->report.objects[j];
             const int sub_ok = k[i].sub == DSD_SUB_HEAD_BASE ? o->key.sub >= DSD_SUB_HEAD_BASE : o->key.sub == k[i].sub;
-            hit = o->diverged && o->key.cp == k[i].cp && sub_ok;
+            hit = o->diverged && o->key.cp == k[i].cp && sub_ok &&
+                  (fam < 0 || (ds_families_for_checkpoint(r, o->key.layer, o->key.cp, o->key.sub) >> fam & 1u));
         }
         if (hit) {
             const size_t l = strlen(buf);
@@ -375,7 +378,7 @@ int cmd_families(int argc, char **argv) {
         const char *sf = seed_family(s.m, f);
         if (sf) {
             char sites[128];
-            seed_sites(&r, sites, sizeof sites);
+            seed_sites(&r, f, sites, sizeof sites);   /* the sites this family produces */
             printf("  SEED %s sites=%s status=%s\n", sf, sites, ab.proven_different ? "PROVEN" : "IDENTICAL");
         }
         ds_diverge_result_free(&r);
@@ -509,7 +512,7 @@ int cmd_sweep(int argc, char **argv) {
         if (exact) full |= 1u << chosen; else partial |= 1u << chosen;
         if (seed_family(s.m, chosen)) {
             char sites[128];
-            seed_sites(&r, sites, sizeof sites);
+            seed_sites(&r, -1, sites, sizeof sites);
             printf("  SEED %s canonicalized site=%s site_exact=%s seed_sites_still_diverging_in_any_row_or_layer=%s\n", seed_family(s.m, chosen),
                    fd, exact ? "yes" : "no", sites);
         }
