@@ -171,6 +171,13 @@ enum {
     DSD_SUB_GDN_CONV,           /* "gdn_conv": a gated delta net layer's conv
                                    output, q|k|v after SiLU (cp4)               */
     DSD_SUB_GDN_OUT,            /* "gdn_out": its recurrence output (cp4)        */
+    /* deepseek4, the seed's sites: */
+    DSD_SUB_QA,                 /* "qa": the low-rank Q's first projection (cp2)  */
+    DSD_SUB_KV,                 /* "kv": the KV projection (cp2)                 */
+    DSD_SUB_QB,                 /* "qb": the low-rank Q's second projection (cp2) */
+    DSD_SUB_HC_PRE,             /* "hc_pre": a sub-block's mixed input (cp1, cp7) */
+    DSD_SUB_HC_ATTN,            /* "after_attn_hc": the streams after the
+                                   attention's HC tail (cp6)                      */
     DSD_SUB_NAMED_COUNT,
     DSD_SUB_HEAD_BASE = 0x10000,
     DSD_SUB_HEAD_MAX  = 0xffff  /* heads 0..65535                               */

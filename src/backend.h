@@ -331,7 +331,8 @@ typedef struct ds_backend_i {
      *   With a shared expert (qwen35moe's FFN; sh != NULL), then
      *     s = ds_sigmoidf(sh_gate[r]); out[r][i] = out[r][i] + sh[r][i] * s
      *   (sh: [M][n], sh_gate: [M], llama.cpp's order: the gated shared
-     *   output added to the experts' sum). */
+     *   output added to the experts' sum); sh_gate NULL (deepseek4's
+     *   ungated shared expert): out[r][i] = out[r][i] + sh[r][i]. */
     void (*moe_route)(ds_exec *ex, ds_variant v, int M, int n_expert, int k, int norm, const float *logits,
                       int32_t *ids, float *w);
     void (*moe_combine)(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *w, const float *y,
@@ -350,6 +351,22 @@ typedef struct ds_backend_i {
     void (*gdn_recur)(ds_exec *ex, ds_variant v, const ds_gdn_shape *s, int M, float *qkv, float *alpha, float *beta,
                       const float *dt_bias, const float *A, const float *state_in, float *const *state_out, float *out);
     void (*sigmoid_mul)(ds_exec *ex, int64_t n, float *x, const float *g);
+
+    /* ---- optional: deepseek4 (layer_ds4.c) ----------------------------------
+     * NULL: the backend cannot run deepseek4 (the loader refuses it; the
+     * CUDA backend has no kernels for these families yet). The attn_sinks,
+     * hc_pre and hc_post families (kernels.h ds_attn_sinks / ds_hc_pre /
+     * ds_hc_post) on this device's buffers, and the route with a gating
+     * function (ds_moe_route_ex: sqrtsoftplus, the selection bias, hash
+     * layers' fixed experts; the moe_route family). */
+    void (*attn_sinks)(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const ds_rows *r, int window,
+                       const float *sinks, const float *q, const float *kc, const float *vc, float *out);
+    void (*hc_pre)(ds_exec *ex, ds_variant v, int rows, int hc, int d, int n_mix, const float *x, const float *mix,
+                   const float *scale, const float *base, float eps, int iters, float *y, float *post, float *comb);
+    void (*hc_post)(ds_exec *ex, ds_variant v, int rows, int hc, int d, const float *f, const float *res,
+                    const float *post, const float *comb, float *out);
+    void (*moe_route_ex)(ds_exec *ex, ds_variant v, int M, int n_expert, int k, const ds_moe_gating *g,
+                         const float *logits, int32_t *ids, float *w);
 
     /* ---- optional: rows per internal chunk ---------------------------------
      * How many rows a context or engine forward runs at once when a prompt

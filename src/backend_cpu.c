@@ -391,13 +391,16 @@ static void cpu_moe_combine(ds_exec *ex, int M, int k, int n, const int32_t *slo
                 o[i] = o[i] + t;
             }
         }
-        if (sh) {
+        if (sh && sh_gate) {
             const float s = ds_sigmoidf(sh_gate[r]);
             const float *shr = sh + (size_t)r * n;
             for (int i = 0; i < n; i++) {
                 const float t = shr[i] * s;
                 o[i] = o[i] + t;
             }
+        } else if (sh) {
+            const float *shr = sh + (size_t)r * n;
+            for (int i = 0; i < n; i++) o[i] = o[i] + shr[i];
         }
     }
 }
@@ -415,6 +418,28 @@ static void cpu_gdn_recur(ds_exec *ex, ds_variant v, const ds_gdn_shape *s, int 
 
 static void cpu_sigmoid_mul(ds_exec *ex, int64_t n, float *x, const float *g) {
     ds_sigmoid_mul(n, x, g, ds_exec_cpu_pool(ex));
+}
+
+/* ---- deepseek4 --------------------------------------------------------- */
+static void cpu_attn_sinks(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const ds_rows *r, int window,
+                           const float *sinks, const float *q, const float *kc, const float *vc, float *out) {
+    const ds_attn_rows ar = { r->n_vis, r->pos, r->seq, r->tables, r->max_pages, r->page, r->page_stride };
+    (void)ds_attn_sinks(v, s, M, &ar, window, sinks, q, kc, vc, out, pool_of(ex));
+}
+static void cpu_hc_pre(ds_exec *ex, ds_variant v, int rows, int hc, int d, int n_mix, const float *x, const float *mix,
+                       const float *scale, const float *base, float eps, int iters, float *y, float *post, float *comb) {
+    (void)ds_hc_pre(v, rows, hc, d, n_mix, x, mix, scale, base, eps, iters, y, post, comb, pool_of(ex));
+}
+static void cpu_hc_post(ds_exec *ex, ds_variant v, int rows, int hc, int d, const float *f, const float *res,
+                        const float *post, const float *comb, float *out) {
+    (void)ds_hc_post(v, rows, hc, d, f, res, post, comb, out, pool_of(ex));
+}
+static void cpu_moe_route_ex(ds_exec *ex, ds_variant v, int M, int n_expert, int k, const ds_moe_gating *g,
+                             const float *logits, int32_t *ids, float *w) {
+    (void)ex;
+    float scratch[2 * DS_MOE_MAX_EXPERT];
+    if (n_expert > DS_MOE_MAX_EXPERT) return;   /* the loader refuses such files */
+    (void)ds_moe_route_ex(v, M, n_expert, k, g, logits, scratch, ids, w);
 }
 
 static const ds_backend_i cpu_i = {
@@ -458,6 +483,10 @@ static const ds_backend_i cpu_i = {
     .gdn_conv = cpu_gdn_conv,
     .gdn_recur = cpu_gdn_recur,
     .sigmoid_mul = cpu_sigmoid_mul,
+    .attn_sinks = cpu_attn_sinks,
+    .hc_pre = cpu_hc_pre,
+    .hc_post = cpu_hc_post,
+    .moe_route_ex = cpu_moe_route_ex,
 };
 
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {

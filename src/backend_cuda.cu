@@ -717,6 +717,10 @@ static const ds_backend_i dsc_iface = {
     /* gdn_conv */ NULL,            /* no gated delta net kernels yet: the loader refuses qwen35 here */
     /* gdn_recur */ NULL,
     /* sigmoid_mul */ NULL,
+    /* attn_sinks */ NULL,          /* no deepseek4 kernels yet: the loader refuses deepseek4 here */
+    /* hc_pre */ NULL,
+    /* hc_post */ NULL,
+    /* moe_route_ex */ NULL,
     dsc_chunk_rows,
 };
 

@@ -342,6 +342,9 @@ int ds_model_uses_family(const ds_model *m, int fam) {
     if (fam < 0 || fam >= DS_FAM_COUNT) return 0;
     if (fam == DS_FAM_MOE_ROUTE) return m->hp.n_expert > 0;
     if (fam == DS_FAM_GDN) return m->hp.n_rec > 0;
+    if (fam == DS_FAM_ATTN_SINKS || fam == DS_FAM_HC_PRE || fam == DS_FAM_HC_POST) return m->hp.arch == DS_ARCH_DEEPSEEK4;
+    if (m->hp.arch == DS_ARCH_DEEPSEEK4 && (fam == DS_FAM_ATTENTION || fam == DS_FAM_SWIGLU || fam == DS_FAM_RESIDUAL))
+        return fam == DS_FAM_SWIGLU;     /* deepseek4 attends with attn_sinks and adds by hc_post */
     const int t = ds_family_weight_type(fam);
     if (t < 0) return 1;                 /* attention, norms, RoPE, SwiGLU, residual: every model */
     return model_weight_of_type(m, (uint32_t)t) != NULL;
@@ -485,8 +488,24 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
         row_in = (size_t)gs.conv_dim + 2 * (size_t)gs.n_v_head;
         row_out = (size_t)gs.n_v_head * gs.head_dim;
     }
+    /* deepseek4's families: the model's shapes (a 4-stream, 64-wide one for
+     * another model); attn_sinks: the attention's rows with sinks and the
+     * model's window; hc_pre: in x [hc][d], mixes in in2, out y [d]; hc_post:
+     * in res [hc][d], f / post / comb in in2, out [hc][d] */
+    const int hcn = hp->hc > 0 ? hp->hc : 4, hdd = hp->hc > 0 ? d : 64, mixn = (2 + hcn) * hcn;
+    if (fam == DS_FAM_ATTN_SINKS || fam == DS_FAM_HC_PRE || fam == DS_FAM_HC_POST) {
+        if (!b->attn_sinks || !b->hc_pre || !b->hc_post) {
+            ds_errf(err, errlen, "families: the %s device has no %s kernel", b->name, ds_family_name(fam));
+            return -1;
+        }
+        if (fam == DS_FAM_ATTN_SINKS) row_in = row_out = (size_t)H * hd;
+        else row_in = (size_t)hcn * hdd + (size_t)mixn;
+        if (fam == DS_FAM_HC_PRE) row_out = (size_t)hdd;
+        if (fam == DS_FAM_HC_POST) row_out = (size_t)hcn * hdd;
+    }
     size_t cache = (size_t)n_kv * Hkv * hd;
-    const size_t wn = (size_t)(d > hd ? d : hd);
+    size_t wn = (size_t)(d > hd ? d : hd);
+    if (wn < (size_t)mixn + 3 || wn < (size_t)H) wn = (size_t)(mixn + 3 > H ? mixn + 3 : H);
     const size_t n[7] = { (size_t)m_max * row_in, (size_t)m_max * row_in + 2 * cache, (size_t)m_max * row_out,
                           (size_t)m_max * row_out, wn, (size_t)m_max * row_in + 1, 0 };
     float *in1 = malloc(n[0] * sizeof(float)), *in2 = malloc(n[1] * sizeof(float));
@@ -597,6 +616,39 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
             }
             free(idh);
             free(wh);
+            break;
+        }
+        case DS_FAM_ATTN_SINKS: {
+            ds_attn_shape s = { H, Hkv, hd, Hkv * hd, 1.0f / sqrtf((float)hd) };
+            const float *kc = d_in2 + (size_t)M * row_in, *vc = kc + cache;
+            for (int r = 0; r < M; r++) {
+                ds_rows one = rw;
+                one.pos = a.dpos + r;
+                b->attn_sinks(ex, DS_CANONICAL, &s, 1, &one, hp->n_swa, d_w, d_in1 + (size_t)r * H * hd, kc, vc,
+                              d_ref + (size_t)r * H * hd);
+            }
+            b->attn_sinks(ex, v, &s, M, &rw, hp->n_swa, d_w, d_in1, kc, vc, d_got);
+            break;
+        }
+        case DS_FAM_HC_PRE: {
+            /* x: in1 as [M][hc][d]; mixes: in2 as [M][n_mix]; scale and
+             * base: the weight vector; post / comb: d_tmp */
+            const float *sc = d_w, *bs = d_w + 3;
+            float *post = d_tmp, *comb = d_tmp + (size_t)M * hcn;
+            for (int r = 0; r < M; r++)
+                b->hc_pre(ex, DS_CANONICAL, 1, hcn, hdd, mixn, d_in1 + (size_t)r * hcn * hdd, d_in2 + (size_t)r * mixn, sc, bs,
+                          1e-6f, hp->hc_iters > 0 ? hp->hc_iters : 20, d_ref + (size_t)r * hdd, post, comb);
+            b->hc_pre(ex, v, M, hcn, hdd, mixn, d_in1, d_in2, sc, bs, 1e-6f, hp->hc_iters > 0 ? hp->hc_iters : 20, d_got,
+                      post, comb);
+            break;
+        }
+        case DS_FAM_HC_POST: {
+            /* res: in1 [M][hc d]; f [M][d], post [M][hc], comb [M][hc hc] from in2 */
+            const float *f = d_in2, *post = d_in2 + (size_t)M * hdd, *comb = post + (size_t)M * hcn;
+            for (int r = 0; r < M; r++)
+                b->hc_post(ex, DS_CANONICAL, 1, hcn, hdd, f + (size_t)r * hdd, d_in1 + (size_t)r * hcn * hdd,
+                           post + (size_t)r * hcn, comb + (size_t)r * hcn * hcn, d_ref + (size_t)r * row_out);
+            b->hc_post(ex, v, M, hcn, hdd, f, d_in1, post, comb, d_got);
             break;
         }
         case DS_FAM_GDN:

@@ -138,7 +138,7 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     }
     const size_t M = (size_t)m_max, d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
 #define DEV(n) be->i->alloc(be, (n) * sizeof(float))
-    e->a.x = DEV(M * d); e->a.xn = DEV(M * d); e->a.o = DEV(M * d);
+    e->a.x = DEV(M * (size_t)ds_hp_stream(hp)); e->a.xn = DEV(M * d); e->a.o = DEV(M * d);
     e->a.q = DEV(M * qd); e->a.att = DEV(M * qd); e->a.k = DEV(M * kvd); e->a.v = DEV(M * kvd);
     e->a.gate = DEV(M * ff); e->a.up = DEV(M * ff); e->a.h = DEV(M * ff);
     const size_t moe_n = ds_hp_moe_scratch(hp, m_max);     /* MoE layers' scratch (layer.c) */
@@ -176,7 +176,7 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         e->a.ids_off = (int)M;
         e->a.rows = &e->rows;
         /* the families' scratch, once (weights' n_in: d, qd, ff) */
-        const int64_t k_max = (int64_t)(d > ff ? (d > qd ? d : qd) : (ff > qd ? ff : qd));
+        const int64_t k_max = ds_hp_k_max(hp);
         if (be->i->reserve && be->i->reserve(e->ex, m_max, k_max, hp->head_dim, n_ctx, e2, sizeof e2)) ok = 0;
     }
     if (!ok) {

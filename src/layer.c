@@ -141,7 +141,13 @@ static void mm_shared(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], int n, const
 
 ds_weight *ds_layer_weight(ds_layer *L, int i) {
     if (i < 0) return NULL;
-    if (L->recur) {   /* a gated delta net layer has its mixer's weights instead of q/k/v/o */
+    if (L->ds4) {     /* deepseek4: its attention and hyper-connection weights, the output groups */
+        ds_weight *const att[6] = {&L->wq_a, &L->wq_b, &L->wkv, &L->wo_b, &L->hc_attn_fn, &L->hc_ffn_fn};
+        if (i < 6) return att[i];
+        i -= 6;
+        if (i < L->n_groups) return &L->wo_a[i];
+        i -= L->n_groups;
+    } else if (L->recur) {   /* a gated delta net layer has its mixer's weights instead of q/k/v/o */
         ds_weight *const rec[5] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_alpha, &L->ssm_beta, &L->ssm_out};
         if (i < 5) return rec[i];
         i -= 5;
@@ -160,6 +166,7 @@ ds_weight *ds_layer_weight(ds_layer *L, int i) {
     if (i >= 3 * L->n_expert) {
         ds_weight *const sh[4] = {&L->sh_gate_inp, &L->sh_gate, &L->sh_up, &L->sh_down};
         i -= 3 * L->n_expert;
+        if (L->has_shexp == 2) i++;   /* ungated (deepseek4): no sh_gate_inp */
         return L->has_shexp && i < 4 ? sh[i] : NULL;
     }
     ds_weight *const e[3] = {L->exp_gate, L->exp_up, L->exp_down};
@@ -196,8 +203,8 @@ size_t ds_moe_scratch_floats(int m_max, int n_expert, int k, int d, int n_ff_exp
  * on the host over the route's ids: on a host-memory backend they are read
  * in place; the loader refuses MoE models on other backends until they have
  * the device-side grouping. */
-static void moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT], int M,
-                    int pos0, ds_acts *a, const ds_probe *pr, int l) {
+void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT], int M,
+                      int pos0, ds_acts *a, const ds_probe *pr, int l) {
     const ds_backend_i *b = ex->be->i;
     const int E = L->n_expert, k = L->n_expert_used, d = s->d, f = (int)L->exp_gate[0].n_out;
     const size_t mk = (size_t)M * (size_t)k;
@@ -208,7 +215,12 @@ static void moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, con
     const ds_variant vrt = (ds_variant)var[DS_FAM_MOE_ROUTE], vsw = (ds_variant)var[DS_FAM_SWIGLU];
 
     b->matmul(ex, (ds_variant)var[ds_matmul_family(L->gate_inp.type)], &L->gate_inp, M, a->xn, logits);
-    b->moe_route(ex, vrt, M, E, k, L->moe_norm, logits, ids, w);
+    if (L->moe_func != DS_MOE_SOFTMAX) {   /* deepseek4: sqrtsoftplus, the selection bias, the scale */
+        const ds_moe_gating gt = {L->moe_func, L->moe_norm, L->moe_scale, L->exp_probs_b, NULL};
+        b->moe_route_ex(ex, vrt, M, E, k, &gt, logits, ids, w);
+    } else {
+        b->moe_route(ex, vrt, M, E, k, L->moe_norm, logits, ids, w);
+    }
     if (wants(pr, l, DSD_CP_FFN_GATE_UP)) {
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_MOE_LOGITS,
                       FAM(ds_matmul_family(L->gate_inp.type)), logits, (size_t)E, (size_t)E);
@@ -264,9 +276,14 @@ static void moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, con
         mm_shared(ex, var, 2, w2, M, a->xn, y2);
         b->swiglu(ex, vsw, M, fs, SGt, SU, SH);
         b->matmul(ex, (ds_variant)var[ds_matmul_family(L->sh_down.type)], &L->sh_down, M, SH, SO);
-        b->matmul(ex, (ds_variant)var[ds_matmul_family(L->sh_gate_inp.type)], &L->sh_gate_inp, M, a->xn, SG);
         fam_exp |= FAM(ds_matmul_family(L->sh_gate.type)) | FAM(ds_matmul_family(L->sh_up.type)) |
-                   FAM(ds_matmul_family(L->sh_down.type)) | FAM(ds_matmul_family(L->sh_gate_inp.type));
+                   FAM(ds_matmul_family(L->sh_down.type));
+        if (L->has_shexp == 2) {
+            SG = NULL;                    /* deepseek4: the shared expert is ungated */
+        } else {
+            b->matmul(ex, (ds_variant)var[ds_matmul_family(L->sh_gate_inp.type)], &L->sh_gate_inp, M, a->xn, SG);
+            fam_exp |= FAM(ds_matmul_family(L->sh_gate_inp.type));
+        }
     }
     b->moe_combine(ex, M, k, d, slot, w, Y, SG, SO, a->o);
     if (wants(pr, l, DSD_CP_FFN_DOWN))
@@ -417,7 +434,7 @@ mixed:
 
     /* --- mixture of experts: its own FFN, then the residual epilogue ----------- */
     if (L->n_expert > 0) {
-        moe_ffn(ex, L, s, var, M, pos0, a, pr, l);
+        ds_layer_moe_ffn(ex, L, s, var, M, pos0, a, pr, l);
         b->residual(ex, vres, vnorm, M, d, a->x, a->o, next_norm, eps, a->xn);
         if (wants(pr, l, DSD_CP_LAYER_OUT))
             ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_LAYER_OUT, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), a->x, d, d);

@@ -38,6 +38,21 @@ typedef struct {
     int recur, q_gate, rec_idx;
     ds_weight ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_out;
     const float *conv_w, *dt_bias, *ssm_a, *ssm_norm;
+    /* deepseek4 (layer_ds4.c): ds4 = 1. Low-rank Q (wq_a [q_lora][d], its
+     * norm q_a_norm, wq_b [n_head x head_dim][q_lora], then a per-head
+     * RMSNorm without weight), the one KV head (wkv [head_dim][d], kv_norm;
+     * its row is K and V), sinks [n_head], the output groups (wo_a:
+     * n_groups views [o_lora][n_head x head_dim / n_groups], wo_b
+     * [d][n_groups x o_lora]), the hyper-connection mixes of both sub-blocks
+     * (hc_*_fn [(2 + hc) hc][hc x d], base [(2 + hc) hc], scale [3]), and
+     * the MoE's sqrtsoftplus route (moe_func, its selection bias
+     * exp_probs_b [n_expert], moe_scale) with an ungated shared expert
+     * (has_shexp = 2). */
+    int ds4, n_groups, moe_func;
+    float moe_scale;
+    ds_weight wq_a, wq_b, wkv, wo_b, hc_attn_fn, hc_ffn_fn;
+    ds_weight *wo_a;
+    const float *q_a_norm, *kv_norm, *sinks, *hc_attn_base, *hc_attn_scale, *hc_ffn_base, *hc_ffn_scale, *exp_probs_b;
 } ds_layer;
 
 /* The layer's matmul weights one by one (i = 0, 1, ...; NULL past the
@@ -56,6 +71,10 @@ typedef struct {
     ds_rope_mode rope_mode;
     int   n_rot;                     /* RoPE'd dims per head (0: head_dim; qwen35: partial) */
     ds_gdn_shape gdn;                /* qwen35's recurrent layers (unused otherwise)        */
+    /* deepseek4 (unused otherwise): hyper-connection streams, Sinkhorn
+     * iterations and epsilon; q_lora; output groups; sliding window */
+    int   hc, hc_iters, q_lora, o_groups, o_lora, n_swa;
+    float hc_eps;
 } ds_layer_shape;
 
 /* Floats of the hybrid layers' scratch (ds_acts.rec) for m_max rows: the
@@ -165,6 +184,27 @@ void ds_layer_gdn_mixer(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
  * with one line when that state cannot be had (it was never kept). */
 int ds_gdn_rewind(ds_exec *ex, const ds_layer *layers, int n_layer, const ds_layer_shape *s, ds_acts *a, int sq, int n,
                   char *err, size_t errlen);
+
+/* The FFN of a MoE layer over M rows of a->xn into a->o (layer.c): router,
+ * route (softmax, or L->moe_func's gating), the experts grouped by expert,
+ * the shared expert, the combine in rank order. */
+void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT], int M,
+                      int pos0, ds_acts *a, const ds_probe *pr, int l);
+
+/* Floats of a deepseek4 layer's scratch (ds_acts.rec) for m_max rows
+ * (layer_ds4.c). */
+size_t ds_ds4_scratch_floats(int m_max, const ds_layer_shape *s);
+
+/* One deepseek4 layer over M rows (layer_ds4.c): a->x holds the rows'
+ * hc streams ([M][hc][d]) and is updated in place (attention sub-block,
+ * then the MoE sub-block, each between hc_pre and hc_post); the KV row
+ * (K = V) goes to kc and vc. */
+void ds_layer_ds4_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT],
+                          int M, int pos0, float *kc, float *vc, ds_acts *a, const ds_probe *pr, int layer);
+/* The output head's hyper-connection mix and the final norm (layer_ds4.c):
+ * a->x's streams -> a->xn = output_norm(sum_h pre[h] x[h]). */
+void ds_ds4_head(ds_exec *ex, const ds_weight *fn, const float *base, const float *scale, const float *out_norm,
+                 const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT], int M, ds_acts *a);
 
 /* Run one layer over M rows (a->rows: their positions, KV slots and what
  * each attends, on the device; probes report row r at position pos0 + r).

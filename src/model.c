@@ -18,7 +18,8 @@
  * ===================================================================== */
 
 const char *ds_arch_name(ds_arch a) {
-    return a == DS_ARCH_LLAMA ? "llama" : a == DS_ARCH_QWEN3MOE ? "qwen3moe" : a == DS_ARCH_QWEN35 ? "qwen35" : "qwen3";
+    return a == DS_ARCH_LLAMA ? "llama" : a == DS_ARCH_QWEN3MOE ? "qwen3moe" : a == DS_ARCH_QWEN35 ? "qwen35"
+         : a == DS_ARCH_DEEPSEEK4 ? "deepseek4" : "qwen3";
 }
 
 ds_layer_shape ds_hp_layer_shape(const ds_hparams *hp) {
@@ -29,12 +30,23 @@ ds_layer_shape ds_hp_layer_shape(const ds_hparams *hp) {
         .n_rot = hp->n_rot,
         .gdn = {.n_k_head = Hk, .n_v_head = Hv, .head_dim = S, .d_conv = hp->ssm_d_conv,
                 .conv_dim = (2 * Hk + Hv) * S, .eps = hp->norm_eps},
+        .hc = hp->hc, .hc_iters = hp->hc_iters, .q_lora = hp->q_lora, .o_groups = hp->o_groups, .o_lora = hp->o_lora,
+        .n_swa = hp->n_swa, .hc_eps = hp->hc_eps,
     };
 }
 
+int64_t ds_hp_k_max(const ds_hparams *hp) {
+    const int64_t qd = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t c[6] = {hp->n_embd, hp->n_ff, qd, ds_hp_stream(hp), hp->q_lora, (int64_t)hp->o_groups * hp->o_lora};
+    int64_t k = 0;
+    for (int i = 0; i < 6; i++) if (c[i] > k) k = c[i];
+    return k;
+}
+
 size_t ds_hp_hybrid_scratch(const ds_hparams *hp, int m_max) {
-    if (hp->arch != DS_ARCH_QWEN35) return 0;
     const ds_layer_shape s = ds_hp_layer_shape(hp);
+    if (hp->arch == DS_ARCH_DEEPSEEK4) return ds_ds4_scratch_floats(m_max, &s);
+    if (hp->arch != DS_ARCH_QWEN35) return 0;
     return ds_hybrid_scratch_floats(m_max, &s);
 }
 
@@ -172,6 +184,7 @@ static int prepare_weights(ds_model *m, char *err, size_t errlen) {
     }
     if (be->i->prepare_weight(be, &m->output, DS_USE_MATMUL | (m->output_tied ? DS_USE_LOOKUP : 0), err, errlen))
         return -1;
+    if (m->hc_head_fn.data && be->i->prepare_weight(be, &m->hc_head_fn, DS_USE_MATMUL, err, errlen)) return -1;
     if (m->output_tied) m->tok_embd.extra = m->output.extra;
     else if (be->i->prepare_weight(be, &m->tok_embd, DS_USE_LOOKUP, err, errlen)) return -1;
 
@@ -188,7 +201,10 @@ static int prepare_weights(ds_model *m, char *err, size_t errlen) {
         ds_layer *L = &m->layers[l];
         REBASE(L->attn_norm); REBASE(L->ffn_norm); REBASE(L->q_norm); REBASE(L->k_norm);
         REBASE(L->conv_w); REBASE(L->dt_bias); REBASE(L->ssm_a); REBASE(L->ssm_norm);
+        REBASE(L->q_a_norm); REBASE(L->kv_norm); REBASE(L->sinks); REBASE(L->hc_attn_base); REBASE(L->hc_attn_scale);
+        REBASE(L->hc_ffn_base); REBASE(L->hc_ffn_scale); REBASE(L->exp_probs_b);
     }
+    REBASE(m->hc_head_base); REBASE(m->hc_head_scale);
 #undef REBASE
     return 0;
 }
@@ -328,6 +344,193 @@ static int load_qwen35_layer(const gguf_ctx *g, ds_model *m, int l, int *li, flo
     return 0;
 }
 
+/* ========================================================================
+ * deepseek4 (DeepSeek V4): llama.cpp's keys and tensor names. dspark runs
+ * its raw attention layers (attention.compress_ratios 0) without hash
+ * layers or the SwiGLU clamp; the rest is refused with one line each.
+ * ===================================================================== */
+static int get_f32_req(const gguf_ctx *g, const char *arch, const char *suffix, float *out, char *err, size_t errlen) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!gguf_find_kv(g, key)) { ds_errf(err, errlen, "model: missing metadata key '%s'", key); return -1; }
+    return get_f32_opt(g, arch, suffix, out, err, errlen);
+}
+
+static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err, size_t errlen) {
+    ds_hparams *hp = &m->hp;
+    char key[128];
+    int n_all = 0, n_shared = 0, gating = 0, nextn = 0, n_hash = 0;
+    float clamp = 0.0f;
+    if (get_u32_req(g, arch, "block_count", &n_all, err, errlen) ||
+        get_u32_req(g, arch, "embedding_length", &hp->n_embd, err, errlen) ||
+        get_u32_req(g, arch, "attention.head_count", &hp->n_head, err, errlen) ||
+        get_u32_req(g, arch, "attention.head_count_kv", &hp->n_head_kv, err, errlen) ||
+        get_u32_req(g, arch, "attention.key_length", &hp->head_dim, err, errlen) ||
+        get_u32_req(g, arch, "rope.dimension_count", &hp->n_rot, err, errlen) ||
+        get_u32_req(g, arch, "attention.q_lora_rank", &hp->q_lora, err, errlen) ||
+        get_u32_req(g, arch, "attention.sliding_window", &hp->n_swa, err, errlen) ||
+        get_u32_req(g, arch, "attention.output_group_count", &hp->o_groups, err, errlen) ||
+        get_u32_req(g, arch, "attention.output_lora_rank", &hp->o_lora, err, errlen) ||
+        get_u32_req(g, arch, "expert_count", &hp->n_expert, err, errlen) ||
+        get_u32_req(g, arch, "expert_used_count", &hp->n_expert_used, err, errlen) ||
+        get_u32_req(g, arch, "expert_feed_forward_length", &hp->n_ff_exp, err, errlen) ||
+        get_u32_req(g, arch, "expert_shared_count", &n_shared, err, errlen) ||
+        get_u32_req(g, arch, "expert_gating_func", &gating, err, errlen) ||
+        get_f32_req(g, arch, "expert_weights_scale", &hp->moe_scale, err, errlen) ||
+        get_u32_req(g, arch, "hyper_connection.count", &hp->hc, err, errlen) ||
+        get_u32_req(g, arch, "hyper_connection.sinkhorn_iterations", &hp->hc_iters, err, errlen) ||
+        get_f32_req(g, arch, "hyper_connection.epsilon", &hp->hc_eps, err, errlen))
+        return -1;
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    if (gguf_get_bool(g, key, &hp->moe_norm)) { ds_errf(err, errlen, "model: missing bool metadata key '%s'", key); return -1; }
+    snprintf(key, sizeof key, "%s.hash_layer_count", arch);
+    if (gguf_find_kv(g, key) && get_u32_req(g, arch, "hash_layer_count", &n_hash, err, errlen)) return -1;
+    snprintf(key, sizeof key, "%s.nextn_predict_layers", arch);
+    if (gguf_find_kv(g, key) && get_u32_req(g, arch, "nextn_predict_layers", &nextn, err, errlen)) return -1;
+    snprintf(key, sizeof key, "%s.swiglu_clamp_exp", arch);
+    const gguf_kv *ck = gguf_find_kv(g, key);
+    if (ck && ck->type != GGUF_T_ARRAY && get_f32_opt(g, arch, "swiglu_clamp_exp", &clamp, err, errlen)) return -1;
+    if (gating != 4) {
+        ds_errf(err, errlen, "model: deepseek4 expects expert_gating_func 4 (sqrtsoftplus), got %d", gating);
+        return -1;
+    }
+    if (n_hash > 0) {
+        ds_errf(err, errlen, "model: deepseek4 with %d hash-routed layers (hash_layer_count) is not supported yet", n_hash);
+        return -1;
+    }
+    if ((ck && ck->type == GGUF_T_ARRAY) || clamp > 1e-6f) {
+        ds_errf(err, errlen, "model: deepseek4 with a SwiGLU clamp (swiglu_clamp_exp) is not supported yet");
+        return -1;
+    }
+    if (nextn < 0 || nextn >= n_all) {
+        ds_errf(err, errlen, "model: nextn_predict_layers %d leaves no trunk of block_count %d", nextn, n_all);
+        return -1;
+    }
+    hp->n_layer = n_all - nextn;
+    snprintf(key, sizeof key, "%s.attention.compress_ratios", arch);
+    const gguf_kv *cr = gguf_find_kv(g, key);
+    if (!cr || cr->type != GGUF_T_ARRAY || cr->arr_n < (uint64_t)n_all) {
+        ds_errf(err, errlen, "model: deepseek4 needs '%s', an array of %d ratios", key, n_all);
+        return -1;
+    }
+    for (int l = 0; l < hp->n_layer; l++) {
+        int64_t r = 0;
+        if (gguf_arr_i64(cr, (uint64_t)l, &r)) { ds_errf(err, errlen, "model: '%s' must hold integers", key); return -1; }
+        if (r != 0) {
+            ds_errf(err, errlen, "model: deepseek4 layer %d is a compressed attention layer (compress ratio %lld): "
+                    "compressed / indexed attention is not supported yet", l, (long long)r);
+            return -1;
+        }
+    }
+    int vlen = hp->head_dim;
+    snprintf(key, sizeof key, "%s.attention.value_length", arch);
+    if (gguf_find_kv(g, key) && get_u32_req(g, arch, "attention.value_length", &vlen, err, errlen)) return -1;
+    hp->rope_base = 10000.0f;
+    hp->norm_eps = 1e-6f;
+    if (get_f32_opt(g, arch, "rope.freq_base", &hp->rope_base, err, errlen) ||
+        get_f32_opt(g, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps, err, errlen))
+        return -1;
+    hp->n_ctx_train = 0;
+    snprintf(key, sizeof key, "%s.context_length", arch);
+    if (gguf_find_kv(g, key) && get_u32_req(g, arch, "context_length", &hp->n_ctx_train, err, errlen)) return -1;
+    const int d = hp->n_embd, hd = hp->head_dim, H = hp->n_head, E = hp->n_expert, k = hp->n_expert_used;
+    if (d < 1 || hp->n_layer < 1 || H < 1 || hp->n_head_kv != 1 || hd < 2 || hd > DS_ATTN_SINKS_MAX_HD || vlen != hd ||
+        hp->n_rot < 2 || hp->n_rot > hd || hp->n_rot % 2 || hp->q_lora < 1 || hp->o_groups < 1 || H % hp->o_groups ||
+        hp->o_lora < 1 || hp->hc < 1 || hp->hc > DS_HC_MAX || hp->hc_iters < 1 || hp->hc_iters > 100 || E < 1 ||
+        E > DS_MOE_MAX_EXPERT || k < 1 || k > E || hp->n_ff_exp < 1 || n_shared < 1 || n_shared > 64 ||
+        !(hp->norm_eps > 0.0f && hp->norm_eps < 1.0f) || !(hp->rope_base > 1.0f && hp->rope_base < 1e12f) ||
+        !(hp->hc_eps >= 0.0f && hp->hc_eps < 1.0f) || (int64_t)H * hd > (1 << 24)) {
+        ds_errf(err, errlen, "model: deepseek4 hyper-parameters out of range (head_count_kv=%d must be 1, key_length=%d "
+                "= value_length=%d <= %d, rope dims=%d even <= key_length, q_lora_rank=%d, output groups=%d dividing "
+                "head_count=%d, hyper-connections=%d in 1..%d, experts %d/%d <= %d, shared experts=%d)",
+                hp->n_head_kv, hd, vlen, DS_ATTN_SINKS_MAX_HD, hp->n_rot, hp->q_lora, hp->o_groups, H, hp->hc,
+                DS_HC_MAX, k, E, DS_MOE_MAX_EXPERT, n_shared);
+        return -1;
+    }
+    hp->n_ff_shexp = hp->n_ff_exp * n_shared;
+    hp->n_ff = hp->n_ff_exp > hp->n_ff_shexp ? hp->n_ff_exp : hp->n_ff_shexp;
+    const ds_backend_i *bi = m->be->i;
+    if (!bi->attn_sinks || !bi->hc_pre || !bi->hc_post || !bi->moe_route_ex || !bi->moe_combine || !bi->host_memory) {
+        ds_errf(err, errlen, "model: deepseek4 needs the attn_sinks, hc_pre and hc_post families and the %s device has "
+                "no kernels for them yet (use --device cpu)", bi->name);
+        return -1;
+    }
+    if ((uint64_t)hp->n_layer * 20 > gguf_n_tensors(g)) {
+        ds_errf(err, errlen, "model: block_count %d needs at least %lld tensors, the file has %llu", hp->n_layer,
+                (long long)hp->n_layer * 20, (unsigned long long)gguf_n_tensors(g));
+        return -1;
+    }
+    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    if (!te || te->n_dims != 2 || te->ne[1] < 1 || te->ne[1] > (1u << 24)) {
+        ds_errf(err, errlen, "model: tensor 'token_embd.weight' must be 2-D [n_embd, n_vocab]");
+        return -1;
+    }
+    hp->n_vocab = (int)te->ne[1];
+    const int hc = hp->hc, mixn = (2 + hc) * hc, qd = H * hd, gd = qd / hp->o_groups, G = hp->o_groups;
+    const int fs = hp->n_ff_shexp, fe = hp->n_ff_exp;
+    if (load_weight(g, "token_embd.weight", d, hp->n_vocab, &m->tok_embd, err, errlen) ||
+        load_weight(g, "output.weight", d, hp->n_vocab, &m->output, err, errlen) ||
+        load_weight(g, "output_hc_fn.weight", hc * d, hc, &m->hc_head_fn, err, errlen))
+        return -1;
+    const size_t n_norm = (size_t)d + (size_t)hc + 1 +
+        (size_t)hp->n_layer * (2 * (size_t)d + (size_t)hp->q_lora + (size_t)hd + (size_t)H + 2 * ((size_t)mixn + 3) + (size_t)E);
+    m->f32_arena = malloc(n_norm * sizeof(float));
+    m->f32_n = n_norm;
+    m->layers = calloc((size_t)hp->n_layer, sizeof(ds_layer));
+    m->experts = calloc((size_t)hp->n_layer * 3 * (size_t)E, sizeof(ds_weight));
+    m->views = calloc((size_t)hp->n_layer * (size_t)G, sizeof(ds_weight));
+    if (!m->f32_arena || !m->layers || !m->experts || !m->views) { ds_errf(err, errlen, "model: out of memory"); return -1; }
+    float *cur = m->f32_arena;
+    if (load_norm(g, "output_norm.weight", d, &cur, &m->output_norm, err, errlen) ||
+        load_norm(g, "output_hc_base.weight", hc, &cur, &m->hc_head_base, err, errlen) ||
+        load_norm(g, "output_hc_scale.weight", 1, &cur, &m->hc_head_scale, err, errlen))
+        return -1;
+    for (int l = 0; l < hp->n_layer; l++) {
+        ds_layer *L = &m->layers[l];
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
+        L->ds4 = 1;
+        L->n_groups = G;
+        L->wo_a = m->views + (size_t)l * G;
+        L->n_expert = E;
+        L->n_expert_used = k;
+        L->moe_norm = hp->moe_norm;
+        L->moe_func = DS_MOE_SQRT_SOFTPLUS;
+        L->moe_scale = hp->moe_scale;
+        L->has_shexp = 2;
+        L->exp_gate = m->experts + (size_t)l * 3 * E;
+        L->exp_up = L->exp_gate + E;
+        L->exp_down = L->exp_up + E;
+        if (load_norm(g, NAME("attn_norm.weight"), d, &cur, &L->attn_norm, err, errlen) ||
+            load_norm(g, NAME("ffn_norm.weight"), d, &cur, &L->ffn_norm, err, errlen) ||
+            load_norm(g, NAME("attn_q_a_norm.weight"), hp->q_lora, &cur, &L->q_a_norm, err, errlen) ||
+            load_norm(g, NAME("attn_kv_a_norm.weight"), hd, &cur, &L->kv_norm, err, errlen) ||
+            load_norm(g, NAME("attn_sinks.weight"), H, &cur, &L->sinks, err, errlen) ||
+            load_norm(g, NAME("hc_attn_base.weight"), mixn, &cur, &L->hc_attn_base, err, errlen) ||
+            load_norm(g, NAME("hc_attn_scale.weight"), 3, &cur, &L->hc_attn_scale, err, errlen) ||
+            load_norm(g, NAME("hc_ffn_base.weight"), mixn, &cur, &L->hc_ffn_base, err, errlen) ||
+            load_norm(g, NAME("hc_ffn_scale.weight"), 3, &cur, &L->hc_ffn_scale, err, errlen) ||
+            load_norm(g, NAME("exp_probs_b.bias"), E, &cur, &L->exp_probs_b, err, errlen) ||
+            load_weight(g, NAME("attn_q_a.weight"), d, hp->q_lora, &L->wq_a, err, errlen) ||
+            load_weight(g, NAME("attn_q_b.weight"), hp->q_lora, qd, &L->wq_b, err, errlen) ||
+            load_weight(g, NAME("attn_kv.weight"), d, hd, &L->wkv, err, errlen) ||
+            load_experts(g, NAME("attn_output_a.weight"), gd, hp->o_lora, G, L->wo_a, err, errlen) ||
+            load_weight(g, NAME("attn_output_b.weight"), G * hp->o_lora, d, &L->wo_b, err, errlen) ||
+            load_weight(g, NAME("hc_attn_fn.weight"), hc * d, mixn, &L->hc_attn_fn, err, errlen) ||
+            load_weight(g, NAME("hc_ffn_fn.weight"), hc * d, mixn, &L->hc_ffn_fn, err, errlen) ||
+            load_weight(g, NAME("ffn_gate_inp.weight"), d, E, &L->gate_inp, err, errlen) ||
+            load_experts(g, NAME("ffn_gate_exps.weight"), d, fe, E, L->exp_gate, err, errlen) ||
+            load_experts(g, NAME("ffn_up_exps.weight"), d, fe, E, L->exp_up, err, errlen) ||
+            load_experts(g, NAME("ffn_down_exps.weight"), fe, d, E, L->exp_down, err, errlen) ||
+            load_weight(g, NAME("ffn_gate_shexp.weight"), d, fs, &L->sh_gate, err, errlen) ||
+            load_weight(g, NAME("ffn_up_shexp.weight"), d, fs, &L->sh_up, err, errlen) ||
+            load_weight(g, NAME("ffn_down_shexp.weight"), fs, d, &L->sh_down, err, errlen))
+            return -1;
+#undef NAME
+    }
+    return 0;
+}
+
 ds_model *ds_model_load(const char *path, char *err, size_t errlen) {
     return ds_model_load_on(path, "cpu", err, errlen);
 }
@@ -354,10 +557,15 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
     else if (gguf_str_eq(archs, "llama")) { hp->arch = DS_ARCH_LLAMA; arch = "llama"; }
     else if (gguf_str_eq(archs, "qwen3moe")) { hp->arch = DS_ARCH_QWEN3MOE; arch = "qwen3moe"; }
     else if (gguf_str_eq(archs, "qwen35")) { hp->arch = DS_ARCH_QWEN35; arch = "qwen35"; }
+    else if (gguf_str_eq(archs, "deepseek4")) { hp->arch = DS_ARCH_DEEPSEEK4; arch = "deepseek4"; }
     else {
-        ds_errf(err, errlen, "model: unknown architecture '%.*s' (supported: qwen3, qwen3moe, qwen35, llama)",
+        ds_errf(err, errlen, "model: unknown architecture '%.*s' (supported: qwen3, qwen3moe, qwen35, deepseek4, llama)",
                 (int)(archs.len > 64 ? 64 : archs.len), archs.ptr);
         goto fail;
+    }
+    if (hp->arch == DS_ARCH_DEEPSEEK4) {
+        if (load_ds4(g, m, arch, err, errlen)) goto fail;
+        goto loaded;
     }
     const int moe = hp->arch == DS_ARCH_QWEN3MOE;
     char key[128];
@@ -550,7 +758,8 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
         }
 #undef NAME
     }
-    m->weight_type = m->layers[0].recur ? m->layers[0].ssm_qkv.type : m->layers[0].wq.type;
+loaded:
+    m->weight_type = m->layers[0].ds4 ? m->layers[0].wq_a.type : m->layers[0].recur ? m->layers[0].ssm_qkv.type : m->layers[0].wq.type;
     if (prepare_weights(m, err, errlen)) goto fail;
     for (uint64_t i = 0; i < gguf_n_tensors(g); i++) m->n_params += gguf_tensor_nelements(gguf_tensor_at(g, i));
 
@@ -579,11 +788,13 @@ void ds_model_free(ds_model *m) {
         }
         be->i->release_weight(be, &m->output);
         if (!m->output_tied) be->i->release_weight(be, &m->tok_embd);
+        if (m->hc_head_fn.data) be->i->release_weight(be, &m->hc_head_fn);
     }
     if (be) ds_backend_const_free(be, m->f32_dev, m->f32_arena);
     ds_tokenizer_free(m->tok);
     free(m->layers);
     free(m->experts);
+    free(m->views);
     free(m->f32_arena);
     gguf_close(m->gguf);
     ds_backend_free(be);
@@ -705,7 +916,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     ds_backend *be = c->be;
     c->tables = be->i->alloc(be, (size_t)c->seq.max_pages * sizeof(int32_t));
 #define DEV(n) be->i->alloc(be, (n) * sizeof(float))
-    c->a.x = DEV(M * d); c->a.xn = DEV(M * d); c->a.o = DEV(M * d);
+    c->a.x = DEV(M * (size_t)ds_hp_stream(hp)); c->a.xn = DEV(M * d); c->a.o = DEV(M * d);
     c->a.q = DEV(M * qd); c->a.att = DEV(M * qd); c->a.k = DEV(M * kvd); c->a.v = DEV(M * kvd);
     c->a.gate = DEV(M * ff); c->a.up = DEV(M * ff); c->a.h = DEV(M * ff);
     const size_t moe_n = ds_hp_moe_scratch(hp, c->m_max);
@@ -732,6 +943,8 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     size_t widest = V > ff ? V : ff;
     if (qd > widest) widest = qd;
     if (d > widest) widest = d;
+    if ((size_t)ds_hp_stream(hp) > widest) widest = (size_t)ds_hp_stream(hp);
+    if ((size_t)hp->q_lora > widest) widest = (size_t)hp->q_lora;
     if ((size_t)hp->n_expert > widest) widest = (size_t)hp->n_expert;
     c->stage = malloc(widest * sizeof(float));
     /* selection on the device (ds_forward_select): device backends select
@@ -762,7 +975,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     }
     /* the families' scratch, once: no allocation in any later forward
      * (weights' n_in: d for q/k/v/gate/up and the head, qd for o, ff for down) */
-    const int64_t k_max = (int64_t)(d > ff ? (d > qd ? d : qd) : (ff > qd ? ff : qd));
+    const int64_t k_max = ds_hp_k_max(hp);
     if (be->i->reserve && be->i->reserve(c->ex, c->m_max, k_max, hp->head_dim, n_ctx, e2, sizeof e2)) {
         ds_errf(err, errlen, "context: %s", e2);
         ctx_release(c);
@@ -812,6 +1025,47 @@ int ds_kv_truncate(ds_ctx *c, int n_pos) {
  * The forward pass
  * ===================================================================== */
 
+/* deepseek4: the embedding copied into every stream, the layers, the
+ * output head's mix and norm into a->xn. A tap is the mean of the streams
+ * leaving the layer ((x_0 + x_1 + ...) * (1 / hc), llama.cpp's layer
+ * features), made in a->xn, which the next layer recomputes. */
+static void ds4_forward(const ds_model *m, ds_exec *ex, ds_acts *a, ds_kvpool *pool, const uint8_t var[DS_FAM_COUNT],
+                        int M, int pos0, const int *tap_layers, int n_taps, float *taps, size_t taps_stride,
+                        const ds_probe *pr) {
+    const ds_hparams *hp = &m->hp;
+    const int d = hp->n_embd, hc = hp->hc;
+    const size_t rb = (size_t)d * sizeof(float);
+    const ds_layer_shape shape = ds_hp_layer_shape(hp);
+    ex->be->i->embed(ex, &m->tok_embd, M, a->pos + a->ids_off, a->xn);
+    for (int h = 0; h < hc; h++) ds_backend_copy2d(ex, a->x + (size_t)h * d, (size_t)hc * rb, a->xn, rb, rb, (size_t)M);
+    int tap_i = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        ds_layer_ds4_forward(ex, &m->layers[l], &shape, var, M, pos0, ds_kvpool_k(pool, 0, l), ds_kvpool_v(pool, 0, l), a,
+                             pr, l);
+        if (tap_i < n_taps && tap_layers[tap_i] == l) {
+            const float inv = 1.0f / (float)hc;
+            for (int r = 0; r < M; r++) {
+                const float *x = a->x + (size_t)r * hc * d;
+                float *t = a->xn + (size_t)r * d;
+                for (int i = 0; i < d; i++) {
+                    float acc = x[i];
+                    for (int h = 1; h < hc; h++) acc = acc + x[(size_t)h * d + i];
+                    t[i] = acc * inv;
+                }
+            }
+            if (taps)
+                ds_backend_copy2d(ex, taps + (size_t)tap_i * d, taps_stride * sizeof(float), a->xn, rb, rb, (size_t)M);
+            if (pr && (!pr->wants || pr->wants(pr->user, l, DSD_CP_TAP)))
+                ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_TAP, DSD_SUB_ALL, 1u << DS_FAM_HC_POST, a->xn, d, d);
+            tap_i++;
+        }
+    }
+    ds_ds4_head(ex, &m->hc_head_fn, m->hc_head_base, m->hc_head_scale, m->output_norm, &shape, var, M, a);
+    if (pr && (!pr->wants || pr->wants(pr->user, DSD_LAYER_POST, DSD_CP_FINAL_NORM)))
+        ds_probe_rows(ex, pr, M, pos0, DSD_LAYER_POST, DSD_CP_FINAL_NORM, DSD_SUB_ALL,
+                      (1u << DS_FAM_HC_PRE) | (1u << DS_FAM_RMSNORM), a->xn, d, d);
+}
+
 void ds_model_forward(const ds_model *m, ds_exec *ex, ds_acts *a, ds_kvpool *pool, const uint8_t var[DS_FAM_COUNT],
                       int M, int pos0, const int *tap_layers, int n_taps, float *taps, size_t taps_stride,
                       const ds_probe *pr) {
@@ -821,6 +1075,10 @@ void ds_model_forward(const ds_model *m, ds_exec *ex, ds_acts *a, ds_kvpool *poo
     const ds_layer_shape shape = ds_hp_layer_shape(hp);
     const int32_t *ids = a->pos + a->ids_off;
 
+    if (hp->arch == DS_ARCH_DEEPSEEK4) {
+        ds4_forward(m, ex, a, pool, var, M, pos0, tap_layers, n_taps, taps, taps_stride, pr);
+        return;
+    }
     b->embed(ex, &m->tok_embd, M, ids, a->x);
     /* the first sub-block's norm has no residual epilogue in front of it */
     b->rmsnorm(ex, (ds_variant)var[DS_FAM_RMSNORM], M, d, a->x, m->layers[0].attn_norm, hp->norm_eps, a->xn);

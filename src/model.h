@@ -24,12 +24,14 @@
 #include "rstate.h"
 #include "sampler.h"
 
-typedef enum { DS_ARCH_QWEN3 = 0, DS_ARCH_LLAMA = 1, DS_ARCH_QWEN3MOE = 2, DS_ARCH_QWEN35 = 3 } ds_arch;
+typedef enum { DS_ARCH_QWEN3 = 0, DS_ARCH_LLAMA = 1, DS_ARCH_QWEN3MOE = 2, DS_ARCH_QWEN35 = 3, DS_ARCH_DEEPSEEK4 = 4 } ds_arch;
 /* Qwen3, Qwen3-MoE and Qwen3.5's attention layers: NEOX RoPE (qwen35's
  * IMROPE is NEOX when the position's sections are equal, as for text) and
  * per-head QK-norm; Llama: neither. */
 static inline int ds_arch_qk_norm(ds_arch a) { return a != DS_ARCH_LLAMA; }
-static inline ds_rope_mode ds_arch_rope(ds_arch a) { return a == DS_ARCH_LLAMA ? DS_ROPE_NORMAL : DS_ROPE_NEOX; }
+static inline ds_rope_mode ds_arch_rope(ds_arch a) {
+    return a == DS_ARCH_LLAMA || a == DS_ARCH_DEEPSEEK4 ? DS_ROPE_NORMAL : DS_ROPE_NEOX;
+}
 
 typedef struct {
     ds_arch arch;
@@ -53,7 +55,18 @@ typedef struct {
      * attention head); n_rec: the gated delta net layers (0: none) */
     int     ssm_d_conv, ssm_d_state, ssm_n_group, ssm_dt_rank;
     int     n_rot, n_rec;
+    /* deepseek4 (layer_ds4.c; 0 otherwise): hyper_connection.count (hc
+     * streams of n_embd per row), .sinkhorn_iterations, .epsilon; the
+     * low-rank Q (attention.q_lora_rank), the output groups
+     * (attention.output_group_count x output_lora_rank), the sliding window
+     * (attention.sliding_window), the route's expert_weights_scale / _norm */
+    int     hc, hc_iters, q_lora, o_groups, o_lora, n_swa, moe_norm;
+    float   hc_eps, moe_scale;
 } ds_hparams;
+
+/* Floats of one row of the residual stream: n_embd, or hc x n_embd for a
+ * model with hyper-connections (deepseek4). */
+static inline int ds_hp_stream(const ds_hparams *hp) { return hp->hc > 0 ? hp->hc * hp->n_embd : hp->n_embd; }
 
 /* The layer shape every forward uses (model.c): the hparams' sizes. */
 ds_layer_shape ds_hp_layer_shape(const ds_hparams *hp);
@@ -64,6 +77,10 @@ size_t ds_hp_hybrid_scratch(const ds_hparams *hp, int m_max);
  * for other models. */
 int ds_hp_rstate_init(const ds_hparams *hp, ds_rstate *r, ds_backend *be, int n_slot, int cap, int m_max,
                       char *err, size_t errlen);
+
+/* The widest n_in of any of the model's matmul weights (the kernels'
+ * scratch reservation). */
+int64_t ds_hp_k_max(const ds_hparams *hp);
 
 /* Floats of ds_acts.moe for m_max rows of this model (0: dense). */
 size_t ds_hp_moe_scratch(const ds_hparams *hp, int m_max);
@@ -79,6 +96,12 @@ typedef struct ds_model {
     const float  *output_norm;   /* device f32 (as every norm pointer)        */
     ds_layer     *layers;
     ds_weight    *experts;       /* MoE: every layer's 3 x n_expert expert views */
+    /* deepseek4: the output head's hyper-connection mix (output_hc_fn
+     * [hc][hc x n_embd], base [hc], scale [1]) and every layer's o_groups
+     * views of attn_output_a (owned) */
+    ds_weight     hc_head_fn;
+    const float  *hc_head_base, *hc_head_scale;
+    ds_weight    *views;
     float        *f32_arena;     /* norm weights converted to f32 (owned)     */
     size_t        f32_n;         /* its length in floats                      */
     float        *f32_dev;       /* its device copy (== f32_arena on the CPU) */

@@ -129,15 +129,143 @@ static void add_hybrid_layer(builder *b, long l, int recur, long d, long nh, lon
 #undef NM
 }
 
+static void add_vec(builder *b, const char *name, int64_t n, float center, float spread) {
+    float *f = malloc((size_t)n * sizeof(float));
+    if (!f) { b->failed = 1; return; }
+    for (int64_t i = 0; i < n; i++) f[i] = center + spread * ds_uniform_pm1(&b->r);
+    const uint64_t ne[1] = {(uint64_t)n};
+    if (gguf_add_tensor(b->w, name, DS_TYPE_F32, 1, ne, f, (uint64_t)n * 4)) b->failed = 1;
+    free(f);
+}
+
+/* deepseek4 in llama.cpp's keys and names (src/models/deepseek4.cpp): raw
+ * attention layers only (compress ratios 0), no hash layers, no SwiGLU
+ * clamp, one shared expert; hc_*_fn, the router and the 1-D vectors F32. */
+static int make_ds4(const ds_make_model_opts *o, const char *out, char *err, size_t errlen) {
+    const long d = o->n_embd, nl = o->n_layer, H = o->n_head, V = o->n_vocab;
+    const long hd = o->head_dim ? o->head_dim : 512, nrot = o->n_rot ? o->n_rot : (hd < 64 ? hd : 64);
+    const long ql = o->q_lora ? o->q_lora : d / 2, G = o->o_groups ? o->o_groups : 2, ol = o->o_lora ? o->o_lora : 64;
+    const long hc = o->hc ? o->hc : 4, it = o->hc_iters ? o->hc_iters : 20, swa = o->n_swa ? o->n_swa : 128;
+    const long E = o->n_expert, k = o->n_expert_used, fe = o->n_ff_exp, mixn = (2 + hc) * hc, qd = H * hd;
+    const uint32_t t = o->type;
+    const long blk = (long)ds_type_block_elems(t);
+    if (d < 1 || nl < 1 || H < 1 || V < 260 || hd < 2 || hd > 1024 || hd % 2 || nrot < 2 || nrot > hd || nrot % 2 ||
+        ql < 1 || G < 1 || H % G || ol < 1 || hc < 1 || hc > 16 || E < 1 || E > 1024 || k < 1 || k > E || fe < 1) {
+        ds_errf(err, errlen, "make-model: deepseek4 needs head dim 2..1024 even, rope dims even <= head dim, output "
+                "groups dividing n_head, 1..16 hyper-connections and 1 <= experts used <= experts <= 1024");
+        return -1;
+    }
+    if (blk > 1 && (d % blk || ql % blk || (qd / G) % blk || (G * ol) % blk || fe % blk)) {
+        ds_errf(err, errlen, "make-model: %s needs n_embd, the q rank, n_head*head_dim/groups, groups*o_lora and the "
+                "expert width to be multiples of %ld", ds_type_name(t), blk);
+        return -1;
+    }
+    builder b = { gguf_writer_new(), (uint64_t)o->seed * 0x2545F4914F6CDD1Dull + 1, t, 0 };
+    if (!b.w) { ds_errf(err, errlen, "make-model: out of memory"); return -1; }
+    gguf_set_str(b.w, "general.architecture", "deepseek4");
+    gguf_set_str(b.w, "general.name", "dspark-random");
+#define K4(s) "deepseek4." s
+    gguf_set_u32(b.w, K4("block_count"), (uint32_t)nl);
+    gguf_set_u32(b.w, K4("context_length"), (uint32_t)o->n_ctx);
+    gguf_set_u32(b.w, K4("embedding_length"), (uint32_t)d);
+    gguf_set_u32(b.w, K4("feed_forward_length"), (uint32_t)fe);
+    gguf_set_u32(b.w, K4("attention.head_count"), (uint32_t)H);
+    gguf_set_u32(b.w, K4("attention.head_count_kv"), 1);
+    gguf_set_u32(b.w, K4("attention.key_length"), (uint32_t)hd);
+    gguf_set_u32(b.w, K4("attention.value_length"), (uint32_t)hd);
+    gguf_set_u32(b.w, K4("rope.dimension_count"), (uint32_t)nrot);
+    gguf_set_f32(b.w, K4("rope.freq_base"), o->rope_base);
+    gguf_set_f32(b.w, K4("attention.layer_norm_rms_epsilon"), o->norm_eps);
+    gguf_set_u32(b.w, K4("vocab_size"), (uint32_t)V);
+    gguf_set_u32(b.w, K4("attention.q_lora_rank"), (uint32_t)ql);
+    gguf_set_u32(b.w, K4("attention.sliding_window"), (uint32_t)swa);
+    gguf_set_u32(b.w, K4("attention.output_group_count"), (uint32_t)G);
+    gguf_set_u32(b.w, K4("attention.output_lora_rank"), (uint32_t)ol);
+    gguf_set_f32(b.w, K4("attention.compress_rope_freq_base"), 160000.0f);
+    gguf_set_u32(b.w, K4("attention.indexer.head_count"), 4);
+    gguf_set_u32(b.w, K4("attention.indexer.key_length"), (uint32_t)hd);
+    gguf_set_u32(b.w, K4("attention.indexer.top_k"), 64);
+    int32_t *ratios = calloc((size_t)nl, sizeof(int32_t));
+    if (!ratios) { gguf_writer_free(b.w); ds_errf(err, errlen, "make-model: out of memory"); return -1; }
+    gguf_set_arr(b.w, K4("attention.compress_ratios"), GGUF_T_I32, ratios, (uint64_t)nl);
+    free(ratios);
+    gguf_set_u32(b.w, K4("expert_count"), (uint32_t)E);
+    gguf_set_u32(b.w, K4("expert_used_count"), (uint32_t)k);
+    gguf_set_u32(b.w, K4("expert_feed_forward_length"), (uint32_t)fe);
+    gguf_set_u32(b.w, K4("expert_shared_count"), 1);
+    gguf_set_f32(b.w, K4("expert_weights_scale"), 1.5f);
+    gguf_set_bool(b.w, K4("expert_weights_norm"), 1);
+    gguf_set_u32(b.w, K4("expert_gating_func"), 4);
+    gguf_set_f32(b.w, K4("swiglu_clamp_exp"), 0.0f);
+    gguf_set_u32(b.w, K4("hyper_connection.count"), (uint32_t)hc);
+    gguf_set_u32(b.w, K4("hyper_connection.sinkhorn_iterations"), (uint32_t)it);
+    gguf_set_f32(b.w, K4("hyper_connection.epsilon"), 1e-6f);
+    gguf_set_u32(b.w, K4("hash_layer_count"), 0);
+#undef K4
+    gguf_set_u32(b.w, "general.file_type", gguf_llama_ftype(t));
+    gguf_set_u32(b.w, "general.quantization_version", GGUF_QUANTIZATION_VERSION);
+    if (ds_tokenizer_build_bpe_padded(b.w, k_text, sizeof k_text - 1, (int32_t)(V < 1024 ? V : 1024), (int32_t)V, err,
+                                      errlen)) {
+        gguf_writer_free(b.w);
+        return -1;
+    }
+    const float sd = sqrtf(3.0f / (float)d), shc = sqrtf(3.0f / (float)(hc * d));
+    add_matrix(&b, "token_embd.weight", d, V, 1.0f, t);
+    add_norm(&b, "output_norm.weight", d);
+    add_matrix(&b, "output.weight", d, V, sd * 3.0f, t);
+    add_matrix(&b, "output_hc_fn.weight", hc * d, hc, shc, DS_TYPE_F32);
+    add_vec(&b, "output_hc_base.weight", hc, 0.0f, 0.5f);
+    add_vec(&b, "output_hc_scale.weight", 1, 1.0f, 0.1f);
+    for (long l = 0; l < nl && !b.failed; l++) {
+        char n[96];
+#define NM(s) (snprintf(n, sizeof n, "blk.%ld." s, l), n)
+        add_norm(&b, NM("attn_norm.weight"), d);
+        add_vec(&b, NM("attn_sinks.weight"), H, 0.0f, 1.0f);
+        add_matrix(&b, NM("attn_q_a.weight"), d, ql, sd, t);
+        add_norm(&b, NM("attn_q_a_norm.weight"), ql);
+        add_matrix(&b, NM("attn_q_b.weight"), ql, qd, sqrtf(3.0f / (float)ql), t);
+        add_matrix(&b, NM("attn_kv.weight"), d, hd, sd, t);
+        add_norm(&b, NM("attn_kv_a_norm.weight"), hd);
+        add_experts(&b, NM("attn_output_a.weight"), qd / G, ol, G, sqrtf(3.0f / (float)(qd / G)), t);
+        add_matrix(&b, NM("attn_output_b.weight"), G * ol, d, sqrtf(3.0f / (float)(G * ol)) * 0.5f, t);
+        add_matrix(&b, NM("hc_attn_fn.weight"), hc * d, mixn, shc, DS_TYPE_F32);
+        add_vec(&b, NM("hc_attn_base.weight"), mixn, 0.0f, 0.5f);
+        add_vec(&b, NM("hc_attn_scale.weight"), 3, 1.0f, 0.1f);
+        add_matrix(&b, NM("hc_ffn_fn.weight"), hc * d, mixn, shc, DS_TYPE_F32);
+        add_vec(&b, NM("hc_ffn_base.weight"), mixn, 0.0f, 0.5f);
+        add_vec(&b, NM("hc_ffn_scale.weight"), 3, 1.0f, 0.1f);
+        add_norm(&b, NM("ffn_norm.weight"), d);
+        add_matrix(&b, NM("ffn_gate_inp.weight"), d, E, sd * 2.0f, DS_TYPE_F32);
+        add_vec(&b, NM("exp_probs_b.bias"), E, 0.0f, 0.1f);
+        add_experts(&b, NM("ffn_gate_exps.weight"), d, fe, E, sd, t);
+        add_experts(&b, NM("ffn_up_exps.weight"), d, fe, E, sd, t);
+        add_experts(&b, NM("ffn_down_exps.weight"), fe, d, E, sqrtf(3.0f / (float)fe) * 0.5f, t);
+        add_matrix(&b, NM("ffn_gate_shexp.weight"), d, fe, sd, t);
+        add_matrix(&b, NM("ffn_up_shexp.weight"), d, fe, sd, t);
+        add_matrix(&b, NM("ffn_down_shexp.weight"), fe, d, sqrtf(3.0f / (float)fe) * 0.5f, t);
+#undef NM
+    }
+    if (b.failed) {
+        const char *we = gguf_writer_error(b.w);
+        ds_errf(err, errlen, "make-model: building the model failed: %s", we ? we : "out of memory");
+        gguf_writer_free(b.w);
+        return -1;
+    }
+    const int rc = gguf_writer_write(b.w, out, err, errlen);
+    gguf_writer_free(b.w);
+    return rc ? -1 : 0;
+}
+
 int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_t errlen) {
     const char *arch = o->arch;
+    if (!strcmp(arch, "deepseek4")) return make_ds4(o, out, err, errlen);
     const uint32_t type = o->type;
     const long n_embd = o->n_embd, n_layer = o->n_layer, n_head = o->n_head, n_head_kv = o->n_head_kv,
                n_ff = o->n_ff, n_vocab = o->n_vocab, n_ctx = o->n_ctx, seed = o->seed;
     const long head_dim = o->head_dim ? o->head_dim : o->n_embd / o->n_head;
     const float rope_base = o->rope_base, eps = o->norm_eps;
     if (strcmp(arch, "qwen3") && strcmp(arch, "llama") && strcmp(arch, "qwen3moe") && strcmp(arch, "qwen35")) {
-        ds_errf(err, errlen, "make-model: arch must be qwen3, qwen3moe, qwen35 or llama, got '%s'", arch);
+        ds_errf(err, errlen, "make-model: arch must be qwen3, qwen3moe, qwen35, deepseek4 or llama, got '%s'", arch);
         return -1;
     }
     const int moe = !strcmp(arch, "qwen3moe"), hyb = !strcmp(arch, "qwen35");

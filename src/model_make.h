@@ -5,7 +5,7 @@
 #include "common.h"
 
 typedef struct {
-    const char *arch;          /* "qwen3", "qwen3moe", "qwen35" or "llama"    */
+    const char *arch;          /* "qwen3", "qwen3moe", "qwen35", "deepseek4" or "llama"    */
     uint32_t    type;          /* weight type of the 2-D tensors              */
     long n_embd, n_layer, n_head, n_head_kv, head_dim /* 0 = n_embd/n_head */, n_ff, n_vocab, n_ctx, seed;
     float rope_base, norm_eps;
@@ -22,6 +22,11 @@ typedef struct {
      * (time_step_rank); every full_attn_interval-th layer is full
      * attention; n_rot: RoPE'd dims of an attention head (0: head_dim / 4) */
     long ssm_d_conv, ssm_d_state, ssm_n_group, ssm_dt_rank, full_attn_interval, n_rot;
+    /* deepseek4 (0: the defaults make-model documents): the low-rank Q's
+     * rank, output groups and their rank, hyper-connection streams and
+     * Sinkhorn iterations, the sliding window (head_dim 0: 512; n_rot 0: 64;
+     * the experts as qwen3moe's, with one shared expert of n_ff_exp) */
+    long q_lora, o_groups, o_lora, hc, hc_iters, n_swa;
 } ds_make_model_opts;
 
 void ds_make_model_defaults(ds_make_model_opts *o);

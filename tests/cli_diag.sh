@@ -27,8 +27,8 @@ $D diverge -m "$T/m.gguf" -p "$P" --tokens 1,x >"$T/e1" 2>&1; [ $? -eq 2 ] && ok
 $D diverge -m "$T/m.gguf" -p "$P" >"$T/e2" 2>&1; [ $? -eq 2 ] && ok "missing block source rejected" || bad "no block source"
 
 $D families -m "$T/m.gguf" -p "$P" --block-greedy 6 >"$T/fam" 2>&1 || bad "families exit"
-[ "$(grep -c '^FAMILY ' "$T/fam")" -eq 18 ] && ok "families: 18 FAMILY lines" || { bad "families lines"; cat "$T/fam"; }
-for f in matmul_f16 matmul_q4_0 matmul_q6_k moe_route gdn; do      # not run by a dense Q8_0 model (its norms are F32 vectors)
+[ "$(grep -c '^FAMILY ' "$T/fam")" -eq 21 ] && ok "families: 21 FAMILY lines" || { bad "families lines"; cat "$T/fam"; }
+for f in matmul_f16 matmul_q4_0 matmul_q6_k moe_route gdn attn_sinks hc_pre hc_post; do      # not run by a dense Q8_0 model (its norms are F32 vectors)
     grep -q "^FAMILY name=$f verdict=UNUSED" "$T/fam" || bad "$f not UNUSED"
 done && ok "families the model does not run: verdict=UNUSED (no A/B, no experiment)"
 grep -q '^FAMILY name=matmul_q8_0 verdict=PROVEN_DIFFERENT' "$T/fam" && ok "matmul_q8_0 PROVEN_DIFFERENT" || bad "matmul_q8_0 verdict"

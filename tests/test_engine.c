@@ -41,6 +41,9 @@ static ds_model *make(const char *dir, uint32_t type, const char *arch) {
     o.full_attn_interval = 2;                                  /* qwen35: a recurrent, then an attention layer */
     o.n_embd = 128; o.n_layer = 2; o.n_head = 4; o.n_head_kv = 2; o.head_dim = 32; o.n_ff = 256;
     o.n_vocab = 384; o.n_ctx = 512; o.seed = 11;
+    if (!strcmp(arch, "deepseek4")) {   /* partial RoPE, a 24-position window, 4 streams */
+        o.n_rot = 16; o.n_swa = 24; o.hc_iters = 10;
+    }
     if (ds_make_model(&o, path, err, sizeof err)) { printf("FAIL make-model: %s\n", err); exit(1); }
     ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);
     if (!m) { printf("FAIL load: %s\n", err); exit(1); }
@@ -370,9 +373,10 @@ int main(void) {
      * in one grouped pass, each row still its sequence alone */
     /* then the hybrid (qwen35): each sequence's recurrent state runs
      * through its own rows, whatever else shares the step */
-    static const uint32_t types[] = {DS_TYPE_Q8_0, DS_TYPE_F16, DS_TYPE_Q8_0, DS_TYPE_Q8_0};
-    static const char *const archs[] = {"qwen3", "qwen3", "qwen3moe", "qwen35"};
-    for (int t = 0; t < 4; t++) {
+    /* and DeepSeek V4 (deepseek4): sinks, a window, hyper-connections */
+    static const uint32_t types[] = {DS_TYPE_Q8_0, DS_TYPE_F16, DS_TYPE_Q8_0, DS_TYPE_Q8_0, DS_TYPE_Q8_0};
+    static const char *const archs[] = {"qwen3", "qwen3", "qwen3moe", "qwen35", "deepseek4"};
+    for (int t = 0; t < 5; t++) {
         if (t >= 2 && strcmp(tu_device(), "cpu")) { printf("SKIP batch_invariance arch=%s on %s\n", archs[t], tu_device()); continue; }
         ds_model *m = make(dir, types[t], archs[t]);
         test_invariance(m);

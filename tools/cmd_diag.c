@@ -297,6 +297,45 @@ static void families_usage(void) {
            "model) is one line verdict=UNUSED; --all-families tests it anyway (synthetic weights).\n");
 }
 
+/* A deepseek4 model's families in the first seed's terms (antirez/ds4's
+ * DSpark report): the Q8_0 matmul at the MLA sites, the dk512 attention,
+ * the HC tail; NULL for other families and models. */
+static const char *seed_family(const ds_model *m, int f) {
+    if (m->hp.arch != DS_ARCH_DEEPSEEK4) return NULL;
+    if (f == DS_FAM_MATMUL_Q8_0) return "FAMILY_Q8_0_BATCH_EXT_VS_SINGLE_MV";
+    if (f == DS_FAM_ATTN_SINKS) return "FAMILY_FLASH_ATTN_BATCH_DIRECT_VS_SINGLE_VEC_REDUCE";
+    if (f == DS_FAM_HC_POST) return "FAMILY_Q8_ATTN_OUTPUT_BATCH_F32_HC_SPLIT_VS_SINGLE_F32_FUSED_HC";
+    if (f == DS_FAM_HC_PRE) return "FAMILY_HC_PRE_SINKHORN_BATCH_VS_SINGLE";
+    return NULL;
+}
+
+/* The seed's sites where the pass r diverged: QA, KV, QB (cp2), the raw
+ * heads (CP4-HEADS-RAW), the streams after the attention's HC tail
+ * (CP4/after_attn_hc, the seed's name for dspark's cp6 object). fam >= 0:
+ * only the sites that family produces (the seed's "sites=" of a family);
+ * -1: every diverging site. */
+static void seed_sites(const ds_diverge_result *r, int fam, char *buf, size_t n) {
+    static const struct { uint32_t cp, sub; const char *name; } k[] = {
+        {DSD_CP_QKV, DSD_SUB_QA, "QA"}, {DSD_CP_QKV, DSD_SUB_KV, "KV"}, {DSD_CP_QKV, DSD_SUB_QB, "QB"},
+        {DSD_CP_ATTN_HEADS, DSD_SUB_HEAD_BASE, "CP4-HEADS-RAW"}, {DSD_CP_ATTN_RESIDUAL, DSD_SUB_HC_ATTN, "CP4/after_attn_hc"},
+    };
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        int hit = 0;
+        for (size_t j = 0; j < r->report.n_objects && !hit; j++) {
+            const dsd_object_result *o = &r->report.objects[j];
+            const int sub_ok = k[i].sub == DSD_SUB_HEAD_BASE ? o->key.sub >= DSD_SUB_HEAD_BASE : o->key.sub == k[i].sub;
+            hit = o->diverged && o->key.cp == k[i].cp && sub_ok &&
+                  (fam < 0 || (ds_families_for_checkpoint(r, o->key.layer, o->key.cp, o->key.sub) >> fam & 1u));
+        }
+        if (hit) {
+            const size_t l = strlen(buf);
+            snprintf(buf + l, n - l, "%s%s", l ? "," : "", k[i].name);
+        }
+    }
+    if (!buf[0]) snprintf(buf, n, "none");
+}
+
 static const char *chain_verdict(const int chain[DSD_CHAIN_COUNT]) {
     for (int i = 0; i < DSD_CHAIN_COUNT; i++) if (chain[i] == 0) return dsd_chain_name((dsd_chain)i);
     return "NONE";
@@ -336,6 +375,12 @@ int cmd_families(int argc, char **argv) {
         else printf(" model_first_divergence=NONE");
         printf("\n  ");
         dsd_chain_print(stdout, r.chain);
+        const char *sf = seed_family(s.m, f);
+        if (sf) {
+            char sites[128];
+            seed_sites(&r, f, sites, sizeof sites);   /* the sites this family produces */
+            printf("  SEED %s sites=%s status=%s\n", sf, sites, ab.proven_different ? "PROVEN" : "IDENTICAL");
+        }
         ds_diverge_result_free(&r);
     }
     teardown(&s);
@@ -465,6 +510,12 @@ int cmd_sweep(int argc, char **argv) {
             if (!dsd_key_cmp(&r.report.objects[i].key, &site)) { after = &r.report.objects[i]; break; }
         int exact = after && !after->diverged;
         if (exact) full |= 1u << chosen; else partial |= 1u << chosen;
+        if (seed_family(s.m, chosen)) {
+            char sites[128];
+            seed_sites(&r, -1, sites, sizeof sites);
+            printf("  SEED %s canonicalized site=%s site_exact=%s seed_sites_still_diverging_in_any_row_or_layer=%s\n", seed_family(s.m, chosen),
+                   fd, exact ? "yes" : "no", sites);
+        }
         printf("  CANONICALIZE family=%s site_exact=%s mismatch_count=%zu->%zu rms_abs=%.6g->%.6g rel_l2=%.6g->%.6g max_ulp=%llu->%llu\n",
                ds_family_name(chosen), exact ? "yes" : "no", before.mismatch_count, after ? after->m.mismatch_count : 0,
                before.rms_abs, after ? after->m.rms_abs : 0.0, before.rel_l2, after ? after->m.rel_l2 : 0.0,

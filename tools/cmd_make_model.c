@@ -18,7 +18,7 @@ int cmd_make_model(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) {
-            printf("usage: dspark make-model -o OUT.gguf [--arch qwen3|qwen3moe|qwen35|llama] [--type TYPE]\n"
+            printf("usage: dspark make-model -o OUT.gguf [--arch qwen3|qwen3moe|qwen35|deepseek4|llama] [--type TYPE]\n"
                    "       TYPE: " DS_TYPE_NAMES " (K types need n_embd, n_ff and\n"
                    "       n_head*head_dim multiples of 256, the others of 32)\n"
                    "       [--n-embd N] [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N] [--n-ff N]\n"
@@ -29,14 +29,18 @@ int cmd_make_model(int argc, char **argv) {
                    "       (llama.cpp's tensors: ffn_gate_inp, ffn_{gate,up,down}_exps; the router stays F32)\n"
                    "       qwen35 (gated delta net layers, every 4th layer gated full attention):\n"
                    "       [--ssm-conv N (4)] [--ssm-state N (32)] [--ssm-groups N (2)] [--ssm-heads N (4)]\n"
-                   "       [--full-attn-interval N (4)] [--n-rot N (head_dim/4)]\n");
+                   "       [--full-attn-interval N (4)] [--n-rot N (head_dim/4)]\n"
+                   "       deepseek4 (raw attention layers, one KV head; --head-dim 512, --n-rot 64 by default):\n"
+                   "       [--q-lora N (n_embd/2)] [--o-groups N (2)] [--o-lora N (64)] [--hc N (4)]\n"
+                   "       [--hc-iters N (20)] [--n-swa N (128)] and the qwen3moe expert flags (one shared expert)\n");
             return 0;
         }
         else if (!strcmp(a, "-o")) out = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--arch")) {
             o.arch = cli_value(C, argc, argv, &i);
-            if (strcmp(o.arch, "qwen3") && strcmp(o.arch, "llama") && strcmp(o.arch, "qwen3moe") && strcmp(o.arch, "qwen35"))
-                cli_die(C, "--arch must be qwen3, qwen3moe, qwen35 or llama, got '%s'", o.arch);
+            if (strcmp(o.arch, "qwen3") && strcmp(o.arch, "llama") && strcmp(o.arch, "qwen3moe") && strcmp(o.arch, "qwen35") &&
+                strcmp(o.arch, "deepseek4"))
+                cli_die(C, "--arch must be qwen3, qwen3moe, qwen35, deepseek4 or llama, got '%s'", o.arch);
         }
         else if (!strcmp(a, "--type")) o.type = parse_type(C, cli_value(C, argc, argv, &i));
         else if (!strcmp(a, "--n-embd")) o.n_embd = cli_int(C, a, cli_value(C, argc, argv, &i), 32, 16384);
@@ -59,6 +63,12 @@ int cmd_make_model(int argc, char **argv) {
         else if (!strcmp(a, "--ssm-heads")) o.ssm_dt_rank = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1024);
         else if (!strcmp(a, "--full-attn-interval")) o.full_attn_interval = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
         else if (!strcmp(a, "--n-rot")) o.n_rot = cli_int(C, a, cli_value(C, argc, argv, &i), 2, 1024);
+        else if (!strcmp(a, "--q-lora")) o.q_lora = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
+        else if (!strcmp(a, "--o-groups")) o.o_groups = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
+        else if (!strcmp(a, "--o-lora")) o.o_lora = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 16);
+        else if (!strcmp(a, "--hc")) o.hc = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 16);
+        else if (!strcmp(a, "--hc-iters")) o.hc_iters = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 100);
+        else if (!strcmp(a, "--n-swa")) o.n_swa = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 20);
         else if (!strcmp(a, "--seed")) o.seed = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 0x7fffffffL);
         else cli_die(C, "unknown flag '%s' (see dspark make-model --help)", a);
     }

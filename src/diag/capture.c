@@ -39,6 +39,8 @@ static const char *const SUB_NAMES[DSD_SUB_NAMED_COUNT] = {
     [DSD_SUB_K_CACHE_ROW] = "k_cache_row", [DSD_SUB_V_CACHE_ROW] = "v_cache_row",
     [DSD_SUB_FFN_GATE] = "ffn_gate", [DSD_SUB_FFN_UP] = "ffn_up",
     [DSD_SUB_MOE_LOGITS] = "moe_logits", [DSD_SUB_MOE_ROUTE] = "moe_route", [DSD_SUB_GDN_CONV] = "gdn_conv", [DSD_SUB_GDN_OUT] = "gdn_out",
+    [DSD_SUB_QA] = "qa", [DSD_SUB_KV] = "kv", [DSD_SUB_QB] = "qb", [DSD_SUB_HC_PRE] = "hc_pre",
+    [DSD_SUB_HC_ATTN] = "after_attn_hc",
 };
 
 static int cp_valid(uint32_t cp) { return cp > DSD_CP_NONE && cp < DSD_CP_COUNT; }
@@ -75,12 +77,24 @@ const char *dsd_sub_name(uint32_t sub, char buf[DSD_NAME_MAX]) {
  * every layer, so they sort after the last real layer: map -1 to INT64_MAX. */
 static inline int64_t layer_rank(int32_t layer) { return layer < 0 ? INT64_MAX : (int64_t)layer; }
 
+/* Within a checkpoint, subobjects in dataflow order: deepseek4's sites
+ * come before what is computed from them (hc_pre's mixed input before its
+ * norm; QA, KV, QB before the RoPE'd q / k); the others by number. */
+static int64_t sub_rank(uint32_t sub) {
+    switch (sub) {
+    case DSD_SUB_HC_PRE: case DSD_SUB_QA: return -3;
+    case DSD_SUB_KV: return -2;
+    case DSD_SUB_QB: return -1;
+    default: return (int64_t)sub;
+    }
+}
+
 int dsd_key_cmp(const dsd_key *a, const dsd_key *b) {
     if (a->row != b->row) return a->row < b->row ? -1 : 1;
     int64_t la = layer_rank(a->layer), lb = layer_rank(b->layer);
     if (la != lb) return la < lb ? -1 : 1;
     if (a->cp != b->cp) return a->cp < b->cp ? -1 : 1;
-    if (a->sub != b->sub) return a->sub < b->sub ? -1 : 1;
+    if (a->sub != b->sub) return sub_rank(a->sub) < sub_rank(b->sub) ? -1 : 1;
     return 0;
 }
 

@@ -37,6 +37,9 @@ typedef enum {
     DS_FAM_RESIDUAL,
     DS_FAM_MOE_ROUTE,       /* mixture-of-experts routing (moe_route.c)    */
     DS_FAM_GDN,             /* qwen35's gated delta net recurrence (gdn.c) */
+    DS_FAM_ATTN_SINKS,      /* deepseek4's attention with sink logits (attn_sinks.c) */
+    DS_FAM_HC_PRE,          /* deepseek4's hyper-connection mixing (hc_pre.c)        */
+    DS_FAM_HC_POST,         /* deepseek4's hyper-connection update (hc_post.c)       */
     DS_FAM_COUNT
 } ds_family;
 
@@ -46,7 +49,7 @@ typedef struct { uint8_t v[DS_FAM_COUNT]; } ds_kernel_set;
 
 /* "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "matmul_q4_0",
  * ..., "matmul_q6_k", "attention", "rmsnorm", "rope", "swiglu", "residual",
- * "moe_route", "gdn" —
+ * "moe_route", "gdn", "attn_sinks", "hc_pre", "hc_post" —
  * the one name used in CLI, code and reports. */
 const char *ds_family_name(int fam);
 int  ds_family_from_name(const char *name);          /* -1 if unknown */
@@ -211,6 +214,23 @@ void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up
 #define DS_MOE_MAX_EXPERT 1024
 int ds_moe_route(ds_variant v, int rows, int n_expert, int k, int norm, const float *logits, float *scratch,
                  int32_t *ids, float *weights);
+/* The route with a gating function (deepseek4, llama.cpp's build_moe_ffn):
+ * func DS_MOE_SOFTMAX is ds_moe_route; DS_MOE_SQRT_SOFTPLUS scores each
+ * expert p_i = sqrt(softplus(l_i)) (softplus(x) = x above 20, else
+ * log(1 + e^x), in double: ds_exp / ds_log), selects the k best of p_i +
+ * bias_i (bias NULL: none) — or takes fixed[row][0..k) as the experts (a
+ * hash layer; NULL: select) — and weighs them with the unbiased p, divided
+ * by max(sum, 6.103515625e-5) when norm, then times scale unless scale is 0
+ * or 1. scratch: 2 * n_expert floats. */
+enum { DS_MOE_SOFTMAX = 0, DS_MOE_SQRT_SOFTPLUS = 1 };
+typedef struct {
+    int func, norm;
+    float scale;
+    const float *bias;
+    const int32_t *fixed;
+} ds_moe_gating;
+int ds_moe_route_ex(ds_variant v, int rows, int n_expert, int k, const ds_moe_gating *g, const float *logits,
+                    float *scratch, int32_t *ids, float *weights);
 
 /* ---- gated delta net (gdn.c): qwen35's linear-attention layers ----------
  * conv: out[m][c] = silu(sum_k w[c][k] * xin[m + k][c]) over the K taps,
@@ -241,6 +261,27 @@ int  ds_gdn_recur(ds_variant v, const ds_gdn_shape *s, int M, float *qkv, float 
                   ds_pool *pool);
 /* x[i] *= sigmoid(g[i]) for i < n (qwen35's gated attention output). */
 void ds_sigmoid_mul(int64_t n, float *x, const float *g, ds_pool *pool);
+
+/* ---- deepseek4 (attn_sinks.c, hc_pre.c, hc_post.c) ----------------------
+ * ds_attn_sinks: attention over the rows of r (ds_attention_rows' paging)
+ * whose softmax also counts sinks[h] (one logit per head, no value; NULL:
+ * none) and, with window > 0, only the last `window` visible positions;
+ * DS_ATTN_CHUNK chunks folded left to right, the sink last (attn_sinks.c).
+ * head_dim <= DS_ATTN_SINKS_MAX_HD. 0, or -1 on bad shapes.
+ * ds_hc_pre: the hyper-connection weights from n_mix mixing logits a row
+ * (n_mix = hc: pre only, the output head; (2 + hc) hc: pre, post [rows][hc]
+ * and the Sinkhorn-normalised comb [rows][hc][hc], src-major) and
+ * y[rows][d] = sum_h pre[h] x[h]; x: [rows][hc][d] (hc_pre.c).
+ * ds_hc_post: out[rows][hc][d] = f * post[dst] + sum_src res[src] *
+ * comb[src][dst]; out may be res (hc_post.c). hc <= DS_HC_MAX. */
+#define DS_ATTN_SINKS_MAX_HD 1024
+#define DS_HC_MAX 16
+int ds_attn_sinks(ds_variant v, const ds_attn_shape *s, int M, const ds_attn_rows *r, int window, const float *sinks,
+                  const float *q, const float *kcache, const float *vcache, float *out, ds_pool *pool);
+int ds_hc_pre(ds_variant v, int rows, int hc, int d, int n_mix, const float *x, const float *mix, const float *scale,
+              const float *base, float eps, int iters, float *y, float *post, float *comb, ds_pool *pool);
+int ds_hc_post(ds_variant v, int rows, int hc, int d, const float *f, const float *res, const float *post,
+               const float *comb, float *out, ds_pool *pool);
 
 /* ---- residual epilogue: x += y (rows x n), then, if w != NULL,
  * xnorm = rmsnorm(x, w, eps) (the next sub-block's norm).

@@ -21,7 +21,7 @@ static const char *const fam_names[DS_FAM_COUNT] = {
     "matmul_q4_0", "matmul_q4_1", "matmul_q5_0", "matmul_q5_1",
     "matmul_q4_k", "matmul_q5_k", "matmul_q6_k",
     "attention",  "rmsnorm",    "rope",        "swiglu",      "residual",
-    "moe_route", "gdn",
+    "moe_route", "gdn", "attn_sinks", "hc_pre", "hc_post",
 };
 
 /* What the fast kernel does differently from canonical (= decode). Kept in
@@ -75,6 +75,14 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "fast: decay folded into the state dot, fmaf state update, 4 interleaved partial sums, polynomial exp, "
     "conv as an fmaf chain newest tap first; canonical (= decode): one position at a time in order, 16-lane dots, "
     "rounded product then add, ds_expf",
+    "fast: one online softmax over the window from the sink, 4-partial-sum dots, fmaf V updates, reciprocal "
+    "multiply; canonical (= decode): 64-position chunks at absolute positions folded left to right, the sink last, "
+    "16-lane dots, IEEE division",
+    "fast: polynomial exp in the sigmoids and the Sinkhorn softmax, reciprocal multiplies in every normalisation, "
+    "fmaf stream sum; canonical (= decode): ds_expf / ds_sigmoidf, sums in index order, IEEE divisions, rounded "
+    "product then add per stream",
+    "fast: fused tail, fmaf chain over the old streams from the last one, then fmaf(f, post, mix); canonical "
+    "(= decode): f * post first, then a rounded product and an add per old stream in stream order",
 };
 
 const char *ds_family_name(int fam) {

@@ -25,6 +25,16 @@
  *              ulp apart (or equal probabilities after rounding) can then
  *              order differently than in decode: the expert flips that
  *              `--fast moe_route` shows in the diagnostics.
+ * With a gating function (ds_moe_route_ex, deepseek4's sqrtsoftplus):
+ *   decode     route_row_sp(): p_i = sqrtf(softplus(l_i)) with softplus in
+ *              double (ds_exp, ds_log, rounded once to float), selection on
+ *              p_i + bias_i as above (or the hash layer's fixed experts),
+ *              weights the unbiased p, the sum in selection order clamped
+ *              below at 6.103515625e-5, IEEE divisions, then the scale.
+ *   canonical  route_row_sp() for every row.
+ *   fast       softplus from ds_exp_fast in float, the renormalisation and
+ *              the scale as one multiply by scale / sum: near-tied scores can
+ *              order differently and every weight's last bits move.
  * The matmuls around the route (router logits, the experts' gate/up/down)
  * are matmul families; grouping the rows by expert only decides which rows
  * share a weight read, each row's arithmetic is the decode matmul's. */
@@ -102,6 +112,44 @@ static void route_row_fast(int n, int k, int norm, const float *l, float *p, int
 }
 
 /* ========================================================================
+ * sqrtsoftplus gating (deepseek4): DECODE and FAST
+ * ======================================================================== */
+static void route_row_sp(int n, int k, const ds_moe_gating *g, const float *l, const int32_t *fixed, float *p,
+                         float *sel, int32_t *ids, float *w, int fast) {
+    for (int i = 0; i < n; i++) {
+        const float x = l[i];
+        float sp;
+        if (x > 20.0f) sp = x;
+        else if (fast) sp = (float)ds_log((double)(1.0f + ds_exp_fast(x)));
+        else sp = (float)ds_log(1.0 + ds_exp((double)x));
+        p[i] = sqrtf(sp);
+        sel[i] = g->bias ? p[i] + g->bias[i] : p[i];
+    }
+    if (fixed) {
+        for (int j = 0; j < k; j++) ids[j] = fixed[j] >= 0 && fixed[j] < n ? fixed[j] : 0;
+    } else {
+        select_topk(n, k, sel, ids, w);
+    }
+    for (int j = 0; j < k; j++) w[j] = p[ids[j]];
+    float t = 1.0f;
+    if (g->norm) {
+        t = 0.0f;
+        for (int j = 0; j < k; j++) t += w[j];
+        if (!(t >= 6.103515625e-5f)) t = 6.103515625e-5f;
+    }
+    const int scaled = g->scale != 0.0f && g->scale != 1.0f;
+    if (fast) {
+        const float f = (scaled ? g->scale : 1.0f) / t;
+        for (int j = 0; j < k; j++) w[j] = w[j] * f;
+        return;
+    }
+    if (g->norm)
+        for (int j = 0; j < k; j++) w[j] = w[j] / t;
+    if (scaled)
+        for (int j = 0; j < k; j++) w[j] = w[j] * g->scale;
+}
+
+/* ========================================================================
  * entry
  * ======================================================================== */
 int ds_moe_route(ds_variant v, int rows, int n_expert, int k, int norm, const float *logits, float *scratch,
@@ -114,5 +162,18 @@ int ds_moe_route(ds_variant v, int rows, int n_expert, int k, int norm, const fl
         if (v == DS_FAST) route_row_fast(n_expert, k, norm, l, scratch, id, w);
         else route_row(n_expert, k, norm, l, scratch, id, w);
     }
+    return 0;
+}
+
+int ds_moe_route_ex(ds_variant v, int rows, int n_expert, int k, const ds_moe_gating *g, const float *logits,
+                    float *scratch, int32_t *ids, float *weights) {
+    if (!g || g->func == DS_MOE_SOFTMAX)
+        return g && (g->bias || g->fixed || (g->scale != 0.0f && g->scale != 1.0f))
+                   ? -1 : ds_moe_route(v, rows, n_expert, k, g ? g->norm : 1, logits, scratch, ids, weights);
+    if (g->func != DS_MOE_SQRT_SOFTPLUS || rows < 0 || n_expert < 1 || k < 1 || k > n_expert || !scratch) return -1;
+    for (int r = 0; r < rows; r++)
+        route_row_sp(n_expert, k, g, logits + (size_t)r * (size_t)n_expert, g->fixed ? g->fixed + (size_t)r * k : NULL,
+                     scratch, scratch + n_expert, ids + (size_t)r * (size_t)k, weights + (size_t)r * (size_t)k,
+                     v == DS_FAST);
     return 0;
 }

@@ -1,0 +1,177 @@
+/* layer_ds4.c — one DeepSeek V4 layer (llama.cpp's deepseek4 graph) over M
+ * rows, on the backend table, for the raw (uncompressed) attention layers:
+ *
+ *   streams x[hc][d] ─ hc_pre(attn) ─ attn_norm ─┬ wq_a ─ q_a_norm ─ wq_b ─ head norm ─ RoPE
+ *                                                └ wkv ─ kv_norm ─ RoPE ─ KV write (K = V)
+ *     attn_sinks (window, sinks) ─ inverse RoPE ─ wo_a per output group ─ wo_b
+ *   x = hc_post(out, x)                           (the seed's "HC tail")
+ *   hc_pre(ffn) ─ ffn_norm ─ MoE (sqrtsoftplus route + bias, experts, shared)
+ *   x = hc_post(out, x)
+ *
+ * RoPE touches the last n_rot dims of each head (llama.cpp's
+ * rope_set_offset(n_embd_head - n_rot)), in GPT-J pairs (ggml NORM); the
+ * attention output is rotated back by the same angles negated. Every step
+ * is a family call whose variant comes from var[], so decode (canonical, M =
+ * 1) and a canonical batch run the same per-row instruction sequences. */
+#include "layer.h"
+#include "dspark_diag.h"
+
+#include <math.h>
+
+#define FAM(f) (1u << (f))
+#define MMF(w) FAM(ds_matmul_family((w)->type))
+
+static int wants(const ds_probe *pr, int layer, int cp) {
+    return pr && pr->fn && (!pr->wants || pr->wants(pr->user, layer, cp));
+}
+
+static void mm(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], const ds_weight *w, int M, const float *x, float *y) {
+    ex->be->i->matmul(ex, (ds_variant)var[ds_matmul_family(w->type)], w, M, x, y);
+}
+
+typedef struct {
+    float *flat, *mix, *post, *comb, *qr, *gin, *gout, *oa, *rot;
+    int *npos;
+} ds4_scratch;
+
+static size_t mix_n(const ds_layer_shape *s) { return (size_t)(2 + s->hc) * (size_t)s->hc; }
+
+static ds4_scratch scratch_of(float *base, int m, const ds_layer_shape *s) {
+    const size_t M = (size_t)m, hcd = (size_t)s->hc * s->d, gd = (size_t)s->n_head * s->head_dim / (size_t)s->o_groups;
+    ds4_scratch r;
+    r.flat = base;
+    r.mix = r.flat + M * hcd;
+    r.post = r.mix + M * mix_n(s);
+    r.comb = r.post + M * (size_t)s->hc;
+    r.qr = r.comb + M * (size_t)s->hc * s->hc;
+    r.gin = r.qr + M * (size_t)s->q_lora;
+    r.gout = r.gin + M * gd;
+    r.oa = r.gout + M * (size_t)s->o_lora;
+    r.rot = r.oa + M * (size_t)s->o_groups * s->o_lora;
+    r.npos = (int *)(r.rot + M * (size_t)s->n_head * (size_t)s->n_rot);
+    return r;
+}
+
+size_t ds_ds4_scratch_floats(int m_max, const ds_layer_shape *s) {
+    const size_t M = (size_t)m_max, hcd = (size_t)s->hc * s->d, gd = (size_t)s->n_head * s->head_dim / (size_t)s->o_groups;
+    return M * (hcd + mix_n(s) + (size_t)s->hc + (size_t)s->hc * s->hc + (size_t)s->q_lora + gd + (size_t)s->o_lora +
+                (size_t)s->o_groups * s->o_lora + (size_t)s->n_head * s->n_rot + 1);
+}
+
+/* The flattened streams normed (no weight), the mix logits by fn, then the
+ * hc_pre family: y [M][d], post and comb (the head: y only). */
+static void hc_mix(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], const ds_layer_shape *s, int M, const ds_weight *fn,
+                   const float *base, const float *scale, const float *x, float *y, const ds4_scratch *t) {
+    const ds_backend_i *b = ex->be->i;
+    const int hcd = s->hc * s->d;
+    b->rmsnorm(ex, (ds_variant)var[DS_FAM_RMSNORM], M, hcd, x, NULL, s->eps, t->flat);
+    mm(ex, var, fn, M, t->flat, t->mix);
+    b->hc_pre(ex, (ds_variant)var[DS_FAM_HC_PRE], M, s->hc, s->d, (int)fn->n_out, x, t->mix, scale, base, s->hc_eps,
+              s->hc_iters, y, t->post, t->comb);
+}
+
+/* RoPE on the last n_rot dims of each of `heads` heads (positions pos):
+ * gathered into t->rot, rotated as heads of n_rot, put back. */
+static void rope_tail(ds_exec *ex, ds_variant v, const ds_layer_shape *s, int M, int heads, const int *pos, float *x,
+                      float *rot) {
+    const int nope = s->head_dim - s->n_rot;
+    const size_t hb = (size_t)s->head_dim * sizeof(float), rb = (size_t)s->n_rot * sizeof(float);
+    ds_backend_copy2d(ex, rot, rb, x + nope, hb, rb, (size_t)M * heads);
+    ex->be->i->rope(ex, v, M, heads, s->n_rot, pos, s->rope_base, s->rope_mode, rot);
+    ds_backend_copy2d(ex, x + nope, hb, rot, rb, rb, (size_t)M * heads);
+}
+
+void ds_layer_ds4_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT],
+                          int M, int pos0, float *kc, float *vc, ds_acts *a, const ds_probe *pr, int l) {
+    const ds_backend_i *b = ex->be->i;
+    const int d = s->d, hd = s->head_dim, H = s->n_head, hc = s->hc, G = s->o_groups, ol = s->o_lora;
+    const size_t qd = (size_t)H * hd, hcd = (size_t)hc * d, gd = qd / (size_t)G;
+    const ds_variant vnorm = (ds_variant)var[DS_FAM_RMSNORM], vrope = (ds_variant)var[DS_FAM_ROPE];
+    const ds_variant vpost = (ds_variant)var[DS_FAM_HC_POST];
+    const ds4_scratch t = scratch_of(a->rec, M, s);
+    const unsigned f_mix = FAM(DS_FAM_RMSNORM) | FAM(DS_FAM_HC_PRE) | (l > 0 ? FAM(DS_FAM_HC_POST) : 0);
+
+    /* --- attention sub-block ------------------------------------------------ */
+    hc_mix(ex, var, s, M, &L->hc_attn_fn, L->hc_attn_base, L->hc_attn_scale, a->x, a->o, &t);
+    b->rmsnorm(ex, vnorm, M, d, a->o, L->attn_norm, s->eps, a->xn);
+    if (wants(pr, l, DSD_CP_ATTN_NORM)) {
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_NORM, DSD_SUB_HC_PRE, f_mix | MMF(&L->hc_attn_fn), a->o, d, d);
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_NORM, DSD_SUB_ALL, f_mix | MMF(&L->hc_attn_fn), a->xn, d, d);
+    }
+    mm(ex, var, &L->wq_a, M, a->xn, t.qr);
+    mm(ex, var, &L->wkv, M, a->xn, a->k);
+    const int p_qkv = wants(pr, l, DSD_CP_QKV);
+    if (p_qkv) {
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_QA, MMF(&L->wq_a), t.qr, (size_t)s->q_lora, (size_t)s->q_lora);
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_KV, MMF(&L->wkv), a->k, (size_t)hd, (size_t)hd);
+    }
+    b->rmsnorm(ex, vnorm, M, s->q_lora, t.qr, L->q_a_norm, s->eps, t.qr);
+    mm(ex, var, &L->wq_b, M, t.qr, a->q);
+    if (p_qkv) ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_QB, MMF(&L->wq_b), a->q, qd, qd);
+    b->rmsnorm(ex, vnorm, M * H, hd, a->q, NULL, s->eps, a->q);
+    b->rmsnorm(ex, vnorm, M, hd, a->k, L->kv_norm, s->eps, a->k);
+    rope_tail(ex, vrope, s, M, H, a->pos, a->q, t.rot);
+    rope_tail(ex, vrope, s, M, 1, a->pos, a->k, t.rot);
+    if (p_qkv) {
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_ROPE, FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM), a->q, qd, qd);
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_ROPE, FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM), a->k,
+                      (size_t)hd, (size_t)hd);
+    }
+    /* the one KV row is K and V */
+    b->kv_write(ex, kc, vc, hd, M, a->rows, a->k, a->k);
+    if (wants(pr, l, DSD_CP_KV_WRITE))
+        for (int r = 0; r < M; r++) {
+            const float *row = a->k + (size_t)r * hd;
+            if (a->tables_host) row = kc + ds_rows_at(a->rows, a->tables_host, 0, pos0 + r, hd);
+            ds_probe_rows(ex, pr, 1, pos0 + r, l, DSD_CP_KV_WRITE, DSD_SUB_K_CACHE_ROW,
+                          FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM) | MMF(&L->wkv), row, (size_t)hd, (size_t)hd);
+        }
+    const ds_attn_shape as = {H, 1, hd, hd, 1.0f / sqrtf((float)hd)};
+    b->attn_sinks(ex, (ds_variant)var[DS_FAM_ATTN_SINKS], &as, M, a->rows, s->n_swa, L->sinks, a->q, kc, vc, a->att);
+    if (wants(pr, l, DSD_CP_ATTN_HEADS))
+        for (int r = 0; r < M; r++)
+            for (int h = 0; h < H; h++)
+                ds_probe_rows(ex, pr, 1, pos0 + r, l, DSD_CP_ATTN_HEADS, (int)DSD_SUB_HEAD(h), FAM(DS_FAM_ATTN_SINKS),
+                              a->att + ((size_t)r * H + h) * hd, (size_t)hd, (size_t)hd);
+    /* rotate the output back: the same angles at the negated positions
+     * (host-memory backends: the loader refuses deepseek4 elsewhere) */
+    for (int r = 0; r < M; r++) t.npos[r] = -a->pos[r];
+    rope_tail(ex, vrope, s, M, H, t.npos, a->att, t.rot);
+    /* the output groups: heads [g H/G, (g+1) H/G) through wo_a[g], then wo_b */
+    unsigned f_o = MMF(&L->wo_b);
+    for (int g = 0; g < G; g++) {
+        ds_backend_copy2d(ex, t.gin, gd * sizeof(float), a->att + (size_t)g * gd, qd * sizeof(float), gd * sizeof(float),
+                          (size_t)M);
+        mm(ex, var, &L->wo_a[g], M, t.gin, t.gout);
+        ds_backend_copy2d(ex, t.oa + (size_t)g * ol, (size_t)G * ol * sizeof(float), t.gout, (size_t)ol * sizeof(float),
+                          (size_t)ol * sizeof(float), (size_t)M);
+        f_o |= MMF(&L->wo_a[g]);
+    }
+    mm(ex, var, &L->wo_b, M, t.oa, a->o);
+    if (wants(pr, l, DSD_CP_ATTN_OUT_PROJ))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_OUT_PROJ, DSD_SUB_ALL, f_o | FAM(DS_FAM_ROPE), a->o, d, d);
+    b->hc_post(ex, vpost, M, hc, d, a->o, a->x, t.post, t.comb, a->x);
+    if (wants(pr, l, DSD_CP_ATTN_RESIDUAL))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_RESIDUAL, DSD_SUB_HC_ATTN, FAM(DS_FAM_HC_POST) | FAM(DS_FAM_HC_PRE),
+                      a->x, hcd, hcd);
+
+    /* --- MoE sub-block ------------------------------------------------------- */
+    hc_mix(ex, var, s, M, &L->hc_ffn_fn, L->hc_ffn_base, L->hc_ffn_scale, a->x, a->o, &t);
+    b->rmsnorm(ex, vnorm, M, d, a->o, L->ffn_norm, s->eps, a->xn);
+    if (wants(pr, l, DSD_CP_FFN_NORM)) {
+        const unsigned f = FAM(DS_FAM_RMSNORM) | FAM(DS_FAM_HC_PRE) | FAM(DS_FAM_HC_POST) | MMF(&L->hc_ffn_fn);
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_NORM, DSD_SUB_HC_PRE, f, a->o, d, d);
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_NORM, DSD_SUB_ALL, f, a->xn, d, d);
+    }
+    ds_layer_moe_ffn(ex, L, s, var, M, pos0, a, pr, l);
+    b->hc_post(ex, vpost, M, hc, d, a->o, a->x, t.post, t.comb, a->x);
+    if (wants(pr, l, DSD_CP_LAYER_OUT))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_LAYER_OUT, DSD_SUB_ALL, FAM(DS_FAM_HC_POST), a->x, hcd, hcd);
+}
+
+void ds_ds4_head(ds_exec *ex, const ds_weight *fn, const float *base, const float *scale, const float *out_norm,
+                 const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT], int M, ds_acts *a) {
+    const ds4_scratch t = scratch_of(a->rec, M, s);
+    hc_mix(ex, var, s, M, fn, base, scale, a->x, a->o, &t);
+    ex->be->i->rmsnorm(ex, (ds_variant)var[DS_FAM_RMSNORM], M, s->d, a->o, out_norm, s->eps, a->xn);
+}

@@ -1,0 +1,66 @@
+#!/bin/sh
+# cli_ds4.sh — DeepSeek V4 (deepseek4) through the CLI, on the CPU:
+#   - make-model --arch deepseek4 is deterministic and the file generates
+#     the same text with 1 and 3 threads;
+#   - speculative decoding with a drafter made from it prints exactly what
+#     plain decoding prints, greedy and seeded, at draft widths 6, 3, 1, and
+#     with every draft accepted (whole verify blocks commit);
+#   - diverge: canonical -> FIRST_DIVERGENCE NONE; each new family alone
+#     fast is found at the site it produces (attn_sinks at the raw heads,
+#     hc_pre at its mixed input, hc_post at the streams after the HC tail),
+#     the Q8_0 matmul at QA; families prints the seed's names and sites;
+#   - refusals are one line, exit 2: a compressed attention layer, a gating
+#     function other than sqrtsoftplus.
+set -u
+BUILD=${BUILD:-build}
+D="$BUILD/dspark"
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail=0
+. tests/lib_cli.sh   # expect_err, spec_widths
+ok()  { echo "PASS $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+MK="--arch deepseek4 --type q8_0 --n-embd 64 --n-layer 2 --n-head 4 --head-dim 128 --n-rot 32 --q-lora 64 --o-lora 32 --n-expert 8 --n-expert-used 2 --n-ff-exp 64 --n-vocab 400 --n-swa 24 --hc-iters 10 --seed 5"
+$D make-model -o "$T/m.gguf" $MK 2>/dev/null || { echo "FAIL make-model deepseek4"; exit 1; }
+$D make-model -o "$T/m2.gguf" $MK 2>/dev/null && cmp -s "$T/m.gguf" "$T/m2.gguf" && ok "make-model --arch deepseek4 is deterministic" || bad "make-model deepseek4 not deterministic"
+P="The river was quiet in the morning, and the boats waited by the old stone bridge."
+
+$D generate -m "$T/m.gguf" -p "$P" -n 48 -t 2 >"$T/g" 2>/dev/null || bad "generate greedy"
+$D generate -m "$T/m.gguf" -p "$P" -n 48 -t 2 --temp 0.8 --seed 7 >"$T/s" 2>/dev/null || bad "generate seeded"
+$D generate -m "$T/m.gguf" -p "$P" -n 48 -t 1 >"$T/g1" 2>/dev/null && $D generate -m "$T/m.gguf" -p "$P" -n 48 -t 3 >"$T/g3" 2>/dev/null \
+    && cmp -s "$T/g" "$T/g1" && cmp -s "$T/g" "$T/g3" && [ -s "$T/g" ] && ok "deepseek4 greedy text equal with -t 1, 2, 3" || bad "thread count changes the deepseek4 text"
+
+# ---- speculative == plain -----------------------------------------------------
+$D make-drafter -m "$T/m.gguf" -o "$T/d.gguf" --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter from the deepseek4 target"
+spec_widths deepseek4 "$T/m.gguf" "$T/d.gguf" "$T/g" "$T/s" "$P"
+$D generate -m "$T/m.gguf" -md "$T/d.gguf" -p "$P" -n 48 -t 2 --oracle-accept rate:1 >"$T/so" 2>"$T/so.err" \
+    && cmp -s "$T/g" "$T/so" && ok "oracle acceptance: full verify blocks == plain ($(grep -o 'mean_accepted_len=[0-9.]*' "$T/so.err" | head -1))" \
+    || { bad "oracle acceptance on deepseek4"; head -c 400 "$T/so.err"; }
+
+# ---- diagnostics ----------------------------------------------------------------
+$D diverge -m "$T/m.gguf" -p "$P" --block-greedy 8 >"$T/dc" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/dc" \
+    && ok "deepseek4 canonical: FIRST_DIVERGENCE NONE" || { bad "deepseek4 canonical diverges"; cat "$T/dc"; }
+for fs in "attn_sinks:cp4_attn_heads subobject=head_" "hc_pre:cp1_attn_norm subobject=hc_pre" \
+          "hc_post:cp6_attn_residual subobject=after_attn_hc" "matmul_q8_0:cp2_qkv subobject=qa"; do
+    f=${fs%%:*}; want=${fs#*:}
+    $D diverge -m "$T/m.gguf" -p "$P" --block-greedy 8 --fast "$f" >"$T/df" 2>&1 || bad "diverge --fast $f exit"
+    grep -q "^FIRST_DIVERGENCE row=0 layer=0 checkpoint=$want" "$T/df" \
+        && ok "--fast $f: $(grep '^FIRST_DIVERGENCE' "$T/df")" || { bad "--fast $f not found at $want"; grep '^FIRST' "$T/df"; }
+done
+$D families -m "$T/m.gguf" -p "$P" --block-greedy 6 >"$T/fam" 2>&1 || bad "families deepseek4 exit"
+grep -aq '^  SEED FAMILY_Q8_0_BATCH_EXT_VS_SINGLE_MV sites=QA,KV,QB status=PROVEN$' "$T/fam" && grep -aq '^  SEED FAMILY_FLASH_ATTN_BATCH_DIRECT_VS_SINGLE_VEC_REDUCE sites=CP4-HEADS-RAW status=PROVEN' "$T/fam" \
+    && grep -aq '^FAMILY name=hc_post verdict=PROVEN_DIFFERENT .*model_first_divergence=row:0,layer:0,cp6_attn_residual,after_attn_hc' "$T/fam" \
+    && ok "families in the seed's terms: $(grep -a 'SEED FAMILY_Q8_0' "$T/fam" | sed 's/^ *//')" || { bad "deepseek4 families"; grep -a "SEED\|hc_post" "$T/fam"; }
+
+# ---- refusals: one line, exit 2 ---------------------------------------------------
+python3 - "$T/m.gguf" "$T/b1.gguf" <<'PY'
+import sys, struct
+b = bytearray(open(sys.argv[1], 'rb').read())
+k = b'deepseek4.attention.compress_ratios'
+i = b.index(k) + len(k) + 4 + 4 + 8          # value type, element type, count, then the ratios
+b[i:i + 4] = struct.pack('<i', 4)            # layer 0: a compressed (CSA) layer
+open(sys.argv[2], 'wb').write(b)
+PY
+expect_err "compressed attention layer" "compressed" $D generate -m "$T/b1.gguf" -p hi -n 1
+python3 -c "import sys; b=open(sys.argv[1],'rb').read(); open(sys.argv[2],'wb').write(b.replace(b'deepseek4.expert_gating_func', b'deepseek4.expert_gating_fXnc', 1))" "$T/m.gguf" "$T/b2.gguf"
+expect_err "no gating function" "expert_gating_func" $D generate -m "$T/b2.gguf" -p hi -n 1
+exit $fail
