@@ -5,7 +5,7 @@
  *
  *   build/bench/engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N]
  *                      [--decode N] [--prompt N] [--long N]
- *                      [--drafter D.gguf [--text FILE] [--oracle-accept Q]]
+ *                      [--drafter D.gguf [--text FILE] [--oracle-accept Q] [--draft-pass N]]
  *
  * With a drafter: N requests (N = 1..64, prompts from windows of the text)
  * through the scheduler, plain and speculative interleaved, generated
@@ -129,7 +129,7 @@ static double run_sched(ds_sched *s, int N, const int32_t *text, int n_text, int
 }
 
 static void bench_spec(const ds_model *m, const char *dpath, const char *text_path, int threads, int reps, int D,
-                       int n_prompt, double oracle) {
+                       int n_prompt, double oracle, int draft_pass) {
     char err[DS_ERRLEN];
     ds_drafter *d = ds_drafter_load(dpath, m, err, sizeof err);
     if (!d) die("drafter", err);
@@ -164,11 +164,13 @@ static void bench_spec(const ds_model *m, const char *dpath, const char *text_pa
         printf("text: %zu tokens of text, %d more from a fixed id sequence\n", n_text, want - (int)n_text);
         n_text = (size_t)want;
     }
-    const ds_engine_params ep = {.n_seq_max = 64, .n_ctx = n_prompt + D + 2, .m_max = 64, .n_threads = threads, .drafter = d};
+    const ds_engine_params ep = {.n_seq_max = 64, .n_ctx = n_prompt + D + 2, .m_max = 64, .n_threads = threads, .drafter = d,
+                                 .draft_pass = draft_pass};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     if (!e) die("engine with drafter", err);
-    printf("speculative requests: drafter=%s gamma=%d prompt=%d generated=%d reps=%d%s (medians; plain and speculative interleaved)\n",
-           dpath, ds_drafter_block_size(d), n_prompt, D, reps, oracle > 0 ? " ORACLE acceptance (drafts replaced)" : "");
+    printf("speculative requests: drafter=%s gamma=%d prompt=%d generated=%d reps=%d draft_pass=%d%s (medians; plain and speculative interleaved)\n",
+           dpath, ds_drafter_block_size(d), n_prompt, D, reps, draft_pass ? draft_pass : 16,
+           oracle > 0 ? " ORACLE acceptance (drafts replaced)" : "");
     if (oracle > 0) printf("oracle: each draft is the plain token with probability %.2f; the drafter runs for its cost\n", oracle);
     static const int Ns[] = {1, 4, 16, 64};
     ds_sched *sch[3];
@@ -221,7 +223,7 @@ static void bench_spec(const ds_model *m, const char *dpath, const char *text_pa
 
 int main(int argc, char **argv) {
     const char *path = NULL, *device = "cpu", *dpath = NULL, *text_path = NULL;
-    int threads = 2, reps = 3, D = 32, n_prompt = 32, n_long = 0;
+    int threads = 2, reps = 3, D = 32, n_prompt = 32, n_long = 0, draft_pass = 0;
     double oracle = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -233,6 +235,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--drafter") && i + 1 < argc) dpath = argv[++i];
         else if (!strcmp(argv[i], "--text") && i + 1 < argc) text_path = argv[++i];
         else if (!strcmp(argv[i], "--oracle-accept") && i + 1 < argc) oracle = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--draft-pass") && i + 1 < argc) draft_pass = atoi(argv[++i]);
         else if (!path && argv[i][0] != '-') path = argv[i];
         else { fprintf(stderr, "engine bench: unknown argument '%s'\n", argv[i]); return 2; }
     }
@@ -247,7 +250,7 @@ int main(int argc, char **argv) {
     if (!m) die("load", err);
     if (dpath) {   /* the speculative comparison alone */
         printf("engine bench: model=%s device=%s threads=%d\n", path, device, threads);
-        bench_spec(m, dpath, text_path, threads, reps, D, n_prompt, oracle);
+        bench_spec(m, dpath, text_path, threads, reps, D, n_prompt, oracle, draft_pass);
         ds_model_free(m);
         return 0;
     }

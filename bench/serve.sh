@@ -15,7 +15,34 @@
 # Environment: BUILD (build), THREADS (2), CTX_PARALLEL (2: the old default
 # shape --parallel 2 -t 1 uses the same two cores), ENGINE_PARALLEL (16),
 # OUT (bench/results/serve-cpu.txt), PER, MAX_TOKENS (serve_load.py).
+#
+# DEVICE=cuda (the H200): the engine plain and with the drafter (-md, when
+# DRAFTER names one or the shipped drafter is the model's), and, when
+# LLAMA_SERVER names llama.cpp's llama-server, that server on the same file
+# (-ngl 99 -fa on -np ENGINE_PARALLEL), in the same interleaved rounds.
+# MODEL (the shipped target) and DRAFTER ("" for none) pick the files;
+# OUT defaults to bench/results/serve-cuda.txt.
 set -eu
+if [ "${DEVICE:-cpu}" = cuda ]; then
+    B=${BUILD:-build}
+    ROUNDS=${1:-3}
+    CONC=${2:-1,4,16,64}
+    EP=${ENGINE_PARALLEL:-64}
+    OUT=${OUT:-bench/results/serve-cuda.txt}
+    TGT=${MODEL:-models/dspark-tiny-q8_0.gguf}
+    DR=${DRAFTER-models/dspark-tiny-drafter-q8_0.gguf}
+    mkdir -p "$(dirname "$OUT")"
+    {
+        echo "==== bench/serve.sh DEVICE=cuda $(date -u +%Y-%m-%dT%H:%M:%SZ) git $(git rev-parse --short HEAD 2>/dev/null || echo -)"
+        echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1); cpu: $(nproc) cores"
+        echo "model: $TGT; drafter: ${DR:-none}; engine: --device cuda --parallel $EP; peer: ${LLAMA_SERVER:-none} -ngl 99 -fa on -np $EP -c $((EP * 256))"
+    } >> "$OUT"
+    set -- "engine=-m $TGT --device cuda --gen engine --parallel $EP --queue 1024"
+    [ -n "$DR" ] && set -- "$@" "engine+spec=-m $TGT -md $DR --device cuda --gen engine --parallel $EP --queue 1024"
+    [ -n "${LLAMA_SERVER:-}" ] && set -- "$@" "llama-server=peer:-m $TGT -ngl 99 -fa on -np $EP -c $((EP * 256))"
+    DSPARK_BIN=$B/dspark python3 bench/serve_load.py "$OUT" "$ROUNDS" "$CONC" "$@"
+    exit $?
+fi
 B=${BUILD:-build}
 ROUNDS=${1:-3}
 CONC=${2:-1,4,8,16}

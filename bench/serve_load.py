@@ -16,8 +16,12 @@ the same length), greedy and seeded sampling alternating. Measured per run:
   itl       mean seconds between a request's text chunks after the first
 Per cell the median over the rounds, and each configuration's ratio to the
 first one. The answers are checked too: every (prompt, settings) must give
-the same text in every configuration and round.
-Environment: DSPARK_BIN (build/dspark), PER (3), MAX_TOKENS (64).
+the same text in every dspark configuration and round.
+A configuration whose FLAGS begin with "peer:" is llama.cpp's llama-server
+($LLAMA_SERVER) with the rest of FLAGS, on a free port, ready once /health
+answers 200; its answers are checked against its own earlier rounds only
+(another engine's arithmetic gives other text).
+Environment: DSPARK_BIN (build/dspark), LLAMA_SERVER, PER (3), MAX_TOKENS (64).
 """
 import http.client
 import json
@@ -39,7 +43,35 @@ TEXTS = ["The river", "It is a truth universally acknowledged, that", "Once upon
          "Chapter One.", "The committee decided", "Under the bridge", "Her letter began", "The train left"]
 
 
+def start_peer(flags):
+    import socket
+    with socket.socket() as so:                     # a free port (llama-server takes no port 0)
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    exe = os.environ.get("LLAMA_SERVER", "llama-server")
+    p = subprocess.Popen([exe, "--host", "127.0.0.1", "--port", str(port)] + shlex.split(flags),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    while time.time() - t0 < 600:
+        if p.poll() is not None:
+            raise SystemExit("llama-server exited (%d): %s" % (p.returncode, flags))
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/health")
+            ok = c.getresponse().status == 200
+            c.close()
+            if ok:
+                return p, port
+        except OSError:
+            pass
+        time.sleep(0.5)
+    p.kill()
+    raise SystemExit("llama-server did not become ready: %s" % flags)
+
+
 def start(flags):
+    if flags.startswith("peer:"):
+        return start_peer(flags[5:])
     p = subprocess.Popen([BIN, "serve", "--port", "0"] + shlex.split(flags), stderr=subprocess.PIPE,
                          stdout=subprocess.DEVNULL, text=True)
     while True:
@@ -132,8 +164,9 @@ def main():
                     tok_s, req_s, ttfts, itls, ans = run(port, n, 1000 * n)
                     cell.setdefault((name, n), []).append((tok_s, req_s, pct(ttfts, 0.5), pct(ttfts, 0.99),
                                                           statistics.mean(x for x in itls if x == x)))
+                    peer = dict(cfgs)[name].startswith("peer:")
                     for i, t in ans.items():
-                        if answers.setdefault(i, t) != t:
+                        if answers.setdefault((name if peer else "", i), t) != t:
                             mismatch += 1
                     print("round %d n=%d %s: %.1f tok/s ttft p50 %.3f s" % (r + 1, n, name, tok_s, pct(ttfts, 0.5)),
                           file=sys.stderr, flush=True)
@@ -149,7 +182,8 @@ def main():
             lines.append("%7d  %-10s %7.1f  %7.2fx  %6.2f  %10.3f  %10.3f  %7.2fx  %6.2f" %
                          (n, name, med[0], med[0] / base[0], med[1], med[2], med[3], base[2] / med[2] if med[2] else 0,
                           1000 * med[4]))
-    lines.append("answers checked: %d distinct requests, %d differing between configurations or rounds" % (len(answers), mismatch))
+    lines.append("answers checked: %d distinct (engine, request) pairs, %d differing between dspark configurations or rounds"
+                 % (len(answers), mismatch))
     lines.append("(tok/s and ttft: medians of %d rounds; x: ratio to %s, ttft as speed-up; %d requests x %d tokens per client)"
                  % (rounds, cfgs[0][0], PER, MAX_TOKENS))
     with open(out, "a") as f:

@@ -734,6 +734,9 @@ int ds_draft_queue(ds_dctx *x, int32_t anchor, int p, const ds_draft_opts *o, co
 
 int ds_dctx_many_max(const ds_dctx *x) { return x && x->shared ? x->n_many : 0; }
 
+static int many_ops(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *rv, int32_t *ids, char *err,
+                    size_t errlen);
+
 int ds_draft_many(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *tables, const int32_t **ids_dev,
                   char *err, size_t errlen) {
     if (!x || !x->shared || !tables || !ids_dev) {
@@ -741,7 +744,7 @@ int ds_draft_many(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *table
         return -1;
     }
     const ds_drafter *d = x->d;
-    const int G = d->gamma, D = d->d, V = d->V;
+    const int G = d->gamma, V = d->V;
     if (n < 1 || n > x->n_many) { ds_errf(err, errlen, "draft: %d sequences in one pass (1..%d)", n, x->n_many); return -1; }
     /* every contract is checked before anything is written */
     for (int i = 0; i < n; i++) {
@@ -780,7 +783,40 @@ int ds_draft_many(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *table
     rv.pos = x->mbuf + M;
     rv.seq = x->mbuf + 2 * M;
     int32_t *ids = x->mbuf + 3 * M;
-    block_forward(x, n, &rv, rv.pos, ids, q[0].p);
+    *ids_dev = ids + n;
+    /* From here on every op reads the rows, tables and anchors from the
+     * device, so a backend that records launch sequences replays one
+     * recording per (context, n, each sequence's n_keep) — the same rule as
+     * draft_enqueue's: greedy rounds only (T > 0 takes positions by value). */
+    int greedy = 1;
+    for (int i = 0; i < n; i++) greedy &= !q[i].samp || !(q[i].samp->temp > 0.0f);
+    const int rec = be->graph_begin && greedy && !x->dbg_hidden && !x->dbg_unmasked;
+    if (rec) {
+        uint64_t key = 0x6d616e7900000000ull;                    /* "many" */
+        key ^= (uint64_t)(uintptr_t)x * 1099511628211ull;
+        key ^= ((uint64_t)x->no_chain << 2) | (uint64_t)x->no_mask_cache;
+        for (int i = 0; i < n; i++) key = (key ^ (uint64_t)(q[i].n_keep + 1)) * 0x100000001b3ull;
+        key ^= (uint64_t)n << 40;
+        const int replayed = dctx_graph_begin(x, key, err, errlen);
+        if (replayed < 0) return -1;
+        if (replayed) return be->graph_end(ex, err, errlen) ? -1 : 0;
+    }
+    if (many_ops(x, n, q, &rv, ids, err, errlen)) {
+        if (rec) (void)be->graph_end(ex, NULL, 0);
+        return -1;
+    }
+    return rec && be->graph_end(ex, err, errlen) ? -1 : 0;
+}
+
+/* ds_draft_many's device work after its upload: the block forward of every
+ * sequence, the LM head, each sequence's chain (its slots n rows apart). */
+static int many_ops(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *rv, int32_t *ids, char *err,
+                    size_t errlen) {
+    const ds_drafter *d = x->d;
+    const int D = d->d, V = d->V;
+    ds_exec *ex = x->ex;
+    const ds_backend_i *be = ex->be->i;
+    block_forward(x, n, rv, rv->pos, ids, q[0].p);
     /* the LM head over the rows still drafting, slot by slot (sequences of
      * fewer drafts are a suffix); slots that every sequence keeps share one
      * matmul */
@@ -808,7 +844,6 @@ int ds_draft_many(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *table
             if (head_slot(x, q[i].samp, k, &io, err, errlen)) return -1;
         }
     }
-    *ids_dev = ids + n;
     return 0;
 }
 

@@ -39,10 +39,11 @@ struct ds_engine {
     const ds_drafter *d;
     ds_dctx   *dx;
     int        gamma, seq_cap; /* seq_cap: positions a sequence's table spans     */
+    int        draft_pass;     /* sequences per ds_draft_many pass                */
     size_t     T;              /* floats of one row's taps                        */
     float     *taps;           /* backend [m_max][T]                              */
     int32_t   *dids;           /* backend [n_seq_max][gamma]: a step's drafts     */
-    /* batched drafting (host-memory backends): the requests in pass order,
+    /* batched drafting: the requests in pass order,
      * a pass's sequences, the drafts as they come back (slot-major per pass) */
     int       *dorder;         /* [n_seq_max]                                     */
     ds_draft_seq *dq;          /* [n_seq_max]                                     */
@@ -94,6 +95,7 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         return NULL;
     }
     if (m_max < 1 || m_max > 8192) { ds_errf(err, errlen, "engine: %d rows per chunk is out of range (1..8192)", m_max); return NULL; }
+    if (p->draft_pass < 0) { ds_errf(err, errlen, "engine: %d sequences per drafting pass is negative", p->draft_pass); return NULL; }
     if (p->n_threads < 1 || p->n_threads > 256) { ds_errf(err, errlen, "engine: -t %d is out of range (1..256)", p->n_threads); return NULL; }
     const ds_drafter *dr = p->drafter;
     const int gamma = dr ? ds_drafter_block_size(dr) : 0;
@@ -200,6 +202,10 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         engine_release(e);
         free(e);
         return NULL;
+    }
+    if (dr) {   /* at most what the shared drafter context's buffers hold */
+        const int most = ds_dctx_many_max(e->dx);
+        e->draft_pass = p->draft_pass && p->draft_pass < most ? p->draft_pass : most;
     }
     return e;
 }
@@ -474,7 +480,7 @@ static int prepare_chunk(ds_engine *e, const ds_row *rows, int c0, int c1, char 
  * table row on the device first. One download for every pass, one wait. */
 static int draft_batched(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, char *err, size_t errlen) {
     const ds_backend_i *b = e->be->i;
-    const int G = e->gamma, per = ds_dctx_many_max(e->dx);
+    const int G = e->gamma, per = e->draft_pass;
     for (int k = 0; k < n; k++) {          /* insertion sort: stable, n is small */
         int j = k;
         while (j > 0 && dr[e->dorder[j - 1]].n_keep < dr[k].n_keep) { e->dorder[j] = e->dorder[j - 1]; j--; }
@@ -527,23 +533,7 @@ int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, c
         for (int j = 0; j < k; j++)
             if (dr[j].seq == r->seq) { ds_errf(err, errlen, "draft: sequence %d twice", r->seq); return -1; }
     }
-    const ds_backend_i *b = e->be->i;
-    if (b->host_memory) return draft_batched(e, n, dr, ids, err, errlen);
-    /* one sequence after another through the shared drafter context, each
-     * block's ids copied aside on the device; one download and one wait
-     * (the device keeps this path: each round replays one recorded launch
-     * sequence, and the batched passes have not been measured there yet) */
-    for (int k = 0; k < n; k++) {
-        ds_seq *q = &e->seq[dr[k].seq];
-        const ds_draft_opts o = {dr[k].samp, dr[k].n_keep};
-        const int32_t *ids_dev = NULL;
-        if (ds_dctx_bind(e->dx, q, err, errlen) ||
-            ds_draft_queue(e->dx, dr[k].anchor, q->n_past, &o, &ids_dev, err, errlen))
-            return -1;
-        b->copy(e->ex, e->dids + (size_t)k * e->gamma, ids_dev, (size_t)dr[k].n_keep * sizeof(int32_t));
-    }
-    b->download(e->ex, ids, e->dids, (size_t)n * e->gamma * sizeof(int32_t));
-    return b->sync(e->ex, err, errlen);
+    return draft_batched(e, n, dr, ids, err, errlen);
 }
 
 /* Where the chunk from row c0 ends: m_max rows on, except that on a hybrid

@@ -29,6 +29,7 @@ typedef struct {
     int m_max;                  /* rows per internal forward chunk; 0: 64                  */
     int n_threads;              /* the CPU's -t                                            */
     const ds_drafter *drafter;  /* NULL: no drafter context rows (group 1)                 */
+    int draft_pass;             /* sequences per drafting pass (1..16); 0: 16              */
 } ds_engine_params;
 
 /* NULL with one line: a bad size, or memory the pool cannot have. */
@@ -98,10 +99,10 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
  * bit ds_draft on a drafter context of its own with the same rows. ids:
  * n * gamma ints, sequence k's drafts at ids[k * gamma ..]. The block rows'
  * pages are taken (positions up to n_past + gamma - 1); nothing a sequence
- * holds changes. On a host-memory backend the rounds run in batched passes
- * (ds_draft_many: one block forward and one LM head for up to 16
- * sequences); on a device, one recorded round per sequence. 0, or -1 with
- * one line. */
+ * holds changes. The rounds run in batched passes (ds_draft_many: one
+ * block forward, one LM head and each sequence's head chain for up to
+ * draft_pass sequences; on a backend that records launch sequences, one
+ * recording per pass shape). 0, or -1 with one line. */
 typedef struct {
     int32_t seq, anchor;
     int     n_keep;

@@ -62,11 +62,13 @@ static void ref_rows(const ds_model *m, const ds_drafter *d, const int32_t *toks
 }
 
 /* Many sequences' rounds at once (ds_draft_many's passes): 20 sequences of
- * different lengths — two passes, of 16 and 4 — each keeping its own
- * number of drafts (1..gamma: the shorter chains run beside the longer
- * ones), greedy and seeded sampled mixed in one pass: every sequence's
- * drafts equal ds_draft on a context of its own. */
-static void test_draft_many(const char *what, const ds_model *m, const ds_drafter *d) {
+ * different lengths — passes of `pass` (0: 16, so 16 and 4) — each keeping
+ * its own number of drafts (1..gamma: the shorter chains run beside the
+ * longer ones), greedy and seeded sampled mixed in one pass (mixed) or all
+ * greedy (a device records such passes): every sequence's drafts equal
+ * ds_draft on a context of its own, and a second identical round gives
+ * them again. */
+static void test_draft_many(const char *what, const ds_model *m, const ds_drafter *d, int pass, int mixed) {
     char err[DS_ERRLEN];
     const int gamma = ds_drafter_block_size(d);
     enum { NS = 20, LMAX = 120 };
@@ -80,11 +82,12 @@ static void test_draft_many(const char *what, const ds_model *m, const ds_drafte
             r ^= r << 13; r ^= r >> 7; r ^= r << 17;
             toks[s][i] = (int32_t)(r % (uint64_t)m->hp.n_vocab);
         }
-        samp[s] = (ds_sampler){.temp = s % 3 ? 0.0f : 0.9f, .top_p = 1.0f, .seed = 100u + (uint64_t)s};
+        samp[s] = (ds_sampler){.temp = s % 3 || !mixed ? 0.0f : 0.9f, .top_p = 1.0f, .seed = 100u + (uint64_t)s};
     }
-    const ds_engine_params ep = {.n_seq_max = NS, .n_ctx = 256, .n_threads = 2, .drafter = d};
+    const ds_engine_params ep = {.n_seq_max = NS, .n_ctx = 256, .n_threads = 2, .drafter = d, .draft_pass = pass};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     if (!e) { printf("FAIL engine with a drafter: %s\n", err); exit(1); }
+    const int per = pass ? pass : 16;
     int slot[NS];
     ds_draft_req dr[NS];
     ds_row *rows = malloc((size_t)NS * LMAX * sizeof *rows);
@@ -97,6 +100,15 @@ static void test_draft_many(const char *what, const ds_model *m, const ds_drafte
     CHECK(ds_engine_forward(e, rows, n, NULL, err, sizeof err) == 0, "%s: prefill of %d sequences: %s", what, NS, err);
     int32_t *eids = malloc((size_t)NS * gamma * sizeof(int32_t)), rids[64];
     CHECK(ds_engine_draft(e, NS, dr, eids, err, sizeof err) == 0, "%s: engine draft of %d sequences: %s", what, NS, err);
+    /* again: nothing a sequence holds changed, so the same drafts — on a
+     * backend that records launch sequences, from the recorded passes */
+    int32_t *again = malloc((size_t)NS * gamma * sizeof(int32_t));
+    CHECK(ds_engine_draft(e, NS, dr, again, err, sizeof err) == 0, "%s: second engine draft: %s", what, err);
+    int rep_bad = 0;
+    for (int s = 0; s < NS; s++)
+        rep_bad += memcmp(again + (size_t)s * gamma, eids + (size_t)s * gamma, (size_t)dr[s].n_keep * sizeof(int32_t)) != 0;
+    CHECK(rep_bad == 0, "%s: %d sequences' drafts differ between two identical rounds (pass %d)", what, rep_bad, per);
+    free(again);
     int n_layer = 0, row = 0;
     ds_drafter_kv_shape(d, &n_layer, &row);
     const size_t nf = (size_t)n_layer * (LMAX + 1) * (size_t)row;
@@ -114,8 +126,8 @@ static void test_draft_many(const char *what, const ds_model *m, const ds_drafte
     }
     CHECK(bad == 0, "%s: %d of %d sequences' drafts (batched passes) differ from ds_draft alone", what, bad, NS);
     if (!bad)
-        printf("PASS %s draft_many sequences=%d passes=%d sampled=%d keep=1..%d: every sequence's drafts == ds_draft alone\n",
-               what, NS, (NS + 15) / 16, sampled, gamma);
+        printf("PASS %s draft_many sequences=%d per_pass=%d passes=%d sampled=%d keep=1..%d: every sequence's drafts == ds_draft alone, twice\n",
+               what, NS, per, (NS + per - 1) / per, sampled, gamma);
     free(rows); free(eids); free(rk); free(rv);
     ds_engine_free(e);
 }
@@ -377,7 +389,8 @@ int main(void) {
     memcpy(text, tv, (size_t)n_text * sizeof(int32_t));
     free(tv);
     test_rows(m, d);
-    test_draft_many("shipped", m, d);
+    test_draft_many("shipped", m, d, 0, 1);
+    test_draft_many("shipped", m, d, 3, 0);   /* all greedy: recorded passes on a device */
     test_sched("shipped", m, d, text, n_text, 1);
     /* refusal: draft_max past the block */
     {
@@ -419,7 +432,7 @@ int main(void) {
         int32_t t2[300];
         for (int i = 0; i < 300; i++) t2[i] = (int32_t)((i * 71 + 3) % 300);
         test_rows(m, d);
-        test_draft_many("made-q8_0", m, d);
+        test_draft_many("made-q8_0", m, d, 0, 1);
         test_sched("made-q8_0", m, d, t2, 300, 0);
         ds_drafter_free(d);
         /* every head the batched passes run op by op: gated and rnn Markov
@@ -434,7 +447,7 @@ int main(void) {
                 printf("FAIL make drafter %s: %s\n", what, err);
                 return 1;
             }
-            test_draft_many(what, m, d);
+            test_draft_many(what, m, d, 0, 1);
             ds_drafter_free(d);
         }
         ds_model_free(m);

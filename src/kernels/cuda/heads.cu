@@ -278,6 +278,7 @@ struct ch_args {
     const float *conf_b;
     float *conf_logit, *conf;
     int per_block;                 /* vocabulary entries per block          */
+    int64_t sd;                    /* rows (and ids) from one slot to the next */
     unsigned *sync;                /* [2]: barrier arrivals, blocks done     */
     float *pv;                     /* [CH_KEEP_MAX][gridDim.x] partial max   */
     long long *pi;                 /*                          its index     */
@@ -325,7 +326,7 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
         znext = a.z[n_own];
     }
     for (int k = 0; k < a.n_keep; k++) {
-        float *zk = a.z + (int64_t)k * a.V;
+        float *zk = a.z + (int64_t)k * a.sd * a.V;
         if (a.w2) {
             /* e = W1[prev] */
             for (int j = t; j < a.r; j += CH_THREADS)
@@ -344,7 +345,7 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
             if (n_own == a.mask_id) zv = a.mask_logit;
             zk[n_own] = zv;
             if (zv == zv) { bv = zv; bi = n_own; }
-            if (k + 1 < a.n_keep) znext = zk[a.V + n_own];
+            if (k + 1 < a.n_keep) znext = zk[a.sd * a.V + n_own];
         }
         for (int64_t n = n0 + t; !own && n < n1; n += CH_THREADS) {
             float zv = zk[n];
@@ -377,7 +378,7 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
          * [h_k; e] quantized, one Q8_0 chain, the sigmoid */
         if (a.cw && blockIdx.x == 0) {
             for (int j = t; j < a.kc; j += CH_THREADS)
-                in[j] = j < a.D ? a.h[(int64_t)k * a.D + j] : e[j - a.D];
+                in[j] = j < a.D ? a.h[(int64_t)k * a.sd * a.D + j] : e[j - a.D];
             __syncthreads();                   /* xq / xs reused below */
             for (int b = t; b < nbc; b += CH_THREADS) xs[b] = dsc_q8_block(in + 32 * b, xq + 2 * b);
             __syncthreads();
@@ -407,7 +408,7 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
             }
             if (lane == 0) {
                 next = i < 0 ? 0 : (int32_t)i;
-                if (blockIdx.x == 0) a.toks[k + 1] = next;
+                if (blockIdx.x == 0) a.toks[(int64_t)(k + 1) * a.sd] = next;
             }
         }
         __syncthreads();
@@ -431,7 +432,6 @@ int dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     if ((c->w1 && !w1) || (c->w2 && !w2) || (c->conf_w && !cw) || (!w1) != (!w2)) return 1;
     if (c->n_keep < 1 || c->n_keep > CH_KEEP_MAX || c->V < 1 || c->D < 1 || (dsc_be(ex)->off & DSC_OFF_CHAIN))
         return 1;
-    if (c->stride > 1) return 1;                   /* adjacent slots only: the ops do strided ones */
     if (!ex->chain_sync) return 1;
     if (w1 && w1->type != DS_TYPE_F32 && w1->type != DS_TYPE_F16 && w1->type != DS_TYPE_BF16 &&
         w1->type != DS_TYPE_Q8_0)
@@ -456,6 +456,7 @@ int dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     a.h = c->h; a.z = c->z; a.toks = c->toks; a.mask_id = c->mask_id; a.mask_logit = c->mask_logit;
     a.conf_b = c->conf_b; a.conf_logit = c->conf_logit; a.conf = c->conf;
     a.per_block = (c->V + nblk - 1) / nblk;
+    a.sd = c->stride > 1 ? c->stride : 1;   /* a batched round's slot-major rows */
     a.sync = ex->chain_sync;
     a.pv = (float *)(ex->chain_sync + 4);
     a.pi = (long long *)(a.pv + CH_KEEP_MAX * DSC_CHAIN_BLOCKS);
