@@ -17,7 +17,8 @@
 # OUT (bench/results/serve-cpu.txt), PER, MAX_TOKENS (serve_load.py).
 #
 # DEVICE=cuda (the H200): the engine plain and with the drafter (-md, when
-# DRAFTER names one or the shipped drafter is the model's), and, when
+# DRAFTER names one or the shipped drafter is the model's; -t THREADS, 8:
+# the host threads that sample what the device declines), and, when
 # LLAMA_SERVER names llama.cpp's llama-server, that server on the same file
 # (-ngl 99 -fa on -np ENGINE_PARALLEL), in the same interleaved rounds.
 # MODEL (the shipped target) and DRAFTER ("" for none) pick the files;
@@ -35,10 +36,11 @@ if [ "${DEVICE:-cpu}" = cuda ]; then
     {
         echo "==== bench/serve.sh DEVICE=cuda $(date -u +%Y-%m-%dT%H:%M:%SZ) git $(git rev-parse --short HEAD 2>/dev/null || echo -)"
         echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1); cpu: $(nproc) cores"
-        echo "model: $TGT; drafter: ${DR:-none}; engine: --device cuda --parallel $EP; peer: ${LLAMA_SERVER:-none} -ngl 99 -fa on -np $EP -c $((EP * 256))"
+        echo "model: $TGT; drafter: ${DR:-none}; engine: --device cuda --parallel $EP -t ${THREADS:-8}; peer: ${LLAMA_SERVER:-none} -ngl 99 -fa on -np $EP -c $((EP * 256))"
     } >> "$OUT"
-    set -- "engine=-m $TGT --device cuda --gen engine --parallel $EP --queue 1024"
-    [ -n "$DR" ] && set -- "$@" "engine+spec=-m $TGT -md $DR --device cuda --gen engine --parallel $EP --queue 1024"
+    HT=${THREADS:-8}   # the host threads that sample the rows a device declines (top-p, top-k, min-p)
+    set -- "engine=-m $TGT --device cuda --gen engine --parallel $EP -t $HT --queue 1024"
+    [ -n "$DR" ] && set -- "$@" "engine+spec=-m $TGT -md $DR --device cuda --gen engine --parallel $EP -t $HT --queue 1024"
     [ -n "${LLAMA_SERVER:-}" ] && set -- "$@" "llama-server=peer:-m $TGT -ngl 99 -fa on -np $EP -c $((EP * 256))"
     DSPARK_BIN=$B/dspark python3 bench/serve_load.py "$OUT" "$ROUNDS" "$CONC" "$@"
     exit $?

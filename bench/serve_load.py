@@ -154,8 +154,8 @@ def main():
     for _, _, port in servers:                      # warm-up (first pages, first allocations): not measured
         run(port, 2, 10 ** 6)
     cell = {}                                       # (name, n) -> list of (tok_s, req_s, ttft p50, p99, itl)
-    answers = {}
-    mismatch = 0
+    answers = {}                                    # (engine, request) -> (text, first configuration)
+    mismatch, pairs = 0, {}
     try:
         for r in range(rounds):
             for n in conc:
@@ -166,8 +166,11 @@ def main():
                                                           statistics.mean(x for x in itls if x == x)))
                     peer = dict(cfgs)[name].startswith("peer:")
                     for i, t in ans.items():
-                        if answers.setdefault((name if peer else "", i), t) != t:
+                        t0, first = answers.setdefault((name if peer else "", i), (t, name))
+                        if t0 != t:
                             mismatch += 1
+                            k = (first, name, "greedy" if i % 2 == 0 else "seeded")
+                            pairs[k] = pairs.get(k, 0) + 1
                     print("round %d n=%d %s: %.1f tok/s ttft p50 %.3f s" % (r + 1, n, name, tok_s, pct(ttfts, 0.5)),
                           file=sys.stderr, flush=True)
     finally:
@@ -184,6 +187,8 @@ def main():
                           1000 * med[4]))
     lines.append("answers checked: %d distinct (engine, request) pairs, %d differing between dspark configurations or rounds"
                  % (len(answers), mismatch))
+    for (a, b, kind), c in sorted(pairs.items()):
+        lines.append("  differing: %d %s requests, first answered by %s, then otherwise by %s" % (c, kind, a, b))
     lines.append("(tok/s and ttft: medians of %d rounds; x: ratio to %s, ttft as speed-up; %d requests x %d tokens per client)"
                  % (rounds, cfgs[0][0], PER, MAX_TOKENS))
     with open(out, "a") as f:

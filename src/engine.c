@@ -8,6 +8,7 @@
 #include "engine.h"
 #include "drafter.h"
 #include "outfile.h"
+#include "threadpool.h"
 
 #include <errno.h>
 
@@ -33,6 +34,16 @@ struct ds_engine {
     float     *sel_scratch;    /* backend [2V]                                    */
     int32_t   *sel_ids;        /* backend [m_max]                                 */
     int32_t   *sel_host;       /* host [m_max]                                    */
+    /* rows whose sampler the backend declines (sampler.h's truncations on a
+     * device): selected on the host after the chunk, all at once — one
+     * download, one wait, the rows spread over hpool (a row's choice is
+     * its own: which thread makes it changes nothing) */
+    ds_pool   *hpool;          /* NULL on host-memory backends                    */
+    int       *hrow;           /* [m_max] the chunk's deferred rows               */
+    float     *hlog;           /* host [hcap][V]: their logits                    */
+    float     *hscr;           /* host [threads][2V]: ds_sample's scratch         */
+    int32_t   *hids;           /* [m_max] their choices                           */
+    int        hcap;           /* rows hlog holds                                 */
     /* the drafter (params.drafter): its context rows are group 1 of the
      * pool, one shared drafter context serves every sequence in turn, and
      * the forward's taps feed it on the device */
@@ -78,6 +89,8 @@ static void engine_release(ds_engine *e) {
     free(e->used);
     free(e->rowhost);
     free(e->sel_host);
+    ds_pool_free(e->hpool);
+    free(e->hrow); free(e->hlog); free(e->hscr); free(e->hids);
     free(e->dorder);
     free(e->dq);
     free(e->dhost);
@@ -155,6 +168,12 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     e->sel_ids = be->i->alloc(be, M * sizeof(int32_t));
     e->rowhost = malloc(3 * M * sizeof(int32_t));
     e->sel_host = malloc(M * sizeof(int32_t));
+    if (!be->i->host_memory) {
+        e->hpool = ds_pool_new(p->n_threads);
+        e->hrow = malloc(M * sizeof *e->hrow);
+        e->hids = malloc(M * sizeof *e->hids);
+        e->hscr = malloc((size_t)p->n_threads * 2 * V * sizeof(float));
+    }
     if (dr) {
         e->T = (size_t)ds_drafter_n_taps(dr) * d;
         e->taps = be->i->alloc(be, M * e->T * sizeof(float));
@@ -170,7 +189,8 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         }
     }
     int ok = e->a.x && e->a.xn && e->a.o && e->a.q && e->a.att && e->a.k && e->a.v && e->a.gate && e->a.up &&
-             e->a.h && (e->a.moe || !moe_n) && (e->a.rec || !rec_n) && e->logits && e->sel_scratch && e->tables && e->rowbuf && e->sel_ids && e->rowhost && e->sel_host;
+             e->a.h && (e->a.moe || !moe_n) && (e->a.rec || !rec_n) && e->logits && e->sel_scratch && e->tables && e->rowbuf && e->sel_ids && e->rowhost && e->sel_host &&
+             (be->i->host_memory || (e->hpool && e->hrow && e->hids && e->hscr));
     if (ok) {
         e->rows = (ds_rows){.pos = e->rowbuf, .seq = e->rowbuf + 2 * M, .tables = e->tables, .max_pages = e->max_pages,
                             .page = DS_KV_PAGE, .page_stride = ds_kvpool_page_stride(e->pool)};
@@ -550,6 +570,50 @@ static int chunk_end(const ds_engine *e, const ds_row *rows, int n, int c0) {
     return j0 > c0 && j1 - j0 <= e->rs.cap ? j0 : c1;
 }
 
+/* The chunk's deferred rows (e->hrow, chunk-relative; rows = the chunk's
+ * first row): their logits in one download per run of adjacent rows, one
+ * wait, then ds_sample per row on hpool's threads — each row's choice is
+ * ds_sample of its own logits at its own position, as select_on_host
+ * would make it one run at a time. */
+typedef struct {
+    ds_engine *e;
+    const ds_row *rows;
+    int V;
+} host_sel_job;
+
+static void host_sel_rows(void *arg, int64_t k0, int64_t k1, int chunk) {
+    const host_sel_job *j = arg;
+    ds_engine *e = j->e;
+    float *scr = e->hscr + (size_t)chunk * 2 * (size_t)j->V;
+    for (int64_t k = k0; k < k1; k++) {
+        const ds_row *r = &j->rows[e->hrow[k]];
+        const float *row = e->hlog + (size_t)k * (size_t)j->V;
+        const int32_t t = ds_sample(r->samp, row, j->V, (int64_t)r->pos + 1, scr);
+        e->hids[k] = t >= 0 ? t : (int32_t)ds_argmax(row, j->V);
+    }
+}
+
+static int host_select(ds_engine *e, const ds_row *rows, int n_host, char *err, size_t errlen) {
+    const ds_backend_i *b = e->be->i;
+    const size_t V = (size_t)e->m->hp.n_vocab;
+    if (n_host > e->hcap) {   /* grown to the most rows a chunk has deferred */
+        float *h = realloc(e->hlog, (size_t)n_host * V * sizeof(float));
+        if (!h) { ds_errf(err, errlen, "select: out of host memory for %d rows of %zu logits", n_host, V); return -1; }
+        e->hlog = h;
+        e->hcap = n_host;
+    }
+    for (int k = 0; k < n_host;) {
+        int k1 = k + 1;
+        while (k1 < n_host && e->hrow[k1] == e->hrow[k1 - 1] + 1) k1++;
+        b->download(e->ex, e->hlog + (size_t)k * V, e->logits + (size_t)e->hrow[k] * V, (size_t)(k1 - k) * V * sizeof(float));
+        k = k1;
+    }
+    if (b->sync(e->ex, err, errlen)) return -1;
+    host_sel_job j = {e, rows, (int)V};
+    ds_pool_for_idx(e->hpool, n_host, 1, host_sel_rows, &j);
+    return 0;
+}
+
 int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, char *err, size_t errlen) {
     if (check_rows(e, rows, n, err, errlen)) return -1;
     int n_logits = 0;
@@ -596,7 +660,7 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
         }
         /* selection: one op per run of rows of one sampler at consecutive
          * positions (a row at position p chooses the token for p + 1) */
-        int n_sel = 0;
+        int n_sel = 0, n_host = 0;
         for (int i = 0; i < cn;) {
             const ds_row *r = &rows[c0 + i];
             if (!(r->want & DS_ROW_SELECT)) { i++; continue; }
@@ -604,14 +668,22 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
             while (j < cn && (rows[c0 + j].want & DS_ROW_SELECT) && rows[c0 + j].samp == r->samp &&
                    rows[c0 + j].pos == rows[c0 + j - 1].pos + 1 && rows[c0 + j].seq == r->seq)
                 j++;
-            if (ds_backend_select(e->ex, r->samp, j - i, (int)V, e->logits + (size_t)i * V, (int64_t)r->pos + 1,
-                                  e->sel_scratch, e->sel_ids + i, err, errlen))
+            const float *lg = e->logits + (size_t)i * V;
+            const int sampled = r->samp && r->samp->temp > 0.0f;
+            if (e->hpool && sampled && !(b->sample && b->sample(e->ex, r->samp, j - i, (int)V, lg, (int64_t)r->pos + 1,
+                                                                 e->sel_scratch, e->sel_ids + i) == 0)) {
+                for (int k = i; k < j; k++) e->hrow[n_host++] = k;   /* after the chunk, on the host */
+            } else if (ds_backend_select(e->ex, r->samp, j - i, (int)V, lg, (int64_t)r->pos + 1, e->sel_scratch,
+                                         e->sel_ids + i, err, errlen)) {
                 return -1;
+            }
             n_sel += j - i;
             i = j;
         }
+        if (n_host && host_select(e, rows + c0, n_host, err, errlen)) return -1;
         if (n_sel) {
             b->download(e->ex, e->sel_host, e->sel_ids, (size_t)cn * sizeof(int32_t));
+            for (int k = 0; k < n_host; k++) e->sel_host[e->hrow[k]] = e->hids[k];
             for (int i = 0; i < cn; i++)
                 if (rows[c0 + i].want & DS_ROW_SELECT) out->ids[c0 + i] = e->sel_host[i];
         }

@@ -7,6 +7,7 @@
 #include "sampler.h"
 #include "kernels/kernels.h"
 #include "kernels/dsmath.h"
+#include "kernels/cpu/exp_many.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -105,19 +106,36 @@ static int top_p_keep(cand *c, int n, float top_p) {
         select_k(c, n, 1);
         return 1;
     }
+    /* Z in index order; the exponentials a block at a time (ds_exp_many:
+     * the same bits as ds_exp, vectorized), the sum one term at a time */
     double Z = 0.0;
-    for (int i = 0; i < n; i++) Z += ds_exp((double)c[i].x - (double)m);
+    for (int i0 = 0; i0 < n; i0 += 256) {
+        double e[256];
+        const int bn = n - i0 < 256 ? n - i0 : 256;
+        for (int i = 0; i < bn; i++) e[i] = (double)c[i0 + i].x - (double)m;
+        ds_exp_many(e, e, bn);
+        for (int i = 0; i < bn; i++) Z += e[i];
+    }
     const double target = (double)top_p * Z;
     /* Shrink the sort to the tokens with p >= thr*pmax whose mass is safely
      * enough; the sorted prefix that reaches `target` lies inside that set.
      * If rounding leaves it short, widen (thr -> 0 = everything). */
     static const double thr[] = { 1.0 / 16, 1.0 / 256, 1.0 / 65536, 1e-9, 1e-18, 0.0 };
+    /* below[t]: ln(thr[t]) less a margin of 1e-6. A token with x - m below
+     * it has exp(x - m) < thr[t] * (1 - 1e-6), which ds_exp (within a few
+     * ulps of exp) cannot round up to thr[t]: it is not kept, so its
+     * ds_exp is skipped — the kept set, its order and its mass are the
+     * same, only the ~V calls for the tokens far below the best are saved. */
+    static const double below[] = { -2.772589722239781, -5.545178444479562, -11.090355888959125,
+                                    -20.723266836946410, -41.446532673892820, -INFINITY };
     for (size_t t = 0; t < sizeof thr / sizeof thr[0]; t++) {
         double lim = thr[t];
         double mass = 0.0;
         int s = 0;
         for (int i = 0; i < n; i++) {
-            double p = ds_exp((double)c[i].x - (double)m);
+            const double dx = (double)c[i].x - (double)m;
+            if (dx < below[t]) continue;
+            double p = ds_exp(dx);
             if (p >= lim) { mass += p; cand tmp = c[i]; c[i] = c[s]; c[s] = tmp; s++; }
         }
         if (lim > 0.0 && mass < target * (1.0 + 1e-9) + 1e-300) continue;

@@ -8,6 +8,8 @@
  *   DSMATH_SWEEP=N   sweep every N-th float instead of the default stride
  *                    (DSMATH_SWEEP=1: all 2^31 non-negative floats; minutes) */
 #include "kernels/dsmath.h"
+#include "kernels/cpu/exp_many.h"
+#include "kernels/cpu/simd.h"
 #include "testutil.h"
 
 #include <float.h>
@@ -260,7 +262,48 @@ static void test_digest(void) {
     printf("%s dsmath_digest %016llx\n", h == DSMATH_DIGEST ? "PASS" : "FAIL", (unsigned long long)h);
 }
 
+/* ds_exp_many at every level == ds_exp per element: a sweep over the
+ * sampler's range (x - max in [-800, 0]), the whole double range's
+ * exponents, the thresholds' neighbours and the special values, at
+ * lengths that leave every tail (n % 8 = 0..7). */
+static void test_exp_many(void) {
+    enum { N = 40000 };
+    static double x[N], y[N];
+    uint64_t r = 12345;
+    for (int i = 0; i < N; i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        const double u = (double)(r >> 11) / 9007199254740992.0;
+        if (i < 20000) x[i] = -800.0 * u;                                  /* the sampler's range */
+        else if (i < 36000) x[i] = (u - 0.5) * 1500.0;                     /* both overflow edges */
+        else {
+            uint64_t b = r;                                                /* any bits: NaNs, subnormals, huge */
+            memcpy(&x[i], &b, sizeof b);
+        }
+    }
+    static const double special[] = {0.0, -0.0, 1.0, -1.0, 709.782712893384, 709.7827128933841, 709.78271289338397,
+                                     -745.1332191019412, -745.13321910194122, -745.1332191019411, -708.4, -708.39641853226408,
+                                     -1022.0 * 0.6931471805599453, 1e-300, -1e-300, 4.9e-324, INFINITY, -INFINITY, NAN, -NAN};
+    memcpy(x, special, sizeof special);
+    int bad = 0, levels = 0;
+    for (int lv = 0; lv < DS_LVL_COUNT; lv++) {
+        if (!ds_simd_level_ok(lv)) continue;
+        levels++;
+        for (int n = N - 7; n <= N; n++) {
+            ds_exp_many_at(lv, x, y, n);
+            for (int i = 0; i < n; i++) {
+                const double w = ds_exp(x[i]);
+                if (memcmp(&w, &y[i], sizeof w) && !(w != w && y[i] != y[i])) {
+                    if (bad++ < 5) printf("  level %s: ds_exp_many(%.17g) = %.17g, ds_exp = %.17g\n", ds_simd_level_name(lv), x[i], y[i], w);
+                }
+            }
+        }
+    }
+    CHECK(bad == 0, "ds_exp_many differs from ds_exp in %d elements", bad);
+    if (!bad) printf("PASS exp_many levels=%d values=%d: every element == ds_exp's bits (tails 0..7)\n", levels, N);
+}
+
 int main(void) {
+    test_exp_many();
     test_sincos_special();
     test_sincos_sweep();
     test_sincos_rope_angles();
