@@ -304,6 +304,11 @@ dspark_engine *dspark_engine_new(const dspark_model *m, const dspark_engine_para
 void dspark_engine_free(dspark_engine *e);
 int         dspark_engine_n_ctx(const dspark_engine *e);         /* positions per sequence */
 int         dspark_engine_n_seq_max(const dspark_engine *e);
+/* A server's default n_seq_max for sequences of n_ctx positions (0: the
+ * engine's default n_ctx): as many full sequences as half of the memory the
+ * model's device still has holds in KV pages, 1..64 (8 when the device
+ * cannot say). */
+int         dspark_engine_default_seqs(const dspark_model *m, int n_ctx);
 /* The kernel set as text, as dspark_ctx_kernels. */
 const char *dspark_engine_kernels(const dspark_engine *e);
 

@@ -45,6 +45,40 @@ void dspark_engine_params_default(dspark_engine_params *p) {
     p->prefix_cache = 1;
 }
 
+/* The positions a sequence may hold when n_ctx is 0: the model's own, at
+ * most 2048. */
+static int engine_n_ctx(const ds_model *m, int n_ctx) {
+    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 2048 ? m->hp.n_ctx_train : 2048;
+    return n_ctx;
+}
+
+/* How many full n_ctx sequences half of the memory the model's device can
+ * still give holds (KV pages of the target and, with a drafter, of its
+ * context rows: what a sequence costs at its longest), 1..64; 8 when the
+ * backend cannot say. Pages are committed as sequences grow, so this is a
+ * bound on the worst case, not a reservation. */
+int dspark_engine_default_seqs(const dspark_model *dm, int n_ctx) {
+    if (!dm) return 8;
+    const ds_model *m = ds_api_model(dm);
+    const ds_drafter *d = ds_api_drafter(dm);
+    n_ctx = engine_n_ctx(m, n_ctx);
+    const ds_hparams *hp = &m->hp;
+    uint64_t per_pos = (uint64_t)ds_hp_kv_layers(hp) * 2u * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    int gamma = 0;
+    if (d) {
+        int nl = 0, row = 0;
+        ds_drafter_kv_shape(d, &nl, &row);
+        per_pos += (uint64_t)nl * 2u * (uint64_t)row;
+        gamma = ds_drafter_block_size(d);
+    }
+    const uint64_t pages = ((uint64_t)n_ctx + (uint64_t)gamma + DS_KV_PAGE - 1) / DS_KV_PAGE;
+    const uint64_t per_seq = pages * DS_KV_PAGE * per_pos * sizeof(float);
+    const uint64_t avail = ds_backend_mem_free(m->be);
+    if (!avail || !per_seq) return 8;
+    const uint64_t n = avail / 2 / per_seq;
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+}
+
 dspark_engine *dspark_engine_new(const dspark_model *dm, const dspark_engine_params *p, dspark_error *err) {
     if (!dm || !p) { set_err(err, DSPARK_ERR_INVALID, "engine: no model or parameters given"); return NULL; }
     const ds_model *m = ds_api_model(dm);
@@ -54,8 +88,7 @@ dspark_engine *dspark_engine_new(const dspark_model *dm, const dspark_engine_par
         set_err(err, DSPARK_ERR_INVALID, "%s", e2);
         return NULL;
     }
-    int n_ctx = p->n_ctx;
-    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 2048 ? m->hp.n_ctx_train : 2048;
+    const int n_ctx = engine_n_ctx(m, p->n_ctx);
     /* the model's drafter, when it has one: requests may then speculate */
     const ds_engine_params ep = {.n_seq_max = p->n_seq_max, .n_ctx = n_ctx, .n_pages = p->n_pages, .m_max = p->batch_rows,
                                  .n_threads = p->n_threads ? p->n_threads : 2,

@@ -200,6 +200,19 @@ void ds_backend_const_free(ds_backend *be, void *dev, const void *host) {
     if (dev && dev != host) be->i->release(be, dev);
 }
 
+uint64_t ds_backend_mem_free(ds_backend *be) { return be->i->mem_free ? be->i->mem_free(be) : 0; }
+
+uint64_t ds_host_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024u;
+}
+
 int ds_backend_chunk_rows(ds_backend *be) {
     const int n = be->i->chunk_rows ? be->i->chunk_rows(be) : DS_CHUNK_ROWS_DEFAULT;
     return n >= 1 && n <= 8192 ? n : DS_CHUNK_ROWS_DEFAULT;

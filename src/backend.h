@@ -377,10 +377,21 @@ typedef struct ds_backend_i {
      * GPU is the difference between tensor-core tiles at ~90 TMAC/s
      * (M = 512) and ~20 (M = 64). */
     int (*chunk_rows)(ds_backend *be);
+
+    /* ---- optional: memory still to be had -----------------------------------
+     * Bytes this backend's buffers could still take (host: the kernel's
+     * MemAvailable; a GPU: its free memory), or 0 when unknown. NULL: unknown.
+     * What sizes a server's default number of sequences (api_engine.c). */
+    uint64_t (*mem_free)(ds_backend *be);
 } ds_backend_i;
 #define DS_CHUNK_ROWS_DEFAULT 64
 /* The backend's chunk rows (chunk_rows above, or the default). */
 int ds_backend_chunk_rows(ds_backend *be);
+/* mem_free above, or 0 (unknown). */
+uint64_t ds_backend_mem_free(ds_backend *be);
+/* /proc/meminfo's MemAvailable in bytes, 0 when it cannot be read (the CPU
+ * backend's mem_free, and the KV pool's check of a host pool's size). */
+uint64_t ds_host_mem_available(void);
 #define DS_COPY_N_MAX 4
 
 struct ds_backend {

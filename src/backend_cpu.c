@@ -442,9 +442,15 @@ static void cpu_moe_route_ex(ds_exec *ex, ds_variant v, int M, int n_expert, int
     (void)ds_moe_route_ex(v, M, n_expert, k, g, logits, scratch, ids, w);
 }
 
+static uint64_t cpu_mem_free(ds_backend *be) {
+    (void)be;
+    return ds_host_mem_available();
+}
+
 static const ds_backend_i cpu_i = {
     .name = "cpu",
     .host_memory = 1,
+    .mem_free = cpu_mem_free,
     .destroy = cpu_destroy,
     .describe = cpu_describe,
     .exec_new = cpu_exec_new,

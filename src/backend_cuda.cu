@@ -664,6 +664,14 @@ static void dsc_describe(ds_backend *be, char *buf, size_t n) {
  * at M = 512, 11-44 at M = 64), and 512 rows of activations, logits and taps
  * are small beside the weights. DSPARK_CUDA_OFF=chunk keeps the default 64
  * (A/B; no bit moves: prefill is chunk-invariant). */
+/* the device's free memory: what sizes a server's default --parallel */
+static uint64_t dsc_mem_free(ds_backend *be) {
+    size_t free_b = 0, total_b = 0;
+    (void)be;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    return (uint64_t)free_b;
+}
+
 static int dsc_chunk_rows(ds_backend *be) {
     return (((dsc_backend *)be->priv)->off & DSC_OFF_CHUNK) ? DS_CHUNK_ROWS_DEFAULT : 512;
 }
@@ -722,6 +730,7 @@ static const ds_backend_i dsc_iface = {
     /* hc_post */ NULL,
     /* moe_route_ex */ NULL,
     dsc_chunk_rows,
+    dsc_mem_free,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving

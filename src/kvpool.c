@@ -150,16 +150,7 @@ static void uncache(ds_kvpool *p, int32_t page) {
  * (/proc/meminfo MemAvailable); 0 when it cannot be read. A host pool is
  * committed page by page as it is written, so one larger than this would
  * not fail here but be killed later, mid-generation: it is refused now. */
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb * 1024u;
-}
+static uint64_t mem_available(void) { return ds_host_mem_available(); }
 
 ds_kvpool *ds_kvpool_new(ds_backend *be, const ds_kvpool_shape *s, char *err, size_t errlen) {
     if (!shape_ok(s)) {

@@ -89,6 +89,15 @@ int main(void) {
     int np[NREQ];
     for (int i = 0; i < NREQ; i++) np[i] = dspark_tokenize(m, texts[i], strlen(texts[i]), -1, 0, prompts[i], 64, &err);
 
+    /* the server's default number of sequences: 1..64, never more for a
+     * longer context, 8 without a model */
+    {
+        const int a = dspark_engine_default_seqs(m, 16), b = dspark_engine_default_seqs(m, 512);
+        const int ok = a >= 1 && a <= 64 && b >= 1 && b <= a && dspark_engine_default_seqs(NULL, 16) == 8;
+        printf("%s engine_default_seqs n_ctx=16: %d n_ctx=512: %d\n", ok ? "PASS" : "FAIL", a, b);
+        if (!ok) return 1;
+    }
+
     /* references: each request alone on its own context */
     int32_t ref[NREQ][NPRED];
     int nref[NREQ];

@@ -1100,7 +1100,8 @@ static void usage(void) {
            "  --host ADDR               IPv4 / IPv6 address to bind (default 127.0.0.1; 0.0.0.0 = all)\n"
            "  --port N                  TCP port (default 8080; 0 = any free port, printed at start)\n"
            "  --api-key KEY             require 'Authorization: Bearer KEY' (all but /health and OPTIONS)\n"
-           "  --parallel N, -np N       sequences generated at once, sharing each forward (default 4; --gen ctx: contexts, default 1)\n"
+           "  --parallel N, -np N       sequences generated at once, sharing each forward (default: as many full\n"
+           "                            -c contexts as half the device's free memory holds, 1..64; --gen ctx: contexts, default 1)\n"
            "  --batch N, -b N           rows per engine step: decode rows, then prompt chunks (default 512)\n"
            "  --ubatch N, -ub N         prompt rows one generation adds per step (default 64): decode rows and a\n"
            "                            cancel never wait longer than one such chunk\n"
@@ -1209,6 +1210,7 @@ int cmd_serve(int argc, char **argv) {
     if (api_key && !*api_key) cli_die(C, "--api-key must not be empty");
     if (max_n > queue) cli_die(C, "--max-n %ld exceeds --queue %ld (a request's choices queue together)", max_n, queue);
     if (max_n < 0) max_n = queue < 8 ? queue : 8;
+    const int parallel_sized = parallel < 0 && engine;   /* after the model is loaded */
     if (parallel < 0) parallel = engine ? 4 : 1;
     if (!engine && parallel > 64) cli_die(C, "--parallel %ld: --gen ctx runs at most 64 contexts", parallel);
     chat_kind forced = CHAT_NONE;
@@ -1244,6 +1246,7 @@ int cmd_serve(int argc, char **argv) {
     mp.device = device;
     s->model = dspark_model_load(&mp, &err);
     if (!s->model) { freeaddrinfo(ai); cli_die(C, "%s", err.message); }
+    if (parallel_sized) parallel = dspark_engine_default_seqs(s->model, (int)n_ctx);
     sgen_params gpar = {.engine = engine, .n_slots = (int)parallel, .max_queue = (int)queue, .step_rows = (int)batch, .prefill_chunk = (int)ubatch,
                         .prefix_cache = cache_prompt, .kv_pages = (int)kv_pages};
     dspark_ctx_params_default(&gpar.cp);
