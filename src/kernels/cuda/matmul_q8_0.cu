@@ -478,6 +478,11 @@ static void q8v_dispatch(ds_exec *ex, int n, const dsc_weight *const w[], int M,
  *           Lane 2j writes (float)D, lane 2j + 1 the scale product
  *           d_b * e_b (__fmul_rn(d, e), q8v's operand order) to the warp's
  *           shared rows, one row per (weight row, activation row) chain.
+ *           FB (a whole block per lane, the 3..8-row configurations):
+ *           segments u and u + 1 are taken together, lane 2j + h trades
+ *           its half of one for its partner's half of the other (one
+ *           16-byte shuffle per row), dots all of block j of segment u + h
+ *           (8 dp4a) and writes its ((float)D, d_b * e_b) pair itself.
  *   next    the group's registers are free again: the loads of the next
  *           group are issued into them now, and fly during ...
  *   chain   lane c = r * MT + m (one lane per output of the warp) folds the
@@ -518,6 +523,11 @@ __device__ __forceinline__ float q8w_ldf(const float *p) {
     asm volatile("ld.global.nc.L1::no_allocate.f32 %0, [%1];" : "=f"(v) : "l"(p));
     return v;
 }
+/* 16 bytes from lane ^ 1 (every lane of the warp calls it) */
+__device__ __forceinline__ uint4 q8w_shfl_xor1(uint4 v) {
+    return make_uint4(__shfl_xor_sync(0xffffffffu, v.x, 1), __shfl_xor_sync(0xffffffffu, v.y, 1),
+                      __shfl_xor_sync(0xffffffffu, v.z, 1), __shfl_xor_sync(0xffffffffu, v.w, 1));
+}
 /* the exact dot of 16 int8 pairs (integers: any order) */
 __device__ __forceinline__ int q8w_dot16(uint4 w, uint4 x) {
     int d = __dp4a((int)w.x, (int)x.x, 0);
@@ -534,12 +544,13 @@ struct q8w_cfg {
                                                   8-byte reads across the chain lanes) */
     static constexpr int SMEM = Q8W_WARPS * C * PC * 4;
     static_assert(C <= 32, "a chain per lane");
+    static_assert(U % 2 == 0, "FB pairs the segments");
     static_assert(SMEM <= 48 * 1024, "static shared memory");
 };
 
 /* MINB: blocks an SM the registers are sized for (8: 32 warps, 64
  * registers, the configurations that fit them without spilling) */
-template <int MT, int R, int U, int MINB>
+template <int MT, int R, int U, int MINB, bool FB>
 __global__ void __launch_bounds__(32 * Q8W_WARPS, MINB)
 q8w_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, const float *__restrict__ xd) {
     using C = q8w_cfg<MT, R, U>;
@@ -576,7 +587,14 @@ q8w_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, c
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 wv[r][u] = ok ? q8w_ld16(wrow[r] + seg * 512) : make_uint4(0, 0, 0, 0);
-                wsv[r][u] = ok ? q8w_ldf(wsrow[r] + seg * 16) : 0.0f;
+                if (!FB) {
+                    wsv[r][u] = ok ? q8w_ldf(wsrow[r] + seg * 16) : 0.0f;
+                } else if (u % 2 == 0) {     /* FB: the scale of this lane's block, in segment seg + h */
+                    const int64_t sb = seg + (lane & 1);
+                    wsv[r][u] = sb * 512 + 32 * (lane >> 1) < K ? q8w_ldf(wsrow[r] + sb * 16) : 0.0f;
+                } else {
+                    wsv[r][u] = 0.0f;
+                }
             }
         }
     };
@@ -597,6 +615,40 @@ q8w_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, c
     }
     for (int64_t s0 = 0; s0 < nseg; s0 += U) {
         /* dots of the group: (float)D and d * e per (row, activation row, block) */
+        if (FB) {
+            /* segments u, u + 1 at once: lane 2j + h trades its half of one
+             * segment for its partner's half of the other (one shuffle of 16
+             * bytes per row), so it holds all of block j of segment u + h,
+             * and dots it whole (8 dp4a per activation row, no shuffle of
+             * the dots, (float)D and d * e once per block) */
+            const int h = lane & 1, j = lane >> 1;
+#pragma unroll
+            for (int u = 0; u < U; u += 2) {
+                const int64_t sown = s0 + u + h;
+                const bool okb = sown * 512 + 32 * j < K;         /* this lane's block is in K */
+                uint4 lo[R], hi[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint4 a = wv[r][u], b = wv[r][u + 1];
+                    const uint4 got = q8w_shfl_xor1(h ? a : b);
+                    lo[r] = h ? got : a;          /* bytes 0..15 of the block  */
+                    hi[r] = h ? b : got;          /* bytes 16..31              */
+                }
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    const int8_t *xp = xrow[m] - 16 * lane + sown * 512 + 32 * j;
+                    const uint4 x0 = okb ? __ldg((const uint4 *)xp) : make_uint4(0, 0, 0, 0);
+                    const uint4 x1 = okb ? __ldg((const uint4 *)(xp + 16)) : make_uint4(0, 0, 0, 0);
+                    const float xs = okb ? __ldg(xdrow[m] - (lane >> 1) + sown * 16 + j) : 0.0f;
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        const int D = dsc_dot_q8(lo[r], hi[r], x0, x1);
+                        *(float2 *)(S + (r * MT + m) * C::PC + 2 * ((u + h) * 16 + j)) =
+                            make_float2((float)D, __fmul_rn(wsv[r][u], xs));
+                    }
+                }
+            }
+        } else {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t seg = s0 + u;
@@ -613,6 +665,7 @@ q8w_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, c
                     S[(r * MT + m) * C::PC + u * 32 + lane] = v;
                 }
             }
+        }
         }
         /* the next group's loads, into the registers just read */
         if (s0 + U < nseg) load(s0 + U);
@@ -633,7 +686,7 @@ q8w_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, c
 }
 
 /* One launch for the n weights (one K): a warp per R rows of each. */
-template <int MT, int R, int U, int MINB>
+template <int MT, int R, int U, int MINB, bool FB>
 static void q8w_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
                        float *const y[]) {
     q8v_set set;
@@ -652,7 +705,7 @@ static void q8w_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, c
         groups += dsc_blocks(w[i]->n_out, R);
     }
     set.blk0[Q8V_MAXW] = groups;
-    dsc_launch(ex, "matmul_q8_0 canonical (warp GEMV)", q8w_kernel<MT, R, U, MINB>, dim3(dsc_blocks(groups, Q8W_WARPS)),
+    dsc_launch(ex, "matmul_q8_0 canonical (warp GEMV)", q8w_kernel<MT, R, U, MINB, FB>, dim3(dsc_blocks(groups, Q8W_WARPS)),
                dim3(32 * Q8W_WARPS), 0, set, w[0]->n_in, M, xq, xd);
 }
 
@@ -661,19 +714,22 @@ static bool q8w_ok(ds_exec *ex, int n, int M) {
     return M >= 1 && M <= 8 && n >= 1 && n <= Q8V_MAXW && !(dsc_be(ex)->off & DSC_OFF_GEMV);
 }
 
-/* The configurations (MT, R, U, MINB), chosen from the registers each needs
- * (nvcc -Xptxas -v: none spills) and from what stays in flight: at one or
- * two activation rows a row per warp and 4 segments (2 KiB of one warp in
- * flight, 32 warps an SM); at 3..8 rows two rows per warp (the activation
- * words, 16 bytes per row and lane, loaded once for both; the chains of both
- * rows in the same instructions) and 2 segments. The same bits in every one
- * (tests/cuda/bench_gemv.cu times the others). */
+/* The configurations (MT, R, U, MINB, FB), chosen from the registers each
+ * needs (nvcc -Xptxas -v: none spills) and from what stays in flight, not
+ * yet from measurements: at one or two activation rows a row per warp and 4
+ * segments (2 KiB of one warp in flight, 32 warps an SM), half a block per
+ * lane; at 3..8 rows two rows per warp (the activation words loaded once
+ * for both; the chains of both rows in the same instructions), 2 segments,
+ * 24 warps an SM, and a whole block per lane (FB: the per-row-and-block
+ * work, dot shuffle, conversion, scale product, store, once per block
+ * instead of once per half). The same bits in every one
+ * (tests/cuda/bench_gemv.cu checks and times the others). */
 static void q8w_dispatch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
                          float *const y[]) {
-    if (M <= 1) q8w_launch<1, 1, 4, 8>(ex, n, w, M, xq, xd, y);
-    else if (M <= 2) q8w_launch<2, 1, 4, 8>(ex, n, w, M, xq, xd, y);
-    else if (M <= 4) q8w_launch<4, 2, 2, 8>(ex, n, w, M, xq, xd, y);
-    else q8w_launch<8, 2, 2, 8>(ex, n, w, M, xq, xd, y);
+    if (M <= 1) q8w_launch<1, 1, 4, 8, false>(ex, n, w, M, xq, xd, y);
+    else if (M <= 2) q8w_launch<2, 1, 4, 8, false>(ex, n, w, M, xq, xd, y);
+    else if (M <= 4) q8w_launch<4, 2, 2, 6, true>(ex, n, w, M, xq, xd, y);
+    else q8w_launch<8, 2, 2, 6, true>(ex, n, w, M, xq, xd, y);
 }
 
 /* ==========================================================================
