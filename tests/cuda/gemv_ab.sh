@@ -7,7 +7,8 @@
 #      A/B's other side), DSPARK_CUDA_OFF=fq (the short rows too through q8w);
 #   3. with the 8B Q8_0 make-model file present (MODELS_DIR, or MAKE8B=1 to
 #      make it, ~8 GB): dspark bench decode + forward_batch ratios, default
-#      and DSPARK_CUDA_OFF=gemv, interleaved twice.
+#      and DSPARK_CUDA_OFF=gemv, interleaved twice;
+#   SAN=1: bench_gemv --check under compute-sanitizer memcheck and racecheck.
 # Logs under $OUT (default /tmp/out). Exit status: 1 if any check failed.
 set -u
 B=${BUILD:-build-gemv}
@@ -24,6 +25,13 @@ for cfg in "" gemv fq; do
     grep -E "^FAIL" "$O/ops-off-${cfg:-none}.log" | head -20
     tail -1 "$O/ops-off-${cfg:-none}.log"
 done
+if [ "${SAN:-0}" = 1 ]; then      # optional: the bit checks under compute-sanitizer (slow)
+    for tool in memcheck racecheck; do
+        echo "== compute-sanitizer --tool $tool bench_gemv --check"
+        compute-sanitizer --tool $tool --error-exitcode 3 "$B"/tests/cuda/bench_gemv --check > "$O/san-$tool.txt" 2>&1 || rc=1
+        tail -2 "$O/san-$tool.txt"
+    done
+fi
 f=$MD/8b-q8_0.gguf
 if [ ! -f "$f" ] && [ "${MAKE8B:-0}" = 1 ]; then
     mkdir -p "$MD"
