@@ -63,7 +63,7 @@ __device__ __host__ inline uint32_t bg_hash(uint64_t i, uint32_t seed) {
 }
 __global__ void bg_fill_q(int8_t *q, size_t n, uint32_t seed) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        q[i] = (int8_t)(bg_hash(i, seed) % 255u) - 127;
+        q[i] = (int8_t)((int)(bg_hash(i, seed) % 255u) - 127);   /* -127 .. 127 */
 }
 /* fp16-valued scales of both signs around 2^-7 .. 2^-4 (their exact f32) */
 __global__ void bg_fill_d(float *d, size_t n, uint32_t seed) {
