@@ -47,6 +47,8 @@ mkdir -p "$BUILD/tests"
 for t in "$BUILD"/tests/cuda/test_*; do
     [ -x "$t" ] && one "$(basename "$t")" "$t"
 done
+# the Q8_0 GEMVs at M <= 8 (q8w, its configurations) == q8v bit for bit on the 8B shapes and tails
+[ -x "$BUILD/tests/cuda/bench_gemv" ] && one bench_gemv_check "$BUILD/tests/cuda/bench_gemv" --check
 for t in test_canonical test_diverge test_models test_spec test_drafter test_engine test_spec_batch; do
     [ -x "$BUILD/tests/$t" ] && one "$t" env DSPARK_DEVICE=cuda "$BUILD/tests/$t"
 done

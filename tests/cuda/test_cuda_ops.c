@@ -1667,6 +1667,17 @@ int main(int argc, char **argv) {
          * tiling of the Q8_0 kernel (32, 64 and 128 blocks per tile) */
         test_matmul_type(&t, DS_TYPE_Q8_0, 70, 5216);    /* 163 blocks: 128 + 35 */
         test_matmul_type(&t, DS_TYPE_Q8_0, 41, 1536);    /* 48 blocks            */
+        /* the warp-streamed GEMV (M <= 8; matmul_q8_0.cu q8w_kernel) at the
+         * 8B shape's K, with odd N: groups of 512-byte segments, a last
+         * segment of 2 blocks (K = 4160), rows past N in the last warp;
+         * short rows (K = 96: one partial segment; 1024) with N large enough
+         * that the in-kernel quantization (one wave at most) does not take
+         * them */
+        test_matmul_type(&t, DS_TYPE_Q8_0, 33, 4096);
+        test_matmul_type(&t, DS_TYPE_Q8_0, 17, 12288);
+        test_matmul_type(&t, DS_TYPE_Q8_0, 129, 4160);
+        test_matmul_type(&t, DS_TYPE_Q8_0, 4501, 96);
+        test_matmul_type(&t, DS_TYPE_Q8_0, 4501, 1024);
         test_matmul_type(&t, DS_TYPE_F16, 70, 4096);     /* 16 batches of 256    */
         test_matmul_type(&t, DS_TYPE_F16, 37, 4104);     /* K % 16 = 8: tail path */
         test_matmul_type(&t, DS_TYPE_BF16, 37, 2080);

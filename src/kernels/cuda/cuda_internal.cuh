@@ -98,6 +98,7 @@ enum {
     DSC_OFF_STREAM = 1u << 15,   /* Q8_0 streaming tensor-core GEMV (M <= 8)    */
     DSC_OFF_SPLIT = 1u << 16,    /* attention: chunks of long rows over many blocks */
     DSC_OFF_CHUNK = 1u << 17,    /* prompts in 512-row chunks (else 64)          */
+    DSC_OFF_GEMV = 1u << 18,     /* Q8_0 canonical M <= 8: the warp-streamed GEMV (else q8v) */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant

@@ -456,6 +456,283 @@ static void q8v_dispatch(ds_exec *ex, int n, const dsc_weight *const w[], int M,
 }
 
 /* ==========================================================================
+ * CANONICAL, streamed by warps (M <= 8: decode, verify, the drafter's block)
+ * ==========================================================================
+ * Decode is bound by the weight stream (8 GB a token on the 8B shape), and
+ * q8v_kernel above reaches ~40% of the copy bandwidth (211 tok/s against
+ * ~530 for the bytes). The suspects, none measured one by one: each lane's
+ * two 16-byte loads of a block are 32 bytes apart (every load instruction
+ * touches 32 sectors and uses half of each); a block's threads meet at two
+ * barriers per tile, and at M = 1 only 8 of its 256 threads run the tile's
+ * 128-fma chains while the rest wait; 32 KB a block in flight. Here every
+ * warp works alone (no block barrier at all) on R weight rows:
+ *
+ *   loads   a group of U segments of 512 bytes of each row: lane l takes the
+ *           16 bytes at 512 s + 16 l (one fully coalesced 512-byte request a
+ *           row and segment, L1 bypassed), the weight block scales beside
+ *           them; U x R x 512 bytes of one warp in flight at once, a warp
+ *           per R rows, up to 32 warps an SM (64 registers).
+ *   dots    lane 2j + h holds half h of block j of the segment: 4 dp4a per
+ *           activation row give a half dot, one xor-shuffle adds the pair's
+ *           halves: D, the exact integer block dot (integers: any order).
+ *           Lane 2j writes (float)D, lane 2j + 1 the scale product
+ *           d_b * e_b (__fmul_rn(d, e), q8v's operand order) to the warp's
+ *           shared rows, one row per (weight row, activation row) chain.
+ *           FB (a whole block per lane, the 3..8-row configurations):
+ *           segments u and u + 1 are taken together, lane 2j + h trades
+ *           its half of one for its partner's half of the other (one
+ *           16-byte shuffle per row), dots all of block j of segment u + h
+ *           (8 dp4a) and writes its ((float)D, d_b * e_b) pair itself.
+ *   next    the group's registers are free again: the loads of the next
+ *           group are issued into them now, and fly during ...
+ *   chain   lane c = r * MT + m (one lane per output of the warp) folds the
+ *           group's blocks IN BLOCK ORDER: acc = fma((float)D, d_b * e_b,
+ *           acc), one rounding per block, acc from +0, exactly q8v's and
+ *           the CPU's sequence.
+ *
+ * The weights are read in their upload layout (int8 rows of K bytes, rows
+ * 16-byte aligned since K % 32 == 0; f32 scales [N][K / 32]); segments past
+ * K (the last group, K not a multiple of 512 or of 512 U) load nothing and
+ * are never folded (a block is in K iff both of its halves are). Rows past
+ * N repeat row N - 1 and are never stored; activation rows past M repeat row
+ * M - 1 and are never stored.
+ *
+ * ==== Why its bits are the canonical bits ===============================================
+ * Per output (m, n) the kernel computes, for b = 0, 1, ..., nb - 1 in that
+ * order, acc = __fmaf_rn((float)D_b, __fmul_rn(d_b, e_b), acc) from acc =
+ * +0, with D_b the exact int32 dot of the weight block and the Q8_0 block of
+ * the same activation bytes q8v reads (q8_quantize or the producer's dsc_q8x
+ * copy). D_b is an integer (|D_b| <= 2^19: (float)D_b exact) whichever lanes
+ * summed it; the chain is one lane's, in block order, across groups. That is
+ * q8v_kernel's sequence operation for operation, hence decode's and the
+ * CPU's (kernels/cpu/matmul_q8_0.c); R, U, the grid and M choose speed only.
+ * DSPARK_CUDA_OFF=gemv runs q8v_kernel instead (an A/B; the same bits). */
+#define Q8W_WARPS 4                      /* warps per block (no block barrier: any)   */
+
+/* 16 bytes of a weight row, read once: not kept in L1 (the stream would only
+ * evict the activations, which every warp reads) */
+__device__ __forceinline__ uint4 q8w_ld16(const int8_t *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+__device__ __forceinline__ float q8w_ldf(const float *p) {
+    float v;
+    asm volatile("ld.global.nc.L1::no_allocate.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+/* 16 bytes from lane ^ 1 (every lane of the warp calls it) */
+__device__ __forceinline__ uint4 q8w_shfl_xor1(uint4 v) {
+    return make_uint4(__shfl_xor_sync(0xffffffffu, v.x, 1), __shfl_xor_sync(0xffffffffu, v.y, 1),
+                      __shfl_xor_sync(0xffffffffu, v.z, 1), __shfl_xor_sync(0xffffffffu, v.w, 1));
+}
+/* the exact dot of 16 int8 pairs (integers: any order) */
+__device__ __forceinline__ int q8w_dot16(uint4 w, uint4 x) {
+    int d = __dp4a((int)w.x, (int)x.x, 0);
+    d = __dp4a((int)w.y, (int)x.y, d);
+    d = __dp4a((int)w.z, (int)x.z, d);
+    return __dp4a((int)w.w, (int)x.w, d);
+}
+
+template <int MT, int R, int U>
+struct q8w_cfg {
+    static constexpr int C = R * MT;           /* chains (outputs) per warp: lanes 0..C-1 */
+    static constexpr int PC = 32 * U + 2;      /* floats per chain row: (D, d*e) per block of the group;
+                                                  + 2: chain c's row starts in bank 2c (conflict-free
+                                                  8-byte reads across the chain lanes) */
+    static constexpr int SMEM = Q8W_WARPS * C * PC * 4;
+    static_assert(C <= 32, "a chain per lane");
+    static_assert(U % 2 == 0, "FB pairs the segments");
+    static_assert(SMEM <= 48 * 1024, "static shared memory");
+};
+
+/* MINB: blocks an SM the registers are sized for (8: 32 warps, 64
+ * registers, the configurations that fit them without spilling) */
+template <int MT, int R, int U, int MINB, bool FB>
+__global__ void __launch_bounds__(32 * Q8W_WARPS, MINB)
+q8w_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, const float *__restrict__ xd) {
+    using C = q8w_cfg<MT, R, U>;
+    __shared__ __align__(16) float q8w_smem[Q8W_WARPS * C::C * C::PC];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    const unsigned g = blockIdx.x * Q8W_WARPS + warp;          /* this warp's row group */
+    if (g >= set.blk0[Q8V_MAXW]) return;                      /* whole warps: no barrier below */
+    int wi = 0;
+#pragma unroll
+    for (int i = 1; i < Q8V_MAXW; i++) wi += g >= set.blk0[i];
+    const int8_t *__restrict__ wq = set.wq[wi];
+    const float *__restrict__ wd = set.wd[wi];
+    const int64_t N = set.N[wi], nbase = (int64_t)(g - set.blk0[wi]) * R;
+    const int64_t nb = K / 32, nseg = (K + 511) / 512;
+    float *S = q8w_smem + warp * (C::C * C::PC);
+
+    /* this lane's 16 bytes in each row, its block (2 lanes a block) */
+    const int8_t *wrow[R];
+    const float *wsrow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t n = nbase + r < N ? nbase + r : N - 1;
+        wrow[r] = wq + n * K + 16 * lane;
+        wsrow[r] = wd + n * nb + (lane >> 1);
+    }
+    uint4 wv[R][U];
+    float wsv[R][U];
+    /* issue group s0's loads (segments s0 .. s0 + U - 1) */
+    auto load = [&](int64_t s0) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t seg = s0 + u;
+            const bool ok = seg * 512 + 16 * lane < K;       /* => the whole 16 bytes, and the block */
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                wv[r][u] = ok ? q8w_ld16(wrow[r] + seg * 512) : make_uint4(0, 0, 0, 0);
+                if (!FB) {
+                    wsv[r][u] = ok ? q8w_ldf(wsrow[r] + seg * 16) : 0.0f;
+                } else if (u % 2 == 0) {     /* FB: the scale of this lane's block, in segment seg + h */
+                    const int64_t sb = seg + (lane & 1);
+                    wsv[r][u] = sb * 512 + 32 * (lane >> 1) < K ? q8w_ldf(wsrow[r] + sb * 16) : 0.0f;
+                } else {
+                    wsv[r][u] = 0.0f;
+                }
+            }
+        }
+    };
+    load(0);                    /* weights: never written, so before the wait */
+    dsc_pdl_wait();
+    dsc_pdl_trigger();
+
+    /* the chain lane's output */
+    const int cr = lane / MT, cm = lane % MT;
+    float acc = 0.0f;
+    const int8_t *xrow[MT];
+    const float *xdrow[MT];
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        const int64_t mr = m < M ? m : M - 1;
+        xrow[m] = xq + mr * K + 16 * lane;
+        xdrow[m] = xd + mr * nb + (lane >> 1);
+    }
+    for (int64_t s0 = 0; s0 < nseg; s0 += U) {
+        /* dots of the group: (float)D and d * e per (row, activation row, block) */
+        if (FB) {
+            /* segments u, u + 1 at once: lane 2j + h trades its half of one
+             * segment for its partner's half of the other (one shuffle of 16
+             * bytes per row), so it holds all of block j of segment u + h,
+             * and dots it whole (8 dp4a per activation row, no shuffle of
+             * the dots, (float)D and d * e once per block) */
+            const int h = lane & 1, j = lane >> 1;
+#pragma unroll
+            for (int u = 0; u < U; u += 2) {
+                const int64_t sown = s0 + u + h;
+                const bool okb = sown * 512 + 32 * j < K;         /* this lane's block is in K */
+                uint4 lo[R], hi[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint4 a = wv[r][u], b = wv[r][u + 1];
+                    const uint4 got = q8w_shfl_xor1(h ? a : b);
+                    lo[r] = h ? got : a;          /* bytes 0..15 of the block  */
+                    hi[r] = h ? b : got;          /* bytes 16..31              */
+                }
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    const int8_t *xp = xrow[m] - 16 * lane + sown * 512 + 32 * j;
+                    const uint4 x0 = okb ? __ldg((const uint4 *)xp) : make_uint4(0, 0, 0, 0);
+                    const uint4 x1 = okb ? __ldg((const uint4 *)(xp + 16)) : make_uint4(0, 0, 0, 0);
+                    const float xs = okb ? __ldg(xdrow[m] - (lane >> 1) + sown * 16 + j) : 0.0f;
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        const int D = dsc_dot_q8(lo[r], hi[r], x0, x1);
+                        *(float2 *)(S + (r * MT + m) * C::PC + 2 * ((u + h) * 16 + j)) =
+                            make_float2((float)D, __fmul_rn(wsv[r][u], xs));
+                    }
+                }
+            }
+        } else {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t seg = s0 + u;
+            const bool ok = seg * 512 + 16 * lane < K;
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const uint4 xv = ok ? __ldg((const uint4 *)(xrow[m] + seg * 512)) : make_uint4(0, 0, 0, 0);
+                const float xs = ok ? __ldg(xdrow[m] + seg * 16) : 0.0f;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int p = q8w_dot16(wv[r][u], xv);
+                    const int D = p + __shfl_xor_sync(0xffffffffu, p, 1);
+                    const float v = (lane & 1) ? __fmul_rn(wsv[r][u], xs) : (float)D;
+                    S[(r * MT + m) * C::PC + u * 32 + lane] = v;
+                }
+            }
+        }
+        }
+        /* the next group's loads, into the registers just read */
+        if (s0 + U < nseg) load(s0 + U);
+        __syncwarp();
+        /* the chains: block s0 * 16 + t at (S[2t], S[2t + 1]) of the chain's row, in order */
+        if (lane < C::C) {
+            const float2 *row = (const float2 *)(S + lane * C::PC);
+            const int nv = nb - s0 * 16 < 16 * U ? (int)(nb - s0 * 16) : 16 * U;
+#pragma unroll 8
+            for (int t = 0; t < nv; t++) {
+                const float2 dv = row[t];
+                acc = __fmaf_rn(dv.x, dv.y, acc);
+            }
+        }
+        __syncwarp();           /* the rows are read before the next group writes them */
+    }
+    if (lane < C::C && cm < M && nbase + cr < N) set.y[wi][(int64_t)cm * N + nbase + cr] = acc;
+}
+
+/* One launch for the n weights (one K): a warp per R rows of each. */
+template <int MT, int R, int U, int MINB, bool FB>
+static void q8w_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
+                       float *const y[]) {
+    q8v_set set;
+    memset(&set, 0, sizeof set);
+    unsigned groups = 0;
+    for (int i = 0; i < Q8V_MAXW; i++) {
+        if (i >= n) {
+            set.blk0[i] = 0xffffffffu;
+            continue;
+        }
+        set.blk0[i] = groups;
+        set.wq[i] = (const int8_t *)w[i]->data;
+        set.wd[i] = w[i]->scale;
+        set.y[i] = y[i];
+        set.N[i] = w[i]->n_out;
+        groups += dsc_blocks(w[i]->n_out, R);
+    }
+    set.blk0[Q8V_MAXW] = groups;
+    dsc_launch(ex, "matmul_q8_0 canonical (warp GEMV)", q8w_kernel<MT, R, U, MINB, FB>, dim3(dsc_blocks(groups, Q8W_WARPS)),
+               dim3(32 * Q8W_WARPS), 0, set, w[0]->n_in, M, xq, xd);
+}
+
+/* 1 when q8w_kernel takes these quantized rows: M <= 8 and not switched off */
+static bool q8w_ok(ds_exec *ex, int n, int M) {
+    return M >= 1 && M <= 8 && n >= 1 && n <= Q8V_MAXW && !(dsc_be(ex)->off & DSC_OFF_GEMV);
+}
+
+/* The configurations (MT, R, U, MINB, FB), chosen from the registers each
+ * needs (nvcc -Xptxas -v: none spills) and from what stays in flight, not
+ * yet from measurements: at one or two activation rows a row per warp and 4
+ * segments (2 KiB of one warp in flight, 32 warps an SM), half a block per
+ * lane; at 3..8 rows two rows per warp (the activation words loaded once
+ * for both; the chains of both rows in the same instructions), 2 segments,
+ * 24 warps an SM, and a whole block per lane (FB: the per-row-and-block
+ * work, dot shuffle, conversion, scale product, store, once per block
+ * instead of once per half). The same bits in every one
+ * (tests/cuda/bench_gemv.cu checks and times the others). */
+static void q8w_dispatch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
+                         float *const y[]) {
+    if (M <= 1) q8w_launch<1, 1, 4, 8, false>(ex, n, w, M, xq, xd, y);
+    else if (M <= 2) q8w_launch<2, 1, 4, 8, false>(ex, n, w, M, xq, xd, y);
+    else if (M <= 4) q8w_launch<4, 2, 2, 6, true>(ex, n, w, M, xq, xd, y);
+    else q8w_launch<8, 2, 2, 6, true>(ex, n, w, M, xq, xd, y);
+}
+
+/* ==========================================================================
  * activations quantized by their producer (dsc_q8x, cuda_internal.cuh)
  * ========================================================================== */
 /* The slot's layout: M x K quants (rounded up to 256 bytes), then the
@@ -520,7 +797,8 @@ static void q8v_run(ds_exec *ex, int n, const dsc_weight *const w[], int M, cons
         dsc_launch(ex, "q8_0 quantize", q8_quantize, dim3(dsc_blocks(nq, 128)), dim3(128), 0, x, nq, xq, xd);
     }
     if (bm) dsc_q8_mma(ex, bm, n, w, M, xq, xd, y);
-    else if (xq && !epi.x && dsc_q8_stream_ok(ex, n, M)) dsc_q8_stream(ex, n, w, M, xq, xd, y);
+    else if (xq && !epi.x && dsc_q8_stream_ok(ex, n, M)) dsc_q8_stream(ex, n, w, M, xq, xd, y);   /* opt-in */
+    else if (xq && !epi.x && q8w_ok(ex, n, M)) q8w_dispatch(ex, n, w, M, xq, xd, y);
     else q8v_dispatch(ex, n, w, M, xq, xd, x, NULL, NULL, y, epi);
     /* the copy stays good for the next matmul of the same rows (the launch
      * above read it, wrote only y) — unless y is x's own buffer */

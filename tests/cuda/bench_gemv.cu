@@ -1,0 +1,358 @@
+/* bench_gemv.cu — the Q8_0 canonical GEMVs for M = 1..8 (decode, verify) on
+ * the 8B shapes: validate and time, one command on a GPU
+ * (`make CUDA=1 BUILD=... bench-gemv`; under 60 s on an H200).
+ *
+ * It includes matmul_q8_0.cu (and the tensor-core file it calls) and drives
+ * their launchers on a bare execution context: old = q8v_kernel (what
+ * DSPARK_CUDA_OFF=gemv runs), new = q8w_kernel's default configuration
+ * (q8w_dispatch), the other q8w configurations (MT, R, U, MINB, FB), and the
+ * opt-in streaming tensor-core GEMV (DSPARK_CUDA_ON=stream). For each shape
+ * N x K (q/o, k/v, gate/up, down, LM head) and M = 1, 2, 4, 8:
+ *   - every kernel's outputs bitwise equal to old's (memcmp of all M x N),
+ *     and old's rows 0, 1, N/2, N-2, N-1 equal to a host evaluation of the
+ *     definition (acc = +0; acc = fmaf((float)D, d * e, acc) per block in
+ *     order): one PASS/FAIL line per shape and M;
+ *   - times: medians of REPS CUDA-event timings per kernel, the kernels
+ *     interleaved (rotating order), L2 flushed (a 256 MiB memset) before each,
+ *     launched without programmatic dependent launch (each alone);
+ *     GB/s = bytes read (weights + scales + activations) / time, and its %
+ *     of the device-to-device copy bandwidth measured first (bytes read +
+ *     written, as KINDS.md counts it).
+ * Weights and activations are random bytes and random fp16-valued scales,
+ * made on the device. Two more shapes check the K and N tails (bits only).
+ * `bench_gemv --check`: the checks without the timings (for compute-sanitizer).
+ * Ends with "bench_gemv: N PASS, N FAIL". */
+#include "kernels/cuda/matmul_q8_0.cu"
+#include "kernels/cuda/matmul_q8_0_mma.cu"
+
+#include <algorithm>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+/* the rest of the backend, which these files call: only launch errors matter here */
+void dsc_note(ds_exec *ex, cudaError_t e, const char *what) {
+    if (e != cudaSuccess && !ex->err) {
+        ex->err = 1;
+        snprintf(ex->errmsg, sizeof ex->errmsg, "%s: %s", what, cudaGetErrorString(e));
+    }
+}
+void dsc_launched(ds_exec *ex, cudaError_t e, const char *what) {
+    ex->n_ops++;
+    dsc_note(ex, e, what);
+}
+void *dsc_scratch(ds_exec *ex, int s, size_t bytes) { (void)ex; (void)s; (void)bytes; return NULL; }
+
+#define REPS 25
+#define CK(x)                                                                                              \
+    do {                                                                                                   \
+        cudaError_t e_ = (x);                                                                              \
+        if (e_ != cudaSuccess) {                                                                           \
+            fprintf(stderr, "bench_gemv: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__);       \
+            exit(2);                                                                                       \
+        }                                                                                                  \
+    } while (0)
+
+__device__ __host__ inline uint32_t bg_hash(uint64_t i, uint32_t seed) {
+    uint64_t z = i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (uint32_t)(z ^ (z >> 31));
+}
+__global__ void bg_fill_q(int8_t *q, size_t n, uint32_t seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        q[i] = (int8_t)((int)(bg_hash(i, seed) % 255u) - 127);   /* -127 .. 127 */
+}
+/* fp16-valued scales of both signs around 2^-7 .. 2^-4 (their exact f32) */
+__global__ void bg_fill_d(float *d, size_t n, uint32_t seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t h = bg_hash(i, seed);
+        d[i] = dsc_fp16_to_f32((h & 0x8000u) | (0x2000u + (h >> 16) % 0x0c00u));
+    }
+}
+
+typedef void (*bg_fn)(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y);
+static const q8v_epi bg_none = {};
+static void bg_old(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+    q8v_dispatch(ex, 1, &w, M, xq, xd, NULL, NULL, NULL, &y, bg_none);
+}
+static void bg_new(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+    q8w_dispatch(ex, 1, &w, M, xq, xd, &y);
+}
+static void bg_stream(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+    dsc_q8_stream(ex, 1, &w, M, xq, xd, &y);
+}
+template <int MT, int R, int U, int MINB, bool FB>
+static void bg_cfg(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+    q8w_launch<MT, R, U, MINB, FB>(ex, 1, &w, M, xq, xd, &y);
+}
+
+struct bg_kernel {
+    const char *name;
+    bg_fn fn;
+};
+#define BG_NK 8
+/* per MT (1, 2, 4, 8): old, new (the default), the streaming tensor-core
+ * GEMV, then other q8w configurations "q8w MT/R/U/MINB", f: a whole block
+ * per lane (FB) */
+static void bg_kernels(int MT, bg_kernel k[BG_NK]) {
+    k[0] = {"old q8v", bg_old};
+    k[1] = {"new q8w", bg_new};
+    k[2] = {"stream", bg_stream};
+    switch (MT) {
+    case 1:
+        k[3] = {"q8w 1/1/8/6", bg_cfg<1, 1, 8, 6, false>};
+        k[4] = {"q8w 1/2/4/6", bg_cfg<1, 2, 4, 6, false>};
+        k[5] = {"q8w 1/1/4/8f", bg_cfg<1, 1, 4, 8, true>};
+        k[6] = {"q8w 1/2/4/6f", bg_cfg<1, 2, 4, 6, true>};
+        k[7] = {"q8w 1/1/2/8", bg_cfg<1, 1, 2, 8, false>};
+        break;
+    case 2:
+        k[3] = {"q8w 2/1/8/6", bg_cfg<2, 1, 8, 6, false>};
+        k[4] = {"q8w 2/2/4/6", bg_cfg<2, 2, 4, 6, false>};
+        k[5] = {"q8w 2/1/4/8f", bg_cfg<2, 1, 4, 8, true>};
+        k[6] = {"q8w 2/2/2/6f", bg_cfg<2, 2, 2, 6, true>};
+        k[7] = {"q8w 2/1/2/8", bg_cfg<2, 1, 2, 8, false>};
+        break;
+    case 4:
+        k[3] = {"q8w 4/1/4/8", bg_cfg<4, 1, 4, 8, false>};
+        k[4] = {"q8w 4/2/2/8", bg_cfg<4, 2, 2, 8, false>};
+        k[5] = {"q8w 4/1/2/8f", bg_cfg<4, 1, 2, 8, true>};
+        k[6] = {"q8w 4/2/4/4f", bg_cfg<4, 2, 4, 4, true>};
+        k[7] = {"q8w 4/1/4/6f", bg_cfg<4, 1, 4, 6, true>};
+        break;
+    default:
+        k[3] = {"q8w 8/2/2/8", bg_cfg<8, 2, 2, 8, false>};
+        k[4] = {"q8w 8/1/2/8f", bg_cfg<8, 1, 2, 8, true>};
+        k[5] = {"q8w 8/1/4/6f", bg_cfg<8, 1, 4, 6, true>};
+        k[6] = {"q8w 8/2/4/4f", bg_cfg<8, 2, 4, 4, true>};
+        k[7] = {"q8w 8/1/2/8", bg_cfg<8, 1, 2, 8, false>};
+        break;
+    }
+}
+
+/* the definition on the host, output (m, n) */
+static float bg_host(const int8_t *wrow, const float *wsrow, const int8_t *xrow, const float *xdrow, int64_t K) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < K / 32; b++) {
+        int32_t D = 0;
+        for (int k = 0; k < 32; k++) D += (int32_t)wrow[b * 32 + k] * (int32_t)xrow[b * 32 + k];
+        const float p = wsrow[b] * xdrow[b];           /* -ffp-contract=off: one rounded product */
+        acc = fmaf((float)D, p, acc);
+    }
+    return acc;
+}
+
+static double bg_median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+int main(int argc, char **argv) {
+    /* --check: the bit checks only (for compute-sanitizer: memcheck, racecheck) */
+    const bool check_only = argc > 1 && !strcmp(argv[1], "--check");
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("bench_gemv: no CUDA GPU\n");
+        return 2;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    CK(cudaSetDevice(0));
+    /* a bare execution context: no programmatic dependent launch (each kernel
+     * timed alone), nothing else switched */
+    static dsc_backend b;
+    static ds_backend be;
+    memset(&b, 0, sizeof b);
+    b.n_sm = prop.multiProcessorCount;
+    b.off = DSC_OFF_PDL;
+    CK(dsc_q8_mma_init(b.qp_bps));
+    be.priv = &b;
+    ds_exec *ex = (ds_exec *)calloc(1, sizeof(ds_exec));
+    ex->be = &be;
+    CK(cudaStreamCreate(&ex->st));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    printf("bench_gemv: %s, %d SMs, L2 %d MiB; medians of %d, L2 flushed before each; q8w MT/R/U/MINB\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize >> 20, REPS);
+
+    /* the copy bandwidth: 1 GiB device to device, bytes read + written */
+    const size_t cbytes = (size_t)1 << 30, fbytes = (size_t)256 << 20;
+    void *ca, *cb, *flush;
+    CK(cudaMalloc(&ca, cbytes));
+    CK(cudaMalloc(&cb, cbytes));
+    CK(cudaMalloc(&flush, fbytes));
+    CK(cudaMemset(ca, 1, cbytes));
+    std::vector<float> ct;
+    for (int r = 0; r < 7; r++) {
+        CK(cudaEventRecord(e0, ex->st));
+        CK(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice, ex->st));
+        CK(cudaEventRecord(e1, ex->st));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 2) ct.push_back(ms);
+    }
+    const double copy_gbs = 2.0 * (double)cbytes / (bg_median(ct) * 1e-3) / 1e9;
+    printf("copy bandwidth (cudaMemcpy D2D, 1 GiB, read + written): %.0f GB/s\n", copy_gbs);
+    CK(cudaFree(ca));
+    CK(cudaFree(cb));
+
+    struct shape { const char *name; int64_t N, K; int per_layer; };
+    const shape shapes[] = {
+        {"q/o", 4096, 4096, 2}, {"k/v", 1024, 4096, 2}, {"gate/up", 12288, 4096, 2},
+        {"down", 4096, 12288, 1}, {"lm head", 151936, 4096, 0},
+        /* tails (bits only; not in the step): a last segment of 2 blocks, N
+         * odd; one partial segment of 3 blocks */
+        {"tail", 129, 4160, -1}, {"short", 4501, 96, -1},
+    };
+    const int ns = (int)(sizeof shapes / sizeof shapes[0]);
+    const int Ms[4] = {1, 2, 4, 8};
+    double t_old[8][4], t_new[8][4], t_best[8][4];
+    int n_pass = 0, n_fail = 0;
+    int8_t *xq;
+    float *xd;
+    CK(cudaMalloc(&xq, (size_t)8 * 12288));
+    CK(cudaMalloc(&xd, (size_t)8 * 12288 / 32 * 4));
+    for (int si = 0; si < ns; si++) {
+        const shape &sh = shapes[si];
+        const int64_t N = sh.N, K = sh.K, nb = K / 32;
+        dsc_weight w;
+        memset(&w, 0, sizeof w);
+        w.type = DS_TYPE_Q8_0;
+        w.n_in = K;
+        w.n_out = N;
+        CK(cudaMalloc(&w.data, (size_t)(N * K)));
+        CK(cudaMalloc(&w.scale, (size_t)(N * nb) * 4));
+        bg_fill_q<<<4096, 256>>>((int8_t *)w.data, (size_t)(N * K), 11u + (uint32_t)si);
+        bg_fill_d<<<1024, 256>>>(w.scale, (size_t)(N * nb), 23u + (uint32_t)si);
+        bg_fill_q<<<256, 256>>>(xq, (size_t)(8 * K), 37u + (uint32_t)si);
+        bg_fill_d<<<64, 256>>>(xd, (size_t)(8 * nb), 41u + (uint32_t)si);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        /* the host copies the definition check needs */
+        const int64_t rows[5] = {0, 1, N / 2, N - 2, N - 1};
+        std::vector<int8_t> hw(5 * K), hx(8 * K);
+        std::vector<float> hs(5 * nb), hxd(8 * nb);
+        for (int r = 0; r < 5; r++) {
+            CK(cudaMemcpy(hw.data() + r * K, (int8_t *)w.data + rows[r] * K, (size_t)K, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(hs.data() + r * nb, w.scale + rows[r] * nb, (size_t)nb * 4, cudaMemcpyDeviceToHost));
+        }
+        CK(cudaMemcpy(hx.data(), xq, (size_t)(8 * K), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hxd.data(), xd, (size_t)(8 * nb) * 4, cudaMemcpyDeviceToHost));
+        float *y[BG_NK];
+        for (int k = 0; k < BG_NK; k++) CK(cudaMalloc(&y[k], (size_t)(8 * N) * 4));
+        std::vector<float> href(8 * N), hy(8 * N);
+        for (int mi = 0; mi < 4; mi++) {
+            const int M = Ms[mi];
+            bg_kernel ks[BG_NK];
+            bg_kernels(M, ks);
+            /* validate: one run each, outputs pre-set to a NaN pattern */
+            bool ok = true;
+            char why[256] = "";
+            for (int k = 0; k < BG_NK; k++) {
+                CK(cudaMemset(y[k], 0xff, (size_t)(8 * N) * 4));
+                ks[k].fn(ex, &w, M, xq, xd, y[k]);
+            }
+            CK(cudaDeviceSynchronize());
+            if (ex->err) {
+                printf("FAIL launch: %s\n", ex->errmsg);
+                return 1;
+            }
+            CK(cudaMemcpy(href.data(), y[0], (size_t)(M * N) * 4, cudaMemcpyDeviceToHost));
+            bool same[BG_NK];
+            same[0] = true;
+            for (int k = 1; k < BG_NK; k++) {
+                CK(cudaMemcpy(hy.data(), y[k], (size_t)(M * N) * 4, cudaMemcpyDeviceToHost));
+                same[k] = !memcmp(hy.data(), href.data(), (size_t)(M * N) * 4);
+                if (!same[k] && ok && k != 2) {         /* the opt-in stream kernel: reported, not judged */
+                    ok = false;
+                    for (int64_t e = 0; e < M * N; e++)
+                        if (memcmp(&hy[e], &href[e], 4)) {
+                            snprintf(why, sizeof why, "%s != old at m=%lld n=%lld (%.9g vs %.9g)", ks[k].name,
+                                     (long long)(e / N), (long long)(e % N), hy[e], href[e]);
+                            break;
+                        }
+                }
+            }
+            for (int r = 0; r < 5 && ok; r++)
+                for (int m = 0; m < M && ok; m++) {
+                    const float h = bg_host(hw.data() + r * K, hs.data() + r * nb, hx.data() + m * K,
+                                            hxd.data() + m * nb, K);
+                    if (memcmp(&h, &href[m * N + rows[r]], 4)) {
+                        ok = false;
+                        snprintf(why, sizeof why, "old != the host definition at m=%d n=%lld (%.9g vs %.9g)", m,
+                                 (long long)rows[r], href[m * N + rows[r]], h);
+                    }
+                }
+            /* time: interleaved, rotating order */
+            std::vector<float> ts[BG_NK];
+            for (int rep = 0; rep < (check_only ? 0 : REPS + 2); rep++)
+                for (int kk = 0; kk < BG_NK; kk++) {
+                    const int k = (kk + rep) % BG_NK;
+                    CK(cudaMemsetAsync(flush, rep & 0xff, fbytes, ex->st));
+                    CK(cudaEventRecord(e0, ex->st));
+                    ks[k].fn(ex, &w, M, xq, xd, y[k]);
+                    CK(cudaEventRecord(e1, ex->st));
+                    CK(cudaEventSynchronize(e1));
+                    float ms;
+                    CK(cudaEventElapsedTime(&ms, e0, e1));
+                    if (rep >= 2) ts[k].push_back(ms);
+                }
+            const double bytes = (double)(N * K + N * nb * 4 + M * K + M * nb * 4 + M * N * 4);
+            double best = 1e30;
+            int bk = 1;
+            for (int k = 0; k < BG_NK && !check_only; k++) {
+                const double ms = bg_median(ts[k]), gbs = bytes / (ms * 1e-3) / 1e9;
+                printf("  %-8s N=%-6lld K=%-5lld M=%d  %-13s %8.4f ms %6.0f GB/s %5.1f%% of copy  %.2fx old  bits==old %s\n",
+                       sh.name, (long long)N, (long long)K, M, ks[k].name, ms, gbs, 100.0 * gbs / copy_gbs,
+                       ms / bg_median(ts[0]), same[k] ? "yes" : "NO");
+                if (k >= 1 && k != 2 && same[k] && ms < best) { best = ms; bk = k; }
+            }
+            t_old[si][mi] = bg_median(ts[0]);
+            t_new[si][mi] = bg_median(ts[1]);
+            t_best[si][mi] = best;
+            printf("%s %-8s N=%-6lld K=%-5lld M=%d: %d q8w kernels == old (memcmp, %lld outputs), old == host definition (5 rows)%s%s%s;"
+                   " new %.2fx old, best q8w %s\n",
+                   ok ? "PASS" : "FAIL", sh.name, (long long)N, (long long)K, M, BG_NK - 2, (long long)(M * N),
+                   ok ? "" : ": ", why, same[2] ? "" : " (the opt-in stream kernel's bits differ)",
+                   check_only ? 0.0 : t_new[si][mi] / t_old[si][mi], ks[bk].name);
+            if (ok) n_pass++;
+            else n_fail++;
+        }
+        for (int k = 0; k < BG_NK; k++) CK(cudaFree(y[k]));
+        CK(cudaFree(w.data));
+        CK(cudaFree(w.scale));
+    }
+    /* one 8B step's matmuls from the shapes (36 layers: q, o, k, v, gate, up,
+     * down; the LM head), per M: old, new, best q8w configuration per shape */
+    if (check_only) {
+        printf("bench_gemv: %d PASS, %d FAIL\n", n_pass, n_fail);
+        return n_fail ? 1 : 0;
+    }
+    printf("\n8B Q8_0 step, matmuls only (best: the fastest bit-exact q8w configuration per shape) (36 x (2 q/o + 2 k/v + 2 gate/up + down) + LM head), L2 cold:\n");
+    double s1[3] = {0, 0, 0};
+    for (int mi = 0; mi < 4; mi++) {
+        double s[3] = {0, 0, 0};
+        for (int si = 0; si < ns; si++) {
+            if (shapes[si].per_layer < 0) continue;
+            const double f = shapes[si].per_layer ? 36.0 * shapes[si].per_layer : 1.0;
+            s[0] += f * t_old[si][mi];
+            s[1] += f * t_new[si][mi];
+            s[2] += f * t_best[si][mi];
+        }
+        if (mi == 0) for (int i = 0; i < 3; i++) s1[i] = s[i];
+        printf("  M=%d  old %.3f ms (%.0f tok/s, %.2fx M=1)  new %.3f ms (%.0f tok/s, %.2fx M=1)  best %.3f ms (%.2fx M=1)\n",
+               Ms[mi], s[0], 1e3 / s[0], s[0] / s1[0], s[1], 1e3 / s[1], s[1] / s1[1], s[2], s[2] / s1[2]);
+    }
+    printf("bench_gemv: %d PASS, %d FAIL\n", n_pass, n_fail);
+    CK(cudaFree(flush));
+    CK(cudaFree(xq));
+    CK(cudaFree(xd));
+    CK(cudaStreamDestroy(ex->st));
+    free(ex);
+    return n_fail ? 1 : 0;
+}
