@@ -72,6 +72,7 @@ static inline int64_t ds_rows_at(const ds_rows *r, const int32_t *tables, int se
 }
 
 /* ---- the function table ------------------------------------------------ */
+#define DS_CHAIN_SEQ_MAX 16      /* sequences in one head-chain launch (ds_draft_chain.n_seq) */
 /* The drafter's sequential head chain (drafter_forward.c), for a backend
  * that runs it in one launch. Greedy only; per slot k = 0..n_keep-1 with
  * prev = toks[k], exactly the ops the engine would issue one by one:
@@ -102,6 +103,13 @@ typedef struct {
      * out slot-major: stride = its number of sequences. A backend whose
      * chain has no strides returns 1 for stride > 1. */
     int stride;
+    /* n_seq > 1: that many sequences' chains in one launch — sequence i's
+     * rows at h + i * D, z + i * V, ids at toks + i (its slots stride rows
+     * apart), keeping keep[i] drafts (non-increasing in i; n_keep =
+     * keep[0]); no confidence. Each sequence's values are its own chain's.
+     * A backend without it returns 1 (the engine then runs them one by one). */
+    int n_seq;
+    int keep[DS_CHAIN_SEQ_MAX];
 } ds_draft_chain;
 
 /* A matmul with its neighbours in one launch (matmul_res):

@@ -325,6 +325,7 @@ static void chain_epi(void *arg, int64_t n0, int64_t n1, int chunk) {
 
 static int cpu_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     const int r = c->w2 ? (int)c->w2->n_in : 0;
+    if (c->n_seq > 1) return 1;              /* one sequence per call: the engine loops */
     if (!c->bias || !c->in || (!c->w1) != (!c->w2) || (c->w2 && (c->w2->n_out != c->V || c->w1->n_in != r)))
         return 1;
     ds_pool *pool = pool_of(ex);

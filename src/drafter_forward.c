@@ -810,6 +810,31 @@ int ds_draft_many(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *table
 
 /* ds_draft_many's device work after its upload: the block forward of every
  * sequence, the LM head, each sequence's chain (its slots n rows apart). */
+/* The n sequences' chains of a pass as ONE backend launch (ds_draft_chain
+ * n_seq): chain_fused's conditions for every sequence, no confidence.
+ * 0: done; 1: the backend declined (or a sequence samples). */
+static int chain_many(ds_dctx *x, int n, const ds_draft_seq *q, int32_t *ids) {
+    const ds_drafter *d = x->d;
+    const ds_backend_i *be = x->ex->be->i;
+    const int r = d->rank;
+    if (n < 2 || n > DS_CHAIN_SEQ_MAX || !be->draft_chain || d->markov != DS_MARKOV_VANILLA || r < 1 || d->has_corr ||
+        x->dbg_unmasked || x->no_chain)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (q[i].samp && q[i].samp->temp > 0.0f) return 1;
+    ds_draft_chain ch = {
+        .n_keep = q[0].n_keep, .V = d->V, .D = d->d,
+        .w1 = &d->w1, .w2 = &d->w2, .conf_w = NULL, .conf_with_markov = d->conf_with_markov,
+        .h = x->xn, .z = x->z, .toks = ids,
+        .mask_id = d->mask_id, .mask_logit = DS_MASK_LOGIT,
+        .conf_b = x->scal + 1, .conf_logit = x->scal, .conf = x->conf,
+        .bias = x->bias, .in = x->vec + r,
+        .stride = n, .n_seq = n,
+    };
+    for (int i = 0; i < n; i++) ch.keep[i] = q[i].n_keep;
+    return be->draft_chain(x->ex, &ch) == 0 ? 0 : 1;
+}
+
 static int many_ops(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *rv, int32_t *ids, char *err,
                     size_t errlen) {
     const ds_drafter *d = x->d;
@@ -831,7 +856,10 @@ static int many_ops(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *rv,
             be->matmul(ex, CANON, d->head, rows_n, x->xn + (size_t)k * n * D, x->z + (size_t)k * n * V);
             k = act == n ? k1 : k + 1;
         }
-    /* each sequence's chain: its slots are n rows apart */
+    /* every sequence's chain in one launch where the backend has it (greedy
+     * rounds, the heads chain_fused takes), else each sequence's: its slots
+     * are n rows apart */
+    if (chain_many(x, n, q, ids) == 0) return 0;
     for (int i = 0; i < n; i++) {
         const float *hi = x->xn + (size_t)i * D;
         float *zi = x->z + (size_t)i * V;

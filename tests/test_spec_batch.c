@@ -390,7 +390,8 @@ int main(void) {
     free(tv);
     test_rows(m, d);
     test_draft_many("shipped", m, d, 0, 1);
-    test_draft_many("shipped", m, d, 3, 0);   /* all greedy: recorded passes on a device */
+    test_draft_many("shipped", m, d, 3, 0);   /* all greedy: recorded passes, one chain launch per pass on a device */
+    test_draft_many("shipped", m, d, 0, 0);
     test_sched("shipped", m, d, text, n_text, 1);
     /* refusal: draft_max past the block */
     {

@@ -426,6 +426,172 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
     }
 }
 
+/* ---- many sequences' chains in one launch (ds_draft_chain.n_seq > 1) -----
+ * A batched drafting pass (ds_draft_many) has up to 16 sequences' chains;
+ * launched one after another each pays the launch, its slots' grid
+ * barriers and a full read of W2 per slot. Here one launch walks the slots
+ * once for all of them: per slot, every sequence still drafting embeds its
+ * previous token and quantizes it (dsc_q8_block), each thread reads its
+ * vocabulary entries' W2 rows ONCE and applies them to every sequence's
+ * activation, each sequence keeps its own first maximum, and one grid
+ * barrier serves all. Per sequence and entry the value is the single
+ * chain's: acc = fma((float)D, w_scale * e_scale, acc) over the rank's
+ * blocks in order, z + acc, the MASK logit, and the first maximum (NaN
+ * never wins) — dsc_arg_pick's total order, so the combine tree is free.
+ * Partials are double-buffered by slot parity: a block writes slot k + 2's
+ * only after barrier k + 1, which every block reaches after reading slot
+ * k's. Declined (the per-sequence launches run): no Markov head, rank >
+ * CHM_R_MAX, a confidence head, more than DS_CHAIN_SEQ_MAX sequences. */
+#define CHM_R_MAX 256
+
+struct chm_args {
+    int n_seq, keep[DS_CHAIN_SEQ_MAX], V, r;
+    uint32_t w1_type;
+    const void *w1;
+    const float *w1_scale;
+    int64_t w1_rows;
+    const int8_t *w2;
+    const float *w2_scale;
+    float *z;
+    int32_t *toks;
+    int64_t sd;
+    int32_t mask_id;
+    float mask_logit;
+    int per_block;
+    unsigned *sync;
+    float *pv;                     /* [2][n_seq][gridDim.x] */
+    long long *pi;
+};
+
+__global__ void __launch_bounds__(CH_THREADS) draft_chain_many_k(const chm_args a) {
+    __shared__ float e[DS_CHAIN_SEQ_MAX * CHM_R_MAX];
+    __shared__ __align__(16) uint4 xq[DS_CHAIN_SEQ_MAX * 2 * (CHM_R_MAX / 32)];
+    __shared__ float xs[DS_CHAIN_SEQ_MAX * (CHM_R_MAX / 32)];
+    __shared__ float av[CH_THREADS / 32][DS_CHAIN_SEQ_MAX];
+    __shared__ long long ai[CH_THREADS / 32][DS_CHAIN_SEQ_MAX];
+    __shared__ int32_t prev[DS_CHAIN_SEQ_MAX];
+    const int t = threadIdx.x, lane = t & 31, warp = t / 32, nblk = gridDim.x;
+    const int nbr = a.r / 32;
+    const int64_t n0 = (int64_t)blockIdx.x * a.per_block;
+    const int64_t n1 = n0 + a.per_block < a.V ? n0 + a.per_block : a.V;
+    if (t < a.n_seq) prev[t] = a.toks[t];
+    __syncthreads();
+    for (int k = 0; k < a.keep[0]; k++) {
+        int na = 0;                                /* sequences still drafting: a prefix */
+        while (na < a.n_seq && a.keep[na] > k) na++;
+        /* e_s = W1[prev_s], then its Q8_0 blocks */
+        for (int i = t; i < na * a.r; i += CH_THREADS) {
+            const int s = i / a.r, j = i - s * a.r;
+            const int64_t p = prev[s];
+            e[i] = p < 0 || p >= a.w1_rows ? __int_as_float(0x7fc00000) : dsc_embed_elem(a.w1_type, a.w1, a.w1_scale, a.r, p, j);
+        }
+        __syncthreads();
+        for (int i = t; i < na * nbr; i += CH_THREADS) xs[i] = dsc_q8_block(e + 32 * i, xq + 2 * i);
+        __syncthreads();
+        float bv[DS_CHAIN_SEQ_MAX];
+        long long bi[DS_CHAIN_SEQ_MAX];
+#pragma unroll
+        for (int s = 0; s < DS_CHAIN_SEQ_MAX; s++) { bv[s] = 0.0f; bi[s] = -1; }
+        for (int64_t n = n0 + t; n < n1; n += CH_THREADS) {
+            const uint4 *wr = (const uint4 *)(a.w2 + n * a.r);
+#pragma unroll
+            for (int s = 0; s < DS_CHAIN_SEQ_MAX; s++) {
+                if (s >= na) continue;
+                float *zs = a.z + ((int64_t)k * a.sd + s) * a.V;
+                float acc = 0.0f;
+                for (int b = 0; b < nbr; b++) {
+                    const int D = dsc_dot_q8(__ldg(wr + 2 * b), __ldg(wr + 2 * b + 1), xq[2 * (s * nbr + b)],
+                                             xq[2 * (s * nbr + b) + 1]);
+                    acc = __fmaf_rn((float)D, __fmul_rn(__ldg(a.w2_scale + n * nbr + b), xs[s * nbr + b]), acc);
+                }
+                float zv = __fadd_rn(zs[n], acc);
+                if (n == a.mask_id) zv = a.mask_logit;
+                zs[n] = zv;
+                if (zv == zv && (bi[s] < 0 || zv > bv[s])) { bv[s] = zv; bi[s] = n; }
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < DS_CHAIN_SEQ_MAX; s++) {
+            if (s >= na) continue;
+            float v = bv[s];
+            int64_t i = bi[s];
+            for (int o = 16; o >= 1; o /= 2) {
+                const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+                const int64_t oi = __shfl_xor_sync(0xffffffffu, i, o);
+                dsc_arg_pick(v, i, ov, oi);
+            }
+            if (lane == 0) { av[warp][s] = v; ai[warp][s] = i; }
+        }
+        __syncthreads();
+        const int buf = k & 1;
+        if (t < na) {
+            float v = av[0][t];
+            int64_t i = ai[0][t];
+            for (int w = 1; w < CH_THREADS / 32; w++) dsc_arg_pick(v, i, av[w][t], ai[w][t]);
+            a.pv[((int64_t)buf * a.n_seq + t) * nblk + blockIdx.x] = v;
+            a.pi[((int64_t)buf * a.n_seq + t) * nblk + blockIdx.x] = i;
+        }
+        ch_grid_barrier(a.sync, (unsigned)nblk * (unsigned)(k + 1));
+        /* every block: each sequence's first maximum over all partials */
+        for (int s = warp; s < na; s += CH_THREADS / 32) {
+            float v = 0.0f;
+            int64_t i = -1;
+            for (int b = lane; b < nblk; b += 32)
+                dsc_arg_pick(v, i, __ldcg(a.pv + ((int64_t)buf * a.n_seq + s) * nblk + b),
+                             (int64_t)__ldcg(a.pi + ((int64_t)buf * a.n_seq + s) * nblk + b));
+            for (int o = 16; o >= 1; o /= 2) {
+                const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+                const int64_t oi = __shfl_xor_sync(0xffffffffu, i, o);
+                dsc_arg_pick(v, i, ov, oi);
+            }
+            if (lane == 0) {
+                const int32_t nx = i < 0 ? 0 : (int32_t)i;
+                prev[s] = nx;
+                if (blockIdx.x == 0) a.toks[(int64_t)(k + 1) * a.sd + s] = nx;
+            }
+        }
+        __syncthreads();
+    }
+    if (t == 0) {                                  /* as draft_chain_k: the last block out resets */
+        __threadfence();
+        if (atomicAdd(a.sync + 1, 1u) == (unsigned)nblk - 1) {
+            a.sync[0] = 0;
+            a.sync[1] = 0;
+            __threadfence();
+        }
+    }
+}
+
+static int draft_chain_many(ds_exec *ex, const ds_draft_chain *c, const dsc_weight *w1, const dsc_weight *w2) {
+    if (c->n_seq > DS_CHAIN_SEQ_MAX || !w2 || c->conf_w || c->stride < c->n_seq) return 1;
+    const int r = (int)w2->n_in;
+    if (w2->type != DS_TYPE_Q8_0 || r % 32 || r > CHM_R_MAX || w2->n_out != c->V || w1->n_in != r) return 1;
+    if (w1->type != DS_TYPE_F32 && w1->type != DS_TYPE_F16 && w1->type != DS_TYPE_BF16 && w1->type != DS_TYPE_Q8_0) return 1;
+    for (int i = 0; i < c->n_seq; i++)
+        if (c->keep[i] < 1 || c->keep[i] > CH_KEEP_MAX || (i && c->keep[i] > c->keep[i - 1])) return 1;
+    int nblk = (c->V + CH_THREADS - 1) / CH_THREADS;
+    const int n_sm = dsc_be(ex)->n_sm > 0 ? dsc_be(ex)->n_sm : 1;
+    if (nblk > n_sm) nblk = n_sm;
+    if (nblk > DSC_CHAIN_BLOCKS) nblk = DSC_CHAIN_BLOCKS;
+    /* the partials' two buffers fit where the single chain keeps its slots' */
+    if ((size_t)2 * c->n_seq * nblk > (size_t)CH_KEEP_MAX * DSC_CHAIN_BLOCKS) return 1;
+    chm_args a;
+    a.n_seq = c->n_seq;
+    for (int i = 0; i < DS_CHAIN_SEQ_MAX; i++) a.keep[i] = i < c->n_seq ? c->keep[i] : 0;
+    a.V = c->V; a.r = r;
+    a.w1_type = w1->type; a.w1 = w1->data; a.w1_scale = w1->scale; a.w1_rows = w1->n_out;
+    a.w2 = (const int8_t *)w2->data; a.w2_scale = w2->scale;
+    a.z = c->z; a.toks = c->toks; a.sd = c->stride;
+    a.mask_id = c->mask_id; a.mask_logit = c->mask_logit;
+    a.per_block = (c->V + nblk - 1) / nblk;
+    a.sync = ex->chain_sync;
+    a.pv = (float *)(ex->chain_sync + 4);
+    a.pi = (long long *)(a.pv + CH_KEEP_MAX * DSC_CHAIN_BLOCKS);
+    draft_chain_many_k<<<nblk, CH_THREADS, 0, DSC_EXEC_STREAM(ex)>>>(a);
+    DSC_LAUNCHED(ex, "draft chain (many)");
+    return 0;
+}
+
 int dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     const dsc_weight *w1 = c->w1 ? dsc_w(c->w1) : NULL, *w2 = c->w2 ? dsc_w(c->w2) : NULL;
     const dsc_weight *cw = c->conf_w ? dsc_w(c->conf_w) : NULL;
@@ -433,6 +599,7 @@ int dsc_draft_chain(ds_exec *ex, const ds_draft_chain *c) {
     if (c->n_keep < 1 || c->n_keep > CH_KEEP_MAX || c->V < 1 || c->D < 1 || (dsc_be(ex)->off & DSC_OFF_CHAIN))
         return 1;
     if (!ex->chain_sync) return 1;
+    if (c->n_seq > 1) return draft_chain_many(ex, c, w1, w2);
     if (w1 && w1->type != DS_TYPE_F32 && w1->type != DS_TYPE_F16 && w1->type != DS_TYPE_BF16 &&
         w1->type != DS_TYPE_Q8_0)
         return 1;                                  /* dsc_embed_elem's layouts only */
