@@ -710,8 +710,14 @@ static void q8w_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, c
 }
 
 /* 1 when q8w_kernel takes these quantized rows: M <= 8 and not switched off */
+/* One or two activation rows only: on the H200 (bench_gemv, 8B shapes, L2
+ * cold; bench/results/cuda-gemv-h200-s31.txt) q8w takes 0.77-0.87x the old
+ * kernel's time at M = 1 (the LM head at 95% of the copy bandwidth) and
+ * 0.86-0.94x at M = 2 on the large shapes, but at M = 4 and 8 its default
+ * configurations were slower than q8v (up to 2x) and the best of the five
+ * others won only on some shapes: verify blocks keep q8v. */
 static bool q8w_ok(ds_exec *ex, int n, int M) {
-    return M >= 1 && M <= 8 && n >= 1 && n <= Q8V_MAXW && !(dsc_be(ex)->off & DSC_OFF_GEMV);
+    return M >= 1 && M <= 2 && n >= 1 && n <= Q8V_MAXW && !(dsc_be(ex)->off & DSC_OFF_GEMV);
 }
 
 /* The configurations (MT, R, U, MINB, FB), chosen from the registers each
