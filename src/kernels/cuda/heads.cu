@@ -296,6 +296,21 @@ __device__ __forceinline__ void ch_grid_barrier(unsigned *arrivals, unsigned tar
     __syncthreads();
 }
 
+/* The end of a launch that used ch_grid_barrier: the last block out leaves
+ * the counters at 0 for the next launch (every block has passed every
+ * barrier once all have counted themselves here), so a recorded launch
+ * replays unchanged. */
+__device__ __forceinline__ void ch_grid_done(unsigned *sync, int nblk) {
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(sync + 1, 1u) == (unsigned)nblk - 1) {
+            sync[0] = 0;
+            sync[1] = 0;
+            __threadfence();
+        }
+    }
+}
+
 __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
     __shared__ float e[CH_R_MAX];
     __shared__ float in[CH_KC_MAX];
@@ -414,16 +429,7 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_k(const ch_args a) {
         __syncthreads();
         prev = next;
     }
-    /* the last block out leaves the counters at 0 for the next launch: every
-     * block has passed every barrier once all have counted themselves here */
-    if (t == 0) {
-        __threadfence();
-        if (atomicAdd(a.sync + 1, 1u) == (unsigned)nblk - 1) {
-            a.sync[0] = 0;
-            a.sync[1] = 0;
-            __threadfence();
-        }
-    }
+    ch_grid_done(a.sync, nblk);
 }
 
 /* ---- many sequences' chains in one launch (ds_draft_chain.n_seq > 1) -----
@@ -552,14 +558,7 @@ __global__ void __launch_bounds__(CH_THREADS) draft_chain_many_k(const chm_args 
         }
         __syncthreads();
     }
-    if (t == 0) {                                  /* as draft_chain_k: the last block out resets */
-        __threadfence();
-        if (atomicAdd(a.sync + 1, 1u) == (unsigned)nblk - 1) {
-            a.sync[0] = 0;
-            a.sync[1] = 0;
-            __threadfence();
-        }
-    }
+    ch_grid_done(a.sync, nblk);
 }
 
 static int draft_chain_many(ds_exec *ex, const ds_draft_chain *c, const dsc_weight *w1, const dsc_weight *w2) {
