@@ -24,10 +24,8 @@ $D make-model -o "$T/m.gguf" $MK 2>/dev/null || { echo "FAIL make-model deepseek
 $D make-model -o "$T/m2.gguf" $MK 2>/dev/null && cmp -s "$T/m.gguf" "$T/m2.gguf" && ok "make-model --arch deepseek4 is deterministic" || bad "make-model deepseek4 not deterministic"
 P="The river was quiet in the morning, and the boats waited by the old stone bridge."
 
-$D generate -m "$T/m.gguf" -p "$P" -n 48 -t 2 >"$T/g" 2>/dev/null || bad "generate greedy"
-$D generate -m "$T/m.gguf" -p "$P" -n 48 -t 2 --temp 0.8 --seed 7 >"$T/s" 2>/dev/null || bad "generate seeded"
-$D generate -m "$T/m.gguf" -p "$P" -n 48 -t 1 >"$T/g1" 2>/dev/null && $D generate -m "$T/m.gguf" -p "$P" -n 48 -t 3 >"$T/g3" 2>/dev/null \
-    && cmp -s "$T/g" "$T/g1" && cmp -s "$T/g" "$T/g3" && [ -s "$T/g" ] && ok "deepseek4 greedy text equal with -t 1, 2, 3" || bad "thread count changes the deepseek4 text"
+plain_hashes "$T/hashes" "$T/m.gguf" "$P"
+threads_equal deepseek4 "$T/m.gguf" "$P"
 
 # ---- speculative == plain -----------------------------------------------------
 $D make-drafter -m "$T/m.gguf" -o "$T/d.gguf" --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter from the deepseek4 target"

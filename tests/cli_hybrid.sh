@@ -29,19 +29,14 @@ $D make-model -o "$T/q.gguf" $MK --type q8_0 2>/dev/null || bad "make-model qwen
 P="The river was quiet in the morning, and the boats waited by the old stone bridge."
 
 # ---- golden hashes ------------------------------------------------------------
-out="$T/hashes"; : >"$out"
-echo "$(sha256sum <"$T/m.gguf" | cut -c1-64) model_file" >>"$out"
-$D generate -m "$T/m.gguf" -p "$P" -n 48 -t 2 >"$T/g" 2>/dev/null || bad "generate greedy"
-echo "$(sha256sum <"$T/g" | cut -c1-64) plain_greedy" >>"$out"
-$D generate -m "$T/m.gguf" -p "$P" -n 48 -t 2 --temp 0.8 --seed 7 >"$T/s" 2>/dev/null || bad "generate seeded"
-echo "$(sha256sum <"$T/s" | cut -c1-64) plain_t08" >>"$out"
+out="$T/hashes"
+plain_hashes "$out" "$T/m.gguf" "$P"
 $D generate -m "$T/q.gguf" -p "$P" -n 48 -t 2 >"$T/qg" 2>/dev/null || bad "generate q8_0"
 echo "$(sha256sum <"$T/qg" | cut -c1-64) q8_0_greedy" >>"$out"
 golden_check tests/data/golden_hybrid.sha256 "$out" qwen35
 
 # ---- threads ------------------------------------------------------------------
-$D generate -m "$T/m.gguf" -p "$P" -n 48 -t 1 >"$T/g1" 2>/dev/null && $D generate -m "$T/m.gguf" -p "$P" -n 48 -t 3 >"$T/g3" 2>/dev/null \
-    && cmp -s "$T/g" "$T/g1" && cmp -s "$T/g" "$T/g3" && ok "qwen35 greedy text equal with -t 1, 2, 3" || bad "thread count changes the text"
+threads_equal qwen35 "$T/m.gguf" "$P"
 
 # ---- speculative == plain -------------------------------------------------------
 # taps: the residual stream after a recurrent layer (1), after the first

@@ -23,6 +23,27 @@ golden_check() {
     fi
 }
 
+# plain_hashes OUT MODEL PROMPT: into OUT (emptied) the hashes of the model
+# file, its plain greedy text ($T/g) and its seeded text ($T/s: --temp 0.8
+# --seed 7), 48 tokens on 2 threads — what spec_widths and threads_equal
+# compare with.
+plain_hashes() {
+    : >"$1"
+    echo "$(sha256sum <"$2" | cut -c1-64) model_file" >>"$1"
+    $D generate -m "$2" -p "$3" -n 48 -t 2 >"$T/g" 2>/dev/null || { echo "FAIL generate greedy ($2)"; fail=1; }
+    echo "$(sha256sum <"$T/g" | cut -c1-64) plain_greedy" >>"$1"
+    $D generate -m "$2" -p "$3" -n 48 -t 2 --temp 0.8 --seed 7 >"$T/s" 2>/dev/null || { echo "FAIL generate seeded ($2)"; fail=1; }
+    echo "$(sha256sum <"$T/s" | cut -c1-64) plain_t08" >>"$1"
+}
+
+# threads_equal LABEL MODEL PROMPT: greedy text with -t 1 and -t 3 == $T/g
+# (plain_hashes' -t 2 run).
+threads_equal() {
+    $D generate -m "$2" -p "$3" -n 48 -t 1 >"$T/g1" 2>/dev/null && $D generate -m "$2" -p "$3" -n 48 -t 3 >"$T/g3" 2>/dev/null \
+        && cmp -s "$T/g" "$T/g1" && cmp -s "$T/g" "$T/g3" && [ -s "$T/g" ] && echo "PASS $1 greedy text equal with -t 1, 2, 3" \
+        || { echo "FAIL thread count changes the $1 text"; fail=1; }
+}
+
 # spec_widths LABEL MODEL DRAFTER GREEDY SEEDED PROMPT: speculative decoding
 # at draft widths 6, 3, 1 prints GREEDY's text greedy and SEEDED's with
 # --temp 0.8 --seed 7 (48 tokens, 2 threads, what the plain runs used).
