@@ -26,6 +26,7 @@ typedef enum {
     DS_TYPE_Q5_K = 13,
     DS_TYPE_Q6_K = 14,
     DS_TYPE_BF16 = 30,
+    DS_TYPE_I32  = 26,   /* data, never a weight: ds_type_i32_table says which tensors */
 } ds_type;
 
 #define DS_QK8_0 32                 /* elements per Q8_0 block               */
@@ -63,6 +64,16 @@ typedef struct {                    /* 16 sub-blocks of 16: x = d*sc*(q-32), sc 
     uint16_t d;
 } ds_block_q6_K;
 
+/* I32 tensors are integer tables, not weights: the only one dspark reads is
+ * deepseek4's hash-layer expert table (blk.N.ffn_gate_tid2eid.weight). The
+ * GGUF reader and writer take I32 for such names only, so no weight path
+ * (matmul, embedding, norm conversion) ever meets the type. */
+static inline int ds_type_i32_table(const char *name) {
+    const char *suf = ".ffn_gate_tid2eid.weight";
+    const size_t n = strlen(name), m = strlen(suf);
+    return n > m && !strncmp(name, "blk.", 4) && !strcmp(name + n - m, suf);
+}
+
 /* 1 if t is a type dspark supports. */
 static inline int ds_type_valid(uint32_t t) {
     switch (t) {
@@ -87,6 +98,7 @@ static inline const char *ds_type_name(uint32_t t) {
     case DS_TYPE_Q4_K: return "Q4_K";
     case DS_TYPE_Q5_K: return "Q5_K";
     case DS_TYPE_Q6_K: return "Q6_K";
+    case DS_TYPE_I32: return "I32";
     default: return "unknown";
     }
 }
@@ -125,7 +137,7 @@ static inline uint64_t ds_type_block_elems(uint32_t t) {
 }
 static inline uint64_t ds_type_block_bytes(uint32_t t) {
     switch (t) {
-    case DS_TYPE_F32: return 4;
+    case DS_TYPE_F32: case DS_TYPE_I32: return 4;
     case DS_TYPE_F16: case DS_TYPE_BF16: return 2;
     case DS_TYPE_Q8_0: return sizeof(ds_block_q8_0);
     case DS_TYPE_Q4_0: return sizeof(ds_block_q4_0);

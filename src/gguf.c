@@ -382,9 +382,9 @@ static int parse_tensor_info(cursor *c, uint64_t idx, gguf_tensor *t) {
     }
     for (uint32_t d = t->n_dims; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     if (rd_u32(c, "type", &t->type)) return -1;
-    if (!ds_type_valid(t->type)) {
-        fail(c, "unsupported tensor type %" PRIu32 " (%s); dspark supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K",
-             t->type, ggml_type_name(t->type));
+    if (!ds_type_valid(t->type) && !(t->type == DS_TYPE_I32 && ds_type_i32_table(t->name))) {
+        fail(c, "unsupported tensor type %" PRIu32 " (%s); dspark supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K "
+             "(and I32 for a hash layer's expert table)", t->type, ggml_type_name(t->type));
         return -1;
     }
     if (rd_u64(c, "offset", &t->offset)) return -1;
@@ -1069,7 +1069,8 @@ int gguf_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_
     size_t nl = strlen(name);
     printable(shown, sizeof shown, name, nl);
     if (nl > 255) return wfail(w, "gguf writer: tensor name '%s' is longer than 255 bytes", shown);
-    if (!ds_type_valid(type)) return wfail(w, "gguf writer: tensor '%s': unsupported tensor type %" PRIu32, shown, type);
+    if (!ds_type_valid(type) && !(type == DS_TYPE_I32 && ds_type_i32_table(name)))
+        return wfail(w, "gguf writer: tensor '%s': unsupported tensor type %" PRIu32, shown, type);
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS || !ne)
         return wfail(w, "gguf writer: tensor '%s': n_dims %" PRIu32 " is out of range 1..%d", shown, n_dims, GGUF_MAX_DIMS);
     int ok;

@@ -216,7 +216,16 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
 
     b->matmul(ex, (ds_variant)var[ds_matmul_family(L->gate_inp.type)], &L->gate_inp, M, a->xn, logits);
     if (L->moe_func != DS_MOE_SOFTMAX) {   /* deepseek4: sqrtsoftplus, the selection bias, the scale */
-        const ds_moe_gating gt = {L->moe_func, L->moe_norm, L->moe_scale, L->exp_probs_b, NULL};
+        /* a hash layer: each row's experts are its token's row of tid2eid
+         * (gathered into the probe scratch, free until the route is done;
+         * deepseek4 runs on host memory, so the ids are host rows) */
+        int32_t *fixed = NULL;
+        if (L->tid2eid) {
+            const int32_t *tok = a->pos + a->ids_off;
+            fixed = (int32_t *)(void *)probe;
+            for (int r = 0; r < M; r++) memcpy(fixed + (size_t)r * k, L->tid2eid + (size_t)tok[r] * k, (size_t)k * sizeof(int32_t));
+        }
+        const ds_moe_gating gt = {L->moe_func, L->moe_norm, L->moe_scale, fixed ? NULL : L->exp_probs_b, fixed};
         b->moe_route_ex(ex, vrt, M, E, k, &gt, logits, ids, w);
     } else {
         b->moe_route(ex, vrt, M, E, k, L->moe_norm, logits, ids, w);

@@ -47,12 +47,15 @@ typedef struct {
      * (hc_*_fn [(2 + hc) hc][hc x d], base [(2 + hc) hc], scale [3]), and
      * the MoE's sqrtsoftplus route (moe_func, its selection bias
      * exp_probs_b [n_expert], moe_scale) with an ungated shared expert
-     * (has_shexp = 2). */
+     * (has_shexp = 2). A hash layer (the first hash_layer_count) takes its
+     * experts from tid2eid [n_vocab][n_expert_used] by the row's token id
+     * instead of selecting them (the weights are still the router's). */
     int ds4, n_groups, moe_func;
     float moe_scale;
     ds_weight wq_a, wq_b, wkv, wo_b, hc_attn_fn, hc_ffn_fn;
     ds_weight *wo_a;
     const float *q_a_norm, *kv_norm, *sinks, *hc_attn_base, *hc_attn_scale, *hc_ffn_base, *hc_ffn_scale, *exp_probs_b;
+    const int32_t *tid2eid;          /* host; NULL: not a hash layer            */
 } ds_layer;
 
 /* The layer's matmul weights one by one (i = 0, 1, ...; NULL past the

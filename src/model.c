@@ -346,14 +346,44 @@ static int load_qwen35_layer(const gguf_ctx *g, ds_model *m, int l, int *li, flo
 
 /* ========================================================================
  * deepseek4 (DeepSeek V4): llama.cpp's keys and tensor names. dspark runs
- * its raw attention layers (attention.compress_ratios 0) without hash
- * layers or the SwiGLU clamp; the rest is refused with one line each.
+ * its raw attention layers (attention.compress_ratios 0) and its
+ * hash-routed layers (hash_layer_count: experts from ffn_gate_tid2eid by
+ * token id), without the SwiGLU clamp; the rest is refused with one line
+ * each.
  * ===================================================================== */
 static int get_f32_req(const gguf_ctx *g, const char *arch, const char *suffix, float *out, char *err, size_t errlen) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (!gguf_find_kv(g, key)) { ds_errf(err, errlen, "model: missing metadata key '%s'", key); return -1; }
     return get_f32_opt(g, arch, suffix, out, err, errlen);
+}
+
+/* A hash layer's expert table: I32 [n_vocab][k] (llama.cpp's {k, n_vocab}),
+ * every entry an expert index. Read in place (deepseek4 runs on host
+ * memory only). */
+static int load_tid2eid(const gguf_ctx *g, const char *name, int k, int n_vocab, int n_expert, const int32_t **out,
+                        char *err, size_t errlen) {
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) { ds_errf(err, errlen, "model: missing tensor '%s' (a hash layer's expert table)", name); return -1; }
+    if (t->type != DS_TYPE_I32 || t->n_dims != 2 || t->ne[0] != (uint64_t)k || t->ne[1] != (uint64_t)n_vocab) {
+        ds_errf(err, errlen, "model: tensor '%s' must be I32 [%d, %d] (expert_used_count, vocabulary); it is %s with %llu x %llu",
+                name, k, n_vocab, ds_type_name(t->type), (unsigned long long)t->ne[0],
+                (unsigned long long)(t->n_dims > 1 ? t->ne[1] : 1));
+        return -1;
+    }
+    const uint8_t *p = t->data;
+    for (int64_t i = 0; i < (int64_t)k * n_vocab; i++) {
+        int32_t e;
+        memcpy(&e, p + 4 * i, 4);
+        if (e < 0 || e >= n_expert) {
+            ds_errf(err, errlen, "model: tensor '%s': entry %lld (token %lld) is expert %d, outside [0, %d)", name,
+                    (long long)i, (long long)(i / k), e, n_expert);
+            return -1;
+        }
+    }
+    if ((uintptr_t)p % 4) { ds_errf(err, errlen, "model: tensor '%s' is not 4-byte aligned", name); return -1; }
+    *out = (const int32_t *)(const void *)p;
+    return 0;
 }
 
 static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err, size_t errlen) {
@@ -394,10 +424,6 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
         ds_errf(err, errlen, "model: deepseek4 expects expert_gating_func 4 (sqrtsoftplus), got %d", gating);
         return -1;
     }
-    if (n_hash > 0) {
-        ds_errf(err, errlen, "model: deepseek4 with %d hash-routed layers (hash_layer_count) is not supported yet", n_hash);
-        return -1;
-    }
     if ((ck && ck->type == GGUF_T_ARRAY) || clamp > 1e-6f) {
         ds_errf(err, errlen, "model: deepseek4 with a SwiGLU clamp (swiglu_clamp_exp) is not supported yet");
         return -1;
@@ -407,6 +433,10 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
         return -1;
     }
     hp->n_layer = n_all - nextn;
+    if (n_hash < 0 || n_hash > hp->n_layer) {
+        ds_errf(err, errlen, "model: hash_layer_count %d exceeds the %d trunk layers", n_hash, hp->n_layer);
+        return -1;
+    }
     snprintf(key, sizeof key, "%s.attention.compress_ratios", arch);
     const gguf_kv *cr = gguf_find_kv(g, key);
     if (!cr || cr->type != GGUF_T_ARRAY || cr->arr_n < (uint64_t)n_all) {
@@ -525,6 +555,8 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
             load_weight(g, NAME("ffn_gate_shexp.weight"), d, fs, &L->sh_gate, err, errlen) ||
             load_weight(g, NAME("ffn_up_shexp.weight"), d, fs, &L->sh_up, err, errlen) ||
             load_weight(g, NAME("ffn_down_shexp.weight"), fs, d, &L->sh_down, err, errlen))
+            return -1;
+        if (l < n_hash && load_tid2eid(g, NAME("ffn_gate_tid2eid.weight"), k, hp->n_vocab, E, &L->tid2eid, err, errlen))
             return -1;
 #undef NAME
     }

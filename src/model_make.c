@@ -138,9 +138,28 @@ static void add_vec(builder *b, const char *name, int64_t n, float center, float
     free(f);
 }
 
+/* A hash layer's table: token v's k distinct experts (a seeded shuffle's
+ * first k), I32 [n_vocab][k] as llama.cpp's {k, n_vocab}. */
+static void add_tid2eid(builder *b, const char *name, long V, long k, long E) {
+    int32_t *t = malloc((size_t)V * (size_t)k * sizeof(int32_t)), *perm = malloc((size_t)E * sizeof(int32_t));
+    if (!t || !perm) { free(t); free(perm); b->failed = 1; return; }
+    for (long v = 0; v < V; v++) {
+        for (long e = 0; e < E; e++) perm[e] = (int32_t)e;
+        for (long j = 0; j < k; j++) {           /* partial Fisher-Yates: the first k */
+            const long r = j + (long)(ds_splitmix64(&b->r) % (uint64_t)(E - j));
+            const int32_t x = perm[j]; perm[j] = perm[r]; perm[r] = x;
+            t[v * k + j] = perm[j];
+        }
+    }
+    const uint64_t ne[2] = {(uint64_t)k, (uint64_t)V};
+    if (gguf_add_tensor(b->w, name, DS_TYPE_I32, 2, ne, t, (uint64_t)V * (uint64_t)k * 4)) b->failed = 1;
+    free(t); free(perm);
+}
+
 /* deepseek4 in llama.cpp's keys and names (src/models/deepseek4.cpp): raw
- * attention layers only (compress ratios 0), no hash layers, no SwiGLU
- * clamp, one shared expert; hc_*_fn, the router and the 1-D vectors F32. */
+ * attention layers only (compress ratios 0), the first n_hash layers
+ * hash-routed, no SwiGLU clamp, one shared expert; hc_*_fn, the router and
+ * the 1-D vectors F32. */
 static int make_ds4(const ds_make_model_opts *o, const char *out, char *err, size_t errlen) {
     const long d = o->n_embd, nl = o->n_layer, H = o->n_head, V = o->n_vocab;
     const long hd = o->head_dim ? o->head_dim : 512, nrot = o->n_rot ? o->n_rot : (hd < 64 ? hd : 64);
@@ -150,9 +169,11 @@ static int make_ds4(const ds_make_model_opts *o, const char *out, char *err, siz
     const uint32_t t = o->type;
     const long blk = (long)ds_type_block_elems(t);
     if (d < 1 || nl < 1 || H < 1 || V < 260 || hd < 2 || hd > 1024 || hd % 2 || nrot < 2 || nrot > hd || nrot % 2 ||
-        ql < 1 || G < 1 || H % G || ol < 1 || hc < 1 || hc > 16 || E < 1 || E > 1024 || k < 1 || k > E || fe < 1) {
+        ql < 1 || G < 1 || H % G || ol < 1 || hc < 1 || hc > 16 || E < 1 || E > 1024 || k < 1 || k > E || fe < 1 ||
+        o->n_hash < 0 || o->n_hash > nl) {
         ds_errf(err, errlen, "make-model: deepseek4 needs head dim 2..1024 even, rope dims even <= head dim, output "
-                "groups dividing n_head, 1..16 hyper-connections and 1 <= experts used <= experts <= 1024");
+                "groups dividing n_head, 1..16 hyper-connections, 1 <= experts used <= experts <= 1024 and at most "
+                "n_layer hash layers");
         return -1;
     }
     if (blk > 1 && (d % blk || ql % blk || (qd / G) % blk || (G * ol) % blk || fe % blk)) {
@@ -200,7 +221,7 @@ static int make_ds4(const ds_make_model_opts *o, const char *out, char *err, siz
     gguf_set_u32(b.w, K4("hyper_connection.count"), (uint32_t)hc);
     gguf_set_u32(b.w, K4("hyper_connection.sinkhorn_iterations"), (uint32_t)it);
     gguf_set_f32(b.w, K4("hyper_connection.epsilon"), 1e-6f);
-    gguf_set_u32(b.w, K4("hash_layer_count"), 0);
+    gguf_set_u32(b.w, K4("hash_layer_count"), (uint32_t)o->n_hash);
 #undef K4
     gguf_set_u32(b.w, "general.file_type", gguf_llama_ftype(t));
     gguf_set_u32(b.w, "general.quantization_version", GGUF_QUANTIZATION_VERSION);
@@ -243,6 +264,7 @@ static int make_ds4(const ds_make_model_opts *o, const char *out, char *err, siz
         add_matrix(&b, NM("ffn_gate_shexp.weight"), d, fe, sd, t);
         add_matrix(&b, NM("ffn_up_shexp.weight"), d, fe, sd, t);
         add_matrix(&b, NM("ffn_down_shexp.weight"), fe, d, sqrtf(3.0f / (float)fe) * 0.5f, t);
+        if (l < o->n_hash) add_tid2eid(&b, NM("ffn_gate_tid2eid.weight"), V, k, E);
 #undef NM
     }
     if (b.failed) {

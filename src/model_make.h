@@ -27,6 +27,9 @@ typedef struct {
      * Sinkhorn iterations, the sliding window (head_dim 0: 512; n_rot 0: 64;
      * the experts as qwen3moe's, with one shared expert of n_ff_exp) */
     long q_lora, o_groups, o_lora, hc, hc_iters, n_swa;
+    /* deepseek4: the first n_hash layers route by token id (hash_layer_count,
+     * ffn_gate_tid2eid: each token's n_expert_used distinct experts) */
+    long n_hash;
 } ds_make_model_opts;
 
 void ds_make_model_defaults(ds_make_model_opts *o);

@@ -34,6 +34,19 @@ $D generate -m "$T/m.gguf" -md "$T/d.gguf" -p "$P" -n 48 -t 2 --oracle-accept ra
     && cmp -s "$T/g" "$T/so" && ok "oracle acceptance: full verify blocks == plain ($(grep -o 'mean_accepted_len=[0-9.]*' "$T/so.err" | head -1))" \
     || { bad "oracle acceptance on deepseek4"; head -c 400 "$T/so.err"; }
 
+# ---- hash-routed layers (hash_layer_count, ffn_gate_tid2eid) ---------------------
+$D make-model -o "$T/h.gguf" $MK --n-hash 2 2>/dev/null || bad "make-model --n-hash 2"
+$D generate -m "$T/h.gguf" -p "$P" -n 48 -t 2 >"$T/hg" 2>/dev/null && [ -s "$T/hg" ] || bad "generate with hash layers"
+$D generate -m "$T/h.gguf" -p "$P" -n 48 -t 1 >"$T/hg1" 2>/dev/null && cmp -s "$T/hg" "$T/hg1" \
+    && ok "hash layers: greedy text equal with -t 1, 2" || bad "hash layers: thread count changes the text"
+$D make-drafter -m "$T/h.gguf" -o "$T/hd.gguf" --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter (hash layers)"
+$D generate -m "$T/h.gguf" -md "$T/hd.gguf" -p "$P" -n 48 -t 2 --draft-max 3 >"$T/hs" 2>/dev/null && cmp -s "$T/hg" "$T/hs" \
+    && ok "hash layers: spec greedy == plain" || bad "hash layers: spec != plain"
+# the table is data: quantize copies it as it is, and the quantized file runs
+$D quantize "$T/h.gguf" "$T/hq.gguf" q8_0 >/dev/null 2>&1 && $D generate -m "$T/hq.gguf" -p "$P" -n 8 -t 2 >/dev/null 2>&1 \
+    && ok "hash layers: quantize keeps the I32 table, the file runs" || bad "hash layers: quantize"
+expect_err "more hash layers than layers" "hash layers" $D make-model -o "$T/bad.gguf" $MK --n-hash 3
+
 # ---- diagnostics ----------------------------------------------------------------
 $D diverge -m "$T/m.gguf" -p "$P" --block-greedy 8 >"$T/dc" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/dc" \
     && ok "deepseek4 canonical: FIRST_DIVERGENCE NONE" || { bad "deepseek4 canonical diverges"; cat "$T/dc"; }

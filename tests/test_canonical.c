@@ -284,7 +284,8 @@ static void test_hybrid(const char *dir, const int32_t *toks) {
  * 40-position window (so positions 50..166 attend a window that starts
  * inside a chunk), output groups, 4 hyper-connection streams with 20
  * Sinkhorn iterations, the sqrtsoftplus MoE with its bias and a shared
- * expert. The property (logits, taps = the streams' mean, K/V rows) for
+ * expert (the Q8_0 file's first layer hash-routed: its experts by token
+ * id). The property (logits, taps = the streams' mean, K/V rows) for
  * M = 1..16, then a counter-test per new family and for the route and
  * the weights' matmul family: each alone fast makes rows differ. */
 static void test_ds4(const char *dir, const int32_t *toks) {
@@ -299,14 +300,15 @@ static void test_ds4(const char *dir, const int32_t *toks) {
         o.n_embd = 64; o.n_layer = 3; o.n_head = 4; o.head_dim = 64; o.n_rot = 16; o.q_lora = 64; o.o_groups = 2;
         o.o_lora = 32; o.hc = 4; o.hc_iters = 20; o.n_swa = 40; o.n_expert = 8; o.n_expert_used = 2; o.n_ff_exp = 64;
         o.n_vocab = 384; o.n_ctx = 512; o.seed = 11;
+        o.n_hash = ti == 0;                      /* Q8_0: layer 0 routes by token id (a hash layer) */
         if (ds_make_model(&o, path, err, sizeof err)) { printf("FAIL make-model: %s\n", err); exit(1); }
         ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);
         if (!m) { printf("FAIL load: %s\n", err); exit(1); }
         ds_ctx *c;
         int d = canonical_sweep(m, toks, &c);
         CHECK(d == 0, "deepseek4 %s canonical: %d of %d (pos0, M) cases differ from decode", ds_type_name(types[ti]), d, N_POS0 * 16);
-        printf("%s canonical_property type=%s arch=deepseek4 hc=%d window=%d cases=%d differing=%d (logits, taps, K/V)\n",
-               d ? "FAIL" : "PASS", ds_type_name(types[ti]), m->hp.hc, m->hp.n_swa, N_POS0 * 16, d);
+        printf("%s canonical_property type=%s arch=deepseek4 hc=%d window=%d hash_layers=%d cases=%d differing=%d (logits, taps, K/V)\n",
+               d ? "FAIL" : "PASS", ds_type_name(types[ti]), m->hp.hc, m->hp.n_swa, m->layers[0].tid2eid != NULL, N_POS0 * 16, d);
         const int fams[5] = {DS_FAM_ATTN_SINKS, DS_FAM_HC_PRE, DS_FAM_HC_POST, DS_FAM_MOE_ROUTE, ds_matmul_family(types[ti])};
         /* the families' counter-tests on the F32 model: on Q8_0 a last-bit
          * change in the attention output rarely survives the activation

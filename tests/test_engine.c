@@ -41,8 +41,8 @@ static ds_model *make(const char *dir, uint32_t type, const char *arch) {
     o.full_attn_interval = 2;                                  /* qwen35: a recurrent, then an attention layer */
     o.n_embd = 128; o.n_layer = 2; o.n_head = 4; o.n_head_kv = 2; o.head_dim = 32; o.n_ff = 256;
     o.n_vocab = 384; o.n_ctx = 512; o.seed = 11;
-    if (!strcmp(arch, "deepseek4")) {   /* partial RoPE, a 24-position window, 4 streams */
-        o.n_rot = 16; o.n_swa = 24; o.hc_iters = 10;
+    if (!strcmp(arch, "deepseek4")) {   /* partial RoPE, a 24-position window, 4 streams, a hash layer */
+        o.n_rot = 16; o.n_swa = 24; o.hc_iters = 10; o.n_hash = 1;
     }
     if (ds_make_model(&o, path, err, sizeof err)) { printf("FAIL make-model: %s\n", err); exit(1); }
     ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);

@@ -728,6 +728,19 @@ int main(int argc, char **argv) {
     } else {
         check(&T, 0, "fixture readable", "cannot read %s", pa);
     }
+    {   /* I32 is a hash layer's table only: the writer takes it for that name
+         * and refuses it for a weight's (the reader applies the same rule) */
+        gguf_writer *w = gguf_writer_new();
+        const uint64_t ne[2] = {2, 3};
+        const int32_t tab[6] = {0, 1, 1, 2, 2, 0};
+        const int ok_table = gguf_add_tensor(w, "blk.0.ffn_gate_tid2eid.weight", DS_TYPE_I32, 2, ne, tab, sizeof tab) == 0;
+        gguf_writer_free(w);
+        w = gguf_writer_new();
+        const int no_weight = gguf_add_tensor(w, "blk.0.attn_q.weight", DS_TYPE_I32, 2, ne, tab, sizeof tab) != 0;
+        gguf_writer_free(w);
+        check(&T, ok_table && no_weight, "i32_table_only", "I32: the table %s, a weight %s", ok_table ? "taken" : "REFUSED",
+              no_weight ? "refused" : "TAKEN");
+    }
     remove_dir(dir);
     printf("%d passed, %d failed\n", T.pass, T.fail);
     return T.fail ? 1 : 0;

@@ -16,6 +16,8 @@ typedef struct {
     uint32_t    set_u32_val;
     const char *set_u32_key2;  /* and a second one                          */
     uint32_t    set_u32_val2;
+    const char *poke_i32;      /* an I32 tensor whose first entry becomes poke_val */
+    int32_t     poke_val;
 } mutation;
 
 static int derive(const char *src, const char *dst, const mutation *mu) {
@@ -43,6 +45,14 @@ static int derive(const char *src, const char *dst, const mutation *mu) {
             void *buf = calloc(1, rb * ne[1]);
             memcpy(buf, t->data, t->nbytes);
             gguf_add_tensor(w, t->name, t->type, t->n_dims, ne, buf, rb * ne[1]);
+            free(buf);
+            continue;
+        }
+        if (mu->poke_i32 && !strcmp(t->name, mu->poke_i32)) {
+            void *buf = malloc(t->nbytes);
+            memcpy(buf, t->data, t->nbytes);
+            memcpy(buf, &mu->poke_val, sizeof mu->poke_val);
+            gguf_add_tensor(w, t->name, t->type, t->n_dims, t->ne, buf, t->nbytes);
             free(buf);
             continue;
         }
@@ -100,6 +110,63 @@ int main(void) {
                 "out of range");
     /* file bytes in an error are sanitised: one line, no escape sequence */
     expect_fail(dir, src, "arch_control_bytes", MU(.set_arch = "qw\n\x1b[31men"), "unknown architecture 'qw??[31men'");
+
+    /* deepseek4's hash layers: the expert table is I32 [k, n_vocab], every
+     * entry an expert; a good file loads, each broken one is one line */
+    {
+        char ds4[512];
+        snprintf(ds4, sizeof ds4, "%s/ds4-hash.gguf", dir);
+        ds_make_model_opts q;
+        ds_make_model_defaults(&q);
+        q.arch = "deepseek4"; q.type = DS_TYPE_F32;
+        q.n_embd = 64; q.n_layer = 2; q.n_head = 4; q.head_dim = 64; q.n_rot = 16; q.q_lora = 32; q.o_lora = 16;
+        q.n_expert = 8; q.n_expert_used = 2; q.n_ff_exp = 32; q.n_vocab = 300; q.n_hash = 1; q.seed = 3;
+        CHECK(ds_make_model(&q, ds4, err, sizeof err) == 0, "make deepseek4 with a hash layer: %s", err);
+        m = ds_model_load(ds4, err, sizeof err);
+        CHECK(m && m->layers[0].tid2eid && !m->layers[1].tid2eid, "deepseek4 hash layer: %s", m ? "table not where expected" : err);
+        if (m) printf("PASS deepseek4 hash layer loads (layer 0 routes by token id, layer 1 selects)\n");
+        /* the route reads the table: a copy of it gives the same logits, a
+         * table sending token 7 to other experts gives other logits */
+        if (m && m->layers[0].tid2eid) {
+            const int V = m->hp.n_vocab, k = 2, tok = 7;
+            int32_t *copy = malloc((size_t)V * k * sizeof *copy), *other = malloc((size_t)V * k * sizeof *other);
+            float *l0 = malloc((size_t)V * sizeof *l0), *l1 = malloc((size_t)V * sizeof *l1), *l2 = malloc((size_t)V * sizeof *l2);
+            memcpy(copy, m->layers[0].tid2eid, (size_t)V * k * sizeof *copy);
+            memcpy(other, copy, (size_t)V * k * sizeof *other);
+            for (int j = 0; j < k; j++) other[tok * k + j] = (copy[tok * k + j] + 1 + j) % 8;
+            if (other[tok * k] == other[tok * k + 1]) other[tok * k + 1] = (other[tok * k + 1] + 1) % 8;
+            const int32_t *orig = m->layers[0].tid2eid;
+            float *outs[3] = {l0, l1, l2};
+            const int32_t *tabs[3] = {orig, copy, other};
+            int ran = 1;
+            for (int i = 0; i < 3 && ran; i++) {
+                m->layers[0].tid2eid = tabs[i];
+                ds_ctx *hc = ds_ctx_new(m, 16, 1, err, sizeof err);
+                ran = hc && ds_decode(hc, tok, 0, outs[i], NULL, err, sizeof err) == 0;
+                ds_ctx_free(hc);
+            }
+            m->layers[0].tid2eid = orig;
+            const int same = ran && !memcmp(l0, l1, (size_t)V * sizeof *l0), moved = ran && memcmp(l0, l2, (size_t)V * sizeof *l0) != 0;
+            CHECK(same && moved, "hash layer: a copy of the table %s the logits, another table %s them (%s)", same ? "keeps" : "CHANGES",
+                  moved ? "changes" : "DOES NOT change", ran ? "ran" : err);
+            if (same && moved) printf("PASS deepseek4 hash route reads the table (copy: same logits; token %d's experts moved: other logits)\n", tok);
+            free(copy); free(other); free(l0); free(l1); free(l2);
+        }
+        ds_model_free(m);
+        q.n_hash = 3;
+        CHECK(ds_make_model(&q, ds4, err, sizeof err) != 0 && strstr(err, "hash layers"), "make-model took 3 hash layers of 2");
+        q.n_hash = 1;
+        CHECK(ds_make_model(&q, ds4, err, sizeof err) == 0, "make deepseek4 again: %s", err);
+        expect_fail(dir, ds4, "hash_expert_out_of_range", MU(.poke_i32 = "blk.0.ffn_gate_tid2eid.weight", .poke_val = 8),
+                    "outside [0, 8)");
+        expect_fail(dir, ds4, "hash_expert_negative", MU(.poke_i32 = "blk.0.ffn_gate_tid2eid.weight", .poke_val = -1),
+                    "outside [0, 8)");
+        expect_fail(dir, ds4, "hash_table_missing", MU(.drop_tensor = "blk.0.ffn_gate_tid2eid.weight"),
+                    "missing tensor 'blk.0.ffn_gate_tid2eid.weight'");
+        expect_fail(dir, ds4, "hash_table_shape", MU(.reshape = "blk.0.ffn_gate_tid2eid.weight"), "must be I32 [2, 300]");
+        expect_fail(dir, ds4, "hash_layer_count_high", MU(.set_u32_key = "deepseek4.hash_layer_count", .set_u32_val = 3),
+                    "exceeds the 2 trunk layers");
+    }
 
     /* taps validation keeps the previous list on error */
     m = ds_model_load(src, err, sizeof err);

@@ -32,7 +32,8 @@ int cmd_make_model(int argc, char **argv) {
                    "       [--full-attn-interval N (4)] [--n-rot N (head_dim/4)]\n"
                    "       deepseek4 (raw attention layers, one KV head; --head-dim 512, --n-rot 64 by default):\n"
                    "       [--q-lora N (n_embd/2)] [--o-groups N (2)] [--o-lora N (64)] [--hc N (4)]\n"
-                   "       [--hc-iters N (20)] [--n-swa N (128)] and the qwen3moe expert flags (one shared expert)\n");
+                   "       [--hc-iters N (20)] [--n-swa N (128)] [--n-hash N (0): the first N layers hash-routed]\n"
+                   "       and the qwen3moe expert flags (one shared expert)\n");
             return 0;
         }
         else if (!strcmp(a, "-o")) out = cli_value(C, argc, argv, &i);
@@ -69,6 +70,7 @@ int cmd_make_model(int argc, char **argv) {
         else if (!strcmp(a, "--hc")) o.hc = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 16);
         else if (!strcmp(a, "--hc-iters")) o.hc_iters = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 100);
         else if (!strcmp(a, "--n-swa")) o.n_swa = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(a, "--n-hash")) o.n_hash = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 20);
         else if (!strcmp(a, "--seed")) o.seed = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 0x7fffffffL);
         else cli_die(C, "unknown flag '%s' (see dspark make-model --help)", a);
     }

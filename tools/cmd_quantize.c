@@ -113,7 +113,8 @@ int cmd_quantize(int argc, char **argv) {
         uint32_t to = type;
         /* 2-D weights and llama.cpp's 3-D expert stacks (rows of rows); a
          * MoE router (ffn_gate_inp) stays as it is, as llama-quantize leaves it */
-        if (mix == MIX_COPY || (t->n_dims != 2 && t->n_dims != 3) || strstr(t->name, "ffn_gate_inp")) {
+        if (mix == MIX_COPY || (t->n_dims != 2 && t->n_dims != 3) || strstr(t->name, "ffn_gate_inp") ||
+            t->type == DS_TYPE_I32) {                  /* an integer table (a hash layer's experts): as it is */
             to = t->type;
         } else if (ds_type_is_kq(type) || mix) {
             const int is_out = !strcmp(t->name, "output.weight") || (!has_output && !strcmp(t->name, "token_embd.weight"));
