@@ -87,7 +87,21 @@ enum {
     DS_PACK_Q8_VNNI16 = 1,  /* Q8_0, AVX-512 VNNI: 16-row tiles, quants biased to u8 */
     DS_PACK_Q8_S8 = 2,      /* Q8_0, AVX2 / NEON: 8-row tiles, signed quants          */
     DS_PACK_Q8_VNNI8 = 3,   /* Q8_0, AVX-VNNI: 8-row tiles, quants biased to u8       */
+    DS_PACK_KQ_T8 = 4,      /* Q4_0 / Q5_0, AVX2 and AVX-VNNI: 8-row dword-transposed
+                               tiles, the quants as stored (nibbles, fifth bits)      */
 };
+/* Layout DS_PACK_KQ_T8 (matmul_kq.h reads it): tiles of 8 weight rows (the
+ * last padded by repeating row N - 1); in a tile, block b at b * KQ_T8_QB(t):
+ * 4 vectors of 32 bytes, vector a (at 32 a) holding dword a of the 8 rows'
+ * qs (row j at bytes 4j .. 4j+3: quants 4a .. 4a+3 in the low nibbles,
+ * 16+4a .. 16+4a+3 in the high ones); Q5_0 then 32 bytes of fifth bits,
+ * row j's at bytes 4j .. 4j+3, byte e's bit s the fifth bit of quant 4s + e
+ * (so that "dword s" of every row comes out with one shift and one mask).
+ * After the nb blocks the 8 fp16 scales of each block (16 bytes at
+ * nb * QB + 16 b), padded to 32 bytes. The bytes per row and block are the
+ * stored ones (18 / 22): a permutation, read at the stored size. */
+#define KQ_T8_QB(t) ((t) == DS_TYPE_Q5_0 ? 160 : 128)
+#define KQ_T8_TILE(t, nb) ((size_t)(nb) * KQ_T8_QB(t) + (((size_t)(nb) * 16 + 31) & ~(size_t)31))
 typedef struct {
     uint32_t magic, layout, type, level;
     int64_t  n_in, n_out;
