@@ -209,11 +209,14 @@ static void q8_canon_forced(int lv, int path, const ds_weight *W, int M, const f
 }
 
 static void test_exactness(ds_pool *pools[4]) {
-    for (int ti = 0; ti < 4; ti++) {
+    for (int tk = 0; tk < 7; tk++) {
+        /* dense types twice: K = 259 and 384 (a multiple of 16: no tail) */
+        const int ti = tk < 4 ? tk : tk - 4;
         uint32_t t = types[ti];
+        if (tk >= 4 && t == DS_TYPE_Q8_0) continue;
         /* K: not a multiple of 16 (dense) / odd block count (Q8_0); N odd and
          * large enough that 2 and 3 threads really split it */
-        int64_t K = t == DS_TYPE_Q8_0 ? 288 : 259, N = 1001;
+        int64_t K = t == DS_TYPE_Q8_0 ? 288 : tk >= 4 ? 384 : 259, N = 1001;
         tw W = make_weight(t, K, N);
         float *x = make_x(16, K);
         float *dec = malloc((size_t)(16 * N) * sizeof(float));
