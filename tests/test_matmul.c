@@ -654,8 +654,10 @@ static void test_registry(void) {
     printf("%s registry checks (simd path: %s)\n", n_fail == fail0 ? "PASS" : "FAIL", p);
 }
 
-/* Pre-packed Q8_0 weights (ds_weight_pack_at, as the model loader does for
- * the process's level), for EVERY level this CPU runs: canonical at that
+/* Pre-packed weights (ds_weight_pack_at, as the model loader does for the
+ * process's level: Q8_0's tiles, Q4_0 / Q5_0's T8 tile at AVX2 / AVX-VNNI;
+ * the kquant weights carry a NaN and an inf block scale), for EVERY level
+ * this CPU runs: canonical at that
  * level with and without them memcmp-identical for M = 1..16 and 1 / 3
  * threads, decode(packed) == decode(unpacked) == canonical row m, rows read
  * back from the packed copy == the original rows, and a copy packed for

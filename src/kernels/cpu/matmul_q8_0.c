@@ -788,8 +788,12 @@ static void kq_t8_pack8(uint32_t type, const void *const wr[8], int64_t nb, unsi
                 uint32_t qh;
                 memcpy(&qh, x->qh, 4);
                 for (int e = 0; e < 4; e++) {
-                    unsigned v = 0;
-                    for (int s2 = 0; s2 < 8; s2++) v |= ((qh >> (4 * s2 + e)) & 1u) << s2;
+                    /* bits e, e+4, ..., e+28 of qh -> bits 0..7 (compress the
+                     * nibble-strided bits in three mask-and-shift steps) */
+                    uint32_t v = (qh >> e) & 0x11111111u;
+                    v = (v | v >> 3) & 0x03030303u;
+                    v = (v | v >> 6) & 0x000f000fu;
+                    v = (v | v >> 12) & 0xffu;
                     o[128 + 4 * j + e] = (unsigned char)v;
                 }
                 qs = x->qs;
