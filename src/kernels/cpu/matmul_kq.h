@@ -975,7 +975,8 @@ static inline int kq_have_vnni(void) {
                 DS_UNROLL                                                                     \
                 for (int j = 0; j < NT; j++) {                                                \
                     const unsigned char *blk = tl[j] + (size_t)b * QB;                        \
-                    const __m256i u = KQ_T8_U(blk, s, q5);                                    \
+                    const __m256i u = fromb ? _mm256_load_si256((const __m256i *)(ub[j] + ((size_t)b * 8 + s) * 32)) \
+                                            : KQ_T8_U(blk, s, q5);                            \
                     DS_UNROLL                                                                 \
                     for (int i = 0; i < MT; i++) {                                            \
                         if (vnni) {                                                           \
@@ -1025,7 +1026,8 @@ static inline int kq_have_vnni(void) {
         }
 
 #define KQ_T8_ARGS uint32_t t, const unsigned char *const tl[], int NT, int nv, int64_t nb, const ds_q8_act *a, \
-                   int m0, int MT, float *y, int64_t N, int64_t n0, const unsigned char *pf
+                   int m0, int MT, float *y, int64_t N, int64_t n0, const unsigned char *pf, int fromb,        \
+                   const unsigned char *const ub[]
 #define KQ_T8_DP(d, u, p) (d)                       /* not taken on AVX2 */
 static inline __attribute__((always_inline)) KQ_TGT_AVX2 void kq_t8_tile_avx2(KQ_T8_ARGS) { KQ_T8_TILE_BODY(0) }
 #undef KQ_T8_DP
@@ -1033,30 +1035,61 @@ static inline __attribute__((always_inline)) KQ_TGT_AVX2 void kq_t8_tile_avx2(KQ
 static inline __attribute__((always_inline)) KQ_T8_TGT_VNNI void kq_t8_tile_vnni(KQ_T8_ARGS) { KQ_T8_TILE_BODY(1) }
 #undef KQ_T8_DP
 
+/* All nb blocks of one T8 tile expanded to their unsigned quant vectors:
+ * block b's dword s at ub + (8 b + s) * 32. With four and more activation
+ * rows the expansion is done once per call instead of once per row tile. */
+static inline __attribute__((always_inline)) KQ_TGT_AVX2 void kq_t8_expand(uint32_t t, const unsigned char *tile,
+                                                                          int64_t nb, unsigned char *ub) {
+    const __m256i m4 = _mm256_set1_epi8(15), m10 = _mm256_set1_epi8(0x10);
+    const int q5 = t == DS_TYPE_Q5_0;
+    const size_t QB = KQ_T8_QB(t);
+    for (int64_t b = 0; b < nb; b++) {
+        const unsigned char *blk = tile + (size_t)b * QB;
+        DS_UNROLL
+        for (int s = 0; s < 8; s++)
+            _mm256_store_si256((__m256i *)(ub + ((size_t)b * 8 + s) * 32), KQ_T8_U(blk, s, q5));
+    }
+}
+#define KQ_T8_EXPAND_MIN_M 4
+
 /* The range walker: column groups of up to 4 tiles (decode) or 2 (two and
  * more rows), row tiles of 1 (decode) or 2; every shape is the same
- * operations per (m, n), so the shapes only change speed. */
+ * operations per (m, n), so the shapes only change speed. From
+ * KQ_T8_EXPAND_MIN_M rows on (with scratch) the group's tiles are expanded
+ * once into the thread's scratch and the row tiles read them from there. */
 #define KQ_T8_RANGE_BODY(TILE)                                                                \
     const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / 32;                               \
     const size_t TB = KQ_T8_TILE(t, nb);                                                      \
     const unsigned char *pk = ds_pack_data(c->W);                                             \
     const int M = c->M, GT = M == 1 ? 4 : 2;                                                  \
+    unsigned char *ubuf = M >= KQ_T8_EXPAND_MIN_M && c->tmp && !((uintptr_t)c->tmp & 31) &&   \
+                                  c->tmp_bytes >= 2 * (size_t)nb * 256                         \
+                              ? c->tmp : NULL;                                                \
     for (int64_t n = n0; n < n1; n += 8 * GT) {                                               \
         const int64_t cols = n1 - n < 8 * GT ? n1 - n : 8 * GT;                               \
         const int NT = (int)((cols + 7) / 8), nv = (int)(cols - 8 * (NT - 1));                \
-        const unsigned char *tl[KQ_T8_MAXNT];                                                 \
+        const unsigned char *tl[KQ_T8_MAXNT], *ub[KQ_T8_MAXNT] = {NULL};                      \
         for (int j = 0; j < NT; j++) tl[j] = pk + (size_t)(n / 8 + j) * TB;                   \
         const unsigned char *pf = n + cols < n1 ? tl[NT - 1] + TB : NULL;                     \
+        if (ubuf)                                                                             \
+            for (int j = 0; j < NT; j++) {                                                    \
+                kq_t8_expand(t, tl[j], nb, ubuf + (size_t)j * (size_t)nb * 256);              \
+                ub[j] = ubuf + (size_t)j * (size_t)nb * 256;                                  \
+            }                                                                                 \
         for (int m = 0; m < M; pf = NULL) {                                                   \
             const int MT = M - m >= 2 ? 2 : 1;                                                \
             _Pragma("GCC unroll 1")                                                           \
             for (int z = 0; z < 1; z++) {                                                     \
-                if (MT == 1 && NT == 4) TILE(t, tl, 4, nv, nb, c->xq, m, 1, c->y, N, n, pf);  \
-                else if (MT == 1 && NT == 3) TILE(t, tl, 3, nv, nb, c->xq, m, 1, c->y, N, n, pf); \
-                else if (MT == 1 && NT == 2) TILE(t, tl, 2, nv, nb, c->xq, m, 1, c->y, N, n, pf); \
-                else if (MT == 1) TILE(t, tl, 1, nv, nb, c->xq, m, 1, c->y, N, n, pf);        \
-                else if (NT == 2) TILE(t, tl, 2, nv, nb, c->xq, m, 2, c->y, N, n, pf);        \
-                else TILE(t, tl, 1, nv, nb, c->xq, m, 2, c->y, N, n, pf);                     \
+                if (MT == 1 && NT == 4) TILE(t, tl, 4, nv, nb, c->xq, m, 1, c->y, N, n, pf, 0, ub); \
+                else if (MT == 1 && NT == 3) TILE(t, tl, 3, nv, nb, c->xq, m, 1, c->y, N, n, pf, 0, ub); \
+                else if (ubuf && MT == 1 && NT == 2) TILE(t, tl, 2, nv, nb, c->xq, m, 1, c->y, N, n, pf, 1, ub); \
+                else if (ubuf && MT == 1) TILE(t, tl, 1, nv, nb, c->xq, m, 1, c->y, N, n, pf, 1, ub); \
+                else if (ubuf && NT == 2) TILE(t, tl, 2, nv, nb, c->xq, m, 2, c->y, N, n, pf, 1, ub); \
+                else if (ubuf) TILE(t, tl, 1, nv, nb, c->xq, m, 2, c->y, N, n, pf, 1, ub);   \
+                else if (MT == 1 && NT == 2) TILE(t, tl, 2, nv, nb, c->xq, m, 1, c->y, N, n, pf, 0, ub); \
+                else if (MT == 1) TILE(t, tl, 1, nv, nb, c->xq, m, 1, c->y, N, n, pf, 0, ub); \
+                else if (NT == 2) TILE(t, tl, 2, nv, nb, c->xq, m, 2, c->y, N, n, pf, 0, ub); \
+                else TILE(t, tl, 1, nv, nb, c->xq, m, 2, c->y, N, n, pf, 0, ub);             \
             }                                                                                 \
             m += MT;                                                                          \
         }                                                                                     \
