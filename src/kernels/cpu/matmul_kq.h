@@ -1034,6 +1034,12 @@ static inline __attribute__((always_inline)) KQ_TGT_AVX2 void kq_t8_tile_avx2(KQ
 #define KQ_T8_DP(d, u, p) _mm256_dpbusd_avx_epi32(d, u, p)
 static inline __attribute__((always_inline)) KQ_T8_TGT_VNNI void kq_t8_tile_vnni(KQ_T8_ARGS) { KQ_T8_TILE_BODY(1) }
 #undef KQ_T8_DP
+/* the AVX-512 level with AVX512-VNNI: the same VPDPBUSD on ymm, EVEX-encoded
+ * (AVX512VL; CPUs with AVX512-VNNI need not have AVX-VNNI's VEX form) */
+#define KQ_T8_TGT_V512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define KQ_T8_DP(d, u, p) _mm256_dpbusd_epi32(d, u, p)
+static inline __attribute__((always_inline)) KQ_T8_TGT_V512 void kq_t8_tile_v512(KQ_T8_ARGS) { KQ_T8_TILE_BODY(1) }
+#undef KQ_T8_DP
 
 /* All nb blocks of one T8 tile expanded to their unsigned quant vectors:
  * block b's dword s at ub + (8 b + s) * 32. With four and more activation
@@ -1104,16 +1110,22 @@ KQ_T8_FN(kq_t8_q4_0_avx2, DS_TYPE_Q4_0, kq_t8_tile_avx2, KQ_TGT_AVX2)
 KQ_T8_FN(kq_t8_q5_0_avx2, DS_TYPE_Q5_0, kq_t8_tile_avx2, KQ_TGT_AVX2)
 KQ_T8_FN(kq_t8_q4_0_vnni, DS_TYPE_Q4_0, kq_t8_tile_vnni, KQ_T8_TGT_VNNI)
 KQ_T8_FN(kq_t8_q5_0_vnni, DS_TYPE_Q5_0, kq_t8_tile_vnni, KQ_T8_TGT_VNNI)
+KQ_T8_FN(kq_t8_q4_0_v512, DS_TYPE_Q4_0, kq_t8_tile_v512, KQ_T8_TGT_V512)
+KQ_T8_FN(kq_t8_q5_0_v512, DS_TYPE_Q5_0, kq_t8_tile_v512, KQ_T8_TGT_V512)
 
-/* the T8 tile runs this call: canonical Q4_0 / Q5_0 at the AVX2 level with
- * a T8 copy and a range starting on a tile (DS_MM_GROUP is a multiple of 8) */
+/* the T8 tile runs this call: canonical Q4_0 / Q5_0 with a T8 copy and a
+ * range starting on a tile (DS_MM_GROUP is a multiple of 8), at the AVX2
+ * level (AVX-VNNI included) and at AVX-512 (VPDPBUSD on ymm there too):
+ * every M, so that the original bytes, paged out once packed
+ * (backend_cpu.c), are not read back by a canonical call */
 DS_INLINE int kq_t8_runs(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int lv) {
-    return !fast && lv == DS_LVL_AVX2 && (t == DS_TYPE_Q4_0 || t == DS_TYPE_Q5_0) && n0 % 8 == 0 &&
-           ds_pack_layout(c->W) == DS_PACK_KQ_T8;
+    return !fast && (lv == DS_LVL_AVX2 || lv == DS_LVL_AVX512) && (t == DS_TYPE_Q4_0 || t == DS_TYPE_Q5_0) &&
+           n0 % 8 == 0 && ds_pack_layout(c->W) == DS_PACK_KQ_T8;
 }
-DS_INLINE void kq_t8_run(uint32_t t, const ds_mm_ctx *c, int64_t n0, int64_t n1) {
-    if (t == DS_TYPE_Q5_0) (c->avxvnni ? kq_t8_q5_0_vnni : kq_t8_q5_0_avx2)(c, n0, n1);
-    else (c->avxvnni ? kq_t8_q4_0_vnni : kq_t8_q4_0_avx2)(c, n0, n1);
+DS_INLINE void kq_t8_run(uint32_t t, const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
+    const int v512 = lv == DS_LVL_AVX512 && kq_have_vnni();
+    if (t == DS_TYPE_Q5_0) (v512 ? kq_t8_q5_0_v512 : c->avxvnni ? kq_t8_q5_0_vnni : kq_t8_q5_0_avx2)(c, n0, n1);
+    else (v512 ? kq_t8_q4_0_v512 : c->avxvnni ? kq_t8_q4_0_vnni : kq_t8_q4_0_avx2)(c, n0, n1);
 }
 #endif
 
@@ -1125,7 +1137,7 @@ DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int
     kq_wblk wb[KQ_NT];
 #if DS_X86
     if (kq_t8_runs(t, fast, c, n0, lv)) {
-        kq_t8_run(t, c, n0, n1);
+        kq_t8_run(t, c, n0, n1, lv);
         return;
     }
     const int vnni = lv == DS_LVL_AVX512 && kq_have_vnni();

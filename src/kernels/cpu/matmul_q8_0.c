@@ -754,10 +754,11 @@ static void q8n_dotprod(const ds_mm_ctx *c, int64_t n0, int64_t n1) { q8n_canoni
 static int q8_pack_layout_at(const ds_weight *W, int lv) {
     if (W->n_in <= 0 || W->n_in % DS_QK8_0 || W->n_out <= 0) return DS_PACK_NONE;
 #if DS_X86
-    /* Q4_0 / Q5_0 on AVX2 (AVX-VNNI included): the dword-transposed tile
+    /* Q4_0 / Q5_0 on AVX2 (AVX-VNNI included) and AVX-512: the dword-transposed tile
      * (matmul_kq.h, kq_t8): no horizontal sums, nibbles and fifth bits
      * expanded once per block for all rows of a register tile */
-    if ((W->type == DS_TYPE_Q4_0 || W->type == DS_TYPE_Q5_0) && (lv == DS_LVL_AVX2 || lv == DS_LVL_AVXVNNI))
+    if ((W->type == DS_TYPE_Q4_0 || W->type == DS_TYPE_Q5_0) &&
+        (lv == DS_LVL_AVX2 || lv == DS_LVL_AVXVNNI || lv == DS_LVL_AVX512))
         return DS_PACK_KQ_T8;
 #endif
     if (W->type != DS_TYPE_Q8_0) return DS_PACK_NONE;
