@@ -209,11 +209,14 @@ static void q8_canon_forced(int lv, int path, const ds_weight *W, int M, const f
 }
 
 static void test_exactness(ds_pool *pools[4]) {
-    for (int ti = 0; ti < 4; ti++) {
+    for (int tk = 0; tk < 7; tk++) {
+        /* dense types twice: K = 259 and 384 (a multiple of 16: no tail) */
+        const int ti = tk < 4 ? tk : tk - 4;
         uint32_t t = types[ti];
+        if (tk >= 4 && t == DS_TYPE_Q8_0) continue;
         /* K: not a multiple of 16 (dense) / odd block count (Q8_0); N odd and
          * large enough that 2 and 3 threads really split it */
-        int64_t K = t == DS_TYPE_Q8_0 ? 288 : 259, N = 1001;
+        int64_t K = t == DS_TYPE_Q8_0 ? 288 : tk >= 4 ? 384 : 259, N = 1001;
         tw W = make_weight(t, K, N);
         float *x = make_x(16, K);
         float *dec = malloc((size_t)(16 * N) * sizeof(float));
@@ -651,14 +654,16 @@ static void test_registry(void) {
     printf("%s registry checks (simd path: %s)\n", n_fail == fail0 ? "PASS" : "FAIL", p);
 }
 
-/* Pre-packed Q8_0 weights (ds_weight_pack_at, as the model loader does for
- * the process's level), for EVERY level this CPU runs: canonical at that
+/* Pre-packed weights (ds_weight_pack_at, as the model loader does for the
+ * process's level: Q8_0's tiles, Q4_0 / Q5_0's T8 tile at AVX2 / AVX-VNNI;
+ * the kquant weights carry a NaN and an inf block scale), for EVERY level
+ * this CPU runs: canonical at that
  * level with and without them memcmp-identical for M = 1..16 and 1 / 3
  * threads, decode(packed) == decode(unpacked) == canonical row m, rows read
  * back from the packed copy == the original rows, and a copy packed for
  * another level's layout is ignored (the same bits). N not a multiple of 16
  * (a padded last tile). */
-static void test_packed_q8(ds_pool *pools[4]) {
+static void test_packed_type(ds_pool *pools[4], uint32_t type, const char *tn) {
     static const int64_t Ks[] = {32, 288, 1024}, Ns[] = {7, 37, 100};
     int bad = 0, runs = 0, nlayouts = 0;
     for (int lv = 0; lv < DS_LVL_COUNT; lv++) {
@@ -668,7 +673,16 @@ static void test_packed_q8(ds_pool *pools[4]) {
             for (int ni = 0; ni < 3; ni++) {
                 const int64_t K = Ks[ki], N = Ns[ni];
                 const int Mmax = 16;
-                tw W = make_weight(DS_TYPE_Q8_0, K, N);
+                tw W = make_weight(type, K, N);
+                if (type != DS_TYPE_Q8_0 && N > 5) {
+                    /* malformed scales (a NaN and an inf block scale): the
+                     * outputs' NaNs are stored as the one quiet NaN on every path */
+                    int okb;
+                    const size_t rbb = (size_t)ds_row_bytes(type, (uint64_t)K, &okb);
+                    const uint16_t nan16 = 0x7e01, inf16 = 0x7c00;
+                    memcpy((char *)W.data + 3 * rbb, &nan16, 2);
+                    memcpy((char *)W.data + 5 * rbb, &inf16, 2);
+                }
                 const size_t pb = ds_weight_pack_bytes_at(&W.w, lv);
                 if (!pb) {
                     CHECK(ds_weight_pack_at(&W.w, lv, NULL) == -1, "pack refused where packing is unused");
@@ -688,9 +702,9 @@ static void test_packed_q8(ds_pool *pools[4]) {
                     float *ra = malloc((size_t)K * sizeof(float)), *rb2 = malloc((size_t)K * sizeof(float));
                     int row_bad = 0;
                     int ok;
-                    const size_t rbytes = (size_t)ds_row_bytes(DS_TYPE_Q8_0, (uint64_t)K, &ok);
+                    const size_t rbytes = (size_t)ds_row_bytes(type, (uint64_t)K, &ok);
                     for (int64_t r = 0; r < N; r++) {
-                        ds_row_to_f32(DS_TYPE_Q8_0, (const char *)W.data + (size_t)r * rbytes, K, ra);
+                        ds_row_to_f32(type, (const char *)W.data + (size_t)r * rbytes, K, ra);
                         ds_weight_packed_row(&Wp, r, rb2);
                         row_bad += memcmp(ra, rb2, (size_t)K * sizeof(float)) != 0;
                     }
@@ -709,7 +723,7 @@ static void test_packed_q8(ds_pool *pools[4]) {
                         runs++;
                         if (memcmp(y0, y1, (size_t)(M * N) * sizeof(float))) {
                             if (bad < 3)
-                                printf("  packed Q8_0 lv=%d K=%lld N=%lld M=%d threads=%d != unpacked\n", lv,
+                                printf("  packed %s lv=%d K=%lld N=%lld M=%d threads=%d != unpacked\n", tn, lv,
                                        (long long)K, (long long)N, M, th);
                             bad++;
                         }
@@ -720,7 +734,7 @@ static void test_packed_q8(ds_pool *pools[4]) {
                             runs++;
                             if (memcmp(y0, y1, (size_t)(M * N) * sizeof(float))) {
                                 if (bad < 3)
-                                    printf("  Q8_0 packed for lv=%d, run at lv=%d, K=%lld N=%lld M=%d differs\n", lv,
+                                    printf("  %s packed for lv=%d, run at lv=%d, K=%lld N=%lld M=%d differs\n", tn, lv,
                                            lv2, (long long)K, (long long)N, M);
                                 bad++;
                             }
@@ -732,7 +746,7 @@ static void test_packed_q8(ds_pool *pools[4]) {
                             if (memcmp(d0, d1, (size_t)N * sizeof(float)) ||
                                 memcmp(d1, y0 + (size_t)m * N, (size_t)N * sizeof(float))) {
                                 if (bad < 3)
-                                    printf("  packed Q8_0 decode lv=%d K=%lld N=%lld M=%d row %d differs\n", lv,
+                                    printf("  packed %s decode lv=%d K=%lld N=%lld M=%d row %d differs\n", tn, lv,
                                            (long long)K, (long long)N, M, m);
                                 bad++;
                             }
@@ -742,9 +756,16 @@ static void test_packed_q8(ds_pool *pools[4]) {
             }
         nlayouts += used;
     }
-    CHECK(bad == 0, "packed Q8_0 differs from unpacked in %d of %d runs", bad, runs);
-    printf("%s canonical/decode Q8_0 with pre-packed weights == unpacked (memcmp), %d packed level(s), "
-           "M=1..16 threads 1,3, %d runs\n", bad ? "FAIL" : "PASS", nlayouts, runs);
+    CHECK(bad == 0, "packed %s differs from unpacked in %d of %d runs", tn, bad, runs);
+    printf("%s canonical/decode %s with pre-packed weights == unpacked (memcmp), %d packed level(s), "
+           "M=1..16 threads 1,3, %d runs\n", bad ? "FAIL" : "PASS", tn, nlayouts, runs);
+}
+
+static void test_packed_q8(ds_pool *pools[4]) {
+    test_packed_type(pools, DS_TYPE_Q8_0, "Q8_0");
+    /* Q4_0 / Q5_0: the T8 tile of the AVX2 / AVX-VNNI levels (matmul_kq.h) */
+    test_packed_type(pools, DS_TYPE_Q4_0, "Q4_0");
+    test_packed_type(pools, DS_TYPE_Q5_0, "Q5_0");
 }
 
 /* ds_matmul_multi (q/k/v and gate/up in one launch) == the separate calls,

@@ -16,7 +16,10 @@
  *              DS_NT_MAX weight rows at a time, each row tile run against
  *              all of them while its activations are in L1; at AVX2 the
  *              16-lane tree runs on vectors (matmul_tile.h: the same
- *              additions in the same order).
+ *              additions in the same order); for M > 3 at AVX2 the
+ *              half-lane 4 x 3 tile runs lanes 0..7 over all of K, then
+ *              lanes 8..15 (matmul_internal.h, ds_tile8h: each lane's
+ *              sequence and the tree unchanged, one ymm per output).
  *   fast       the same tiles with split-K (two halves of K accumulated
  *              separately) and a left-to-right lane sum: other bits.
  * The tile engine is matmul_internal.h's, shared with F32 and BF16. */

@@ -87,7 +87,21 @@ enum {
     DS_PACK_Q8_VNNI16 = 1,  /* Q8_0, AVX-512 VNNI: 16-row tiles, quants biased to u8 */
     DS_PACK_Q8_S8 = 2,      /* Q8_0, AVX2 / NEON: 8-row tiles, signed quants          */
     DS_PACK_Q8_VNNI8 = 3,   /* Q8_0, AVX-VNNI: 8-row tiles, quants biased to u8       */
+    DS_PACK_KQ_T8 = 4,      /* Q4_0 / Q5_0, AVX2 and AVX-VNNI: 8-row dword-transposed
+                               tiles, the quants as stored (nibbles, fifth bits)      */
 };
+/* Layout DS_PACK_KQ_T8 (matmul_kq.h reads it): tiles of 8 weight rows (the
+ * last padded by repeating row N - 1); in a tile, block b at b * KQ_T8_QB(t):
+ * 4 vectors of 32 bytes, vector a (at 32 a) holding dword a of the 8 rows'
+ * qs (row j at bytes 4j .. 4j+3: quants 4a .. 4a+3 in the low nibbles,
+ * 16+4a .. 16+4a+3 in the high ones); Q5_0 then 32 bytes of fifth bits,
+ * row j's at bytes 4j .. 4j+3, byte e's bit s the fifth bit of quant 4s + e
+ * (so that "dword s" of every row comes out with one shift and one mask).
+ * After the nb blocks the 8 fp16 scales of each block (16 bytes at
+ * nb * QB + 16 b), padded to 32 bytes. The bytes per row and block are the
+ * stored ones (18 / 22): a permutation, read at the stored size. */
+#define KQ_T8_QB(t) ((t) == DS_TYPE_Q5_0 ? 160 : 128)
+#define KQ_T8_TILE(t, nb) ((size_t)(nb) * KQ_T8_QB(t) + (((size_t)(nb) * 16 + 31) & ~(size_t)31))
 typedef struct {
     uint32_t magic, layout, type, level;
     int64_t  n_in, n_out;
@@ -343,6 +357,127 @@ DS_INLINE void ds_mm_rows_blk(int fast, const ds_mm_ctx *c, const float *buf, in
     }
 }
 
+/* ---- AVX2 canonical batches: the half-lane tile ----------------------------------------
+ * The 16 lane chains of an accumulator are independent until the tree, and
+ * the tree's first step is lanes 0..7 + lanes 8..15 (chunk 0 + chunk 1 on
+ * AVX2). So chunk 0 (k mod 16 < 8) can run over the whole of K first and
+ * chunk 1 after it: every lane sees the same fma sequence, in the same
+ * order, as in ds_tile8, and the tree gets the same operands in the same
+ * order — the same bits. What changes is the registers: one ymm per (m, n)
+ * pair at a time instead of two, so the tile grows from 3 x 2 (12 FMAs per
+ * 10 loads per 8 k) to 4 x 3 (12 FMAs per 7 loads), which is what limited
+ * F16 / BF16 prefill (and F32 batches) on AVX2 (AMD Zen: ~0.7x llama.cpp's
+ * tinyBLAS). Weights are F32 rows: the dequantization buffer's (F16, BF16)
+ * or the weight's own (F32); the K % 16 tail is ds_tile8's zero-padded step,
+ * half by half. */
+#if DS_X86
+#define DS_H8_MT 4
+#define DS_H8_NT 3
+/* one half (chunk h: lanes 8h .. 8h+7) of the tile over all of K. Out of
+ * line: inlined twice, GCC kept the first half's 12 results in registers
+ * through the second half's loop and spilled its accumulators instead. */
+static __attribute__((noinline, unused)) DS_TARGET_AVX2 void ds_tile8h_half(int64_t K, const void *const wr[DS_H8_NT], const void *const xr[DS_H8_MT], int h,
+                              ds_v8f out[DS_H8_MT][DS_H8_NT]) {
+    ds_v8f acc[DS_H8_MT][DS_H8_NT];
+    DS_UNROLL
+    for (int i = 0; i < DS_H8_MT; i++)
+        DS_UNROLL
+        for (int j = 0; j < DS_H8_NT; j++) acc[i][j] = (ds_v8f){0};
+    const int64_t Kf = K & ~(int64_t)15;
+    for (int64_t k = 8 * h; k < Kf; k += 16) {
+        ds_v8f w[DS_H8_NT];
+        DS_UNROLL
+        for (int j = 0; j < DS_H8_NT; j++) w[j] = ds_ld8_f32((const float *)wr[j] + k);
+        DS_UNROLL
+        for (int i = 0; i < DS_H8_MT; i++) {
+            const ds_v8f xv = ds_ld8_f32((const float *)xr[i] + k);
+            DS_UNROLL
+            for (int j = 0; j < DS_H8_NT; j++) acc[i][j] = ds_fma8(w[j], xv, acc[i][j]);
+        }
+    }
+    if (Kf < K) {       /* the K % 16 tail: ds_tile8's zero-padded step, this half of it */
+        const size_t r = (size_t)(K - Kf);
+        _Alignas(64) float wpad[DS_H8_NT][16], xpad[DS_H8_MT][16];
+        for (int j = 0; j < DS_H8_NT; j++) {
+            memset(wpad[j], 0, sizeof wpad[j]);
+            memcpy(wpad[j], (const float *)wr[j] + Kf, r * sizeof(float));
+        }
+        for (int i = 0; i < DS_H8_MT; i++) {
+            memset(xpad[i], 0, sizeof xpad[i]);
+            memcpy(xpad[i], (const float *)xr[i] + Kf, r * sizeof(float));
+        }
+        DS_UNROLL
+        for (int i = 0; i < DS_H8_MT; i++)
+            DS_UNROLL
+            for (int j = 0; j < DS_H8_NT; j++)
+                acc[i][j] = ds_fma8(ds_ld8_f32(wpad[j] + 8 * h), ds_ld8_f32(xpad[i] + 8 * h), acc[i][j]);
+    }
+    DS_UNROLL
+    for (int i = 0; i < DS_H8_MT; i++)
+        DS_UNROLL
+        for (int j = 0; j < DS_H8_NT; j++) out[i][j] = acc[i][j];
+}
+DS_INLINE void ds_tile8h(int64_t K, const void *const wr[DS_H8_NT], const float *x, int m0, int mv, float *y,
+                         int64_t N, int64_t n0, int nv) {
+    const void *xr[DS_H8_MT];
+    ds_tile_rows(x, (size_t)K * sizeof(float), m0, mv, DS_H8_MT, xr);
+    ds_v8f lo[DS_H8_MT][DS_H8_NT], acc[DS_H8_MT][DS_H8_NT];
+    ds_tile8h_half(K, wr, xr, 0, lo);
+    ds_tile8h_half(K, wr, xr, 1, acc);
+    float out[DS_MT_MAX][DS_NT_MAX];
+    DS_UNROLL
+    for (int i = 0; i < DS_H8_MT; i++)
+        DS_UNROLL
+        for (int j = 0; j < DS_H8_NT; j++) {
+            /* ds_tile8's canonical tree: chunk 0 + chunk 1, halves, pairs */
+            typedef float v4f_ __attribute__((vector_size(16)));
+            const ds_v8f t = lo[i][j] + acc[i][j];
+            const v4f_ u = __builtin_shufflevector(t, t, 0, 1, 2, 3) + __builtin_shufflevector(t, t, 4, 5, 6, 7);
+            const v4f_ v = u + __builtin_shufflevector(u, u, 2, 3, 2, 3);
+            out[i][j] = v[0] + v[1];
+        }
+    ds_tile_store(y, N, m0, mv, n0, nv, out);
+}
+/* All M rows over [n0, n1) with the half-lane tile: F32 weights read in
+ * place, F16 / BF16 through the dequantization buffer in blocks of 6 rows
+ * (each row tile runs against the block while its activations are in L1).
+ * Returns 0 (nothing done) where it does not apply. */
+DS_INLINE int ds_mm_walk_h8(uint32_t type, const ds_mm_ctx *c, int64_t n0, int64_t n1, size_t wrow) {
+    const int64_t K = c->W->n_in, N = c->W->n_out;
+    const int M = c->M;
+    const void *wr[DS_NT_MAX];
+    if (type == DS_TYPE_F32) {
+        for (int64_t n = n0; n < n1; n += DS_H8_NT) {
+            const int nv = (int)(n1 - n < DS_H8_NT ? n1 - n : DS_H8_NT);
+            ds_tile_rows(c->W->data, wrow, n, nv, DS_H8_NT, wr);
+            for (int m = 0; m < M; m += DS_H8_MT)
+                ds_tile8h(K, wr, c->x, m, M - m < DS_H8_MT ? M - m : DS_H8_MT, c->y, N, n, nv);
+        }
+        return 1;
+    }
+    const size_t rowb = (size_t)K * sizeof(float);
+    if (!c->tmp || c->tmp_bytes < DS_H8_NT * rowb) return 0;
+    int NB = (int)(c->tmp_bytes / rowb < 2 * DS_H8_NT ? c->tmp_bytes / rowb : 2 * DS_H8_NT);
+    NB -= NB % DS_H8_NT;
+    float *buf = c->tmp;
+    for (int64_t n = n0; n < n1; n += NB) {
+        const int bv = (int)(n1 - n < NB ? n1 - n : NB);
+        ds_tile_rows(c->W->data, wrow, n, bv, bv, wr);
+        for (int j = 0; j < bv; j++) ds_cvt_row8(type, wr[j], K, buf + (size_t)j * (size_t)K);
+        for (int m = 0; m < M; m += DS_H8_MT) {
+            const int mv = M - m < DS_H8_MT ? M - m : DS_H8_MT;
+            for (int j0 = 0; j0 < bv; j0 += DS_H8_NT) {
+                const int nv = bv - j0 < DS_H8_NT ? bv - j0 : DS_H8_NT;
+                const void *wt[DS_H8_NT];
+                ds_tile_rows(buf + (size_t)j0 * (size_t)K, rowb, 0, nv, DS_H8_NT, wt);
+                ds_tile8h(K, wt, c->x, m, mv, c->y, N, n + j0, nv);
+            }
+        }
+    }
+    return 1;
+}
+#endif
+
 /* ---- the range walker -------------------------------------------------------------
  * y[0..M)[n0..n1): NT weight rows at a time (outer, so each weight tile is
  * fetched from memory once), then all M activation rows in tiles of MT
@@ -367,6 +502,11 @@ DS_INLINE void ds_mm_walk(uint32_t type, int fast, const ds_mm_ctx *c, int64_t n
         }
         return;
     }
+    /* AVX2 canonical, more rows than one 3-row tile: the half-lane tile */
+#if DS_X86
+    if (lv == DS_LVL_AVX2 && !fast && c->M > DS_TILE_MT(lv) && ds_mm_walk_h8(type, c, n0, n1, wrow))
+        return;
+#endif
     const int NT = DS_TILE_NT(lv);
     float *buf = NULL;      /* in the thread's reserved scratch; without it, registers */
     if (type != DS_TYPE_F32 && c->M > DS_TILE_MT(lv) &&

@@ -882,6 +882,253 @@ static inline int kq_have_vnni(void) {
 }
 #endif
 
+#if DS_X86
+/* ---- Q4_0 / Q5_0 on AVX2 and AVX-VNNI: the T8 tile (packed at load) ---------------------
+ * Layout DS_PACK_KQ_T8 (matmul_internal.h): per block, vector a of an 8-row
+ * tile holds dword a of the rows' nibble bytes, lane j = row j. So
+ *   dword s of the 8 rows' unsigned quants (q, 0..31), lane j = row j, is
+ *     s < 4: N_s & 0x0F,  s >= 4: (N_{s-4} >> 4) & 0x0F
+ *     Q5_0: | (H shifted so that bit s of each byte lands on bit 4) & 0x10
+ * — three or four instructions per 32 bytes, done once per block for all
+ * rows of the register tile; no per-row unpacking and no horizontal sums.
+ * For an activation row, VPMADDUBSW of that vector with dword s of the
+ * row's quants p broadcast gives, in lane j, two int16 sums of two products
+ * of row j; four of them (s = 0..3, then 4..7) are added in int16 (at most
+ * 4 * 2 * 31 * 128 = 31744 in magnitude: exact) and VPMADDWD with ones
+ * widens them: lane j ends with the exact sum_l q_l p_l of (m, n + j).
+ * AVX-VNNI (level avxvnni): VPDPBUSD of the same vector and broadcast,
+ * four products per lane, eight per block. With the row's -off * sum(p)
+ * that is the definition's exact I, and the f32 update is the definition's
+ * fmaf((float)I, d_w * e, acc) lane by lane (VCVTDQ2PS exact, d_w * e
+ * exact, VFMADD one rounding): the same bits as kq_walk's other paths. */
+#define KQ_T8_MAXNT 4
+#define KQ_T8_TGT_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+/* dword s of a T8 block's unsigned quants (q5: with the fifth bits) */
+#define KQ_T8_U(blk, s, q5)                                                                   \
+    ({                                                                                        \
+        const __m256i N_ = _mm256_load_si256((const __m256i *)((blk) + 32 * ((s) & 3)));      \
+        __m256i u_ = (s) < 4 ? _mm256_and_si256(N_, m4) : _mm256_and_si256(_mm256_srli_epi16(N_, 4), m4); \
+        if (q5) {                                                                             \
+            const __m256i H_ = _mm256_load_si256((const __m256i *)((blk) + 128));             \
+            const __m256i h_ = (s) <= 4 ? _mm256_slli_epi16(H_, 4 - (s)) : _mm256_srli_epi16(H_, (s) - 4); \
+            u_ = _mm256_or_si256(u_, _mm256_and_si256(h_, m10));                              \
+        }                                                                                     \
+        u_;                                                                                   \
+    })
+
+/* rows m0 .. m0 + MT - 1 against NT consecutive T8 tiles t[0..NT) (the last
+ * nv valid columns); pf: the tiles after these (prefetched a block ahead) */
+#define KQ_T8_TILE_BODY(vnni)                                                                 \
+    const __m256i m4 = _mm256_set1_epi8(15), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1); \
+    const int q5 = t == DS_TYPE_Q5_0, off = q5 ? 16 : 8;                                     \
+    const size_t QB = KQ_T8_QB(t);                                                            \
+    (void)ones;                                                                               \
+    __m256 acc[KQ_T8_MAXNT][KQ_T8_MAXNT];                                                     \
+    DS_UNROLL                                                                                 \
+    for (int i = 0; i < MT; i++)                                                              \
+        DS_UNROLL                                                                             \
+        for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();                         \
+    const ds_block_q8_0 *xq[KQ_T8_MAXNT];                                                     \
+    const float *xd[KQ_T8_MAXNT];                                                             \
+    const int32_t *xs[KQ_T8_MAXNT];                                                           \
+    DS_UNROLL                                                                                 \
+    for (int i = 0; i < MT; i++) {                                                            \
+        xq[i] = a->q + (int64_t)(m0 + i) * nb;                                                \
+        xd[i] = a->d + (int64_t)(m0 + i) * nb;                                                \
+        xs[i] = a->nsum + (int64_t)(m0 + i) * nb;                                             \
+    }                                                                                         \
+    for (int64_t b = 0; b < nb; b++) {                                                        \
+        if (pf) {                                                                             \
+            DS_UNROLL                                                                         \
+            for (int j = 0; j < NT; j++) {                                                    \
+                const char *pj = (const char *)pf + (size_t)j * KQ_T8_TILE(t, nb) + (size_t)b * QB; \
+                _mm_prefetch(pj, _MM_HINT_T0);                                                \
+                _mm_prefetch(pj + 64, _MM_HINT_T0);                                           \
+                if (q5) _mm_prefetch(pj + 128, _MM_HINT_T0);                                  \
+                if (b % 4 == 0)                                                               \
+                    _mm_prefetch((const char *)pf + (size_t)j * KQ_T8_TILE(t, nb) + (size_t)nb * QB + (size_t)b * 16, \
+                                 _MM_HINT_T0);                                                \
+            }                                                                                 \
+        }                                                                                     \
+        __m256i D[KQ_T8_MAXNT][KQ_T8_MAXNT];                                                  \
+        DS_UNROLL                                                                             \
+        for (int i = 0; i < MT; i++) {                                                        \
+            /* -off * sum(p): nsum is -128 * sum(p) */                                        \
+            const __m256i o_ = _mm256_set1_epi32(off * (xs[i][b] / 128));                     \
+            DS_UNROLL                                                                         \
+            for (int j = 0; j < NT; j++) D[i][j] = o_;                                        \
+        }                                                                                     \
+        DS_UNROLL                                                                             \
+        for (int g = 0; g < 2; g++) {                                                         \
+            __m256i A[KQ_T8_MAXNT][KQ_T8_MAXNT];                                              \
+            DS_UNROLL                                                                         \
+            for (int s4 = 0; s4 < 4; s4++) {                                                  \
+                const int s = 4 * g + s4;                                                     \
+                __m256i pb[KQ_T8_MAXNT];                                                      \
+                DS_UNROLL                                                                     \
+                for (int i = 0; i < MT; i++) {                                                \
+                    int32_t pp;                                                               \
+                    memcpy(&pp, xq[i][b].qs + 4 * s, sizeof pp);                              \
+                    pb[i] = _mm256_set1_epi32(pp);                                            \
+                }                                                                             \
+                DS_UNROLL                                                                     \
+                for (int j = 0; j < NT; j++) {                                                \
+                    const unsigned char *blk = tl[j] + (size_t)b * QB;                        \
+                    const __m256i u = fromb ? _mm256_load_si256((const __m256i *)(ub[j] + ((size_t)b * 8 + s) * 32)) \
+                                            : KQ_T8_U(blk, s, q5);                            \
+                    DS_UNROLL                                                                 \
+                    for (int i = 0; i < MT; i++) {                                            \
+                        if (vnni) {                                                           \
+                            D[i][j] = KQ_T8_DP(D[i][j], u, pb[i]);                            \
+                        } else {                                                              \
+                            const __m256i m_ = _mm256_maddubs_epi16(u, pb[i]);                \
+                            A[i][j] = s4 == 0 ? m_ : _mm256_add_epi16(A[i][j], m_);           \
+                        }                                                                     \
+                    }                                                                         \
+                }                                                                             \
+            }                                                                                 \
+            if (!vnni) {                                                                      \
+                DS_UNROLL                                                                     \
+                for (int i = 0; i < MT; i++)                                                  \
+                    DS_UNROLL                                                                 \
+                    for (int j = 0; j < NT; j++)                                              \
+                        D[i][j] = _mm256_add_epi32(D[i][j], _mm256_madd_epi16(A[i][j], ones)); \
+            }                                                                                 \
+        }                                                                                     \
+        __m256 dw[KQ_T8_MAXNT];                                                               \
+        DS_UNROLL                                                                             \
+        for (int j = 0; j < NT; j++)                                                          \
+            dw[j] = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(tl[j] + (size_t)nb * QB + (size_t)b * 16))); \
+        DS_UNROLL                                                                             \
+        for (int i = 0; i < MT; i++) {                                                        \
+            const __m256 ev = _mm256_set1_ps(xd[i][b]);                                       \
+            DS_UNROLL                                                                         \
+            for (int j = 0; j < NT; j++)                                                      \
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[i][j]), _mm256_mul_ps(dw[j], ev), acc[i][j]); \
+        }                                                                                     \
+    }                                                                                         \
+    /* store; a NaN as the one quiet NaN (kq_walk's rule) */                                  \
+    const __m256 qn = _mm256_castsi256_ps(_mm256_set1_epi32((int)kq_qnan_bits));             \
+    DS_UNROLL                                                                                 \
+    for (int i = 0; i < MT; i++)                                                              \
+        DS_UNROLL                                                                             \
+        for (int j = 0; j < NT; j++) {                                                        \
+            const __m256 v = _mm256_blendv_ps(acc[i][j], qn, _mm256_cmp_ps(acc[i][j], acc[i][j], _CMP_UNORD_Q)); \
+            float *yo = y + (size_t)(m0 + i) * (size_t)N + (size_t)(n0 + 8 * j);              \
+            if (j < NT - 1 || nv == 8) {                                                      \
+                _mm256_storeu_ps(yo, v);                                                      \
+            } else {                                                                          \
+                float o8[8];                                                                  \
+                _mm256_storeu_ps(o8, v);                                                      \
+                memcpy(yo, o8, (size_t)nv * sizeof(float));                                   \
+            }                                                                                 \
+        }
+
+#define KQ_T8_ARGS uint32_t t, const unsigned char *const tl[], int NT, int nv, int64_t nb, const ds_q8_act *a, \
+                   int m0, int MT, float *y, int64_t N, int64_t n0, const unsigned char *pf, int fromb,        \
+                   const unsigned char *const ub[]
+#define KQ_T8_DP(d, u, p) (d)                       /* not taken on AVX2 */
+static inline __attribute__((always_inline)) KQ_TGT_AVX2 void kq_t8_tile_avx2(KQ_T8_ARGS) { KQ_T8_TILE_BODY(0) }
+#undef KQ_T8_DP
+#define KQ_T8_DP(d, u, p) _mm256_dpbusd_avx_epi32(d, u, p)
+static inline __attribute__((always_inline)) KQ_T8_TGT_VNNI void kq_t8_tile_vnni(KQ_T8_ARGS) { KQ_T8_TILE_BODY(1) }
+#undef KQ_T8_DP
+/* the AVX-512 level with AVX512-VNNI: the same VPDPBUSD on ymm, EVEX-encoded
+ * (AVX512VL; CPUs with AVX512-VNNI need not have AVX-VNNI's VEX form) */
+#define KQ_T8_TGT_V512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define KQ_T8_DP(d, u, p) _mm256_dpbusd_epi32(d, u, p)
+static inline __attribute__((always_inline)) KQ_T8_TGT_V512 void kq_t8_tile_v512(KQ_T8_ARGS) { KQ_T8_TILE_BODY(1) }
+#undef KQ_T8_DP
+
+/* All nb blocks of one T8 tile expanded to their unsigned quant vectors:
+ * block b's dword s at ub + (8 b + s) * 32. With four and more activation
+ * rows the expansion is done once per call instead of once per row tile. */
+static inline __attribute__((always_inline)) KQ_TGT_AVX2 void kq_t8_expand(uint32_t t, const unsigned char *tile,
+                                                                          int64_t nb, unsigned char *ub) {
+    const __m256i m4 = _mm256_set1_epi8(15), m10 = _mm256_set1_epi8(0x10);
+    const int q5 = t == DS_TYPE_Q5_0;
+    const size_t QB = KQ_T8_QB(t);
+    for (int64_t b = 0; b < nb; b++) {
+        const unsigned char *blk = tile + (size_t)b * QB;
+        DS_UNROLL
+        for (int s = 0; s < 8; s++)
+            _mm256_store_si256((__m256i *)(ub + ((size_t)b * 8 + s) * 32), KQ_T8_U(blk, s, q5));
+    }
+}
+#define KQ_T8_EXPAND_MIN_M 4
+
+/* The range walker: column groups of up to 4 tiles (decode) or 2 (two and
+ * more rows), row tiles of 1 (decode) or 2; every shape is the same
+ * operations per (m, n), so the shapes only change speed. From
+ * KQ_T8_EXPAND_MIN_M rows on (with scratch) the group's tiles are expanded
+ * once into the thread's scratch and the row tiles read them from there. */
+#define KQ_T8_RANGE_BODY(TILE)                                                                \
+    const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / 32;                               \
+    const size_t TB = KQ_T8_TILE(t, nb);                                                      \
+    const unsigned char *pk = ds_pack_data(c->W);                                             \
+    const int M = c->M, GT = M == 1 ? 4 : 2;                                                  \
+    unsigned char *ubuf = M >= KQ_T8_EXPAND_MIN_M && c->tmp && !((uintptr_t)c->tmp & 31) &&   \
+                                  c->tmp_bytes >= 2 * (size_t)nb * 256                         \
+                              ? c->tmp : NULL;                                                \
+    for (int64_t n = n0; n < n1; n += 8 * GT) {                                               \
+        const int64_t cols = n1 - n < 8 * GT ? n1 - n : 8 * GT;                               \
+        const int NT = (int)((cols + 7) / 8), nv = (int)(cols - 8 * (NT - 1));                \
+        const unsigned char *tl[KQ_T8_MAXNT], *ub[KQ_T8_MAXNT] = {NULL};                      \
+        for (int j = 0; j < NT; j++) tl[j] = pk + (size_t)(n / 8 + j) * TB;                   \
+        const unsigned char *pf = n + cols < n1 ? tl[NT - 1] + TB : NULL;                     \
+        if (ubuf)                                                                             \
+            for (int j = 0; j < NT; j++) {                                                    \
+                kq_t8_expand(t, tl[j], nb, ubuf + (size_t)j * (size_t)nb * 256);              \
+                ub[j] = ubuf + (size_t)j * (size_t)nb * 256;                                  \
+            }                                                                                 \
+        for (int m = 0; m < M; pf = NULL) {                                                   \
+            const int MT = M - m >= 2 ? 2 : 1;                                                \
+            _Pragma("GCC unroll 1")                                                           \
+            for (int z = 0; z < 1; z++) {                                                     \
+                if (MT == 1 && NT == 4) TILE(t, tl, 4, nv, nb, c->xq, m, 1, c->y, N, n, pf, 0, ub); \
+                else if (MT == 1 && NT == 3) TILE(t, tl, 3, nv, nb, c->xq, m, 1, c->y, N, n, pf, 0, ub); \
+                else if (ubuf && MT == 1 && NT == 2) TILE(t, tl, 2, nv, nb, c->xq, m, 1, c->y, N, n, pf, 1, ub); \
+                else if (ubuf && MT == 1) TILE(t, tl, 1, nv, nb, c->xq, m, 1, c->y, N, n, pf, 1, ub); \
+                else if (ubuf && NT == 2) TILE(t, tl, 2, nv, nb, c->xq, m, 2, c->y, N, n, pf, 1, ub); \
+                else if (ubuf) TILE(t, tl, 1, nv, nb, c->xq, m, 2, c->y, N, n, pf, 1, ub);   \
+                else if (MT == 1 && NT == 2) TILE(t, tl, 2, nv, nb, c->xq, m, 1, c->y, N, n, pf, 0, ub); \
+                else if (MT == 1) TILE(t, tl, 1, nv, nb, c->xq, m, 1, c->y, N, n, pf, 0, ub); \
+                else if (NT == 2) TILE(t, tl, 2, nv, nb, c->xq, m, 2, c->y, N, n, pf, 0, ub); \
+                else TILE(t, tl, 1, nv, nb, c->xq, m, 2, c->y, N, n, pf, 0, ub);             \
+            }                                                                                 \
+            m += MT;                                                                          \
+        }                                                                                     \
+    }
+
+#define KQ_T8_FN(name, T, TILE, TGT)                                                          \
+    static __attribute__((noinline, unused)) TGT void name(const ds_mm_ctx *c, int64_t n0, int64_t n1) { \
+        const uint32_t t = T;                                                                 \
+        KQ_T8_RANGE_BODY(TILE)                                                                \
+    }
+KQ_T8_FN(kq_t8_q4_0_avx2, DS_TYPE_Q4_0, kq_t8_tile_avx2, KQ_TGT_AVX2)
+KQ_T8_FN(kq_t8_q5_0_avx2, DS_TYPE_Q5_0, kq_t8_tile_avx2, KQ_TGT_AVX2)
+KQ_T8_FN(kq_t8_q4_0_vnni, DS_TYPE_Q4_0, kq_t8_tile_vnni, KQ_T8_TGT_VNNI)
+KQ_T8_FN(kq_t8_q5_0_vnni, DS_TYPE_Q5_0, kq_t8_tile_vnni, KQ_T8_TGT_VNNI)
+KQ_T8_FN(kq_t8_q4_0_v512, DS_TYPE_Q4_0, kq_t8_tile_v512, KQ_T8_TGT_V512)
+KQ_T8_FN(kq_t8_q5_0_v512, DS_TYPE_Q5_0, kq_t8_tile_v512, KQ_T8_TGT_V512)
+
+/* the T8 tile runs this call: canonical Q4_0 / Q5_0 with a T8 copy and a
+ * range starting on a tile (DS_MM_GROUP is a multiple of 8), at the AVX2
+ * level (AVX-VNNI included) and at AVX-512 (VPDPBUSD on ymm there too):
+ * every M, so that the original bytes, paged out once packed
+ * (backend_cpu.c), are not read back by a canonical call */
+DS_INLINE int kq_t8_runs(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int lv) {
+    return !fast && (lv == DS_LVL_AVX2 || lv == DS_LVL_AVX512) && (t == DS_TYPE_Q4_0 || t == DS_TYPE_Q5_0) &&
+           n0 % 8 == 0 && ds_pack_layout(c->W) == DS_PACK_KQ_T8;
+}
+DS_INLINE void kq_t8_run(uint32_t t, const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
+    const int v512 = lv == DS_LVL_AVX512 && kq_have_vnni();
+    if (t == DS_TYPE_Q5_0) (v512 ? kq_t8_q5_0_v512 : c->avxvnni ? kq_t8_q5_0_vnni : kq_t8_q5_0_avx2)(c, n0, n1);
+    else (v512 ? kq_t8_q4_0_v512 : c->avxvnni ? kq_t8_q4_0_vnni : kq_t8_q4_0_avx2)(c, n0, n1);
+}
+#endif
+
 /* ---- the tile walker ---------------------------------------------------------------------- */
 
 DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
@@ -889,6 +1136,10 @@ DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int
     const size_t wrow = (size_t)nb * ds_type_block_bytes(t);
     kq_wblk wb[KQ_NT];
 #if DS_X86
+    if (kq_t8_runs(t, fast, c, n0, lv)) {
+        kq_t8_run(t, c, n0, n1, lv);
+        return;
+    }
     const int vnni = lv == DS_LVL_AVX512 && kq_have_vnni();
     if (vnni && !kq_is_k(t) && c->M >= KQ_TILE16_MIN_M) {
         kq_tile16_vnni(t, fast, c, n0, n1);

@@ -20,8 +20,11 @@
  * The activation quantization is a function of the row alone (the same
  * scalar code whatever M, thread or level). After it, I is an exact
  * integer: the AVX2 maddubs/madd lanes (also run by the AVX-512 level),
- * the hadd tree over 8 weight rows and the portable scalar loops all give
- * the same value, whatever the tile shape. Every rounding is in the per-block
+ * the hadd tree over 8 weight rows, the T8 tile of the AVX2 / AVX-VNNI
+ * levels (weights packed at load with dword s of 8 rows in one vector:
+ * VPMADDUBSW + VPMADDWD, or VPDPBUSD, against dword s of the activations
+ * broadcast, lane j = row j, no horizontal sums; matmul_kq.h) and the
+ * portable scalar loops all give the same value, whatever the tile shape. Every rounding is in the per-block
  * f32 update, which is the same C (fmaf, one IEEE rounding) on every level
  * and runs in block order — a sequence fixed by K alone. So canonical(M)
  * row m is decode(row m) bit for bit on every SIMD level and thread count

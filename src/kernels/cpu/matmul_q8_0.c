@@ -752,7 +752,16 @@ static void q8n_dotprod(const ds_mm_ctx *c, int64_t n0, int64_t n1) { q8n_canoni
  * N - 1 (as ds_tile_rows does per call): AVX-512 with VNNI the 16-row VNNI
  * tile, AVX2 (and AVX-512 without VNNI) the 8-row S8 tile. */
 static int q8_pack_layout_at(const ds_weight *W, int lv) {
-    if (W->type != DS_TYPE_Q8_0 || W->n_in <= 0 || W->n_in % DS_QK8_0 || W->n_out <= 0) return DS_PACK_NONE;
+    if (W->n_in <= 0 || W->n_in % DS_QK8_0 || W->n_out <= 0) return DS_PACK_NONE;
+#if DS_X86
+    /* Q4_0 / Q5_0 on AVX2 (AVX-VNNI included) and AVX-512: the dword-transposed tile
+     * (matmul_kq.h, kq_t8): no horizontal sums, nibbles and fifth bits
+     * expanded once per block for all rows of a register tile */
+    if ((W->type == DS_TYPE_Q4_0 || W->type == DS_TYPE_Q5_0) &&
+        (lv == DS_LVL_AVX2 || lv == DS_LVL_AVXVNNI || lv == DS_LVL_AVX512))
+        return DS_PACK_KQ_T8;
+#endif
+    if (W->type != DS_TYPE_Q8_0) return DS_PACK_NONE;
 #if DS_X86
     if (lv == DS_LVL_AVX512 && q8c_have_vnni()) return DS_PACK_Q8_VNNI16;
     if (lv == DS_LVL_AVXVNNI) return DS_PACK_Q8_VNNI8;
@@ -761,15 +770,53 @@ static int q8_pack_layout_at(const ds_weight *W, int lv) {
     (void)lv;
     return DS_PACK_NONE;
 }
-static size_t q8_pack_tile_bytes(int layout, int64_t nb) { return layout == DS_PACK_Q8_VNNI16 ? Q8C_TILE(nb) : Q8S_TILE(nb); }
+static size_t q8_pack_tile_bytes(int layout, uint32_t type, int64_t nb) {
+    return layout == DS_PACK_Q8_VNNI16 ? Q8C_TILE(nb) : layout == DS_PACK_KQ_T8 ? KQ_T8_TILE(type, nb) : Q8S_TILE(nb);
+}
 static int q8_pack_rows(int layout) { return layout == DS_PACK_Q8_VNNI16 ? 16 : 8; }
+
+/* 8 Q4_0 / Q5_0 weight rows (padding rows repeated) -> one T8 tile
+ * (matmul_internal.h: DS_PACK_KQ_T8) */
+static void kq_t8_pack8(uint32_t type, const void *const wr[8], int64_t nb, unsigned char *buf) {
+    const size_t QB = KQ_T8_QB(type);
+    for (int64_t b = 0; b < nb; b++) {
+        unsigned char *o = buf + (size_t)b * QB;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *qs;
+            uint16_t d;
+            if (type == DS_TYPE_Q5_0) {
+                const ds_block_q5_0 *x = (const ds_block_q5_0 *)wr[j] + b;
+                uint32_t qh;
+                memcpy(&qh, x->qh, 4);
+                for (int e = 0; e < 4; e++) {
+                    /* bits e, e+4, ..., e+28 of qh -> bits 0..7 (compress the
+                     * nibble-strided bits in three mask-and-shift steps) */
+                    uint32_t v = (qh >> e) & 0x11111111u;
+                    v = (v | v >> 3) & 0x03030303u;
+                    v = (v | v >> 6) & 0x000f000fu;
+                    v = (v | v >> 12) & 0xffu;
+                    o[128 + 4 * j + e] = (unsigned char)v;
+                }
+                qs = x->qs;
+                d = x->d;
+            } else {
+                const ds_block_q4_0 *x = (const ds_block_q4_0 *)wr[j] + b;
+                qs = x->qs;
+                d = x->d;
+            }
+            for (int a = 0; a < 4; a++) memcpy(o + 32 * a + 4 * j, qs + 4 * a, 4);
+            memcpy(buf + (size_t)nb * QB + (size_t)b * 16 + 2 * (size_t)j, &d, 2);
+        }
+    }
+    memset(buf + (size_t)nb * QB + (size_t)nb * 16, 0, KQ_T8_TILE(type, nb) - (size_t)nb * QB - (size_t)nb * 16);
+}
 
 size_t ds_weight_pack_bytes_at(const ds_weight *W, int lv) {
     const int layout = q8_pack_layout_at(W, lv);
     if (layout == DS_PACK_NONE) return 0;
     const int R = q8_pack_rows(layout);
     const uint64_t tiles = (uint64_t)(W->n_out + R - 1) / (uint64_t)R, nb = (uint64_t)(W->n_in / DS_QK8_0);
-    const size_t tb = q8_pack_tile_bytes(layout, (int64_t)nb);
+    const size_t tb = q8_pack_tile_bytes(layout, W->type, (int64_t)nb);
     if (tiles > (SIZE_MAX - DS_PACK_HDR) / tb) return 0;
     return DS_PACK_HDR + (size_t)tiles * tb;
 }
@@ -797,6 +844,13 @@ int ds_weight_pack_at(const ds_weight *W, int lv, void *dst) {
 #if DS_X86
         q8c_pack_all(W, d);
 #endif
+    } else if (layout == DS_PACK_KQ_T8) {
+        const size_t wrow = (size_t)nb * ds_type_block_bytes(W->type);
+        for (int64_t n = 0; n < N; n += 8) {
+            const void *wr[8];
+            ds_tile_rows(W->data, wrow, n, (int)(N - n < 8 ? N - n : 8), 8, wr);
+            kq_t8_pack8(W->type, wr, nb, d + (size_t)(n / 8) * KQ_T8_TILE(W->type, nb));
+        }
     } else {
         const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
         for (int64_t n = 0; n < N; n += 8) {
@@ -824,9 +878,39 @@ int ds_weight_is_packed(const ds_weight *W) { return ds_pack_layout(W) != DS_PAC
 void ds_weight_packed_row(const ds_weight *W, int64_t row, float *out) {
     const int layout = ds_pack_layout(W);
     const int64_t nb = W->n_in / DS_QK8_0;
+    if (layout == DS_PACK_KQ_T8) {
+        /* T8: rebuild each stored block from the tile and dequantize it as
+         * ds_row_to_f32 does (the same function, so the same bits) */
+        const size_t QB = KQ_T8_QB(W->type);
+        const unsigned char *t = ds_pack_data(W) + (size_t)(row / 8) * KQ_T8_TILE(W->type, nb);
+        const int j = (int)(row % 8);
+        for (int64_t b = 0; b < nb; b++) {
+            const unsigned char *o = t + (size_t)b * QB;
+            uint8_t qs[16];
+            uint16_t d;
+            for (int a = 0; a < 4; a++) memcpy(qs + 4 * a, o + 32 * a + 4 * j, 4);
+            memcpy(&d, t + (size_t)nb * QB + (size_t)b * 16 + 2 * (size_t)j, 2);
+            if (W->type == DS_TYPE_Q5_0) {
+                ds_block_q5_0 x;
+                uint32_t qh = 0;
+                for (int e = 0; e < 4; e++)
+                    for (int s2 = 0; s2 < 8; s2++) qh |= (uint32_t)((o[128 + 4 * j + e] >> s2) & 1u) << (4 * s2 + e);
+                x.d = d;
+                memcpy(x.qh, &qh, 4);
+                memcpy(x.qs, qs, 16);
+                ds_row_to_f32(DS_TYPE_Q5_0, &x, DS_QK8_0, out + b * DS_QK8_0);
+            } else {
+                ds_block_q4_0 x;
+                x.d = d;
+                memcpy(x.qs, qs, 16);
+                ds_row_to_f32(DS_TYPE_Q4_0, &x, DS_QK8_0, out + b * DS_QK8_0);
+            }
+        }
+        return;
+    }
     const int R = q8_pack_rows(layout), QB = layout == DS_PACK_Q8_VNNI16 ? Q8C_QB : Q8S_QB;
     const unsigned char bias = layout == DS_PACK_Q8_S8 ? 0 : 0x80;
-    const unsigned char *t = ds_pack_data(W) + (size_t)(row / R) * q8_pack_tile_bytes(layout, nb);
+    const unsigned char *t = ds_pack_data(W) + (size_t)(row / R) * q8_pack_tile_bytes(layout, W->type, nb);
     const int j = (int)(row % R);
     for (int64_t b = 0; b < nb; b++) {
         const unsigned char *o = t + b * QB;
