@@ -380,11 +380,16 @@ def cmd_features(port, key):
     r2 = complete(port, key, {"prompt": P, "max_tokens": 24, "temperature": 1})
     seed = r1["dspark"]["seed"]
     r3 = complete(port, key, {"prompt": P, "max_tokens": 24, "temperature": 1, "seed": seed})
-    cli = subprocess.run([dspark, "generate", "-m", target, "-p", P, "-n", "24", "--temp", "1", "-s", str(seed), "-t", "1"],
-                         capture_output=True).stdout.decode("utf-8", "replace").rstrip("\n")
+    # `generate` ends the text with ONE newline of its own (end_text); the
+    # text itself may end in newlines too, so only that one is taken off
+    def cli_text(out):
+        t = out.decode("utf-8", "replace")
+        return t[:-1] if t.endswith("\n") else t
+    cli = cli_text(subprocess.run([dspark, "generate", "-m", target, "-p", P, "-n", "24", "--temp", "1", "-s", str(seed), "-t", "1"],
+                                  capture_output=True).stdout)
     neg = complete(port, key, {"prompt": P, "max_tokens": 16, "temperature": 1, "seed": -7})
-    cli_neg = subprocess.run([dspark, "generate", "-m", target, "-p", P, "-n", "16", "--temp", "1", "-s", "-7", "-t", "1"],
-                             capture_output=True).stdout.decode("utf-8", "replace").rstrip("\n")
+    cli_neg = cli_text(subprocess.run([dspark, "generate", "-m", target, "-p", P, "-n", "16", "--temp", "1", "-s", "-7", "-t", "1"],
+                                      capture_output=True).stdout)
     check(r1["dspark"]["seed_random"] and r1["choices"][0]["text"] != r2["choices"][0]["text"] and
           r3["choices"][0]["text"] == r1["choices"][0]["text"] and cli == r1["choices"][0]["text"] and
           neg["dspark"]["seed"] == -7 and cli_neg == neg["choices"][0]["text"], "random_seed_reported_and_replayable",
