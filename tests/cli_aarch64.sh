@@ -11,6 +11,9 @@
 #     SDOT integer dots, the NEON tiles), their counter-tests;
 #   - the AArch64 build's `dspark quantize` of the committed F16 target is
 #     byte-identical to the x86 one (models/dspark-tiny-q8_0.gguf);
+#   - Q4_K / Q5_K / Q6_K targets (quantized here by the x86 $BUILD/dspark):
+#     speculative output and raw logits at the neon and dotprod levels ==
+#     the x86 build's (the NEON K-quant blocks end to end);
 #   - tests/cli_golden.sh with the AArch64 dspark: golden outputs equal the
 #     hashes recorded on x86 (tests/data/golden.sha256): another ISA, another
 #     libm, the same bits. Six of the 30 by default (Q8_0 and F16 targets;
@@ -66,6 +69,35 @@ if $Q "$A/dspark" quantize models/dspark-tiny-f16.gguf "$T/q8.gguf" q8_0 >/dev/n
     echo "PASS aarch64_quantize: the AArch64 Q8_0 target is byte-identical to x86's"
 else
     echo "FAIL aarch64_quantize: the AArch64 Q8_0 target differs from models/dspark-tiny-q8_0.gguf"; fail=1
+fi
+# the K-quant targets end to end (no recorded hashes for them: the x86 build
+# in $BUILD is the reference). The tiny target quantized to Q4_K / Q5_K / Q6_K
+# (8 K-quant FFN-down matmuls each; the rows of 384 fall back to Q5_0 / Q5_1 /
+# Q8_0), then a speculative greedy run (decode: the fused blocks of <= 2 rows;
+# verify and prefill: the unpacking blocks) and raw logits, at the neon and
+# dotprod levels: the same bytes as x86's.
+if [ -x "$BUILD/dspark" ]; then
+    s=$(date +%s); kq_ok=1; kq_n=0
+    for kt in q4_k q5_k q6_k; do
+        if ! "$BUILD/dspark" quantize models/dspark-tiny-f16.gguf "$T/$kt.gguf" $kt >/dev/null 2>&1; then
+            echo "FAIL aarch64_kquant: x86 quantize $kt"; kq_ok=0; continue
+        fi
+        kq_ref=""
+        for lv in x86 neon dotprod; do
+            if [ $lv = x86 ]; then set -- "$BUILD/dspark"; else set -- env DSPARK_SIMD=$lv $Q "$A/dspark"; fi
+            "$@" generate -m "$T/$kt.gguf" -md models/dspark-tiny-drafter-f16.gguf -p "The river" -n 24 -t 2 \
+                2>/dev/null >"$T/kq_o" || kq_ok=0
+            "$@" generate -m "$T/$kt.gguf" -p "In the beginning" -n 4 -t 2 --dump-logits "$T/kq_l" >/dev/null 2>&1 || kq_ok=0
+            h="$(sha256sum <"$T/kq_o" | cut -c1-64) $(sha256sum <"$T/kq_l" | cut -c1-64)"
+            if [ $lv = x86 ]; then kq_ref=$h
+            elif [ "$h" = "$kq_ref" ]; then kq_n=$((kq_n + 1))
+            else echo "FAIL aarch64_kquant: $kt at $lv differs from x86"; kq_ok=0; fi
+        done
+    done
+    [ $kq_ok = 1 ] && echo "PASS aarch64_kquant: Q4_K / Q5_K / Q6_K targets, speculative output and raw logits at neon and dotprod == x86 ($kq_n of 6; $(( $(date +%s) - s ))s)"
+    [ $kq_ok = 1 ] || fail=1
+else
+    echo "SKIP aarch64_kquant: no x86 $BUILD/dspark to compare with"
 fi
 # the golden outputs, through a wrapper that runs the AArch64 dspark
 mkdir -p "$T/q"

@@ -378,6 +378,21 @@ static void test_definition_and_property(ds_pool *p1, ds_pool *p3) {
             fdet &= !memcmp(y, y1, (size_t)M * N * sizeof(float));
         }
         CHECK(fdet, "%s fast bits depend on level/threads", ds_type_name(t));
+        /* and at the few-row counts where the fused blocks run (x86 AVX2 /
+         * AVX-512 and AArch64 neon / dotprod: KQ_FUSED_MAX_M,
+         * KQ_NEON_FUSED_MAX_M): every level and thread count == portable */
+        for (int mm = 1; mm <= 3; mm++) {
+            int fdet2 = 1;
+            ds_matmul_at_level(DS_LVL_PORTABLE, DS_FAST, &W.w, mm, x, y, p1);
+            for (int lv = 0; lv < DS_LVL_COUNT; lv++) {
+                if (!ds_simd_level_ok(lv)) continue;
+                for (int pi = 0; pi < 2; pi++) {
+                    ds_matmul_at_level(lv, DS_FAST, &W.w, mm, x, y1, pi ? p3 : p1);
+                    fdet2 &= !memcmp(y, y1, (size_t)mm * N * sizeof(float));
+                }
+            }
+            CHECK(fdet2, "%s fast M=%d bits depend on level/threads", ds_type_name(t), mm);
+        }
         free(y1);
         free(W.data); free(x); free(ref); free(y); free(dec);
     }
@@ -402,14 +417,19 @@ static void poison(uint32_t t, void *data, int64_t nblocks) {
 }
 
 static void test_malformed(ds_pool *pool) {
-    const int M = 5;
+    /* M = 1, 2: the fused few-row blocks; 5: the unpacking blocks */
+    static const int Ms[3] = {1, 2, 5};
+    for (int mi = 0; mi < 3; mi++)
     for (int ti = 0; ti < 7; ti++) {
+        const int M = Ms[mi];
         const uint32_t t = kq_types[ti];
         const int64_t K = is_k(t) ? 768 : 160, N = 19;
         tw W = make_weight(t, K, N);
         poison(t, W.data, N * (K / (int64_t)ds_type_block_elems(t)));
         float *x = make_x(M, K);
-        x[3] = INFINITY;                                    /* and one non-finite activation */
+        /* and one non-finite activation, in the last row (M = 1 keeps its
+         * one row finite: the malformed weights alone) */
+        if (M > 1) x[(size_t)(M - 1) * (size_t)K + 3] = INFINITY;
         float *y0 = malloc((size_t)M * N * sizeof(float)), *y = malloc((size_t)M * N * sizeof(float));
         float *ref = malloc((size_t)M * N * sizeof(float));
         ref_matmul(&W.w, M, x, ref);
@@ -429,8 +449,8 @@ static void test_malformed(ds_pool *pool) {
             }
         }
         CHECK(ok && nonfinite > 0, "%s malformed blocks: bits differ between levels (or no non-finite output)", ds_type_name(t));
-        printf("%s malformed %s (NaN/inf/65504 scales, inf activation): canonical and fast identical on %d level(s), "
-               "%d non-finite outputs\n", ok ? "PASS" : "FAIL", ds_type_name(t), levels, nonfinite);
+        printf("%s malformed %s M=%d (NaN/inf/65504 scales, inf activation): canonical and fast identical on %d level(s), "
+               "%d non-finite outputs\n", ok ? "PASS" : "FAIL", ds_type_name(t), M, levels, nonfinite);
         free(W.data); free(x); free(y0); free(y); free(ref);
     }
 }

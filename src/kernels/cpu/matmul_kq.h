@@ -286,6 +286,8 @@ DS_INLINE void kq_ints_neon(uint32_t t, const kq_wblk *w, const kq_act *a, int32
         }
     }
 }
+/* the K types' NEON unpacking, fused and epilogue blocks */
+#include "kernels/cpu/matmul_kq_neon.h"
 #endif
 
 #if DS_X86
@@ -1175,6 +1177,16 @@ DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int
                 }
                 if (lv >= DS_LVL_AVX2) {
                     kq_block_avx2(t, fast, c, wr, b, wb, m0, mb, acc, acc2, acc3);
+                    continue;
+                }
+#endif
+#if DS_ARM
+                /* K types on neon / dotprod: the NEON blocks (matmul_kq_neon.h) */
+                if (DS_LVL_IS_NEON(lv) && kq_is_k(t)) {
+                    if (mb <= KQ_NEON_FUSED_MAX_M)
+                        kq_block_fused_neon(t, fast, c, wr, b, m0, mb, acc, acc2, acc3, lv == DS_LVL_DOTPROD);
+                    else
+                        kq_block_neon(t, fast, c, wr, b, wb, m0, mb, acc, acc2, acc3, lv == DS_LVL_DOTPROD);
                     continue;
                 }
 #endif
