@@ -76,4 +76,18 @@ expect_err "the router missing" "blk.1.ffn_gate_inp" $D generate -m "$T/b4.gguf"
 patch "$T/sh.gguf" "$T/b5.gguf" "b.replace(b'blk.1.ffn_down_shexp', b'blk.1.ffn_dXwn_shexp', 1)"
 expect_err "a shared-expert tensor missing" "blk.1.ffn_down_shexp" $D generate -m "$T/b5.gguf" -p hi -n 1
 expect_err "make-model: used > experts" "experts" $D make-model -o "$T/x.gguf" --arch qwen3moe --n-expert 4 --n-expert-used 5
+
+# ---- llama.cpp loads the file and agrees (where it is built) -------------------------
+# (the plain qwen3moe file; llama.cpp's qwen3moe loader refuses the shared-expert one)
+LB=${LLAMA_BIN:-/work/peer/avx2/bin}
+if [ -x "$LB/llama-completion" ]; then
+    "$LB/llama-completion" -m "$T/m.gguf" -p "$P" -n 48 --temp 0 -no-cnv -t 1 --no-warmup >"$T/lc" 2>/dev/null
+    python3 - "$T/lc" "$T/g" "$P" <<'EOF' && ok "llama.cpp ($LB) loads dspark's qwen3moe file: the same greedy text" || bad "llama.cpp's greedy text differs on qwen3moe"
+import sys
+lc = open(sys.argv[1], 'rb').read(); g = open(sys.argv[2], 'rb').read().rstrip(b'\n'); p = sys.argv[3].encode()
+sys.exit(0 if len(g) > 0 and p + g in lc else 1)
+EOF
+else
+    echo "SKIP llama.cpp cross-check (no $LB/llama-completion)"
+fi
 exit $fail
