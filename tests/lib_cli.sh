@@ -44,6 +44,23 @@ threads_equal() {
         || { echo "FAIL thread count changes the $1 text"; fail=1; }
 }
 
+# llama_agrees LABEL MODEL GREEDY PROMPT: where llama.cpp is built
+# ($LLAMA_BIN, default /work/peer/avx2/bin), its llama-completion loads
+# MODEL and prints PROMPT + GREEDY's text (48 tokens, greedy); else SKIP.
+llama_agrees() {
+    LB=${LLAMA_BIN:-/work/peer/avx2/bin}
+    if [ ! -x "$LB/llama-completion" ]; then echo "SKIP llama.cpp cross-check (no $LB/llama-completion)"; return; fi
+    "$LB/llama-completion" -m "$2" -p "$4" -n 48 --temp 0 -no-cnv -t 1 --no-warmup >"$T/lc" 2>/dev/null
+    if python3 -c '
+import sys
+lc = open(sys.argv[1], "rb").read(); g = open(sys.argv[2], "rb").read().rstrip(b"\n"); p = sys.argv[3].encode()
+sys.exit(0 if len(g) > 0 and p + g in lc else 1)' "$T/lc" "$3" "$4"; then
+        echo "PASS llama.cpp ($LB) loads dspark's $1 file: the same greedy text"
+    else
+        echo "FAIL llama.cpp's greedy text differs on $1"; fail=1
+    fi
+}
+
 # spec_widths LABEL MODEL DRAFTER GREEDY SEEDED PROMPT: speculative decoding
 # at draft widths 6, 3, 1 prints GREEDY's text greedy and SEEDED's with
 # --temp 0.8 --seed 7 (48 tokens, 2 threads, what the plain runs used).

@@ -100,6 +100,19 @@ DS_INLINE void kq_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
         *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
 }
+/* The same 8 scales then 8 mins, all at once: the 32-bit mask-and-shift
+ * of llama.cpp (the vector paths' form: AVX2 and NEON both read it) */
+DS_INLINE void kq_q4k_scales(const uint8_t sc12[12], uint8_t out[16]) {
+    uint32_t u[4];
+    memcpy(u, sc12, 12);
+    const uint32_t k1 = 0x3f3f3f3fu, k2 = 0x0f0f0f0fu, k3 = 0x03030303u;
+    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);     /* mins 4..7   */
+    const uint32_t m03 = u[1] & k1;                             /* mins 0..3   */
+    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);             /* scales 4..7 */
+    u[2] = m03;
+    u[0] &= k1;                                                 /* scales 0..3 */
+    memcpy(out, u, 16);
+}
 DS_INLINE void kq_fill_scv(kq_wblk *o) {
     for (int c = 0; c < 8; c++)
         for (int l = 0; l < 16; l++) o->scv[16 * c + l] = o->sc16[2 * c + (l >= 8)];
@@ -489,17 +502,6 @@ kq_epi_avx2(uint32_t t, int fast, int64_t b, const kq_act *a, __m256i tI, __m256
  * and mins come out of their 12 bytes with the usual 32-bit mask-and-shift
  * (8 scale bytes, then 8 min bytes). The integers are the definition's: the
  * same products and sums as kq_ints_scalar, grouped otherwise (exact). */
-static inline KQ_TGT_AVX2 void kq_q4k_scales(const uint8_t sc12[12], uint8_t out[16]) {
-    uint32_t u[4];
-    memcpy(u, sc12, 12);
-    const uint32_t k1 = 0x3f3f3f3fu, k2 = 0x0f0f0f0fu, k3 = 0x03030303u;
-    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);     /* mins 4..7   */
-    const uint32_t m03 = u[1] & k1;                             /* mins 0..3   */
-    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);             /* scales 4..7 */
-    u[2] = m03;
-    u[0] &= k1;                                                 /* scales 0..3 */
-    memcpy(out, u, 16);
-}
 /* one weight row's super-block b against one activation row: 8 int32 lanes
  * summing to I, and (Q4_K) 8 summing to Mn; dh / dmh: the fp16 scales */
 static inline KQ_TGT_AVX2 void kq_fused_avx2(uint32_t t, const void *row, int64_t b, const __m256i P[8],

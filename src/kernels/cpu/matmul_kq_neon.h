@@ -37,18 +37,20 @@
 #define KQ_NEON_FUSED_MAX_M 2
 #endif
 
-/* Q4_K / Q5_K 12 scale bytes -> 8 scales then 8 mins (6 bits each), with the
- * 32-bit mask-and-shift of llama.cpp (the x86 kq_q4k_scales; = kq_scale_min_k4) */
-DS_INLINE void kq_q4k_scales_neon(const uint8_t sc12[12], uint8_t out[16]) {
-    uint32_t u[4];
-    memcpy(u, sc12, 12);
-    const uint32_t k1 = 0x3f3f3f3fu, k2 = 0x0f0f0f0fu, k3 = 0x03030303u;
-    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);     /* mins 4..7   */
-    const uint32_t m03 = u[1] & k1;                             /* mins 0..3   */
-    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);             /* scales 4..7 */
-    u[2] = m03;
-    u[0] &= k1;                                                 /* scales 0..3 */
-    memcpy(out, u, 16);
+
+/* Q4_K / Q5_K: 16 bytes of quants at qs -> the low nibbles (elements l of
+ * the 32-group) and the high nibbles (elements 32 + l), each with its fifth
+ * bit from *H (Q5_K: bit 0 for lo, bit 1 for hi; *H then moves down by 2
+ * for the next group). The fused and the unpacking blocks both read it. */
+DS_INLINE void kq_q45_chunk_neon(const uint8_t *qs, int has_qh, uint8x16_t *H, uint8x16_t *lo, uint8x16_t *hi) {
+    const uint8x16_t q = vld1q_u8(qs), m4 = vdupq_n_u8(0x0f);
+    *lo = vandq_u8(q, m4);
+    *hi = vshrq_n_u8(q, 4);
+    if (has_qh) {
+        *lo = vorrq_u8(*lo, vshlq_n_u8(vandq_u8(*H, vdupq_n_u8(1)), 4));
+        *hi = vorrq_u8(*hi, vshlq_n_u8(vandq_u8(*H, vdupq_n_u8(2)), 3));
+        *H = vshrq_n_u8(*H, 2);
+    }
 }
 
 /* each of 8 bytes twice, widened: the per-16-element lanes of sc16 / mn16 */
@@ -75,24 +77,18 @@ DS_INLINE void kq_unpack_neon(uint32_t t, const void *row, int64_t b, kq_wblk *o
          * 2g+1 that of 64g + 32 + l; H is shifted down by 2 per g */
         uint8x16_t H[2] = {vdupq_n_u8(0), vdupq_n_u8(0)};
         if (qh) { H[0] = vld1q_u8(qh); H[1] = vld1q_u8(qh + 16); }
-        const uint8x16_t one = vdupq_n_u8(1), two = vdupq_n_u8(2);
         DS_UNROLL
         for (int g = 0; g < 4; g++) {
             DS_UNROLL
             for (int h = 0; h < 2; h++) {
-                const uint8x16_t q = vld1q_u8(qs + 32 * g + 16 * h);
-                uint8x16_t lo = vandq_u8(q, m4), hi = vshrq_n_u8(q, 4);
-                if (qh) {
-                    lo = vorrq_u8(lo, vshlq_n_u8(vandq_u8(H[h], one), 4));
-                    hi = vorrq_u8(hi, vshlq_n_u8(vandq_u8(H[h], two), 3));
-                    H[h] = vshrq_n_u8(H[h], 2);
-                }
+                uint8x16_t lo, hi;
+                kq_q45_chunk_neon(qs + 32 * g + 16 * h, qh != NULL, &H[h], &lo, &hi);
                 vst1q_u8(o->u + 64 * g + 16 * h, lo);
                 vst1q_u8(o->u + 64 * g + 32 + 16 * h, hi);
             }
         }
         uint8_t sm[16];
-        kq_q4k_scales_neon(sc12, sm);
+        kq_q4k_scales(sc12, sm);
         kq_dup16_neon(sm, o->sc16);
         kq_dup16_neon(sm + 8, o->mn16);
         o->d = ds_fp16_to_f32(o->dh);
@@ -203,20 +199,14 @@ DS_INLINE void kq_fused_neon(uint32_t t, const void *row, int64_t b, const int8x
         }
         uint8x16_t H[2] = {vdupq_n_u8(0), vdupq_n_u8(0)};
         if (qh) { H[0] = vld1q_u8(qh); H[1] = vld1q_u8(qh + 16); }
-        const uint8x16_t one = vdupq_n_u8(1), two = vdupq_n_u8(2);
         int32x4_t d[8];                 /* d[j]: lanes summing to sub-block j's dot */
         DS_UNROLL
         for (int g = 0; g < 4; g++) {
             int32x4_t dl = z, dhi = z;
             DS_UNROLL
             for (int h = 0; h < 2; h++) {
-                const uint8x16_t q = vld1q_u8(qs + 32 * g + 16 * h);
-                uint8x16_t lo = vandq_u8(q, m4), hi = vshrq_n_u8(q, 4);
-                if (qh) {
-                    lo = vorrq_u8(lo, vshlq_n_u8(vandq_u8(H[h], one), 4));
-                    hi = vorrq_u8(hi, vshlq_n_u8(vandq_u8(H[h], two), 3));
-                    H[h] = vshrq_n_u8(H[h], 2);
-                }
+                uint8x16_t lo, hi;
+                kq_q45_chunk_neon(qs + 32 * g + 16 * h, qh != NULL, &H[h], &lo, &hi);
                 dl = ds_neon_dot16(dl, vreinterpretq_s8_u8(lo), pv[4 * g + h], dp);
                 dhi = ds_neon_dot16(dhi, vreinterpretq_s8_u8(hi), pv[4 * g + 2 + h], dp);
             }
@@ -224,7 +214,7 @@ DS_INLINE void kq_fused_neon(uint32_t t, const void *row, int64_t b, const int8x
             d[2 * g + 1] = dhi;
         }
         uint8_t sm[16];
-        kq_q4k_scales_neon(sc12, sm);
+        kq_q4k_scales(sc12, sm);
         const uint16x8_t s16 = vmovl_u8(vld1_u8(sm)), m16 = vmovl_u8(vld1_u8(sm + 8));
         const int32x4_t D0 = vpaddq_s32(vpaddq_s32(d[0], d[1]), vpaddq_s32(d[2], d[3]));  /* sub-blocks 0..3 */
         const int32x4_t D1 = vpaddq_s32(vpaddq_s32(d[4], d[5]), vpaddq_s32(d[6], d[7]));  /* 4..7 */
