@@ -284,8 +284,7 @@ static void test_hybrid(const char *dir, const int32_t *toks) {
  * 40-position window (so positions 50..166 attend a window that starts
  * inside a chunk), output groups, 4 hyper-connection streams with 20
  * Sinkhorn iterations, the sqrtsoftplus MoE with its bias and a shared
- * expert (the Q8_0 file's first layer hash-routed: its experts by token
- * id). The property (logits, taps = the streams' mean, K/V rows) for
+ * expert (the first layer hash-routed: its experts by token id). The property (logits, taps = the streams' mean, K/V rows) for
  * M = 1..16, then a counter-test per new family and for the route and
  * the weights' matmul family: each alone fast makes rows differ. */
 static void test_ds4(const char *dir, const int32_t *toks) {
@@ -300,7 +299,7 @@ static void test_ds4(const char *dir, const int32_t *toks) {
         o.n_embd = 64; o.n_layer = 3; o.n_head = 4; o.head_dim = 64; o.n_rot = 16; o.q_lora = 64; o.o_groups = 2;
         o.o_lora = 32; o.hc = 4; o.hc_iters = 20; o.n_swa = 40; o.n_expert = 8; o.n_expert_used = 2; o.n_ff_exp = 64;
         o.n_vocab = 384; o.n_ctx = 512; o.seed = 11;
-        o.n_hash = ti == 0;                      /* Q8_0: layer 0 routes by token id (a hash layer) */
+        o.n_hash = 1;                            /* layer 0 routes by token id (a hash layer), 1 and 2 select */
         if (ds_make_model(&o, path, err, sizeof err)) { printf("FAIL make-model: %s\n", err); exit(1); }
         ds_model *m = ds_model_load_on(path, tu_device(), err, sizeof err);
         if (!m) { printf("FAIL load: %s\n", err); exit(1); }

@@ -289,6 +289,13 @@ static void test_cache_fork(const ds_model *m) {
     CHECK(ds_engine_seq_truncate(e, a, 500, err, sizeof err) && strstr(err, "is not in"), "truncate past the end: %s", err);
     free(k); free(v); free(lg); free(lg8);
     ds_engine_free(e);
+    /* a negative number of sequences per drafting pass: one line, no engine */
+    {
+        const ds_engine_params badp = {.n_seq_max = 2, .n_ctx = 64, .n_threads = 1, .draft_pass = -1};
+        ds_engine *be = ds_engine_new(m, &badp, err, sizeof err);
+        CHECK(!be && strstr(err, "drafting pass is negative"), "draft_pass -1 refused: %s", be ? "an engine" : err);
+        ds_engine_free(be);
+    }
     /* a pool too small: a clean refusal, the sequence unchanged */
     const ds_engine_params small = {.n_seq_max = 2, .n_ctx = 512, .n_pages = 4, .n_threads = 1};
     e = ds_engine_new(m, &small, err, sizeof err);
