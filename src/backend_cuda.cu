@@ -832,7 +832,7 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     if (e == cudaSuccess && (!b || !be)) e = cudaErrorMemoryAllocation;
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->aux, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = dsc_matmul_q8_0_init();
-    if (e == cudaSuccess) e = dsc_q8_mma_init(b->qp_bps);
+    if (e == cudaSuccess) e = dsc_q8_mma_init();
     if (e == cudaSuccess) e = dsc_kq_mma_init();
     if (e == cudaSuccess) e = dsc_matmul_dense_init();
     if (e == cudaSuccess) e = dsc_attention_init();
@@ -850,10 +850,10 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
      * decode 1.20x, 8B decode ~1.2x slower), so it is opt-in; so is the
      * Q8_0 GEMV's lane sharing on short rows (run s18: canonical+direct
      * 2.35x plain with it, 2.47x without, interleaved) */
-    /* the streaming tensor-core GEMV (matmul_q8_0_mma.cu) is opt-in too
-     * (DSPARK_CUDA_ON=stream) until measured ahead of the GEMV it would
-     * replace: H200 run 2 had it 0.55-0.75x at M = 1 (since rebuilt) */
-    b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD | DSC_OFF_STREAM) & ~on;
+    /* DSPARK_CUDA_ON=stream puts the warp-streamed tensor-core GEMV at
+     * every M <= 16, not only where it measured faster (dsc_q8_stream_ok) */
+    b->stream_all = (on & DSC_OFF_STREAM) != 0;
+    b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD) & ~on;
     b->trace = tr && !strcmp(tr, "1");
     b->mma_bm = mma_bm;
     be->i = &dsc_iface;

@@ -1,13 +1,14 @@
-/* bench_gemv.cu — the Q8_0 canonical GEMVs for M = 1..8 (decode, verify) on
- * the 8B shapes: validate and time, one command on a GPU
- * (`make CUDA=1 BUILD=... bench-gemv`; under 60 s on an H200).
+/* bench_gemv.cu — the Q8_0 canonical GEMVs for M = 1..16 (decode, verify,
+ * small batches) on the 8B shapes: validate and time, one command on a GPU
+ * (`make CUDA=1 BUILD=... bench-gemv`; about a minute on an H200).
  *
  * It includes matmul_q8_0.cu (and the tensor-core file it calls) and drives
  * their launchers on a bare execution context: old = q8v_kernel (what
- * DSPARK_CUDA_OFF=gemv runs), new = q8w_kernel's default configuration
- * (q8w_dispatch), the other q8w configurations (MT, R, U, MINB, FB), and the
- * opt-in streaming tensor-core GEMV (DSPARK_CUDA_ON=stream). For each shape
- * N x K (q/o, k/v, gate/up, down, LM head) and M = 1, 2, 4, 8:
+ * DSPARK_CUDA_OFF=gemv runs; at M = 16 the 16-row tensor-core tile), new =
+ * q8w_kernel's default configuration (q8w_dispatch), the warp-streamed
+ * tensor-core GEMV (qt_kernel: its default, dsc_q8_stream, and four other
+ * stage sizes / ring depths), one more q8w configuration. For each shape
+ * N x K (q/o, k/v, gate/up, down, LM head) and M = 1, 2, 4, 8, 16:
  *   - every kernel's outputs bitwise equal to old's (memcmp of all M x N),
  *     and old's rows 0, 1, N/2, N-2, N-1 equal to a host evaluation of the
  *     definition (acc = +0; acc = fmaf((float)D, d * e, acc) per block in
@@ -73,6 +74,7 @@ __global__ void bg_fill_d(float *d, size_t n, uint32_t seed) {
     }
 }
 
+typedef ds_exec ex_t;
 typedef void (*bg_fn)(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y);
 static const q8v_epi bg_none = {};
 static void bg_old(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
@@ -81,11 +83,18 @@ static void bg_old(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, co
 static void bg_new(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
     q8w_dispatch(ex, 1, &w, M, xq, xd, &y);
 }
-static void bg_stream(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+template <bool M16, int KC, int D>
+static void bg_qt(ex_t *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+    dsc_q8_stream_cfg<M16, KC, D>(ex, 1, &w, M, xq, xd, &y);
+}
+static void bg_stream(ex_t *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
     dsc_q8_stream(ex, 1, &w, M, xq, xd, &y);
 }
+static void bg_t16(ex_t *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+    dsc_q8_mma(ex, 16, 1, &w, M, xq, xd, &y);
+}
 template <int MT, int R, int U, int MINB, bool FB>
-static void bg_cfg(ds_exec *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+static void bg_cfg(ex_t *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
     q8w_launch<MT, R, U, MINB, FB>(ex, 1, &w, M, xq, xd, &y);
 }
 
@@ -94,42 +103,26 @@ struct bg_kernel {
     bg_fn fn;
 };
 #define BG_NK 8
-/* per MT (1, 2, 4, 8): old, new (the default), the streaming tensor-core
- * GEMV, then other q8w configurations "q8w MT/R/U/MINB", f: a whole block
- * per lane (FB) */
-static void bg_kernels(int MT, bg_kernel k[BG_NK]) {
-    k[0] = {"old q8v", bg_old};
-    k[1] = {"new q8w", bg_new};
-    k[2] = {"stream", bg_stream};
-    switch (MT) {
-    case 1:
-        k[3] = {"q8w 1/1/8/6", bg_cfg<1, 1, 8, 6, false>};
-        k[4] = {"q8w 1/2/4/6", bg_cfg<1, 2, 4, 6, false>};
-        k[5] = {"q8w 1/1/4/8f", bg_cfg<1, 1, 4, 8, true>};
-        k[6] = {"q8w 1/2/4/6f", bg_cfg<1, 2, 4, 6, true>};
-        k[7] = {"q8w 1/1/2/8", bg_cfg<1, 1, 2, 8, false>};
-        break;
-    case 2:
-        k[3] = {"q8w 2/1/8/6", bg_cfg<2, 1, 8, 6, false>};
-        k[4] = {"q8w 2/2/4/6", bg_cfg<2, 2, 4, 6, false>};
-        k[5] = {"q8w 2/1/4/8f", bg_cfg<2, 1, 4, 8, true>};
-        k[6] = {"q8w 2/2/2/6f", bg_cfg<2, 2, 2, 6, true>};
-        k[7] = {"q8w 2/1/2/8", bg_cfg<2, 1, 2, 8, false>};
-        break;
-    case 4:
-        k[3] = {"q8w 4/1/4/8", bg_cfg<4, 1, 4, 8, false>};
-        k[4] = {"q8w 4/2/2/8", bg_cfg<4, 2, 2, 8, false>};
-        k[5] = {"q8w 4/1/2/8f", bg_cfg<4, 1, 2, 8, true>};
-        k[6] = {"q8w 4/2/4/4f", bg_cfg<4, 2, 4, 4, true>};
-        k[7] = {"q8w 4/1/4/6f", bg_cfg<4, 1, 4, 6, true>};
-        break;
-    default:
-        k[3] = {"q8w 8/2/2/8", bg_cfg<8, 2, 2, 8, false>};
-        k[4] = {"q8w 8/1/2/8f", bg_cfg<8, 1, 2, 8, true>};
-        k[5] = {"q8w 8/1/4/6f", bg_cfg<8, 1, 4, 6, true>};
-        k[6] = {"q8w 8/2/4/4f", bg_cfg<8, 2, 4, 4, true>};
-        k[7] = {"q8w 8/1/2/8", bg_cfg<8, 1, 2, 8, false>};
-        break;
+/* per M: old (q8v; at M = 16 the 16-row tensor-core tile), new (the
+ * default: q8w for M <= 2), the warp-streamed tensor-core GEMV's default
+ * ("qt", stages of 8 blocks, 4 slots) and its other configurations "qt
+ * KC/D" (blocks per stage, ring slots), one more q8w configuration
+ * "q8w MT/R/U/MINB" (f: a whole block per lane) */
+static void bg_kernels(int M, bg_kernel k[BG_NK]) {
+    const bool m16 = M > 8;
+    k[0] = m16 ? bg_kernel{"tiles 16", bg_t16} : bg_kernel{"old q8v", bg_old};
+    k[1] = m16 ? bg_kernel{"tiles 16'", bg_t16} : bg_kernel{"new q8w", bg_new};
+    k[2] = {"qt", bg_stream};
+    k[3] = m16 ? bg_kernel{"qt 4/12", bg_qt<true, 4, 12>} : bg_kernel{"qt 4/12", bg_qt<false, 4, 12>};
+    k[4] = m16 ? bg_kernel{"qt 8/6", bg_qt<true, 8, 6>} : bg_kernel{"qt 8/6", bg_qt<false, 8, 6>};
+    k[5] = m16 ? bg_kernel{"qt 2/16", bg_qt<true, 2, 16>} : bg_kernel{"qt 2/16", bg_qt<false, 2, 16>};
+    k[6] = m16 ? bg_kernel{"qt 4/8", bg_qt<true, 4, 8>} : bg_kernel{"qt 4/8", bg_qt<false, 4, 8>};
+    switch (M) {
+    case 1: k[7] = {"q8w 1/1/8/6", bg_cfg<1, 1, 8, 6, false>}; break;
+    case 2: k[7] = {"q8w 2/2/2/6f", bg_cfg<2, 2, 2, 6, true>}; break;
+    case 4: k[7] = {"q8w 4/2/4/4f", bg_cfg<4, 2, 4, 4, true>}; break;
+    case 8: k[7] = {"q8w 8/2/4/4f", bg_cfg<8, 2, 4, 4, true>}; break;
+    default: k[7] = {"qt 8/4 m16", bg_qt<true, 8, 4>}; break;
     }
 }
 
@@ -168,7 +161,7 @@ int main(int argc, char **argv) {
     memset(&b, 0, sizeof b);
     b.n_sm = prop.multiProcessorCount;
     b.off = DSC_OFF_PDL;
-    CK(dsc_q8_mma_init(b.qp_bps));
+    CK(dsc_q8_mma_init());
     be.priv = &b;
     ds_exec *ex = (ds_exec *)calloc(1, sizeof(ds_exec));
     ex->be = &be;
@@ -210,13 +203,13 @@ int main(int argc, char **argv) {
         {"tail", 129, 4160, -1}, {"short", 4501, 96, -1},
     };
     const int ns = (int)(sizeof shapes / sizeof shapes[0]);
-    const int Ms[4] = {1, 2, 4, 8};
-    double t_old[8][4], t_new[8][4], t_best[8][4];
+    const int Ms[5] = {1, 2, 4, 8, 16};
+    double t_old[8][5], t_new[8][5], t_best[8][5];
     int n_pass = 0, n_fail = 0;
     int8_t *xq;
     float *xd;
-    CK(cudaMalloc(&xq, (size_t)8 * 12288));
-    CK(cudaMalloc(&xd, (size_t)8 * 12288 / 32 * 4));
+    CK(cudaMalloc(&xq, (size_t)16 * 12288));
+    CK(cudaMalloc(&xd, (size_t)16 * 12288 / 32 * 4));
     for (int si = 0; si < ns; si++) {
         const shape &sh = shapes[si];
         const int64_t N = sh.N, K = sh.K, nb = K / 32;
@@ -229,24 +222,24 @@ int main(int argc, char **argv) {
         CK(cudaMalloc(&w.scale, (size_t)(N * nb) * 4));
         bg_fill_q<<<4096, 256>>>((int8_t *)w.data, (size_t)(N * K), 11u + (uint32_t)si);
         bg_fill_d<<<1024, 256>>>(w.scale, (size_t)(N * nb), 23u + (uint32_t)si);
-        bg_fill_q<<<256, 256>>>(xq, (size_t)(8 * K), 37u + (uint32_t)si);
-        bg_fill_d<<<64, 256>>>(xd, (size_t)(8 * nb), 41u + (uint32_t)si);
+        bg_fill_q<<<256, 256>>>(xq, (size_t)(16 * K), 37u + (uint32_t)si);
+        bg_fill_d<<<64, 256>>>(xd, (size_t)(16 * nb), 41u + (uint32_t)si);
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
         /* the host copies the definition check needs */
         const int64_t rows[5] = {0, 1, N / 2, N - 2, N - 1};
-        std::vector<int8_t> hw(5 * K), hx(8 * K);
-        std::vector<float> hs(5 * nb), hxd(8 * nb);
+        std::vector<int8_t> hw(5 * K), hx(16 * K);
+        std::vector<float> hs(5 * nb), hxd(16 * nb);
         for (int r = 0; r < 5; r++) {
             CK(cudaMemcpy(hw.data() + r * K, (int8_t *)w.data + rows[r] * K, (size_t)K, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(hs.data() + r * nb, w.scale + rows[r] * nb, (size_t)nb * 4, cudaMemcpyDeviceToHost));
         }
-        CK(cudaMemcpy(hx.data(), xq, (size_t)(8 * K), cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(hxd.data(), xd, (size_t)(8 * nb) * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hx.data(), xq, (size_t)(16 * K), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hxd.data(), xd, (size_t)(16 * nb) * 4, cudaMemcpyDeviceToHost));
         float *y[BG_NK];
-        for (int k = 0; k < BG_NK; k++) CK(cudaMalloc(&y[k], (size_t)(8 * N) * 4));
-        std::vector<float> href(8 * N), hy(8 * N);
-        for (int mi = 0; mi < 4; mi++) {
+        for (int k = 0; k < BG_NK; k++) CK(cudaMalloc(&y[k], (size_t)(16 * N) * 4));
+        std::vector<float> href(16 * N), hy(16 * N);
+        for (int mi = 0; mi < 5; mi++) {
             const int M = Ms[mi];
             bg_kernel ks[BG_NK];
             bg_kernels(M, ks);
@@ -254,7 +247,7 @@ int main(int argc, char **argv) {
             bool ok = true;
             char why[256] = "";
             for (int k = 0; k < BG_NK; k++) {
-                CK(cudaMemset(y[k], 0xff, (size_t)(8 * N) * 4));
+                CK(cudaMemset(y[k], 0xff, (size_t)(16 * N) * 4));
                 ks[k].fn(ex, &w, M, xq, xd, y[k]);
             }
             CK(cudaDeviceSynchronize());
@@ -268,7 +261,7 @@ int main(int argc, char **argv) {
             for (int k = 1; k < BG_NK; k++) {
                 CK(cudaMemcpy(hy.data(), y[k], (size_t)(M * N) * 4, cudaMemcpyDeviceToHost));
                 same[k] = !memcmp(hy.data(), href.data(), (size_t)(M * N) * 4);
-                if (!same[k] && ok && k != 2) {         /* the opt-in stream kernel: reported, not judged */
+                if (!same[k] && ok) {
                     ok = false;
                     for (int64_t e = 0; e < M * N; e++)
                         if (memcmp(&hy[e], &href[e], 4)) {
@@ -310,15 +303,15 @@ int main(int argc, char **argv) {
                 printf("  %-8s N=%-6lld K=%-5lld M=%d  %-13s %8.4f ms %6.0f GB/s %5.1f%% of copy  %.2fx old  bits==old %s\n",
                        sh.name, (long long)N, (long long)K, M, ks[k].name, ms, gbs, 100.0 * gbs / copy_gbs,
                        ms / bg_median(ts[0]), same[k] ? "yes" : "NO");
-                if (k >= 1 && k != 2 && same[k] && ms < best) { best = ms; bk = k; }
+                if (k >= 1 && same[k] && ms < best) { best = ms; bk = k; }
             }
             t_old[si][mi] = bg_median(ts[0]);
             t_new[si][mi] = bg_median(ts[1]);
             t_best[si][mi] = best;
-            printf("%s %-8s N=%-6lld K=%-5lld M=%d: %d q8w kernels == old (memcmp, %lld outputs), old == host definition (5 rows)%s%s%s;"
-                   " new %.2fx old, best q8w %s\n",
-                   ok ? "PASS" : "FAIL", sh.name, (long long)N, (long long)K, M, BG_NK - 2, (long long)(M * N),
-                   ok ? "" : ": ", why, same[2] ? "" : " (the opt-in stream kernel's bits differ)",
+            printf("%s %-8s N=%-6lld K=%-5lld M=%d: %d kernels == old (memcmp, %lld outputs), old == host definition (5 rows)%s%s;"
+                   " new %.2fx old, best %s\n",
+                   ok ? "PASS" : "FAIL", sh.name, (long long)N, (long long)K, M, BG_NK - 1, (long long)(M * N),
+                   ok ? "" : ": ", why,
                    check_only ? 0.0 : t_new[si][mi] / t_old[si][mi], ks[bk].name);
             if (ok) n_pass++;
             else n_fail++;
@@ -335,7 +328,7 @@ int main(int argc, char **argv) {
     }
     printf("\n8B Q8_0 step, matmuls only (best: the fastest bit-exact q8w configuration per shape) (36 x (2 q/o + 2 k/v + 2 gate/up + down) + LM head), L2 cold:\n");
     double s1[3] = {0, 0, 0};
-    for (int mi = 0; mi < 4; mi++) {
+    for (int mi = 0; mi < 5; mi++) {
         double s[3] = {0, 0, 0};
         for (int si = 0; si < ns; si++) {
             if (shapes[si].per_layer < 0) continue;

@@ -1043,7 +1043,7 @@ static void bench_matmul(T *t, const char *label, uint32_t type, int64_t N, int6
 static void bench_mma(T *t, const char *label, int64_t N, int64_t K) {
     static const mma_conf confs[] = {
         {"chosen", NULL, NULL, NULL}, {"tile16", "16", NULL, NULL}, {"tile32", "32", NULL, NULL}, {"tile64", "64", NULL, NULL},
-        {"tile128", "128", NULL, NULL}, {"stream", NULL, "mma", "stream"}, {"gemv", NULL, "mma", NULL},
+        {"tile128", "128", NULL, NULL}, {"stream", NULL, "mma", "stream"}, {"gemv", NULL, "mma,stream", NULL},
     };
     enum { NC = sizeof confs / sizeof confs[0], NM = 9 };
     static const int Ms[NM] = {1, 2, 4, 8, 16, 64, 128, 512, 2048};
@@ -1219,7 +1219,7 @@ static void mma_check(T *t, const char *label, uint32_t type, int64_t N, int64_t
                       int n_ms, int near_check) {
     static const mma_conf confs[] = {
         {"chosen", NULL, NULL, NULL}, {"tile16", "16", NULL, NULL}, {"tile32", "32", NULL, NULL}, {"tile64", "64", NULL, NULL},
-        {"tile128", "128", NULL, NULL}, {"stream", NULL, "mma", "stream"}, {"gemv", NULL, "mma", NULL},
+        {"tile128", "128", NULL, NULL}, {"stream", NULL, "mma", "stream"}, {"gemv", NULL, "mma,stream", NULL},
     };
     const char *tn = ds_type_name(type);
     const int off = 37;                                  /* rows of the offset batch */

@@ -50,7 +50,7 @@ typedef struct {
     int            q8_layout;   /* a weight in the Q8_0 layout was prepared (Q8_0, Q4_0, Q5_0) */
     int            trace;       /* $DSPARK_CUDA_TRACE=1: the stream timeline (dsc_trace)  */
     int            mma_bm;      /* $DSPARK_CUDA_MMA: forced tensor-core tile height, 0 = chosen */
-    int            qp_bps[4];   /* the streaming GEMV's resident blocks per SM, MT = 1, 2, 4, 8 */
+    int            stream_all;  /* DSPARK_CUDA_ON=stream: the Q8_0 warp-streamed tensor-core GEMV at every M <= 16 */
 } dsc_backend;
 
 /* The stream's timeline as the GPU saw it ($DSPARK_CUDA_TRACE=1): an event
@@ -95,7 +95,7 @@ enum {
     DSC_OFF_COPYK = 1u << 12,    /* recorded copies as kernels, not memcpy nodes */
     DSC_OFF_SPREAD = 1u << 13,   /* Q8_0 GEMV, short rows, M > 1: lanes share pairs */
     DSC_OFF_MMA = 1u << 14,      /* Q8_0 canonical on the tensor cores (M > 8)  */
-    DSC_OFF_STREAM = 1u << 15,   /* Q8_0 streaming tensor-core GEMV (M <= 8)    */
+    DSC_OFF_STREAM = 1u << 15,   /* Q8_0 warp-streamed tensor-core GEMV (M <= 16) */
     DSC_OFF_SPLIT = 1u << 16,    /* attention: chunks of long rows over many blocks */
     DSC_OFF_CHUNK = 1u << 17,    /* prompts in 512-row chunks (else 64)          */
     DSC_OFF_GEMV = 1u << 18,     /* Q8_0 canonical M <= 8: the warp-streamed GEMV (else q8v) */
@@ -497,11 +497,11 @@ cudaError_t dsc_matmul_q8_0_init(void);
 int dsc_q8_mma_bm(ds_exec *ex, int n, const dsc_weight *const w[], int M);
 void dsc_q8_mma(ds_exec *ex, int bm, int n, const dsc_weight *const w[], int M, const int8_t *xq,
                 const float *xd, float *const y[]);
-/* ... and the streaming tensor-core GEMV for M <= 8 (decode, verify) */
-int dsc_q8_stream_ok(ds_exec *ex, int n, int M);
+/* ... and the warp-streamed tensor-core GEMV for M <= 16 (decode, verify, small batches) */
+int dsc_q8_stream_ok(ds_exec *ex, int n, const dsc_weight *const w[], int M);
 void dsc_q8_stream(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
                    float *const y[]);
-cudaError_t dsc_q8_mma_init(int qp_bps[4]);
+cudaError_t dsc_q8_mma_init(void);
 cudaError_t dsc_matmul_dense_init(void);
 int dsc_matmul_q8_0_fused(ds_exec *ex, const dsc_weight *w, int M, const float *x, const float *up,
                           float *h, float *y, float *res, const float *nw, float eps, float *xn);

@@ -793,17 +793,18 @@ static void q8v_run(ds_exec *ex, int n, const dsc_weight *const w[], int M, cons
     /* batches past 8 rows: the tensor cores (matmul_q8_0_mma.cu), the same
      * bits; they need the quantized rows in memory (no in-kernel FQ) and
      * have no residual epilogue */
-    const int bm = epi.x ? 0 : dsc_q8_mma_bm(ex, n, w, M);
+    const bool st = !epi.x && dsc_q8_stream_ok(ex, n, w, M);
+    const int bm = epi.x || st ? 0 : dsc_q8_mma_bm(ex, n, w, M);
     if (q8x_valid(ex, x, M, K)) {
         ex->q8x_hits++;
         xq = (int8_t *)ex->q8x.q;
         xd = (float *)ex->q8x.d;
-    } else if (bm || !q8v_fq_ok(ex, n, w, M)) {  /* quantize once, for all blocks */
+    } else if (bm || st || !q8v_fq_ok(ex, n, w, M)) {  /* quantize once, for all blocks */
         if (!q8x_slot(ex, M, K, &xq, &xd)) return;
         dsc_launch(ex, "q8_0 quantize", q8_quantize, dim3(dsc_blocks(nq, 128)), dim3(128), 0, x, nq, xq, xd);
     }
     if (bm) dsc_q8_mma(ex, bm, n, w, M, xq, xd, y);
-    else if (xq && !epi.x && dsc_q8_stream_ok(ex, n, M)) dsc_q8_stream(ex, n, w, M, xq, xd, y);   /* opt-in */
+    else if (xq && st) dsc_q8_stream(ex, n, w, M, xq, xd, y);
     else if (xq && !epi.x && q8w_ok(ex, n, M)) q8w_dispatch(ex, n, w, M, xq, xd, y);
     else q8v_dispatch(ex, n, w, M, xq, xd, x, NULL, NULL, y, epi);
     /* the copy stays good for the next matmul of the same rows (the launch
@@ -850,7 +851,7 @@ int dsc_matmul_q8_0_fused(ds_exec *ex, const dsc_weight *w, int M, const float *
     const bool fq_ok = q8v_fq_ok(ex, 1, &w, M);
     /* SwiGLU in front needs the in-kernel quantization of the GEMV; where
      * the tensor cores take the rows the caller runs the two ops */
-    if (up && (!fq_ok || dsc_q8_mma_bm(ex, 1, &w, M))) return 0;
+    if (up && (!fq_ok || dsc_q8_mma_bm(ex, 1, &w, M) || dsc_q8_stream_ok(ex, 1, &w, M))) return 0;
     q8v_epi epi = {};
     if (res) {
         if (!nw || !xn || !ex->count || w->n_out > 8192) return 0;

@@ -217,185 +217,175 @@ qm_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, con
 }
 
 /* ==========================================================================
- * the streaming GEMV: M <= 8 rows (decode, verify, the drafter's block)
+ * the warp-streamed tensor-core GEMV: M <= 16 rows (decode, verify blocks,
+ * the drafter's block, a step of up to 16 sequences)
  * ==========================================================================
- * Decode is bound by the weight stream, so this kernel is built around it:
- * a block owns 16 weight rows at a time (one m16 tile) and walks K in
- * stages of QP_KC blocks (512 bytes of each row), which cp.async brings
- * into a ring of QP_S shared-memory slots, QP_D stages ahead; the grid is
- * persistent (at most a few blocks per SM), each block taking tile after
- * tile, and the ring runs across tile boundaries, so the loads never stop
- * between tiles. Per stage the 8 warps split its blocks: one mma each (the
- * MT activation rows are the n8 columns, padded), the exact D's go to
- * shared memory, and 16 * MT chain threads fold the PREVIOUS stage's D's in
- * block order while the warps compute this stage's (one barrier a stage).
- * The fold is the definition's, acc = fma(D, d_b * e_b, acc) per block in
- * order, so the bits are the other kernels' for every M.
+ * Bound by the weight stream, so built around it. Every warp owns one tile
+ * of 8 weight rows alone, for the whole of K, with no block barrier: its
+ * own ring of QT_D shared-memory slots, filled by cp.async (16-byte copies,
+ * L1 bypassed; a warp instruction copies 512 contiguous bytes of two rows)
+ * QT_D - 1 stages of QT_KC blocks ahead of the one it computes, so a warp
+ * keeps (QT_D - 1) * QT_KC * 256 bytes in flight and the SM a dozen warps'
+ * worth. Per block one mma.sync m16n8k32 with the ACTIVATIONS as the m16
+ * operand (up to 16 rows; rows past M repeat the last one, never stored)
+ * and the tile's 8 weight rows as the n8 one: the 16 x 8 exact integer
+ * dots D of that block. The lane that holds an output in the C fragment
+ * (activation row g or g + 8, weight row 2t or 2t + 1) folds it:
  *
- * The k order inside a block is permuted the same way for both operands
- * (lane (g, t) takes bytes 8t..8t+7 of its rows as the mma's k = 4t..4t+3
- * and 16+4t..16+4t+3): the integer dot is a sum over all 32 k, exact in any
- * order, and each fragment is then one 8-byte shared load. */
-#define QP_KC 16                    /* Q8_0 blocks per stage                        */
-#define QP_D 4                      /* stages in flight ahead of the one computed   */
-#define QP_S (QP_D + 2)             /* ring slots: + the one computed, + the one folded */
-#define QP_LD (QP_KC * 32 + 32)     /* shared row pitch (conflict-free 8-byte loads) */
-#define QP_THREADS 256
+ *     acc = fma((float)D, d_b * e_b, acc)     block by block, in block order
+ *
+ * from +0 — the definition's chain, so the bits of every other Q8_0 kernel
+ * (q8v, q8w, the tiles above, the CPU's) for every M, whatever the stage
+ * size, ring depth or warps per block.
+ *
+ * The k order inside a block is permuted the same way for both operands:
+ * lane (g, t) gives bytes 8t..8t+3 as the mma's k = 4t..4t+3 and bytes
+ * 8t+4..8t+7 as k = 16+4t..16+4t+3 — one 8-byte load of a weight row from
+ * shared memory and one of an activation row (from L1: every warp of the
+ * SM reads the same few KB) per lane and block. The integer dot is a sum of
+ * all 32 products, exact in any order. */
+#define QT_WARPS 4                  /* warps per block (each its own tile and ring) */
 
-template <int MT>
-struct qp_cfg {
-    static constexpr int W_BYTES = 16 * QP_LD;
-    static constexpr int X_BYTES = MT * QP_LD;
-    static constexpr int WS_BYTES = 16 * QP_KC * 4;         /* [16][KC] f32  */
-    static constexpr int XS_BYTES = MT * QP_KC * 4;         /* [MT][KC] f32  */
-    static constexpr int SLOT = W_BYTES + X_BYTES + WS_BYTES + XS_BYTES;
-    static constexpr int DS = QP_KC * 16 * MT * 4;          /* [KC][16][MT] int32, per buffer */
-    static constexpr int SMEM = QP_S * SLOT + 2 * DS;
+template <bool M16, int KC>
+struct qt_cfg {
+    static constexpr int MR = M16 ? 16 : 8;           /* activation rows a slot holds */
+    static constexpr int LD = KC * 32 + 32;           /* row pitch: a row 8 banks past the last */
+    static constexpr int W_BYTES = 8 * LD;
+    static constexpr int X_BYTES = MR * LD;
+    static constexpr int WS_BYTES = KC * 8 * 4;       /* weight scales [KC][8] f32 */
+    static constexpr int SLOT = W_BYTES + X_BYTES + WS_BYTES + KC * MR * 4;   /* + activation scales [KC][MR] */
 };
 
-/* where stage i of a block's sequence lives: its ring slot, its K stage
- * (blocks ks * KC ..) and its tile; advanced one stage at a time, so the
- * loop never divides (a 64-bit division per stage and thread measured as
- * the kernel's bottleneck on the H200) */
-struct qp_pos {
-    int slot, ks;
-    unsigned tile;
-};
-__device__ __forceinline__ void qp_next(qp_pos &p, int n_ks) {
-    p.slot = p.slot + 1 == QP_S ? 0 : p.slot + 1;
-    if (++p.ks == n_ks) {
-        p.ks = 0;
-        p.tile += gridDim.x;
-    }
-}
-
-template <int MT>
-__global__ void __launch_bounds__(QP_THREADS, 3)
-qp_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+template <bool M16, int KC, int D>
+__global__ void __launch_bounds__(32 * QT_WARPS)
+qt_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, const float *__restrict__ xd,
           unsigned n_tiles) {
-    using C = qp_cfg<MT>;
-    extern __shared__ __align__(16) unsigned char qp_smem[];
-    int32_t *Dsb = (int32_t *)(qp_smem + QP_S * C::SLOT);
-    const int64_t nb = K / 32;
-    const int n_ks = (int)((nb + QP_KC - 1) / QP_KC);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
+    using C = qt_cfg<M16, KC>;
+    constexpr int MR = C::MR;
+    extern __shared__ __align__(16) unsigned char qt_smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    /* this block's tiles: blockIdx.x, + gridDim.x, ... */
-    const unsigned my_tiles = blockIdx.x < n_tiles ? (n_tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-    const int n_it = (int)my_tiles * n_ks;
-    /* (weight, first row) of a tile */
-    auto tile_at = [&](unsigned tile, int &wi, int64_t &n0) {
-        wi = 0;
+    const unsigned tile = blockIdx.x * QT_WARPS + warp;
+    if (tile >= n_tiles) return;                      /* warp-uniform; no barrier below */
+    int wi = 0;
 #pragma unroll
-        for (int i = 1; i < QM_MAXW; i++) wi += tile >= set.blk0[i];
-        n0 = (int64_t)(tile - set.blk0[wi]) * 16;
-    };
-    /* a stage's weight part, then its activation part */
-    auto load_w = [&](const qp_pos &p) {
-        unsigned char *sl = qp_smem + p.slot * C::SLOT;
-        int wi;
-        int64_t n0;
-        tile_at(p.tile, wi, n0);
-        const int8_t *wq = set.wq[wi];
-        const float *wd = set.wd[wi];
-        const int64_t N = set.N[wi], b0 = (int64_t)p.ks * QP_KC;
-        qm_copy_rows<QP_THREADS, QP_KC, QP_LD>(sl, wq, K, n0, N, 16, b0, nb, tid);
-        float *Ws = (float *)(sl + C::W_BYTES + C::X_BYTES);          /* [KC][16] */
-        for (int e = tid; e < 16 * QP_KC; e += QP_THREADS) {
-            const int row = e % 16, kb = e / 16;
-            const int64_t n = n0 + row < N ? n0 + row : N - 1, b = b0 + kb;
-            const float *src = wd + n * nb;
-            qm_cp4(Ws + e, b < nb ? src + b : src, b < nb ? 4 : 0);
+    for (int i = 1; i < QM_MAXW; i++) wi += tile >= set.blk0[i];
+    const int8_t *__restrict__ wq = set.wq[wi];
+    const float *__restrict__ wd = set.wd[wi];
+    const int64_t N = set.N[wi], n0 = (int64_t)(tile - set.blk0[wi]) * 8;
+    const int64_t nb = K / 32;
+    const int n_ks = (int)((nb + KC - 1) / KC);
+    unsigned char *ring = qt_smem + warp * D * C::SLOT;
+
+    /* stage ks (blocks ks * KC ..) of the tile's 8 weight rows and their
+     * scales into its slot (rows past N repeat row N - 1, blocks past nb are
+     * zero-filled) ... */
+    auto load_w = [&](int ks) {
+        unsigned char *sl = ring + (ks % D) * C::SLOT;
+        const int64_t b0 = (int64_t)ks * KC;
+#pragma unroll
+        for (int c = lane; c < 8 * KC * 2; c += 32) {
+            const int row = c / (KC * 2), piece = c % (KC * 2);
+            const int64_t r = n0 + row < N ? n0 + row : N - 1, b = b0 + piece / 2;
+            const int8_t *src = wq + r * K;
+            const bool ok = b < nb;
+            qm_cp16(sl + row * C::LD + piece * 16, ok ? src + b * 32 + (piece & 1) * 16 : src, ok ? 16 : 0);
+        }
+        float *ws = (float *)(sl + C::W_BYTES + C::X_BYTES);
+#pragma unroll
+        for (int e = lane; e < 8 * KC; e += 32) {
+            const int row = e % 8, kb = e / 8;
+            const int64_t r = n0 + row < N ? n0 + row : N - 1, b = b0 + kb;
+            const float *src = wd + r * nb;
+            qm_cp4(ws + e, b < nb ? src + b : src, b < nb ? 4 : 0);
         }
     };
-    auto load_x = [&](const qp_pos &p) {
-        unsigned char *sl = qp_smem + p.slot * C::SLOT;
-        const int64_t b0 = (int64_t)p.ks * QP_KC;
-        qm_copy_rows<QP_THREADS, QP_KC, QP_LD>(sl + C::W_BYTES, xq, K, 0, M, MT, b0, nb, tid);   /* padding rows repeat the last */
-        float *Xs = (float *)(sl + C::W_BYTES + C::X_BYTES + C::WS_BYTES);   /* [KC][MT] */
-        for (int e = tid; e < MT * QP_KC; e += QP_THREADS) {
-            const int row = e % MT, kb = e / MT;
+    /* ... and of the M activation rows and theirs: the activations come
+     * through the ring too, so no stage waits for an L1 miss */
+    auto load_x = [&](int ks) {
+        unsigned char *sl = ring + (ks % D) * C::SLOT;
+        const int64_t b0 = (int64_t)ks * KC;
+#pragma unroll
+        for (int c = lane; c < MR * KC * 2; c += 32) {
+            const int row = c / (KC * 2), piece = c % (KC * 2);
+            const int64_t b = b0 + piece / 2;
+            const int8_t *src = xq + (int64_t)row * K;
+            const bool ok = b < nb;
+            if (row < M)
+                qm_cp16(sl + C::W_BYTES + row * C::LD + piece * 16, ok ? src + b * 32 + (piece & 1) * 16 : src,
+                        ok ? 16 : 0);
+        }
+        float *xs = (float *)(sl + C::W_BYTES + C::X_BYTES + C::WS_BYTES);
+#pragma unroll
+        for (int e = lane; e < MR * KC; e += 32) {
+            const int row = e % MR, kb = e / MR;
             const int64_t b = b0 + kb;
-            const float *src = xd + (int64_t)(row < M ? row : M - 1) * nb;
-            qm_cp4(Xs + e, b < nb ? src + b : src, b < nb ? 4 : 0);
-        }
-    };
-    /* the chain of a stage (threads < 16 MT: weight row r, activation row c) */
-    const bool chain = tid < 16 * MT;
-    const int cr = tid / MT, cc = tid % MT;
-    float acc = 0.0f;
-    auto fold = [&](const qp_pos &p, int dbuf) {
-        if (!chain) return;
-        const unsigned char *sl = qp_smem + p.slot * C::SLOT;
-        const float *Ws = (const float *)(sl + C::W_BYTES + C::X_BYTES) + cr;
-        const float *Xs = (const float *)(sl + C::W_BYTES + C::X_BYTES + C::WS_BYTES) + cc;
-        const int32_t *Ds = Dsb + dbuf * (C::DS / 4) + cr * MT + cc;
-        const int64_t b0 = (int64_t)p.ks * QP_KC;
-        const int kbn = nb - b0 < QP_KC ? (int)(nb - b0) : QP_KC;
-#pragma unroll 4
-        for (int kb = 0; kb < kbn; kb++)
-            acc = __fmaf_rn(qm_dfloat(Ds[kb * 16 * MT]), __fmul_rn(Ws[kb * 16], Xs[kb * MT]), acc);
-        if (p.ks == n_ks - 1) {                       /* the tile's last stage: store */
-            int wi;
-            int64_t n0;
-            tile_at(p.tile, wi, n0);
-            if (n0 + cr < set.N[wi] && cc < M) set.y[wi][(int64_t)cc * set.N[wi] + n0 + cr] = acc;
-            acc = 0.0f;
+            const float *src = xd + (int64_t)row * nb;
+            if (row < M) qm_cp4(xs + e, b < nb ? src + b : src, b < nb ? 4 : 0);
         }
     };
 
-    /* weights of the first stages before the wait (they are never written),
-     * the activations after it */
-    qp_pos ld = {0, 0, blockIdx.x};
-    for (int s = 0; s < QP_D; s++, qp_next(ld, n_ks))
-        if (s < n_it) load_w(ld);
+    /* the weights are never written: their first stages load before the
+     * wait for the kernel that produces the activations */
+#pragma unroll 1
+    for (int s = 0; s < D - 1 && s < n_ks; s++) load_w(s);
     dsc_pdl_wait();
     dsc_pdl_trigger();
-    ld = {0, 0, blockIdx.x};
-    for (int s = 0; s < QP_D; s++, qp_next(ld, n_ks)) {
-        if (s < n_it) load_x(ld);
+#pragma unroll 1
+    for (int s = 0; s < D - 1; s++) {
+        if (s < n_ks) load_x(s);
         qm_commit();
     }
-    const int xrow = g < MT ? g : MT - 1;            /* padding columns repeat the last row */
-    qp_pos cur = {0, 0, blockIdx.x}, prev = cur;     /* ld: stage it + QP_D from here on */
-    for (int it = 0; it < n_it; it++) {
-        qm_wait<QP_D - 1>();
-        __syncthreads();      /* stage it landed; stage it-1's D's are written; it-2's fold is done */
-        if (it + QP_D < n_it) {
-            load_w(ld);
-            load_x(ld);
+    /* activation rows past M repeat row M - 1 (never stored) */
+    const int r0 = g < M ? g : M - 1, r1 = g + 8 < M ? g + 8 : M - 1;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int ks = 0; ks < n_ks; ks++) {
+        /* refill the slot computed last iteration (every lane is past it) */
+        if (ks + D - 1 < n_ks) {
+            load_w(ks + D - 1);
+            load_x(ks + D - 1);
         }
         qm_commit();
-        qp_next(ld, n_ks);
-        /* the exact D's of stage it: warp w takes blocks w, w + 8 */
-        {
-            const unsigned char *sl = qp_smem + cur.slot * C::SLOT;
-            int32_t *Ds = Dsb + (it & 1) * (C::DS / 4);
-            const int64_t b0 = (int64_t)cur.ks * QP_KC;
-            const int kbn = nb - b0 < QP_KC ? (int)(nb - b0) : QP_KC;
+        qm_wait<D - 1>();                             /* this lane's copies of stage ks landed */
+        __syncwarp();                                 /* ... and every other lane's */
+        const unsigned char *sl = ring + (ks % D) * C::SLOT;
+        const float *ws = (const float *)(sl + C::W_BYTES + C::X_BYTES);
+        const float *xs = ws + KC * 8;
+        const int64_t b0 = (int64_t)ks * KC;
+        const int kbn = nb - b0 < KC ? (int)(nb - b0) : KC;
 #pragma unroll
-            for (int kb = warp; kb < QP_KC; kb += QP_THREADS / 32) {
-                if (kb >= kbn) break;                                        /* warp-uniform */
-                const uint2 w0 = *(const uint2 *)(sl + g * QP_LD + kb * 32 + 8 * t);
-                const uint2 w1 = *(const uint2 *)(sl + (g + 8) * QP_LD + kb * 32 + 8 * t);
-                const uint2 xv = *(const uint2 *)(sl + C::W_BYTES + xrow * QP_LD + kb * 32 + 8 * t);
-                const uint32_t a[4] = {w0.x, w1.x, w0.y, w1.y};
-                int32_t d[4];
-                qm_mma(d, a, xv.x, xv.y, QM_MAGIC);
-                int32_t *dk = Ds + kb * 16 * MT;
-                if (2 * t < MT) { dk[g * MT + 2 * t] = d[0]; dk[(g + 8) * MT + 2 * t] = d[2]; }
-                if (2 * t + 1 < MT) { dk[g * MT + 2 * t + 1] = d[1]; dk[(g + 8) * MT + 2 * t + 1] = d[3]; }
+        for (int kb = 0; kb < KC; kb++) {
+            if (kb >= kbn) break;                     /* warp-uniform */
+            const uint2 wv = *(const uint2 *)(sl + g * C::LD + kb * 32 + 8 * t);
+            const uint2 xa = *(const uint2 *)(sl + C::W_BYTES + r0 * C::LD + kb * 32 + 8 * t);
+            const uint2 xb = M16 ? *(const uint2 *)(sl + C::W_BYTES + r1 * C::LD + kb * 32 + 8 * t)
+                                 : make_uint2(0u, 0u);
+            const float2 d2 = *(const float2 *)(ws + kb * 8 + 2 * t);
+            const float ea = xs[kb * MR + r0], eb = M16 ? xs[kb * MR + r1] : 0.0f;
+            const uint32_t a[4] = {xa.x, xb.x, xa.y, xb.y};
+            int32_t d[4];
+            qm_mma(d, a, wv.x, wv.y, QM_MAGIC);
+            /* d0: (row g, weight 2t), d1: (g, 2t+1), d2: (g+8, 2t), d3: (g+8, 2t+1) */
+            acc[0] = __fmaf_rn(qm_dfloat(d[0]), __fmul_rn(d2.x, ea), acc[0]);
+            acc[1] = __fmaf_rn(qm_dfloat(d[1]), __fmul_rn(d2.y, ea), acc[1]);
+            if (M16) {
+                acc[2] = __fmaf_rn(qm_dfloat(d[2]), __fmul_rn(d2.x, eb), acc[2]);
+                acc[3] = __fmaf_rn(qm_dfloat(d[3]), __fmul_rn(d2.y, eb), acc[3]);
             }
         }
-        if (it > 0) {
-            fold(prev, (it - 1) & 1);
-            qp_next(prev, n_ks);
-        }
-        qp_next(cur, n_ks);
+        __syncwarp();                                 /* the slot is read: the next refill may land */
     }
     qm_wait<0>();
-    __syncthreads();
-    if (n_it > 0) fold(prev, (n_it - 1) & 1);
+    float *__restrict__ y = set.y[wi];
+    const int64_t n = n0 + 2 * t;
+    if (g < M) {
+        if (n < N) y[(int64_t)g * N + n] = acc[0];
+        if (n + 1 < N) y[(int64_t)g * N + n + 1] = acc[1];
+    }
+    if (M16 && g + 8 < M) {
+        if (n < N) y[(int64_t)(g + 8) * N + n] = acc[2];
+        if (n + 1 < N) y[(int64_t)(g + 8) * N + n + 1] = acc[3];
+    }
 }
 
 /* ==========================================================================
@@ -485,17 +475,34 @@ void dsc_q8_mma(ds_exec *ex, int bm, int n, const dsc_weight *const w[], int M, 
     }
 }
 
-/* ---- the streaming GEMV ------------------------------------------------------------- */
-/* 1 when M rows of these n weights go through qp_kernel: M <= 8 and
- * switched on (DSPARK_CUDA_ON=stream; off by default, backend_cuda.cu).
- * Same bits as the other kernels. */
-int dsc_q8_stream_ok(ds_exec *ex, int n, int M) {
-    return M >= 1 && M <= 8 && n >= 1 && n <= QM_MAXW && !(dsc_be(ex)->off & DSC_OFF_STREAM);
+/* ---- the warp-streamed tensor-core GEMV ---------------------------------------------- */
+/* 1 when M rows of these n weights go through qt_kernel. Where it is the
+ * faster kernel on the H200 (tests/cuda/bench_gemv.cu, the 8B shapes, L2
+ * cold; bench/results/cuda-qt-h200-s33.txt), against what would run instead:
+ *   M = 9..16  fewer than 16384 weight rows (q/k/v, o, down: 0.34-0.41x
+ *              the 16-row tile's time, k/v 0.38x); gate/up (24576 rows
+ *              fused) and the LM head fill the tiles' grid (qt 1.08x, 2.1x);
+ *   M = 5..8   4096 rows or more (o 0.94x q8v, down 0.90x, the LM head
+ *              0.76x; k/v alone 1.3x);
+ *   M = 3, 4   the LM head (0.79x); the layer shapes 1.0-1.09x;
+ *   M = 1, 2   never: q8w streams them at up to 97% of the copy bandwidth.
+ * DSPARK_CUDA_OFF=stream: never; DSPARK_CUDA_ON=stream: every M <= 16 (an
+ * A/B aid, as DSPARK_CUDA_MMA forces a tile). The same bits whichever runs. */
+int dsc_q8_stream_ok(ds_exec *ex, int n, const dsc_weight *const w[], int M) {
+    const dsc_backend *b = dsc_be(ex);
+    if (M < 1 || M > 16 || n < 1 || n > QM_MAXW || (b->off & DSC_OFF_STREAM)) return 0;
+    if (b->stream_all) return 1;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) rows += w[i]->n_out;
+    if (M > 8) return rows < 16384;
+    if (M > 4) return rows >= 4096;
+    if (M > 2) return rows >= 32768;
+    return 0;
 }
 
-template <int MT>
-static void qp_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
-                      float *const y[]) {
+template <bool M16, int KC, int D>
+void dsc_q8_stream_cfg(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
+                       float *const y[]) {
     qm_set set;
     memset(&set, 0, sizeof set);
     unsigned tiles = 0;
@@ -506,36 +513,34 @@ static void qp_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, co
         set.wd[i] = w[i]->scale;
         set.N[i] = w[i]->n_out;
         set.y[i] = y[i];
-        tiles += dsc_blocks(w[i]->n_out, 16);
+        tiles += dsc_blocks(w[i]->n_out, 8);
     }
     set.blk0[QM_MAXW] = tiles;
-    const dsc_backend *b = dsc_be(ex);
-    const int bps = b->qp_bps[MT == 1 ? 0 : MT == 2 ? 1 : MT == 4 ? 2 : 3];
-    unsigned grid = (unsigned)(b->n_sm * (bps > 0 ? bps : 1));
-    if (grid > tiles) grid = tiles;
-    dsc_launch(ex, "matmul_q8_0 canonical (streaming GEMV)", qp_kernel<MT>, dim3(grid), dim3(QP_THREADS),
-               (size_t)qp_cfg<MT>::SMEM, set, w[0]->n_in, M, xq, xd, tiles);
+    dsc_launch(ex, "matmul_q8_0 canonical (tensor-core warp GEMV)", qt_kernel<M16, KC, D>,
+               dim3(dsc_blocks(tiles, QT_WARPS)), dim3(32 * QT_WARPS), (size_t)(QT_WARPS * D * qt_cfg<M16, KC>::SLOT),
+               set, w[0]->n_in, M, xq, xd, tiles);
 }
 
+/* stages of 8 blocks (2 KiB of a tile), 4 slots: 6 KiB in flight per warp
+ * (the fastest of the five bench_gemv times on most 8B shapes) */
+#define QT_KC 8
+#define QT_D 4
 void dsc_q8_stream(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
                    float *const y[]) {
-    if (M <= 1) qp_launch<1>(ex, n, w, M, xq, xd, y);
-    else if (M <= 2) qp_launch<2>(ex, n, w, M, xq, xd, y);
-    else if (M <= 4) qp_launch<4>(ex, n, w, M, xq, xd, y);
-    else qp_launch<8>(ex, n, w, M, xq, xd, y);
+    if (M <= 8) dsc_q8_stream_cfg<false, QT_KC, QT_D>(ex, n, w, M, xq, xd, y);
+    else dsc_q8_stream_cfg<true, QT_KC, QT_D>(ex, n, w, M, xq, xd, y);
 }
 
-template <int MT>
-static cudaError_t qp_init_one(int *bps) {
-    cudaError_t e = cudaFuncSetAttribute(qp_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, qp_cfg<MT>::SMEM);
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(bps, qp_kernel<MT>, QP_THREADS, qp_cfg<MT>::SMEM);
-    return e;
+/* every configuration bench_gemv times, each asked for its shared memory once */
+template <bool M16, int KC, int D>
+static cudaError_t qt_init_one(void) {
+    return cudaFuncSetAttribute(qt_kernel<M16, KC, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                QT_WARPS * D * qt_cfg<M16, KC>::SLOT);
 }
+#define QT_CONFIGS(X) X(4, 8) X(4, 12) X(8, 6) X(2, 16) X(8, 4)
 
-/* More than 48 KB of shared memory per block: asked once, at start; the
- * streaming GEMV's resident blocks per SM (its persistent grid) with it. */
-cudaError_t dsc_q8_mma_init(int qp_bps[4]) {
+/* More than 48 KB of shared memory per block: asked once, at start. */
+cudaError_t dsc_q8_mma_init(void) {
     cudaError_t e = cudaFuncSetAttribute(qm_kernel<QM_T128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          qm_cfg<QM_T128>::SMEM);
     if (e == cudaSuccess)
@@ -544,9 +549,10 @@ cudaError_t dsc_q8_mma_init(int qp_bps[4]) {
         e = cudaFuncSetAttribute(qm_kernel<QM_T32>, cudaFuncAttributeMaxDynamicSharedMemorySize, qm_cfg<QM_T32>::SMEM);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(qm_kernel<QM_T16>, cudaFuncAttributeMaxDynamicSharedMemorySize, qm_cfg<QM_T16>::SMEM);
-    if (e == cudaSuccess) e = qp_init_one<1>(&qp_bps[0]);
-    if (e == cudaSuccess) e = qp_init_one<2>(&qp_bps[1]);
-    if (e == cudaSuccess) e = qp_init_one<4>(&qp_bps[2]);
-    if (e == cudaSuccess) e = qp_init_one<8>(&qp_bps[3]);
+#define QT_INIT(KC, D)                                            \
+    if (e == cudaSuccess) e = qt_init_one<false, KC, D>();       \
+    if (e == cudaSuccess) e = qt_init_one<true, KC, D>();
+    QT_CONFIGS(QT_INIT)
+#undef QT_INIT
     return e;
 }
