@@ -22,6 +22,7 @@
  * Weights and activations are random bytes and random fp16-valued scales,
  * made on the device. Two more shapes check the K and N tails (bits only).
  * `bench_gemv --check`: the checks without the timings (for compute-sanitizer).
+ * `bench_gemv --tiles`: the tensor-core tiles at prefill sizes instead (bench_tiles).
  * Ends with "bench_gemv: N PASS, N FAIL". */
 #include "kernels/cuda/matmul_q8_0.cu"
 #include "kernels/cuda/matmul_q8_0_mma.cu"
@@ -143,6 +144,125 @@ static double bg_median(std::vector<float> v) {
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+
+/* ---- --tiles: the tensor-core tiles at prefill sizes ----------------------------------
+ * qm_kernel's 128 x 128 tile (what M >= 128 runs: the first, "default", is
+ * QM_T128's KS/ST; the second what ran before session 33) with other stage sizes and
+ * pipeline depths (KS blocks per stage / ST stages) and the 128 x 64 tile,
+ * at M = 512 and 2048 on the 8B shapes: every variant memcmp == the default,
+ * the default == the host definition on 5 weight rows x 4 activation rows,
+ * then medians of REPS timings (L2 flushed) as TMAC/s. */
+template <int WN, int WM, int MI, int NJ, int KS, int ST>
+static void bt_qm(ex_t *ex, const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+    qm_launch<WN, WM, MI, NJ, KS, ST>(ex, 1, &w, M, xq, xd, &y);
+}
+template <int WN, int WM, int MI, int NJ, int KS, int ST>
+static cudaError_t bt_init(void) {
+    return cudaFuncSetAttribute(qm_kernel<WN, WM, MI, NJ, KS, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                qm_cfg<WN, WM, MI, NJ, KS, ST>::SMEM);
+}
+#define BT_VARIANTS(X) X(2, 4, 4, 4, 8, 2) X(2, 4, 4, 4, 4, 3) X(2, 4, 4, 4, 4, 4) X(2, 4, 4, 4, 4, 5) X(2, 4, 4, 4, 2, 6) \
+                       X(2, 4, 4, 4, 6, 3) X(2, 4, 4, 4, 10, 2) X(4, 2, 2, 4, 4, 3) X(4, 2, 2, 4, 4, 4)
+static int bench_tiles(ds_exec *ex, void *flush, size_t fbytes, cudaEvent_t e0, cudaEvent_t e1) {
+    struct bt { const char *name; bg_fn fn; };
+    std::vector<bt> ks;
+#define BT_ADD(a, b_, c, d, e, f)                                                                     \
+    {                                                                                                  \
+        cudaError_t e_ = bt_init<a, b_, c, d, e, f>();                                                 \
+        if (e_ != cudaSuccess) { fprintf(stderr, "bench_gemv: %s\n", cudaGetErrorString(e_)); return 2; } \
+    }                                                                                                  \
+    ks.push_back({#a "x" #b_ " " #c "x" #d " ks" #e " st" #f, bt_qm<a, b_, c, d, e, f>});
+    BT_VARIANTS(BT_ADD)
+#undef BT_ADD
+    struct shape { const char *name; int64_t N, K; };
+    const shape shapes[] = {{"q/o", 4096, 4096}, {"gate/up", 24576, 4096}, {"down", 4096, 12288}, {"tail", 200, 4160}};
+    const int Ms[] = {512, 2048, 77};
+    int n_pass = 0, n_fail = 0;
+    for (const shape &sh : shapes)
+        for (int M : Ms) {
+            if ((M == 77) != (sh.N == 200)) continue;
+            const int64_t N = sh.N, K = sh.K, nb = K / 32;
+            dsc_weight w;
+            memset(&w, 0, sizeof w);
+            w.type = DS_TYPE_Q8_0;
+            w.n_in = K;
+            w.n_out = N;
+            int8_t *xq;
+            float *xd;
+            CK(cudaMalloc(&w.data, (size_t)(N * K)));
+            CK(cudaMalloc(&w.scale, (size_t)(N * nb) * 4));
+            CK(cudaMalloc(&xq, (size_t)(M * K)));
+            CK(cudaMalloc(&xd, (size_t)(M * nb) * 4));
+            bg_fill_q<<<4096, 256>>>((int8_t *)w.data, (size_t)(N * K), 5u + (uint32_t)N);
+            bg_fill_d<<<1024, 256>>>(w.scale, (size_t)(N * nb), 7u + (uint32_t)N);
+            bg_fill_q<<<1024, 256>>>(xq, (size_t)(M * K), 9u + (uint32_t)M);
+            bg_fill_d<<<256, 256>>>(xd, (size_t)(M * nb), 13u + (uint32_t)M);
+            CK(cudaGetLastError());
+            const size_t ny = (size_t)M * N;
+            std::vector<float *> y(ks.size());
+            for (auto &p : y) CK(cudaMalloc(&p, ny * 4));
+            for (size_t k = 0; k < ks.size(); k++) {
+                CK(cudaMemset(y[k], 0xff, ny * 4));
+                ks[k].fn(ex, &w, M, xq, xd, y[k]);
+            }
+            CK(cudaDeviceSynchronize());
+            if (ex->err) { printf("FAIL launch: %s\n", ex->errmsg); return 1; }
+            std::vector<float> ref(ny), got(ny);
+            CK(cudaMemcpy(ref.data(), y[0], ny * 4, cudaMemcpyDeviceToHost));
+            bool ok = true;
+            char why[200] = "";
+            std::vector<bool> same(ks.size(), true);
+            for (size_t k = 1; k < ks.size(); k++) {
+                CK(cudaMemcpy(got.data(), y[k], ny * 4, cudaMemcpyDeviceToHost));
+                same[k] = !memcmp(got.data(), ref.data(), ny * 4);
+                if (!same[k] && ok) { ok = false; snprintf(why, sizeof why, ": %s != default", ks[k].name); }
+            }
+            const int64_t rows[5] = {0, 1, N / 2, N - 2, N - 1};
+            const int ms[4] = {0, 1, M / 2, M - 1};
+            std::vector<int8_t> hw(K), hx(K);
+            std::vector<float> hs(nb), hxd(nb);
+            for (int r = 0; r < 5 && ok; r++)
+                for (int m = 0; m < 4 && ok; m++) {
+                    CK(cudaMemcpy(hw.data(), (int8_t *)w.data + rows[r] * K, (size_t)K, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(hs.data(), w.scale + rows[r] * nb, (size_t)nb * 4, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(hx.data(), xq + (int64_t)ms[m] * K, (size_t)K, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(hxd.data(), xd + (int64_t)ms[m] * nb, (size_t)nb * 4, cudaMemcpyDeviceToHost));
+                    const float h = bg_host(hw.data(), hs.data(), hx.data(), hxd.data(), K);
+                    if (memcmp(&h, &ref[(size_t)ms[m] * N + rows[r]], 4)) {
+                        ok = false;
+                        snprintf(why, sizeof why, ": default != the host definition at m=%d n=%lld", ms[m], (long long)rows[r]);
+                    }
+                }
+            std::vector<std::vector<float>> ts(ks.size());
+            for (int rep = 0; rep < 9; rep++)
+                for (size_t kk = 0; kk < ks.size(); kk++) {
+                    const size_t k = (kk + rep) % ks.size();
+                    CK(cudaMemsetAsync(flush, rep & 0xff, fbytes, ex->st));
+                    CK(cudaEventRecord(e0, ex->st));
+                    ks[k].fn(ex, &w, M, xq, xd, y[k]);
+                    CK(cudaEventRecord(e1, ex->st));
+                    CK(cudaEventSynchronize(e1));
+                    float t;
+                    CK(cudaEventElapsedTime(&t, e0, e1));
+                    if (rep >= 2) ts[k].push_back(t);
+                }
+            const double mac = (double)M * N * K;
+            for (size_t k = 0; k < ks.size(); k++) {
+                const double t = bg_median(ts[k]);
+                printf("  tiles %-8s N=%-6lld K=%-5lld M=%-5d %-22s %8.4f ms %6.1f TMAC/s  %.2fx default  bits==default %s\n",
+                       sh.name, (long long)N, (long long)K, M, ks[k].name, t, mac / (t * 1e-3) / 1e12,
+                       t / bg_median(ts[0]), same[k] ? "yes" : "NO");
+            }
+            printf("%s tiles %s M=%d: %zu variants == default (memcmp), default == host definition (20 outputs)%s\n",
+                   ok ? "PASS" : "FAIL", sh.name, M, ks.size() - 1, why);
+            (ok ? n_pass : n_fail)++;
+            for (auto &p : y) CK(cudaFree(p));
+            CK(cudaFree(w.data)); CK(cudaFree(w.scale)); CK(cudaFree(xq)); CK(cudaFree(xd));
+        }
+    printf("bench_gemv --tiles: %d PASS, %d FAIL\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     /* --check: the bit checks only (for compute-sanitizer: memcheck, racecheck) */
     const bool check_only = argc > 1 && !strcmp(argv[1], "--check");
@@ -191,6 +311,7 @@ int main(int argc, char **argv) {
     }
     const double copy_gbs = 2.0 * (double)cbytes / (bg_median(ct) * 1e-3) / 1e9;
     printf("copy bandwidth (cudaMemcpy D2D, 1 GiB, read + written): %.0f GB/s\n", copy_gbs);
+    if (argc > 1 && !strcmp(argv[1], "--tiles")) return bench_tiles(ex, flush, fbytes, e0, e1);
     CK(cudaFree(ca));
     CK(cudaFree(cb));
 

@@ -30,9 +30,9 @@
  * ==== Tiles ===============================================================================
  * A block computes BN weight rows x BM activation rows; its warps form a
  * WN x WM grid of warp tiles of 16 MI weight rows x 8 NJ activation rows.
- * K advances QM_KS blocks (128 bytes of a row) per pipeline stage: every
+ * K advances KS blocks (32 KS bytes of a row) per pipeline stage: every
  * stage's weight rows, activation rows and both scale vectors come in by
- * cp.async, QM_STAGES deep, into shared memory rows padded to 144 bytes
+ * cp.async, ST stages deep, into shared memory rows padded by 16 bytes
  * (eight ldmatrix row addresses of a matrix then fall in distinct banks);
  * ldmatrix.x4 gives the mma's A fragments (16 rows x 32 bytes) and two
  * n8 tiles' B fragments at once. Rows past N or M repeat the last row and
@@ -41,9 +41,8 @@
  * weight tile run together and find it in L2. */
 #include "kernels/cuda/cuda_internal.cuh"
 
-#define QM_KS 4                     /* Q8_0 blocks per pipeline stage              */
-#define QM_STAGES 3
-#define QM_LDB (QM_KS * 32 + 16)    /* shared row pitch in bytes (conflict-free)   */
+#define QM_KS 4                     /* Q8_0 blocks per pipeline stage (tiles < 128)  */
+#define QM_STAGES 3                 /* ... and stages in flight                      */
 #define QM_MAGIC 0x4B400000         /* 1.5 * 2^23 as float bits                    */
 #define QM_MAXW DSC_Q8_MAXW
 typedef dsc_q8_set qm_set;          /* the weights of one launch (cuda_internal.cuh) */
@@ -70,30 +69,31 @@ __device__ __forceinline__ float qm_dfloat(int32_t v) {
 /* ==========================================================================
  * the kernel
  * ========================================================================== */
-template <int WN, int WM, int MI, int NJ>
+template <int WN, int WM, int MI, int NJ, int KS, int ST>
 struct qm_cfg {
     static constexpr int NT = 32 * WN * WM;                 /* threads              */
     static constexpr int BN = 16 * MI * WN;                 /* weight rows / block  */
     static constexpr int BM = 8 * NJ * WM;                  /* activation rows      */
-    static constexpr int A_BYTES = BN * QM_LDB;
-    static constexpr int B_BYTES = BM * QM_LDB;
-    static constexpr int WS_BYTES = BN * QM_KS * 4;         /* [BN][KS] f32         */
-    static constexpr int XS_BYTES = BM * QM_KS * 4;         /* [BM][KS] f32         */
+    static constexpr int LDB = KS * 32 + 16;                /* shared row pitch (conflict-free) */
+    static constexpr int A_BYTES = BN * LDB;
+    static constexpr int B_BYTES = BM * LDB;
+    static constexpr int WS_BYTES = BN * KS * 4;         /* [BN][KS] f32         */
+    static constexpr int XS_BYTES = BM * KS * 4;         /* [BM][KS] f32         */
     static constexpr int STAGE = A_BYTES + B_BYTES + WS_BYTES + XS_BYTES;
-    static constexpr int SMEM = QM_STAGES * STAGE;
+    static constexpr int SMEM = ST * STAGE;
 };
 
 /* blocks per SM the register budget is sized for: 8-warp tiles of 64 x 32
  * per warp hold 64 accumulators (one block), the others two or four */
-template <int WN, int WM, int MI, int NJ>
+template <int WN, int WM, int MI, int NJ, int KS, int ST>
 struct qm_minb {
     static constexpr int V = MI * NJ >= 16 ? 1 : WN * WM >= 8 ? 2 : NJ >= 4 ? 3 : 4;
 };
 
-template <int WN, int WM, int MI, int NJ>
-__global__ void __launch_bounds__(32 * WN * WM, (qm_minb<WN, WM, MI, NJ>::V))
+template <int WN, int WM, int MI, int NJ, int KS, int ST>
+__global__ void __launch_bounds__(32 * WN * WM, (qm_minb<WN, WM, MI, NJ, KS, ST>::V))
 qm_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, const float *__restrict__ xd) {
-    using C = qm_cfg<WN, WM, MI, NJ>;
+    using C = qm_cfg<WN, WM, MI, NJ, KS, ST>;
     extern __shared__ __align__(16) unsigned char qm_smem[];
     int wi = 0;
 #pragma unroll
@@ -104,27 +104,65 @@ qm_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, con
     const int64_t n0 = (int64_t)(blockIdx.y - set.blk0[wi]) * C::BN;
     const int m0 = blockIdx.x * C::BM;
     const int64_t nb = K / 32;
-    const int iters = (int)((nb + QM_KS - 1) / QM_KS);
+    const int iters = (int)((nb + KS - 1) / KS);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
     const int wn = warp % WN, wm = warp / WN;
     const int g = lane >> 2, t = lane & 3;
 
     /* issue the cp.async copies of stage `it` into buffer s */
+    /* The common stage (the tile inside N and M, all KS blocks inside K)
+     * with each thread's part of every address worked out once: a thread
+     * copies the same 16-byte piece of rows prow + k RS at every stage (and
+     * the same scale of rows srow + k SRS), so a copy costs a pointer step
+     * instead of divisions and clamps — those integer operations share the
+     * FMA pipe with the fold, and ncu found the tile issue-bound
+     * (bench/results/cuda-tiles-h200-s33.txt). The general path below
+     * writes the same bytes to the same places. */
+    constexpr int PR = 2 * KS;                   /* 16-byte pieces per row and stage */
+    constexpr bool FAST = C::NT % PR == 0 && C::NT % KS == 0;
+    constexpr int RS = FAST ? C::NT / PR : 1, SRS = FAST ? C::NT / KS : 1;
+    const int prow = tid / PR, ppc = tid % PR, srow = tid / KS, skb = tid % KS;
+    const bool full = FAST && n0 + C::BN <= N && m0 + C::BM <= M;
+    const int8_t *const a_src = full ? wq + (n0 + prow) * K + ppc * 16 : wq;
+    const int8_t *const b_src = full ? xq + (int64_t)(m0 + prow) * K + ppc * 16 : xq;
+    const float *const w_src = full ? wd + (n0 + srow) * nb + skb : wd;
+    const float *const x_src = full ? xd + (int64_t)(m0 + srow) * nb + skb : xd;
+
     auto load_stage = [&](int s, int it) {
         unsigned char *st = qm_smem + s * C::STAGE;
         unsigned char *As = st, *Bs = st + C::A_BYTES;
-        float *Ws = (float *)(st + C::A_BYTES + C::B_BYTES), *Xs = Ws + C::BN * QM_KS;
-        const int64_t b0 = (int64_t)it * QM_KS;
-        qm_copy_rows<C::NT, QM_KS, QM_LDB>(As, wq, K, n0, N, C::BN, b0, nb, tid);
-        qm_copy_rows<C::NT, QM_KS, QM_LDB>(Bs, xq, K, m0, M, C::BM, b0, nb, tid);
-        for (int e = tid; e < C::BN * QM_KS; e += C::NT) {
-            const int row = e / QM_KS, kb = e % QM_KS;
+        float *Ws = (float *)(st + C::A_BYTES + C::B_BYTES), *Xs = Ws + C::BN * KS;
+        const int64_t b0 = (int64_t)it * KS;
+        if (FAST && full && b0 + KS <= nb) {     /* block-uniform */
+            const int64_t ko = b0 * 32;
+#pragma unroll
+            for (int k = 0; k < (C::BN + RS - 1) / RS; k++)
+                if (C::BN % RS == 0 || prow + k * RS < C::BN)
+                    qm_cp16(As + (prow + k * RS) * C::LDB + ppc * 16, a_src + (int64_t)k * RS * K + ko, 16);
+#pragma unroll
+            for (int k = 0; k < (C::BM + RS - 1) / RS; k++)
+                if (C::BM % RS == 0 || prow + k * RS < C::BM)
+                    qm_cp16(Bs + (prow + k * RS) * C::LDB + ppc * 16, b_src + (int64_t)k * RS * K + ko, 16);
+#pragma unroll
+            for (int k = 0; k < (C::BN + SRS - 1) / SRS; k++)
+                if (C::BN % SRS == 0 || srow + k * SRS < C::BN)
+                    qm_cp4(Ws + (srow + k * SRS) * KS + skb, w_src + (int64_t)k * SRS * nb + b0, 4);
+#pragma unroll
+            for (int k = 0; k < (C::BM + SRS - 1) / SRS; k++)
+                if (C::BM % SRS == 0 || srow + k * SRS < C::BM)
+                    qm_cp4(Xs + (srow + k * SRS) * KS + skb, x_src + (int64_t)k * SRS * nb + b0, 4);
+            return;
+        }
+        qm_copy_rows<C::NT, KS, C::LDB>(As, wq, K, n0, N, C::BN, b0, nb, tid);
+        qm_copy_rows<C::NT, KS, C::LDB>(Bs, xq, K, m0, M, C::BM, b0, nb, tid);
+        for (int e = tid; e < C::BN * KS; e += C::NT) {
+            const int row = e / KS, kb = e % KS;
             const int64_t n = n0 + row < N ? n0 + row : N - 1, b = b0 + kb;
             const float *src = wd + n * nb;
             qm_cp4(Ws + e, b < nb ? src + b : src, b < nb ? 4 : 0);
         }
-        for (int e = tid; e < C::BM * QM_KS; e += C::NT) {
-            const int row = e / QM_KS, kb = e % QM_KS;
+        for (int e = tid; e < C::BM * KS; e += C::NT) {
+            const int row = e / KS, kb = e % KS;
             const int64_t m = m0 + row < M ? m0 + row : M - 1, b = b0 + kb;
             const float *src = xd + m * nb;
             qm_cp4(Xs + e, b < nb ? src + b : src, b < nb ? 4 : 0);
@@ -143,51 +181,51 @@ qm_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, con
     dsc_pdl_wait();
     dsc_pdl_trigger();
 #pragma unroll
-    for (int s = 0; s < QM_STAGES - 1; s++) {
+    for (int s = 0; s < ST - 1; s++) {
         if (s < iters) load_stage(s, s);
         qm_commit();
     }
     /* this lane's ldmatrix row addresses (byte offsets inside a stage) */
     const int lj = lane >> 3, lr = lane & 7;
-    const int a_off = (wn * 16 * MI + lr + 8 * (lj & 1)) * QM_LDB + 16 * (lj >> 1);
-    const int b_off = C::A_BYTES + (wm * 8 * NJ + 8 * (lj >> 1) + lr) * QM_LDB + 16 * (lj & 1);
+    const int a_off = (wn * 16 * MI + lr + 8 * (lj & 1)) * C::LDB + 16 * (lj >> 1);
+    const int b_off = C::A_BYTES + (wm * 8 * NJ + 8 * (lj >> 1) + lr) * C::LDB + 16 * (lj & 1);
     const int wrow = wn * 16 * MI + g, xcol = wm * 8 * NJ + 2 * t;
 
     for (int it = 0; it < iters; it++) {
-        qm_wait<QM_STAGES - 2>();
+        qm_wait<ST - 2>();
         __syncthreads();                     /* stage it landed; stage it-1 is free */
-        if (it + QM_STAGES - 1 < iters) load_stage((it + QM_STAGES - 1) % QM_STAGES, it + QM_STAGES - 1);
+        if (it + ST - 1 < iters) load_stage((it + ST - 1) % ST, it + ST - 1);
         qm_commit();
-        const int s = it % QM_STAGES;
+        const int s = it % ST;
         const unsigned char *st = qm_smem + s * C::STAGE;
-        const float *Ws = (const float *)(st + C::A_BYTES + C::B_BYTES), *Xs = Ws + C::BN * QM_KS;
+        const float *Ws = (const float *)(st + C::A_BYTES + C::B_BYTES), *Xs = Ws + C::BN * KS;
         const unsigned sbase = qm_smem_addr(st);
-        const int64_t b0 = (int64_t)it * QM_KS;
-        const int kbn = nb - b0 < QM_KS ? (int)(nb - b0) : QM_KS;
+        const int64_t b0 = (int64_t)it * KS;
+        const int kbn = nb - b0 < KS ? (int)(nb - b0) : KS;
         /* the 8-warp 64 x 32 tiles (one block per SM) and the small ones
          * unroll the stage (their registers allow it: loads of block kb + 1
          * issued before block kb's chain); the others would spill */
-        constexpr int UNR = qm_minb<WN, WM, MI, NJ>::V == 1 ? 2 : 1;
+        constexpr int UNR = qm_minb<WN, WM, MI, NJ, KS, ST>::V == 1 ? 2 : 1;
 #pragma unroll UNR
-        for (int kb = 0; kb < QM_KS; kb++) {
+        for (int kb = 0; kb < KS; kb++) {
             if (kb >= kbn) break;                                /* block-uniform */
             uint32_t a[MI][4], b[NJ][2];
 #pragma unroll
             for (int i = 0; i < MI; i++)
-                qm_ldsm4(sbase + a_off + i * 16 * QM_LDB + kb * 32, a[i][0], a[i][1], a[i][2], a[i][3]);
+                qm_ldsm4(sbase + a_off + i * 16 * C::LDB + kb * 32, a[i][0], a[i][1], a[i][2], a[i][3]);
 #pragma unroll
             for (int j = 0; j < NJ; j += 2)
-                qm_ldsm4(sbase + b_off + j * 8 * QM_LDB + kb * 32, b[j][0], b[j][1], b[j + 1][0], b[j + 1][1]);
+                qm_ldsm4(sbase + b_off + j * 8 * C::LDB + kb * 32, b[j][0], b[j][1], b[j + 1][0], b[j + 1][1]);
             float ws[MI][2], xs[NJ][2];
 #pragma unroll
             for (int i = 0; i < MI; i++) {
-                ws[i][0] = Ws[(wrow + 16 * i) * QM_KS + kb];
-                ws[i][1] = Ws[(wrow + 16 * i + 8) * QM_KS + kb];
+                ws[i][0] = Ws[(wrow + 16 * i) * KS + kb];
+                ws[i][1] = Ws[(wrow + 16 * i + 8) * KS + kb];
             }
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
-                xs[j][0] = Xs[(xcol + 8 * j) * QM_KS + kb];
-                xs[j][1] = Xs[(xcol + 8 * j + 1) * QM_KS + kb];
+                xs[j][0] = Xs[(xcol + 8 * j) * KS + kb];
+                xs[j][1] = Xs[(xcol + 8 * j + 1) * KS + kb];
             }
 #pragma unroll
             for (int i = 0; i < MI; i++)
@@ -392,19 +430,24 @@ qt_kernel(const qm_set set, int64_t K, int M, const int8_t *__restrict__ xq, con
  * host side
  * ========================================================================== */
 /* The configurations (warps WN x WM, warp tile 16 MI x 8 NJ):
- *   QM_T128  2 x 4, 64 x 32: 128 x 128, 256 threads   (M >= 128, grid fills the GPU)
+ *   QM_T128  2 x 4, 64 x 32: 128 x 128, 256 threads   (M >= 128, grid fills the GPU),
+ *            stages of 8 blocks, 2 deep: one barrier per 8 blocks (bench_gemv
+ *            --tiles, 8B shapes at M = 512 and 2048: 0.93-0.96x the time of
+ *            4-block stages 3 deep; deeper pipelines were slower, 1.02-1.31x:
+ *            the tile is issue-bound, not waiting for memory —
+ *            bench/results/cuda-tiles-h200-s33.txt)
  *   QM_T64   4 x 2, 32 x 32: 128 x 64,  256 threads   (M >= 48)
  *   QM_T32   4 x 1, 32 x 32: 128 x 32,  128 threads   (M >= 24)
  *   QM_T16   4 x 1, 32 x 16: 128 x 16,  128 threads
  * Which one runs changes speed only. */
-#define QM_T128 2, 4, 4, 4
-#define QM_T64 4, 2, 2, 4
-#define QM_T32 4, 1, 2, 4
-#define QM_T16 4, 1, 2, 2
+#define QM_T128 2, 4, 4, 4, 8, 2
+#define QM_T64 4, 2, 2, 4, QM_KS, QM_STAGES
+#define QM_T32 4, 1, 2, 4, QM_KS, QM_STAGES
+#define QM_T16 4, 1, 2, 2, QM_KS, QM_STAGES
 
-template <int WN, int WM, int MI, int NJ>
+template <int WN, int WM, int MI, int NJ, int KS, int ST>
 static unsigned qm_grid_y(int n, const dsc_weight *const w[], qm_set *set) {
-    using C = qm_cfg<WN, WM, MI, NJ>;
+    using C = qm_cfg<WN, WM, MI, NJ, KS, ST>;
     unsigned blk = 0;
     for (int i = 0; i < QM_MAXW; i++) {
         if (i >= n) {
@@ -423,22 +466,22 @@ static unsigned qm_grid_y(int n, const dsc_weight *const w[], qm_set *set) {
     return blk;
 }
 
-template <int WN, int WM, int MI, int NJ>
+template <int WN, int WM, int MI, int NJ, int KS, int ST>
 static int64_t qm_blocks(int n, const dsc_weight *const w[], int M) {
-    using C = qm_cfg<WN, WM, MI, NJ>;
-    return (int64_t)qm_grid_y<WN, WM, MI, NJ>(n, w, NULL) * ((M + C::BM - 1) / C::BM);
+    using C = qm_cfg<WN, WM, MI, NJ, KS, ST>;
+    return (int64_t)qm_grid_y<WN, WM, MI, NJ, KS, ST>(n, w, NULL) * ((M + C::BM - 1) / C::BM);
 }
 
-template <int WN, int WM, int MI, int NJ>
+template <int WN, int WM, int MI, int NJ, int KS, int ST>
 static void qm_launch(ds_exec *ex, int n, const dsc_weight *const w[], int M, const int8_t *xq, const float *xd,
                       float *const y[]) {
-    using C = qm_cfg<WN, WM, MI, NJ>;
+    using C = qm_cfg<WN, WM, MI, NJ, KS, ST>;
     qm_set set;
     memset(&set, 0, sizeof set);
     for (int i = 0; i < n; i++) set.y[i] = y[i];
-    const unsigned gy = qm_grid_y<WN, WM, MI, NJ>(n, w, &set);
+    const unsigned gy = qm_grid_y<WN, WM, MI, NJ, KS, ST>(n, w, &set);
     const dim3 grid((unsigned)((M + C::BM - 1) / C::BM), gy);
-    dsc_launch(ex, "matmul_q8_0 canonical (tensor cores)", qm_kernel<WN, WM, MI, NJ>, grid, dim3(C::NT),
+    dsc_launch(ex, "matmul_q8_0 canonical (tensor cores)", qm_kernel<WN, WM, MI, NJ, KS, ST>, grid, dim3(C::NT),
                (size_t)C::SMEM, set, w[0]->n_in, M, xq, xd);
 }
 
