@@ -145,6 +145,19 @@ static double bg_median(std::vector<float> v) {
 }
 
 
+/* one timing of fn, L2 flushed first (a memset of the flush buffer), ms */
+static float bg_time(ds_exec *ex, void *flush, size_t fbytes, cudaEvent_t e0, cudaEvent_t e1, int rep, bg_fn fn,
+                     const dsc_weight *w, int M, const int8_t *xq, const float *xd, float *y) {
+    CK(cudaMemsetAsync(flush, rep & 0xff, fbytes, ex->st));
+    CK(cudaEventRecord(e0, ex->st));
+    fn(ex, w, M, xq, xd, y);
+    CK(cudaEventRecord(e1, ex->st));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms;
+}
+
 /* ---- --tiles: the tensor-core tiles at prefill sizes ----------------------------------
  * qm_kernel's 128 x 128 tile (what M >= 128 runs: the first, "default", is
  * QM_T128's KS/ST; the second what ran before session 33) with other stage sizes and
@@ -237,13 +250,7 @@ static int bench_tiles(ds_exec *ex, void *flush, size_t fbytes, cudaEvent_t e0, 
             for (int rep = 0; rep < 9; rep++)
                 for (size_t kk = 0; kk < ks.size(); kk++) {
                     const size_t k = (kk + rep) % ks.size();
-                    CK(cudaMemsetAsync(flush, rep & 0xff, fbytes, ex->st));
-                    CK(cudaEventRecord(e0, ex->st));
-                    ks[k].fn(ex, &w, M, xq, xd, y[k]);
-                    CK(cudaEventRecord(e1, ex->st));
-                    CK(cudaEventSynchronize(e1));
-                    float t;
-                    CK(cudaEventElapsedTime(&t, e0, e1));
+                    const float t = bg_time(ex, flush, fbytes, e0, e1, rep, ks[k].fn, &w, M, xq, xd, y[k]);
                     if (rep >= 2) ts[k].push_back(t);
                 }
             const double mac = (double)M * N * K;
@@ -407,13 +414,7 @@ int main(int argc, char **argv) {
             for (int rep = 0; rep < (check_only ? 0 : REPS + 2); rep++)
                 for (int kk = 0; kk < BG_NK; kk++) {
                     const int k = (kk + rep) % BG_NK;
-                    CK(cudaMemsetAsync(flush, rep & 0xff, fbytes, ex->st));
-                    CK(cudaEventRecord(e0, ex->st));
-                    ks[k].fn(ex, &w, M, xq, xd, y[k]);
-                    CK(cudaEventRecord(e1, ex->st));
-                    CK(cudaEventSynchronize(e1));
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
+                    const float ms = bg_time(ex, flush, fbytes, e0, e1, rep, ks[k].fn, &w, M, xq, xd, y[k]);
                     if (rep >= 2) ts[k].push_back(ms);
                 }
             const double bytes = (double)(N * K + N * nb * 4 + M * K + M * nb * 4 + M * N * 4);
