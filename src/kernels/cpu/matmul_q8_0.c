@@ -645,8 +645,9 @@ q8v_run(const unsigned char *const t[], int NT, int nv, int64_t nb, const ds_q8_
 }
 
 /* All M rows over [n0, n1): decode in groups of 4 tiles (32 columns, 4 + 4
- * registers), more rows in groups of 2 tiles and row tiles of up to 3 (6 D's
- * and 6 accumulators), M = 8 as 3 + 3 + 2 over the same two tiles (L1). */
+ * registers), more rows in groups of 2 tiles and row tiles of up to 4 (8 D's
+ * and 8 accumulators), M = 8 as 4 + 4 over the same two tiles (L1; tiles of
+ * 3, 3 + 3 + 2, measured 5-20% slower: bench/results/cpu-s33-verify-profile.txt). */
 Q8V_TGT static void q8c_avxvnni(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
     const int64_t K = c->W->n_in, N = c->W->n_out, nb = K / DS_QK8_0;
     const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
