@@ -158,6 +158,24 @@ static float bg_time(ds_exec *ex, void *flush, size_t fbytes, cudaEvent_t e0, cu
     return ms;
 }
 
+/* an N x K Q8_0 weight of random quants and fp16-valued scales on the device */
+static dsc_weight bg_weight(int64_t N, int64_t K, uint32_t seed_q, uint32_t seed_d) {
+    dsc_weight w;
+    memset(&w, 0, sizeof w);
+    w.type = DS_TYPE_Q8_0;
+    w.n_in = K;
+    w.n_out = N;
+    CK(cudaMalloc(&w.data, (size_t)(N * K)));
+    CK(cudaMalloc(&w.scale, (size_t)(N * (K / 32)) * 4));
+    bg_fill_q<<<4096, 256>>>((int8_t *)w.data, (size_t)(N * K), seed_q);
+    bg_fill_d<<<1024, 256>>>(w.scale, (size_t)(N * (K / 32)), seed_d);
+    return w;
+}
+static void bg_weight_free(dsc_weight *w) {
+    CK(cudaFree(w->data));
+    CK(cudaFree(w->scale));
+}
+
 /* ---- --tiles: the tensor-core tiles at prefill sizes ----------------------------------
  * qm_kernel's 128 x 128 tile (what M >= 128 runs: the first, "default", is
  * QM_T128's KS/ST; the second what ran before session 33) with other stage sizes and
@@ -195,19 +213,11 @@ static int bench_tiles(ds_exec *ex, void *flush, size_t fbytes, cudaEvent_t e0, 
         for (int M : Ms) {
             if ((M == 77) != (sh.N == 200)) continue;
             const int64_t N = sh.N, K = sh.K, nb = K / 32;
-            dsc_weight w;
-            memset(&w, 0, sizeof w);
-            w.type = DS_TYPE_Q8_0;
-            w.n_in = K;
-            w.n_out = N;
+            dsc_weight w = bg_weight(N, K, 5u + (uint32_t)N, 7u + (uint32_t)N);
             int8_t *xq;
             float *xd;
-            CK(cudaMalloc(&w.data, (size_t)(N * K)));
-            CK(cudaMalloc(&w.scale, (size_t)(N * nb) * 4));
             CK(cudaMalloc(&xq, (size_t)(M * K)));
             CK(cudaMalloc(&xd, (size_t)(M * nb) * 4));
-            bg_fill_q<<<4096, 256>>>((int8_t *)w.data, (size_t)(N * K), 5u + (uint32_t)N);
-            bg_fill_d<<<1024, 256>>>(w.scale, (size_t)(N * nb), 7u + (uint32_t)N);
             bg_fill_q<<<1024, 256>>>(xq, (size_t)(M * K), 9u + (uint32_t)M);
             bg_fill_d<<<256, 256>>>(xd, (size_t)(M * nb), 13u + (uint32_t)M);
             CK(cudaGetLastError());
@@ -264,7 +274,9 @@ static int bench_tiles(ds_exec *ex, void *flush, size_t fbytes, cudaEvent_t e0, 
                    ok ? "PASS" : "FAIL", sh.name, M, ks.size() - 1, why);
             (ok ? n_pass : n_fail)++;
             for (auto &p : y) CK(cudaFree(p));
-            CK(cudaFree(w.data)); CK(cudaFree(w.scale)); CK(cudaFree(xq)); CK(cudaFree(xd));
+            bg_weight_free(&w);
+            CK(cudaFree(xq));
+            CK(cudaFree(xd));
         }
     printf("bench_gemv --tiles: %d PASS, %d FAIL\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
@@ -341,15 +353,7 @@ int main(int argc, char **argv) {
     for (int si = 0; si < ns; si++) {
         const shape &sh = shapes[si];
         const int64_t N = sh.N, K = sh.K, nb = K / 32;
-        dsc_weight w;
-        memset(&w, 0, sizeof w);
-        w.type = DS_TYPE_Q8_0;
-        w.n_in = K;
-        w.n_out = N;
-        CK(cudaMalloc(&w.data, (size_t)(N * K)));
-        CK(cudaMalloc(&w.scale, (size_t)(N * nb) * 4));
-        bg_fill_q<<<4096, 256>>>((int8_t *)w.data, (size_t)(N * K), 11u + (uint32_t)si);
-        bg_fill_d<<<1024, 256>>>(w.scale, (size_t)(N * nb), 23u + (uint32_t)si);
+        dsc_weight w = bg_weight(N, K, 11u + (uint32_t)si, 23u + (uint32_t)si);
         bg_fill_q<<<256, 256>>>(xq, (size_t)(16 * K), 37u + (uint32_t)si);
         bg_fill_d<<<64, 256>>>(xd, (size_t)(16 * nb), 41u + (uint32_t)si);
         CK(cudaGetLastError());
@@ -439,8 +443,7 @@ int main(int argc, char **argv) {
             else n_fail++;
         }
         for (int k = 0; k < BG_NK; k++) CK(cudaFree(y[k]));
-        CK(cudaFree(w.data));
-        CK(cudaFree(w.scale));
+        bg_weight_free(&w);
     }
     /* one 8B step's matmuls from the shapes (36 layers: q, o, k, v, gate, up,
      * down; the LM head), per M: old, new, best q8w configuration per shape */
