@@ -200,6 +200,7 @@ static void q8_canon_forced(int lv, int path, const ds_weight *W, int M, const f
     void *tmp = aligned_alloc(64, (tb + 63) & ~(size_t)63);
     ds_q8_act act = {.q = q, .d = d, .nsum = ns, .qi = qi, .qw = qw};
     ds_mm_ctx c = {.W = W, .M = M, .x = x, .y = y, .level = DS_LVL_BASE(lv), .avxvnni = lv == DS_LVL_AVXVNNI,
+                   .i8mm = lv == DS_LVL_I8MM,
                    .xq = &act, .q8_path = path,
                    .tmp = tmp, .tmp_bytes = tb};
     const int64_t split = N < 21 ? N : 21;
@@ -648,7 +649,7 @@ static void test_registry(void) {
               strstr(err, "empty"), "empty item error: '%s'", err);
     CHECK(ds_kernel_set_parse(&ks, NULL, NULL, "", err, sizeof err) == -1, "empty list rejected");
     const char *p = ds_simd_path();
-    CHECK(!strcmp(p, "avx512") || !strcmp(p, "avx2") || !strcmp(p, "avxvnni") || !strcmp(p, "neon") || !strcmp(p, "dotprod") ||
+    CHECK(!strcmp(p, "avx512") || !strcmp(p, "avx2") || !strcmp(p, "avxvnni") || !strcmp(p, "neon") || !strcmp(p, "dotprod") || !strcmp(p, "i8mm") ||
               !strcmp(p, "portable"),
           "simd path '%s'", p);
     printf("%s registry checks (simd path: %s)\n", n_fail == fail0 ? "PASS" : "FAIL", p);

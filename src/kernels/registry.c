@@ -11,6 +11,9 @@
 #if defined(__aarch64__)
 #include <sys/auxv.h>   /* getauxval: the SIMD level on AArch64 */
 #include <asm/hwcap.h>
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)   /* Linux's value; older kernel headers lack it */
+#endif
 #endif
 
 /* ==========================================================================
@@ -236,6 +239,8 @@ static int detect_level(void) {
     const unsigned long hw = getauxval(AT_HWCAP);
     if (hw & HWCAP_ASIMD) lv = DS_LVL_NEON;
     if (lv == DS_LVL_NEON && (hw & HWCAP_ASIMDDP)) lv = DS_LVL_DOTPROD;
+    /* SMMLA is the armv8.6 i8mm extension, reported in the second word */
+    if (lv == DS_LVL_DOTPROD && (getauxval(AT_HWCAP2) & HWCAP2_I8MM)) lv = DS_LVL_I8MM;
 #endif
     return lv;
 }
@@ -257,7 +262,8 @@ int ds_simd_level_ok(int lv) {
     if (lv == DS_LVL_AVXVNNI) return x86_rank(detect_level()) >= 1 && __builtin_cpu_supports("avxvnni");
     return (lv == DS_LVL_AVX2 || lv == DS_LVL_AVX512) && x86_rank(lv) <= x86_rank(detect_level());
 #elif DS_ARM
-    return (lv == DS_LVL_NEON || lv == DS_LVL_DOTPROD) && lv <= detect_level();
+    /* portable < neon < dotprod < i8mm: the enum's values are that order */
+    return (lv == DS_LVL_NEON || lv == DS_LVL_DOTPROD || lv == DS_LVL_I8MM) && lv <= detect_level();
 #else
     return 0;
 #endif
@@ -267,9 +273,9 @@ int ds_simd_parse(const char *v, int *cap, char *err, size_t errlen) {
     *cap = DS_LVL_COUNT;            /* unset or empty: no cap */
     if (!v || !*v) return 0;
 #if DS_ARM
-    static const char *const names[] = {"portable", "neon", "dotprod"};
-    static const int lvs[] = {DS_LVL_PORTABLE, DS_LVL_NEON, DS_LVL_DOTPROD};
-    const char *list = "portable, neon or dotprod";
+    static const char *const names[] = {"portable", "neon", "dotprod", "i8mm"};
+    static const int lvs[] = {DS_LVL_PORTABLE, DS_LVL_NEON, DS_LVL_DOTPROD, DS_LVL_I8MM};
+    const char *list = "portable, neon, dotprod or i8mm";
 #else
     static const char *const names[] = {"portable", "avx2", "avxvnni", "avx512"};
     static const int lvs[] = {DS_LVL_PORTABLE, DS_LVL_AVX2, DS_LVL_AVXVNNI, DS_LVL_AVX512};
@@ -315,7 +321,7 @@ int ds_simd_mm_level(void) {
     atomic_store_explicit(&cached, lv, memory_order_relaxed);
     return lv;
 }
-/* every kernel but the matmuls: AVXVNNI runs the AVX2 code */
+/* every kernel but the matmuls: AVXVNNI runs the AVX2 code, I8MM the dotprod code */
 int ds_simd_level(void) { return DS_LVL_BASE(ds_simd_mm_level()); }
 
 const char *ds_simd_level_name(int lv) {
@@ -325,6 +331,7 @@ const char *ds_simd_level_name(int lv) {
     case DS_LVL_AVXVNNI: return "avxvnni";
     case DS_LVL_NEON: return "neon";
     case DS_LVL_DOTPROD: return "dotprod";
+    case DS_LVL_I8MM: return "i8mm";
     default: return "portable";
     }
 }

@@ -401,9 +401,10 @@ static void matmul_multi_at_level(int level, ds_variant v, int n, const ds_weigh
         if (epi) epi(epi_arg, 0, W[0]->n_out, 0);
         return;
     }
-    /* AVXVNNI is AVX2 for every kernel but canonical Q8_0 (simd.h) */
+    /* AVXVNNI is AVX2 for every kernel but canonical Q8_0 and the T8 tile,
+     * I8MM dotprod for every kernel but the SMMLA tiles (simd.h) */
     ds_mm_ctx ctx = {.W = W[0], .M = M, .x = x, .y = y[0], .level = DS_LVL_BASE(level),
-                     .avxvnni = level == DS_LVL_AVXVNNI};
+                     .avxvnni = level == DS_LVL_AVXVNNI, .i8mm = level == DS_LVL_I8MM};
     /* canonical (= decode) Q8_0 multiplies quantized activations: quantize
      * x once, here, before the columns are split (matmul_q8_0.c) */
     ds_q8_act act;

@@ -127,8 +127,10 @@ typedef struct {
     int          M;
     const float *x;      /* M x K activations                                   */
     float       *y;      /* M x N outputs                                       */
-    int          level;  /* DS_LVL_* (AVXVNNI runs as AVX2 with avxvnni set)     */
+    int          level;  /* DS_LVL_* (AVXVNNI runs as AVX2 with avxvnni set, I8MM
+                            as DOTPROD with i8mm set)                          */
     int          avxvnni;/* canonical Q8_0: the AVX-VNNI tile (level AVX2)       */
+    int          i8mm;   /* AArch64: the SMMLA tiles (level DOTPROD)              */
     const ds_q8_act *xq; /* canonical Q8_0, and Q4_0..Q5_1: x quantized to Q8_0   */
     const ds_q8k_act *xk;/* Q4_K / Q5_K / Q6_K: x quantized to Q8_K (else NULL)  */
     int          q8_path;/* canonical Q8_0: 0 = by M, else DS_Q8_PATH_* (tests)  */

@@ -688,9 +688,20 @@ Q8V_TGT static void q8c_avxvnni(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
  * outputs: acc = fma((float)D, d_w * e, acc), the definition's sequence lane
  * by lane (FMLA is IEEE fusedMultiplyAdd like fmaf). The 4 fp16 weight
  * scales are converted with FCVTL (exact). */
+/* rows m0 .. m0 + MT - 1 of a tile: lane j of acc[i] is output (m0 + i, n + j) */
+DS_INLINE void q8n_store(const ds_mm_ctx *c, const float32x4_t acc[], int m0, int MT, int64_t n, int nv) {
+    const int64_t N = c->W->n_out;
+    DS_UNROLL
+    for (int i = 0; i < MT; i++) {
+        float o[4];
+        vst1q_f32(o, acc[i]);
+        memcpy(c->y + (size_t)(m0 + i) * (size_t)N + (size_t)n, o, (size_t)nv * sizeof(float));
+    }
+}
+
 DS_INLINE void q8n_tile(const ds_mm_ctx *c, const ds_block_q8_0 *const w[4], int nv, int m0, int MT,
                         int64_t n, int dp) {
-    const int64_t nb = c->W->n_in / DS_QK8_0, N = c->W->n_out;
+    const int64_t nb = c->W->n_in / DS_QK8_0;
     const ds_q8_act *a = c->xq;
     float32x4_t acc[4];
     DS_UNROLL
@@ -717,15 +728,80 @@ DS_INLINE void q8n_tile(const ds_mm_ctx *c, const ds_block_q8_0 *const w[4], int
             acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(D), vmulq_n_f32(dw, a->d[xi]));
         }
     }
-    DS_UNROLL
-    for (int i = 0; i < MT; i++) {
-        float o[4];
-        vst1q_f32(o, acc[i]);
-        memcpy(c->y + (size_t)(m0 + i) * (size_t)N + (size_t)n, o, (size_t)nv * sizeof(float));
-    }
+    q8n_store(c, acc, m0, MT, n, nv);
 }
 
-DS_INLINE void q8n_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1, int dp) {
+/* ---- AArch64 i8mm: SMMLA, 2 weight rows x 2 activation rows an instruction ---------------
+ * The same 4-weight-row tile, for up to 4 activation rows taken in pairs.
+ * SMMLA multiplies a 2 x 8 int8 matrix by the transpose of another into a
+ * 2 x 2 int32 block, so with A = 8 quants of activation rows (i, i+1) and
+ * B = the same 8 positions of weight rows (j, j+1) (ds_neon_zip2x8 pairs the
+ * rows' 64-bit halves), four SMMLAs over a block's 32 quants leave in lanes
+ * [2i' + j'] the exact D of (row i + i', weight row j + j') — 16 products per
+ * SDOT lane become 32 per SMMLA lane, and the weight operands serve both
+ * activation rows. ZIP1/ZIP2 of the two weight pairs' blocks then give each
+ * activation row the vector of its four D's, and the f32 update is the
+ * dotprod tile's: one FMLA per row and block, fma((float)D, d_w * e, acc),
+ * in block order. An odd row count pads the last pair with a repeat of its
+ * row (computed, not stored), as ds_tile_rows pads weight rows. One row
+ * alone (decode, and the last row of an odd M above 4) runs the dotprod tile:
+ * SMMLA would spend half its lanes on the padding row, and the bits are the
+ * same either way. */
+DS_INLINE void q8m_tile(const ds_mm_ctx *c, const ds_block_q8_0 *const w[4], int nv, int m0, int MT,
+                        int64_t n) {
+    const int64_t nb = c->W->n_in / DS_QK8_0;
+    const ds_q8_act *a = c->xq;
+    const int P = (MT + 1) / 2;                 /* activation row pairs */
+    int64_t row[4];
+    DS_UNROLL
+    for (int i = 0; i < 4; i++) row[i] = m0 + (i < MT ? i : MT - 1);
+    float32x4_t acc[4];
+    DS_UNROLL
+    for (int i = 0; i < 2 * P; i++) acc[i] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < nb; b++) {
+        int8x16_t wv[2][4];                     /* weight pair q, quants 8k .. 8k + 7 */
+        uint16_t dh[4];
+        DS_UNROLL
+        for (int q = 0; q < 2; q++) {
+            const ds_block_q8_0 *r0 = &w[2 * q][b], *r1 = &w[2 * q + 1][b];
+            ds_neon_zip2x8(vld1q_s8(r0->qs), vld1q_s8(r1->qs), &wv[q][0], &wv[q][1]);
+            ds_neon_zip2x8(vld1q_s8(r0->qs + 16), vld1q_s8(r1->qs + 16), &wv[q][2], &wv[q][3]);
+            dh[2 * q] = r0->d;
+            dh[2 * q + 1] = r1->d;
+        }
+        const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(dh)));
+        DS_UNROLL
+        for (int p = 0; p < P; p++) {
+            const int64_t x0 = row[2 * p] * nb + b, x1 = row[2 * p + 1] * nb + b;
+            int8x16_t av[4];
+            ds_neon_zip2x8(vld1q_s8(a->q[x0].qs), vld1q_s8(a->q[x1].qs), &av[0], &av[1]);
+            ds_neon_zip2x8(vld1q_s8(a->q[x0].qs + 16), vld1q_s8(a->q[x1].qs + 16), &av[2], &av[3]);
+            int32x4_t D[2];
+            DS_UNROLL
+            for (int q = 0; q < 2; q++) {
+                D[q] = vdupq_n_s32(0);
+                DS_UNROLL
+                for (int k = 0; k < 4; k++) D[q] = ds_neon_mmla(D[q], av[k], wv[q][k]);
+            }
+            /* D[q] = [r0.w2q, r0.w2q+1, r1.w2q, r1.w2q+1] -> per row [w0, w1, w2, w3] */
+            const int32x4_t d0 = vreinterpretq_s32_s64(vzip1q_s64(vreinterpretq_s64_s32(D[0]), vreinterpretq_s64_s32(D[1])));
+            const int32x4_t d1 = vreinterpretq_s32_s64(vzip2q_s64(vreinterpretq_s64_s32(D[0]), vreinterpretq_s64_s32(D[1])));
+            acc[2 * p] = vfmaq_f32(acc[2 * p], vcvtq_f32_s32(d0), vmulq_n_f32(dw, a->d[x0]));
+            acc[2 * p + 1] = vfmaq_f32(acc[2 * p + 1], vcvtq_f32_s32(d1), vmulq_n_f32(dw, a->d[x1]));
+        }
+    }
+    q8n_store(c, acc, m0, MT, n, nv);
+}
+
+/* the level's tile for MT rows: SMMLA pairs (i8mm, MT >= 2), else SDOT /
+ * SMULL + SADALP */
+DS_INLINE void q8n_tile_lv(const ds_mm_ctx *c, const ds_block_q8_0 *const w[4], int nv, int m0, int MT,
+                           int64_t n, int lv) {
+    if (lv == DS_LVL_I8MM && MT >= 2) q8m_tile(c, w, nv, m0, MT, n);
+    else q8n_tile(c, w, nv, m0, MT, n, lv != DS_LVL_NEON);
+}
+
+DS_INLINE void q8n_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1, int lv) {
     const int64_t nb = c->W->n_in / DS_QK8_0;
     const size_t wrow = (size_t)nb * sizeof(ds_block_q8_0);
     for (int64_t n = n0; n < n1; n += 4) {
@@ -734,17 +810,18 @@ DS_INLINE void q8n_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1, int dp)
         ds_tile_rows(c->W->data, wrow, n, nv, 4, wr);
         const ds_block_q8_0 *w[4] = {wr[0], wr[1], wr[2], wr[3]};
         int m = 0;
-        for (; m + 4 <= c->M; m += 4) q8n_tile(c, w, nv, m, 4, n, dp);
+        for (; m + 4 <= c->M; m += 4) q8n_tile_lv(c, w, nv, m, 4, n, lv);
         switch (c->M - m) {      /* the rest in one pass over the 4 weight rows */
-        case 3: q8n_tile(c, w, nv, m, 3, n, dp); break;
-        case 2: q8n_tile(c, w, nv, m, 2, n, dp); break;
-        case 1: q8n_tile(c, w, nv, m, 1, n, dp); break;
+        case 3: q8n_tile_lv(c, w, nv, m, 3, n, lv); break;
+        case 2: q8n_tile_lv(c, w, nv, m, 2, n, lv); break;
+        case 1: q8n_tile_lv(c, w, nv, m, 1, n, lv); break;
         default: break;
         }
     }
 }
-static void q8n_neon(const ds_mm_ctx *c, int64_t n0, int64_t n1) { q8n_canonical(c, n0, n1, 0); }
-static void q8n_dotprod(const ds_mm_ctx *c, int64_t n0, int64_t n1) { q8n_canonical(c, n0, n1, 1); }
+static void q8n_neon(const ds_mm_ctx *c, int64_t n0, int64_t n1) { q8n_canonical(c, n0, n1, DS_LVL_NEON); }
+static void q8n_dotprod(const ds_mm_ctx *c, int64_t n0, int64_t n1) { q8n_canonical(c, n0, n1, DS_LVL_DOTPROD); }
+static void q8n_i8mm(const ds_mm_ctx *c, int64_t n0, int64_t n1) { q8n_canonical(c, n0, n1, DS_LVL_I8MM); }
 #endif
 
 /* ---- pre-packing at load time (kernels.h) ---------------------------------------------
@@ -962,6 +1039,7 @@ void ds_mm_q8_0_canonical(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
         return;
     }
 #elif DS_ARM
+    if (c->level == DS_LVL_DOTPROD && c->i8mm) { q8n_i8mm(c, n0, n1); return; }
     if (c->level == DS_LVL_DOTPROD) { q8n_dotprod(c, n0, n1); return; }
     if (c->level == DS_LVL_NEON) { q8n_neon(c, n0, n1); return; }
 #endif

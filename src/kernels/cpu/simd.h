@@ -79,7 +79,8 @@ typedef int8_t   ds_v4b  __attribute__((vector_size(4)));
 
 /* ---- levels ---------------------------------------------------------------- 
  * One enum for both architectures; each uses its own subset, ordered by
- * value: x86-64 portable < avx2 < avx512, AArch64 portable < neon < dotprod.
+ * value: x86-64 portable < avx2 < avx512, AArch64 portable < neon < dotprod
+ * (< i8mm, below).
  * On AArch64 "portable" is the base-ISA C (GCC's generic vectors are NEON
  * there too, and the integer dots scalar loops), "neon" the hand-written
  * armv8.0 ASIMD integer dots (SMULL + SADALP), "dotprod" the armv8.2
@@ -90,7 +91,8 @@ enum {
     DS_LVL_PORTABLE = 0, DS_LVL_AVX2 = 1, DS_LVL_AVX512 = 2,
     DS_LVL_NEON = 3, DS_LVL_DOTPROD = 4,
     DS_LVL_AVXVNNI = 5,
-    DS_LVL_COUNT = 6
+    DS_LVL_I8MM = 6,
+    DS_LVL_COUNT = 7
 };
 /* AVXVNNI is AVX2 plus AVX-VNNI (VPDPBUSD on ymm without AVX-512: Intel
  * client cores since Alder Lake, Zen 5's AVX2 paths), between avx2 and
@@ -99,15 +101,22 @@ enum {
  * other kernel runs the AVX2 code, so ds_simd_level() reports AVX2 there
  * and ds_simd_mm_level() the AVXVNNI level (matmul.c maps it to AVX2 plus
  * ds_mm_ctx.avxvnni). */
-#define DS_LVL_BASE(lv) ((lv) == DS_LVL_AVXVNNI ? DS_LVL_AVX2 : (lv))
+/* I8MM is its AArch64 counterpart: dotprod plus the armv8.6 int8 matrix
+ * multiply (SMMLA, HWCAP2_I8MM), above dotprod. Also a matmul level only:
+ * the canonical Q8_0 tile and the kquant integer parts of two activation
+ * rows at a time take SMMLA (ds_mm_ctx.i8mm); everything else is the
+ * dotprod code, so ds_simd_level() reports DOTPROD there. */
+#define DS_LVL_BASE(lv) ((lv) == DS_LVL_AVXVNNI ? DS_LVL_AVX2 : (lv) == DS_LVL_I8MM ? DS_LVL_DOTPROD : (lv))
 
 /* The level this process uses (registry.c): detected once with
- * __builtin_cpu_supports (x86) / getauxval(AT_HWCAP) (AArch64), optionally
- * capped by DSPARK_SIMD=portable|avx2|avxvnni|avx512 (x86) or portable|neon|dotprod
- * (AArch64) so that the paths can be compared end to end on one machine. */
+ * __builtin_cpu_supports (x86) / getauxval(AT_HWCAP, AT_HWCAP2) (AArch64),
+ * optionally capped by DSPARK_SIMD=portable|avx2|avxvnni|avx512 (x86) or
+ * portable|neon|dotprod|i8mm (AArch64) so that the paths can be compared end
+ * to end on one machine. */
 int ds_simd_level(void);
-/* The matmul level: ds_simd_level(), or DS_LVL_AVXVNNI where that is the
- * CPU's (or DSPARK_SIMD's) level; DS_LVL_BASE of it is ds_simd_level(). */
+/* The matmul level: ds_simd_level(), or DS_LVL_AVXVNNI / DS_LVL_I8MM where
+ * that is the CPU's (or DSPARK_SIMD's) level; DS_LVL_BASE of it is
+ * ds_simd_level(). */
 int ds_simd_mm_level(void);
 /* Parse a DSPARK_SIMD value: *cap = the level, or DS_LVL_COUNT for NULL/""
  * (no cap); -1 with one line in err for anything else ("AVX2" included). */
@@ -184,6 +193,23 @@ DS_INLINE int32x4_t ds_neon_dot16(int32x4_t acc, int8x16_t a, int8x16_t b, int d
     const int16x8_t p0 = vmull_s8(vget_low_s8(a), vget_low_s8(b));
     const int16x8_t p1 = vmull_high_s8(a, b);
     return vpadalq_s16(vpadalq_s16(acc, p0), p1);
+}
+/* acc (a 2 x 2 int32 matrix, row-major) += A . B^T, where A and B are 2 x 8
+ * int8 matrices (bytes 0..7 row 0, bytes 8..15 row 1): SMMLA (armv8.6
+ * i8mm), lane 2i + j += sum_{k<8} a[8i + k] * b[8j + k], 8 exact products
+ * per lane (|sum| <= 8 * 2^14). Inline assembly with its own .arch line for
+ * the reason ds_neon_dot16 gives (armv8.6-a includes dotprod, so the wider
+ * line never narrows what an SDOT needs); only the i8mm instances, which
+ * run only where HWCAP2_I8MM says SMMLA exists, execute it. */
+DS_INLINE int32x4_t ds_neon_mmla(int32x4_t acc, int8x16_t a, int8x16_t b) {
+    __asm__(".arch armv8.6-a+i8mm\n\tsmmla %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(a), "w"(b));
+    return acc;
+}
+/* two rows' 16 bytes at byte offset o -> the 2 x 8 operands of SMMLA: rows
+ * (r0[o..o+7], r1[o..o+7]) and (r0[o+8..o+15], r1[o+8..o+15]) */
+DS_INLINE void ds_neon_zip2x8(int8x16_t r0, int8x16_t r1, int8x16_t *lo, int8x16_t *hi) {
+    *lo = vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(r0), vreinterpretq_s64_s8(r1)));
+    *hi = vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(r0), vreinterpretq_s64_s8(r1)));
 }
 #endif
 
