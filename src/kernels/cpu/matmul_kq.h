@@ -262,6 +262,16 @@ DS_INLINE void kq_ints_scalar(uint32_t t, const kq_wblk *w, const kq_act *a, int
  * one vector of their four dots, and the K types' scales and offsets are
  * applied lane-wise in int32 (MLA): the same exact integers in another
  * order of addition. */
+/* sum_{g<16} x[g] * (b0, b1)[g]: int16 x int16 products widened (SMULL,
+ * SMLAL), exact */
+DS_INLINE int32_t kq_dot16s_neon(const int16_t x[16], int16x8_t b0, int16x8_t b1) {
+    const int16x8_t x0 = vld1q_s16(x), x1 = vld1q_s16(x + 8);
+    int32x4_t s = vmull_s16(vget_low_s16(x0), vget_low_s16(b0));
+    s = vmlal_high_s16(s, x0, b0);
+    s = vmlal_s16(s, vget_low_s16(x1), vget_low_s16(b1));
+    s = vmlal_high_s16(s, x1, b1);
+    return vaddvq_s32(s);
+}
 DS_INLINE void kq_ints_neon(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
                             int32_t Mn[KQ_NT], int dp) {
     const int32x4_t z = vdupq_n_s32(0);
@@ -289,15 +299,86 @@ DS_INLINE void kq_ints_neon(uint32_t t, const kq_wblk *w, const kq_act *a, int32
             tot = vmlaq_s32(tot, vmovl_s16(vld1_s16(w[j].sc16 + 4 * g4)), dg);
         }
         I[j] = vaddvq_s32(tot);
-        if (kq_sec(t) == 2) {
-            const int16x8_t m0 = vld1q_s16(w[j].mn16), m1 = vld1q_s16(w[j].mn16 + 8);
-            int32x4_t mn = vmull_s16(vget_low_s16(m0), vget_low_s16(bs0));
-            mn = vmlal_high_s16(mn, m0, bs0);
-            mn = vmlal_s16(mn, vget_low_s16(m1), vget_low_s16(bs1));
-            mn = vmlal_high_s16(mn, m1, bs1);
-            Mn[j] = vaddvq_s32(mn);
+        if (kq_sec(t) == 2) Mn[j] = kq_dot16s_neon(w[j].mn16, bs0, bs1);
+    }
+}
+
+/* ---- integer parts, AArch64 i8mm: the same integers for TWO activation rows
+ * a[0], a[1] at once. SMMLA (ds_neon_mmla) of the pair's 8-quant halves
+ * (ds_neon_zip2x8) against weight rows (j, j+1) gives per 16-element group
+ * the 2 x 2 block [a0.wj, a0.wj+1, a1.wj, a1.wj+1] of exact dots; the legacy
+ * types sum their two groups and subtract off * psum per row, the K types
+ * scale each group's block lane-wise by [sc_j, sc_j+1, sc_j, sc_j+1]
+ * (kq_scpair_neon) with MLA and subtract off * sum_g sc_g * bsums_g (an
+ * exact int16 dot, kq_dot16s_neon) once at the end: the definition's
+ * integers, regrouped. */
+DS_INLINE void kq_scpair_neon(const int16_t s0[16], const int16_t s1[16], int32x4_t out[16]) {
+    DS_UNROLL
+    for (int h = 0; h < 2; h++) {
+        const int16x8_t x0 = vld1q_s16(s0 + 8 * h), x1 = vld1q_s16(s1 + 8 * h);
+        /* (s0[g], s1[g]) pairs as 32-bit lanes, groups 8h + 4q .. 8h + 4q + 3 */
+        const int16x8_t z[2] = {vzip1q_s16(x0, x1), vzip2q_s16(x0, x1)};
+        DS_UNROLL
+        for (int q = 0; q < 2; q++) {
+            const int32x4_t pr = vreinterpretq_s32_s16(z[q]);
+            const int16x8_t lo = vreinterpretq_s16_s32(vzip1q_s32(pr, pr)), hi = vreinterpretq_s16_s32(vzip2q_s32(pr, pr));
+            int32x4_t *o = out + 8 * h + 4 * q;
+            o[0] = vmovl_s16(vget_low_s16(lo));
+            o[1] = vmovl_high_s16(lo);
+            o[2] = vmovl_s16(vget_low_s16(hi));
+            o[3] = vmovl_high_s16(hi);
         }
     }
+}
+DS_INLINE void kq_ints_mmla2(uint32_t t, const kq_wblk *w, const kq_act a[2], int32_t I[2][KQ_NT],
+                             int32_t Mn[2][KQ_NT]) {
+    const int G = kq_qk(t) / 16;                /* 16-element groups */
+    const int32x4_t z = vdupq_n_s32(0);
+    int8x16_t pv[DS_QK_K / 16][2];
+    for (int g = 0; g < G; g++)
+        ds_neon_zip2x8(vld1q_s8(a[0].p + 16 * g), vld1q_s8(a[1].p + 16 * g), &pv[g][0], &pv[g][1]);
+    int16x8_t bs[2][2] = {{vdupq_n_s16(0), vdupq_n_s16(0)}, {vdupq_n_s16(0), vdupq_n_s16(0)}};
+    if (kq_is_k(t))
+        for (int r = 0; r < 2; r++) {
+            bs[r][0] = vld1q_s16(a[r].bsums);
+            bs[r][1] = vld1q_s16(a[r].bsums + 8);
+        }
+    for (int j = 0; j < KQ_NT; j += 2) {
+        int32x4_t scv[DS_QK_K / 16];
+        if (kq_is_k(t)) kq_scpair_neon(w[j].sc16, w[j + 1].sc16, scv);
+        int32x4_t tot = z;
+        for (int g = 0; g < G; g++) {
+            int8x16_t wlo, whi;
+            ds_neon_zip2x8(vreinterpretq_s8_u8(vld1q_u8(w[j].u + 16 * g)),
+                           vreinterpretq_s8_u8(vld1q_u8(w[j + 1].u + 16 * g)), &wlo, &whi);
+            const int32x4_t D = ds_neon_mmla(ds_neon_mmla(z, pv[g][0], wlo), pv[g][1], whi);
+            tot = kq_is_k(t) ? vmlaq_s32(tot, scv[g], D) : vaddq_s32(tot, D);
+        }
+        int32_t d[4];
+        vst1q_s32(d, tot);
+        for (int r = 0; r < 2; r++)
+            for (int e = 0; e < 2; e++) {
+                const kq_wblk *wj = &w[j + e];
+                int32_t off = kq_off(t) * a[r].psum;
+                if (kq_is_k(t)) off = kq_off(t) ? kq_off(t) * kq_dot16s_neon(wj->sc16, bs[r][0], bs[r][1]) : 0;
+                I[r][j + e] = d[2 * r + e] - off;
+                if (kq_sec(t) == 2) Mn[r][j + e] = kq_dot16s_neon(wj->mn16, bs[r][0], bs[r][1]);
+            }
+    }
+}
+
+/* The integers of activation rows m, m + 1 (i8mm, two rows left) or of row m
+ * alone into a[] / I[] / Mn[]; returns how many rows (1 or 2). */
+DS_INLINE int kq_ints_rows_neon(uint32_t t, const ds_mm_ctx *c, const kq_wblk *w, int m, int left, int64_t b,
+                                int dp, kq_act a[2], int32_t I[2][KQ_NT], int32_t Mn[2][KQ_NT]) {
+    a[0] = kq_act_at(t, c, m, b);
+    if (dp && c->i8mm && left >= 2) {
+        a[1] = kq_act_at(t, c, m + 1, b);
+        kq_ints_mmla2(t, w, a, I, Mn);
+        return 2;
+    }
+    kq_ints_neon(t, w, &a[0], I[0], Mn[0], dp);
+    return 1;
 }
 /* the K types' NEON unpacking, fused and epilogue blocks */
 #include "kernels/cpu/matmul_kq_neon.h"
@@ -1193,26 +1274,36 @@ DS_INLINE void kq_walk(uint32_t t, int fast, const ds_mm_ctx *c, int64_t n0, int
                 }
 #endif
                 for (int j = 0; j < KQ_NT; j++) kq_unpack(t, wr[j], b, &wb[j]);
-                for (int i = 0; i < mb; i++) {
-                    const kq_act a = kq_act_at(t, c, m0 + i, b);
-                    int32_t I[KQ_NT], Mn[KQ_NT];
+                for (int i = 0; i < mb;) {
+                    /* one activation row, or two at once (AArch64 i8mm) */
+                    kq_act ap[2];
+                    int32_t Ip[2][KQ_NT], Mp[2][KQ_NT] = {{0}};
+                    int r = 1;
 #if DS_ARM
-                    if (DS_LVL_IS_NEON(lv)) kq_ints_neon(t, wb, &a, I, Mn, lv == DS_LVL_DOTPROD);
+                    if (DS_LVL_IS_NEON(lv))
+                        r = kq_ints_rows_neon(t, c, wb, m0 + i, mb - i, b, lv == DS_LVL_DOTPROD, ap, Ip, Mp);
                     else
 #endif
-                    kq_ints_scalar(t, wb, &a, I, Mn);
-                    /* the f32 epilogue: the same C on every level */
-                    float *A = fast && (b & 1) ? acc2[i] : acc[i];
-                    if (!fast)
-                        for (int j = 0; j < KQ_NT; j++) A[j] = fmaf((float)I[j], wb[j].d * a.e, A[j]);
-                    else            /* llama.cpp's scalar rounding: (I * d_w) * e, then add */
-                        for (int j = 0; j < KQ_NT; j++) A[j] = A[j] + ((float)I[j] * wb[j].d) * a.e;
-                    if (kq_sec(t)) {
-                        float *S = fast ? acc3[i] : acc[i];
-                        for (int j = 0; j < KQ_NT; j++) {
-                            const float F2 = kq_sec(t) == 1 ? wb[j].dm : -(float)Mn[j];
-                            const float G2 = kq_sec(t) == 1 ? (float)a.psum * a.e : wb[j].dm * a.e;
-                            S[j] = fast ? S[j] + F2 * G2 : fmaf(F2, G2, S[j]);
+                    {
+                        ap[0] = kq_act_at(t, c, m0 + i, b);
+                        kq_ints_scalar(t, wb, &ap[0], Ip[0], Mp[0]);
+                    }
+                    for (int h = 0; h < r; h++, i++) {
+                        const kq_act a = ap[h];
+                        const int32_t *I = Ip[h], *Mn = Mp[h];
+                        /* the f32 epilogue: the same C on every level */
+                        float *A = fast && (b & 1) ? acc2[i] : acc[i];
+                        if (!fast)
+                            for (int j = 0; j < KQ_NT; j++) A[j] = fmaf((float)I[j], wb[j].d * a.e, A[j]);
+                        else            /* llama.cpp's scalar rounding: (I * d_w) * e, then add */
+                            for (int j = 0; j < KQ_NT; j++) A[j] = A[j] + ((float)I[j] * wb[j].d) * a.e;
+                        if (kq_sec(t)) {
+                            float *S = fast ? acc3[i] : acc[i];
+                            for (int j = 0; j < KQ_NT; j++) {
+                                const float F2 = kq_sec(t) == 1 ? wb[j].dm : -(float)Mn[j];
+                                const float G2 = kq_sec(t) == 1 ? (float)a.psum * a.e : wb[j].dm * a.e;
+                                S[j] = fast ? S[j] + F2 * G2 : fmaf(F2, G2, S[j]);
+                            }
                         }
                     }
                 }

@@ -169,13 +169,15 @@ DS_INLINE void kq_block_neon(uint32_t t, int fast, const ds_mm_ctx *c, const voi
     float32x4_t dv[2], mv[2];
     kq_cvt8_neon(dh, dv);
     kq_cvt8_neon(mh, mv);
-    for (int i = 0; i < mb; i++) {
-        const kq_act a = kq_act_at(t, c, m0 + i, b);
-        int32_t I[KQ_NT], Mn[KQ_NT] = {0};
-        kq_ints_neon(t, wb, &a, I, Mn, dp);
-        const int32x4_t vI[2] = {vld1q_s32(I), vld1q_s32(I + 4)};
-        const int32x4_t vM[2] = {vld1q_s32(Mn), vld1q_s32(Mn + 4)};
-        kq_epi_neon(t, fast, b, &a, vI, vM, dv, mv, acc[i], acc2[i], acc3[i]);
+    for (int i = 0; i < mb;) {
+        kq_act a[2];
+        int32_t I[2][KQ_NT], Mn[2][KQ_NT] = {{0}};
+        const int r = kq_ints_rows_neon(t, c, wb, m0 + i, mb - i, b, dp, a, I, Mn);
+        for (int h = 0; h < r; h++, i++) {
+            const int32x4_t vI[2] = {vld1q_s32(I[h]), vld1q_s32(I[h] + 4)};
+            const int32x4_t vM[2] = {vld1q_s32(Mn[h]), vld1q_s32(Mn[h] + 4)};
+            kq_epi_neon(t, fast, b, &a[h], vI, vM, dv, mv, acc[i], acc2[i], acc3[i]);
+        }
     }
 }
 
