@@ -81,6 +81,12 @@ expect_err "drafter for another vocabulary" "drafter"  $D generate -m "$T/m320.g
 expect_err "dspark drafter, other vocab"    "vocab"    $D generate -m "$T/m320.gguf" -md "$T/dsp.gguf" -p hi -n 4
 expect_err "control bytes in an error"      "error"    $D generate -m "$(printf 'no\nsuch\033[31m')" -p hi
 expect_err "DSPARK_SIMD=AVX2"               "DSPARK_SIMD" env DSPARK_SIMD=AVX2 $D generate -m "$M" -p hi
+# an AArch64 level on an x86-64 build (and the x86 ones on AArch64)
+case $(uname -m) in
+    x86_64) expect_err "DSPARK_SIMD=i8mm on x86-64" "avx512" env DSPARK_SIMD=i8mm $D generate -m "$M" -p hi
+            expect_err "DSPARK_SIMD=dotprod on x86-64" "avx512" env DSPARK_SIMD=dotprod $D generate -m "$M" -p hi ;;
+    aarch64) expect_err "DSPARK_SIMD=avx2 on AArch64" "i8mm" env DSPARK_SIMD=avx2 $D generate -m "$M" -p hi ;;
+esac
 expect_err "unknown device"   "unknown device 'gpu' (this build has: cpu" $D generate -m "$M" -p hi --device gpu
 expect_err "unknown device (diverge)" "unknown device" $D diverge -m "$M" -p hi --block-greedy 2 -dev tpu
 $D generate -m "$M" -p hi -n 4 --device cpu >"$T/dev1" 2>/dev/null && $D generate -m "$M" -p hi -n 4 >"$T/dev0" 2>/dev/null \

@@ -152,13 +152,22 @@ static void test_simd_device(void) {
     /* AArch64 builds know their own levels and refuse the x86 names */
     CHECK(ds_simd_parse("neon", &cap, err, sizeof err) == 0 && cap == DS_LVL_NEON, "neon");
     CHECK(ds_simd_parse("dotprod", &cap, err, sizeof err) == 0 && cap == DS_LVL_DOTPROD, "dotprod");
-    CHECK(ds_simd_parse("avx2", &cap, err, sizeof err) != 0 && strstr(err, "neon"), "avx2 accepted on AArch64");
+    CHECK(ds_simd_parse("i8mm", &cap, err, sizeof err) == 0 && cap == DS_LVL_I8MM, "i8mm");
+    CHECK(ds_simd_parse("avx2", &cap, err, sizeof err) != 0 && strstr(err, "neon") && strstr(err, "i8mm"),
+          "avx2 accepted on AArch64");
+    /* the matmul level is I8MM only where ds_simd_level() is DOTPROD */
+    CHECK(DS_LVL_BASE(ds_simd_mm_level()) == ds_simd_level(), "mm level %d vs level %d", ds_simd_mm_level(),
+          ds_simd_level());
+    CHECK(!ds_simd_level_ok(DS_LVL_I8MM) || ds_simd_level_ok(DS_LVL_DOTPROD), "i8mm without dotprod");
 #else
     CHECK(ds_simd_parse("avx2", &cap, err, sizeof err) == 0 && cap == DS_LVL_AVX2, "avx2");
     CHECK(ds_simd_parse("avx512", &cap, err, sizeof err) == 0 && cap == DS_LVL_AVX512, "avx512");
     CHECK(ds_simd_parse("avxvnni", &cap, err, sizeof err) == 0 && cap == DS_LVL_AVXVNNI, "avxvnni");
     CHECK(ds_simd_parse("neon", &cap, err, sizeof err) != 0 && strstr(err, "avx2") && strstr(err, "avxvnni"),
           "neon accepted on x86");
+    CHECK(ds_simd_parse("i8mm", &cap, err, sizeof err) != 0 && strstr(err, "'i8mm'") && strstr(err, "avx512"),
+          "i8mm accepted on x86");
+    CHECK(!ds_simd_level_ok(DS_LVL_I8MM) && !ds_simd_level_ok(DS_LVL_DOTPROD), "an AArch64 level runs on x86");
     /* the matmul level is AVXVNNI only where ds_simd_level() is AVX2 */
     CHECK(DS_LVL_BASE(ds_simd_mm_level()) == ds_simd_level(), "mm level %d vs level %d", ds_simd_mm_level(),
           ds_simd_level());
