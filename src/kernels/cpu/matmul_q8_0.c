@@ -32,7 +32,8 @@
  * per vector), the non-repacked one-activation-row kernels (VPDPBUSD or
  * AVX2 maddubs per row block, exact horizontal integer reduce), the AVX2
  * S8 tile (VPMADDWD), the AVX-VNNI 8-row tile (VPDPBUSD on ymm, level
- * avxvnni) and the portable scalar loop. M, the tile shape, the thread
+ * avxvnni), the AArch64 SDOT / SMULL tiles and SMMLA pairs (levels dotprod,
+ * neon, i8mm) and the portable scalar loop. M, the tile shape, the thread
  * that owns a column and the SIMD level choose between them and never change
  * a bit (test_matmul compares every path and level with a scalar reference
  * of the definition), so canonical(M) row m is bit for bit decode(row m), and
@@ -737,8 +738,8 @@ DS_INLINE void q8n_tile(const ds_mm_ctx *c, const ds_block_q8_0 *const w[4], int
  * 2 x 2 int32 block, so with A = 8 quants of activation rows (i, i+1) and
  * B = the same 8 positions of weight rows (j, j+1) (ds_neon_zip2x8 pairs the
  * rows' 64-bit halves), four SMMLAs over a block's 32 quants leave in lanes
- * [2i' + j'] the exact D of (row i + i', weight row j + j') — 16 products per
- * SDOT lane become 32 per SMMLA lane, and the weight operands serve both
+ * [2i' + j'] the exact D of (row i + i', weight row j + j') — 32 products an
+ * instruction where SDOT does 16, and the weight operands serve both
  * activation rows. ZIP1/ZIP2 of the two weight pairs' blocks then give each
  * activation row the vector of its four D's, and the f32 update is the
  * dotprod tile's: one FMLA per row and block, fma((float)D, d_w * e, acc),
