@@ -255,13 +255,6 @@ DS_INLINE void kq_ints_scalar(uint32_t t, const kq_wblk *w, const kq_act *a, int
 }
 
 #if DS_ARM
-/* ---- integer parts, AArch64 (neon / dotprod levels): the same integers as
- * kq_ints_scalar. The unpacked quants are at most 6 bits, so they are valid
- * signed bytes and the signed dot (ds_neon_dot16: SDOT, or SMULL + SADALP)
- * gives the exact products; ADDP folds four 16-element groups' lanes into
- * one vector of their four dots, and the K types' scales and offsets are
- * applied lane-wise in int32 (MLA): the same exact integers in another
- * order of addition. */
 /* sum_{g<16} x[g] * (b0, b1)[g]: int16 x int16 products widened (SMULL,
  * SMLAL), exact */
 DS_INLINE int32_t kq_dot16s_neon(const int16_t x[16], int16x8_t b0, int16x8_t b1) {
@@ -272,6 +265,14 @@ DS_INLINE int32_t kq_dot16s_neon(const int16_t x[16], int16x8_t b0, int16x8_t b1
     s = vmlal_high_s16(s, x1, b1);
     return vaddvq_s32(s);
 }
+
+/* ---- integer parts, AArch64 (neon / dotprod levels): the same integers as
+ * kq_ints_scalar. The unpacked quants are at most 6 bits, so they are valid
+ * signed bytes and the signed dot (ds_neon_dot16: SDOT, or SMULL + SADALP)
+ * gives the exact products; ADDP folds four 16-element groups' lanes into
+ * one vector of their four dots, and the K types' scales and offsets are
+ * applied lane-wise in int32 (MLA): the same exact integers in another
+ * order of addition. */
 DS_INLINE void kq_ints_neon(uint32_t t, const kq_wblk *w, const kq_act *a, int32_t I[KQ_NT],
                             int32_t Mn[KQ_NT], int dp) {
     const int32x4_t z = vdupq_n_s32(0);
