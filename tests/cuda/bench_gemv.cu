@@ -338,6 +338,8 @@ int main(int argc, char **argv) {
     const shape shapes[] = {
         {"q/o", 4096, 4096, 2}, {"k/v", 1024, 4096, 2}, {"gate/up", 12288, 4096, 2},
         {"down", 4096, 12288, 1}, {"lm head", 151936, 4096, 0},
+        /* q, k and v as the layer launches them (one set, matmul_multi): times only */
+        {"qkv", 6144, 4096, -1},
         /* tails (bits only; not in the step): a last segment of 2 blocks, N
          * odd; one partial segment of 3 blocks */
         {"tail", 129, 4160, -1}, {"short", 4501, 96, -1},

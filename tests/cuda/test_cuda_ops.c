@@ -846,9 +846,9 @@ static int embed_ok(T *t, uint32_t type, int64_t D) {
     return ok;
 }
 
-static void test_small(T *t) {
-    const int R = 6;
-    const int64_t n = 5000;
+/* argmax rows of n: whole float4s (5000: the vector scan) or not (5003) */
+static int argmax_ok(T *t, int64_t n) {
+    const int R = 7;
     float *x = rnd(t, (size_t)R * n, 1.0f);
     x[0 * n + 10] = 5.0f; x[0 * n + 4000] = 5.0f;                  /* tie: lowest */
     x[1 * n + 7] = NAN; x[1 * n + 9] = 9.0f;
@@ -856,12 +856,20 @@ static void test_small(T *t) {
     x[3 * n + n - 1] = 7.0f;
     x[4 * n + 0] = -0.0f;
     for (int64_t k = 0; k < n; k++) x[5 * n + k] = -INFINITY;
+    x[6 * n + 4097] = 6.0f; x[6 * n + 4098] = 6.0f; x[6 * n + 1] = 6.0f;  /* tie across threads: 1 */
     float *dx = dput(t, x, (size_t)R * n * 4);
-    int32_t *dout = dmem(t, R * 4), out[6];
+    int32_t *dout = dmem(t, R * 4), out[7];
     t->i->argmax(t->ex, R, n, dx, dout);
     dget(t, out, dout, sizeof out);
     int ok = 1;
     for (int r = 0; r < R; r++) ok &= out[r] == (int32_t)ds_argmax(x + r * n, n);
+    dfree(t, dx); dfree(t, dout);
+    free(x);
+    return ok;
+}
+
+static void test_small(T *t) {
+    const int ok = argmax_ok(t, 5000) && argmax_ok(t, 5003);
     CHECK(ok, "argmax != ds_argmax");
     /* sanitize */
     float s[6] = {NAN, 1e6f, -1e6f, 3.0f, -INFINITY, 65504.0f}, so[6];
@@ -899,8 +907,7 @@ static void test_small(T *t) {
     dfree(t, (void *)kr.tables);
     printf("argmax / embed (F32 F16 BF16 Q8_0) / sanitize / kv_write: %s\n", ok && eok ? "exact" : "WRONG");
     sync_ok(t, "small ops");
-    dfree(t, dx); dfree(t, dout); dfree(t, ds); dfree(t, dk); dfree(t, dv); dfree(t, dkn); dfree(t, dvn); dfree(t, dpos);
-    free(x);
+    dfree(t, ds); dfree(t, dk); dfree(t, dv); dfree(t, dkn); dfree(t, dvn); dfree(t, dpos);
 }
 
 /* ==========================================================================

@@ -37,25 +37,62 @@ __global__ void rms_canonical(int rows, int n, const float *x, const float *__re
 }
 
 /* The canonical kernel for decode-sized rows: one block per row. The row is
- * staged in shared memory by all threads at once (one memory latency instead
- * of n / 16 dependent ones), then lanes 0..15 of warp 0 run the 16 lane
- * chains from shared memory — the same adds in the same order as
- * dsc_rms_scale_canonical — and every thread writes its outputs. With `add`
- * (the residual family's canonical epilogue fused in one launch) the staged
- * value is x + add, one rounding, also written back to x first. */
+ * staged in shared memory by all threads at once, then lanes 0..15 of warp
+ * 0 run the 16 lane chains from shared memory — the same adds in the same
+ * order as dsc_rms_scale_canonical — and every thread writes its outputs.
+ * With `add` (the residual family's canonical epilogue fused in one launch)
+ * the staged value is x + add, one rounding, also written back to x first.
+ *
+ * Where the time goes (ncu, 8B decode step, session 34): this launch ran
+ * twice a layer at 9.3 us, 17% of the step, for 32 KiB of traffic. Its
+ * cost was latency in series: a strided staging loop whose loads could not
+ * pass the previous iteration's store to x (one memory round trip per 512
+ * elements), then 8 blocks a warp quantized one after another. So: V4
+ * rows (n % 4 == 0, 16-byte aligned) stage with every load issued before
+ * any store (RMSB_V4 float4 each of x and add per thread, one round trip),
+ * and rows past 2048 take 1024 threads, 32 warps for the output blocks.
+ * Which thread stages or writes an element moves no bit. */
 #define RMSB_MAXN 8192          /* floats staged (32 KiB); longer rows: rms_canonical */
 #define RMSB_WPF 16             /* 32-blocks per warp: 8192 / 32 / 16 warps of 512 threads */
-__global__ void rms_canonical_block(int n, float *x, const float *__restrict__ add,
-                                    const float *__restrict__ w, float eps, float *y,
-                                    int8_t *__restrict__ q, float *__restrict__ qd) {
-    extern __shared__ float rms_row[];
+#define RMSB_V4 4               /* float4 per thread when staging V4 rows: 8192 / 4 / 512 */
+template <bool V4>
+__global__ void __launch_bounds__(1024) rms_canonical_block(int n, float *x, const float *__restrict__ add,
+                                                            const float *__restrict__ w, float eps, float *y,
+                                                            int8_t *__restrict__ q, float *__restrict__ qd) {
+    extern __shared__ __align__(16) float rms_row[];
     __shared__ float rms_sc;
     dsc_pdl_wait();                              /* dsc_launch */
     dsc_pdl_trigger();
     const int64_t r = blockIdx.x;
     float *xr = x + r * n;
     float *yr = y + r * n;
-    if (add) {
+    if (V4) {
+        /* every load of the row before any store (x is written in place) */
+        float4 *x4 = (float4 *)xr, *s4 = (float4 *)rms_row;
+        const float4 *a4 = (const float4 *)(add ? add + r * n : NULL);
+        const int n4 = n / 4;
+        float4 xv[RMSB_V4], av[RMSB_V4];
+#pragma unroll
+        for (int j = 0; j < RMSB_V4; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            if (i < n4) {
+                xv[j] = x4[i];
+                if (add) av[j] = __ldg(a4 + i);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < RMSB_V4; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            if (i >= n4) break;
+            float4 v = xv[j];
+            if (add) {
+                v = make_float4(__fadd_rn(v.x, av[j].x), __fadd_rn(v.y, av[j].y), __fadd_rn(v.z, av[j].z),
+                                __fadd_rn(v.w, av[j].w));
+                x4[i] = v;
+            }
+            s4[i] = v;
+        }
+    } else if (add) {
         const float *ar = add + r * n;
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
             const float v = __fadd_rn(xr[i], ar[i]);
@@ -109,14 +146,19 @@ __global__ void rms_canonical_block(int n, float *x, const float *__restrict__ a
 int dsc_rmsnorm_staged(ds_exec *ex, int rows, int n, float *x, const float *add, const float *w,
                        float eps, float *y) {
     if (n > RMSB_MAXN) return 0;
-    const int threads = n <= 512 ? 128 : n <= 2048 ? 256 : 512;
+    const int threads = n <= 512 ? 128 : n <= 2048 ? 256 : 1024;
+    /* V4: whole float4s, 16-byte aligned rows (RMSB_V4 per thread covers
+     * RMSB_MAXN at 512 threads and more) */
+    const bool v4 = n % 4 == 0 && n / 4 <= RMSB_V4 * threads &&
+                    ((uintptr_t)x | (uintptr_t)(add ? add : x) | (uintptr_t)y) % 16 == 0;
     /* the Q8_0 copy for the matmuls that read y next (not for per-head
      * norms: rows of one head are no matmul's input) */
     int8_t *q = NULL;
     float *qd = NULL;
     if (n < 256 || !dsc_q8x_reserve(ex, rows, n, &q, &qd)) q = NULL;
-    dsc_launch(ex, add ? "residual+rmsnorm canonical" : "rmsnorm canonical", rms_canonical_block, dim3((unsigned)rows),
-               dim3(threads), (size_t)n * 4, n, x, add, w, eps, y, q, qd);
+    dsc_launch(ex, add ? "residual+rmsnorm canonical" : "rmsnorm canonical",
+               v4 ? rms_canonical_block<true> : rms_canonical_block<false>, dim3((unsigned)rows), dim3(threads),
+               (size_t)n * 4, n, x, add, w, eps, y, q, qd);
     if (q) dsc_q8x_publish(ex, y, rows, n, q, qd);
     return 1;
 }
