@@ -58,7 +58,7 @@ static int pass_alloc(pass_out *p, const ds_ctx *c, int M) {
     const ds_hparams *hp = &ds_ctx_model(c)->hp;
     p->n_logits = (size_t)M * hp->n_vocab;
     p->n_taps = (size_t)M * ds_ctx_n_taps(c) * hp->n_embd;
-    p->n_kv = (size_t)ds_hp_kv_layers(hp) * M * hp->n_head_kv * hp->head_dim;
+    p->n_kv = (size_t)ds_hp_kv_layers(hp) * M * (size_t)ds_hp_kv_row(hp);
     p->logits = malloc(p->n_logits * sizeof(float));
     p->taps = malloc((p->n_taps + 1) * sizeof(float));
     p->k = malloc(p->n_kv * sizeof(float));
@@ -343,6 +343,7 @@ int ds_model_uses_family(const ds_model *m, int fam) {
     if (fam == DS_FAM_MOE_ROUTE) return m->hp.n_expert > 0;
     if (fam == DS_FAM_GDN) return m->hp.n_rec > 0;
     if (fam == DS_FAM_ATTN_SINKS || fam == DS_FAM_HC_PRE || fam == DS_FAM_HC_POST) return m->hp.arch == DS_ARCH_DEEPSEEK4;
+    if (fam == DS_FAM_DS4_COMPRESS) return m->hp.n_comp > 0;
     if (m->hp.arch == DS_ARCH_DEEPSEEK4 && (fam == DS_FAM_ATTENTION || fam == DS_FAM_SWIGLU || fam == DS_FAM_RESIDUAL))
         return fam == DS_FAM_SWIGLU;     /* deepseek4 attends with attn_sinks and adds by hc_post */
     const int t = ds_family_weight_type(fam);
@@ -503,6 +504,17 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
         if (fam == DS_FAM_HC_PRE) row_out = (size_t)hdd;
         if (fam == DS_FAM_HC_POST) row_out = (size_t)hcn * hdd;
     }
+    /* ds4_compress: one HCA block a row, DS4_AB_N entries of hd values then
+     * DS4_AB_N of scores in in1; out the pooled row (host-memory devices) */
+    enum { DS4_AB_N = 128 };
+    if (fam == DS_FAM_DS4_COMPRESS) {
+        if (!b->ds4_compress || !b->host_memory) {
+            ds_errf(err, errlen, "families: the %s device has no ds4_compress kernel", b->name);
+            return -1;
+        }
+        row_in = 2 * (size_t)DS4_AB_N * hd;
+        row_out = (size_t)hd;
+    }
     size_t cache = (size_t)n_kv * Hkv * hd;
     size_t wn = (size_t)(d > hd ? d : hd);
     if (wn < (size_t)mixn + 3 || wn < (size_t)H) wn = (size_t)(mixn + 3 > H ? mixn + 3 : H);
@@ -624,10 +636,26 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
             for (int r = 0; r < M; r++) {
                 ds_rows one = rw;
                 one.pos = a.dpos + r;
-                b->attn_sinks(ex, DS_CANONICAL, &s, 1, &one, hp->n_swa, d_w, d_in1 + (size_t)r * H * hd, kc, vc,
+                b->attn_sinks(ex, DS_CANONICAL, &s, 1, &one, hp->n_swa, NULL, d_w, d_in1 + (size_t)r * H * hd, kc, vc,
                               d_ref + (size_t)r * H * hd);
             }
-            b->attn_sinks(ex, v, &s, M, &rw, hp->n_swa, d_w, d_in1, kc, vc, d_got);
+            b->attn_sinks(ex, v, &s, M, &rw, hp->n_swa, NULL, d_w, d_in1, kc, vc, d_got);
+            break;
+        }
+        case DS_FAM_DS4_COMPRESS: {
+            const size_t nn = DS4_AB_N, hw = (size_t)hd;
+            const float **pk = malloc(2 * (size_t)M * nn * sizeof *pk);
+            if (!pk) { ds_errf(err, errlen, "families: out of memory"); goto done; }
+            const float **ps = pk + (size_t)M * nn;
+            for (size_t r = 0; r < (size_t)M; r++)
+                for (size_t j = 0; j < nn; j++) {
+                    pk[r * nn + j] = d_in1 + r * row_in + j * hw;
+                    ps[r * nn + j] = d_in1 + r * row_in + (nn + j) * hw;
+                }
+            for (int r = 0; r < M; r++)
+                b->ds4_compress(ex, DS_CANONICAL, 1, (int)nn, hd, pk + (size_t)r * nn, ps + (size_t)r * nn, d_ref + (size_t)r * hw);
+            b->ds4_compress(ex, v, M, (int)nn, hd, pk, ps, d_got);
+            free(pk);
             break;
         }
         case DS_FAM_HC_PRE: {

@@ -1,5 +1,6 @@
 /* layer_ds4.c — one DeepSeek V4 layer (llama.cpp's deepseek4 graph) over M
- * rows, on the backend table, for the raw (uncompressed) attention layers:
+ * rows, on the backend table, for the raw attention layers and the HCA
+ * compressed ones (compress ratio 128: comp_write below, docs/DS4-COMPRESSED.md):
  *
  *   streams x[hc][d] ─ hc_pre(attn) ─ attn_norm ─┬ wq_a ─ q_a_norm ─ wq_b ─ head norm ─ RoPE
  *                                                └ wkv ─ kv_norm ─ RoPE ─ KV write (K = V)
@@ -17,6 +18,7 @@
 #include "dspark_diag.h"
 
 #include <math.h>
+#include <string.h>
 
 #define FAM(f) (1u << (f))
 #define MMF(w) FAM(ds_matmul_family((w)->type))
@@ -29,9 +31,19 @@ static void mm(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], const ds_weight *w,
     ex->be->i->matmul(ex, (ds_variant)var[ds_matmul_family(w->type)], w, M, x, y);
 }
 
+/* A compressed layer's block is at most this many positions (HCA). */
+#define DS4_COMP_MAX_RATIO 128
+
 typedef struct {
     float *flat, *mix, *post, *comb, *qr, *gin, *gout, *oa, *rot;
     int *npos;
+    /* widened KV rows (s->kv_row > head_dim) only: the compressor state
+     * skv / ssc [M][hd], the rows written [M][kv_row] (K region, V region),
+     * the compressed rows [M][hd] with their block starts and row indices,
+     * and the pooling's entry pointers [M][DS4_COMP_MAX_RATIO] (kv, score) */
+    float *skv, *ssc, *krow, *vrow, *comp;
+    int *cpos, *cidx;
+    const float **kvp, **scp;
 } ds4_scratch;
 
 static size_t mix_n(const ds_layer_shape *s) { return (size_t)(2 + s->hc) * (size_t)s->hc; }
@@ -49,13 +61,32 @@ static ds4_scratch scratch_of(float *base, int m, const ds_layer_shape *s) {
     r.oa = r.gout + M * (size_t)s->o_lora;
     r.rot = r.oa + M * (size_t)s->o_groups * s->o_lora;
     r.npos = (int *)(r.rot + M * (size_t)s->n_head * (size_t)s->n_rot);
+    r.skv = r.ssc = r.krow = r.vrow = r.comp = NULL;
+    r.cpos = r.cidx = NULL;
+    r.kvp = r.scp = NULL;
+    if (s->kv_row > s->head_dim) {
+        const size_t hd = (size_t)s->head_dim, W = (size_t)s->kv_row;
+        float *c = (float *)(r.npos + M);
+        c += (size_t)(c - base) % 2;          /* the pointers below: 8-byte aligned */
+        r.kvp = (const float **)(void *)c;
+        r.scp = r.kvp + M * DS4_COMP_MAX_RATIO;
+        r.skv = (float *)(void *)(r.scp + M * DS4_COMP_MAX_RATIO);
+        r.ssc = r.skv + M * hd;
+        r.krow = r.ssc + M * hd;
+        r.vrow = r.krow + M * W;
+        r.comp = r.vrow + M * W;
+        r.cpos = (int *)(r.comp + M * hd);
+        r.cidx = r.cpos + M;
+    }
     return r;
 }
 
 size_t ds_ds4_scratch_floats(int m_max, const ds_layer_shape *s) {
     const size_t M = (size_t)m_max, hcd = (size_t)s->hc * s->d, gd = (size_t)s->n_head * s->head_dim / (size_t)s->o_groups;
     return M * (hcd + mix_n(s) + (size_t)s->hc + (size_t)s->hc * s->hc + (size_t)s->q_lora + gd + (size_t)s->o_lora +
-                (size_t)s->o_groups * s->o_lora + (size_t)s->n_head * s->n_rot + 1);
+                (size_t)s->o_groups * s->o_lora + (size_t)s->n_head * s->n_rot + 1) +
+           (s->kv_row > s->head_dim ? 1 + M * (4 * DS4_COMP_MAX_RATIO + 3 * (size_t)s->head_dim + 2 * (size_t)s->kv_row + 2)
+                                    : 0);
 }
 
 /* The flattened streams normed (no weight), the mix logits by fn, then the
@@ -72,13 +103,64 @@ static void hc_mix(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], const ds_layer_
 
 /* RoPE on the last n_rot dims of each of `heads` heads (positions pos):
  * gathered into t->rot, rotated as heads of n_rot, put back. */
-static void rope_tail(ds_exec *ex, ds_variant v, const ds_layer_shape *s, int M, int heads, const int *pos, float *x,
-                      float *rot) {
+static void rope_tail(ds_exec *ex, ds_variant v, const ds_layer_shape *s, int M, int heads, const int *pos, float base,
+                      float *x, float *rot) {
     const int nope = s->head_dim - s->n_rot;
     const size_t hb = (size_t)s->head_dim * sizeof(float), rb = (size_t)s->n_rot * sizeof(float);
     ds_backend_copy2d(ex, rot, rb, x + nope, hb, rb, (size_t)M * heads);
-    ex->be->i->rope(ex, v, M, heads, s->n_rot, pos, s->rope_base, s->rope_mode, rot);
+    ex->be->i->rope(ex, v, M, heads, s->n_rot, pos, base, s->rope_mode, rot);
     ds_backend_copy2d(ex, x + nope, hb, rot, rb, rb, (size_t)M * heads);
+}
+
+/* The widened KV rows of a model with compressed layers (host memory: the
+ * loader refuses deepseek4 elsewhere). Every row: K region [K | 0], V
+ * region [K | 0] (a raw layer) or [skv | ssc] (a compressed one). Then each
+ * row that completes a block (position p, (p + 1) % r == 0) pools the
+ * block's r state rows, read back through the page table at positions
+ * p + 1 - r .. p (earlier rows of this call are already written, as in
+ * decode), norms the result, RoPEs it at the block's start with the
+ * compress base and stores it after K in position p's K row. */
+static void comp_write(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT], int M,
+                       ds_acts *a, float *kc, float *vc, const ds4_scratch *t) {
+    const ds_backend_i *b = ex->be->i;
+    const int hd = s->head_dim, W = s->kv_row, r = L->comp_ratio;
+    const size_t wb = (size_t)W * sizeof(float), hb = (size_t)hd * sizeof(float);
+    const ds_rows *rw = a->rows;
+    for (int m = 0; m < M; m++) {
+        float *kr = t->krow + (size_t)m * W, *vr = t->vrow + (size_t)m * W;
+        memset(kr, 0, wb);
+        memcpy(kr, a->k + (size_t)m * hd, hb);
+        if (r) {
+            memcpy(vr, t->skv + (size_t)m * hd, hb);
+            memcpy(vr + hd, t->ssc + (size_t)m * hd, hb);
+        } else {
+            memcpy(vr, kr, wb);
+        }
+    }
+    b->kv_write(ex, kc, vc, W, M, rw, t->krow, t->vrow);
+    if (!r) return;
+    int nb = 0;
+    for (int m = 0; m < M; m++) {
+        const int p = rw->pos[m], sq = rw->seq ? rw->seq[m] : 0;
+        if ((p + 1) % r) continue;
+        const int s0 = p + 1 - r;
+        for (int j = 0; j < r; j++) {
+            const float *row = vc + ds_rows_at(rw, rw->tables, sq, s0 + j, W);
+            t->kvp[(size_t)nb * r + j] = row;
+            t->scp[(size_t)nb * r + j] = row + hd;
+        }
+        t->cpos[nb] = s0;
+        t->cidx[nb] = m;
+        nb++;
+    }
+    if (!nb) return;
+    b->ds4_compress(ex, (ds_variant)var[DS_FAM_DS4_COMPRESS], nb, r, hd, t->kvp, t->scp, t->comp);
+    b->rmsnorm(ex, (ds_variant)var[DS_FAM_RMSNORM], nb, hd, t->comp, L->comp_norm, s->eps, t->comp);
+    rope_tail(ex, (ds_variant)var[DS_FAM_ROPE], s, nb, 1, t->cpos, s->comp_rope_base, t->comp, t->rot);
+    for (int c = 0; c < nb; c++) {
+        const int m = t->cidx[c];
+        memcpy(kc + ds_rows_at(rw, rw->tables, rw->seq ? rw->seq[m] : 0, rw->pos[m], W) + hd, t->comp + (size_t)c * hd, hb);
+    }
 }
 
 void ds_layer_ds4_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT],
@@ -89,6 +171,8 @@ void ds_layer_ds4_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *
     const ds_variant vnorm = (ds_variant)var[DS_FAM_RMSNORM], vrope = (ds_variant)var[DS_FAM_ROPE];
     const ds_variant vpost = (ds_variant)var[DS_FAM_HC_POST];
     const ds4_scratch t = scratch_of(a->rec, M, s);
+    const int W = s->kv_row;
+    const float base = L->comp_ratio ? s->comp_rope_base : s->rope_base;
     const unsigned f_mix = FAM(DS_FAM_RMSNORM) | FAM(DS_FAM_HC_PRE) | (l > 0 ? FAM(DS_FAM_HC_POST) : 0);
 
     /* --- attention sub-block ------------------------------------------------ */
@@ -100,6 +184,16 @@ void ds_layer_ds4_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *
     }
     mm(ex, var, &L->wq_a, M, a->xn, t.qr);
     mm(ex, var, &L->wkv, M, a->xn, a->k);
+    if (L->comp_ratio) {   /* the compressor state of every row: a function of its own row */
+        const int r = L->comp_ratio;
+        mm(ex, var, &L->comp_kv, M, a->xn, t.skv);
+        mm(ex, var, &L->comp_gate, M, a->xn, t.ssc);
+        for (int m = 0; m < M; m++) {
+            float *sc = t.ssc + (size_t)m * hd;
+            const float *ape = L->comp_ape + (size_t)(a->pos[m] % r) * hd;
+            for (int i = 0; i < hd; i++) sc[i] = sc[i] + ape[i];
+        }
+    }
     const int p_qkv = wants(pr, l, DSD_CP_QKV);
     if (p_qkv) {
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_QA, MMF(&L->wq_a), t.qr, (size_t)s->q_lora, (size_t)s->q_lora);
@@ -110,24 +204,29 @@ void ds_layer_ds4_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *
     if (p_qkv) ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_QB, MMF(&L->wq_b), a->q, qd, qd);
     b->rmsnorm(ex, vnorm, M * H, hd, a->q, NULL, s->eps, a->q);
     b->rmsnorm(ex, vnorm, M, hd, a->k, L->kv_norm, s->eps, a->k);
-    rope_tail(ex, vrope, s, M, H, a->pos, a->q, t.rot);
-    rope_tail(ex, vrope, s, M, 1, a->pos, a->k, t.rot);
+    rope_tail(ex, vrope, s, M, H, a->pos, base, a->q, t.rot);
+    rope_tail(ex, vrope, s, M, 1, a->pos, base, a->k, t.rot);
     if (p_qkv) {
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_ROPE, FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM), a->q, qd, qd);
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_ROPE, FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM), a->k,
                       (size_t)hd, (size_t)hd);
     }
     /* the one KV row is K and V */
-    b->kv_write(ex, kc, vc, hd, M, a->rows, a->k, a->k);
+    if (W == hd) b->kv_write(ex, kc, vc, hd, M, a->rows, a->k, a->k);
+    else comp_write(ex, L, s, var, M, a, kc, vc, &t);
     if (wants(pr, l, DSD_CP_KV_WRITE))
         for (int r = 0; r < M; r++) {
             const float *row = a->k + (size_t)r * hd;
-            if (a->tables_host) row = kc + ds_rows_at(a->rows, a->tables_host, 0, pos0 + r, hd);
+            if (a->tables_host) row = kc + ds_rows_at(a->rows, a->tables_host, 0, pos0 + r, W);
             ds_probe_rows(ex, pr, 1, pos0 + r, l, DSD_CP_KV_WRITE, DSD_SUB_K_CACHE_ROW,
                           FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM) | MMF(&L->wkv), row, (size_t)hd, (size_t)hd);
         }
-    const ds_attn_shape as = {H, 1, hd, hd, 1.0f / sqrtf((float)hd)};
-    b->attn_sinks(ex, (ds_variant)var[DS_FAM_ATTN_SINKS], &as, M, a->rows, s->n_swa, L->sinks, a->q, kc, vc, a->att);
+    /* a compressed layer: its visible compressed rows join the window's
+     * (K = V in the K region; the V region holds the compressor state) */
+    const ds_attn_shape as = {H, 1, hd, W, 1.0f / sqrtf((float)hd)};
+    const ds_attn_extra ax = {L->comp_ratio, hd};
+    b->attn_sinks(ex, (ds_variant)var[DS_FAM_ATTN_SINKS], &as, M, a->rows, s->n_swa, L->comp_ratio ? &ax : NULL,
+                  L->sinks, a->q, kc, L->comp_ratio ? kc : vc, a->att);
     if (wants(pr, l, DSD_CP_ATTN_HEADS))
         for (int r = 0; r < M; r++)
             for (int h = 0; h < H; h++)
@@ -136,7 +235,7 @@ void ds_layer_ds4_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *
     /* rotate the output back: the same angles at the negated positions
      * (host-memory backends: the loader refuses deepseek4 elsewhere) */
     for (int r = 0; r < M; r++) t.npos[r] = -a->pos[r];
-    rope_tail(ex, vrope, s, M, H, t.npos, a->att, t.rot);
+    rope_tail(ex, vrope, s, M, H, t.npos, base, a->att, t.rot);
     /* the output groups: heads [g H/G, (g+1) H/G) through wo_a[g], then wo_b */
     unsigned f_o = MMF(&L->wo_b);
     for (int g = 0; g < G; g++) {

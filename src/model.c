@@ -31,7 +31,7 @@ ds_layer_shape ds_hp_layer_shape(const ds_hparams *hp) {
         .gdn = {.n_k_head = Hk, .n_v_head = Hv, .head_dim = S, .d_conv = hp->ssm_d_conv,
                 .conv_dim = (2 * Hk + Hv) * S, .eps = hp->norm_eps},
         .hc = hp->hc, .hc_iters = hp->hc_iters, .q_lora = hp->q_lora, .o_groups = hp->o_groups, .o_lora = hp->o_lora,
-        .n_swa = hp->n_swa, .hc_eps = hp->hc_eps,
+        .n_swa = hp->n_swa, .hc_eps = hp->hc_eps, .comp_rope_base = hp->comp_rope_base, .kv_row = ds_hp_kv_row(hp),
     };
 }
 
@@ -443,14 +443,28 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
         ds_errf(err, errlen, "model: deepseek4 needs '%s', an array of %d ratios", key, n_all);
         return -1;
     }
+    /* ratio 128 (HCA) runs on a backend with the ds4_compress family; ratio
+     * 4 (CSA, the lightning indexer) is refused with one line */
+    int64_t n_ape = 0;
     for (int l = 0; l < hp->n_layer; l++) {
         int64_t r = 0;
         if (gguf_arr_i64(cr, (uint64_t)l, &r)) { ds_errf(err, errlen, "model: '%s' must hold integers", key); return -1; }
-        if (r != 0) {
-            ds_errf(err, errlen, "model: deepseek4 layer %d is a compressed attention layer (compress ratio %lld): "
-                    "compressed / indexed attention is not supported yet", l, (long long)r);
+        if (r != 0 && r != 4 && r != 128) {
+            ds_errf(err, errlen, "model: deepseek4 layer %d has compress ratio %lld (llama.cpp knows 0, 4 and 128)", l,
+                    (long long)r);
             return -1;
         }
+        if (r == 4) {
+            ds_errf(err, errlen, "model: deepseek4 layer %d is a CSA compressed attention layer (compress ratio 4, the "
+                    "lightning indexer): not supported yet (ratios 0 and 128 are)", l);
+            return -1;
+        }
+        if (r == 128 && !m->be->i->ds4_compress) {
+            ds_errf(err, errlen, "model: deepseek4 layer %d is a compressed attention layer (ratio 128) and the %s "
+                    "device has no ds4_compress kernels (use --device cpu)", l, m->be->i->name);
+            return -1;
+        }
+        if (r) { hp->n_comp++; n_ape += r; }
     }
     int vlen = hp->head_dim;
     snprintf(key, sizeof key, "%s.attention.value_length", arch);
@@ -460,6 +474,13 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
     if (get_f32_opt(g, arch, "rope.freq_base", &hp->rope_base, err, errlen) ||
         get_f32_opt(g, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps, err, errlen))
         return -1;
+    hp->comp_rope_base = hp->rope_base;
+    if (hp->n_comp && get_f32_req(g, arch, "attention.compress_rope_freq_base", &hp->comp_rope_base, err, errlen))
+        return -1;
+    if (hp->n_comp && !(hp->comp_rope_base > 1.0f && hp->comp_rope_base < 1e12f)) {
+        ds_errf(err, errlen, "model: deepseek4 compress_rope_freq_base %g is out of range", (double)hp->comp_rope_base);
+        return -1;
+    }
     hp->n_ctx_train = 0;
     snprintf(key, sizeof key, "%s.context_length", arch);
     if (gguf_find_kv(g, key) && get_u32_req(g, arch, "context_length", &hp->n_ctx_train, err, errlen)) return -1;
@@ -503,7 +524,11 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
         load_weight(g, "output_hc_fn.weight", hc * d, hc, &m->hc_head_fn, err, errlen))
         return -1;
     const size_t n_norm = (size_t)d + (size_t)hc + 1 +
-        (size_t)hp->n_layer * (2 * (size_t)d + (size_t)hp->q_lora + (size_t)hd + (size_t)H + 2 * ((size_t)mixn + 3) + (size_t)E);
+        (size_t)hp->n_layer * (2 * (size_t)d + (size_t)hp->q_lora + (size_t)hd + (size_t)H + 2 * ((size_t)mixn + 3) + (size_t)E) +
+        (size_t)n_ape * (size_t)hd + (size_t)hp->n_comp * (size_t)hd;
+    /* a compressed layer's KV row: K then its compressed row in the K
+     * region, its compressor state [kv | score] in the V region (layer_ds4.c) */
+    hp->kv_row = hp->n_comp ? 2 * hd : 0;
     m->f32_arena = malloc(n_norm * sizeof(float));
     m->f32_n = n_norm;
     m->layers = calloc((size_t)hp->n_layer, sizeof(ds_layer));
@@ -558,6 +583,24 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
             return -1;
         if (l < n_hash && load_tid2eid(g, NAME("ffn_gate_tid2eid.weight"), k, hp->n_vocab, E, &L->tid2eid, err, errlen))
             return -1;
+        int64_t r = 0;
+        (void)gguf_arr_i64(cr, (uint64_t)l, &r);   /* read above */
+        L->comp_ratio = (int)r;
+        if (r) {
+            const gguf_tensor *ta = want_tensor(g, NAME("attn_compressor_ape.weight"), hd, r, err, errlen);
+            if (!ta) return -1;
+            if (ta->type != DS_TYPE_F32 && ta->type != DS_TYPE_F16 && ta->type != DS_TYPE_BF16) {
+                ds_errf(err, errlen, "model: tensor '%s' is %s (want F32, F16 or BF16)", n, ds_type_name(ta->type));
+                return -1;
+            }
+            ds_row_to_f32(ta->type, ta->data, (int64_t)hd * r, cur);
+            L->comp_ape = cur;
+            cur += (size_t)hd * (size_t)r;
+            if (load_weight(g, NAME("attn_compressor_kv.weight"), d, hd, &L->comp_kv, err, errlen) ||
+                load_weight(g, NAME("attn_compressor_gate.weight"), d, hd, &L->comp_gate, err, errlen) ||
+                load_norm(g, NAME("attn_compressor_norm.weight"), hd, &cur, &L->comp_norm, err, errlen))
+                return -1;
+        }
 #undef NAME
     }
     return 0;
@@ -836,7 +879,7 @@ void ds_model_free(ds_model *m) {
 int ds_hp_kv_layers(const ds_hparams *hp) { return hp->n_layer - hp->n_rec; }
 
 size_t ds_kv_row_bytes(const ds_model *m) {
-    return 2u * (size_t)ds_hp_kv_layers(&m->hp) * (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim * sizeof(float);
+    return 2u * (size_t)ds_hp_kv_layers(&m->hp) * (size_t)ds_hp_kv_row(&m->hp) * sizeof(float);
 }
 
 
@@ -936,7 +979,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
     const size_t M = (size_t)c->m_max, d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
     /* the KV cache: pages for n_ctx positions, committed as they are used */
-    const ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {ds_hp_kv_layers(hp)}, .row = {(int)kvd},
+    const ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {ds_hp_kv_layers(hp)}, .row = {ds_hp_kv_row(hp)},
                                 .n_pages = (n_ctx + DS_KV_PAGE - 1) / DS_KV_PAGE};
     c->pool = ds_kvpool_new(c->be, &ps, e2, sizeof e2);
     if (!c->pool || ds_seq_init(&c->seq, n_ctx, e2, sizeof e2)) {

@@ -9,8 +9,18 @@
 #     fast is found at the site it produces (attn_sinks at the raw heads,
 #     hc_pre at its mixed input, hc_post at the streams after the HC tail),
 #     the Q8_0 matmul at QA; families prints the seed's names and sites;
-#   - refusals are one line, exit 2: a compressed attention layer, a gating
-#     function other than sqrtsoftplus.
+#   - HCA compressed attention (compress ratio 128, docs/DS4-COMPRESSED.md)
+#     with a 126-token prompt, so that block 0 (positions 0..127) completes
+#     inside verify blocks and during decode: spec == plain greedy and
+#     seeded at every draft width, threads equal, a 168-token prompt (the
+#     block completes inside a prefill chunk) equal with -t 1 and 2; diverge
+#     over a verify block across the boundary: FIRST_DIVERGENCE NONE (logits,
+#     taps and the widened K/V rows, compressor state included, memcmp) on
+#     every SIMD level with the same text, and --fast ds4_compress found at
+#     the row that completes the block;
+#   - refusals are one line, exit 2: a CSA (ratio 4) layer, a ratio other
+#     than 0/4/128, a gating function other than sqrtsoftplus; make-model's
+#     bad --compress-ratios.
 set -u
 BUILD=${BUILD:-build}
 D="$BUILD/dspark"
@@ -62,6 +72,34 @@ grep -aq '^  SEED FAMILY_Q8_0_BATCH_EXT_VS_SINGLE_MV sites=QA,KV,QB status=PROVE
     && grep -aq '^FAMILY name=hc_post verdict=PROVEN_DIFFERENT .*model_first_divergence=row:0,layer:0,cp6_attn_residual,after_attn_hc' "$T/fam" \
     && ok "families in the seed's terms: $(grep -a 'SEED FAMILY_Q8_0' "$T/fam" | sed 's/^ *//')" || { bad "deepseek4 families"; grep -a "SEED\|hc_post" "$T/fam"; }
 
+# ---- HCA compressed attention (ratio 128) -------------------------------------------
+$D make-model -o "$T/c.gguf" $MK --compress-ratios 128,0 2>/dev/null || bad "make-model --compress-ratios 128,0"
+P3="$P $P $P"
+plain_hashes "$T/chashes" "$T/c.gguf" "$P3"
+threads_equal "HCA" "$T/c.gguf" "$P3"
+$D make-drafter -m "$T/c.gguf" -o "$T/cd.gguf" --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter (HCA target)"
+spec_widths HCA "$T/c.gguf" "$T/cd.gguf" "$T/g" "$T/s" "$P3"
+$D generate -m "$T/c.gguf" -md "$T/cd.gguf" -p "$P3" -n 48 -t 2 --oracle-accept rate:1 >"$T/co" 2>/dev/null \
+    && cmp -s "$T/g" "$T/co" && ok "HCA oracle acceptance: full verify blocks across the block boundary == plain" \
+    || bad "HCA oracle acceptance"
+$D generate -m "$T/c.gguf" -p "$P3 $P" -n 16 -t 2 >"$T/cl2" 2>/dev/null && $D generate -m "$T/c.gguf" -p "$P3 $P" -n 16 -t 1 >"$T/cl1" 2>/dev/null \
+    && [ -s "$T/cl2" ] && cmp -s "$T/cl1" "$T/cl2" && ok "HCA: block completed inside a prefill chunk, -t 1 == -t 2" || bad "HCA prefill"
+for lv in portable avx2 avxvnni avx512; do
+    env DSPARK_SIMD=$lv $D diverge -m "$T/c.gguf" -p "$P3" --block-greedy 8 >"$T/cdv" 2>&1 \
+        && grep -q '^FIRST_DIVERGENCE NONE' "$T/cdv" && ok "HCA verify(8) across the boundary == 8 decodes (DSPARK_SIMD=$lv)" \
+        || { bad "HCA diverges (DSPARK_SIMD=$lv)"; grep -a '^FIRST\|rror' "$T/cdv"; }
+    env DSPARK_SIMD=$lv $D generate -m "$T/c.gguf" -p "$P3" -n 48 -t 2 >"$T/cg" 2>/dev/null && cmp -s "$T/g" "$T/cg" \
+        && ok "HCA text equal on DSPARK_SIMD=$lv" || bad "HCA text differs on DSPARK_SIMD=$lv"
+done
+$D diverge -m "$T/c.gguf" -p "$P3" --block-greedy 8 --fast ds4_compress >"$T/cdf" 2>&1
+grep -q '^FIRST_DIVERGENCE row=1 layer=0 checkpoint=cp4_attn_heads' "$T/cdf" \
+    && ok "--fast ds4_compress: $(grep '^FIRST_DIVERGENCE' "$T/cdf") (row 1 = position 127 completes block 0)" \
+    || { bad "--fast ds4_compress not found at row 1's heads"; grep -a '^FIRST' "$T/cdf"; }
+expect_err "make-model: a ratio other than 0/4/128" "compress-ratios" $D make-model -o "$T/bad.gguf" $MK --compress-ratios 0,64
+expect_err "make-model: wrong ratio count" "one ratio per layer" $D make-model -o "$T/bad.gguf" $MK --compress-ratios 0,128,0
+$D make-model -o "$T/csa.gguf" $MK --compress-ratios 0,4 --n-indexer-head 2 --indexer-dim 32 --indexer-top-k 4 2>/dev/null || bad "make-model CSA"
+expect_err "CSA layer refused" "CSA compressed" $D generate -m "$T/csa.gguf" -p hi -n 1
+
 # ---- refusals: one line, exit 2 ---------------------------------------------------
 python3 - "$T/m.gguf" "$T/b1.gguf" <<'PY'
 import sys, struct
@@ -72,6 +110,8 @@ b[i:i + 4] = struct.pack('<i', 4)            # layer 0: a compressed (CSA) layer
 open(sys.argv[2], 'wb').write(b)
 PY
 expect_err "compressed attention layer" "compressed" $D generate -m "$T/b1.gguf" -p hi -n 1
+python3 -c "import sys,struct; b=bytearray(open(sys.argv[1],'rb').read()); k=b'deepseek4.attention.compress_ratios'; i=b.index(k)+len(k)+16; b[i:i+4]=struct.pack('<i',64); open(sys.argv[2],'wb').write(b)" "$T/m.gguf" "$T/b3.gguf"
+expect_err "compress ratio 64" "0, 4 and 128" $D generate -m "$T/b3.gguf" -p hi -n 1
 python3 -c "import sys; b=open(sys.argv[1],'rb').read(); open(sys.argv[2],'wb').write(b.replace(b'deepseek4.expert_gating_func', b'deepseek4.expert_gating_fXnc', 1))" "$T/m.gguf" "$T/b2.gguf"
 expect_err "no gating function" "expert_gating_func" $D generate -m "$T/b2.gguf" -p hi -n 1
 exit $fail
