@@ -380,6 +380,11 @@ typedef struct ds_backend_i {
      * compressed layers; NULL: the loader refuses a file that has one */
     void (*ds4_compress)(ds_exec *ex, ds_variant v, int rows, int n, int hd, const float *const *kv,
                          const float *const *sc, float *out);
+    /* the ds4_indexer family (kernels.h ds_ds4_indexer): CSA layers; NULL:
+     * the loader refuses them */
+    void (*ds4_indexer)(ds_exec *ex, ds_variant v, int rows, int n_ih, int ihd, const float *iq, const float *w,
+                        const int32_t *n_blk, ds_ds4_key_fn key, const void *u, int top_k, int32_t *sel, int32_t *n_sel,
+                        float *score);
 
     /* ---- optional: rows per internal chunk ---------------------------------
      * How many rows a context or engine forward runs at once when a prompt

@@ -440,6 +440,11 @@ static void cpu_ds4_compress(ds_exec *ex, ds_variant v, int rows, int n, int hd,
                              const float *const *sc, float *out) {
     (void)ds_ds4_compress(v, rows, n, hd, kv, sc, out, pool_of(ex));
 }
+static void cpu_ds4_indexer(ds_exec *ex, ds_variant v, int rows, int n_ih, int ihd, const float *iq, const float *w,
+                            const int32_t *n_blk, ds_ds4_key_fn key, const void *u, int top_k, int32_t *sel,
+                            int32_t *n_sel, float *score) {
+    (void)ds_ds4_indexer(v, rows, n_ih, ihd, iq, w, n_blk, key, u, top_k, sel, n_sel, score, pool_of(ex));
+}
 static void cpu_moe_route_ex(ds_exec *ex, ds_variant v, int M, int n_expert, int k, const ds_moe_gating *g,
                              const float *logits, int32_t *ids, float *w) {
     (void)ex;
@@ -500,6 +505,7 @@ static const ds_backend_i cpu_i = {
     .hc_post = cpu_hc_post,
     .moe_route_ex = cpu_moe_route_ex,
     .ds4_compress = cpu_ds4_compress,
+    .ds4_indexer = cpu_ds4_indexer,
 };
 
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {

@@ -59,6 +59,11 @@ typedef struct {
     int comp_ratio;
     ds_weight comp_kv, comp_gate;
     const float *comp_ape, *comp_norm;
+    /* CSA (comp_ratio 4; then c = 2): the lightning indexer — idx_proj
+     * [n_ih][d], idx_q_b [n_ih ihd][q_lora], its compressor idx_kv /
+     * idx_gate [2 ihd][d], idx_ape [4][2 ihd], idx_norm [ihd] */
+    ds_weight idx_proj, idx_q_b, idx_kv, idx_gate;
+    const float *idx_ape, *idx_norm;
     ds_weight wq_a, wq_b, wkv, wo_b, hc_attn_fn, hc_ffn_fn;
     ds_weight *wo_a;
     const float *q_a_norm, *kv_norm, *sinks, *hc_attn_base, *hc_attn_scale, *hc_ffn_base, *hc_ffn_scale, *exp_probs_b;
@@ -90,6 +95,7 @@ typedef struct {
      * position (head_dim, wider when a layer keeps compressor state) */
     float comp_rope_base;
     int   kv_row;
+    int   idx_heads, idx_dim, idx_top_k;   /* the lightning indexer (CSA layers) */
 } ds_layer_shape;
 
 /* Floats of the hybrid layers' scratch (ds_acts.rec) for m_max rows: the

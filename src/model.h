@@ -67,6 +67,9 @@ typedef struct {
      * pool (0: n_head_kv x head_dim; layer_ds4.c's widened rows) */
     int     n_comp, kv_row;
     float   comp_rope_base;
+    /* of which CSA (ratio 4) layers, and attention.indexer.head_count,
+     * .key_length, .top_k */
+    int     n_csa, idx_heads, idx_dim, idx_top_k;
 } ds_hparams;
 
 /* Floats of one row of the residual stream: n_embd, or hc x n_embd for a

@@ -34,7 +34,9 @@
  * `off` floats into the K row of position b * ratio + ratio - 1). Decode
  * folds them after the window's chunks and before the sink, in block order,
  * in chunks of DS_ATTN_CHUNK blocks from block 0 (a row's own count, never
- * M); fast runs them through the same one-pass update after the window. */
+ * M); fast runs them through the same one-pass update after the window.
+ * A CSA layer passes the indexer's selection: only those blocks, in
+ * ascending block order. */
 #include "kernels/kernels.h"
 #include "kernels/cpu/ops_internal.h"
 #include "kernels/dsmath.h"
@@ -62,9 +64,12 @@ static inline int row_nvis(const ds_attn_rows *r, int m) { return r->n_vis ? r->
 static inline int row_lo(int n_vis, int window) { return window > 0 && n_vis > window ? n_vis - window : 0; }
 
 /* extra key e (< n_extra(m)) of row m: block e's compressed row */
-static inline int row_nextra(const sink_args *a, int n_vis) { return a->x ? n_vis / a->x->ratio : 0; }
+static inline int row_nextra(const sink_args *a, int m, int n_vis) {
+    return !a->x ? 0 : a->x->sel ? a->x->n_sel[m] : n_vis / a->x->ratio;
+}
 static inline const float *extra_row(const sink_args *a, int m, int e) {
-    return kv_row(a->r, a->s, m, e * a->x->ratio + a->x->ratio - 1, a->kc) + a->x->off;
+    const int b = a->x->sel ? a->x->sel[(size_t)m * a->x->sel_stride + e] : e;
+    return kv_row(a->r, a->s, m, b * a->x->ratio + a->x->ratio - 1, a->kc) + a->x->off;
 }
 
 /* ========================================================================
@@ -125,7 +130,7 @@ static void attend_row(const sink_args *a, int m, int h) {
     }
     /* the compressed keys (K = V), in block order, chunks of DS_ATTN_CHUNK
      * blocks after the window's */
-    const int nx = row_nextra(a, n_vis);
+    const int nx = row_nextra(a, m, n_vis);
     for (int e0 = 0; e0 < nx; e0 += DS_ATTN_CHUNK) {
         const int e1 = e0 + DS_ATTN_CHUNK < nx ? e0 + DS_ATTN_CHUNK : nx;
         for (int e = e0; e < e1; e++) kp[e - e0] = vp[e - e0] = extra_row(a, m, e);
@@ -186,7 +191,7 @@ static void sinks_fast_range(void *arg, int64_t i0, int64_t i1) {
         for (int j = lo; j < n_vis; j++)
             fast_step(qh, kv_row(a->r, s, m, j, a->kc) + (size_t)kvh * hd, kv_row(a->r, s, m, j, a->vc) + (size_t)kvh * hd,
                       hd, s->scale, &run_m, &run_l, o);
-        const int nx = row_nextra(a, n_vis);
+        const int nx = row_nextra(a, m, n_vis);
         for (int e = 0; e < nx; e++) {
             const float *kx = extra_row(a, m, e);
             fast_step(qh, kx, kx, hd, s->scale, &run_m, &run_l, o);
