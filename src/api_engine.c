@@ -63,7 +63,7 @@ int dspark_engine_default_seqs(const dspark_model *dm, int n_ctx) {
     const ds_drafter *d = ds_api_drafter(dm);
     n_ctx = engine_n_ctx(m, n_ctx);
     const ds_hparams *hp = &m->hp;
-    uint64_t per_pos = (uint64_t)ds_hp_kv_layers(hp) * 2u * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    uint64_t per_pos = (uint64_t)ds_hp_kv_layers(hp) * 2u * (uint64_t)ds_hp_kv_row(hp);
     int gamma = 0;
     if (d) {
         int nl = 0, row = 0;

@@ -368,6 +368,7 @@ typedef struct ds_backend_i {
      * function (ds_moe_route_ex: sqrtsoftplus, the selection bias, hash
      * layers' fixed experts; the moe_route family). */
     void (*attn_sinks)(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const ds_rows *r, int window,
+                       const ds_attn_extra *x,
                        const float *sinks, const float *q, const float *kc, const float *vc, float *out);
     void (*hc_pre)(ds_exec *ex, ds_variant v, int rows, int hc, int d, int n_mix, const float *x, const float *mix,
                    const float *scale, const float *base, float eps, int iters, float *y, float *post, float *comb);
@@ -375,6 +376,15 @@ typedef struct ds_backend_i {
                     const float *post, const float *comb, float *out);
     void (*moe_route_ex)(ds_exec *ex, ds_variant v, int M, int n_expert, int k, const ds_moe_gating *g,
                          const float *logits, int32_t *ids, float *w);
+    /* the ds4_compress family (kernels.h ds_ds4_compress): deepseek4's
+     * compressed layers; NULL: the loader refuses a file that has one */
+    void (*ds4_compress)(ds_exec *ex, ds_variant v, int rows, int n, int hd, const float *const *kv,
+                         const float *const *sc, float *out);
+    /* the ds4_indexer family (kernels.h ds_ds4_indexer): CSA layers; NULL:
+     * the loader refuses them */
+    void (*ds4_indexer)(ds_exec *ex, ds_variant v, int rows, int n_ih, int ihd, const float *iq, const float *w,
+                        const int32_t *n_blk, ds_ds4_key_fn key, const void *u, int top_k, int32_t *sel, int32_t *n_sel,
+                        float *score);
 
     /* ---- optional: rows per internal chunk ---------------------------------
      * How many rows a context or engine forward runs at once when a prompt

@@ -423,9 +423,10 @@ static void cpu_sigmoid_mul(ds_exec *ex, int64_t n, float *x, const float *g) {
 
 /* ---- deepseek4 --------------------------------------------------------- */
 static void cpu_attn_sinks(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, const ds_rows *r, int window,
+                           const ds_attn_extra *x,
                            const float *sinks, const float *q, const float *kc, const float *vc, float *out) {
     const ds_attn_rows ar = { r->n_vis, r->pos, r->seq, r->tables, r->max_pages, r->page, r->page_stride };
-    (void)ds_attn_sinks(v, s, M, &ar, window, sinks, q, kc, vc, out, pool_of(ex));
+    (void)ds_attn_sinks(v, s, M, &ar, window, x, sinks, q, kc, vc, out, pool_of(ex));
 }
 static void cpu_hc_pre(ds_exec *ex, ds_variant v, int rows, int hc, int d, int n_mix, const float *x, const float *mix,
                        const float *scale, const float *base, float eps, int iters, float *y, float *post, float *comb) {
@@ -434,6 +435,15 @@ static void cpu_hc_pre(ds_exec *ex, ds_variant v, int rows, int hc, int d, int n
 static void cpu_hc_post(ds_exec *ex, ds_variant v, int rows, int hc, int d, const float *f, const float *res,
                         const float *post, const float *comb, float *out) {
     (void)ds_hc_post(v, rows, hc, d, f, res, post, comb, out, pool_of(ex));
+}
+static void cpu_ds4_compress(ds_exec *ex, ds_variant v, int rows, int n, int hd, const float *const *kv,
+                             const float *const *sc, float *out) {
+    (void)ds_ds4_compress(v, rows, n, hd, kv, sc, out, pool_of(ex));
+}
+static void cpu_ds4_indexer(ds_exec *ex, ds_variant v, int rows, int n_ih, int ihd, const float *iq, const float *w,
+                            const int32_t *n_blk, ds_ds4_key_fn key, const void *u, int top_k, int32_t *sel,
+                            int32_t *n_sel, float *score) {
+    (void)ds_ds4_indexer(v, rows, n_ih, ihd, iq, w, n_blk, key, u, top_k, sel, n_sel, score, pool_of(ex));
 }
 static void cpu_moe_route_ex(ds_exec *ex, ds_variant v, int M, int n_expert, int k, const ds_moe_gating *g,
                              const float *logits, int32_t *ids, float *w) {
@@ -494,6 +504,8 @@ static const ds_backend_i cpu_i = {
     .hc_pre = cpu_hc_pre,
     .hc_post = cpu_hc_post,
     .moe_route_ex = cpu_moe_route_ex,
+    .ds4_compress = cpu_ds4_compress,
+    .ds4_indexer = cpu_ds4_indexer,
 };
 
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {

@@ -729,6 +729,8 @@ static const ds_backend_i dsc_iface = {
     /* hc_pre */ NULL,
     /* hc_post */ NULL,
     /* moe_route_ex */ NULL,
+    /* ds4_compress */ NULL,        /* no compressed-attention kernels: the loader refuses those layers here */
+    /* ds4_indexer */ NULL,
     dsc_chunk_rows,
     dsc_mem_free,
 };

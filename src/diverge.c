@@ -58,7 +58,7 @@ static int pass_alloc(pass_out *p, const ds_ctx *c, int M) {
     const ds_hparams *hp = &ds_ctx_model(c)->hp;
     p->n_logits = (size_t)M * hp->n_vocab;
     p->n_taps = (size_t)M * ds_ctx_n_taps(c) * hp->n_embd;
-    p->n_kv = (size_t)ds_hp_kv_layers(hp) * M * hp->n_head_kv * hp->head_dim;
+    p->n_kv = (size_t)ds_hp_kv_layers(hp) * M * (size_t)ds_hp_kv_row(hp);
     p->logits = malloc(p->n_logits * sizeof(float));
     p->taps = malloc((p->n_taps + 1) * sizeof(float));
     p->k = malloc(p->n_kv * sizeof(float));
@@ -93,6 +93,17 @@ static int decode_pass(ds_ctx *c, const ds_diverge_opts *o, pass_out *p, char *e
         if (ds_decode(c, o->block[r], o->n_prompt + r, p->logits + r * V, p->taps + r * T, err, errlen)) return -1;
     grab_kv(c, o->n_prompt, o->M, p);
     return 0;
+}
+
+/* families' ds4_indexer A/B: row m's block keys in the rows of in1 */
+typedef struct {
+    const float *base;
+    size_t stride, off;
+    int ihd;
+} ab_keys;
+static const float *ab_key(const void *u, int m, int blk) {
+    const ab_keys *k = u;
+    return k->base + (size_t)m * k->stride + k->off + (size_t)blk * (size_t)k->ihd;
 }
 
 /* Arena sized for every checkpoint object of M rows. */
@@ -343,6 +354,8 @@ int ds_model_uses_family(const ds_model *m, int fam) {
     if (fam == DS_FAM_MOE_ROUTE) return m->hp.n_expert > 0;
     if (fam == DS_FAM_GDN) return m->hp.n_rec > 0;
     if (fam == DS_FAM_ATTN_SINKS || fam == DS_FAM_HC_PRE || fam == DS_FAM_HC_POST) return m->hp.arch == DS_ARCH_DEEPSEEK4;
+    if (fam == DS_FAM_DS4_COMPRESS) return m->hp.n_comp > 0;
+    if (fam == DS_FAM_DS4_INDEXER) return m->hp.n_csa > 0;
     if (m->hp.arch == DS_ARCH_DEEPSEEK4 && (fam == DS_FAM_ATTENTION || fam == DS_FAM_SWIGLU || fam == DS_FAM_RESIDUAL))
         return fam == DS_FAM_SWIGLU;     /* deepseek4 attends with attn_sinks and adds by hc_post */
     const int t = ds_family_weight_type(fam);
@@ -503,6 +516,30 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
         if (fam == DS_FAM_HC_PRE) row_out = (size_t)hdd;
         if (fam == DS_FAM_HC_POST) row_out = (size_t)hcn * hdd;
     }
+    /* ds4_compress: one HCA block a row, DS4_AB_N entries of hd values then
+     * DS4_AB_N of scores in in1; out the pooled row (host-memory devices) */
+    enum { DS4_AB_N = 128 };
+    if (fam == DS_FAM_DS4_COMPRESS) {
+        if (!b->ds4_compress || !b->host_memory) {
+            ds_errf(err, errlen, "families: the %s device has no ds4_compress kernel", b->name);
+            return -1;
+        }
+        row_in = 2 * (size_t)DS4_AB_N * hd;
+        row_out = (size_t)hd;
+    }
+    /* ds4_indexer: a row's queries [nih][ihd], head weights [nih] and
+     * DS4_AB_N block keys [ihd] in in1; out its kept scores then its
+     * selection (as floats) */
+    const int ab_nih = hp->idx_heads > 0 ? hp->idx_heads : 4, ab_ihd = hp->idx_dim > 0 ? hp->idx_dim : 64;
+    const int ab_tk = hp->idx_top_k > 0 && hp->idx_top_k < 16 ? hp->idx_top_k : 16;
+    if (fam == DS_FAM_DS4_INDEXER) {
+        if (!b->ds4_indexer || !b->host_memory) {
+            ds_errf(err, errlen, "families: the %s device has no ds4_indexer kernel", b->name);
+            return -1;
+        }
+        row_in = (size_t)ab_nih * ab_ihd + (size_t)ab_nih + (size_t)DS4_AB_N * ab_ihd;
+        row_out = 2 * (size_t)ab_tk;
+    }
     size_t cache = (size_t)n_kv * Hkv * hd;
     size_t wn = (size_t)(d > hd ? d : hd);
     if (wn < (size_t)mixn + 3 || wn < (size_t)H) wn = (size_t)(mixn + 3 > H ? mixn + 3 : H);
@@ -624,10 +661,68 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
             for (int r = 0; r < M; r++) {
                 ds_rows one = rw;
                 one.pos = a.dpos + r;
-                b->attn_sinks(ex, DS_CANONICAL, &s, 1, &one, hp->n_swa, d_w, d_in1 + (size_t)r * H * hd, kc, vc,
+                b->attn_sinks(ex, DS_CANONICAL, &s, 1, &one, hp->n_swa, NULL, d_w, d_in1 + (size_t)r * H * hd, kc, vc,
                               d_ref + (size_t)r * H * hd);
             }
-            b->attn_sinks(ex, v, &s, M, &rw, hp->n_swa, d_w, d_in1, kc, vc, d_got);
+            b->attn_sinks(ex, v, &s, M, &rw, hp->n_swa, NULL, d_w, d_in1, kc, vc, d_got);
+            break;
+        }
+        case DS_FAM_DS4_COMPRESS: {
+            const size_t nn = DS4_AB_N, hw = (size_t)hd;
+            const float **pk = malloc(2 * (size_t)M * nn * sizeof *pk);
+            if (!pk) { ds_errf(err, errlen, "families: out of memory"); goto done; }
+            const float **ps = pk + (size_t)M * nn;
+            for (size_t r = 0; r < (size_t)M; r++)
+                for (size_t j = 0; j < nn; j++) {
+                    pk[r * nn + j] = d_in1 + r * row_in + j * hw;
+                    ps[r * nn + j] = d_in1 + r * row_in + (nn + j) * hw;
+                }
+            for (int r = 0; r < M; r++)
+                b->ds4_compress(ex, DS_CANONICAL, 1, (int)nn, hd, pk + (size_t)r * nn, ps + (size_t)r * nn, d_ref + (size_t)r * hw);
+            b->ds4_compress(ex, v, M, (int)nn, hd, pk, ps, d_got);
+            free(pk);
+            break;
+        }
+        case DS_FAM_DS4_INDEXER: {
+            const size_t qn = (size_t)ab_nih * ab_ihd, tk = (size_t)ab_tk;
+            int32_t *ib = malloc(4 * (size_t)M * sizeof(int32_t) + 2 * (size_t)M * tk * sizeof(int32_t));
+            float *sc = malloc(2 * (size_t)M * tk * sizeof(float));
+            if (!ib || !sc) { free(ib); free(sc); ds_errf(err, errlen, "families: out of memory"); goto done; }
+            int32_t *nblk = ib, *nsel = ib + M, *sel = ib + 2 * (size_t)M + 2 * (size_t)M;
+            for (int r = 0; r < M; r++) nblk[r] = DS4_AB_N;
+            for (int side = 0; side < 2; side++) {
+                float *dst = side ? d_got : d_ref;
+                int32_t *sl = sel + (size_t)side * M * tk;
+                float *scs = sc + (size_t)side * M * tk;
+                for (int r = 0; r < M; r++) {
+                    ab_keys k = {d_in1 + (size_t)r * row_in, row_in, qn + (size_t)ab_nih, ab_ihd};
+                    if (side == 0)
+                        b->ds4_indexer(ex, DS_CANONICAL, 1, ab_nih, ab_ihd, k.base, k.base + qn, nblk + r, ab_key, &k,
+                                       ab_tk, sl + (size_t)r * tk, nsel + r, scs + (size_t)r * tk);
+                }
+                if (side == 1) {
+                    ab_keys k = {d_in1, row_in, qn + (size_t)ab_nih, ab_ihd};
+                    /* the batch: every row's queries / weights are strided in in1; run row by row
+                     * through the M-row entry with a per-row key view */
+                    float *q = malloc((size_t)M * (qn + (size_t)ab_nih) * sizeof(float));
+                    if (!q) { free(ib); free(sc); ds_errf(err, errlen, "families: out of memory"); goto done; }
+                    for (int r = 0; r < M; r++) {
+                        memcpy(q + (size_t)r * qn, d_in1 + (size_t)r * row_in, qn * sizeof(float));
+                        memcpy(q + (size_t)M * qn + (size_t)r * ab_nih, d_in1 + (size_t)r * row_in + qn,
+                               (size_t)ab_nih * sizeof(float));
+                    }
+                    b->ds4_indexer(ex, v, M, ab_nih, ab_ihd, q, q + (size_t)M * qn, nblk, ab_key, &k, ab_tk, sl,
+                                   nsel + M, scs);
+                    free(q);
+                }
+                for (int r = 0; r < M; r++)
+                    for (size_t j = 0; j < tk; j++) {
+                        dst[(size_t)r * row_out + j] = scs[(size_t)r * tk + j];
+                        dst[(size_t)r * row_out + tk + j] = (float)sl[(size_t)r * tk + j];
+                    }
+            }
+            free(ib);
+            free(sc);
             break;
         }
         case DS_FAM_HC_PRE: {

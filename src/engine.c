@@ -137,7 +137,7 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     e->ex = be->i->exec_new(be, p->n_threads, e2, sizeof e2);
     if (!e->ex) { ds_errf(err, errlen, "engine: %s", e2); free(e); return NULL; }
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
-    ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {ds_hp_kv_layers(hp)}, .row = {(int)kvd}, .n_pages = (int)want_pages};
+    ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {ds_hp_kv_layers(hp)}, .row = {ds_hp_kv_row(hp)}, .n_pages = (int)want_pages};
     if (dr) {
         ps.n_groups = 2;
         ds_drafter_kv_shape(dr, &ps.n_layer[1], &ps.row[1]);
@@ -325,7 +325,7 @@ int ds_engine_seq_save(ds_engine *e, int s, const char *path, char *err, size_t 
     if (e->rs.mem) { ds_errf(err, errlen, "save: sequence files do not hold a hybrid model's recurrent state yet"); return -1; }
     const ds_seq *q = &e->seq[s];
     const ds_hparams *hp = &e->m->hp;
-    const uint32_t row = (uint32_t)(hp->n_head_kv * hp->head_dim);
+    const uint32_t row = (uint32_t)ds_hp_kv_row(hp);
     const uint32_t hdr[6] = {1, (uint32_t)hp->n_layer, row, (uint32_t)hp->n_vocab, (uint32_t)q->n_past,
                              (uint32_t)(q->n_tokens < q->n_past ? q->n_tokens : q->n_past)};
     const size_t nf = (size_t)hp->n_layer * (size_t)q->n_past * row;
@@ -353,7 +353,7 @@ int ds_engine_seq_load(ds_engine *e, const char *path, char *err, size_t errlen)
     FILE *f = fopen(path, "rb");
     if (!f) { ds_errf(err, errlen, "load: cannot open '%s': %s", path, strerror(errno)); return -1; }
     const ds_hparams *hp = &e->m->hp;
-    const uint32_t row = (uint32_t)(hp->n_head_kv * hp->head_dim);
+    const uint32_t row = (uint32_t)ds_hp_kv_row(hp);
     char mg[8];
     uint32_t h[6];
     int s = -1;

@@ -147,6 +147,15 @@ ds_weight *ds_layer_weight(ds_layer *L, int i) {
         i -= 6;
         if (i < L->n_groups) return &L->wo_a[i];
         i -= L->n_groups;
+        if (L->comp_ratio) {   /* a compressed layer's compressor */
+            if (i < 2) return i ? &L->comp_gate : &L->comp_kv;
+            i -= 2;
+        }
+        if (L->comp_ratio == 4) {   /* and a CSA layer's indexer */
+            ds_weight *const ix[4] = {&L->idx_proj, &L->idx_q_b, &L->idx_kv, &L->idx_gate};
+            if (i < 4) return ix[i];
+            i -= 4;
+        }
     } else if (L->recur) {   /* a gated delta net layer has its mixer's weights instead of q/k/v/o */
         ds_weight *const rec[5] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_alpha, &L->ssm_beta, &L->ssm_out};
         if (i < 5) return rec[i];

@@ -52,6 +52,18 @@ typedef struct {
      * instead of selecting them (the weights are still the router's). */
     int ds4, n_groups, moe_func;
     float moe_scale;
+    /* deepseek4 compressed attention (docs/DS4-COMPRESSED.md): comp_ratio
+     * (attention.compress_ratios: 0 raw, 128 HCA), the compressor comp_kv /
+     * comp_gate ([c hd][d]), comp_ape [r][c hd] (row p % r added to the
+     * gate) and comp_norm [hd] (the compressed row's RMSNorm); c = 1 */
+    int comp_ratio;
+    ds_weight comp_kv, comp_gate;
+    const float *comp_ape, *comp_norm;
+    /* CSA (comp_ratio 4; then c = 2): the lightning indexer — idx_proj
+     * [n_ih][d], idx_q_b [n_ih ihd][q_lora], its compressor idx_kv /
+     * idx_gate [2 ihd][d], idx_ape [4][2 ihd], idx_norm [ihd] */
+    ds_weight idx_proj, idx_q_b, idx_kv, idx_gate;
+    const float *idx_ape, *idx_norm;
     ds_weight wq_a, wq_b, wkv, wo_b, hc_attn_fn, hc_ffn_fn;
     ds_weight *wo_a;
     const float *q_a_norm, *kv_norm, *sinks, *hc_attn_base, *hc_attn_scale, *hc_ffn_base, *hc_ffn_scale, *exp_probs_b;
@@ -78,6 +90,12 @@ typedef struct {
      * iterations and epsilon; q_lora; output groups; sliding window */
     int   hc, hc_iters, q_lora, o_groups, o_lora, n_swa;
     float hc_eps;
+    /* deepseek4 compressed layers: their RoPE base
+     * (attention.compress_rope_freq_base) and the KV pool's floats per
+     * position (head_dim, wider when a layer keeps compressor state) */
+    float comp_rope_base;
+    int   kv_row;
+    int   idx_heads, idx_dim, idx_top_k;   /* the lightning indexer (CSA layers) */
 } ds_layer_shape;
 
 /* Floats of the hybrid layers' scratch (ds_acts.rec) for m_max rows: the

@@ -31,7 +31,8 @@ ds_layer_shape ds_hp_layer_shape(const ds_hparams *hp) {
         .gdn = {.n_k_head = Hk, .n_v_head = Hv, .head_dim = S, .d_conv = hp->ssm_d_conv,
                 .conv_dim = (2 * Hk + Hv) * S, .eps = hp->norm_eps},
         .hc = hp->hc, .hc_iters = hp->hc_iters, .q_lora = hp->q_lora, .o_groups = hp->o_groups, .o_lora = hp->o_lora,
-        .n_swa = hp->n_swa, .hc_eps = hp->hc_eps,
+        .n_swa = hp->n_swa, .hc_eps = hp->hc_eps, .comp_rope_base = hp->comp_rope_base, .kv_row = ds_hp_kv_row(hp),
+        .idx_heads = hp->idx_heads, .idx_dim = hp->idx_dim, .idx_top_k = hp->idx_top_k,
     };
 }
 
@@ -386,6 +387,21 @@ static int load_tid2eid(const gguf_ctx *g, const char *name, int k, int n_vocab,
     return 0;
 }
 
+/* A compressor's ape {w, r}: r rows of w floats, F32 / F16 / BF16, into the arena. */
+static int load_ape(const gguf_ctx *g, const char *name, int w, int r, float **cur, const float **out, char *err,
+                    size_t errlen) {
+    const gguf_tensor *t = want_tensor(g, name, w, r, err, errlen);
+    if (!t) return -1;
+    if (t->type != DS_TYPE_F32 && t->type != DS_TYPE_F16 && t->type != DS_TYPE_BF16) {
+        ds_errf(err, errlen, "model: tensor '%s' is %s (want F32, F16 or BF16)", name, ds_type_name(t->type));
+        return -1;
+    }
+    ds_row_to_f32(t->type, t->data, (int64_t)w * r, *cur);
+    *out = *cur;
+    *cur += (size_t)w * (size_t)r;
+    return 0;
+}
+
 static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err, size_t errlen) {
     ds_hparams *hp = &m->hp;
     char key[128];
@@ -443,14 +459,25 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
         ds_errf(err, errlen, "model: deepseek4 needs '%s', an array of %d ratios", key, n_all);
         return -1;
     }
+    /* ratio 128 (HCA) runs on a backend with the ds4_compress family; ratio
+     * 4 (CSA, the lightning indexer) is refused with one line */
+    int64_t n_ape = 0;
     for (int l = 0; l < hp->n_layer; l++) {
         int64_t r = 0;
         if (gguf_arr_i64(cr, (uint64_t)l, &r)) { ds_errf(err, errlen, "model: '%s' must hold integers", key); return -1; }
-        if (r != 0) {
-            ds_errf(err, errlen, "model: deepseek4 layer %d is a compressed attention layer (compress ratio %lld): "
-                    "compressed / indexed attention is not supported yet", l, (long long)r);
+        if (r != 0 && r != 4 && r != 128) {
+            ds_errf(err, errlen, "model: deepseek4 layer %d has compress ratio %lld (llama.cpp knows 0, 4 and 128)", l,
+                    (long long)r);
             return -1;
         }
+        if (r && (!m->be->i->ds4_compress || !m->be->i->ds4_indexer)) {
+            ds_errf(err, errlen, "model: deepseek4 layer %d is a compressed attention layer (ratio %lld) and the %s "
+                    "device has no ds4_compress / ds4_indexer kernels (use --device cpu)", l, (long long)r,
+                    m->be->i->name);
+            return -1;
+        }
+        if (r) { hp->n_comp++; n_ape += r; }
+        if (r == 4) hp->n_csa++;
     }
     int vlen = hp->head_dim;
     snprintf(key, sizeof key, "%s.attention.value_length", arch);
@@ -460,6 +487,24 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
     if (get_f32_opt(g, arch, "rope.freq_base", &hp->rope_base, err, errlen) ||
         get_f32_opt(g, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps, err, errlen))
         return -1;
+    hp->comp_rope_base = hp->rope_base;
+    if (hp->n_csa && (get_u32_req(g, arch, "attention.indexer.head_count", &hp->idx_heads, err, errlen) ||
+                      get_u32_req(g, arch, "attention.indexer.key_length", &hp->idx_dim, err, errlen) ||
+                      get_u32_req(g, arch, "attention.indexer.top_k", &hp->idx_top_k, err, errlen)))
+        return -1;
+    if (hp->n_csa && (hp->idx_heads < 1 || hp->idx_heads > 1024 || hp->idx_dim < hp->n_rot || hp->idx_dim % 2 ||
+                      hp->idx_dim > DS_ATTN_SINKS_MAX_HD || hp->idx_top_k < 1 || hp->idx_top_k > (1 << 20))) {
+        ds_errf(err, errlen, "model: deepseek4 indexer out of range (head_count=%d in 1..1024, key_length=%d even, "
+                ">= rope dims, <= %d, top_k=%d in 1..%d)", hp->idx_heads, hp->idx_dim, DS_ATTN_SINKS_MAX_HD,
+                hp->idx_top_k, 1 << 20);
+        return -1;
+    }
+    if (hp->n_comp && get_f32_req(g, arch, "attention.compress_rope_freq_base", &hp->comp_rope_base, err, errlen))
+        return -1;
+    if (hp->n_comp && !(hp->comp_rope_base > 1.0f && hp->comp_rope_base < 1e12f)) {
+        ds_errf(err, errlen, "model: deepseek4 compress_rope_freq_base %g is out of range", (double)hp->comp_rope_base);
+        return -1;
+    }
     hp->n_ctx_train = 0;
     snprintf(key, sizeof key, "%s.context_length", arch);
     if (gguf_find_kv(g, key) && get_u32_req(g, arch, "context_length", &hp->n_ctx_train, err, errlen)) return -1;
@@ -503,7 +548,14 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
         load_weight(g, "output_hc_fn.weight", hc * d, hc, &m->hc_head_fn, err, errlen))
         return -1;
     const size_t n_norm = (size_t)d + (size_t)hc + 1 +
-        (size_t)hp->n_layer * (2 * (size_t)d + (size_t)hp->q_lora + (size_t)hd + (size_t)H + 2 * ((size_t)mixn + 3) + (size_t)E);
+        (size_t)hp->n_layer * (2 * (size_t)d + (size_t)hp->q_lora + (size_t)hd + (size_t)H + 2 * ((size_t)mixn + 3) + (size_t)E) +
+        (size_t)n_ape * 2 * (size_t)hd + (size_t)hp->n_comp * (size_t)hd +
+        (size_t)hp->n_csa * (8 * (size_t)hp->idx_dim + (size_t)hp->idx_dim);
+    /* a compressed layer's KV row (layer_ds4.c): K, its compressed row and
+     * (CSA) the indexer's state [kv | score] and compressed key in the K
+     * region, the compressor state [kv | score] (c hd each) in the V region */
+    hp->kv_row = hp->n_csa ? (2 * hd + 5 * hp->idx_dim > 4 * hd ? 2 * hd + 5 * hp->idx_dim : 4 * hd)
+                 : hp->n_comp ? 2 * hd : 0;
     m->f32_arena = malloc(n_norm * sizeof(float));
     m->f32_n = n_norm;
     m->layers = calloc((size_t)hp->n_layer, sizeof(ds_layer));
@@ -557,6 +609,23 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
             load_weight(g, NAME("ffn_down_shexp.weight"), fs, d, &L->sh_down, err, errlen))
             return -1;
         if (l < n_hash && load_tid2eid(g, NAME("ffn_gate_tid2eid.weight"), k, hp->n_vocab, E, &L->tid2eid, err, errlen))
+            return -1;
+        int64_t r = 0;
+        (void)gguf_arr_i64(cr, (uint64_t)l, &r);   /* read above */
+        L->comp_ratio = (int)r;
+        const int c = r == 4 ? 2 : 1, ihd = hp->idx_dim;
+        if (r && (load_ape(g, NAME("attn_compressor_ape.weight"), c * hd, (int)r, &cur, &L->comp_ape, err, errlen) ||
+                  load_weight(g, NAME("attn_compressor_kv.weight"), d, c * hd, &L->comp_kv, err, errlen) ||
+                  load_weight(g, NAME("attn_compressor_gate.weight"), d, c * hd, &L->comp_gate, err, errlen) ||
+                  load_norm(g, NAME("attn_compressor_norm.weight"), hd, &cur, &L->comp_norm, err, errlen)))
+            return -1;
+        if (r == 4 && (load_ape(g, NAME("indexer_compressor_ape.weight"), 2 * ihd, 4, &cur, &L->idx_ape, err, errlen) ||
+                       load_weight(g, NAME("indexer.proj.weight"), d, hp->idx_heads, &L->idx_proj, err, errlen) ||
+                       load_weight(g, NAME("indexer.attn_q_b.weight"), hp->q_lora, hp->idx_heads * ihd, &L->idx_q_b,
+                                   err, errlen) ||
+                       load_weight(g, NAME("indexer_compressor_kv.weight"), d, 2 * ihd, &L->idx_kv, err, errlen) ||
+                       load_weight(g, NAME("indexer_compressor_gate.weight"), d, 2 * ihd, &L->idx_gate, err, errlen) ||
+                       load_norm(g, NAME("indexer_compressor_norm.weight"), ihd, &cur, &L->idx_norm, err, errlen)))
             return -1;
 #undef NAME
     }
@@ -836,7 +905,7 @@ void ds_model_free(ds_model *m) {
 int ds_hp_kv_layers(const ds_hparams *hp) { return hp->n_layer - hp->n_rec; }
 
 size_t ds_kv_row_bytes(const ds_model *m) {
-    return 2u * (size_t)ds_hp_kv_layers(&m->hp) * (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim * sizeof(float);
+    return 2u * (size_t)ds_hp_kv_layers(&m->hp) * (size_t)ds_hp_kv_row(&m->hp) * sizeof(float);
 }
 
 
@@ -936,7 +1005,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim, qd = (size_t)hp->n_head * hp->head_dim;
     const size_t M = (size_t)c->m_max, d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
     /* the KV cache: pages for n_ctx positions, committed as they are used */
-    const ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {ds_hp_kv_layers(hp)}, .row = {(int)kvd},
+    const ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {ds_hp_kv_layers(hp)}, .row = {ds_hp_kv_row(hp)},
                                 .n_pages = (n_ctx + DS_KV_PAGE - 1) / DS_KV_PAGE};
     c->pool = ds_kvpool_new(c->be, &ps, e2, sizeof e2);
     if (!c->pool || ds_seq_init(&c->seq, n_ctx, e2, sizeof e2)) {

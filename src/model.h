@@ -62,11 +62,23 @@ typedef struct {
      * (attention.sliding_window), the route's expert_weights_scale / _norm */
     int     hc, hc_iters, q_lora, o_groups, o_lora, n_swa, moe_norm;
     float   hc_eps, moe_scale;
+    /* deepseek4 compressed attention: layers with a compress ratio (n_comp),
+     * their RoPE base, and kv_row: floats per position per layer of the KV
+     * pool (0: n_head_kv x head_dim; layer_ds4.c's widened rows) */
+    int     n_comp, kv_row;
+    float   comp_rope_base;
+    /* of which CSA (ratio 4) layers, and attention.indexer.head_count,
+     * .key_length, .top_k */
+    int     n_csa, idx_heads, idx_dim, idx_top_k;
 } ds_hparams;
 
 /* Floats of one row of the residual stream: n_embd, or hc x n_embd for a
  * model with hyper-connections (deepseek4). */
 static inline int ds_hp_stream(const ds_hparams *hp) { return hp->hc > 0 ? hp->hc * hp->n_embd : hp->n_embd; }
+
+/* Floats per position per layer of the KV pool: hp->kv_row, or
+ * n_head_kv x head_dim. */
+static inline int ds_hp_kv_row(const ds_hparams *hp) { return hp->kv_row > 0 ? hp->kv_row : hp->n_head_kv * hp->head_dim; }
 
 /* The layer shape every forward uses (model.c): the hparams' sizes. */
 ds_layer_shape ds_hp_layer_shape(const ds_hparams *hp);

@@ -157,7 +157,9 @@ static void add_tid2eid(builder *b, const char *name, long V, long k, long E) {
 }
 
 /* deepseek4 in llama.cpp's keys and names (src/models/deepseek4.cpp): raw
- * attention layers only (compress ratios 0), the first n_hash layers
+ * attention layers, or per layer a compressed one (attention.compress_ratios
+ * 128: the compressor's kv, gate, ape and norm; 4: those twice as wide plus
+ * the lightning indexer's six tensors; docs/DS4-COMPRESSED.md), the first n_hash layers
  * hash-routed, no SwiGLU clamp, one shared expert; hc_*_fn, the router and
  * the 1-D vectors F32. */
 static int make_ds4(const ds_make_model_opts *o, const char *out, char *err, size_t errlen) {
@@ -166,16 +168,27 @@ static int make_ds4(const ds_make_model_opts *o, const char *out, char *err, siz
     const long ql = o->q_lora ? o->q_lora : d / 2, G = o->o_groups ? o->o_groups : 2, ol = o->o_lora ? o->o_lora : 64;
     const long hc = o->hc ? o->hc : 4, it = o->hc_iters ? o->hc_iters : 20, swa = o->n_swa ? o->n_swa : 128;
     const long E = o->n_expert, k = o->n_expert_used, fe = o->n_ff_exp, mixn = (2 + hc) * hc, qd = H * hd;
+    const long nih = o->n_ih ? o->n_ih : 4, ihd = o->ihd ? o->ihd : hd, itk = o->i_top_k ? o->i_top_k : 64;
     const uint32_t t = o->type;
     const long blk = (long)ds_type_block_elems(t);
     if (d < 1 || nl < 1 || H < 1 || V < 260 || hd < 2 || hd > 1024 || hd % 2 || nrot < 2 || nrot > hd || nrot % 2 ||
         ql < 1 || G < 1 || H % G || ol < 1 || hc < 1 || hc > 16 || E < 1 || E > 1024 || k < 1 || k > E || fe < 1 ||
-        o->n_hash < 0 || o->n_hash > nl) {
+        o->n_hash < 0 || o->n_hash > nl || nih < 1 || ihd < 2 || ihd > 1024 || ihd % 2 || nrot > ihd || itk < 1) {
         ds_errf(err, errlen, "make-model: deepseek4 needs head dim 2..1024 even, rope dims even <= head dim, output "
                 "groups dividing n_head, 1..16 hyper-connections, 1 <= experts used <= experts <= 1024 and at most "
-                "n_layer hash layers");
+                "n_layer hash layers, indexer heads >= 1, an even indexer dim 2..1024 >= rope dims, top-k >= 1");
         return -1;
     }
+    if (o->comp_ratios && o->n_comp != nl) {
+        ds_errf(err, errlen, "make-model: --compress-ratios has %ld entries, --n-layer is %ld (one ratio per layer)",
+                o->n_comp, nl);
+        return -1;
+    }
+    for (long l = 0; o->comp_ratios && l < nl; l++)
+        if (o->comp_ratios[l] != 0 && o->comp_ratios[l] != 4 && o->comp_ratios[l] != 128) {
+            ds_errf(err, errlen, "make-model: compress ratio %d of layer %ld is not 0, 4 or 128", o->comp_ratios[l], l);
+            return -1;
+        }
     if (blk > 1 && (d % blk || ql % blk || (qd / G) % blk || (G * ol) % blk || fe % blk)) {
         ds_errf(err, errlen, "make-model: %s needs n_embd, the q rank, n_head*head_dim/groups, groups*o_lora and the "
                 "expert width to be multiples of %ld", ds_type_name(t), blk);
@@ -203,11 +216,12 @@ static int make_ds4(const ds_make_model_opts *o, const char *out, char *err, siz
     gguf_set_u32(b.w, K4("attention.output_group_count"), (uint32_t)G);
     gguf_set_u32(b.w, K4("attention.output_lora_rank"), (uint32_t)ol);
     gguf_set_f32(b.w, K4("attention.compress_rope_freq_base"), 160000.0f);
-    gguf_set_u32(b.w, K4("attention.indexer.head_count"), 4);
-    gguf_set_u32(b.w, K4("attention.indexer.key_length"), (uint32_t)hd);
-    gguf_set_u32(b.w, K4("attention.indexer.top_k"), 64);
+    gguf_set_u32(b.w, K4("attention.indexer.head_count"), (uint32_t)nih);
+    gguf_set_u32(b.w, K4("attention.indexer.key_length"), (uint32_t)ihd);
+    gguf_set_u32(b.w, K4("attention.indexer.top_k"), (uint32_t)itk);
     int32_t *ratios = calloc((size_t)nl, sizeof(int32_t));
     if (!ratios) { gguf_writer_free(b.w); ds_errf(err, errlen, "make-model: out of memory"); return -1; }
+    for (long l = 0; o->comp_ratios && l < nl; l++) ratios[l] = o->comp_ratios[l];
     gguf_set_arr(b.w, K4("attention.compress_ratios"), GGUF_T_I32, ratios, (uint64_t)nl);
     free(ratios);
     gguf_set_u32(b.w, K4("expert_count"), (uint32_t)E);
@@ -265,6 +279,21 @@ static int make_ds4(const ds_make_model_opts *o, const char *out, char *err, siz
         add_matrix(&b, NM("ffn_up_shexp.weight"), d, fe, sd, t);
         add_matrix(&b, NM("ffn_down_shexp.weight"), fe, d, sqrtf(3.0f / (float)fe) * 0.5f, t);
         if (l < o->n_hash) add_tid2eid(&b, NM("ffn_gate_tid2eid.weight"), V, k, E);
+        const long r = o->comp_ratios ? o->comp_ratios[l] : 0, c = r == 4 ? 2 : 1;
+        if (r) {   /* the compressor: scores spread enough that the pooling is no plain mean */
+            add_matrix(&b, NM("attn_compressor_kv.weight"), d, c * hd, sd, t);
+            add_matrix(&b, NM("attn_compressor_gate.weight"), d, c * hd, sd * 2.0f, t);
+            add_matrix(&b, NM("attn_compressor_ape.weight"), c * hd, r, 1.0f, DS_TYPE_F32);
+            add_norm(&b, NM("attn_compressor_norm.weight"), hd);
+        }
+        if (r == 4) {   /* the lightning indexer */
+            add_matrix(&b, NM("indexer.proj.weight"), d, nih, sd, t);
+            add_matrix(&b, NM("indexer.attn_q_b.weight"), ql, nih * ihd, sqrtf(3.0f / (float)ql), t);
+            add_matrix(&b, NM("indexer_compressor_kv.weight"), d, 2 * ihd, sd, t);
+            add_matrix(&b, NM("indexer_compressor_gate.weight"), d, 2 * ihd, sd * 2.0f, t);
+            add_matrix(&b, NM("indexer_compressor_ape.weight"), 2 * ihd, 4, 1.0f, DS_TYPE_F32);
+            add_norm(&b, NM("indexer_compressor_norm.weight"), ihd);
+        }
 #undef NM
     }
     if (b.failed) {

@@ -30,6 +30,11 @@ typedef struct {
     /* deepseek4: the first n_hash layers route by token id (hash_layer_count,
      * ffn_gate_tid2eid: each token's n_expert_used distinct experts) */
     long n_hash;
+    /* deepseek4: attention.compress_ratios, one per layer (0, 4 or 128; NULL:
+     * all 0), n_comp entries; the lightning indexer's heads, key length and
+     * top-k (0: 4, head_dim, 64 — the keys are written in every file) */
+    const int *comp_ratios;
+    long n_comp, n_ih, ihd, i_top_k;
 } ds_make_model_opts;
 
 void ds_make_model_defaults(ds_make_model_opts *o);

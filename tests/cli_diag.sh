@@ -27,7 +27,7 @@ $D diverge -m "$T/m.gguf" -p "$P" --tokens 1,x >"$T/e1" 2>&1; [ $? -eq 2 ] && ok
 $D diverge -m "$T/m.gguf" -p "$P" >"$T/e2" 2>&1; [ $? -eq 2 ] && ok "missing block source rejected" || bad "no block source"
 
 $D families -m "$T/m.gguf" -p "$P" --block-greedy 6 >"$T/fam" 2>&1 || bad "families exit"
-[ "$(grep -c '^FAMILY ' "$T/fam")" -eq 21 ] && ok "families: 21 FAMILY lines" || { bad "families lines"; cat "$T/fam"; }
+[ "$(grep -c '^FAMILY ' "$T/fam")" -eq 23 ] && ok "families: 23 FAMILY lines" || { bad "families lines"; cat "$T/fam"; }
 for f in matmul_f16 matmul_q4_0 matmul_q6_k moe_route gdn attn_sinks hc_pre hc_post; do      # not run by a dense Q8_0 model (its norms are F32 vectors)
     grep -q "^FAMILY name=$f verdict=UNUSED" "$T/fam" || bad "$f not UNUSED"
 done && ok "families the model does not run: verdict=UNUSED (no A/B, no experiment)"
@@ -38,6 +38,9 @@ for f in q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; do       # the kquant families, on 
 done && ok "--all-families: kquant families PROVEN_DIFFERENT (synthetic weights)"
 grep -q '^FAMILY name=moe_route verdict=PROVEN_DIFFERENT' "$T/fama" && ok "--all-families: moe_route PROVEN_DIFFERENT (a synthetic 64-expert router)" || bad "moe_route synthetic"
 grep -q '^FAMILY name=gdn verdict=PROVEN_DIFFERENT' "$T/fama" && ok "--all-families: gdn PROVEN_DIFFERENT (a synthetic gated delta net)" || bad "gdn synthetic"
+for f in ds4_compress ds4_indexer; do
+    grep -q "^FAMILY name=$f verdict=PROVEN_DIFFERENT" "$T/fama" && ok "--all-families: $f PROVEN_DIFFERENT (synthetic blocks)" || bad "$f synthetic"
+done
 
 # the mixture of experts: the route's fast variant alone is found at the route
 $D make-model -o "$T/moe.gguf" --arch qwen3moe --type q8_0 --n-embd 128 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 \

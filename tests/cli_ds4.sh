@@ -9,8 +9,21 @@
 #     fast is found at the site it produces (attn_sinks at the raw heads,
 #     hc_pre at its mixed input, hc_post at the streams after the HC tail),
 #     the Q8_0 matmul at QA; families prints the seed's names and sites;
-#   - refusals are one line, exit 2: a compressed attention layer, a gating
-#     function other than sqrtsoftplus.
+#   - HCA compressed attention (compress ratio 128, docs/DS4-COMPRESSED.md)
+#     with a 126-token prompt, so that block 0 (positions 0..127) completes
+#     inside verify blocks and during decode: spec == plain greedy and
+#     seeded at every draft width, threads equal, a 168-token prompt (the
+#     block completes inside a prefill chunk) equal with -t 1 and 2; diverge
+#     over a verify block across the boundary: FIRST_DIVERGENCE NONE (logits,
+#     taps and the widened K/V rows, compressor state included, memcmp) on
+#     every SIMD level with the same text, and --fast ds4_compress found at
+#     the row that completes the block;
+#   - CSA (ratio 4, the lightning indexer picking 3 of up to 50 blocks) on
+#     a 4,128 model: the same spec / threads / SIMD / diverge checks, at a
+#     verify block inside the first blocks and one across position 127;
+#     families proves the ds4_indexer and ds4_compress fast kernels differ;
+#   - refusals are one line, exit 2: a ratio other than 0/4/128, a gating function other than sqrtsoftplus; make-model's
+#     bad --compress-ratios.
 set -u
 BUILD=${BUILD:-build}
 D="$BUILD/dspark"
@@ -62,7 +75,67 @@ grep -aq '^  SEED FAMILY_Q8_0_BATCH_EXT_VS_SINGLE_MV sites=QA,KV,QB status=PROVE
     && grep -aq '^FAMILY name=hc_post verdict=PROVEN_DIFFERENT .*model_first_divergence=row:0,layer:0,cp6_attn_residual,after_attn_hc' "$T/fam" \
     && ok "families in the seed's terms: $(grep -a 'SEED FAMILY_Q8_0' "$T/fam" | sed 's/^ *//')" || { bad "deepseek4 families"; grep -a "SEED\|hc_post" "$T/fam"; }
 
+# ---- HCA compressed attention (ratio 128) -------------------------------------------
+# comp_exact LABEL MODEL: a compressed model's exactness on the 126-token
+# prompt P3 and the 42-token P: greedy / seeded text with 1-3 threads and
+# speculative at every width (and with full verify blocks) == plain; diverge
+# over a verify block after each prompt == its decodes, and the text, on
+# every SIMD level.
+comp_exact() {
+    plain_hashes "$T/$1.h" "$2" "$P3"
+    threads_equal "$1" "$2" "$P3"
+    $D make-drafter -m "$2" -o "$T/$1.d.gguf" --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter ($1 target)"
+    spec_widths "$1" "$2" "$T/$1.d.gguf" "$T/g" "$T/s" "$P3"
+    $D generate -m "$2" -md "$T/$1.d.gguf" -p "$P3" -n 48 -t 2 --oracle-accept rate:1 >"$T/co" 2>/dev/null \
+        && cmp -s "$T/g" "$T/co" && ok "$1 oracle acceptance: full verify blocks == plain" || bad "$1 oracle acceptance"
+    for lv in portable avx2 avxvnni avx512; do
+        env DSPARK_SIMD=$lv $D diverge -m "$2" -p "$P" --block-greedy 8 >"$T/dv1" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/dv1" \
+            && env DSPARK_SIMD=$lv $D diverge -m "$2" -p "$P3" --block-greedy 8 >"$T/dv2" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/dv2" \
+            && ok "$1 verify(8) == 8 decodes at positions 42.. and 126.. (DSPARK_SIMD=$lv)" \
+            || { bad "$1 diverges (DSPARK_SIMD=$lv)"; grep -a '^FIRST\|rror' "$T/dv1" "$T/dv2"; }
+        env DSPARK_SIMD=$lv $D generate -m "$2" -p "$P3" -n 48 -t 2 >"$T/cg" 2>/dev/null && cmp -s "$T/g" "$T/cg" \
+            && ok "$1 text equal on DSPARK_SIMD=$lv" || bad "$1 text differs on DSPARK_SIMD=$lv"
+    done
+}
+P3="$P $P $P"
+$D make-model -o "$T/c.gguf" $MK --compress-ratios 128,0 2>/dev/null || bad "make-model --compress-ratios 128,0"
+comp_exact HCA "$T/c.gguf"
+$D generate -m "$T/c.gguf" -p "$P3 $P" -n 16 -t 2 >"$T/cl2" 2>/dev/null && $D generate -m "$T/c.gguf" -p "$P3 $P" -n 16 -t 1 >"$T/cl1" 2>/dev/null \
+    && [ -s "$T/cl2" ] && cmp -s "$T/cl1" "$T/cl2" && ok "HCA: block completed inside a prefill chunk, -t 1 == -t 2" || bad "HCA prefill"
+$D diverge -m "$T/c.gguf" -p "$P3" --block-greedy 8 --fast ds4_compress >"$T/cdf" 2>&1
+grep -q '^FIRST_DIVERGENCE row=1 layer=0 checkpoint=cp4_attn_heads' "$T/cdf" \
+    && ok "--fast ds4_compress: $(grep '^FIRST_DIVERGENCE' "$T/cdf") (row 1 = position 127 completes block 0)" \
+    || { bad "--fast ds4_compress not found at row 1's heads"; grep -a '^FIRST' "$T/cdf"; }
+expect_err "make-model: a ratio other than 0/4/128" "compress-ratios" $D make-model -o "$T/bad.gguf" $MK --compress-ratios 0,64
+expect_err "make-model: wrong ratio count" "one ratio per layer" $D make-model -o "$T/bad.gguf" $MK --compress-ratios 0,128,0
+
+# ---- CSA compressed attention (ratio 4) with the lightning indexer ---------------------
+# top-3 of up to 43 blocks: the selection matters from position 15 on
+$D make-model -o "$T/x.gguf" $MK --compress-ratios 4,128 --n-indexer-head 2 --indexer-dim 32 --indexer-top-k 3 2>/dev/null \
+    || bad "make-model --compress-ratios 4,128"
+comp_exact CSA "$T/x.gguf"
+$D diverge -m "$T/x.gguf" -p "$P" --block-greedy 8 --fast ds4_compress >"$T/xdf" 2>&1
+# rows 1 and 5 (positions 43, 47) complete blocks; row 0 sees only the prompt's
+# blocks, so the first divergence is a later row's heads (the one whose
+# top-3 first takes a block pooled in this verify)
+grep -q '^FIRST_DIVERGENCE row=[1-7] layer=0 checkpoint=cp4_attn_heads' "$T/xdf" \
+    && ok "CSA --fast ds4_compress: $(grep '^FIRST_DIVERGENCE' "$T/xdf")" \
+    || { bad "CSA --fast ds4_compress not found at a later row's heads"; grep -a '^FIRST' "$T/xdf"; }
+# llama.cpp de3ff81 on an F32 4,128 file, indexer key length 128 (its CPU
+# build aborts at load on these Q8_0 files and on an indexer key length of
+# 32, and SIGFPEs on a file without a ratio-4 layer): 48 greedy tokens after
+# the 126-token prompt (top-3 of up to 43 blocks; HCA block 0 completes in decode)
+$D make-model -o "$T/xf.gguf" $(echo "$MK" | sed 's/q8_0/f32/') --compress-ratios 4,128 --n-indexer-head 2 \
+    --indexer-top-k 3 2>/dev/null || bad "make-model f32 4,128"
+$D generate -m "$T/xf.gguf" -p "$P3" -n 48 -t 2 >"$T/xfg" 2>/dev/null || bad "generate f32 4,128"
+LLAMA_BIN=${LLAMA_BIN:-/work/peer-src/build/bin} llama_agrees "deepseek4 CSA+HCA (f32, 4,128)" "$T/xf.gguf" "$T/xfg" "$P3"
+$D families -m "$T/x.gguf" -p "$P" --block-greedy 6 >"$T/xfam" 2>&1 || bad "families on the CSA model"
+grep -aq '^FAMILY name=ds4_indexer verdict=PROVEN_DIFFERENT' "$T/xfam" && grep -aq '^FAMILY name=ds4_compress verdict=PROVEN_DIFFERENT' "$T/xfam" \
+    && ok "families: ds4_indexer and ds4_compress fast kernels differ ($(grep -a 'name=ds4_indexer' "$T/xfam" | grep -o 'mismatch_fraction=[0-9.e-]*'))" \
+    || { bad "families ds4_indexer / ds4_compress"; grep -a 'ds4_' "$T/xfam"; }
+
 # ---- refusals: one line, exit 2 ---------------------------------------------------
+# a ratio-4 layer patched into a file without its tensors: the missing tensor, one line
 python3 - "$T/m.gguf" "$T/b1.gguf" <<'PY'
 import sys, struct
 b = bytearray(open(sys.argv[1], 'rb').read())
@@ -71,7 +144,9 @@ i = b.index(k) + len(k) + 4 + 4 + 8          # value type, element type, count, 
 b[i:i + 4] = struct.pack('<i', 4)            # layer 0: a compressed (CSA) layer
 open(sys.argv[2], 'wb').write(b)
 PY
-expect_err "compressed attention layer" "compressed" $D generate -m "$T/b1.gguf" -p hi -n 1
+expect_err "CSA layer without its compressor tensors" "attn_compressor" $D generate -m "$T/b1.gguf" -p hi -n 1
+python3 -c "import sys,struct; b=bytearray(open(sys.argv[1],'rb').read()); k=b'deepseek4.attention.compress_ratios'; i=b.index(k)+len(k)+16; b[i:i+4]=struct.pack('<i',64); open(sys.argv[2],'wb').write(b)" "$T/m.gguf" "$T/b3.gguf"
+expect_err "compress ratio 64" "0, 4 and 128" $D generate -m "$T/b3.gguf" -p hi -n 1
 python3 -c "import sys; b=open(sys.argv[1],'rb').read(); open(sys.argv[2],'wb').write(b.replace(b'deepseek4.expert_gating_func', b'deepseek4.expert_gating_fXnc', 1))" "$T/m.gguf" "$T/b2.gguf"
 expect_err "no gating function" "expert_gating_func" $D generate -m "$T/b2.gguf" -p hi -n 1
 exit $fail

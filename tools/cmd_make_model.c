@@ -2,7 +2,26 @@
 #include "cli.h"
 #include "model_make.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+/* --compress-ratios 0,4,128,...: llama.cpp's per-layer array; every entry
+ * 0, 4 or 128 (the count is checked against --n-layer by make-model). */
+static long parse_ratios(const char *C, const char *s, int *out, int cap) {
+    long n = 0;
+    const char *p = s;
+    for (;;) {
+        char *end = NULL;
+        const long v = strtol(p, &end, 10);
+        if (end == p || (v != 0 && v != 4 && v != 128) || (*end && *end != ','))
+            cli_die(C, "--compress-ratios takes a comma-separated list of 0, 4 or 128 (one per layer), got '%s'", s);
+        if (n == cap) cli_die(C, "--compress-ratios has more than %d entries", cap);
+        out[n++] = (int)v;
+        if (!*end) break;
+        p = end + 1;
+    }
+    return n;
+}
 
 static uint32_t parse_type(const char *C, const char *s) {
     const int t = ds_type_from_name(s);
@@ -15,6 +34,7 @@ int cmd_make_model(int argc, char **argv) {
     const char *out = NULL;
     ds_make_model_opts o;
     ds_make_model_defaults(&o);
+    int ratios[256];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) {
@@ -33,6 +53,8 @@ int cmd_make_model(int argc, char **argv) {
                    "       deepseek4 (raw attention layers, one KV head; --head-dim 512, --n-rot 64 by default):\n"
                    "       [--q-lora N (n_embd/2)] [--o-groups N (2)] [--o-lora N (64)] [--hc N (4)]\n"
                    "       [--hc-iters N (20)] [--n-swa N (128)] [--n-hash N (0): the first N layers hash-routed]\n"
+                   "       [--compress-ratios R0,R1,.. (all 0): per layer 0 (raw), 4 (CSA, indexed) or 128 (HCA)]\n"
+                   "       [--n-indexer-head N (4)] [--indexer-dim N (head dim)] [--indexer-top-k N (64)]\n"
                    "       and the qwen3moe expert flags (one shared expert)\n");
             return 0;
         }
@@ -71,6 +93,13 @@ int cmd_make_model(int argc, char **argv) {
         else if (!strcmp(a, "--hc-iters")) o.hc_iters = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 100);
         else if (!strcmp(a, "--n-swa")) o.n_swa = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 20);
         else if (!strcmp(a, "--n-hash")) o.n_hash = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(a, "--compress-ratios")) {
+            o.n_comp = parse_ratios(C, cli_value(C, argc, argv, &i), ratios, 256);
+            o.comp_ratios = ratios;
+        }
+        else if (!strcmp(a, "--n-indexer-head")) o.n_ih = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 256);
+        else if (!strcmp(a, "--indexer-dim")) o.ihd = cli_int(C, a, cli_value(C, argc, argv, &i), 2, 1024);
+        else if (!strcmp(a, "--indexer-top-k")) o.i_top_k = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--seed")) o.seed = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 0x7fffffffL);
         else cli_die(C, "unknown flag '%s' (see dspark make-model --help)", a);
     }

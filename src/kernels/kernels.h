@@ -40,6 +40,8 @@ typedef enum {
     DS_FAM_ATTN_SINKS,      /* deepseek4's attention with sink logits (attn_sinks.c) */
     DS_FAM_HC_PRE,          /* deepseek4's hyper-connection mixing (hc_pre.c)        */
     DS_FAM_HC_POST,         /* deepseek4's hyper-connection update (hc_post.c)       */
+    DS_FAM_DS4_COMPRESS,    /* deepseek4's compressor pooling (ds4_compress.c)       */
+    DS_FAM_DS4_INDEXER,     /* deepseek4's lightning indexer (ds4_indexer.c)         */
     DS_FAM_COUNT
 } ds_family;
 
@@ -49,7 +51,7 @@ typedef struct { uint8_t v[DS_FAM_COUNT]; } ds_kernel_set;
 
 /* "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "matmul_q4_0",
  * ..., "matmul_q6_k", "attention", "rmsnorm", "rope", "swiglu", "residual",
- * "moe_route", "gdn", "attn_sinks", "hc_pre", "hc_post" —
+ * "moe_route", "gdn", "attn_sinks", "hc_pre", "hc_post", "ds4_compress", "ds4_indexer" —
  * the one name used in CLI, code and reports. */
 const char *ds_family_name(int fam);
 int  ds_family_from_name(const char *name);          /* -1 if unknown */
@@ -152,6 +154,17 @@ void ds_matmul_decode(const ds_weight *W, const float *x, float *y, ds_pool *poo
  * combined left to right — a row's result depends only on its own prefix.
  * q: [M][n_head][head_dim]; out: [M][n_head][head_dim]. */
 #define DS_ATTN_CHUNK 64
+/* deepseek4's compressed keys (attn_sinks only; docs/DS4-COMPRESSED.md):
+ * besides its window a row attends the compressed rows of the blocks
+ * b < n_vis / ratio, block b's row stored at position b * ratio + ratio - 1,
+ * `off` floats into that position's K row (K = V). */
+typedef struct {
+    int ratio, off;
+    /* CSA: row m attends only blocks sel[m * sel_stride + i], i < n_sel[m]
+     * (ascending); NULL: every visible block (HCA) */
+    const int32_t *sel, *n_sel;
+    int sel_stride;
+} ds_attn_extra;
 typedef struct {
     int   n_head, n_kv_head, head_dim;
     int   kv_stride;       /* floats between consecutive positions         */
@@ -265,7 +278,8 @@ void ds_sigmoid_mul(int64_t n, float *x, const float *g, ds_pool *pool);
 /* ---- deepseek4 (attn_sinks.c, hc_pre.c, hc_post.c) ----------------------
  * ds_attn_sinks: attention over the rows of r (ds_attention_rows' paging)
  * whose softmax also counts sinks[h] (one logit per head, no value; NULL:
- * none) and, with window > 0, only the last `window` visible positions;
+ * none) and, with window > 0, only the last `window` visible positions,
+ * plus x's compressed keys (NULL: none; deepseek4's compressed layers);
  * DS_ATTN_CHUNK chunks folded left to right, the sink last (attn_sinks.c).
  * head_dim <= DS_ATTN_SINKS_MAX_HD. 0, or -1 on bad shapes.
  * ds_hc_pre: the hyper-connection weights from n_mix mixing logits a row
@@ -276,8 +290,23 @@ void ds_sigmoid_mul(int64_t n, float *x, const float *g, ds_pool *pool);
  * comb[src][dst]; out may be res (hc_post.c). hc <= DS_HC_MAX. */
 #define DS_ATTN_SINKS_MAX_HD 1024
 #define DS_HC_MAX 16
-int ds_attn_sinks(ds_variant v, const ds_attn_shape *s, int M, const ds_attn_rows *r, int window, const float *sinks,
+int ds_attn_sinks(ds_variant v, const ds_attn_shape *s, int M, const ds_attn_rows *r, int window,
+                  const ds_attn_extra *x, const float *sinks,
                   const float *q, const float *kcache, const float *vcache, float *out, ds_pool *pool);
+/* ds_ds4_compress: out[rows][hd], row r the per-dim softmax pooling of its
+ * n entries kv[r*n + j], sc[r*n + j] (hd floats each; both NULL: a virtual
+ * entry, skipped) (ds4_compress.c). 0, or -1 on bad shapes. */
+int ds_ds4_compress(ds_variant v, int rows, int n, int hd, const float *const *kv, const float *const *sc, float *out,
+                    ds_pool *pool);
+/* ds_ds4_indexer: per row m, the scores sum_h w[m][h] relu(iq[m][h] .
+ * key(u, m, b)) of its n_blk[m] blocks (iq [rows][n_ih][ihd], w
+ * [rows][n_ih]), the min(top_k, n_blk[m]) best kept (ties to the lower
+ * block) into sel [rows][top_k] in ascending block order, their count in
+ * n_sel[m]; score: [rows][top_k] scratch (ds4_indexer.c). 0, or -1. */
+typedef const float *(*ds_ds4_key_fn)(const void *u, int row, int block);
+int ds_ds4_indexer(ds_variant v, int rows, int n_ih, int ihd, const float *iq, const float *w, const int32_t *n_blk,
+                   ds_ds4_key_fn key, const void *u, int top_k, int32_t *sel, int32_t *n_sel, float *score,
+                   ds_pool *pool);
 int ds_hc_pre(ds_variant v, int rows, int hc, int d, int n_mix, const float *x, const float *mix, const float *scale,
               const float *base, float eps, int iters, float *y, float *post, float *comb, ds_pool *pool);
 int ds_hc_post(ds_variant v, int rows, int hc, int d, const float *f, const float *res, const float *post,

@@ -24,7 +24,7 @@ static const char *const fam_names[DS_FAM_COUNT] = {
     "matmul_q4_0", "matmul_q4_1", "matmul_q5_0", "matmul_q5_1",
     "matmul_q4_k", "matmul_q5_k", "matmul_q6_k",
     "attention",  "rmsnorm",    "rope",        "swiglu",      "residual",
-    "moe_route", "gdn", "attn_sinks", "hc_pre", "hc_post",
+    "moe_route", "gdn", "attn_sinks", "hc_pre", "hc_post", "ds4_compress", "ds4_indexer",
 };
 
 /* What the fast kernel does differently from canonical (= decode). Kept in
@@ -86,6 +86,10 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "product then add per stream",
     "fast: fused tail, fmaf chain over the old streams from the last one, then fmaf(f, post, mix); canonical "
     "(= decode): f * post first, then a rounded product and an add per old stream in stream order",
+    "fast: one online softmax pass per dim, polynomial exp, fmaf updates, reciprocal multiply; canonical "
+    "(= decode): the max first, then ds_expf, sum and weighted sum in position order, IEEE division",
+    "fast: 4-partial-sum fmaf dots and an fmaf head sum (near-tied blocks swap at the top-k edge); canonical "
+    "(= decode): 16-lane dots, heads summed in order, top-k with ties to the lower block, ascending block order",
 };
 
 const char *ds_family_name(int fam) {
