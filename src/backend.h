@@ -61,7 +61,13 @@ typedef struct ds_rows {
     int            max_pages;    /* tables' pitch                                            */
     int            page;         /* positions per page (16: kvpool.h)                        */
     int64_t        page_stride;  /* floats between consecutive pages, in every layer        */
+    int            vis_max;      /* host: >= every row's n_vis in this call; 0 = not known   */
 } ds_rows;
+/* A call whose vis_max is at most DS_ROWS_SHORT has only short rows: a
+ * backend may leave out work that only long rows need (CUDA: the split-KV
+ * pass), which moves no bit — so a recorded graph's key must say which
+ * kind of call it recorded (model.c's graph_key). */
+#define DS_ROWS_SHORT 128
 
 /* Floats from a layer's page-0 rows to the row of position pos of
  * sequence seq (the host-side twin of what the kernels compute; row =

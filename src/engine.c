@@ -636,7 +636,9 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
         if (prepare_chunk(e, rows, c0, c1, err, errlen)) return -1;
         /* positions, ids and sequences of the chunk in one upload */
         int32_t *hp = e->rowhost;
+        e->rows.vis_max = 0;                       /* rows attend [0, pos + 1) */
         for (int i = 0; i < cn; i++) {
+            if (rows[c0 + i].pos + 1 > e->rows.vis_max) e->rows.vis_max = rows[c0 + i].pos + 1;
             hp[i] = rows[c0 + i].pos;
             hp[M + i] = rows[c0 + i].token;
             hp[2 * M + i] = rows[c0 + i].seq;

@@ -1271,7 +1271,8 @@ typedef struct {
  * changes which ops run or with which arguments (FNV-1a over the shape,
  * the variants, the logits rows and the tap list). */
 static uint64_t graph_key(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int n, int r0, int rows,
-                          int with_taps) {   /* with_taps: bit 0 taps, bit 1 the greedy selection */
+                          int with_taps) {   /* with_taps: bit 0 taps, bit 1 the greedy selection,
+                                                bit 2 the queued draft, bit 3 short rows only */
     uint64_t h = 1469598103934665603ull;
 #define MIX(v) (h = (h ^ (uint64_t)(uint32_t)(v)) * 1099511628211ull)
     MIX(n); MIX(r0); MIX(rows); MIX(with_taps); MIX(c->n_taps);
@@ -1331,6 +1332,9 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
          * queued round's rows (rows_dev: positions and every token already
          * on the device) no upload at all */
         const int rows_dev = tail_dev && sel->rows_dev;
+        /* the rows' longest prefix, where the host knows the positions (a
+         * queued round's are on the device only) */
+        c->rows.vis_max = rows_dev ? 0 : p0 + n;
         if (!rows_dev) {
             for (int r = 0; r < n; r++) c->pos_host[r] = p0 + r;
             int32_t *ids_host = (int32_t *)c->pos_host + c->m_max;
@@ -1364,7 +1368,9 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
          * recording; a seeded one takes the position by value and stays out */
         const int sel_rec = graphs && sel && rows && !sel->lp && (!sel->samp || !(sel->samp->temp > 0.0f));
         if (graphs) {
-            uint64_t key = graph_key(c, var, n, r0, rows, (taps_dst != NULL) | (sel_rec << 1) | (tail_rec << 2));
+            const int short_rows = c->rows.vis_max > 0 && c->rows.vis_max <= DS_ROWS_SHORT;
+            uint64_t key = graph_key(c, var, n, r0, rows,
+                                     (taps_dst != NULL) | (sel_rec << 1) | (tail_rec << 2) | (short_rows << 3));
             if (tail_rec) key ^= (uint64_t)(uintptr_t)sel->draft_dev * 0x9e3779b97f4a7c15ull;
             if (tail_rec && rows_dev)
                 key ^= ((uint64_t)(uintptr_t)sel->rows_dev + (uint64_t)sel->rows_pitch) * 0xc2b2ae3d27d4eb4full;

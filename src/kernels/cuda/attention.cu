@@ -152,6 +152,7 @@ __device__ __forceinline__ void att_store(float *__restrict__ out, int64_t e0, i
 #define ATS_PART_CAP ((size_t)256 << 20)   /* parked chunks per pass of rows */
 #define ATS_FB 16               /* the fold's loads in flight per thread         */
 static_assert(ATS_THREADS == 32 * ATT_WARPS, "att_split and att_canonical share the warp count");
+static_assert(DS_ROWS_SHORT <= (ATS_SPLIT_MIN - 1) * ATT_CHUNK, "a short call (model.c's graph key) has no split row");
 
 /* Where the chunks of a call's rows are parked: row-head rh = m * n_head + h
  * (m local to the pass), chunk c: p.V at ca[(rh * nch_max + c) * hd], max at
@@ -726,7 +727,11 @@ void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, con
         float *part = NULL;
         /* head_dim <= 128 only: the kernel is written for up to 256 (a thread
          * per column, 32 chains), but that instance has not run on a GPU yet */
-        if (!(dsc_be(ex)->off & DSC_OFF_SPLIT) && nch_max >= ATS_SPLIT_MIN && hd <= 128) {
+        /* ... and not where the host knows every row is short (vis_max: no
+         * row reaches ATS_SPLIT_MIN chunks, so att_split would only launch
+         * and leave — 2.6 us of every layer of a short-context decode step) */
+        const bool all_short = r->vis_max > 0 && r->vis_max <= (ATS_SPLIT_MIN - 1) * ATT_CHUNK;
+        if (!(dsc_be(ex)->off & DSC_OFF_SPLIT) && !all_short && nch_max >= ATS_SPLIT_MIN && hd <= 128) {
             mp = (int)(ATS_PART_CAP / per_row);
             mp = mp < 1 ? 1 : mp > M ? M : mp;
             if (mp > ATS_R) mp -= mp % ATS_R;
