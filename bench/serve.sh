@@ -14,7 +14,9 @@
 #   sh bench/serve.sh [ROUNDS] [CONCURRENCY,...]
 # Environment: BUILD (build), THREADS (2), CTX_PARALLEL (2: the old default
 # shape --parallel 2 -t 1 uses the same two cores), ENGINE_PARALLEL (16),
-# OUT (bench/results/serve-cpu.txt), PER, MAX_TOKENS (serve_load.py).
+# OUT (bench/results/serve-cpu.txt), PER, MAX_TOKENS (serve_load.py); SPEC_AB=1:
+# engine plain vs engine+drafter, batched drafting passes vs one drafter
+# forward per sequence (DSPARK_DRAFT_PASS=1), nothing else.
 #
 # DEVICE=cuda (the H200): the engine plain and with the drafter (-md, when
 # DRAFTER names one or the shipped drafter is the model's; -t THREADS, 8:
@@ -62,6 +64,19 @@ mkdir -p "$(dirname "$OUT")"
     echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "model: $TGT (drafter for ctx+spec: $DR); engine: --parallel $EP -t 1 and -t $T (--batch 512 --ubatch 64, prefix cache on); ctx: --parallel $CP -t $((T / CP > 0 ? T / CP : 1))"
 } >> "$OUT"
+if [ -n "${SPEC_AB:-}" ]; then
+    # SPEC_AB=1: the engine plain against the engine with the drafter, its
+    # rounds batched (one drafter forward for every drafting sequence of a
+    # step, the default) and one drafter forward per sequence
+    # (DSPARK_DRAFT_PASS=1), -t T, interleaved
+    echo "spec A/B: engine --parallel $EP -t $T plain | -md $DR batched drafting passes | -md $DR DSPARK_DRAFT_PASS=1" >> "$OUT"
+    DSPARK_BIN=$B/dspark python3 bench/serve_load.py "$OUT" "$ROUNDS" "$CONC" \
+        "engine=-m $TGT --gen engine --parallel $EP -t $T --queue 256" \
+        "spec-batch=-m $TGT -md $DR --gen engine --parallel $EP -t $T --queue 256" \
+        "spec-seq=DSPARK_DRAFT_PASS=1 -m $TGT -md $DR --gen engine --parallel $EP -t $T --queue 256"
+    echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
+    exit 0
+fi
 DSPARK_BIN=$B/dspark python3 bench/serve_load.py "$OUT" "$ROUNDS" "$CONC" \
     "ctx=-m $TGT --gen ctx --parallel $CP -t $((T / CP > 0 ? T / CP : 1)) --queue 256" \
     "ctx+spec=-m $TGT -md $DR --gen ctx --parallel $CP -t $((T / CP > 0 ? T / CP : 1)) --queue 256" \

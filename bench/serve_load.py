@@ -72,8 +72,13 @@ def start_peer(flags):
 def start(flags):
     if flags.startswith("peer:"):
         return start_peer(flags[5:])
-    p = subprocess.Popen([BIN, "serve", "--port", "0"] + shlex.split(flags), stderr=subprocess.PIPE,
-                         stdout=subprocess.DEVNULL, text=True)
+    # leading NAME=value words are the server's environment (DSPARK_DRAFT_PASS=1 ...)
+    words, env = shlex.split(flags), dict(os.environ)
+    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+        k, v = words.pop(0).split("=", 1)
+        env[k] = v
+    p = subprocess.Popen([BIN, "serve", "--port", "0"] + words, stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, text=True, env=env)
     while True:
         line = p.stderr.readline()
         if not line:

@@ -89,10 +89,25 @@ dspark_engine *dspark_engine_new(const dspark_model *dm, const dspark_engine_par
         return NULL;
     }
     const int n_ctx = engine_n_ctx(m, p->n_ctx);
+    /* DSPARK_DRAFT_PASS=N (1..16, for A/B measurements): sequences per
+     * batched drafting pass; 1 runs one drafter forward per sequence (the
+     * rounds before ds_draft_many). Unset: the engine's default, 16. No bit
+     * depends on it (tests/test_spec_batch.c). */
+    int draft_pass = 0;
+    const char *dp = getenv("DSPARK_DRAFT_PASS");
+    if (dp && *dp) {
+        char *end = NULL;
+        const long v = strtol(dp, &end, 10);
+        if (*end || v < 1 || v > 16) {
+            set_err(err, DSPARK_ERR_INVALID, "engine: DSPARK_DRAFT_PASS='%s' is not a number in 1..16", dp);
+            return NULL;
+        }
+        draft_pass = (int)v;
+    }
     /* the model's drafter, when it has one: requests may then speculate */
     const ds_engine_params ep = {.n_seq_max = p->n_seq_max, .n_ctx = n_ctx, .n_pages = p->n_pages, .m_max = p->batch_rows,
                                  .n_threads = p->n_threads ? p->n_threads : 2,
-                                 .drafter = p->no_drafter ? NULL : ds_api_drafter(dm)};
+                                 .drafter = p->no_drafter ? NULL : ds_api_drafter(dm), .draft_pass = draft_pass};
     dspark_engine *x = calloc(1, sizeof *x);
     if (!x) { set_err(err, DSPARK_ERR_NOMEM, "engine: out of memory"); return NULL; }
     x->dm = dm;

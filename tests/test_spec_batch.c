@@ -68,15 +68,16 @@ static void ref_rows(const ds_model *m, const ds_drafter *d, const int32_t *toks
  * greedy (a device records such passes): every sequence's drafts equal
  * ds_draft on a context of its own, and a second identical round gives
  * them again. */
-static void test_draft_many(const char *what, const ds_model *m, const ds_drafter *d, int pass, int mixed) {
+static void test_draft_many_n(const char *what, const ds_model *m, const ds_drafter *d, int pass, int mixed, int ns) {
     char err[DS_ERRLEN];
     const int gamma = ds_drafter_block_size(d);
     enum { NS = 20, LMAX = 120 };
+    if (ns < 1 || ns > NS) { printf("FAIL draft_many: %d sequences (1..%d)\n", ns, NS); exit(1); }
     int len[NS];
     int32_t toks[NS][LMAX + 1];
     ds_sampler samp[NS];
     uint64_t r = 91;
-    for (int s = 0; s < NS; s++) {
+    for (int s = 0; s < ns; s++) {
         len[s] = 5 + (s * 37) % (LMAX - 5);
         for (int i = 0; i <= LMAX; i++) {
             r ^= r << 13; r ^= r >> 7; r ^= r << 17;
@@ -84,28 +85,28 @@ static void test_draft_many(const char *what, const ds_model *m, const ds_drafte
         }
         samp[s] = (ds_sampler){.temp = s % 3 || !mixed ? 0.0f : 0.9f, .top_p = 1.0f, .seed = 100u + (uint64_t)s};
     }
-    const ds_engine_params ep = {.n_seq_max = NS, .n_ctx = 256, .n_threads = 2, .drafter = d, .draft_pass = pass};
+    const ds_engine_params ep = {.n_seq_max = ns, .n_ctx = 256, .n_threads = 2, .drafter = d, .draft_pass = pass};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     if (!e) { printf("FAIL engine with a drafter: %s\n", err); exit(1); }
     const int per = pass ? pass : 16;
     int slot[NS];
     ds_draft_req dr[NS];
-    ds_row *rows = malloc((size_t)NS * LMAX * sizeof *rows);
+    ds_row *rows = malloc((size_t)ns * LMAX * sizeof *rows);
     int n = 0;
-    for (int s = 0; s < NS; s++) {
+    for (int s = 0; s < ns; s++) {
         slot[s] = ds_engine_seq_new(e, err, sizeof err);
         for (int j = 0; j < len[s]; j++) rows[n++] = (ds_row){slot[s], j, toks[s][j], DS_ROW_DCTX, NULL};
         dr[s] = (ds_draft_req){slot[s], toks[s][len[s]], 1 + (s * 5) % gamma, samp[s].temp > 0.0f ? &samp[s] : NULL};
     }
-    CHECK(ds_engine_forward(e, rows, n, NULL, err, sizeof err) == 0, "%s: prefill of %d sequences: %s", what, NS, err);
-    int32_t *eids = malloc((size_t)NS * gamma * sizeof(int32_t)), rids[64];
-    CHECK(ds_engine_draft(e, NS, dr, eids, err, sizeof err) == 0, "%s: engine draft of %d sequences: %s", what, NS, err);
+    CHECK(ds_engine_forward(e, rows, n, NULL, err, sizeof err) == 0, "%s: prefill of %d sequences: %s", what, ns, err);
+    int32_t *eids = malloc((size_t)ns * gamma * sizeof(int32_t)), rids[64];
+    CHECK(ds_engine_draft(e, ns, dr, eids, err, sizeof err) == 0, "%s: engine draft of %d sequences: %s", what, ns, err);
     /* again: nothing a sequence holds changed, so the same drafts — on a
      * backend that records launch sequences, from the recorded passes */
-    int32_t *again = malloc((size_t)NS * gamma * sizeof(int32_t));
-    CHECK(ds_engine_draft(e, NS, dr, again, err, sizeof err) == 0, "%s: second engine draft: %s", what, err);
+    int32_t *again = malloc((size_t)ns * gamma * sizeof(int32_t));
+    CHECK(ds_engine_draft(e, ns, dr, again, err, sizeof err) == 0, "%s: second engine draft: %s", what, err);
     int rep_bad = 0;
-    for (int s = 0; s < NS; s++)
+    for (int s = 0; s < ns; s++)
         rep_bad += memcmp(again + (size_t)s * gamma, eids + (size_t)s * gamma, (size_t)dr[s].n_keep * sizeof(int32_t)) != 0;
     CHECK(rep_bad == 0, "%s: %d sequences' drafts differ between two identical rounds (pass %d)", what, rep_bad, per);
     free(again);
@@ -114,7 +115,7 @@ static void test_draft_many(const char *what, const ds_model *m, const ds_drafte
     const size_t nf = (size_t)n_layer * (LMAX + 1) * (size_t)row;
     float *rk = malloc(nf * sizeof(float)), *rv = malloc(nf * sizeof(float));
     int bad = 0, sampled = 0;
-    for (int s = 0; s < NS; s++) {
+    for (int s = 0; s < ns; s++) {
         ref_rows_samp(m, d, toks[s], len[s], rk, rv, rids, dr[s].n_keep, dr[s].samp);
         const int differ = memcmp(rids, eids + (size_t)s * gamma, (size_t)dr[s].n_keep * sizeof(int32_t)) != 0;
         if (differ) printf("  sequence %d (len %d, keep %d, temp %.1f) differs\n", s, len[s], dr[s].n_keep, (double)samp[s].temp);
@@ -124,12 +125,16 @@ static void test_draft_many(const char *what, const ds_model *m, const ds_drafte
         CHECK(q->n_past == len[s] && q->n_dctx == len[s], "%s: sequence %d changed (%d, %d rows; want %d)", what, s, q->n_past,
               q->n_dctx, len[s]);
     }
-    CHECK(bad == 0, "%s: %d of %d sequences' drafts (batched passes) differ from ds_draft alone", what, bad, NS);
+    CHECK(bad == 0, "%s: %d of %d sequences' drafts (batched passes) differ from ds_draft alone", what, bad, ns);
     if (!bad)
         printf("PASS %s draft_many sequences=%d per_pass=%d passes=%d sampled=%d keep=1..%d: every sequence's drafts == ds_draft alone, twice\n",
-               what, NS, per, (NS + per - 1) / per, sampled, gamma);
+               what, ns, per, (ns + per - 1) / per, sampled, gamma);
     free(rows); free(eids); free(rk); free(rv);
     ds_engine_free(e);
+}
+
+static void test_draft_many(const char *what, const ds_model *m, const ds_drafter *d, int pass, int mixed) {
+    test_draft_many_n(what, m, d, pass, mixed, 20);
 }
 
 static void test_rows(const ds_model *m, const ds_drafter *d) {
@@ -260,10 +265,10 @@ static void on_done(void *u, const ds_req_result *r) {
 
 typedef struct { long steps, rounds, drafted, accepted, preempt, cached; } run_stats;
 
-static int run(const ds_model *m, const ds_drafter *d, req *rq, int n, int n_pages, int max_rows, int prefix, int stagger,
-               int force_plain, int policy, run_stats *rs) {
+static int run_n(const ds_model *m, const ds_drafter *d, req *rq, int n, int n_pages, int max_rows, int prefix, int stagger,
+                 int force_plain, int policy, int n_seq, run_stats *rs) {
     char err[DS_ERRLEN];
-    const ds_engine_params ep = {.n_seq_max = 6, .n_ctx = 512, .n_pages = n_pages, .n_threads = 2, .drafter = d};
+    const ds_engine_params ep = {.n_seq_max = n_seq, .n_ctx = 512, .n_pages = n_pages, .n_threads = 2, .drafter = d};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     const ds_sched_params sp = {.max_rows = max_rows, .prefill_chunk = max_rows / 2, .prefix_cache = prefix,
                                 .spec_policy = policy};
@@ -304,6 +309,11 @@ static int run(const ds_model *m, const ds_drafter *d, req *rq, int n, int n_pag
     ds_sched_free(s);
     ds_engine_free(e);
     return bad;
+}
+
+static int run(const ds_model *m, const ds_drafter *d, req *rq, int n, int n_pages, int max_rows, int prefix, int stagger,
+               int force_plain, int policy, run_stats *rs) {
+    return run_n(m, d, rq, n, n_pages, max_rows, prefix, stagger, force_plain, policy, 6, rs);
 }
 
 static void make_reqs(const ds_model *m, req *rq, int n, const int32_t *text, int n_text) {
@@ -367,6 +377,53 @@ static void test_sched(const char *what, const ds_model *m, const ds_drafter *d,
     }
 }
 
+/* N in {1, 2, 3, 8} speculative requests of different prompts, greedy and
+ * seeded alternating, all at once on an engine of N slots: every step
+ * drafts all of them in one ds_engine_draft call (one batched drafter
+ * forward per pass) and verifies all blocks in one target forward. Each
+ * request's tokens are exactly plain generation alone (ds_generate), and
+ * its rounds, drafts verified and drafts accepted are exactly those of the
+ * same request run alone through the scheduler (a wrong draft id would be
+ * rejected by the verify and leave the tokens right: the counts catch it).
+ * rounds > steps shows several sequences' rounds shared a step. */
+static void test_sched_alone(const char *what, const ds_model *m, const ds_drafter *d, const int32_t *text, int n_text,
+                             int want_accepts) {
+    static req rq[8];
+    static const int ns[] = {1, 2, 3, 8};
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        const int n = ns[k];
+        make_reqs(m, rq, n, text, n_text);
+        ds_req_result alone[8];
+        run_stats st;
+        for (int i = 0; i < n; i++) {
+            rq[i].spec = 1;
+            CHECK(run_n(m, d, &rq[i], 1, 0, 512, 0, 0, 0, DS_SPEC_FIXED, 1, &st) == 0, "%s request %d alone differs", what, i);
+            alone[i] = rq[i].res;
+        }
+        const int bad = run_n(m, d, rq, n, 0, 512, 0, 0, 0, DS_SPEC_FIXED, n, &st);
+        int moved = 0;
+        for (int i = 0; i < n; i++) {
+            const ds_req_result *a = &alone[i], *b = &rq[i].res;
+            const int differ = a->rounds != b->rounds || a->drafted != b->drafted || a->accepted != b->accepted;
+            if (differ)
+                printf("  request %d: rounds/drafted/accepted %d/%d/%d among %d, %d/%d/%d alone\n", i, b->rounds, b->drafted,
+                       b->accepted, n, a->rounds, a->drafted, a->accepted);
+            moved += differ;
+        }
+        CHECK(moved == 0, "%s %d speculative at once: %d requests' rounds or accepted drafts differ from the request alone", what,
+              n, moved);
+        CHECK(bad == 0, "%s %d speculative at once: %d of %d requests differ from plain generation alone", what, n, bad, n);
+        CHECK(st.rounds > 0 && st.drafted > 0, "%s %d speculative at once: no speculative rounds ran", what, n);
+        if (n > 1) CHECK(st.rounds > st.steps, "%s %d speculative at once: %ld rounds in %ld steps (never batched)", what, n,
+                         st.rounds, st.steps);
+        if (want_accepts) CHECK(st.accepted > 0, "%s %d speculative at once: no draft accepted", what, n);
+        if (!bad && !moved)
+            printf("PASS spec_batch %s %d speculative at once: every request's tokens == plain alone, its rounds and accepted drafts "
+                   "== it alone (steps %ld, rounds %ld, accepted %ld/%ld)\n",
+                   what, n, st.steps, st.rounds, st.accepted, st.drafted);
+    }
+}
+
 int main(void) {
     char err[DS_ERRLEN], dir[256];
     tu_tmpdir(dir, sizeof dir);
@@ -392,6 +449,9 @@ int main(void) {
     test_draft_many("shipped", m, d, 0, 1);
     test_draft_many("shipped", m, d, 3, 0);   /* all greedy: recorded passes, one chain launch per pass on a device */
     test_draft_many("shipped", m, d, 0, 0);
+    static const int ns[] = {1, 2, 3, 8};     /* each in one pass */
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) test_draft_many_n("shipped", m, d, 0, 1, ns[k]);
+    test_sched_alone("shipped", m, d, text, n_text, 1);
     test_sched("shipped", m, d, text, n_text, 1);
     /* refusal: draft_max past the block */
     {
@@ -434,6 +494,7 @@ int main(void) {
         for (int i = 0; i < 300; i++) t2[i] = (int32_t)((i * 71 + 3) % 300);
         test_rows(m, d);
         test_draft_many("made-q8_0", m, d, 0, 1);
+        test_sched_alone("made-q8_0", m, d, t2, 300, 0);
         test_sched("made-q8_0", m, d, t2, 300, 0);
         ds_drafter_free(d);
         /* every head the batched passes run op by op: gated and rnn Markov
