@@ -779,6 +779,7 @@ int ds_draft_many(ds_dctx *x, int n, const ds_draft_seq *q, const ds_rows *table
     for (int i = 0; i < n; i++) h[3 * M + i] = q[i].anchor;
     be->upload(ex, x->mbuf, h, ((size_t)3 * M + (size_t)n) * sizeof(int32_t));
     ds_rows rv = *tables;
+    rv.vis_max = 0;                               /* other rows than the caller's: no bound known */
     rv.n_vis = x->mbuf;
     rv.pos = x->mbuf + M;
     rv.seq = x->mbuf + 2 * M;
