@@ -109,6 +109,10 @@ expect_err "--repeat-penalty 1.1"  "penalty"        $D generate -m "$M" -p hi --
 $D generate -m "$M" -md "$DR" -p hi -n 4 --draft-min 2 >/dev/null 2>&1 && ok "--draft-min accepted" || bad "--draft-min refused"
 expect_err "--draft-min > gamma"   "draft-max"      $D generate -m "$M" -md "$DR" -p hi --draft-min 9
 expect_err "--draft-min with p-min" "draft-max"     $D generate -m "$M" -md "$DR" -p hi --draft-min 2 --draft-p-min 0.3
+# the engine's drafting-pass switch (A/B aid): refused at start-up, one line, before any port is bound
+for v in abc 0 17; do
+    expect_err "DSPARK_DRAFT_PASS=$v" "DSPARK_DRAFT_PASS" timeout 20 env DSPARK_DRAFT_PASS=$v $D serve -m "$M" -md "$DR" --port 1
+done
 
 # ---- 7. perplexity shows progress on a terminal, stays quiet in a pipe --------
 for i in 1 2 3 4 5 6 7 8; do echo "The river ran past the mill and the old house by the hill, and the rain fell."; done >"$T/text.txt"
