@@ -6,6 +6,12 @@
  *   build/bench/engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N]
  *                      [--decode N] [--prompt N] [--long N]
  *                      [--drafter D.gguf [--text FILE] [--oracle-accept Q] [--draft-pass N]]
+ *                      [--no-graphs | --graphs-ab]
+ *
+ * --no-graphs: the engine records no batch shape (ds_engine_params
+ * no_graphs); --graphs-ab: the batch decode with and without, interleaved
+ * rep by rep on two engines, side by side (a device that records launch
+ * sequences; on the CPU both are the same path).
  *
  * With a drafter: N requests (N = 1..64, prompts from windows of the text)
  * through the scheduler, plain and speculative interleaved, generated
@@ -38,7 +44,7 @@ static void die(const char *what, const char *err) {
 static double run_batch(ds_engine *e, int N, int n_prompt, int D, int V, int32_t *ids) {
     char err[DS_ERRLEN];
     int slot[256];
-    ds_row *rows = malloc((size_t)N * (size_t)n_prompt * sizeof *rows);
+    ds_row *rows = calloc((size_t)N * (size_t)n_prompt, sizeof *rows);
     int32_t *sel = malloc((size_t)N * (size_t)n_prompt * sizeof *sel), *last = malloc((size_t)N * sizeof *last);
     int n = 0;
     for (int s = 0; s < N; s++) {
@@ -129,7 +135,7 @@ static double run_sched(ds_sched *s, int N, const int32_t *text, int n_text, int
 }
 
 static void bench_spec(const ds_model *m, const char *dpath, const char *text_path, int threads, int reps, int D,
-                       int n_prompt, double oracle, int draft_pass) {
+                       int n_prompt, double oracle, int draft_pass, int no_graphs) {
     char err[DS_ERRLEN];
     ds_drafter *d = ds_drafter_load(dpath, m, err, sizeof err);
     if (!d) die("drafter", err);
@@ -165,11 +171,11 @@ static void bench_spec(const ds_model *m, const char *dpath, const char *text_pa
         n_text = (size_t)want;
     }
     const ds_engine_params ep = {.n_seq_max = 64, .n_ctx = n_prompt + D + 2, .m_max = 64, .n_threads = threads, .drafter = d,
-                                 .draft_pass = draft_pass};
+                                 .draft_pass = draft_pass, .no_graphs = no_graphs};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     if (!e) die("engine with drafter", err);
-    printf("speculative requests: drafter=%s gamma=%d prompt=%d generated=%d reps=%d draft_pass=%d%s (medians; plain and speculative interleaved)\n",
-           dpath, ds_drafter_block_size(d), n_prompt, D, reps, draft_pass ? draft_pass : 16,
+    printf("speculative requests: drafter=%s gamma=%d prompt=%d generated=%d reps=%d draft_pass=%d graphs=%s%s (medians; plain and speculative interleaved)\n",
+           dpath, ds_drafter_block_size(d), n_prompt, D, reps, draft_pass ? draft_pass : 16, no_graphs ? "off" : "on",
            oracle > 0 ? " ORACLE acceptance (drafts replaced)" : "");
     if (oracle > 0) printf("oracle: each draft is the plain token with probability %.2f; the drafter runs for its cost\n", oracle);
     static const int Ns[] = {1, 4, 16, 64};
@@ -223,7 +229,7 @@ static void bench_spec(const ds_model *m, const char *dpath, const char *text_pa
 
 int main(int argc, char **argv) {
     const char *path = NULL, *device = "cpu", *dpath = NULL, *text_path = NULL;
-    int threads = 2, reps = 3, D = 32, n_prompt = 32, n_long = 0, draft_pass = 0;
+    int threads = 2, reps = 3, D = 32, n_prompt = 32, n_long = 0, draft_pass = 0, no_graphs = 0, graphs_ab = 0;
     double oracle = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -236,6 +242,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--text") && i + 1 < argc) text_path = argv[++i];
         else if (!strcmp(argv[i], "--oracle-accept") && i + 1 < argc) oracle = atof(argv[++i]);
         else if (!strcmp(argv[i], "--draft-pass") && i + 1 < argc) draft_pass = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-graphs")) no_graphs = 1;
+        else if (!strcmp(argv[i], "--graphs-ab")) graphs_ab = 1;
         else if (!path && argv[i][0] != '-') path = argv[i];
         else { fprintf(stderr, "engine bench: unknown argument '%s'\n", argv[i]); return 2; }
     }
@@ -250,25 +258,43 @@ int main(int argc, char **argv) {
     if (!m) die("load", err);
     if (dpath) {   /* the speculative comparison alone */
         printf("engine bench: model=%s device=%s threads=%d\n", path, device, threads);
-        bench_spec(m, dpath, text_path, threads, reps, D, n_prompt, oracle, draft_pass);
+        bench_spec(m, dpath, text_path, threads, reps, D, n_prompt, oracle, draft_pass, no_graphs);
         ds_model_free(m);
         return 0;
     }
     const int V = m->hp.n_vocab;
     static const int Ns[] = {1, 2, 4, 8, 16, 32, 64};
     const int n_ctx = n_prompt + D + 1 > n_long + 2 ? n_prompt + D + 1 : n_long + 2;
-    const ds_engine_params ep = {.n_seq_max = 64, .n_ctx = n_ctx, .m_max = 64, .n_threads = threads};
+    const ds_engine_params ep = {.n_seq_max = 64, .n_ctx = n_ctx, .m_max = 64, .n_threads = threads, .no_graphs = no_graphs};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     if (!e) die("engine", err);
-    printf("engine bench: model=%s device=%s threads=%d prompt=%d decode_steps=%d reps=%d (medians)\n", path, device,
-           threads, n_prompt, D, reps);
+    ds_engine *eo = NULL;       /* --graphs-ab: the same engine recording nothing */
+    if (graphs_ab) {
+        const ds_engine_params eq = {.n_seq_max = 64, .n_ctx = n_ctx, .m_max = 64, .n_threads = threads, .no_graphs = 1};
+        if (!(eo = ds_engine_new(m, &eq, err, sizeof err))) die("engine without graphs", err);
+    }
+    printf("engine bench: model=%s device=%s threads=%d prompt=%d decode_steps=%d reps=%d graphs=%s (medians)\n", path, device,
+           threads, n_prompt, D, reps, graphs_ab ? "A/B" : no_graphs ? "off" : "on");
     int32_t *ref = malloc((size_t)64 * D * sizeof *ref), *got = malloc((size_t)64 * D * sizeof *got);
     double t1 = 0;
     for (size_t k = 0; k < sizeof Ns / sizeof *Ns; k++) {
         const int N = Ns[k];
-        double t[99];
-        for (int r = 0; r < reps; r++) t[r] = run_batch(e, N, n_prompt, D, V, got);
+        double t[99], to[99];
+        int same_ab = 1;
+        for (int r = 0; r < reps; r++) {
+            t[r] = run_batch(e, N, n_prompt, D, V, got);
+            if (eo) {   /* interleaved: the same batch op by op, the same tokens */
+                to[r] = run_batch(eo, N, n_prompt, D, V, ref);
+                same_ab &= !memcmp(ref, got, (size_t)N * D * sizeof *got);
+            }
+        }
         qsort(t, (size_t)reps, sizeof *t, cmp_d);
+        if (eo) {
+            qsort(to, (size_t)reps, sizeof *to, cmp_d);
+            printf("graphs N=%-3d recorded %8.1f tok/s  op by op %8.1f tok/s  %5.2fx  tokens equal: %s\n", N,
+                   (double)N * D / t[reps / 2], (double)N * D / to[reps / 2], to[reps / 2] / t[reps / 2],
+                   same_ab ? "yes" : "NO");
+        }
         const double med = t[reps / 2], toks = (double)N * D / med;
         if (N == 1) t1 = toks;
         /* the bytes: each sequence's tokens == itself alone (N = 1 runs of
@@ -327,6 +353,7 @@ int main(int argc, char **argv) {
                n_long, 1e3 * tm[reps / 2], 1e3 * th[reps / 2], tm[reps / 2] / th[reps / 2], first[0] == first[1] ? "yes" : "NO");
         free(ids); free(rows); free(sel);
     }
+    ds_engine_free(eo);
     ds_engine_free(e);
     ds_model_free(m);
     return 0;

@@ -566,6 +566,7 @@ static int dsc_graph_begin(ds_exec *ex, uint64_t key, char *err, size_t errlen) 
     }
     for (int i = 0; i < ex->n_graphs; i++)
         if (ex->gkey[i] == key) {
+            ex->guse[i] = ++ex->gclock;
             const int ti = dsc_trace_begin(ex);
             const cudaError_t e = cudaGraphLaunch(ex->gexec[i], ex->st);
             if (ti >= 0) {
@@ -579,7 +580,20 @@ static int dsc_graph_begin(ds_exec *ex, uint64_t key, char *err, size_t errlen) 
             }
             return 1;
         }
-    if (ex->n_graphs == DSC_MAX_GRAPHS) return 0;      /* full: the ops run directly */
+    if (ex->n_graphs == DSC_MAX_GRAPHS) {
+        /* full: the least recently launched recording goes (an executable
+         * graph still in flight is freed when it completes; its buffers
+         * are the context's, so nothing it reads goes away) */
+        int lru = 0;
+        for (int i = 1; i < ex->n_graphs; i++)
+            if (ex->guse[i] < ex->guse[lru]) lru = i;
+        cudaGraphExecDestroy(ex->gexec[lru]);
+        ex->n_graphs--;
+        ex->gkey[lru] = ex->gkey[ex->n_graphs];
+        ex->gnodes[lru] = ex->gnodes[ex->n_graphs];
+        ex->gexec[lru] = ex->gexec[ex->n_graphs];
+        ex->guse[lru] = ex->guse[ex->n_graphs];
+    }
     const cudaError_t e = cudaStreamBeginCapture(ex->st, cudaStreamCaptureModeRelaxed);
     if (e != cudaSuccess) {
         ds_errf(err, errlen, "cuda: cannot record a graph: %s", cudaGetErrorString(e));
@@ -614,6 +628,7 @@ static int dsc_graph_end(ds_exec *ex, char *err, size_t errlen) {
         return -1;
     }
     ex->gkey[ex->n_graphs] = ex->cap_key;
+    ex->guse[ex->n_graphs] = ++ex->gclock;
     ex->gnodes[ex->n_graphs] = (int)nodes;
     ex->gexec[ex->n_graphs++] = gx;
     return 0;
@@ -628,6 +643,7 @@ static void dsc_graph_drop(ds_exec *ex, uint64_t key) {
             ex->gkey[i] = ex->gkey[ex->n_graphs];
             ex->gnodes[i] = ex->gnodes[ex->n_graphs];
             ex->gexec[i] = ex->gexec[ex->n_graphs];
+            ex->guse[i] = ex->guse[ex->n_graphs];
             return;
         }
 }

@@ -14,6 +14,10 @@
 
 #include <stdlib.h>
 
+#define ENGINE_GSEEN 256           /* shapes remembered for the record-on-repeat rule   */
+#define ENGINE_GRAPH_ROWS 128     /* chunks of more rows are never recorded: the device
+                                     time dwarfs the launches there                   */
+
 struct ds_engine {
     const ds_model *m;
     ds_backend *be;
@@ -62,6 +66,13 @@ struct ds_engine {
     /* hybrid models (qwen35): each slot's recurrent states (rstate.h), a
      * ring wide enough to roll a verify block back to any of its rows */
     ds_rstate  rs;
+    /* recorded batch shapes (a backend with graph_begin): a chunk whose
+     * rows all want an output is recorded the second time its shape is
+     * seen (gseen: a direct-mapped memory of shapes seen once), then
+     * replayed; prompt chunks and first sightings run op by op */
+    int        graphs;
+    uint64_t   gseen[ENGINE_GSEEN];
+    long       n_recorded, n_replayed;   /* chunks recorded / replayed (ds_engine_graph_counts) */
 };
 
 /* ========================================================================
@@ -223,6 +234,13 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         free(e);
         return NULL;
     }
+    /* recorded batch shapes: where the backend records, unless switched
+     * off; not on hybrid models (a chunk's rows roll recurrent states on
+     * the host) nor on mixture-of-experts models (the route is grouped on
+     * the host between the layers' launches) */
+    int moe = 0;
+    for (int l = 0; l < hp->n_layer; l++) moe |= m->layers[l].n_expert > 0;
+    e->graphs = be->i->graph_begin && !p->no_graphs && !e->rs.mem && !moe && hp->arch != DS_ARCH_DEEPSEEK4;
     if (dr) {   /* at most what the shared drafter context's buffers hold */
         const int most = ds_dctx_many_max(e->dx);
         e->draft_pass = p->draft_pass && p->draft_pass < most ? p->draft_pass : most;
@@ -243,6 +261,10 @@ int ds_engine_n_ctx(const ds_engine *e) { return e->n_ctx; }
 int ds_engine_m_max(const ds_engine *e) { return e->m_max; }
 void ds_engine_set_kernels(ds_engine *e, const ds_kernel_set *ks) { e->ks = *ks; }
 const ds_drafter *ds_engine_drafter(const ds_engine *e) { return e->d; }
+void ds_engine_graph_counts(const ds_engine *e, long *recorded, long *replayed) {
+    *recorded = e->n_recorded;
+    *replayed = e->n_replayed;
+}
 
 /* ========================================================================
  * Sequences
@@ -614,6 +636,88 @@ static int host_select(ds_engine *e, const ds_row *rows, int n_host, char *err, 
     return 0;
 }
 
+/* ========================================================================
+ * A chunk's device work, and its recorded launch sequences
+ * ===================================================================== */
+
+/* A row whose choice is drawn (seeded sampling) rather than the argmax. */
+static int row_sampled(const ds_row *r) { return r->samp && r->samp->temp > 0.0f; }
+
+/* Everything the device does for the chunk's rows that depends only on
+ * the chunk's shape (chunk_key): the model forward (with the drafter's
+ * taps when a row feeds the drafter), the LM head over each run of rows
+ * that want an output, the argmax of every run of greedy rows (rows are
+ * independent: one argmax over rows of several requests is each row's
+ * own), and the drafter context rows of each run of DCTX rows, whatever
+ * sequences they belong to (context rows attend nothing: a row's bits
+ * are its taps' alone). No host transfer: it may be recorded. */
+static int chunk_device_ops(ds_engine *e, const ds_row *rows, int cn, const uint8_t var[DS_FAM_COUNT], int any_dctx,
+                            char *err, size_t errlen) {
+    const ds_backend_i *b = e->be->i;
+    const size_t V = (size_t)e->m->hp.n_vocab;
+    if (any_dctx)   /* the taps of every row of the chunk, on the device */
+        ds_model_forward(e->m, e->ex, &e->a, e->pool, var, cn, rows[0].pos, ds_drafter_tap_layers(e->d),
+                         ds_drafter_n_taps(e->d), e->taps, e->T, NULL);
+    else
+        ds_model_forward(e->m, e->ex, &e->a, e->pool, var, cn, rows[0].pos, NULL, 0, NULL, 0, NULL);
+    for (int i = 0; i < cn;) {
+        if (!rows[i].want) { i++; continue; }
+        int j = i + 1;
+        while (j < cn && rows[j].want) j++;
+        ds_model_logits(e->m, e->ex, &e->a, var, i, j - i, rows[i].pos, e->logits + (size_t)i * V, NULL);
+        i = j;
+    }
+    for (int i = 0; i < cn;) {
+        if (!(rows[i].want & DS_ROW_SELECT) || row_sampled(&rows[i])) { i++; continue; }
+        int j = i + 1;
+        while (j < cn && (rows[j].want & DS_ROW_SELECT) && !row_sampled(&rows[j])) j++;
+        b->argmax(e->ex, j - i, (int64_t)V, e->logits + (size_t)i * V, e->sel_ids + i);
+        i = j;
+    }
+    for (int i = 0; any_dctx && i < cn;) {
+        if (!(rows[i].want & DS_ROW_DCTX)) { i++; continue; }
+        int j = i + 1;
+        while (j < cn && (rows[j].want & DS_ROW_DCTX)) j++;
+        ds_rows rv = e->rows;
+        rv.pos += i;
+        rv.seq += i;
+        if (ds_dctx_append_rows(e->dx, e->taps + (size_t)i * e->T, j - i, &rv, err, errlen)) return -1;
+        i = j;
+    }
+    return 0;
+}
+
+/* The key of a chunk's recording, or 0 when it is not to be recorded:
+ * FNV-1a over everything that changes which ops chunk_device_ops issues
+ * or their arguments — the row count, the variants, whether every row is
+ * short (the attention's split pass: backend.h DS_ROWS_SHORT), and per row
+ * what it wants and whether it is greedy (the runs). Only chunks whose
+ * every row wants an output (decode and verify rows) are recorded: prompt
+ * chunks vary in shape and their device time dwarfs the launches. */
+static uint64_t chunk_key(const ds_engine *e, const ds_row *rows, int cn, const uint8_t var[DS_FAM_COUNT], int any_dctx) {
+    if (cn > ENGINE_GRAPH_ROWS) return 0;
+    for (int i = 0; i < cn; i++)
+        if (!(rows[i].want & (DS_ROW_SELECT | DS_ROW_LOGITS))) return 0;
+    uint64_t h = 1469598103934665603ull;
+#define MIX(v) (h = (h ^ (uint64_t)(uint32_t)(v)) * 1099511628211ull)
+    MIX(0x454e47u); MIX(cn); MIX(any_dctx);
+    MIX(e->rows.vis_max > 0 && e->rows.vis_max <= DS_ROWS_SHORT);
+    for (int f = 0; f < DS_FAM_COUNT; f++) MIX(var[f]);
+    for (int i = 0; i < cn; i++) MIX((rows[i].want & (DS_ROW_SELECT | DS_ROW_LOGITS | DS_ROW_DCTX)) | (row_sampled(&rows[i]) << 7));
+#undef MIX
+    return h ? h : 1;
+}
+
+/* The record-on-repeat rule: 1 when key was seen before (record or
+ * replay it), else remember it and run this chunk op by op — a shape seen
+ * once (a verify block of an unusual width) costs no recording. */
+static int graph_seen(ds_engine *e, uint64_t key) {
+    uint64_t *slot = &e->gseen[key % ENGINE_GSEEN];
+    if (*slot == key) return 1;
+    *slot = key;
+    return 0;
+}
+
 int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, char *err, size_t errlen) {
     if (check_rows(e, rows, n, err, errlen)) return -1;
     int n_logits = 0;
@@ -646,34 +750,36 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
         b->upload(e->ex, e->rowbuf, hp, (2 * M + (size_t)cn) * sizeof(int32_t));
         int any_dctx = 0;
         for (int i = c0; i < c1 && !any_dctx; i++) any_dctx = (rows[i].want & DS_ROW_DCTX) != 0;
-        if (any_dctx)   /* the taps of every row of the chunk, on the device */
-            ds_model_forward(e->m, e->ex, &e->a, e->pool, var, cn, rows[c0].pos, ds_drafter_tap_layers(e->d),
-                             ds_drafter_n_taps(e->d), e->taps, e->T, NULL);
-        else
-            ds_model_forward(e->m, e->ex, &e->a, e->pool, var, cn, rows[c0].pos, NULL, 0, NULL, 0, NULL);
-        /* the LM head over each run of rows that want an output (the rows
-         * are independent: a run's bits are each row's alone) */
-        for (int i = 0; i < cn;) {
-            if (!rows[c0 + i].want) { i++; continue; }
-            int j = i + 1;
-            while (j < cn && rows[c0 + j].want) j++;
-            ds_model_logits(e->m, e->ex, &e->a, var, i, j - i, rows[c0 + i].pos, e->logits + (size_t)i * V, NULL);
-            i = j;
+        /* The chunk's device work — forward, LM head, greedy selection,
+         * drafter context rows — as one recorded launch sequence where the
+         * backend records (graph_begin) and this shape was seen before
+         * (chunk_key says what the recording depends on; the rows' values
+         * are in device buffers). A replay runs exactly the ops below. */
+        const uint64_t key = e->graphs ? chunk_key(e, rows + c0, cn, var, any_dctx) : 0;
+        const int rec = key && graph_seen(e, key);
+        int replayed = 0;
+        if (rec && (replayed = b->graph_begin(e->ex, key, err, errlen)) < 0) return -1;
+        if (rec) ++*(replayed ? &e->n_replayed : &e->n_recorded);
+        if (!replayed && chunk_device_ops(e, rows + c0, cn, var, any_dctx, err, errlen)) {
+            if (rec) (void)b->graph_end(e->ex, NULL, 0);
+            return -1;
         }
-        /* selection: one op per run of rows of one sampler at consecutive
-         * positions (a row at position p chooses the token for p + 1) */
+        if (rec && b->graph_end(e->ex, err, errlen)) return -1;
+        /* sampled selection (it takes each run's position by value, so it
+         * is never recorded): one op per run of rows of one sampler at
+         * consecutive positions (a row at position p chooses p + 1) */
         int n_sel = 0, n_host = 0;
         for (int i = 0; i < cn;) {
             const ds_row *r = &rows[c0 + i];
             if (!(r->want & DS_ROW_SELECT)) { i++; continue; }
+            if (!row_sampled(r)) { n_sel++; i++; continue; }   /* chosen by the device work above */
             int j = i + 1;
             while (j < cn && (rows[c0 + j].want & DS_ROW_SELECT) && rows[c0 + j].samp == r->samp &&
                    rows[c0 + j].pos == rows[c0 + j - 1].pos + 1 && rows[c0 + j].seq == r->seq)
                 j++;
             const float *lg = e->logits + (size_t)i * V;
-            const int sampled = r->samp && r->samp->temp > 0.0f;
-            if (e->hpool && sampled && !(b->sample && b->sample(e->ex, r->samp, j - i, (int)V, lg, (int64_t)r->pos + 1,
-                                                                 e->sel_scratch, e->sel_ids + i) == 0)) {
+            if (e->hpool && !(b->sample && b->sample(e->ex, r->samp, j - i, (int)V, lg, (int64_t)r->pos + 1,
+                                                     e->sel_scratch, e->sel_ids + i) == 0)) {
                 for (int k = i; k < j; k++) e->hrow[n_host++] = k;   /* after the chunk, on the host */
             } else if (ds_backend_select(e->ex, r->samp, j - i, (int)V, lg, (int64_t)r->pos + 1, e->sel_scratch,
                                          e->sel_ids + i, err, errlen)) {
@@ -694,26 +800,14 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
                 b->download(e->ex, lg_out, e->logits + (size_t)i * V, V * sizeof(float));
                 lg_out += V;
             }
-        /* drafter context rows from the taps, on the device: one pass per
-         * run of DCTX rows, whatever sequences they belong to (context rows
-         * attend nothing: a row's bits are its taps' alone); a sequence's
-         * run cut by the chunk boundary goes on in the next chunk */
-        for (int i = 0; any_dctx && i < cn;) {
-            if (!(rows[c0 + i].want & DS_ROW_DCTX)) { i++; continue; }
-            int j = i + 1;
-            while (j < cn && (rows[c0 + j].want & DS_ROW_DCTX)) j++;
-            ds_rows rv = e->rows;
-            rv.pos += i;
-            rv.seq += i;
-            if (ds_dctx_append_rows(e->dx, e->taps + (size_t)i * e->T, j - i, &rv, err, errlen)) return -1;
-            for (int k = i; k < j; k++) {
-                ds_seq *q = &e->seq[rows[c0 + k].seq];
-                if (k == i || rows[c0 + k - 1].seq != rows[c0 + k].seq) {
-                    if (q->n_dctx > rows[c0 + k].pos) q->n_dctx = rows[c0 + k].pos;   /* replaced from here */
-                }
-                if (q->n_dctx == rows[c0 + k].pos) q->n_dctx++;
-            }
-            i = j;
+        /* the drafter context rows the device work wrote: each DCTX run of
+         * a sequence replaces its rows from the run's first position */
+        for (int k = 0; any_dctx && k < cn; k++) {
+            if (!(rows[c0 + k].want & DS_ROW_DCTX)) continue;
+            ds_seq *q = &e->seq[rows[c0 + k].seq];
+            const int first = k == 0 || !(rows[c0 + k - 1].want & DS_ROW_DCTX) || rows[c0 + k - 1].seq != rows[c0 + k].seq;
+            if (first && q->n_dctx > rows[c0 + k].pos) q->n_dctx = rows[c0 + k].pos;
+            if (q->n_dctx == rows[c0 + k].pos) q->n_dctx++;
         }
         if (!host && b->sync(e->ex, err, errlen)) return -1;
         /* what each sequence now holds: its rows' K/V, and their ids */

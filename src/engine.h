@@ -30,6 +30,7 @@ typedef struct {
     int n_threads;              /* the CPU's -t                                            */
     const ds_drafter *drafter;  /* NULL: no drafter context rows (group 1)                 */
     int draft_pass;             /* sequences per drafting pass (1..16); 0: 16              */
+    int no_graphs;              /* 1: never record a batch shape (A/B); 0: record repeats  */
 } ds_engine_params;
 
 /* NULL with one line: a bad size, or memory the pool cannot have. */
@@ -110,5 +111,8 @@ typedef struct {
 } ds_draft_req;
 int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, char *err, size_t errlen);
 const ds_drafter *ds_engine_drafter(const ds_engine *e);
+/* Chunks the engine recorded as launch sequences and replayed (a backend
+ * with graph_begin; 0 and 0 elsewhere or with no_graphs). */
+void ds_engine_graph_counts(const ds_engine *e, long *recorded, long *replayed);
 
 #endif

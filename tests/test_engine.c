@@ -200,6 +200,14 @@ static void test_invariance(const ds_model *m) {
             cases++;
         }
     CHECK(bad == 0, "batched rows differ from each sequence alone: %ld", bad);
+    /* on a device that records launch sequences, those rows came through
+     * recorded and replayed chunks too (else the test proves nothing of them) */
+    long n_rec = 0, n_rep = 0;
+    ds_engine_graph_counts(e, &n_rec, &n_rep);
+    if (m->be->i->graph_begin) {
+        CHECK(n_rec > 0 && n_rep > 0, "no chunk was recorded (%ld) or replayed (%ld) on %s", n_rec, n_rep, tu_device());
+        printf("INFO   recorded chunks=%ld replayed=%ld\n", n_rec, n_rep);
+    }
     if (!bad)
         printf("PASS batch_invariance type=%s arch=%s sequences=1,2,3,8,32 chunks=512,1,7,64,random schedules=%ld: logits, ids, K/V == alone\n",
                ds_type_name(m->weight_type), ds_arch_name(m->hp.arch), cases);

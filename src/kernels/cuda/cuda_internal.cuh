@@ -156,6 +156,8 @@ struct ds_exec {
     uint64_t        gkey[DSC_MAX_GRAPHS];
     cudaGraphExec_t gexec[DSC_MAX_GRAPHS];
     int             n_graphs;
+    uint64_t        guse[DSC_MAX_GRAPHS];      /* when each was last launched (gclock) */
+    uint64_t        gclock;
     int             capturing;                 /* 1: recording for key cap_key     */
     uint64_t        cap_key;
     /* pinned host staging for small uploads / downloads (the ids and
