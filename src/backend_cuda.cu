@@ -558,6 +558,16 @@ static int dsc_prepare_weight(ds_backend *be, ds_weight *w, int use, char *err, 
 /* ==========================================================================
  * recorded launch sequences
  * ========================================================================== */
+/* recording i goes; the last one takes its place */
+static void graph_remove(ds_exec *ex, int i) {
+    cudaGraphExecDestroy(ex->gexec[i]);
+    ex->n_graphs--;
+    ex->gkey[i] = ex->gkey[ex->n_graphs];
+    ex->gnodes[i] = ex->gnodes[ex->n_graphs];
+    ex->gexec[i] = ex->gexec[ex->n_graphs];
+    ex->guse[i] = ex->guse[ex->n_graphs];
+}
+
 static int dsc_graph_begin(ds_exec *ex, uint64_t key, char *err, size_t errlen) {
     ex->n_ops++;                      /* a replay writes buffers behind the host's back */
     if (ex->capturing) {
@@ -587,12 +597,7 @@ static int dsc_graph_begin(ds_exec *ex, uint64_t key, char *err, size_t errlen) 
         int lru = 0;
         for (int i = 1; i < ex->n_graphs; i++)
             if (ex->guse[i] < ex->guse[lru]) lru = i;
-        cudaGraphExecDestroy(ex->gexec[lru]);
-        ex->n_graphs--;
-        ex->gkey[lru] = ex->gkey[ex->n_graphs];
-        ex->gnodes[lru] = ex->gnodes[ex->n_graphs];
-        ex->gexec[lru] = ex->gexec[ex->n_graphs];
-        ex->guse[lru] = ex->guse[ex->n_graphs];
+        graph_remove(ex, lru);
     }
     const cudaError_t e = cudaStreamBeginCapture(ex->st, cudaStreamCaptureModeRelaxed);
     if (e != cudaSuccess) {
@@ -638,12 +643,7 @@ static void dsc_graph_drop(ds_exec *ex, uint64_t key) {
     for (int i = 0; i < ex->n_graphs; i++)
         if (ex->gkey[i] == key) {
             dsc_note(ex, cudaStreamSynchronize(ex->st), "graph drop");
-            cudaGraphExecDestroy(ex->gexec[i]);
-            ex->n_graphs--;
-            ex->gkey[i] = ex->gkey[ex->n_graphs];
-            ex->gnodes[i] = ex->gnodes[ex->n_graphs];
-            ex->gexec[i] = ex->gexec[ex->n_graphs];
-            ex->guse[i] = ex->guse[ex->n_graphs];
+            graph_remove(ex, i);
             return;
         }
 }
