@@ -63,6 +63,10 @@ struct ds_engine {
     int       *dorder;         /* [n_seq_max]                                     */
     ds_draft_seq *dq;          /* [n_seq_max]                                     */
     int32_t   *dhost;          /* [n_seq_max][gamma]                              */
+    /* queued drafts (ds_engine_draft_queue): sequence s's drafts lie in
+     * dids at qd_off[s] + k * qd_stride[s] (k < qd_keep[s]; 0: none), for
+     * the anchor at position qd_pos[s] — DS_ROW_DRAFTED rows read them there */
+    int       *qd_off, *qd_stride, *qd_pos, *qd_keep;   /* [n_seq_max] */
     /* hybrid models (qwen35): each slot's recurrent states (rstate.h), a
      * ring wide enough to roll a verify block back to any of its rows */
     ds_rstate  rs;
@@ -105,6 +109,7 @@ static void engine_release(ds_engine *e) {
     free(e->dorder);
     free(e->dq);
     free(e->dhost);
+    free(e->qd_off); free(e->qd_stride); free(e->qd_pos); free(e->qd_keep);
 }
 
 ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err, size_t errlen) {
@@ -176,9 +181,11 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
 #undef DEV
     e->tables = be->i->alloc(be, (size_t)e->n_seq_max * e->max_pages * sizeof(int32_t));
     e->rowbuf = be->i->alloc(be, 3 * M * sizeof(int32_t));
-    e->sel_ids = be->i->alloc(be, M * sizeof(int32_t));
+    /* the selected ids, then (a chunk with DRAFTED rows) the chunk's tokens:
+     * one download brings both */
+    e->sel_ids = be->i->alloc(be, 2 * M * sizeof(int32_t));
     e->rowhost = malloc(3 * M * sizeof(int32_t));
-    e->sel_host = malloc(M * sizeof(int32_t));
+    e->sel_host = malloc(2 * M * sizeof(int32_t));
     if (!be->i->host_memory) {
         e->hpool = ds_pool_new(p->n_threads);
         e->hrow = malloc(M * sizeof *e->hrow);
@@ -192,7 +199,11 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         e->dorder = malloc((size_t)e->n_seq_max * sizeof *e->dorder);
         e->dq = malloc((size_t)e->n_seq_max * sizeof *e->dq);
         e->dhost = malloc((size_t)e->n_seq_max * (size_t)gamma * sizeof *e->dhost);
-        if (!e->taps || !e->dids || !e->dorder || !e->dq || !e->dhost) {
+        e->qd_off = calloc((size_t)e->n_seq_max, sizeof(int));
+        e->qd_stride = calloc((size_t)e->n_seq_max, sizeof(int));
+        e->qd_pos = calloc((size_t)e->n_seq_max, sizeof(int));
+        e->qd_keep = calloc((size_t)e->n_seq_max, sizeof(int));
+        if (!e->taps || !e->dids || !e->dorder || !e->dq || !e->dhost || !e->qd_off || !e->qd_stride || !e->qd_pos || !e->qd_keep) {
             ds_errf(err, errlen, "engine: out of %s memory for the drafter's buffers", be->i->name);
             engine_release(e);
             free(e);
@@ -292,6 +303,7 @@ void ds_engine_seq_free(ds_engine *e, int s) {
     if (!ds_engine_seq_valid(e, s)) return;
     ds_seq_clear(&e->seq[s], e->pool);
     e->seq[s].dirty_lo = e->seq[s].dirty_hi = 0;
+    if (e->qd_keep) e->qd_keep[s] = 0;
     e->used[s] = 0;
     e->n_used--;
 }
@@ -318,6 +330,7 @@ int ds_engine_seq_truncate(ds_engine *e, int s, int n, char *err, size_t errlen)
     /* a hybrid model's recurrent state goes back with it (to a kept one) */
     if (e->rs.mem && ds_model_rs_rewind(e->m, e->ex, &e->a, s, n, err, errlen)) return -1;
     q->n_past = n;
+    if (e->qd_keep && n <= e->qd_pos[s]) e->qd_keep[s] = 0;   /* its anchor is gone */
     if (q->n_dctx > n) q->n_dctx = n;
     if (q->n_tokens > n) q->n_tokens = n;
     return 0;
@@ -448,9 +461,21 @@ static int check_rows(const ds_engine *e, const ds_row *rows, int n, char *err, 
     for (int i = 0; i < n; i++) {
         const ds_row *r = &rows[i];
         if (!ds_engine_seq_valid(e, r->seq)) { ds_errf(err, errlen, "forward: row %d: sequence %d does not exist", i, r->seq); return -1; }
-        if (r->token < 0 || r->token >= V) { ds_errf(err, errlen, "forward: row %d: token id %d is out of range [0, %d)", i, r->token, V); return -1; }
-        if (r->want & ~(unsigned)(DS_ROW_LOGITS | DS_ROW_SELECT | DS_ROW_DCTX)) { ds_errf(err, errlen, "forward: row %d: unknown output %u", i, r->want); return -1; }
+        if (r->want & ~(unsigned)(DS_ROW_LOGITS | DS_ROW_SELECT | DS_ROW_DCTX | DS_ROW_DRAFTED)) { ds_errf(err, errlen, "forward: row %d: unknown output %u", i, r->want); return -1; }
         const int first = i == 0 || rows[i - 1].seq != r->seq;
+        if (r->want & DS_ROW_DRAFTED) {
+            /* its token is draft k of the sequence's queued round: the rows
+             * of the block after its anchor */
+            const int k = e->qd_keep ? r->pos - e->qd_pos[r->seq] - 1 : -1;
+            if (first || k < 0 || k >= e->qd_keep[r->seq]) {
+                ds_errf(err, errlen, "forward: row %d: position %d of sequence %d has no queued draft (ds_engine_draft_queue)",
+                        i, r->pos, r->seq);
+                return -1;
+            }
+        } else if (r->token < 0 || r->token >= V) {
+            ds_errf(err, errlen, "forward: row %d: token id %d is out of range [0, %d)", i, r->token, V);
+            return -1;
+        }
         if (r->want & DS_ROW_DCTX) {
             if (!e->d) { ds_errf(err, errlen, "forward: row %d: drafter context rows asked for but the engine has no drafter", i); return -1; }
             /* a sequence's drafter rows are its first rows in the batch, and
@@ -523,6 +548,7 @@ static int prepare_chunk(ds_engine *e, const ds_row *rows, int c0, int c1, char 
 static int draft_batched(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, char *err, size_t errlen) {
     const ds_backend_i *b = e->be->i;
     const int G = e->gamma, per = e->draft_pass;
+    for (int k = 0; k < n; k++) e->qd_keep[dr[k].seq] = 0;   /* replaced: none valid until their pass ran */
     for (int k = 0; k < n; k++) {          /* insertion sort: stable, n is small */
         int j = k;
         while (j > 0 && dr[e->dorder[j - 1]].n_keep < dr[k].n_keep) { e->dorder[j] = e->dorder[j - 1]; j--; }
@@ -541,10 +567,20 @@ static int draft_batched(ds_engine *e, int n, const ds_draft_req *dr, int32_t *i
             }
             e->dq[i] = (ds_draft_seq){r->seq, q->n_past, r->anchor, r->n_keep, r->samp};
         }
+        /* where each sequence's drafts will lie (slot-major per pass: slot
+         * j of its sequence i at c0 * G + j * cn + i) */
+        for (int i = 0; i < cn; i++) {
+            const ds_draft_req *r = &dr[e->dorder[c0 + i]];
+            e->qd_off[r->seq] = c0 * G + i;
+            e->qd_stride[r->seq] = cn;
+            e->qd_pos[r->seq] = e->seq[r->seq].n_past;
+        }
         const int32_t *ids_dev = NULL;
         if (ds_draft_many(e->dx, cn, e->dq, &e->rows, &ids_dev, err, errlen)) return -1;
         b->copy(e->ex, e->dids + (size_t)c0 * G, ids_dev, (size_t)cn * G * sizeof(int32_t));
+        for (int i = 0; i < cn; i++) e->qd_keep[dr[e->dorder[c0 + i]].seq] = dr[e->dorder[c0 + i]].n_keep;
     }
+    if (!ids) return 0;                    /* queued: the drafts stay on the device */
     b->download(e->ex, e->dhost, e->dids, (size_t)n * G * sizeof(int32_t));
     if (b->sync(e->ex, err, errlen)) return -1;
     /* pass c0's ids are slot-major: slot j of its sequence i at c0 * G + j * cn + i */
@@ -558,7 +594,7 @@ static int draft_batched(ds_engine *e, int n, const ds_draft_req *dr, int32_t *i
     return 0;
 }
 
-int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, char *err, size_t errlen) {
+static int draft_check(const ds_engine *e, int n, const ds_draft_req *dr, char *err, size_t errlen) {
     if (!e->d) { ds_errf(err, errlen, "draft: the engine has no drafter"); return -1; }
     if (n < 1 || n > e->n_seq_max) { ds_errf(err, errlen, "draft: %d sequences (1..%d)", n, e->n_seq_max); return -1; }
     for (int k = 0; k < n; k++) {
@@ -575,7 +611,17 @@ int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, c
         for (int j = 0; j < k; j++)
             if (dr[j].seq == r->seq) { ds_errf(err, errlen, "draft: sequence %d twice", r->seq); return -1; }
     }
+    return 0;
+}
+
+int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, char *err, size_t errlen) {
+    if (draft_check(e, n, dr, err, errlen)) return -1;
     return draft_batched(e, n, dr, ids, err, errlen);
+}
+
+int ds_engine_draft_queue(ds_engine *e, int n, const ds_draft_req *dr, char *err, size_t errlen) {
+    if (draft_check(e, n, dr, err, errlen)) return -1;
+    return draft_batched(e, n, dr, NULL, err, errlen);
 }
 
 /* Where the chunk from row c0 ends: m_max rows on, except that on a hybrid
@@ -748,6 +794,21 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
             hp[2 * M + i] = rows[c0 + i].seq;
         }
         b->upload(e->ex, e->rowbuf, hp, (2 * M + (size_t)cn) * sizeof(int32_t));
+        /* DRAFTED rows: their tokens from the queued drafts, device to
+         * device (one strided copy per sequence's run; no host round trip
+         * between drafting and the verify) */
+        int n_drafted = 0;
+        for (int i = 0; i < cn;) {
+            const ds_row *r = &rows[c0 + i];
+            if (!(r->want & DS_ROW_DRAFTED)) { i++; continue; }
+            int j = i + 1;
+            while (j < cn && (rows[c0 + j].want & DS_ROW_DRAFTED) && rows[c0 + j].seq == r->seq) j++;
+            const int s = r->seq, k0 = r->pos - e->qd_pos[s] - 1;
+            ds_backend_copy2d(e->ex, e->rowbuf + M + i, sizeof(int32_t), e->dids + e->qd_off[s] + (size_t)k0 * e->qd_stride[s],
+                              (size_t)e->qd_stride[s] * sizeof(int32_t), sizeof(int32_t), (size_t)(j - i));
+            n_drafted += j - i;
+            i = j;
+        }
         int any_dctx = 0;
         for (int i = c0; i < c1 && !any_dctx; i++) any_dctx = (rows[i].want & DS_ROW_DCTX) != 0;
         /* The chunk's device work — forward, LM head, greedy selection,
@@ -789,8 +850,11 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
             i = j;
         }
         if (n_host && host_select(e, rows + c0, n_host, err, errlen)) return -1;
-        if (n_sel) {
-            b->download(e->ex, e->sel_host, e->sel_ids, (size_t)cn * sizeof(int32_t));
+        /* the chunk's tokens ride along with its selections when drafts
+         * were queued: the caller learns which drafts it verified */
+        if (n_drafted) b->copy(e->ex, e->sel_ids + M, e->rowbuf + M, (size_t)cn * sizeof(int32_t));
+        if (n_sel || n_drafted) {
+            b->download(e->ex, e->sel_host, e->sel_ids, (n_drafted ? M + (size_t)cn : (size_t)cn) * sizeof(int32_t));
             for (int k = 0; k < n_host; k++) e->sel_host[e->hrow[k]] = e->hids[k];
             for (int i = 0; i < cn; i++)
                 if (rows[c0 + i].want & DS_ROW_SELECT) out->ids[c0 + i] = e->sel_host[i];
@@ -819,7 +883,9 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
                  * (DCTX rows were handled above: they are rewritten) */
                 if (!(rows[i].want & DS_ROW_DCTX) && q->n_dctx > rows[i].pos) q->n_dctx = rows[i].pos;
             }
-            if (q->n_tokens == rows[i].pos) q->tokens[q->n_tokens++] = rows[i].token;
+            const int32_t tok = (rows[i].want & DS_ROW_DRAFTED) ? e->sel_host[M + (size_t)(i - c0)] : rows[i].token;
+            if ((rows[i].want & DS_ROW_DRAFTED) && out && out->tokens) out->tokens[i] = tok;
+            if (q->n_tokens == rows[i].pos) q->tokens[q->n_tokens++] = tok;
             q->n_past = rows[i].pos + 1;
             /* the recurrent states the chunk's run of this sequence kept */
             if (e->rs.mem && (i + 1 == c1 || rows[i + 1].seq != rows[i].seq)) {

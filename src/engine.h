@@ -78,7 +78,12 @@ int ds_engine_seq_load(ds_engine *e, const char *path, char *err, size_t errlen)
  * its position (group 1, on the device; engines with a drafter). A
  * sequence's DCTX rows are its first rows in the batch and start at or
  * below the drafter rows it holds (rows from there on are replaced). */
-enum { DS_ROW_LOGITS = 1, DS_ROW_SELECT = 2, DS_ROW_DCTX = 4 };
+/* DS_ROW_DRAFTED: the row's token is not given (row.token is ignored): it
+ * is draft k of its sequence's round queued by ds_engine_draft_queue, the
+ * row at the anchor's position + 1 + k — read on the device, so drafting
+ * and the verify need no host round trip; ds_fwd_out.tokens says which
+ * token each such row had. */
+enum { DS_ROW_LOGITS = 1, DS_ROW_SELECT = 2, DS_ROW_DCTX = 4, DS_ROW_DRAFTED = 8 };
 typedef struct {
     int32_t seq, pos, token;
     uint8_t want;               /* DS_ROW_* bits, 0 = nothing                             */
@@ -88,6 +93,7 @@ typedef struct {
 typedef struct {
     float   *logits;            /* host: n_vocab floats per LOGITS row, in row order, or NULL */
     int32_t *ids;               /* host [n]: the selected id of each SELECT row              */
+    int32_t *tokens;            /* host [n] or NULL: the token of each DRAFTED row           */
 } ds_fwd_out;
 
 /* 0, or -1 with one line (nothing is run when the rows break a rule). */
@@ -110,6 +116,11 @@ typedef struct {
     const ds_sampler *samp;
 } ds_draft_req;
 int ds_engine_draft(ds_engine *e, int n, const ds_draft_req *dr, int32_t *ids, char *err, size_t errlen);
+/* The same rounds, their drafts left on the device for the next forward's
+ * DS_ROW_DRAFTED rows (no download, no wait). A sequence's queued drafts
+ * stay valid until its next round, a truncation below its anchor, or its
+ * end. 0, or -1 with one line. */
+int ds_engine_draft_queue(ds_engine *e, int n, const ds_draft_req *dr, char *err, size_t errlen);
 const ds_drafter *ds_engine_drafter(const ds_engine *e);
 /* Chunks the engine recorded as launch sequences and replayed (a backend
  * with graph_begin; 0 and 0 elsewhere or with no_graphs). */

@@ -47,6 +47,7 @@ struct ds_sched {
     ds_row  *rows;              /* the step's batch                            */
     rq     **row_rq;
     int32_t *ids;
+    int32_t *toks;              /* the step's DRAFTED rows' tokens (ds_fwd_out) */
     int      gamma;             /* the drafter's block size, 0 without one     */
     ds_draft_req *dreq;         /* a step's drafting rounds [max_running]      */
     int32_t *dids;              /* their drafts [max_running][gamma]           */
@@ -88,6 +89,7 @@ ds_sched *ds_sched_new(ds_engine *e, const ds_sched_params *p, char *err, size_t
     s->rows = malloc((size_t)s->p.max_rows * sizeof *s->rows);
     s->row_rq = malloc((size_t)s->p.max_rows * sizeof *s->row_rq);
     s->ids = malloc((size_t)s->p.max_rows * sizeof *s->ids);
+    s->toks = malloc((size_t)s->p.max_rows * sizeof *s->toks);
     const ds_drafter *d = ds_engine_drafter(e);
     s->gamma = d ? ds_drafter_block_size(d) : 0;
     s->dreq = malloc((size_t)s->run_cap * sizeof *s->dreq);
@@ -97,8 +99,8 @@ ds_sched *ds_sched_new(ds_engine *e, const ds_sched_params *p, char *err, size_t
         if (cand[i] < s->gamma) s->caps[s->n_caps++] = cand[i];
     if (s->gamma) s->caps[s->n_caps++] = s->gamma;
     s->cap = -1;
-    if (!s->run || !s->rows || !s->row_rq || !s->ids || !s->dreq || !s->dids || pthread_mutex_init(&s->mu, NULL)) {
-        free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->dreq); free(s->dids); free(s);
+    if (!s->run || !s->rows || !s->row_rq || !s->ids || !s->toks || !s->dreq || !s->dids || pthread_mutex_init(&s->mu, NULL)) {
+        free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->toks); free(s->dreq); free(s->dids); free(s);
         ds_errf(err, errlen, "scheduler: out of memory");
         return NULL;
     }
@@ -138,7 +140,7 @@ void ds_sched_free(ds_sched *s) {
         finish(s, r, "cancel");
     }
     pthread_mutex_destroy(&s->mu);
-    free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->dreq); free(s->dids); free(s->lg); free(s->scratch);
+    free(s->run); free(s->rows); free(s->row_rq); free(s->ids); free(s->toks); free(s->dreq); free(s->dids); free(s->lg); free(s->scratch);
     free(s);
 }
 
@@ -397,7 +399,11 @@ static int build(ds_sched *s, int *need) {
 }
 
 /* The drafting rounds of the step's speculating requests, in one engine
- * call, and their drafts into the verify blocks' rows. */
+ * call. Their drafts stay on the device: the verify blocks' rows read them
+ * there (DS_ROW_DRAFTED) and the forward's one download brings them back
+ * with the target's choices — one wait per step. A draft_override hook
+ * (the oracle benchmark, tests) needs them on the host before the verify:
+ * then they come back first and go into the rows. */
 static int draft(ds_sched *s, char *err, size_t errlen) {
     int nd = 0;
     for (int i = 0; i < s->n_run; i++) {
@@ -406,6 +412,18 @@ static int draft(ds_sched *s, char *err, size_t errlen) {
         s->dreq[nd++] = (ds_draft_req){r->slot, r->hist[r->n_done], r->ell, &r->p.samp};
     }
     if (!nd) return 0;
+    if (!s->p.draft_override) {
+        if (ds_engine_draft_queue(s->e, nd, s->dreq, err, errlen)) return -1;
+        for (int i = 0; i < s->n_run; i++) {
+            rq *r = s->run[i];
+            if (r->st != RQ_DECODE || !r->spec || !r->ell) continue;
+            for (int k = 0; k < r->ell; k++) {
+                s->rows[r->row0 + 1 + k].token = 0;
+                s->rows[r->row0 + 1 + k].want |= DS_ROW_DRAFTED;
+            }
+        }
+        return 0;
+    }
     if (ds_engine_draft(s->e, nd, s->dreq, s->dids, err, errlen)) return -1;
     nd = 0;
     for (int i = 0; i < s->n_run; i++) {
@@ -554,7 +572,7 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     for (int j = 0; j < n; j++) n_lg += (s->rows[j].want & DS_ROW_LOGITS) != 0;
     const int no_lg = n_lg && lg_reserve(s, n_lg);
     if (no_lg) ds_errf(err, errlen, "scheduler: out of memory for %d rows of logits", n_lg);
-    ds_fwd_out out = {.logits = n_lg ? s->lg : NULL, .ids = s->ids};
+    ds_fwd_out out = {.logits = n_lg ? s->lg : NULL, .ids = s->ids, .tokens = s->toks};
     if (no_lg || draft(s, err, errlen) || ds_engine_forward(s->e, s->rows, n, &out, err, errlen)) {
         /* one request that cannot fit even alone, or a device fault: the
          * running requests end (stop "error"); the queue stays */
@@ -581,6 +599,8 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
         rq *r = s->row_rq[j];
         if (r->st == RQ_DECODE && r->spec) {
             const int ell = r->ell;
+            if (ell && (s->rows[j + 1].want & DS_ROW_DRAFTED))   /* the drafts it verified */
+                memcpy(r->drafts, s->toks + j + 1, (size_t)ell * sizeof *r->drafts);
             if (accept_block(s, r, j, err, errlen)) return -1;
             j += ell;
             continue;

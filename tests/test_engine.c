@@ -138,7 +138,7 @@ static long run_schedule(const ds_model *m, ref_seq *refs, const sched *sc, ds_e
             took[i] = want;
         }
         if (!n) continue;
-        ds_fwd_out out = {lg, ids};
+        ds_fwd_out out = {lg, ids, NULL};
         if (ds_engine_forward(e, rows, n, &out, err, sizeof err)) { printf("FAIL forward: %s\n", err); exit(1); }
         for (int j = 0, li = 0; j < n; j++) {
             int i = 0;
@@ -224,7 +224,7 @@ static void test_invariance(const ds_model *m) {
 static int prefill(ds_engine *e, int s, const int32_t *toks, int p0, int p1, float *last_logits, char *err, size_t errlen) {
     ds_row rows[512];
     for (int p = p0; p < p1; p++) rows[p - p0] = (ds_row){s, p, toks[p], p == p1 - 1 ? DS_ROW_LOGITS : 0, NULL};
-    ds_fwd_out out = {last_logits, NULL};
+    ds_fwd_out out = {last_logits, NULL, NULL};
     return ds_engine_forward(e, rows, p1 - p0, &out, err, errlen);
 }
 
@@ -271,7 +271,7 @@ static void test_cache_fork(const ds_model *m) {
         rows[4 + i] = (ds_row){c, 100 + i, tc[100 + i], DS_ROW_LOGITS, NULL};
     }
     float *lg8 = malloc(8 * V * sizeof(float));
-    ds_fwd_out out = {lg8, NULL};
+    ds_fwd_out out = {lg8, NULL, NULL};
     CHECK(!ds_engine_forward(e, rows, 8, &out, err, sizeof err), "forked forward: %s", err);
     int fork_ok = 1;
     for (int w = 0; w < 2; w++) {
@@ -309,7 +309,7 @@ static void test_cache_fork(const ds_model *m) {
     e = ds_engine_new(m, &small, err, sizeof err);
     a = ds_engine_seq_new(e, err, sizeof err);
     lg = malloc(V * sizeof(float));
-    CHECK(ds_engine_forward(e, (ds_row[]){{a, 0, 1, 0, NULL}}, 1, &(ds_fwd_out){lg, NULL}, err, sizeof err) == 0, "one row: %s", err);
+    CHECK(ds_engine_forward(e, (ds_row[]){{a, 0, 1, 0, NULL}}, 1, &(ds_fwd_out){lg, NULL, NULL}, err, sizeof err) == 0, "one row: %s", err);
     const int before = ds_engine_seq(e, a)->n_past;
     CHECK(prefill(e, a, r.toks, 1, 100, lg, err, sizeof err) == -1 && strstr(err, "free pages") &&
               ds_engine_seq(e, a)->n_past == before,
@@ -350,7 +350,7 @@ static void test_hybrid_rollback(const ds_model *m) {
     int k = 0;
     for (int p = 20; p < 25; p++) r[k++] = (ds_row){sl[0], p, p < cut[0] ? toks[0][p] : 5, DS_ROW_LOGITS, NULL};
     for (int p = 20; p < 26; p++) r[k++] = (ds_row){sl[1], p, p < cut[1] ? toks[1][p] : 9, DS_ROW_LOGITS, NULL};
-    ds_fwd_out out = {lg, NULL};
+    ds_fwd_out out = {lg, NULL, NULL};
     if (ds_engine_forward(e, r, k, &out, err, sizeof err)) { printf("FAIL block: %s\n", err); exit(1); }
     for (int q = 0; q < 2; q++)
         CHECK(ds_engine_seq_truncate(e, sl[q], cut[q], err, sizeof err) == 0, "cut into the block: %s", err);

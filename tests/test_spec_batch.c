@@ -194,6 +194,47 @@ static void test_rows(const ds_model *m, const ds_drafter *d) {
     if (!bad_rows && !bad_ids)
         printf("PASS drafter_in_engine sequences=%d chunks=64,7,1: drafter K/V rows and %d drafts == a drafter context alone\n",
                NS, gamma);
+    /* queued drafts: the same rounds left on the device, a verify block of
+     * every sequence whose draft rows (DS_ROW_DRAFTED) read them there —
+     * their tokens are the drafts above, and every selection is the one
+     * the same rows with the drafts given by the host make */
+    {
+        CHECK(ds_engine_draft_queue(e, NS, dr, err, sizeof err) == 0, "queued draft: %s", err);
+        const int ell = gamma - 1;   /* fewer rows than drafts kept: a prefix of them */
+        ds_row vr[NS * 64];
+        int32_t qids[NS * 64], qtok[NS * 64], hids[NS * 64];
+        int n = 0;
+        for (int s = 0; s < NS; s++) {
+            vr[n++] = (ds_row){slot[s], len[s], toks[s][len[s]], DS_ROW_SELECT | DS_ROW_DCTX, NULL};
+            for (int k = 0; k < ell; k++) vr[n++] = (ds_row){slot[s], len[s] + 1 + k, -7, DS_ROW_SELECT | DS_ROW_DCTX | DS_ROW_DRAFTED, NULL};
+        }
+        for (int i = 0; i < n; i++) qtok[i] = -1;
+        CHECK(ds_engine_forward(e, vr, n, &(ds_fwd_out){NULL, qids, qtok}, err, sizeof err) == 0, "verify of queued drafts: %s", err);
+        int bad_tok = 0;
+        for (int s = 0, i = 0; s < NS; s++, i += ell + 1)
+            for (int k = 0; k < ell; k++) bad_tok += qtok[i + 1 + k] != eids[(size_t)s * gamma + k];
+        for (int s = 0; s < NS; s++) CHECK(ds_engine_seq_truncate(e, slot[s], len[s], err, sizeof err) == 0, "truncate: %s", err);
+        for (int s = 0, i = 0; s < NS; s++, i += ell + 1)
+            for (int k = 0; k < ell; k++) {
+                vr[i + 1 + k].token = eids[(size_t)s * gamma + k];
+                vr[i + 1 + k].want &= (uint8_t)~DS_ROW_DRAFTED;
+            }
+        CHECK(ds_engine_forward(e, vr, n, &(ds_fwd_out){NULL, hids, NULL}, err, sizeof err) == 0, "verify of host drafts: %s", err);
+        CHECK(bad_tok == 0, "%d queued draft rows did not carry the drafts", bad_tok);
+        CHECK(!memcmp(qids, hids, (size_t)n * sizeof *qids), "a verify of queued drafts selects other ids than the same drafts from the host");
+        if (!bad_tok && !memcmp(qids, hids, (size_t)n * sizeof *qids))
+            printf("PASS queued_drafts sequences=%d rows=%d: DRAFTED rows carry the drafts, selections == the host-given drafts'\n", NS, n);
+        for (int s = 0; s < NS; s++) CHECK(ds_engine_seq_truncate(e, slot[s], len[s], err, sizeof err) == 0, "truncate: %s", err);
+        /* refusals: the anchor was truncated away (its drafts with it); a
+         * DRAFTED row with no row of its sequence before it */
+        vr[0] = (ds_row){slot[0], len[0], toks[0][len[0]], DS_ROW_SELECT, NULL};
+        vr[1] = (ds_row){slot[0], len[0] + 1, 0, DS_ROW_SELECT | DS_ROW_DRAFTED, NULL};
+        CHECK(ds_engine_forward(e, vr, 2, &(ds_fwd_out){NULL, qids, qtok}, err, sizeof err) != 0 && strstr(err, "no queued draft"),
+              "a DRAFTED row after its drafts were truncated away was accepted (%s)", err);
+        CHECK(ds_engine_draft_queue(e, 1, dr, err, sizeof err) == 0, "queued draft: %s", err);
+        CHECK(ds_engine_forward(e, vr + 1, 1, &(ds_fwd_out){NULL, qids, qtok}, err, sizeof err) != 0 && strstr(err, "no queued draft"),
+              "a DRAFTED row without its anchor was accepted (%s)", err);
+    }
     /* refusals: DCTX rows with a gap; drafting a sequence whose drafter rows lag */
     rows[0] = (ds_row){slot[1], len[1], 5, 0, NULL};
     CHECK(ds_engine_forward(e, rows, 1, NULL, err, sizeof err) == 0, "plain row: %s", err);
