@@ -197,6 +197,8 @@ static void bench_spec(const ds_model *m, const char *dpath, const char *text_pa
         const int N = Ns[k];
         double tp[99], ts[99], ta[99];
         ds_sched_stats sp, ss, sa;
+        long rec0, rep0, rec1, rep1;
+        ds_engine_graph_counts(e, &rec0, &rep0);
         for (int r = -1; r < reps; r++) {   /* r = -1: a warm-up of each */
             if (r < 0) {
                 run_sched(sch[0], N, text, (int)n_text, n_prompt, D, 0, rp, 0, NULL, &sp);
@@ -220,6 +222,8 @@ static void bench_spec(const ds_model *m, const char *dpath, const char *text_pa
                N, kp, ks, ks / kp, ss.accepted, ss.drafted, ss.drafted ? 100.0 * ss.accepted / ss.drafted : 0.0,
                ss.spec_rounds ? (double)(ss.accepted + ss.spec_rounds) / ss.spec_rounds : 0.0, ka, ka / kp, sa.accepted,
                sa.drafted, sa.spec_cap, same ? "yes" : "NO");
+        ds_engine_graph_counts(e, &rec1, &rep1);
+        printf("spec N=%-3d graphs: %ld chunks recorded, %ld replayed (all runs of this N)\n", N, rec1 - rec0, rep1 - rep0);
     }
     for (int k = 0; k < 3; k++) ds_sched_free(sch[k]);
     free(rp); free(rs); free(ra); free(outp); free(outs); free(outa); free(text);

@@ -696,7 +696,13 @@ static int row_sampled(const ds_row *r) { return r->samp && r->samp->temp > 0.0f
  * independent: one argmax over rows of several requests is each row's
  * own), and the drafter context rows of each run of DCTX rows, whatever
  * sequences they belong to (context rows attend nothing: a row's bits
- * are its taps' alone). No host transfer: it may be recorded. */
+ * are its taps' alone). No host transfer: it may be recorded.
+ *
+ * When every row wants an output (the chunks that are recorded), one
+ * argmax covers all of them: a seeded row's is overwritten by its sampled
+ * choice after this (same stream), a logits-only row's is never read — so
+ * which rows are greedy is not part of the recording's shape, and a batch
+ * of greedy and seeded requests in any order replays one recording. */
 static int chunk_device_ops(ds_engine *e, const ds_row *rows, int cn, const uint8_t var[DS_FAM_COUNT], int any_dctx,
                             char *err, size_t errlen) {
     const ds_backend_i *b = e->be->i;
@@ -713,12 +719,21 @@ static int chunk_device_ops(ds_engine *e, const ds_row *rows, int cn, const uint
         ds_model_logits(e->m, e->ex, &e->a, var, i, j - i, rows[i].pos, e->logits + (size_t)i * V, NULL);
         i = j;
     }
-    for (int i = 0; i < cn;) {
-        if (!(rows[i].want & DS_ROW_SELECT) || row_sampled(&rows[i])) { i++; continue; }
-        int j = i + 1;
-        while (j < cn && (rows[j].want & DS_ROW_SELECT) && !row_sampled(&rows[j])) j++;
-        b->argmax(e->ex, j - i, (int64_t)V, e->logits + (size_t)i * V, e->sel_ids + i);
-        i = j;
+    int all = 1, any_sel = 0;
+    for (int i = 0; i < cn; i++) {
+        all &= rows[i].want != 0;
+        any_sel |= (rows[i].want & DS_ROW_SELECT) != 0;
+    }
+    if (all && any_sel) {
+        b->argmax(e->ex, cn, (int64_t)V, e->logits, e->sel_ids);
+    } else {
+        for (int i = 0; i < cn;) {
+            if (!(rows[i].want & DS_ROW_SELECT) || row_sampled(&rows[i])) { i++; continue; }
+            int j = i + 1;
+            while (j < cn && (rows[j].want & DS_ROW_SELECT) && !row_sampled(&rows[j])) j++;
+            b->argmax(e->ex, j - i, (int64_t)V, e->logits + (size_t)i * V, e->sel_ids + i);
+            i = j;
+        }
     }
     for (int i = 0; any_dctx && i < cn;) {
         if (!(rows[i].want & DS_ROW_DCTX)) { i++; continue; }
@@ -736,10 +751,13 @@ static int chunk_device_ops(ds_engine *e, const ds_row *rows, int cn, const uint
 /* The key of a chunk's recording, or 0 when it is not to be recorded:
  * FNV-1a over everything that changes which ops chunk_device_ops issues
  * or their arguments — the row count, the variants, whether every row is
- * short (the attention's split pass: backend.h DS_ROWS_SHORT), and per row
- * what it wants and whether it is greedy (the runs). Only chunks whose
- * every row wants an output (decode and verify rows) are recorded: prompt
- * chunks vary in shape and their device time dwarfs the launches. */
+ * short (the attention's split pass: backend.h DS_ROWS_SHORT), whether any
+ * row feeds the drafter and which rows do (the context-row runs). Only
+ * chunks whose every row wants an output (decode and verify rows) are
+ * recorded: their selections are one argmax (chunk_device_ops), so a row
+ * being greedy or seeded, or wanting logits or a choice, is not in the
+ * shape; prompt chunks vary in shape and their device time dwarfs the
+ * launches. */
 static uint64_t chunk_key(const ds_engine *e, const ds_row *rows, int cn, const uint8_t var[DS_FAM_COUNT], int any_dctx) {
     if (cn > ENGINE_GRAPH_ROWS) return 0;
     for (int i = 0; i < cn; i++)
@@ -749,7 +767,7 @@ static uint64_t chunk_key(const ds_engine *e, const ds_row *rows, int cn, const 
     MIX(0x454e47u); MIX(cn); MIX(any_dctx);
     MIX(e->rows.vis_max > 0 && e->rows.vis_max <= DS_ROWS_SHORT);
     for (int f = 0; f < DS_FAM_COUNT; f++) MIX(var[f]);
-    for (int i = 0; i < cn; i++) MIX((rows[i].want & (DS_ROW_SELECT | DS_ROW_LOGITS | DS_ROW_DCTX)) | (row_sampled(&rows[i]) << 7));
+    for (int i = 0; any_dctx && i < cn; i++) MIX((rows[i].want & DS_ROW_DCTX) != 0);
 #undef MIX
     return h ? h : 1;
 }

@@ -58,6 +58,7 @@ struct ds_sched {
     long     auto_steps;
     int      cap, cap_i, bucket;/* this step's cap (-1: none), its index, bucket */
     long     step_tokens;       /* tokens handed out this step                 */
+    long     n_recorded;        /* the engine's recorded chunks after the last step */
     float   *lg;                /* host logits of the step's processor rows    */
     int      lg_cap;            /* rows lg holds                               */
     float   *scratch;           /* ds_sample's 2V floats                       */
@@ -624,6 +625,11 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
         }
         if (emit(s, r, t, &stop)) drop_request(s, r, stop);
     }
-    auto_update(s, (int)s->step_tokens, now_s() - t_step);
+    /* a step that recorded a launch sequence paid a one-off cost: its rate
+     * would misjudge the cap (AUTO then favours the caps it tried first) */
+    long n_rec, n_rep;
+    ds_engine_graph_counts(s->e, &n_rec, &n_rep);
+    if (n_rec == s->n_recorded) auto_update(s, (int)s->step_tokens, now_s() - t_step);
+    s->n_recorded = n_rec;
     return 1;
 }
