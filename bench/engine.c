@@ -6,7 +6,7 @@
  *   build/bench/engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N]
  *                      [--decode N] [--prompt N] [--long N]
  *                      [--drafter D.gguf [--text FILE] [--oracle-accept Q] [--draft-pass N]]
- *                      [--no-graphs | --graphs-ab]
+ *                      [--no-graphs | --graphs-ab] [--seqs N (with a drafter: only N = 1, 4, 16 or 64)]
  *
  * --no-graphs: the engine records no batch shape (ds_engine_params
  * no_graphs); --graphs-ab: the batch decode with and without, interleaved
@@ -135,7 +135,7 @@ static double run_sched(ds_sched *s, int N, const int32_t *text, int n_text, int
 }
 
 static void bench_spec(const ds_model *m, const char *dpath, const char *text_path, int threads, int reps, int D,
-                       int n_prompt, double oracle, int draft_pass, int no_graphs) {
+                       int n_prompt, double oracle, int draft_pass, int no_graphs, int only_n) {
     char err[DS_ERRLEN];
     ds_drafter *d = ds_drafter_load(dpath, m, err, sizeof err);
     if (!d) die("drafter", err);
@@ -195,6 +195,7 @@ static void bench_spec(const ds_model *m, const char *dpath, const char *text_pa
     }
     for (size_t k = 0; k < sizeof Ns / sizeof *Ns; k++) {
         const int N = Ns[k];
+        if (only_n && N != only_n) continue;
         double tp[99], ts[99], ta[99];
         ds_sched_stats sp, ss, sa;
         long rec0, rep0, rec1, rep1;
@@ -233,7 +234,7 @@ static void bench_spec(const ds_model *m, const char *dpath, const char *text_pa
 
 int main(int argc, char **argv) {
     const char *path = NULL, *device = "cpu", *dpath = NULL, *text_path = NULL;
-    int threads = 2, reps = 3, D = 32, n_prompt = 32, n_long = 0, draft_pass = 0, no_graphs = 0, graphs_ab = 0;
+    int threads = 2, reps = 3, D = 32, n_prompt = 32, n_long = 0, draft_pass = 0, no_graphs = 0, graphs_ab = 0, only_n = 0;
     double oracle = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -247,6 +248,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--oracle-accept") && i + 1 < argc) oracle = atof(argv[++i]);
         else if (!strcmp(argv[i], "--draft-pass") && i + 1 < argc) draft_pass = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-graphs")) no_graphs = 1;
+        else if (!strcmp(argv[i], "--seqs") && i + 1 < argc) only_n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--graphs-ab")) graphs_ab = 1;
         else if (!path && argv[i][0] != '-') path = argv[i];
         else { fprintf(stderr, "engine bench: unknown argument '%s'\n", argv[i]); return 2; }
@@ -262,7 +264,7 @@ int main(int argc, char **argv) {
     if (!m) die("load", err);
     if (dpath) {   /* the speculative comparison alone */
         printf("engine bench: model=%s device=%s threads=%d\n", path, device, threads);
-        bench_spec(m, dpath, text_path, threads, reps, D, n_prompt, oracle, draft_pass, no_graphs);
+        bench_spec(m, dpath, text_path, threads, reps, D, n_prompt, oracle, draft_pass, no_graphs, only_n);
         ds_model_free(m);
         return 0;
     }
