@@ -6,10 +6,10 @@
  *   build/bench/engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N]
  *                      [--decode N] [--prompt N] [--long N]
  *                      [--drafter D.gguf [--text FILE] [--oracle-accept Q] [--draft-pass N]]
- *                      [--no-graphs | --graphs-ab] [--seqs N (with a drafter: only N = 1, 4, 16 or 64)]
+ *                      [--no-graphs | --graphs-verify | --graphs-ab] [--seqs N (with a drafter: only N = 1, 4, 16 or 64)]
  *
  * --no-graphs: the engine records no batch shape (ds_engine_params
- * no_graphs); --graphs-ab: the batch decode with and without, interleaved
+ * no_graphs); --graphs-verify: it records verify chunks too; --graphs-ab: the batch decode with and without, interleaved
  * rep by rep on two engines, side by side (a device that records launch
  * sequences; on the CPU both are the same path).
  *
@@ -175,7 +175,8 @@ static void bench_spec(const ds_model *m, const char *dpath, const char *text_pa
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     if (!e) die("engine with drafter", err);
     printf("speculative requests: drafter=%s gamma=%d prompt=%d generated=%d reps=%d draft_pass=%d graphs=%s%s (medians; plain and speculative interleaved)\n",
-           dpath, ds_drafter_block_size(d), n_prompt, D, reps, draft_pass ? draft_pass : 16, no_graphs ? "off" : "on",
+           dpath, ds_drafter_block_size(d), n_prompt, D, reps, draft_pass ? draft_pass : 16,
+           no_graphs == 1 ? "off" : no_graphs ? "on+verify" : "on",
            oracle > 0 ? " ORACLE acceptance (drafts replaced)" : "");
     if (oracle > 0) printf("oracle: each draft is the plain token with probability %.2f; the drafter runs for its cost\n", oracle);
     static const int Ns[] = {1, 4, 16, 64};
@@ -248,6 +249,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--oracle-accept") && i + 1 < argc) oracle = atof(argv[++i]);
         else if (!strcmp(argv[i], "--draft-pass") && i + 1 < argc) draft_pass = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-graphs")) no_graphs = 1;
+        else if (!strcmp(argv[i], "--graphs-verify")) no_graphs = -1;   /* record verify chunks too */
         else if (!strcmp(argv[i], "--seqs") && i + 1 < argc) only_n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--graphs-ab")) graphs_ab = 1;
         else if (!path && argv[i][0] != '-') path = argv[i];

@@ -104,17 +104,18 @@ dspark_engine *dspark_engine_new(const dspark_model *dm, const dspark_engine_par
         }
         draft_pass = (int)v;
     }
-    /* DSPARK_ENGINE_GRAPHS=0 (A/B): the engine records no batch shape */
+    /* DSPARK_ENGINE_GRAPHS (A/B): 0 records no batch shape, 1 (the
+     * default) repeated chunks without drafter rows, 2 those with them too */
     const char *eg = getenv("DSPARK_ENGINE_GRAPHS");
-    if (eg && *eg && strcmp(eg, "0") && strcmp(eg, "1")) {
-        set_err(err, DSPARK_ERR_INVALID, "engine: DSPARK_ENGINE_GRAPHS='%s' is not 0 or 1", eg);
+    if (eg && *eg && strcmp(eg, "0") && strcmp(eg, "1") && strcmp(eg, "2")) {
+        set_err(err, DSPARK_ERR_INVALID, "engine: DSPARK_ENGINE_GRAPHS='%s' is not 0, 1 or 2", eg);
         return NULL;
     }
     /* the model's drafter, when it has one: requests may then speculate */
     const ds_engine_params ep = {.n_seq_max = p->n_seq_max, .n_ctx = n_ctx, .n_pages = p->n_pages, .m_max = p->batch_rows,
                                  .n_threads = p->n_threads ? p->n_threads : 2,
                                  .drafter = p->no_drafter ? NULL : ds_api_drafter(dm), .draft_pass = draft_pass,
-                                 .no_graphs = eg && !strcmp(eg, "0")};
+                                 .no_graphs = !eg || !*eg ? 0 : !strcmp(eg, "0") ? 1 : !strcmp(eg, "2") ? -1 : 0};
     dspark_engine *x = calloc(1, sizeof *x);
     if (!x) { set_err(err, DSPARK_ERR_NOMEM, "engine: out of memory"); return NULL; }
     x->dm = dm;

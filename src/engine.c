@@ -75,6 +75,7 @@ struct ds_engine {
      * seen (gseen: a direct-mapped memory of shapes seen once), then
      * replayed; prompt chunks and first sightings run op by op */
     int        graphs;
+    int        graph_dctx;     /* record chunks with drafter rows too (DSPARK_ENGINE_GRAPHS=2) */
     uint64_t   gseen[ENGINE_GSEEN];
     long       n_recorded, n_replayed;   /* chunks recorded / replayed (ds_engine_graph_counts) */
 };
@@ -251,7 +252,8 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
      * the host between the layers' launches) */
     int moe = 0;
     for (int l = 0; l < hp->n_layer; l++) moe |= m->layers[l].n_expert > 0;
-    e->graphs = be->i->graph_begin && !p->no_graphs && !e->rs.mem && !moe && hp->arch != DS_ARCH_DEEPSEEK4;
+    e->graphs = be->i->graph_begin && p->no_graphs != 1 && !e->rs.mem && !moe && hp->arch != DS_ARCH_DEEPSEEK4;
+    e->graph_dctx = p->no_graphs == -1;
     if (dr) {   /* at most what the shared drafter context's buffers hold */
         const int most = ds_dctx_many_max(e->dx);
         e->draft_pass = p->draft_pass && p->draft_pass < most ? p->draft_pass : most;
@@ -759,7 +761,11 @@ static int chunk_device_ops(ds_engine *e, const ds_row *rows, int cn, const uint
  * shape; prompt chunks vary in shape and their device time dwarfs the
  * launches. */
 static uint64_t chunk_key(const ds_engine *e, const ds_row *rows, int cn, const uint8_t var[DS_FAM_COUNT], int any_dctx) {
-    if (cn > ENGINE_GRAPH_ROWS) return 0;
+    /* chunks with drafter rows (speculative verify blocks) run op by op:
+     * recorded, the H200 ran them no faster and at 4 sequences 7% slower
+     * (bench/results/cuda-engine-graphs-h200-s35.txt), while plain decode
+     * chunks gain 1.1-1.5x on the shipped target */
+    if (cn > ENGINE_GRAPH_ROWS || (any_dctx && !e->graph_dctx)) return 0;
     for (int i = 0; i < cn; i++)
         if (!(rows[i].want & (DS_ROW_SELECT | DS_ROW_LOGITS))) return 0;
     uint64_t h = 1469598103934665603ull;

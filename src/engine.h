@@ -30,7 +30,8 @@ typedef struct {
     int n_threads;              /* the CPU's -t                                            */
     const ds_drafter *drafter;  /* NULL: no drafter context rows (group 1)                 */
     int draft_pass;             /* sequences per drafting pass (1..16); 0: 16              */
-    int no_graphs;              /* 1: never record a batch shape (A/B); 0: record repeats  */
+    int no_graphs;              /* 1: never record a batch shape (A/B); 0: record repeated
+                                   chunks without drafter rows; -1: with them too (A/B)    */
 } ds_engine_params;
 
 /* NULL with one line: a bad size, or memory the pool cannot have. */

@@ -35,6 +35,14 @@
 /* The reference: target context + a drafter context of its own, the prompt
  * prefilled with taps to the host, appended as context rows; then the
  * drafts of one round at n. */
+/* DSPARK_ENGINE_GRAPHS=2 (tests/cuda/run.sh): the engines here record
+ * their verify chunks too (ds_engine_params.no_graphs = -1), so that path's
+ * bytes are proven on a recording device as well */
+static int graphs_mode(void) {
+    const char *g = getenv("DSPARK_ENGINE_GRAPHS");
+    return g && !strcmp(g, "2") ? -1 : g && !strcmp(g, "0") ? 1 : 0;
+}
+
 static void ref_rows_samp(const ds_model *m, const ds_drafter *d, const int32_t *toks, int n, float *k, float *v,
                           int32_t *ids, int n_keep, const ds_sampler *samp) {
     char err[DS_ERRLEN];
@@ -85,7 +93,7 @@ static void test_draft_many_n(const char *what, const ds_model *m, const ds_draf
         }
         samp[s] = (ds_sampler){.temp = s % 3 || !mixed ? 0.0f : 0.9f, .top_p = 1.0f, .seed = 100u + (uint64_t)s};
     }
-    const ds_engine_params ep = {.n_seq_max = ns, .n_ctx = 256, .n_threads = 2, .drafter = d, .draft_pass = pass};
+    const ds_engine_params ep = {.n_seq_max = ns, .n_ctx = 256, .n_threads = 2, .drafter = d, .draft_pass = pass, .no_graphs = graphs_mode()};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     if (!e) { printf("FAIL engine with a drafter: %s\n", err); exit(1); }
     const int per = pass ? pass : 16;
@@ -155,7 +163,7 @@ static void test_rows(const ds_model *m, const ds_drafter *d) {
     const size_t nf = (size_t)n_layer * 200 * (size_t)row;
     float *rk = malloc(nf * sizeof(float)), *rv = malloc(nf * sizeof(float));
     float *ek = malloc(nf * sizeof(float)), *ev = malloc(nf * sizeof(float));
-    const ds_engine_params ep = {.n_seq_max = 4, .n_ctx = 512, .n_threads = 2, .drafter = d};
+    const ds_engine_params ep = {.n_seq_max = 4, .n_ctx = 512, .n_threads = 2, .drafter = d, .no_graphs = graphs_mode()};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     if (!e) { printf("FAIL engine with a drafter: %s\n", err); exit(1); }
     int slot[NS], done[NS] = {0};
@@ -309,7 +317,7 @@ typedef struct { long steps, rounds, drafted, accepted, preempt, cached; } run_s
 static int run_n(const ds_model *m, const ds_drafter *d, req *rq, int n, int n_pages, int max_rows, int prefix, int stagger,
                  int force_plain, int policy, int n_seq, run_stats *rs) {
     char err[DS_ERRLEN];
-    const ds_engine_params ep = {.n_seq_max = n_seq, .n_ctx = 512, .n_pages = n_pages, .n_threads = 2, .drafter = d};
+    const ds_engine_params ep = {.n_seq_max = n_seq, .n_ctx = 512, .n_pages = n_pages, .n_threads = 2, .drafter = d, .no_graphs = graphs_mode()};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     const ds_sched_params sp = {.max_rows = max_rows, .prefill_chunk = max_rows / 2, .prefix_cache = prefix,
                                 .spec_policy = policy};

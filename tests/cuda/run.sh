@@ -52,6 +52,8 @@ done
 for t in test_canonical test_diverge test_models test_spec test_drafter test_engine test_spec_batch; do
     [ -x "$BUILD/tests/$t" ] && one "$t" env DSPARK_DEVICE=cuda "$BUILD/tests/$t"
 done
+# the engine's recorded verify chunks (DSPARK_ENGINE_GRAPHS=2, off by default): the same bytes
+[ -x "$BUILD/tests/test_spec_batch" ] && one test_spec_batch_graphs2 env DSPARK_DEVICE=cuda DSPARK_ENGINE_GRAPHS=2 "$BUILD/tests/test_spec_batch"
 one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh
 for c in surface_canonical surface_fast diverge_drafter families sweep; do
     one "diag_$c" env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/diag_cli.sh "$c"

@@ -61,7 +61,7 @@ typedef struct {
  * host's turnaround). Summed per op label, printed when the context is
  * freed. A measuring aid: events cost ~1 us of stream time each. */
 #define DSC_TRACE_OPS 1024
-#define DSC_TRACE_LABELS 48
+#define DSC_TRACE_LABELS 160
 typedef struct {
     cudaEvent_t beg[DSC_TRACE_OPS], end[DSC_TRACE_OPS], carry;
     int         label[DSC_TRACE_OPS];
