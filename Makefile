@@ -132,6 +132,14 @@ test-cuda: all $(CUDA_TESTS)
 all: $(BUILD)/dspark $(TEST_BIN) $(BENCH_BIN)
 # the device harness for the heads' ops, built here so it keeps compiling (run it with a GPU)
 all: $(BUILD)/tests/cuda/test_heads
+# attention's prefill tile kernel (src/kernels/cuda/attention_tile.cuh) run
+# on the host, its threads as fibers: no GPU and no nvcc needed, so
+# tests/run.sh runs it on every machine (tests/cuda/test_tile_emu.cc)
+all: $(BUILD)/tests/test_tile_emu
+$(BUILD)/tests/test_tile_emu: tests/cuda/test_tile_emu.cc src/kernels/cuda/attention_tile.cuh $(BUILD)/libdspark.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(SAN) -std=c++17 $(OPT) -g $(WARN) -Wno-unknown-pragmas $(FPFLAGS) -pthread -Iinclude -Isrc $< \
+	  $(BUILD)/libdspark.a -o $@ $(LDLIBS)
 
 # The comparator must be exact IEEE-754 whatever the project flags are.
 $(BUILD)/src/diag/%.o: CFLAGS += -fno-finite-math-only -fsignaling-nans

@@ -17,7 +17,9 @@
  *   - times: medians of REPS CUDA-event timings per path, the paths
  *     interleaved (rotating order), K/V left in L2 as a prefill finds them
  *     (just written); us and the tile's speed-up over split.
- * `bench_attn --check`: the checks without the timings (compute-sanitizer).
+ * `bench_attn --check`: the checks without the timings; `--small`: the checks
+ * at M = 130 from 100 and M = 64 from 0 only (compute-sanitizer's racecheck
+ * and memcheck: tests/cuda/sanitize.sh, program attn).
  * Ends with "bench_attn: N PASS, N FAIL". */
 #include "kernels/cuda/attention.cu"
 
@@ -81,7 +83,7 @@ enum { BA_TILE, BA_SPLIT, BA_FAST, BA_N };
 static const char *const ba_name[BA_N] = {"tile", "split", "fast"};
 
 int main(int argc, char **argv) {
-    const bool check_only = argc > 1 && !strcmp(argv[1], "--check");
+    const bool small = argc > 1 && !strcmp(argv[1], "--small"), check_only = small || (argc > 1 && !strcmp(argv[1], "--check"));
     static dsc_backend b;
     static ds_backend be;
     cudaDeviceProp prop;
@@ -93,7 +95,9 @@ int main(int argc, char **argv) {
     const int nh = 32, nkv = 8, hd = 128, row = nkv * hd;
     const int64_t K = (int64_t)nh * hd;
     ds_attn_shape s = {nh, nkv, hd, row, 1.0f / sqrtf((float)hd)};
-    struct { int M, p0; } cases[] = {{512, 0}, {512, 3584}, {2048, 0}, {4096, 0}};
+    struct ba_case { int M, p0; };
+    static const ba_case big[] = {{512, 0}, {512, 3584}, {2048, 0}, {4096, 0}}, tiny[] = {{130, 100}, {64, 0}};
+    const std::vector<ba_case> cases = small ? std::vector<ba_case>(tiny, tiny + 2) : std::vector<ba_case>(big, big + 4);
     const int CAP = 4096, MMAX = 4096;
     printf("bench_attn: %s, %d SMs; 32/8 heads, head_dim 128, causal, one sequence; medians of %d, paths interleaved\n",
            prop.name, prop.multiProcessorCount, REPS);
@@ -125,7 +129,7 @@ int main(int argc, char **argv) {
     CK(cudaMemcpy(hq.data(), dq, hq.size() * 4, cudaMemcpyDeviceToHost));
 
     int n_pass = 0, n_fail = 0;
-    for (auto &c : cases) {
+    for (const ba_case &c : cases) {
         const int M = c.M, p0 = c.p0;
         std::vector<int32_t> pos(M);
         for (int m = 0; m < M; m++) pos[m] = p0 + m;
@@ -173,7 +177,8 @@ int main(int argc, char **argv) {
         bool eq_cpu = true;
         const int sm[] = {0, 1, 63, 64, M / 2, M - 65, M - 2, M - 1};
         std::vector<float> cpu(K);
-        for (int m : sm) {
+        for (int m0 : sm) {
+            const int m = (m0 % M + M) % M;
             const int32_t nv1 = p0 + m + 1;
             const ds_attn_rows ar = {&nv1, NULL, NULL, NULL, 0, 0, 0};
             ds_attention_rows(DS_CANONICAL, &s, 1, &ar, hq.data() + (size_t)m * K, hk.data(), hv.data(), cpu.data(), NULL);

@@ -629,6 +629,13 @@ static void test_attention_tile(T *t) {
             return;
         }
     }
+    /* a Q8_0 weight on the tile backend, so that attention writes the o
+     * projection's Q8_0 copy there (dsc_q8x: only with Q8_0 weights) */
+    enum { WN = 8, WK = 256 };
+    ds_block_q8_0 *wd = calloc((size_t)WN * (WK / 32), sizeof *wd);
+    ds_weight wq = {.type = DS_TYPE_Q8_0, .n_in = WK, .n_out = WN, .data = wd};
+    const int have_w = !bt[0].i->prepare_weight(bt[0].be, &wq, DS_USE_MATMUL, err, sizeof err);
+    CHECK(have_w, "attention tile: prepare_weight: %s", err);
     int *pos = malloc(MMAX * sizeof(int)), *nv = malloc(MMAX * sizeof(int));
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         const int hd = shapes[si].hd, nh = shapes[si].nh, nkv = shapes[si].nkv, row = nkv * hd;
@@ -650,7 +657,7 @@ static void test_attention_tile(T *t) {
             rw[b] = flat_rows(&bt[b], dpos[b], NULL, CAP, row);
             rnc[b] = flat_rows(&bt[b], dpos[b], dnv[b], CAP, row);
         }
-        int n_cases = 0, eq_split = 1, eq_one = 1, eq_dec = 1, eq_cpu = 1, near_cpu = 1, fast_diff = 1;
+        int n_cases = 0, eq_split = 1, eq_one = 1, eq_dec = 1, eq_cpu = 1, near_cpu = 1, fast_diff = 1, q8_ok = 0;
         float worst = 0;
         for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
             for (size_t pi = 0; pi < sizeof p0s / sizeof *p0s; pi++)
@@ -697,8 +704,35 @@ static void test_attention_tile(T *t) {
                                  M, p0, causal ? "causal" : "non-causal");
                         if (t->cpu_dsexp && eq_cpu && tile_first_diff(what, tr, cpu, 1, nh, hd, m)) eq_cpu = 0;
                     }
-                    /* the counter-test, once per shape: fast gives other bits */
+                    /* once per shape: the o projection's Q8_0 copy the tile
+                     * path wrote == the CPU's quantization of its floats (peeked
+                     * before any download, which ends the copy's validity);
+                     * then the counter-test: fast gives other bits */
                     if (M == 512 && p0 == 100 && causal) {
+                        bt[0].i->attention(bt[0].ex, DS_CANONICAL, &s, M, &rw[0], dq[0], dk[0], dv[0], dout[0]);
+                        const void *pq = NULL, *pd = NULL;
+                        q8_ok = have_w && ds_exec_cuda_q8x_peek(bt[0].ex, dout[0], M, (int64_t)hrow, &pq, &pd);
+                        const size_t nbk = (size_t)M * hrow / 32;
+                        int8_t *hq8 = malloc((size_t)M * hrow);
+                        float *hd8 = malloc(nbk * 4);
+                        ds_block_q8_0 *cb = malloc(hrow / 32 * sizeof *cb);
+                        if (q8_ok) {
+                            dget(&bt[0], hq8, pq, (size_t)M * hrow);
+                            dget(&bt[0], hd8, pd, nbk * 4);
+                        }
+                        for (int m = 0; q8_ok && m < M; m++) {
+                            ds_quantize_row_q8_0(got[0] + (size_t)m * hrow, (int64_t)hrow, cb);
+                            for (size_t bk = 0; q8_ok && bk < hrow / 32; bk++) {
+                                const float cd = ds_fp16_to_f32(cb[bk].d);
+                                if (memcmp(cb[bk].qs, hq8 + (size_t)m * hrow + bk * 32, 32) ||
+                                    memcmp(&cd, &hd8[(size_t)m * (hrow / 32) + bk], 4)) {
+                                    printf("  tile Q8_0 copy hd=%d %d/%d: row %d block %zu != the CPU's quantization\n", hd,
+                                           nh, nkv, m, bk);
+                                    q8_ok = 0;
+                                }
+                            }
+                        }
+                        free(hq8); free(hd8); free(cb);
                         bt[0].i->attention(bt[0].ex, DS_FAST, &s, M, &rw[0], dq[0], dk[0], dv[0], dout[0]);
                         dget(&bt[0], got[1], dout[0], (size_t)M * hrow * 4);
                         fast_diff = memcmp(got[0], got[1], (size_t)M * hrow * 4) != 0 &&
@@ -711,10 +745,11 @@ static void test_attention_tile(T *t) {
         if (t->cpu_dsexp) CHECK(eq_cpu, "attention tile hd=%d %d/%d heads: tile != CPU canonical", hd, nh, nkv);
         CHECK(near_cpu, "attention tile hd=%d %d/%d heads: far from the CPU (max err %g)", hd, nh, nkv, worst);
         CHECK(fast_diff, "attention tile hd=%d %d/%d heads: fast gives the tile's bits, or is far from them", hd, nh, nkv);
+        CHECK(q8_ok, "attention tile hd=%d %d/%d heads: no Q8_0 copy, or not the CPU's quantization", hd, nh, nkv);
         printf("attention tile hd=%-3d %2d/%d heads, %d cases (M 64..1000 from p0 0..4000): == split: %s  == one-block: %s"
-               "  == decode: %s  CPU bits: %s (max err %.3g)  fast differs: %s\n",
+               "  == decode: %s  CPU bits: %s (max err %.3g)  fast differs: %s  Q8_0 copy: %s\n",
                hd, nh, nkv, n_cases, eq_split ? "yes" : "NO", eq_one ? "yes" : "NO", eq_dec ? "yes" : "NO",
-               !t->cpu_dsexp ? "n/a" : eq_cpu ? "same" : "DIFFER", worst, fast_diff ? "yes" : "NO");
+               !t->cpu_dsexp ? "n/a" : eq_cpu ? "same" : "DIFFER", worst, fast_diff ? "yes" : "NO", q8_ok ? "yes" : "NO");
         for (int b = 0; b < NB; b++) {
             sync_ok(&bt[b], "attention tile");
             dfree(&bt[b], dk[b]); dfree(&bt[b], dv[b]); dfree(&bt[b], dq[b]); dfree(&bt[b], dout[b]);
@@ -725,6 +760,8 @@ static void test_attention_tile(T *t) {
         free(kc); free(vc); free(q); free(dec); free(cpu);
     }
     free(pos); free(nv);
+    if (have_w) bt[0].i->release_weight(bt[0].be, &wq);
+    free(wd);
     for (int b = 0; b < NB; b++) { bt[b].i->exec_free(bt[b].ex); bt[b].i->destroy(bt[b].be); }
 }
 
