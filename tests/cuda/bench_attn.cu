@@ -8,7 +8,8 @@
  * context (no programmatic dependent launch), switching paths with the
  * backend's own bits: tile = DSPARK_CUDA_ON=tile, split = DSPARK_CUDA_OFF=tile,
  * fast = the DS_FAST variant. For each (M rows from p0): M = 512 from 0 and
- * from 3584 (a 4096-token prompt's last 512-row chunk), 2048 and 4096 from 0:
+ * from 3584 (a 4096-token prompt's last 512-row chunk), 2048 and 4096 from 0,
+ * 256 from 3840 and 512 from 16384:
  *   - PASS/FAIL: the tile's M x 32 x 128 outputs memcmp-equal to split's, and
  *     its Q8_0 copy for the o projection (quants and scales) equal to split's;
  *     8 sampled rows equal to the CPU's canonical rows (ds_attention_rows,
@@ -96,9 +97,14 @@ int main(int argc, char **argv) {
     const int64_t K = (int64_t)nh * hd;
     ds_attn_shape s = {nh, nkv, hd, row, 1.0f / sqrtf((float)hd)};
     struct ba_case { int M, p0; };
-    static const ba_case big[] = {{512, 0}, {512, 3584}, {2048, 0}, {4096, 0}}, tiny[] = {{130, 100}, {64, 0}};
-    const std::vector<ba_case> cases = small ? std::vector<ba_case>(tiny, tiny + 2) : std::vector<ba_case>(big, big + 4);
-    const int CAP = 4096, MMAX = 4096;
+    /* a prompt in 512-row chunks (from 0, its last chunk at 4096), whole
+     * prompts in one call, and where the host's choice (tiles filling half
+     * the SMs) is least sure: 256 rows at the end of 4096, 512 rows after
+     * 16k positions */
+    static const ba_case big[] = {{512, 0}, {512, 3584}, {2048, 0}, {4096, 0}, {256, 3840}, {512, 16384}},
+                         tiny[] = {{130, 100}, {64, 0}};
+    const std::vector<ba_case> cases = small ? std::vector<ba_case>(tiny, tiny + 2) : std::vector<ba_case>(big, big + 6);
+    const int CAP = 16896, MMAX = 4096;
     printf("bench_attn: %s, %d SMs; 32/8 heads, head_dim 128, causal, one sequence; medians of %d, paths interleaved\n",
            prop.name, prop.multiProcessorCount, REPS);
 

@@ -71,7 +71,7 @@ for tool in $TOOLS; do
     runs=0; failed=0; errors=0; warnings=0
     for prog in $PROGS; do
         case $prog in
-        ops)      set -- "$BUILD/tests/cuda/test_cuda_ops" ;;
+        ops)      set -- env DSPARK_TILE_TEST_SMALL=1 "$BUILD/tests/cuda/test_cuda_ops" ;;
         generate) set -- "$D" generate --device cuda -m "$TQ" -md "$DR" -p "$P" -n 24 ;;
         diverge)  set -- "$D" diverge --device cuda -m "$TQ" -p "$P" --block-greedy 4 --fast matmul_q8_0 ;;
         attn)     set -- "$BUILD/tests/cuda/bench_attn" --small ;;
