@@ -103,24 +103,43 @@ test-kq-lanes: $(BUILD)/tests/cuda/test_kq_lanes
 # the Q8_0 GEMVs at M = 1..8 on the 8B shapes, old (q8v) against new (q8w)
 # and its configurations: bits (memcmp) and times, on a GPU: `make bench-gemv`
 all: $(BUILD)/tests/cuda/bench_gemv
-$(BUILD)/tests/cuda/bench_gemv.o: tests/cuda/bench_gemv.cu src/kernels/cuda/matmul_q8_0.cu src/kernels/cuda/matmul_q8_0_mma.cu $(HEADERS) $(wildcard src/kernels/cuda/*.cuh)
+$(BUILD)/tests/cuda/bench_gemv.o: tests/cuda/bench_gemv.cu tests/cuda/bench_common.cuh src/kernels/cuda/matmul_q8_0.cu src/kernels/cuda/matmul_q8_0_mma.cu $(HEADERS) $(wildcard src/kernels/cuda/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 $(BUILD)/tests/cuda/bench_gemv: $(BUILD)/tests/cuda/bench_gemv.o $(BUILD)/libdspark.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdspark.a -o $@ $(LDLIBS) $(CUDA_LIBS)
 bench-gemv: $(BUILD)/tests/cuda/bench_gemv
 	@$(BUILD)/tests/cuda/bench_gemv
+# canonical prefill attention on the 8B shape: the tile path against the
+# split-KV path and fast, bits (memcmp, the CPU on sampled rows) and times:
+# `make bench-attn` on a GPU
+all: $(BUILD)/tests/cuda/bench_attn
+$(BUILD)/tests/cuda/bench_attn.o: tests/cuda/bench_attn.cu tests/cuda/bench_common.cuh src/kernels/cuda/attention.cu $(HEADERS) $(wildcard src/kernels/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+$(BUILD)/tests/cuda/bench_attn: $(BUILD)/tests/cuda/bench_attn.o $(BUILD)/libdspark.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdspark.a -o $@ $(LDLIBS) $(CUDA_LIBS)
+bench-attn: $(BUILD)/tests/cuda/bench_attn
+	@$(BUILD)/tests/cuda/bench_attn
 endif
 
 # the shipped Q8_0 target: the golden outputs and the CLI diagnostics run on it
 test-cuda: all $(CUDA_TESTS)
 	@BUILD=$(BUILD) sh tests/cuda/run.sh
 
-.PHONY: all test test-san test-cuda test-kq-lanes bench-cuda bench-gemv bench clean deps run models
+.PHONY: all test test-san test-cuda test-kq-lanes bench-cuda bench-gemv bench-attn bench clean deps run models
 
 all: $(BUILD)/dspark $(TEST_BIN) $(BENCH_BIN)
 # the device harness for the heads' ops, built here so it keeps compiling (run it with a GPU)
 all: $(BUILD)/tests/cuda/test_heads
+# attention's prefill tile kernel (src/kernels/cuda/attention_tile.cuh) run
+# on the host, its threads as fibers: no GPU and no nvcc needed, so
+# tests/run.sh runs it on every machine (tests/cuda/test_tile_emu.cc)
+all: $(BUILD)/tests/test_tile_emu
+$(BUILD)/tests/test_tile_emu: tests/cuda/test_tile_emu.cc src/kernels/cuda/attention_tile.cuh $(BUILD)/libdspark.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(SAN) -std=c++17 $(OPT) -g $(WARN) -Wno-unknown-pragmas $(FPFLAGS) -pthread -Iinclude -Isrc $< \
+	  $(BUILD)/libdspark.a -o $@ $(LDLIBS)
 
 # The comparator must be exact IEEE-754 whatever the project flags are.
 $(BUILD)/src/diag/%.o: CFLAGS += -fno-finite-math-only -fsignaling-nans

@@ -762,7 +762,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
         {"epilogue", DSC_OFF_EPILOGUE}, {"wide", DSC_OFF_WIDE}, {"q8x", DSC_OFF_Q8X},
         {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL}, {"narrow", DSC_OFF_NARROW}, {"copyk", DSC_OFF_COPYK},
         {"spread", DSC_OFF_SPREAD}, {"mma", DSC_OFF_MMA}, {"stream", DSC_OFF_STREAM},
-        {"split", DSC_OFF_SPLIT}, {"chunk", DSC_OFF_CHUNK}, {"gemv", DSC_OFF_GEMV},
+        {"split", DSC_OFF_SPLIT}, {"chunk", DSC_OFF_CHUNK}, {"gemv", DSC_OFF_GEMV}, {"tile", DSC_OFF_TILE},
     };
     *off = 0;
     const char *v = getenv(var);
@@ -777,7 +777,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
             }
         if (!known) {
             ds_errf(err, errlen,
-                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream split chunk gemv)",
+                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream split chunk gemv tile)",
                     var, (int)(n > 32 ? 32 : n), p);
             return -1;
         }
@@ -871,6 +871,7 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     /* DSPARK_CUDA_ON=stream puts the warp-streamed tensor-core GEMV at
      * every M <= 16, not only where it measured faster (dsc_q8_stream_ok) */
     b->stream_all = (on & DSC_OFF_STREAM) != 0;
+    b->tile_all = (on & DSC_OFF_TILE) != 0;
     b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD) & ~on;
     b->trace = tr && !strcmp(tr, "1");
     b->mma_bm = mma_bm;

@@ -35,42 +35,20 @@
 #include <vector>
 
 /* the rest of the backend, which these files call: only launch errors matter here */
-void dsc_note(ds_exec *ex, cudaError_t e, const char *what) {
-    if (e != cudaSuccess && !ex->err) {
-        ex->err = 1;
-        snprintf(ex->errmsg, sizeof ex->errmsg, "%s: %s", what, cudaGetErrorString(e));
-    }
-}
-void dsc_launched(ds_exec *ex, cudaError_t e, const char *what) {
-    ex->n_ops++;
-    dsc_note(ex, e, what);
-}
+#define BENCH_NAME "bench_gemv"
+#include "bench_common.cuh"
 void *dsc_scratch(ds_exec *ex, int s, size_t bytes) { (void)ex; (void)s; (void)bytes; return NULL; }
 
 #define REPS 25
-#define CK(x)                                                                                              \
-    do {                                                                                                   \
-        cudaError_t e_ = (x);                                                                              \
-        if (e_ != cudaSuccess) {                                                                           \
-            fprintf(stderr, "bench_gemv: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__);       \
-            exit(2);                                                                                       \
-        }                                                                                                  \
-    } while (0)
 
-__device__ __host__ inline uint32_t bg_hash(uint64_t i, uint32_t seed) {
-    uint64_t z = i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (uint32_t)(z ^ (z >> 31));
-}
 __global__ void bg_fill_q(int8_t *q, size_t n, uint32_t seed) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        q[i] = (int8_t)((int)(bg_hash(i, seed) % 255u) - 127);   /* -127 .. 127 */
+        q[i] = (int8_t)((int)(bench_hash(i, seed) % 255u) - 127);   /* -127 .. 127 */
 }
 /* fp16-valued scales of both signs around 2^-7 .. 2^-4 (their exact f32) */
 __global__ void bg_fill_d(float *d, size_t n, uint32_t seed) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const uint32_t h = bg_hash(i, seed);
+        const uint32_t h = bench_hash(i, seed);
         d[i] = dsc_fp16_to_f32((h & 0x8000u) | (0x2000u + (h >> 16) % 0x0c00u));
     }
 }
@@ -139,10 +117,6 @@ static float bg_host(const int8_t *wrow, const float *wsrow, const int8_t *xrow,
     return acc;
 }
 
-static double bg_median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 
 /* one timing of fn, L2 flushed first (a memset of the flush buffer), ms */
@@ -265,10 +239,10 @@ static int bench_tiles(ds_exec *ex, void *flush, size_t fbytes, cudaEvent_t e0, 
                 }
             const double mac = (double)M * N * K;
             for (size_t k = 0; k < ks.size(); k++) {
-                const double t = bg_median(ts[k]);
+                const double t = bench_median(ts[k]);
                 printf("  tiles %-8s N=%-6lld K=%-5lld M=%-5d %-22s %8.4f ms %6.1f TMAC/s  %.2fx default  bits==default %s\n",
                        sh.name, (long long)N, (long long)K, M, ks[k].name, t, mac / (t * 1e-3) / 1e12,
-                       t / bg_median(ts[0]), same[k] ? "yes" : "NO");
+                       t / bench_median(ts[0]), same[k] ? "yes" : "NO");
             }
             printf("%s tiles %s M=%d: %zu variants == default (memcmp), default == host definition (20 outputs)%s\n",
                    ok ? "PASS" : "FAIL", sh.name, M, ks.size() - 1, why);
@@ -285,29 +259,15 @@ static int bench_tiles(ds_exec *ex, void *flush, size_t fbytes, cudaEvent_t e0, 
 int main(int argc, char **argv) {
     /* --check: the bit checks only (for compute-sanitizer: memcheck, racecheck) */
     const bool check_only = argc > 1 && !strcmp(argv[1], "--check");
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("bench_gemv: no CUDA GPU\n");
-        return 2;
-    }
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    CK(cudaSetDevice(0));
     /* a bare execution context: no programmatic dependent launch (each kernel
      * timed alone), nothing else switched */
     static dsc_backend b;
     static ds_backend be;
-    memset(&b, 0, sizeof b);
-    b.n_sm = prop.multiProcessorCount;
-    b.off = DSC_OFF_PDL;
-    CK(dsc_q8_mma_init());
-    be.priv = &b;
-    ds_exec *ex = (ds_exec *)calloc(1, sizeof(ds_exec));
-    ex->be = &be;
-    CK(cudaStreamCreate(&ex->st));
+    cudaDeviceProp prop;
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    ds_exec *ex = bench_exec(&b, &be, &prop, &e0, &e1);
+    if (!ex) return 2;
+    CK(dsc_q8_mma_init());
     printf("bench_gemv: %s, %d SMs, L2 %d MiB; medians of %d, L2 flushed before each; q8w MT/R/U/MINB\n", prop.name,
            prop.multiProcessorCount, prop.l2CacheSize >> 20, REPS);
 
@@ -328,7 +288,7 @@ int main(int argc, char **argv) {
         CK(cudaEventElapsedTime(&ms, e0, e1));
         if (r >= 2) ct.push_back(ms);
     }
-    const double copy_gbs = 2.0 * (double)cbytes / (bg_median(ct) * 1e-3) / 1e9;
+    const double copy_gbs = 2.0 * (double)cbytes / (bench_median(ct) * 1e-3) / 1e9;
     printf("copy bandwidth (cudaMemcpy D2D, 1 GiB, read + written): %.0f GB/s\n", copy_gbs);
     if (argc > 1 && !strcmp(argv[1], "--tiles")) return bench_tiles(ex, flush, fbytes, e0, e1);
     CK(cudaFree(ca));
@@ -427,14 +387,14 @@ int main(int argc, char **argv) {
             double best = 1e30;
             int bk = 1;
             for (int k = 0; k < BG_NK && !check_only; k++) {
-                const double ms = bg_median(ts[k]), gbs = bytes / (ms * 1e-3) / 1e9;
+                const double ms = bench_median(ts[k]), gbs = bytes / (ms * 1e-3) / 1e9;
                 printf("  %-8s N=%-6lld K=%-5lld M=%d  %-13s %8.4f ms %6.0f GB/s %5.1f%% of copy  %.2fx old  bits==old %s\n",
                        sh.name, (long long)N, (long long)K, M, ks[k].name, ms, gbs, 100.0 * gbs / copy_gbs,
-                       ms / bg_median(ts[0]), same[k] ? "yes" : "NO");
+                       ms / bench_median(ts[0]), same[k] ? "yes" : "NO");
                 if (k >= 1 && same[k] && ms < best) { best = ms; bk = k; }
             }
-            t_old[si][mi] = bg_median(ts[0]);
-            t_new[si][mi] = bg_median(ts[1]);
+            t_old[si][mi] = bench_median(ts[0]);
+            t_new[si][mi] = bench_median(ts[1]);
             t_best[si][mi] = best;
             printf("%s %-8s N=%-6lld K=%-5lld M=%d: %d kernels == old (memcmp, %lld outputs), old == host definition (5 rows)%s%s;"
                    " new %.2fx old, best %s\n",

@@ -49,6 +49,8 @@ for t in "$BUILD"/tests/cuda/test_*; do
 done
 # the Q8_0 GEMVs at M <= 8 (q8w, its configurations) == q8v bit for bit on the 8B shapes and tails
 [ -x "$BUILD/tests/cuda/bench_gemv" ] && one bench_gemv_check "$BUILD/tests/cuda/bench_gemv" --check
+# the prefill attention tile == the split-KV path (outputs and Q8_0 copy) and the CPU on the 8B shape
+[ -x "$BUILD/tests/cuda/bench_attn" ] && one bench_attn_check "$BUILD/tests/cuda/bench_attn" --check
 for t in test_canonical test_diverge test_models test_spec test_drafter test_engine test_spec_batch; do
     [ -x "$BUILD/tests/$t" ] && one "$t" env DSPARK_DEVICE=cuda "$BUILD/tests/$t"
 done

@@ -13,13 +13,16 @@
 #              for allocations still live when the CUDA context goes away)
 #   racecheck  shared-memory hazards (the reductions of matmul, attention,
 #              the norms, argmax and sampling)
-# Programs (PROGS, all three by default):
+# Programs (PROGS, all four by default):
 #   ops        $BUILD/tests/cuda/test_cuda_ops: every family x variant x
 #              type, recorded graphs
 #   generate   a short speculative generate on the shipped pair: drafter
 #              heads, verify graphs, token selection on the device
 #   diverge    a short diverge: the capture arena's same-stream
 #              device-to-device copies, S0 snapshot and restore
+#   attn       $BUILD/tests/cuda/bench_attn --small: attention's prefill
+#              tile (cp.async double buffer, shared-memory phases) against
+#              the split-KV path on the 8B shape, a partial tile and chunk
 # A run counts as failed when the tool reports an error, when it prints no
 # summary (it did not finish), or when the program itself fails — a crash
 # under the tool can come with a clean summary, so the exit status is read
@@ -34,7 +37,7 @@ D="$BUILD/dspark"
 TQ=models/dspark-tiny-q8_0.gguf
 DR=models/dspark-tiny-drafter-f16.gguf
 P="It is a truth universally acknowledged, that"
-PROGS=${PROGS:-ops generate diverge}
+PROGS=${PROGS:-ops generate diverge attn}
 TOOLS=${*:-memcheck racecheck}
 
 CS=${COMPUTE_SANITIZER:-}
@@ -68,10 +71,11 @@ for tool in $TOOLS; do
     runs=0; failed=0; errors=0; warnings=0
     for prog in $PROGS; do
         case $prog in
-        ops)      set -- "$BUILD/tests/cuda/test_cuda_ops" ;;
+        ops)      set -- env DSPARK_TILE_TEST_SMALL=1 "$BUILD/tests/cuda/test_cuda_ops" ;;
         generate) set -- "$D" generate --device cuda -m "$TQ" -md "$DR" -p "$P" -n 24 ;;
         diverge)  set -- "$D" diverge --device cuda -m "$TQ" -p "$P" --block-greedy 4 --fast matmul_q8_0 ;;
-        *) echo "sanitize: unknown program '$prog' (ops, generate, diverge)"; exit 2 ;;
+        attn)     set -- "$BUILD/tests/cuda/bench_attn" --small ;;
+        *) echo "sanitize: unknown program '$prog' (ops, generate, diverge, attn)"; exit 2 ;;
         esac
         log="$BUILD/tests/sanitize_${tool}_${prog}.log"
         start=$(date +%s)

@@ -586,6 +586,189 @@ static void test_attention_long_pages(T *t, int hd, int nh, int nkv) {
     free(pool); free(perm); free(tab); free(q); free(ref); free(got); free(cpu);
 }
 
+/* The prefill tile path (att_tile, issue 22): M rows of one sequence at
+ * consecutive positions from p0 (causal, and non-causal: every row seeing
+ * [0, p0 + M), as the drafter's block rows do) on three backends —
+ * DSPARK_CUDA_ON=tile (the tile path for every one-sequence call, whatever
+ * M), DSPARK_CUDA_OFF=tile (split-KV + one-block, today's path) and
+ * DSPARK_CUDA_OFF=tile,split (the one-block path alone). All M rows must be
+ * bytewise equal across the three, sampled rows equal to a decode call of
+ * that row alone (M = 1 on the split backend) and to the CPU's canonical
+ * rows (where the CPU's exp is ds_expf), and fast must differ. head_dim 64
+ * and 128, GQA 1, 4 and 8; M = 64, 65, 127, 128, 512, 1000 from p0 = 0, 63,
+ * 64, 100, 4000 (partial tiles, partial last chunks, tiles whose rows end
+ * in different chunks). A mismatch prints its first (row, head, column)
+ * and both values. DSPARK_TILE_TEST_SMALL=1 (tests/cuda/sanitize.sh: the
+ * tools slow shared-memory kernels a hundredfold): M = 64, 65, 127 from
+ * p0 = 0, 63, 100 only. */
+static int tile_first_diff(const char *what, const float *a, const float *b, int M, int nh, int hd, int m_of0) {
+    const size_t n = (size_t)M * nh * hd;
+    for (size_t k = 0; k < n; k++)
+        if (memcmp(&a[k], &b[k], 4)) {
+            uint32_t ua, ub;
+            memcpy(&ua, &a[k], 4);
+            memcpy(&ub, &b[k], 4);
+            printf("  tile mismatch %s: row %d head %d col %d: %.9g (0x%08x) vs %.9g (0x%08x)\n", what,
+                   m_of0 + (int)(k / ((size_t)nh * hd)), (int)(k / hd % nh), (int)(k % hd), a[k], ua, b[k], ub);
+            return 1;
+        }
+    return 0;
+}
+
+static void test_attention_tile(T *t) {
+    static const mma_conf confs[3] = {{"tile", NULL, NULL, "tile"}, {"split", NULL, "tile", NULL},
+                                      {"one-block", NULL, "tile,split", NULL}};
+    static const struct { int hd, nh, nkv; } shapes[] = {{64, 4, 4}, {128, 8, 2}, {128, 8, 1}, {64, 16, 2}};
+    static const int Ms[] = {64, 65, 127, 128, 512, 1000}, p0s[] = {0, 63, 100, 64, 4000};   /* small: the first 3 of each */
+    enum { MMAX = 1000, P0MAX = 4000, CAP = P0MAX + MMAX, NB = 3 };
+    char err[DS_ERRLEN];
+    T bt[NB];
+    for (int b = 0; b < NB; b++) {
+        bt[b] = *t;
+        if (mma_backend(&bt[b], &confs[b], err, sizeof err)) {
+            CHECK(0, "attention tile: backend %s: %s", confs[b].name, err);
+            for (int k = 0; k < b; k++) { bt[k].i->exec_free(bt[k].ex); bt[k].i->destroy(bt[k].be); }
+            return;
+        }
+    }
+    /* a Q8_0 weight on the tile backend, so that attention writes the o
+     * projection's Q8_0 copy there (dsc_q8x: only with Q8_0 weights) */
+    enum { WN = 8, WK = 256 };
+    ds_block_q8_0 *wd = calloc((size_t)WN * (WK / 32), sizeof *wd);
+    ds_weight wq = {.type = DS_TYPE_Q8_0, .n_in = WK, .n_out = WN, .data = wd};
+    const int have_w = !bt[0].i->prepare_weight(bt[0].be, &wq, DS_USE_MATMUL, err, sizeof err);
+    CHECK(have_w, "attention tile: prepare_weight: %s", err);
+    int *pos = malloc(MMAX * sizeof(int)), *nv = malloc(MMAX * sizeof(int));
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int hd = shapes[si].hd, nh = shapes[si].nh, nkv = shapes[si].nkv, row = nkv * hd;
+        ds_attn_shape s = {nh, nkv, hd, row, 1.0f / sqrtf((float)hd)};
+        const size_t hrow = (size_t)nh * hd, no = (size_t)MMAX * hrow;
+        float *kc = rnd(t, (size_t)CAP * row, 1.0f), *vc = rnd(t, (size_t)CAP * row, 1.0f), *q = rnd(t, no, 3.0f);
+        float *got[NB], *dec = malloc(hrow * 4), *cpu = malloc(hrow * 4);
+        float *dk[NB], *dv[NB], *dq[NB], *dout[NB];
+        int *dpos[NB], *dnv[NB];
+        ds_rows rw[NB], rnc[NB];
+        for (int b = 0; b < NB; b++) {
+            got[b] = malloc(no * 4);
+            dk[b] = dput(&bt[b], kc, (size_t)CAP * row * 4);
+            dv[b] = dput(&bt[b], vc, (size_t)CAP * row * 4);
+            dq[b] = dput(&bt[b], q, no * 4);
+            dout[b] = dmem(&bt[b], no * 4);
+            dpos[b] = dmem(&bt[b], MMAX * sizeof(int));
+            dnv[b] = dmem(&bt[b], MMAX * sizeof(int));
+            rw[b] = flat_rows(&bt[b], dpos[b], NULL, CAP, row);
+            rnc[b] = flat_rows(&bt[b], dpos[b], dnv[b], CAP, row);
+        }
+        int n_cases = 0, eq_split = 1, eq_one = 1, eq_dec = 1, eq_cpu = 1, near_cpu = 1, fast_diff = 1, q8_ok = 0;
+        float worst = 0;
+        const char *sv = getenv("DSPARK_TILE_TEST_SMALL");
+        const int small = sv && !strcmp(sv, "1");
+        for (size_t mi = 0; mi < (small ? 3 : sizeof Ms / sizeof *Ms); mi++)
+            for (size_t pi = 0; pi < (small ? 3 : sizeof p0s / sizeof *p0s); pi++)
+                for (int causal = 1; causal >= 0; causal--) {
+                    const int M = Ms[mi], p0 = p0s[pi];
+                    if (!causal && M != 127 && M != 512) continue;     /* non-causal: two widths */
+                    n_cases++;
+                    for (int m = 0; m < M; m++) pos[m] = p0 + m, nv[m] = p0 + M;
+                    for (int b = 0; b < NB; b++) {
+                        bt[b].i->upload(bt[b].ex, dpos[b], pos, (size_t)M * sizeof(int));
+                        bt[b].i->upload(bt[b].ex, dnv[b], nv, (size_t)M * sizeof(int));
+                        bt[b].i->attention(bt[b].ex, DS_CANONICAL, &s, M, causal ? &rw[b] : &rnc[b], dq[b], dk[b], dv[b],
+                                           dout[b]);
+                        dget(&bt[b], got[b], dout[b], (size_t)M * hrow * 4);
+                    }
+                    char what[96];
+                    snprintf(what, sizeof what, "hd=%d %d/%d M=%d p0=%d %s: tile vs split", hd, nh, nkv, M, p0,
+                             causal ? "causal" : "non-causal");
+                    if (tile_first_diff(what, got[0], got[1], M, nh, hd, 0)) eq_split = 0;
+                    snprintf(what, sizeof what, "hd=%d %d/%d M=%d p0=%d %s: tile vs one-block", hd, nh, nkv, M, p0,
+                             causal ? "causal" : "non-causal");
+                    if (tile_first_diff(what, got[0], got[2], M, nh, hd, 0)) eq_one = 0;
+                    /* sampled rows: decode alone (causal) and the CPU */
+                    const int sm[] = {0, 1, 15, 16, 63 % M, M / 2, M - 2, M - 1};
+                    for (size_t k = 0; k < sizeof sm / sizeof *sm; k++) {
+                        const int m = sm[k];
+                        const float *tr = got[0] + (size_t)m * hrow;
+                        if (causal) {
+                            const ds_rows r1 = row_of(&rw[1], dpos[1] + m);
+                            bt[1].i->attention(bt[1].ex, DS_CANONICAL, &s, 1, &r1, dq[1] + (size_t)m * hrow, dk[1], dv[1],
+                                               dout[1]);
+                            dget(&bt[1], dec, dout[1], hrow * 4);
+                            snprintf(what, sizeof what, "hd=%d %d/%d M=%d p0=%d: tile row vs decode alone", hd, nh, nkv, M,
+                                     p0);
+                            if (tile_first_diff(what, tr, dec, 1, nh, hd, m)) eq_dec = 0;
+                        }
+                        const int32_t nv1 = causal ? p0 + m + 1 : p0 + M;
+                        const ds_attn_rows ar = {&nv1, NULL, NULL, NULL, 0, 0, 0};
+                        ds_attention_rows(DS_CANONICAL, &s, 1, &ar, q + (size_t)m * hrow, kc, vc, cpu, NULL);
+                        float me = 0;
+                        if (!close_to(tr, cpu, hrow, &me)) near_cpu = 0;
+                        if (me > worst) worst = me;
+                        snprintf(what, sizeof what, "hd=%d %d/%d M=%d p0=%d %s: tile row vs CPU canonical", hd, nh, nkv,
+                                 M, p0, causal ? "causal" : "non-causal");
+                        if (t->cpu_dsexp && eq_cpu && tile_first_diff(what, tr, cpu, 1, nh, hd, m)) eq_cpu = 0;
+                    }
+                    /* once per shape: the o projection's Q8_0 copy the tile
+                     * path wrote == the CPU's quantization of its floats (peeked
+                     * before any download, which ends the copy's validity);
+                     * then the counter-test: fast gives other bits */
+                    if (M == (small ? 127 : 512) && p0 == 100 && causal) {
+                        bt[0].i->attention(bt[0].ex, DS_CANONICAL, &s, M, &rw[0], dq[0], dk[0], dv[0], dout[0]);
+                        const void *pq = NULL, *pd = NULL;
+                        q8_ok = have_w && ds_exec_cuda_q8x_peek(bt[0].ex, dout[0], M, (int64_t)hrow, &pq, &pd);
+                        const size_t nbk = (size_t)M * hrow / 32;
+                        int8_t *hq8 = malloc((size_t)M * hrow);
+                        float *hd8 = malloc(nbk * 4);
+                        ds_block_q8_0 *cb = malloc(hrow / 32 * sizeof *cb);
+                        if (q8_ok) {
+                            dget(&bt[0], hq8, pq, (size_t)M * hrow);
+                            dget(&bt[0], hd8, pd, nbk * 4);
+                        }
+                        for (int m = 0; q8_ok && m < M; m++) {
+                            ds_quantize_row_q8_0(got[0] + (size_t)m * hrow, (int64_t)hrow, cb);
+                            for (size_t bk = 0; q8_ok && bk < hrow / 32; bk++) {
+                                const float cd = ds_fp16_to_f32(cb[bk].d);
+                                if (memcmp(cb[bk].qs, hq8 + (size_t)m * hrow + bk * 32, 32) ||
+                                    memcmp(&cd, &hd8[(size_t)m * (hrow / 32) + bk], 4)) {
+                                    printf("  tile Q8_0 copy hd=%d %d/%d: row %d block %zu != the CPU's quantization\n", hd,
+                                           nh, nkv, m, bk);
+                                    q8_ok = 0;
+                                }
+                            }
+                        }
+                        free(hq8); free(hd8); free(cb);
+                        bt[0].i->attention(bt[0].ex, DS_FAST, &s, M, &rw[0], dq[0], dk[0], dv[0], dout[0]);
+                        dget(&bt[0], got[1], dout[0], (size_t)M * hrow * 4);
+                        fast_diff = memcmp(got[0], got[1], (size_t)M * hrow * 4) != 0 &&
+                                    rel_err(got[1], got[0], (size_t)M * hrow) < 1e-3;
+                    }
+                }
+        CHECK(eq_split, "attention tile hd=%d %d/%d heads: tile != split path", hd, nh, nkv);
+        CHECK(eq_one, "attention tile hd=%d %d/%d heads: tile != one-block path", hd, nh, nkv);
+        CHECK(eq_dec, "attention tile hd=%d %d/%d heads: tile rows != decode alone", hd, nh, nkv);
+        if (t->cpu_dsexp) CHECK(eq_cpu, "attention tile hd=%d %d/%d heads: tile != CPU canonical", hd, nh, nkv);
+        CHECK(near_cpu, "attention tile hd=%d %d/%d heads: far from the CPU (max err %g)", hd, nh, nkv, worst);
+        CHECK(fast_diff, "attention tile hd=%d %d/%d heads: fast gives the tile's bits, or is far from them", hd, nh, nkv);
+        CHECK(q8_ok, "attention tile hd=%d %d/%d heads: no Q8_0 copy, or not the CPU's quantization", hd, nh, nkv);
+        printf("attention tile hd=%-3d %2d/%d heads, %d cases (M 64..1000 from p0 0..4000): == split: %s  == one-block: %s"
+               "  == decode: %s  CPU bits: %s (max err %.3g)  fast differs: %s  Q8_0 copy: %s\n",
+               hd, nh, nkv, n_cases, eq_split ? "yes" : "NO", eq_one ? "yes" : "NO", eq_dec ? "yes" : "NO",
+               !t->cpu_dsexp ? "n/a" : eq_cpu ? "same" : "DIFFER", worst, fast_diff ? "yes" : "NO", q8_ok ? "yes" : "NO");
+        for (int b = 0; b < NB; b++) {
+            sync_ok(&bt[b], "attention tile");
+            dfree(&bt[b], dk[b]); dfree(&bt[b], dv[b]); dfree(&bt[b], dq[b]); dfree(&bt[b], dout[b]);
+            dfree(&bt[b], dpos[b]); dfree(&bt[b], dnv[b]);
+            dfree(&bt[b], (void *)rw[b].tables); dfree(&bt[b], (void *)rnc[b].tables);
+            free(got[b]);
+        }
+        free(kc); free(vc); free(q); free(dec); free(cpu);
+    }
+    free(pos); free(nv);
+    if (have_w) bt[0].i->release_weight(bt[0].be, &wq);
+    free(wd);
+    for (int b = 0; b < NB; b++) { bt[b].i->exec_free(bt[b].ex); bt[b].i->destroy(bt[b].be); }
+}
+
 /* A recorded graph (kv_write + attention + argmax) replayed at another
  * position gives the bytes of direct execution there. */
 static void test_graph(T *t) {
@@ -1714,6 +1897,7 @@ int main(int argc, char **argv) {
         test_attention_long_pages(&t, 128, 8, 2);
         test_attention_long_pages(&t, 64, 12, 2);
         test_attention_long_pages(&t, 70, 4, 4);     /* head_dim % 4 != 0: 4-byte copies; % 16 tail */
+        test_attention_tile(&t);
         test_graph(&t);
         test_copies(&t);
         test_rmsnorm(&t, 384);

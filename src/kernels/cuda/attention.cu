@@ -22,6 +22,16 @@
  *              rows or sequences enters the arithmetic (details at
  *              att_split). DSPARK_CUDA_OFF=split keeps every row on the
  *              one-block paths below (A/B: the same bits).
+ *   tile       (canonical, prefill: a call of >= 64 rows of one sequence
+ *              whose tiles fill half the SMs; head_dim 64 or 128) att_tile: a
+ *              block owns 64 queries of one kv head (its GQA heads of
+ *              consecutive rows) and walks the chunks in order, K and V
+ *              staged one chunk ahead (cp.async), each score, max, exp,
+ *              sum, p.V and fold by the definition's own sequence in one
+ *              thread's registers; nothing parked, one kernel. The same bits
+ *              as the paths below (details at att_tile).
+ *              DSPARK_CUDA_OFF=tile: never; DSPARK_CUDA_ON=tile: every
+ *              one-sequence call (A/B and tests: the same bits).
  *   canonical  the CPU's attn_row_head (kernels/cpu/attention.c) for each
  *              (row, head): chunks of DS_ATTN_CHUNK = 64 keys at absolute
  *              boundaries; per chunk the 16-lane dot (lane = d mod 16, the
@@ -696,6 +706,33 @@ att_fast(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
     }
 }
 
+#include "kernels/cuda/attention_tile.cuh"   /* att_tile: the prefill tile path */
+
+/* The tile path's launch: 1 if it ran. Host decision on what every call of
+ * one recorded graph shares (model.c's graph_key has M; the shape, the SM
+ * count and the switches are the context's, rows.seq == NULL is the rows
+ * struct's): canonical, one sequence, head_dim 64 or 128, 16-byte copies
+ * possible, and M >= ATT_TILE_ROWS with enough tiles to fill half the SMs —
+ * or DSPARK_CUDA_ON=tile: every such call, M = 1 too (a test aid).
+ * DSPARK_CUDA_OFF=tile: never (the split and one-block paths; same bits). */
+static int att_tile_run(ds_exec *ex, const ds_attn_shape *s, int M, const ds_rows *r, const float *q,
+                        const float *kc, const float *vc, float *out, int8_t *oq, float *od) {
+    const dsc_backend *b = dsc_be(ex);
+    const int hd = s->head_dim, G = s->n_head / s->n_kv_head;
+    const int64_t tiles = ((int64_t)M * G + ATT_TQ - 1) / ATT_TQ * s->n_kv_head;
+    if ((b->off & DSC_OFF_TILE) || r->seq || (hd != 64 && hd != 128) || s->kv_stride % 4 || r->page_stride % 4 ||
+        ((uintptr_t)kc | (uintptr_t)vc) % 16)
+        return 0;
+    if (!b->tile_all && (M < ATT_TILE_ROWS || 2 * tiles < b->n_sm)) return 0;
+    if (hd == 64)
+        dsc_launch(ex, "attention tile", att_tile<64>, dim3((unsigned)tiles), dim3(ATT_TTHREADS), att_tcfg<64>::SMEM,
+                   s->n_head, s->n_kv_head, s->kv_stride, s->scale, M, *r, q, kc, vc, out, oq, od);
+    else
+        dsc_launch(ex, "attention tile", att_tile<128>, dim3((unsigned)tiles), dim3(ATT_TTHREADS), att_tcfg<128>::SMEM,
+                   s->n_head, s->n_kv_head, s->kv_stride, s->scale, M, *r, q, kc, vc, out, oq, od);
+    return 1;
+}
+
 /* ==========================================================================
  * entry point
  * ========================================================================== */
@@ -717,6 +754,10 @@ void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, con
         int8_t *oq = NULL;
         float *od = NULL;
         if (s->head_dim % 32 || !dsc_q8x_reserve(ex, M, K, &oq, &od)) oq = NULL, od = NULL;
+        if (att_tile_run(ex, s, M, r, q, kc, vc, out, oq, od)) {
+            if (oq) dsc_q8x_publish(ex, out, M, K, oq, od);
+            return;
+        }
         const int wide = (dsc_be(ex)->off & DSC_OFF_WIDE) ? 0 : ATT_WIDE_MAX;
         const int hd = s->head_dim, G = s->n_head / s->n_kv_head, nsub = (G + ATS_QG - 1) / ATS_QG;
         const int nch_max = (int)(((int64_t)r->max_pages * DS_KV_PAGE + ATT_CHUNK - 1) / ATT_CHUNK);
@@ -784,5 +825,9 @@ cudaError_t dsc_attention_init(void) {
     const int bytes = (int)ats_smem(ATT_HD_MAX, ATS_R);
     cudaError_t e = cudaFuncSetAttribute(att_split<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(att_split<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(att_tile<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_tcfg<64>::SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(att_tile<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_tcfg<128>::SMEM);
     return e;
 }

@@ -51,6 +51,7 @@ typedef struct {
     int            trace;       /* $DSPARK_CUDA_TRACE=1: the stream timeline (dsc_trace)  */
     int            mma_bm;      /* $DSPARK_CUDA_MMA: forced tensor-core tile height, 0 = chosen */
     int            stream_all;  /* DSPARK_CUDA_ON=stream: the Q8_0 warp-streamed tensor-core GEMV at every M <= 16 */
+    int            tile_all;    /* DSPARK_CUDA_ON=tile: attention's tile path for every one-sequence call */
 } dsc_backend;
 
 /* The stream's timeline as the GPU saw it ($DSPARK_CUDA_TRACE=1): an event
@@ -99,6 +100,7 @@ enum {
     DSC_OFF_SPLIT = 1u << 16,    /* attention: chunks of long rows over many blocks */
     DSC_OFF_CHUNK = 1u << 17,    /* prompts in 512-row chunks (else 64)          */
     DSC_OFF_GEMV = 1u << 18,     /* Q8_0 canonical M <= 8: the warp-streamed GEMV (else q8v) */
+    DSC_OFF_TILE = 1u << 19,     /* attention: the prefill tile path (att_tile)  */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
