@@ -26,7 +26,7 @@
  * experts, k = 1, 2, 8, with and without renormalisation, on rows with
  * near-ties, equal logits, NaN, -inf, a signed-zero maximum; 37 rows at
  * once == each row alone; fast differs (counter-test). moe_combine == the
- * CPU backend's (none, gated, ungated shared expert) and moe_gather puts
+ * CPU's (ds_moe_combine: none, gated, ungated shared expert), moe_gather puts
  * every row where its slot says.
  *
  * The kquant types (test_kq): Q4_K, Q5_K, Q6_K, Q4_0, Q5_0 the same way
@@ -876,14 +876,15 @@ static void moe_logits(T *t, float *x, int M, int E) {
     }
 }
 
-static void test_moe_route(T *t, ds_backend *cpu, ds_exec *cx, int E, int k, int norm) {
+static void test_moe_route(T *t, int E, int k, int norm) {
     const int M = 37;
     const size_t mk = (size_t)M * k;
     float *x = malloc((size_t)M * E * 4), *wc = malloc(mk * 4), *wg = malloc(mk * 4), *w1 = malloc(mk * 4);
     float *wf = malloc(mk * 4);
     int32_t *ic = malloc(mk * 4), *ig = malloc(mk * 4), *i1 = malloc(mk * 4), *iff = malloc(mk * 4);
     moe_logits(t, x, M, E);
-    cpu->i->moe_route(cx, DS_CANONICAL, M, E, k, norm, x, ic, wc);
+    float scratch[DS_MOE_MAX_EXPERT];
+    ds_moe_route(DS_CANONICAL, M, E, k, norm, x, scratch, ic, wc);   /* the CPU backend's route */
     float *dx = dput(t, x, (size_t)M * E * 4), *dw = dmem(t, mk * 4);
     int32_t *di = dmem(t, mk * 4);
     /* M = 37 at once, then each row alone (M = 1) */
@@ -933,7 +934,7 @@ static void test_moe_route(T *t, ds_backend *cpu, ds_exec *cx, int E, int k, int
 
 /* combine (with and without a shared expert, gated or not) and the gather
  * == the CPU backend's, memcmp */
-static void test_moe_combine(T *t, ds_backend *cpu, ds_exec *cx, int M, int k, int n) {
+static void test_moe_combine(T *t, int M, int k, int n) {
     const size_t mk = (size_t)M * k;
     float *y = rnd(t, mk * n, 2.0f), *w = rnd(t, mk, 1.0f), *sg = rnd(t, (size_t)M, 8.0f), *sh = rnd(t, (size_t)M * n, 1.0f);
     float *x = rnd(t, (size_t)M * n, 1.0f);
@@ -954,7 +955,7 @@ static void test_moe_combine(T *t, ds_backend *cpu, ds_exec *cx, int M, int k, i
     int ok[3];
     for (int c = 0; c < 3; c++) {
         const float *hsg = c == 1 ? sg : NULL, *hsh = c ? sh : NULL;
-        cpu->i->moe_combine(cx, M, k, n, slot, w, y, hsg, hsh, ref);
+        ds_moe_combine(M, k, n, slot, w, y, hsg, hsh, ref);   /* the CPU backend's combine */
         t->i->moe_combine(t->ex, M, k, n, dslot, dw, dy, c == 1 ? dsg : NULL, c ? dsh : NULL, dout);
         dget(t, got, dout, (size_t)M * n * 4);
         ok[c] = !memcmp(got, ref, (size_t)M * n * 4);
@@ -974,23 +975,17 @@ static void test_moe_combine(T *t, ds_backend *cpu, ds_exec *cx, int M, int k, i
 }
 
 static void test_moe(T *t) {
-    char err[DS_ERRLEN];
-    ds_backend *cpu = ds_backend_cpu_new(err, sizeof err);
-    ds_exec *cx = cpu ? cpu->i->exec_new(cpu, 1, err, sizeof err) : NULL;
-    if (!cx) { printf("FAIL cpu backend: %s\n", err); n_fail++; return; }
     CHECK(t->i->moe_route && t->i->moe_combine && t->i->moe_gather, "the CUDA table has no MoE ops");
     if (!t->i->moe_route || !t->i->moe_combine || !t->i->moe_gather) return;
     static const int Es[3] = {8, 64, 128}, ks[3] = {1, 2, 8};
     for (int e = 0; e < 3; e++)
         for (int j = 0; j < 3; j++)
-            for (int norm = 0; norm < 2; norm++) test_moe_route(t, cpu, cx, Es[e], ks[j], norm);
-    test_moe_route(t, cpu, cx, 1000, 8, 1);    /* n_expert past 32 lanes x 31: long lane loops */
-    test_moe_combine(t, cpu, cx, 37, 1, 300);
-    test_moe_combine(t, cpu, cx, 37, 2, 301);  /* n % 4 != 0: the gather's scalar path */
-    test_moe_combine(t, cpu, cx, 37, 8, 2048);
-    test_moe_combine(t, cpu, cx, 1, 8, 128);
-    cpu->i->exec_free(cx);
-    cpu->i->destroy(cpu);
+            for (int norm = 0; norm < 2; norm++) test_moe_route(t, Es[e], ks[j], norm);
+    test_moe_route(t, 1000, 8, 1);             /* n_expert past 32 lanes x 31: long lane loops */
+    test_moe_combine(t, 37, 1, 300);
+    test_moe_combine(t, 37, 2, 301);           /* n % 4 != 0: the gather's scalar path */
+    test_moe_combine(t, 37, 8, 2048);
+    test_moe_combine(t, 1, 8, 128);
 }
 
 /* ==========================================================================
