@@ -3,8 +3,8 @@
 # Qwen3-30B-A3B-shaped qwen3moe file (n_embd 2048, 32 heads, 4 KV heads,
 # head_dim 128, 128 experts, 8 used, expert FFN 768, vocab 151936, Q8_0) with
 # LAYERS layers (default 8 of the real model's 48, so that make-model writes
-# ~5.5 GB, not ~32 GB: per-layer costs scale, the embedding and the head are
-# the full model's), and `dspark bench --device cuda` on it: decode tok/s,
+# ~6 GB (5.6B parameters), not ~33 GB: per-layer costs scale, the embedding
+# and the head are the full model's), and `dspark bench --device cuda` on it: decode tok/s,
 # the batched forward at M = 1..16 as a ratio to a decode step (verify(8) is
 # the M = 8 row), batched prefill tok/s. A MoE layer downloads the route's
 # ids once (the grouping runs on the host) and no CUDA graph is recorded for
