@@ -14,7 +14,7 @@
 #                       experts, 8 used, expert FFN 768, vocab 151936) with
 #                       LAYERS layers (default 48: the full 30B-A3B, ~32 GB
 #                       as Q8_0 — make sure the disk has it)
-#   DEVICE=cpu          dspark's device (cuda once it has MoE kernels);
+#   DEVICE=cpu          dspark's device (cpu or cuda);
 #                       NGL=99 llama.cpp's -ngl
 set -eu
 B=${BUILD:-build}

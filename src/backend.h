@@ -331,6 +331,9 @@ typedef struct ds_backend_i {
 
     /* ---- optional: mixture of experts (qwen3moe's FFN, layer.c) -----------
      * NULL: the backend cannot run MoE models (the loader refuses them).
+     * The grouping by expert (layer.c) runs on the host over the route's
+     * ids: read in place on a host-memory backend, downloaded once per MoE
+     * layer (a synchronisation) on a device.
      * moe_route: the moe_route family (kernels.h ds_moe_route) on device
      *   buffers: logits [M][n_expert] -> ids [M][k] (int32), w [M][k];
      *   n_expert <= DS_MOE_MAX_EXPERT.
@@ -357,7 +360,7 @@ typedef struct ds_backend_i {
      * family (kernels.h ds_gdn_conv / ds_gdn_recur) on this device's
      * buffers; state_in and the per-row state_out pointers address the
      * sequence's recurrent state ring (rstate.h), which the layer finds on
-     * the host — host-memory backends only, like the MoE grouping.
+     * the host — host-memory backends only.
      * sigmoid_mul: x[i] = x[i] * ds_sigmoidf(g[i]) (the gated attention of
      * qwen35's full-attention layers; elementwise, no variants). */
     void (*gdn_conv)(ds_exec *ex, ds_variant v, const ds_gdn_shape *s, int M, const float *x, const float *w,
@@ -407,6 +410,16 @@ typedef struct ds_backend_i {
      * MemAvailable; a GPU: its free memory), or 0 when unknown. NULL: unknown.
      * What sizes a server's default number of sequences (api_engine.c). */
     uint64_t (*mem_free)(ds_backend *be);
+
+    /* ---- optional: the MoE grouping's gather in one launch --------------------
+     * For every assignment i < M * k (row i / k, rank i % k):
+     *   X[slot[i]][0..n) = x[i / k][0..n)
+     * slot: device int32 [M][k] (a permutation of 0 .. M*k-1, layer.c's
+     * grouping by expert). A copy: it moves bits, computes none. NULL: the
+     * layer issues one copy per assignment (the CPU, where a copy is a
+     * memcpy; on a GPU a prefill chunk's 512 x 8 copies would be 4096
+     * stream ops a layer). */
+    void (*moe_gather)(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *x, float *X);
 } ds_backend_i;
 #define DS_CHUNK_ROWS_DEFAULT 64
 /* The backend's chunk rows (chunk_rows above, or the default). */

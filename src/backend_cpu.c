@@ -374,36 +374,13 @@ static void cpu_moe_route(ds_exec *ex, ds_variant v, int M, int n_expert, int k,
     (void)ds_moe_route(v, M, n_expert, k, norm, logits, scratch, ids, w);
 }
 
-/* Rank order, one multiply and one add per term (backend.h). Inline: M * k
- * * n flops against the experts' M * k * 3 * n * n_ff. */
+/* Rank order, one multiply and one add per term (backend.h; the loop is
+ * kernels/cpu/moe_route.c ds_moe_combine). Inline: M * k * n flops against
+ * the experts' M * k * 3 * n * n_ff. */
 static void cpu_moe_combine(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *w, const float *y,
                             const float *sh_gate, const float *sh, float *out) {
     (void)ex;
-    for (int r = 0; r < M; r++) {
-        float *o = out + (size_t)r * n;
-        const float *y0 = y + (size_t)slot[(size_t)r * k] * n;
-        const float w0 = w[(size_t)r * k];
-        for (int i = 0; i < n; i++) o[i] = w0 * y0[i];
-        for (int j = 1; j < k; j++) {
-            const float *yj = y + (size_t)slot[(size_t)r * k + j] * n;
-            const float wj = w[(size_t)r * k + j];
-            for (int i = 0; i < n; i++) {
-                const float t = wj * yj[i];
-                o[i] = o[i] + t;
-            }
-        }
-        if (sh && sh_gate) {
-            const float s = ds_sigmoidf(sh_gate[r]);
-            const float *shr = sh + (size_t)r * n;
-            for (int i = 0; i < n; i++) {
-                const float t = shr[i] * s;
-                o[i] = o[i] + t;
-            }
-        } else if (sh) {
-            const float *shr = sh + (size_t)r * n;
-            for (int i = 0; i < n; i++) o[i] = o[i] + shr[i];
-        }
-    }
+    ds_moe_combine(M, k, n, slot, w, y, sh_gate, sh, out);
 }
 
 /* ---- the gated delta net (qwen35) ---------------------------------------- */

@@ -736,19 +736,20 @@ static const ds_backend_i dsc_iface = {
     dsc_copy_n,
     /* alloc_pool */ NULL,          /* cudaMalloc: device memory is not zeroed anyway */
     /* release_pool */ NULL,
-    /* moe_route */ NULL,           /* no MoE kernels yet: the loader refuses MoE models here */
-    /* moe_combine */ NULL,
+    dsc_moe_route,                  /* moe.cu: softmax MoE (qwen3moe / qwen35moe's FFN) */
+    dsc_moe_combine,
     /* gdn_conv */ NULL,            /* no gated delta net kernels yet: the loader refuses qwen35 here */
     /* gdn_recur */ NULL,
     /* sigmoid_mul */ NULL,
     /* attn_sinks */ NULL,          /* no deepseek4 kernels yet: the loader refuses deepseek4 here */
     /* hc_pre */ NULL,
     /* hc_post */ NULL,
-    /* moe_route_ex */ NULL,
+    /* moe_route_ex */ NULL,         /* deepseek4's gated route: refused here with the rest of deepseek4 */
     /* ds4_compress */ NULL,        /* no compressed-attention kernels: the loader refuses those layers here */
     /* ds4_indexer */ NULL,
     dsc_chunk_rows,
     dsc_mem_free,
+    dsc_moe_gather,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving

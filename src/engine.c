@@ -104,6 +104,7 @@ static void engine_release(ds_engine *e) {
     free(e->seq);
     free(e->used);
     free(e->rowhost);
+    free(e->a.moe_host);
     free(e->sel_host);
     ds_pool_free(e->hpool);
     free(e->hrow); free(e->hlog); free(e->hscr); free(e->hids);
@@ -175,6 +176,8 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     e->a.gate = DEV(M * ff); e->a.up = DEV(M * ff); e->a.h = DEV(M * ff);
     const size_t moe_n = ds_hp_moe_scratch(hp, m_max);     /* MoE layers' scratch (layer.c) */
     if (moe_n) e->a.moe = DEV(moe_n);
+    const int moe_h = moe_n && !be->i->host_memory;        /* ... and a device's host staging */
+    if (moe_h) e->a.moe_host = calloc(ds_moe_host_words(m_max, hp->n_expert_used), sizeof(int32_t));
     const size_t rec_n = ds_hp_hybrid_scratch(hp, m_max);  /* hybrid layers' scratch (layer.c) */
     if (rec_n) e->a.rec = DEV(rec_n);
     e->logits = DEV(M * V);
@@ -212,7 +215,7 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
         }
     }
     int ok = e->a.x && e->a.xn && e->a.o && e->a.q && e->a.att && e->a.k && e->a.v && e->a.gate && e->a.up &&
-             e->a.h && (e->a.moe || !moe_n) && (e->a.rec || !rec_n) && e->logits && e->sel_scratch && e->tables && e->rowbuf && e->sel_ids && e->rowhost && e->sel_host &&
+             e->a.h && (e->a.moe || !moe_n) && (e->a.moe_host || !moe_h) && (e->a.rec || !rec_n) && e->logits && e->sel_scratch && e->tables && e->rowbuf && e->sel_ids && e->rowhost && e->sel_host &&
              (be->i->host_memory || (e->hpool && e->hrow && e->hids && e->hscr));
     if (ok) {
         e->rows = (ds_rows){.pos = e->rowbuf, .seq = e->rowbuf + 2 * M, .tables = e->tables, .max_pages = e->max_pages,

@@ -195,6 +195,12 @@ size_t ds_moe_scratch_floats(int m_max, int n_expert, int k, int d, int n_ff_exp
     return m * (size_t)n_expert + 3 * mk + 2 * mk + 2 * mk * (size_t)d + 3 * mk * (size_t)n_ff_exp + sh;
 }
 
+/* Host staging layout (ds_acts.moe_host, device backends):
+ *   ids [m k] | slot [m k] | probe [m][2k] | w [m k]   (int32 / float words) */
+size_t ds_moe_host_words(int m_max, int k) {
+    return 5 * (size_t)m_max * (size_t)k;
+}
+
 /* The FFN of a MoE layer over M rows of a->xn, into a->o.
  *
  * Why a row's bits are its own: the router is a matmul (a family: row r's
@@ -210,8 +216,13 @@ size_t ds_moe_scratch_floats(int m_max, int n_expert, int k, int d, int n_ff_exp
  *
  * The grouping itself (a counting sort of the assignments by expert) runs
  * on the host over the route's ids: on a host-memory backend they are read
- * in place; the loader refuses MoE models on other backends until they have
- * the device-side grouping. */
+ * in place; a device backend's are downloaded once per MoE layer (M * k
+ * int32, a synchronisation of the stream — which is also why model.c
+ * records no CUDA graph for a MoE model: a download cannot be captured),
+ * the slots go back up with one upload and the rows are gathered by one
+ * moe_gather launch where the backend has it. A device-side grouping
+ * (counting sort and per-expert row counts on the GPU) is the next step;
+ * it would move no bit, only the sync. */
 void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT], int M,
                       int pos0, ds_acts *a, const ds_probe *pr, int l) {
     const ds_backend_i *b = ex->be->i;
@@ -239,14 +250,32 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
     } else {
         b->moe_route(ex, vrt, M, E, k, L->moe_norm, logits, ids, w);
     }
+    /* the ids (and, for a probe, the weights) where the host reads them:
+     * in place, or downloaded into the staging (one synchronisation) */
+    const int host = b->host_memory;
+    int32_t *ids_h = ids, *slot_h = slot;
+    float *probe_h = probe, *w_h = w;
+    if (!host) {
+        ids_h = a->moe_host;
+        slot_h = ids_h + mk;
+        probe_h = (float *)(slot_h + mk);
+        w_h = probe_h + 2 * mk;
+        b->download(ex, ids_h, ids, mk * sizeof(int32_t));
+        /* a device fault leaves the staging as it was (it is reported by
+         * the forward's own synchronisation): never index past the experts */
+        for (size_t i = 0; i < mk; i++)
+            if (ids_h[i] < 0 || ids_h[i] >= E) ids_h[i] = 0;
+    }
     if (wants(pr, l, DSD_CP_FFN_GATE_UP)) {
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_MOE_LOGITS,
                       FAM(ds_matmul_family(L->gate_inp.type)), logits, (size_t)E, (size_t)E);
+        if (!host) b->download(ex, w_h, w, mk * sizeof(float));
         for (int r = 0; r < M; r++)
             for (int j = 0; j < k; j++) {
-                probe[(size_t)r * 2 * k + j] = w[(size_t)r * k + j];
-                probe[(size_t)r * 2 * k + k + j] = (float)ids[(size_t)r * k + j];
+                probe_h[(size_t)r * 2 * k + j] = w_h[(size_t)r * k + j];
+                probe_h[(size_t)r * 2 * k + k + j] = (float)ids_h[(size_t)r * k + j];
             }
+        if (!host) b->upload(ex, probe, probe_h, 2 * mk * sizeof(float));
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_MOE_ROUTE,
                       FAM(DS_FAM_MOE_ROUTE) | FAM(ds_matmul_family(L->gate_inp.type)), probe, 2 * (size_t)k,
                       2 * (size_t)k);
@@ -255,7 +284,7 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
     /* group the assignments by expert (rows in order within an expert) */
     int start[DS_MOE_MAX_EXPERT + 1], fill[DS_MOE_MAX_EXPERT];
     for (int e = 0; e <= E; e++) start[e] = 0;
-    for (size_t i = 0; i < mk; i++) start[ids[i] + 1]++;
+    for (size_t i = 0; i < mk; i++) start[ids_h[i] + 1]++;
     for (int e = 0; e < E; e++) {
         start[e + 1] += start[e];
         fill[e] = 0;
@@ -263,10 +292,12 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
     for (int r = 0; r < M; r++)
         for (int j = 0; j < k; j++) {
             const size_t i = (size_t)r * k + (size_t)j;
-            const int e = ids[i], sl = start[e] + fill[e]++;
-            slot[i] = sl;
-            b->copy(ex, X + (size_t)sl * d, a->xn + (size_t)r * d, (size_t)d * sizeof(float));
+            const int e = ids_h[i], sl = start[e] + fill[e]++;
+            slot_h[i] = sl;
+            if (!b->moe_gather) b->copy(ex, X + (size_t)sl * d, a->xn + (size_t)r * d, (size_t)d * sizeof(float));
         }
+    if (!host) b->upload(ex, slot, slot_h, mk * sizeof(int32_t));
+    if (b->moe_gather) b->moe_gather(ex, M, k, d, slot, a->xn, X);
     /* each used expert once, over its rows */
     unsigned fam_exp = FAM(DS_FAM_SWIGLU) | FAM(DS_FAM_MOE_ROUTE);
     for (int e = 0; e < E; e++) {

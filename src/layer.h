@@ -79,6 +79,10 @@ ds_weight *ds_layer_weight(ds_layer *L, int i);
  * the route, and one row per (row, rank) assignment of the experts' inputs,
  * gate / up / SwiGLU and outputs. 0 for a dense layer (n_expert == 0). */
 size_t ds_moe_scratch_floats(int m_max, int n_expert, int k, int d, int n_ff_exp, int n_ff_shexp);
+/* 32-bit words of the host staging a device backend's MoE layer needs
+ * (ds_acts.moe_host) for m_max rows, k experts a row: the route's ids, the
+ * slots, and the route's probe rows. */
+size_t ds_moe_host_words(int m_max, int k);
 
 typedef struct {
     int   d, n_head, n_head_kv, head_dim, n_ff;
@@ -111,6 +115,9 @@ struct ds_rstate;
 typedef struct ds_acts {
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *h;
     float *moe;                      /* MoE layers: ds_moe_scratch_floats, else NULL */
+    int32_t *moe_host;               /* MoE layers on a device backend: host staging,
+                                        ds_moe_host_words (the grouping reads the ids
+                                        there); NULL on host-memory backends          */
     float *rec;                      /* hybrid models: ds_hybrid_scratch_floats, else NULL */
     struct ds_rstate *rs;            /* hybrid models: the sequences' recurrent states */
     const int *pos;                  /* device: positions of the rows (== rows->pos) */

@@ -714,8 +714,8 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
         /* n_ff is the widest FFN any buffer is sized for */
         if (hp->n_ff < hp->n_ff_exp) hp->n_ff = hp->n_ff_exp;
         if (hp->n_ff < hp->n_ff_shexp) hp->n_ff = hp->n_ff_shexp;
-        if (!m->be->i->moe_route || !m->be->i->moe_combine || !m->be->i->host_memory) {
-            ds_errf(err, errlen, "model: %s is a mixture-of-experts model and the %s device has no MoE kernels yet "
+        if (!m->be->i->moe_route || !m->be->i->moe_combine) {
+            ds_errf(err, errlen, "model: %s is a mixture-of-experts model and the %s device has no MoE kernels "
                     "(use --device cpu)", arch, m->be->i->name);
             goto fail;
         }
@@ -966,6 +966,7 @@ static void ctx_release(ds_ctx *c) {
     free(c->pos_host);
     free(c->sel_host);
     free(c->stage);
+    free(c->a.moe_host);
 }
 
 /* Pages for positions [p0, p1) of the sequence, and the device copy of its
@@ -1022,6 +1023,10 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
     c->a.gate = DEV(M * ff); c->a.up = DEV(M * ff); c->a.h = DEV(M * ff);
     const size_t moe_n = ds_hp_moe_scratch(hp, c->m_max);
     if (moe_n) c->a.moe = DEV(moe_n);
+    /* a device's MoE layers group on the host: their staging (zeroed: the
+     * grouping never reads an id that is not an expert) */
+    const int moe_h = moe_n && !be->i->host_memory;
+    if (moe_h) c->a.moe_host = calloc(ds_moe_host_words(c->m_max, hp->n_expert_used), sizeof(int32_t));
     const size_t rec_n = ds_hp_hybrid_scratch(hp, c->m_max);   /* hybrid layers' scratch (layer.c) */
     if (rec_n) c->a.rec = DEV(rec_n);
 #undef DEV
@@ -1057,7 +1062,7 @@ ds_ctx *ds_ctx_new(const ds_model *m, int n_ctx, int n_threads, char *err, size_
                         .page = DS_KV_PAGE, .page_stride = ds_kvpool_page_stride(c->pool)};
     c->a.rows = &c->rows;
     int ok = c->tables && c->a.x && c->a.xn && c->a.o && c->a.q && c->a.att && c->a.k && c->a.v && c->a.gate &&
-             c->a.up && c->a.h && (c->a.moe || !moe_n) && (c->a.rec || !rec_n) && c->pos && c->ids && c->pos_host && c->sel_host && c->stage &&
+             c->a.up && c->a.h && (c->a.moe || !moe_n) && (c->a.moe_host || !moe_h) && (c->a.rec || !rec_n) && c->pos && c->ids && c->pos_host && c->sel_host && c->stage &&
              (c->sel_logits || !be->i->host_memory) && c->sel_scratch && c->sel_ids;
     if (ok && !be->i->host_memory) {   /* logits and taps stay on the device until asked */
         c->logits = be->i->alloc(be, M * V * sizeof(float));
@@ -1282,6 +1287,16 @@ static uint64_t graph_key(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int 
     return h;
 }
 
+/* Whether this context's forwards may be recorded as launch sequences
+ * (CUDA graphs): not when probed (the probes copy and download per row),
+ * and not for a mixture-of-experts model, whose layers download the
+ * route's ids to group the rows on the host (layer.c ds_layer_moe_ffn): a
+ * synchronisation per MoE layer, which no recording may hold. A
+ * device-side grouping would let them be recorded; it moves no bit. */
+static int ctx_records(const ds_ctx *c) {
+    return c->be->i->graph_begin && !c->probe.fn && !c->m->hp.n_expert;
+}
+
 /* A selection downloaded into sel_host (run's pend fields): the ids where
  * the caller wants them, and nothing pending any more. */
 static void sel_unpack(ds_ctx *c) {
@@ -1343,7 +1358,7 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         }
         /* a queued draft's ids: device to device, inside the recording when
          * there is one (its address is part of the key) */
-        const int tail_rec = tail_dev && b->graph_begin && !c->probe.fn;
+        const int tail_rec = tail_dev && ctx_records(c);
         if (tail_dev && !tail_rec) tail_copy(c, sel, n);
         /* taps and logits: to the caller's host buffers on host-memory
          * backends; else to the context's device buffers, fixed per context
@@ -1361,9 +1376,10 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         /* A backend that records launch sequences (CUDA graphs) replays the
          * one recorded for this shape: every argument below is the same for
          * every call with the same key (positions and ids are in device
-         * buffers). Probed passes are never recorded. */
+         * buffers). Probed passes and MoE models are never recorded
+         * (ctx_records). */
         int replayed = 0;
-        const int graphs = b->graph_begin && !c->probe.fn;
+        const int graphs = ctx_records(c);
         /* greedy selection (argmax: no position, no seed) is part of the
          * recording; a seeded one takes the position by value and stays out */
         const int sel_rec = graphs && sel && rows && !sel->lp && (!sel->samp || !(sel->samp->temp > 0.0f));

@@ -13,7 +13,9 @@
 #      comparison catches a planted token flip), the drafter (tier1, tier2
 #      against the reference, the one-launch head chain == op by op);
 #   3. the golden outputs on the GPU (bit-identical to the CPU's where the
-#      CUDA canonical kernels match the CPU's bits);
+#      CUDA canonical kernels match the CPU's bits), and the mixture of
+#      experts through the CLI (tests/cuda/moe_cli.sh: text, logits and
+#      golden_moe.sha256 == the CPU's, spec == plain, diverge);
 #   4. the diagnostics through the CLI on the shipped pair with --device
 #      cuda (tests/cuda/diag_cli.sh, one line per case): surface canonical =
 #      0 and fast > 0, diverge on the drafter's block, families (each fast
@@ -57,6 +59,8 @@ done
 # the engine's recorded verify chunks (DSPARK_ENGINE_GRAPHS=2, off by default): the same bytes
 [ -x "$BUILD/tests/test_spec_batch" ] && one test_spec_batch_graphs2 env DSPARK_DEVICE=cuda DSPARK_ENGINE_GRAPHS=2 "$BUILD/tests/test_spec_batch"
 one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh
+# the mixture of experts on the GPU: CPU bits, golden_moe.sha256, spec == plain, diverge
+one moe_cli env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/moe_cli.sh
 for c in surface_canonical surface_fast diverge_drafter families sweep; do
     one "diag_$c" env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/diag_cli.sh "$c"
 done

@@ -23,6 +23,9 @@
 #   attn       $BUILD/tests/cuda/bench_attn --small: attention's prefill
 #              tile (cp.async double buffer, shared-memory phases) against
 #              the split-KV path on the 8B shape, a partial tile and chunk
+#   moe        a short generate on a make-model qwen3moe (8 of 64 experts,
+#              Q8_0): the route, the ids' download, the gather, the grouped
+#              experts and the combine (kernels/cuda/moe.cu)
 # A run counts as failed when the tool reports an error, when it prints no
 # summary (it did not finish), or when the program itself fails — a crash
 # under the tool can come with a clean summary, so the exit status is read
@@ -37,7 +40,7 @@ D="$BUILD/dspark"
 TQ=models/dspark-tiny-q8_0.gguf
 DR=models/dspark-tiny-drafter-f16.gguf
 P="It is a truth universally acknowledged, that"
-PROGS=${PROGS:-ops generate diverge attn}
+PROGS=${PROGS:-ops generate diverge attn moe}
 TOOLS=${*:-memcheck racecheck}
 
 CS=${COMPUTE_SANITIZER:-}
@@ -75,7 +78,12 @@ for tool in $TOOLS; do
         generate) set -- "$D" generate --device cuda -m "$TQ" -md "$DR" -p "$P" -n 24 ;;
         diverge)  set -- "$D" diverge --device cuda -m "$TQ" -p "$P" --block-greedy 4 --fast matmul_q8_0 ;;
         attn)     set -- "$BUILD/tests/cuda/bench_attn" --small ;;
-        *) echo "sanitize: unknown program '$prog' (ops, generate, diverge, attn)"; exit 2 ;;
+        moe)      MOE="$BUILD/tests/sanitize_moe.gguf"
+                  [ -f "$MOE" ] || "$D" make-model -o "$MOE" --arch qwen3moe --type q8_0 --n-embd 128 --n-layer 2 \
+                      --n-head 4 --n-head-kv 2 --n-ff 256 --n-expert 64 --n-expert-used 8 --n-ff-exp 64 --n-vocab 400 \
+                      --seed 7 >/dev/null 2>&1
+                  set -- "$D" generate --device cuda -m "$MOE" -p "$P $P $P" -n 16 ;;
+        *) echo "sanitize: unknown program '$prog' (ops, generate, diverge, attn, moe)"; exit 2 ;;
         esac
         log="$BUILD/tests/sanitize_${tool}_${prog}.log"
         start=$(date +%s)

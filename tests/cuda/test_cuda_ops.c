@@ -21,6 +21,14 @@
  * that changes the kernel (chosen tiles, each tile height forced, the
  * streaming GEMV, the GEMV alone), the K types' malformed blocks too.
  *
+ * The mixture of experts (test_moe): moe_route canonical == the CPU's
+ * canonical (ids memcmp, weights memcmp or both NaN) for 8, 64, 128 and 1000
+ * experts, k = 1, 2, 8, with and without renormalisation, on rows with
+ * near-ties, equal logits, NaN, -inf, a signed-zero maximum; 37 rows at
+ * once == each row alone; fast differs (counter-test). moe_combine == the
+ * CPU's (ds_moe_combine: none, gated, ungated shared expert), moe_gather puts
+ * every row where its slot says.
+ *
  * The kquant types (test_kq): Q4_K, Q5_K, Q6_K, Q4_0, Q5_0 the same way
  * (CUDA canonical == CPU canonical bit for bit), also on malformed and
  * extreme blocks (NaN / inf / subnormal / negative scales, zero and NaN
@@ -998,6 +1006,172 @@ static void test_swiglu(T *t) {
 }
 
 /* ==========================================================================
+ * the mixture of experts (moe.cu): moe_route, moe_combine, moe_gather
+ * ========================================================================== */
+/* equal bits, or both NaN (the CPU's NaN bits are not the GPU's canonical
+ * NaN: a row with a NaN logit has NaN weights on both) */
+static int same_or_nan(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, 4) && !(a[i] != a[i] && b[i] != b[i])) return 0;
+    return 1;
+}
+
+/* Router rows of E logits, by r % 10: 0 random; 1 near-ties (each of the
+ * top k + 1 logits one ulp from the next, across lanes); 2 all equal (ties
+ * to the lower expert); 3 a NaN (the row's sum is NaN); 4 -inf entries; 5
+ * the maximum repeated at i, i + 32, i + 64 (ties across the warp's lanes);
+ * 6 a zero maximum, -0 first, then +0; 7 all -inf; 8 huge logits (1e30) and
+ * subnormal differences; 9 equal probabilities after rounding (logits a
+ * few ulp apart far below the maximum). */
+static void moe_logits(T *t, float *x, int M, int E) {
+    for (int r = 0; r < M; r++) {
+        float *l = x + (size_t)r * E;
+        for (int i = 0; i < E; i++) l[i] = ds_uniform_pm1(&t->rng) * 4.0f;
+        switch (r % 10) {
+        case 1: {
+            float v = 5.0f;
+            for (int j = 0; j < 10 && j < E; j++) {
+                l[(j * 37 + r) % E] = v;
+                v = nextafterf(v, -INFINITY);
+            }
+            break;
+        }
+        case 2: for (int i = 0; i < E; i++) l[i] = 0.5f; break;
+        case 3: l[(r * 7) % E] = NAN; break;
+        case 4: for (int i = 0; i < E; i += 3) l[i] = -INFINITY; break;
+        case 5: for (int i = r % 7; i < E; i += 32) l[i] = 6.0f; break;
+        case 6:
+            for (int i = 0; i < E; i++) l[i] = -1.0f - (float)i;
+            l[E / 3] = -0.0f;
+            l[E - 1] = 0.0f;
+            break;
+        case 7: for (int i = 0; i < E; i++) l[i] = -INFINITY; break;
+        case 8:
+            for (int i = 0; i < E; i++) l[i] = 1e30f + (float)(i % 5) * 1e23f;
+            l[E / 2] = 1e-40f;
+            break;
+        case 9:
+            for (int i = 0; i < E; i++) l[i] = -80.0f + ds_uniform_pm1(&t->rng) * 1e-5f;
+            l[0] = 0.0f;
+            break;
+        default: break;
+        }
+    }
+}
+
+static void test_moe_route(T *t, int E, int k, int norm) {
+    const int M = 37;
+    const size_t mk = (size_t)M * k;
+    float *x = malloc((size_t)M * E * 4), *wc = malloc(mk * 4), *wg = malloc(mk * 4), *w1 = malloc(mk * 4);
+    float *wf = malloc(mk * 4);
+    int32_t *ic = malloc(mk * 4), *ig = malloc(mk * 4), *i1 = malloc(mk * 4), *iff = malloc(mk * 4);
+    moe_logits(t, x, M, E);
+    float scratch[DS_MOE_MAX_EXPERT];
+    ds_moe_route(DS_CANONICAL, M, E, k, norm, x, scratch, ic, wc);   /* the CPU backend's route */
+    float *dx = dput(t, x, (size_t)M * E * 4), *dw = dmem(t, mk * 4);
+    int32_t *di = dmem(t, mk * 4);
+    /* M = 37 at once, then each row alone (M = 1) */
+    t->i->moe_route(t->ex, DS_CANONICAL, M, E, k, norm, dx, di, dw);
+    dget(t, ig, di, mk * 4);
+    dget(t, wg, dw, mk * 4);
+    for (int r = 0; r < M; r++)
+        t->i->moe_route(t->ex, DS_CANONICAL, 1, E, k, norm, dx + (size_t)r * E, di + (size_t)r * k, dw + (size_t)r * k);
+    dget(t, i1, di, mk * 4);
+    dget(t, w1, dw, mk * 4);
+    int bad_row = -1;
+    for (int r = 0; r < M && bad_row < 0; r++)
+        if (memcmp(ic + (size_t)r * k, ig + (size_t)r * k, (size_t)k * 4) ||
+            !same_or_nan(wc + (size_t)r * k, wg + (size_t)r * k, (size_t)k))
+            bad_row = r;
+    CHECK(bad_row < 0, "moe_route E=%d k=%d norm=%d: CUDA canonical != CPU canonical at row %d (kind %d): "
+          "cpu id0=%d w0=%a  cuda id0=%d w0=%a", E, k, norm, bad_row, bad_row % 10, bad_row >= 0 ? ic[bad_row * k] : 0,
+          bad_row >= 0 ? wc[bad_row * k] : 0.0f, bad_row >= 0 ? ig[bad_row * k] : 0, bad_row >= 0 ? wg[bad_row * k] : 0.0f);
+    CHECK(!memcmp(ig, i1, mk * 4) && !memcmp(wg, w1, mk * 4), "moe_route E=%d k=%d norm=%d: M=37 rows != M=1 rows",
+          E, k, norm);
+    /* the NaN and all -inf rows: the lowest experts, as the CPU's rule says */
+    CHECK(ig[3 * k] == 0 && ig[7 * k] == 0 && (k < 2 || (ig[3 * k + 1] == 1 && ig[7 * k + 1] == 1)),
+          "moe_route E=%d k=%d: NaN rows do not take the lowest experts", E, k);
+    /* the counter-test: fast has its own exp and sums (weights differ; on
+     * near-tied rows the experts may too) and stays close */
+    t->i->moe_route(t->ex, DS_FAST, M, E, k, norm, dx, di, dw);
+    dget(t, iff, di, mk * 4);
+    dget(t, wf, dw, mk * 4);
+    size_t wdiff = 0, idiff = 0;
+    double err = 0;
+    for (size_t i = 0; i < mk; i++) {
+        wdiff += memcmp(wf + i, wg + i, 4) != 0 && !(wf[i] != wf[i] && wg[i] != wg[i]);
+        idiff += iff[i] != ig[i];
+        if (iff[i] == ig[i] && wg[i] == wg[i] && fabs((double)wf[i] - wg[i]) > err) err = fabs((double)wf[i] - wg[i]);
+    }
+    /* (one expert renormalised weighs 1 in both: nothing to differ) */
+    if (k > 1 || !norm)
+        CHECK(wdiff > 0 && err < 1e-4, "moe_route E=%d k=%d norm=%d fast counter-test: %zu weights differ, max err %g",
+              E, k, norm, wdiff, err);
+    printf("moe_route E=%-3d k=%d norm=%d rows=%d CUDA==CPU bits: %s  M=37==M=1: %s  fast: %zu of %zu weights, %zu ids "
+           "differ (max err %.3g)\n", E, k, norm, M, bad_row < 0 ? "yes" : "NO", !memcmp(ig, i1, mk * 4) ? "yes" : "NO",
+           wdiff, mk, idiff, err);
+    sync_ok(t, "moe_route");
+    dfree(t, dx); dfree(t, dw); dfree(t, di);
+    free(x); free(wc); free(wg); free(w1); free(wf); free(ic); free(ig); free(i1); free(iff);
+}
+
+/* combine (with and without a shared expert, gated or not) and the gather
+ * == the CPU backend's, memcmp */
+static void test_moe_combine(T *t, int M, int k, int n) {
+    const size_t mk = (size_t)M * k;
+    float *y = rnd(t, mk * n, 2.0f), *w = rnd(t, mk, 1.0f), *sg = rnd(t, (size_t)M, 8.0f), *sh = rnd(t, (size_t)M * n, 1.0f);
+    float *x = rnd(t, (size_t)M * n, 1.0f);
+    int32_t *slot = malloc(mk * 4);
+    for (size_t i = 0; i < mk; i++) slot[i] = (int32_t)i;
+    for (size_t i = mk; i > 1; i--) {              /* a permutation: the grouping's slots */
+        const size_t j = (size_t)(ds_splitmix64(&t->rng) % i);
+        const int32_t tmp = slot[i - 1]; slot[i - 1] = slot[j]; slot[j] = tmp;
+    }
+    sg[0] = 100.0f; sg[1 % M] = -100.0f; sg[2 % M] = 0.0f;   /* the sigmoid's ends */
+    float *ref = malloc((size_t)M * n * 4), *got = malloc((size_t)M * n * 4);
+    float *Xr = malloc(mk * n * 4), *Xg = malloc(mk * n * 4);
+    float *dy = dput(t, y, mk * n * 4), *dw = dput(t, w, mk * 4), *dsg = dput(t, sg, (size_t)M * 4);
+    float *dsh = dput(t, sh, (size_t)M * n * 4), *dout = dmem(t, (size_t)M * n * 4), *dx = dput(t, x, (size_t)M * n * 4);
+    float *dX = dmem(t, mk * n * 4);
+    int32_t *dslot = dput(t, slot, mk * 4);
+    static const char *const kinds[3] = {"no shared expert", "gated shared expert", "ungated shared expert"};
+    int ok[3];
+    for (int c = 0; c < 3; c++) {
+        const float *hsg = c == 1 ? sg : NULL, *hsh = c ? sh : NULL;
+        ds_moe_combine(M, k, n, slot, w, y, hsg, hsh, ref);   /* the CPU backend's combine */
+        t->i->moe_combine(t->ex, M, k, n, dslot, dw, dy, c == 1 ? dsg : NULL, c ? dsh : NULL, dout);
+        dget(t, got, dout, (size_t)M * n * 4);
+        ok[c] = !memcmp(got, ref, (size_t)M * n * 4);
+        CHECK(ok[c], "moe_combine M=%d k=%d n=%d (%s): CUDA != CPU", M, k, n, kinds[c]);
+    }
+    /* the gather: X[slot[i]] = x[i / k] */
+    for (size_t i = 0; i < mk; i++) memcpy(Xr + (size_t)slot[i] * n, x + (i / (size_t)k) * n, (size_t)n * 4);
+    t->i->moe_gather(t->ex, M, k, n, dslot, dx, dX);
+    dget(t, Xg, dX, mk * n * 4);
+    const int gok = !memcmp(Xg, Xr, mk * n * 4);
+    CHECK(gok, "moe_gather M=%d k=%d n=%d: rows not where the slots say", M, k, n);
+    printf("moe_combine M=%d k=%d n=%d CUDA==CPU bits: %s / %s / %s (none / gated / ungated shared expert); "
+           "gather: %s\n", M, k, n, ok[0] ? "yes" : "NO", ok[1] ? "yes" : "NO", ok[2] ? "yes" : "NO", gok ? "exact" : "WRONG");
+    sync_ok(t, "moe_combine");
+    dfree(t, dy); dfree(t, dw); dfree(t, dsg); dfree(t, dsh); dfree(t, dout); dfree(t, dx); dfree(t, dX); dfree(t, dslot);
+    free(y); free(w); free(sg); free(sh); free(x); free(slot); free(ref); free(got); free(Xr); free(Xg);
+}
+
+static void test_moe(T *t) {
+    CHECK(t->i->moe_route && t->i->moe_combine && t->i->moe_gather, "the CUDA table has no MoE ops");
+    if (!t->i->moe_route || !t->i->moe_combine || !t->i->moe_gather) return;
+    static const int Es[3] = {8, 64, 128}, ks[3] = {1, 2, 8};
+    for (int e = 0; e < 3; e++)
+        for (int j = 0; j < 3; j++)
+            for (int norm = 0; norm < 2; norm++) test_moe_route(t, Es[e], ks[j], norm);
+    test_moe_route(t, 1000, 8, 1);             /* n_expert past 32 lanes x 31: long lane loops */
+    test_moe_combine(t, 37, 1, 300);
+    test_moe_combine(t, 37, 2, 301);           /* n % 4 != 0: the gather's scalar path */
+    test_moe_combine(t, 37, 8, 2048);
+    test_moe_combine(t, 1, 8, 128);
+}
+
+/* ==========================================================================
  * argmax, embed, sanitize, kv_write
  * ========================================================================== */
 /* embed rows 0, V-1 and 17 of a V x D weight of the type == ds_row_to_f32 */
@@ -1921,6 +2095,7 @@ int main(int argc, char **argv) {
         test_qk_prologue(&t, 128, 1, 4, DS_ROPE_NEOX);
         test_qk_prologue(&t, 64, 0, 6, DS_ROPE_NORMAL);
         test_qk_prologue(&t, 64, 1, 0, DS_ROPE_NEOX);   /* k only: the drafter's context rows */
+        test_moe(&t);
     }
     /* --bench-only mma: the tensor-core batches alone (for a profiler) */
     if (bench_only && argc > 2 && !strcmp(argv[2], "mma")) {

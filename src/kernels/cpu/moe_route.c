@@ -1,6 +1,8 @@
 /* moe_route.c — the mixture-of-experts router family: router logits in,
  * each row's k experts and their weights out (qwen3moe / qwen35moe's FFN:
- * softmax gating, top-k, optional renormalisation of the k weights).
+ * softmax gating, top-k, optional renormalisation of the k weights), and
+ * the combine of a row's k expert outputs (ds_moe_combine, at the end: no
+ * variants, the CPU backend's moe_combine and the CUDA kernel's reference).
  *
  * Why it is a family: the expert choice is a discrete function of floats.
  * Two router logits a few ulp apart are exactly where a batched and a
@@ -176,4 +178,40 @@ int ds_moe_route_ex(ds_variant v, int rows, int n_expert, int k, const ds_moe_ga
                      scratch, scratch + n_expert, ids + (size_t)r * (size_t)k, weights + (size_t)r * (size_t)k,
                      v == DS_FAST);
     return 0;
+}
+
+/* ========================================================================
+ * combine: a row's k expert outputs in rank order (backend.h moe_combine)
+ * ======================================================================== */
+/* No variants: one rounded product and one rounded sum a term, in the order
+ * the route ranked the experts, then the shared expert (gated by
+ * ds_sigmoidf, or ungated) added last. The CPU backend's moe_combine, and
+ * the reference the CUDA kernel (kernels/cuda/moe.cu) is held to. */
+void ds_moe_combine(int M, int k, int n, const int32_t *slot, const float *w, const float *y, const float *sh_gate,
+                    const float *sh, float *out) {
+    for (int r = 0; r < M; r++) {
+        float *o = out + (size_t)r * n;
+        const float *y0 = y + (size_t)slot[(size_t)r * k] * n;
+        const float w0 = w[(size_t)r * k];
+        for (int i = 0; i < n; i++) o[i] = w0 * y0[i];
+        for (int j = 1; j < k; j++) {
+            const float *yj = y + (size_t)slot[(size_t)r * k + j] * n;
+            const float wj = w[(size_t)r * k + j];
+            for (int i = 0; i < n; i++) {
+                const float t = wj * yj[i];
+                o[i] = o[i] + t;
+            }
+        }
+        if (sh && sh_gate) {
+            const float s = ds_sigmoidf(sh_gate[r]);
+            const float *shr = sh + (size_t)r * n;
+            for (int i = 0; i < n; i++) {
+                const float t = shr[i] * s;
+                o[i] = o[i] + t;
+            }
+        } else if (sh) {
+            const float *shr = sh + (size_t)r * n;
+            for (int i = 0; i < n; i++) o[i] = o[i] + shr[i];
+        }
+    }
 }

@@ -547,5 +547,11 @@ void dsc_embed(ds_exec *ex, const ds_weight *E, int M, const int32_t *ids, float
 void dsc_sanitize(ds_exec *ex, int rows, int64_t n, const float *src, float *dst, float lim);
 void dsc_kv_write(ds_exec *ex, float *kc, float *vc, int row, int M, const ds_rows *r,
                   const float *k, const float *v);
+/* moe.cu: the mixture of experts (backend.h moe_route / moe_combine / moe_gather) */
+void dsc_moe_route(ds_exec *ex, ds_variant v, int M, int n_expert, int k, int norm, const float *logits,
+                   int32_t *ids, float *w);
+void dsc_moe_combine(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *w, const float *y,
+                     const float *sh_gate, const float *sh, float *out);
+void dsc_moe_gather(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *x, float *X);
 
 #endif

@@ -1,0 +1,212 @@
+/* moe.cu — the mixture-of-experts families on the GPU (qwen3moe / qwen35moe's
+ * FFN, layer.c ds_layer_moe_ffn): the router's softmax top-k (moe_route),
+ * the weighted sum of a row's k expert outputs (moe_combine) and the gather
+ * of the rows into their experts' groups (moe_gather, a copy).
+ *
+ * moe_route (the family; kernels/cpu/moe_route.c is the reference):
+ *   decode     canonical with rows = 1.
+ *   canonical  route_row()'s sequence of IEEE operations, one warp per row:
+ *              m = the row's max (NaNs skipped), e_i = ds_expf(l_i - m)
+ *              (kernels/dsmath.h, the CPU's function), s = e_0 + e_1 + ...
+ *              in expert order (one lane, sequentially), p_i = e_i / s
+ *              (IEEE division); k selection passes, each the best expert
+ *              not yet taken: larger p, ties to the lower expert index, NaN
+ *              below every number; weights p_j, or with renormalisation
+ *              p_j / (p_j1 + ... + p_jk) summed in selection order.
+ *   fast       what a throughput kernel does: the hardware exp (__expf),
+ *              the sum in four interleaved partial sums, p_i = e_i * (1 / s),
+ *              the renormalisation as a multiply by the reciprocal (the CPU
+ *              fast's idea; its own bits, not the CPU fast's).
+ * moe_combine (no variants; backend.h): out = w_0 * y_0, then + w_j * y_j
+ *   for j = 1..k-1 in rank order, one rounded product and one rounded sum a
+ *   term, then the shared expert's sh * ds_sigmoidf(gate) (or the ungated
+ *   sh) added last — backend_cpu.c's cpu_moe_combine, one thread per
+ *   (row, column).
+ *
+ * ==== Why the bits match the CPU (or do not) ================================================
+ * Softmax: the exponentials are elementwise (any lane may compute e_i: it
+ * is ds_expf of the same two floats), the max is order-free except for the
+ * sign of a zero maximum — the sequential scan keeps the first element that
+ * attains it, and the warp's reduction picks the lowest index among equal
+ * values, the same element — and the sum, the one reduction whose order
+ * moves bits, runs on one lane in expert order, as on the CPU. Selection:
+ * "ranks above" is a strict total order on (p, index) pairs (NaNs included),
+ * so the warp's tree of comparisons finds the same unique best expert as the
+ * CPU's left-to-right scan. Division and the renormalisation are the same
+ * IEEE operations in the same order (__fdiv_rn, __fadd_rn). So CUDA
+ * canonical == CPU canonical, ids and weights, memcmp (tests/cuda/
+ * test_cuda_ops.c test_moe). fast: __expf and the four partial sums change
+ * the last bits of p, and near-tied logits can then pick another expert.
+ * Combine: the same products and sums in the same order, per element. */
+#include "kernels/cuda/cuda_internal.cuh"
+
+/* ---- the selection order ----------------------------------------------------------- */
+/* a ranks above b: larger probability, then lower index; NaN below all
+ * (moe_route.c ranks_above). ib < 0: b is no candidate. */
+__device__ __forceinline__ bool moe_ranks_above(float a, int ia, float b, int ib) {
+    if (ib < 0) return ia >= 0;
+    if (ia < 0) return false;
+    if (a != a) return b != b && ia < ib;
+    if (b != b) return true;
+    return a > b || (a == b && ia < ib);
+}
+
+/* The warp's best (p, index) among the experts not yet taken (every lane
+ * gets it; -1 when none is left, which k <= n excludes). */
+__device__ __forceinline__ int moe_warp_best(const float *p, const unsigned char *taken, int n, int lane) {
+    float bv = 0.0f;
+    int bi = -1;
+    for (int i = lane; i < n; i += 32)
+        if (!taken[i] && moe_ranks_above(p[i], i, bv, bi)) { bv = p[i]; bi = i; }
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (moe_ranks_above(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+    }
+    return bi;
+}
+
+/* The row's max with NaNs skipped, as the sequential `if (l > m) m = l`
+ * from -inf leaves it: the value, and for a zero maximum the sign of the
+ * first zero (the lowest index among equal values). */
+__device__ __forceinline__ float moe_warp_max(const float *l, int n, int lane) {
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int i = lane; i < n; i += 32) {
+        const float v = l[i];
+        if (v > bv || (v == bv && bi < 0)) { bv = v; bi = i; }   /* lane order: i rises */
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) { bv = ov; bi = oi; }
+    }
+    return bv;   /* bi < 0: no number in the row, bv = -inf (the scan's start) */
+}
+
+/* ========================================================================
+ * moe_route: one warp (a block of 32) per row; shared p[n], the sum, taken[n]
+ * ======================================================================== */
+template <bool FAST>
+__global__ void moe_route_k(int n, int k, int norm, const float *__restrict__ logits, int32_t *__restrict__ ids,
+                            float *__restrict__ w) {
+    extern __shared__ float moe_smem[];
+    dsc_pdl_wait();                               /* dsc_launch: the router's logits */
+    dsc_pdl_trigger();
+    float *p = moe_smem, *sum = p + n;
+    unsigned char *taken = (unsigned char *)(sum + 1);
+    const int r = blockIdx.x, lane = threadIdx.x;
+    const float *l = logits + (int64_t)r * n;
+    int32_t *id = ids + (int64_t)r * k;
+    float *wr = w + (int64_t)r * k;
+
+    const float m = moe_warp_max(l, n, lane);
+    for (int i = lane; i < n; i += 32) {
+        p[i] = FAST ? __expf(l[i] - m) : ds_expf(__fsub_rn(l[i], m));
+        taken[i] = 0;
+    }
+    __syncwarp();
+    if (lane == 0) {   /* the one reduction whose order moves bits: one lane, in order */
+        if (FAST) {
+            float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int i = 0; i < n; i++) s4[i & 3] += p[i];
+            *sum = 1.0f / ((s4[0] + s4[1]) + (s4[2] + s4[3]));   /* the reciprocal */
+        } else {
+            float s = 0.0f;
+            for (int i = 0; i < n; i++) s = __fadd_rn(s, p[i]);
+            *sum = s;
+        }
+    }
+    __syncwarp();
+    const float s = *sum;
+    for (int i = lane; i < n; i += 32) p[i] = FAST ? p[i] * s : __fdiv_rn(p[i], s);
+    __syncwarp();
+    for (int j = 0; j < k; j++) {
+        const int b = moe_warp_best(p, taken, n, lane);
+        if (lane == 0) {
+            const int bb = b < 0 ? 0 : b;         /* k <= n: never none */
+            id[j] = bb;
+            wr[j] = p[bb];
+            taken[bb] = 1;
+        }
+        __syncwarp();
+    }
+    if (norm && lane == 0) {   /* summed in selection order */
+        float t = 0.0f;
+        for (int j = 0; j < k; j++) t = FAST ? t + wr[j] : __fadd_rn(t, wr[j]);
+        if (FAST) {
+            const float rt = 1.0f / t;
+            for (int j = 0; j < k; j++) wr[j] = wr[j] * rt;
+        } else {
+            for (int j = 0; j < k; j++) wr[j] = __fdiv_rn(wr[j], t);
+        }
+    }
+}
+
+void dsc_moe_route(ds_exec *ex, ds_variant v, int M, int n_expert, int k, int norm, const float *logits,
+                   int32_t *ids, float *w) {
+    if (M <= 0 || n_expert < 1 || n_expert > DS_MOE_MAX_EXPERT || k < 1 || k > n_expert) return;
+    const size_t smem = ((size_t)n_expert + 1) * sizeof(float) + (size_t)n_expert;   /* p, sum, taken */
+    if (v == DS_FAST)
+        dsc_launch(ex, "moe_route", moe_route_k<true>, dim3((unsigned)M), dim3(32), smem, n_expert, k, norm, logits,
+                   ids, w);
+    else
+        dsc_launch(ex, "moe_route", moe_route_k<false>, dim3((unsigned)M), dim3(32), smem, n_expert, k, norm, logits,
+                   ids, w);
+}
+
+/* ========================================================================
+ * moe_combine: one thread per (row, column)
+ * ======================================================================== */
+__global__ void moe_combine_k(int M, int k, int n, const int32_t *__restrict__ slot, const float *__restrict__ w,
+                              const float *__restrict__ y, const float *__restrict__ sh_gate,
+                              const float *__restrict__ sh, float *__restrict__ out) {
+    dsc_pdl_wait();
+    dsc_pdl_trigger();
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (int64_t)M * n) return;
+    const int64_t r = t / n, i = t % n;
+    const int32_t *sr = slot + r * k;
+    const float *wr = w + r * k;
+    float o = __fmul_rn(wr[0], y[(int64_t)sr[0] * n + i]);
+    for (int j = 1; j < k; j++) o = __fadd_rn(o, __fmul_rn(wr[j], y[(int64_t)sr[j] * n + i]));
+    if (sh && sh_gate) o = __fadd_rn(o, __fmul_rn(sh[r * n + i], ds_sigmoidf(sh_gate[r])));
+    else if (sh) o = __fadd_rn(o, sh[r * n + i]);
+    out[t] = o;
+}
+
+void dsc_moe_combine(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *w, const float *y,
+                     const float *sh_gate, const float *sh, float *out) {
+    if (M <= 0 || k < 1 || n <= 0) return;
+    const int64_t total = (int64_t)M * n;
+    dsc_launch(ex, "moe_combine", moe_combine_k, dim3(dsc_blocks(total, 256)), dim3(256), 0, M, k, n, slot, w, y,
+               sh_gate, sh, out);
+}
+
+/* ========================================================================
+ * moe_gather: X[slot[i]] = x[i / k], rows of n floats (a copy)
+ * ======================================================================== */
+template <typename T>
+__global__ void moe_gather_k(int64_t total, int k, int64_t nu, const int32_t *__restrict__ slot,
+                             const T *__restrict__ x, T *__restrict__ X) {
+    dsc_pdl_wait();
+    dsc_pdl_trigger();
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t a = t / nu, c = t % nu;     /* assignment a = row * k + rank, unit c */
+        X[(int64_t)slot[a] * nu + c] = x[(a / k) * nu + c];
+    }
+}
+
+void dsc_moe_gather(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *x, float *X) {
+    if (M <= 0 || k < 1 || n <= 0) return;
+    const int vec = n % 4 == 0 && !((uintptr_t)x % 16) && !((uintptr_t)X % 16);
+    const int64_t nu = vec ? n / 4 : n, total = (int64_t)M * k * nu;
+    const unsigned grid = dsc_blocks(total, 256) < 4096 ? dsc_blocks(total, 256) : 4096;
+    if (vec)
+        dsc_launch(ex, "moe_gather", moe_gather_k<float4>, dim3(grid), dim3(256), 0, total, k, nu, slot,
+                   (const float4 *)x, (float4 *)X);
+    else
+        dsc_launch(ex, "moe_gather", moe_gather_k<float>, dim3(grid), dim3(256), 0, total, k, nu, slot, x, X);
+}
