@@ -757,7 +757,8 @@ static int chunk_device_ops(ds_engine *e, const ds_row *rows, int cn, const uint
  * FNV-1a over everything that changes which ops chunk_device_ops issues
  * or their arguments — the row count, the variants, whether every row is
  * short (the attention's split pass: backend.h DS_ROWS_SHORT), whether any
- * row feeds the drafter and which rows do (the context-row runs). Only
+ * row feeds the drafter and which rows do (the context-row runs), whether
+ * any row selects (a chunk of logits-only rows records no argmax). Only
  * chunks whose every row wants an output (decode and verify rows) are
  * recorded: their selections are one argmax (chunk_device_ops), so a row
  * being greedy or seeded, or wanting logits or a choice, is not in the
@@ -769,11 +770,14 @@ static uint64_t chunk_key(const ds_engine *e, const ds_row *rows, int cn, const 
      * (bench/results/cuda-engine-graphs-h200-s35.txt), while plain decode
      * chunks gain 1.1-1.5x on the shipped target */
     if (cn > ENGINE_GRAPH_ROWS || (any_dctx && !e->graph_dctx)) return 0;
-    for (int i = 0; i < cn; i++)
+    int any_sel = 0;   /* whether the recording has the argmax (chunk_device_ops) */
+    for (int i = 0; i < cn; i++) {
         if (!(rows[i].want & (DS_ROW_SELECT | DS_ROW_LOGITS))) return 0;
+        any_sel |= (rows[i].want & DS_ROW_SELECT) != 0;
+    }
     uint64_t h = 1469598103934665603ull;
 #define MIX(v) (h = (h ^ (uint64_t)(uint32_t)(v)) * 1099511628211ull)
-    MIX(0x454e47u); MIX(cn); MIX(any_dctx);
+    MIX(0x454e47u); MIX(cn); MIX(any_dctx); MIX(any_sel);
     MIX(e->rows.vis_max > 0 && e->rows.vis_max <= DS_ROWS_SHORT);
     for (int f = 0; f < DS_FAM_COUNT; f++) MIX(var[f]);
     for (int i = 0; any_dctx && i < cn; i++) MIX((rows[i].want & DS_ROW_DCTX) != 0);

@@ -185,7 +185,9 @@ static void test_invariance(const ds_model *m) {
     char err[DS_ERRLEN];
     static ref_seq refs[NSEQ_MAX];
     make_refs(m, refs, NSEQ_MAX);
-    const ds_engine_params ep = {.n_seq_max = NSEQ_MAX, .n_ctx = 512, .n_threads = 2};
+    /* DSPARK_ENGINE_GRAPHS=0: the same schedules with nothing recorded (A/B) */
+    const char *eg = getenv("DSPARK_ENGINE_GRAPHS");
+    const ds_engine_params ep = {.n_seq_max = NSEQ_MAX, .n_ctx = 512, .n_threads = 2, .no_graphs = eg && !strcmp(eg, "0")};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     if (!e) { printf("FAIL engine: %s\n", err); exit(1); }
     static const int ns[] = {1, 2, 3, 8, 32};
@@ -204,7 +206,7 @@ static void test_invariance(const ds_model *m) {
      * recorded and replayed chunks too (else the test proves nothing of them) */
     long n_rec = 0, n_rep = 0;
     ds_engine_graph_counts(e, &n_rec, &n_rep);
-    if (m->be->i->graph_begin) {
+    if (m->be->i->graph_begin && !ep.no_graphs && !m->hp.n_expert) {
         CHECK(n_rec > 0 && n_rep > 0, "no chunk was recorded (%ld) or replayed (%ld) on %s", n_rec, n_rep, tu_device());
         printf("INFO   recorded chunks=%ld replayed=%ld\n", n_rec, n_rep);
     }
