@@ -14,7 +14,6 @@
 typedef enum { RQ_WAITING = 0, RQ_PREFILL = 1, RQ_DECODE = 2 } rq_state;
 
 #define AUTO_BUCKETS 13         /* generating requests 1, 2-3, 4-7, .. 4096  */
-#define DS_SCHED_GAMMA_MAX 64   /* draft positions whose acceptance AUTO tracks */
 
 typedef struct rq {
     long       id;
@@ -52,14 +51,10 @@ struct ds_sched {
     int      gamma;             /* the drafter's block size, 0 without one     */
     ds_draft_req *dreq;         /* a step's drafting rounds [max_running]      */
     int32_t *dids;              /* their drafts [max_running][gamma]           */
-    /* DS_SPEC_AUTO: per batch-size bucket and cap, the decayed seconds of
-     * a step; over every round, the decayed chance that draft j is accepted
-     * once drafts 0..j-1 were (p_acc = acc / tried) */
+    /* DS_SPEC_AUTO: per batch-size bucket and cap, decayed tokens/s */
     int      caps[8], n_caps;
-    double   tstep[AUTO_BUCKETS][8];
+    double   rate[AUTO_BUCKETS][8];
     int      tries[AUTO_BUCKETS][8];
-    double   acc[DS_SCHED_GAMMA_MAX], tried[DS_SCHED_GAMMA_MAX];
-    int      step_prompt;       /* this step had prompt rows (its time is not a cap's) */
     long     auto_steps;
     int      cap, cap_i, bucket;/* this step's cap (-1: none), its index, bucket */
     long     step_tokens;       /* tokens handed out this step                 */
@@ -461,12 +456,6 @@ static int accept_block(ds_sched *s, rq *r, int j0, char *err, size_t errlen) {
     if (a < ell && ds_engine_seq_truncate(s->e, r->slot, p + a + 1, err, errlen)) return -1;
     r->n_done = p + a + 1;
     if (ell) {
-        /* the acceptance model (AUTO): drafts 0..min(a, ell - 1) were
-         * judged, 0..a-1 accepted; decayed so that it follows the text */
-        for (int j = 0; j <= a && j < ell && j < DS_SCHED_GAMMA_MAX; j++) {
-            s->tried[j] = 0.995 * s->tried[j] + 1.0;
-            s->acc[j] = 0.995 * s->acc[j] + (j < a);
-        }
         r->rounds++;
         r->drafted += ell;
         r->accepted += a;
@@ -484,53 +473,29 @@ static int accept_block(ds_sched *s, rq *r, int j0, char *err, size_t errlen) {
     return 0;
 }
 
-/* DS_SPEC_AUTO: the cap for a step with n_dec generating requests.
- *
- * The model: a request verifying c drafts gains E(c) = 1 + p0 + p0 p1 +
- * ... (p_j: the measured chance that draft j is accepted once the ones
- * before it were; 0.5 before any round judged it) tokens per step, and a
- * step of this batch size with cap c takes t(c) seconds (measured, per
- * bucket). The cap with the most n_dec E(c) / t(c) wins. Timing a step is
- * far steadier than counting its tokens (which is acceptance luck), and the
- * acceptance comes from every round of every cap, so a cap needs two timed
- * steps, not a sample of its luck. Exploration, narrowest first: the next
- * cap is timed while the model's rate of the one before it came within 10%
- * of the best so far (a wider cap costs more; once it stops paying, the
- * wider ones are not worth a trial at this size); a neighbour is re-timed
- * every 16th step. */
-static double auto_gain(const ds_sched *s, int c) {
-    double e = 1.0, run = 1.0;
-    for (int j = 0; j < c; j++) {
-        const double p = j < DS_SCHED_GAMMA_MAX && s->tried[j] > 0.5 ? s->acc[j] / s->tried[j] : 0.5;
-        run *= p;
-        e += run;
-    }
-    return e;
-}
-
-static double auto_rate(const ds_sched *s, int b, int i) {
-    return s->tstep[b][i] > 0 ? auto_gain(s, s->caps[i]) / s->tstep[b][i] : 0.0;
-}
-
+/* DS_SPEC_AUTO: the cap for a step with n_dec generating requests. */
 static void auto_choose(ds_sched *s, int n_dec) {
     s->cap = s->cap_i = -1;
     if (s->p.spec_policy != DS_SPEC_AUTO || !s->n_caps || !n_dec) return;
     int b = 0;
     while (b < AUTO_BUCKETS - 1 && (2 << b) <= n_dec) b++;
     s->bucket = b;
+    /* exploration, narrowest first: the next cap is tried while the one
+     * before it came within 10% of the best so far (wider is dearer; once
+     * it stops paying, the wider ones are not worth a trial at this size) */
     int best = -1, top = -1;
     for (int i = 0; i < s->n_caps && best < 0; i++) {
         if (s->tries[b][i] < 2) {
-            if (i == 0 || auto_rate(s, b, i - 1) >= 0.9 * auto_rate(s, b, top)) best = i;
+            if (i == 0 || s->rate[b][i - 1] >= 0.9 * s->rate[b][top]) best = i;
             break;
         }
-        if (top < 0 || auto_rate(s, b, i) > auto_rate(s, b, top)) top = i;
+        if (top < 0 || s->rate[b][i] > s->rate[b][top]) top = i;
     }
     if (best < 0) {
         best = 0;
         for (int i = 1; i < s->n_caps && s->tries[b][i]; i++)
-            if (auto_rate(s, b, i) > auto_rate(s, b, best)) best = i;
-        if (++s->auto_steps % 16 == 0) {                          /* re-time a neighbour */
+            if (s->rate[b][i] > s->rate[b][best]) best = i;
+        if (++s->auto_steps % 16 == 0) {                          /* probe a neighbour */
             const int nb = (s->auto_steps / 16) % 2 ? best + 1 : best - 1;
             if (nb >= 0 && nb < s->n_caps) best = nb;
         }
@@ -539,12 +504,11 @@ static void auto_choose(ds_sched *s, int n_dec) {
     s->cap = s->caps[best];
 }
 
-/* A step's time goes to its (bucket, cap) — not when prompt rows shared it
- * (their cost is no cap's) nor when it recorded a launch sequence. */
-static void auto_update(ds_sched *s, double secs) {
-    if (s->cap_i < 0 || secs <= 0 || s->step_prompt) return;
+static void auto_update(ds_sched *s, int tokens, double secs) {
+    if (s->cap_i < 0 || secs <= 0) return;
     const int b = s->bucket, i = s->cap_i;
-    s->tstep[b][i] = s->tries[b][i] ? 0.8 * s->tstep[b][i] + 0.2 * secs : secs;
+    const double r = tokens / secs;
+    s->rate[b][i] = s->tries[b][i] ? 0.8 * s->rate[b][i] + 0.2 * r : r;
     s->tries[b][i]++;
 }
 
@@ -622,7 +586,6 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
     }
     long prompt_rows = 0;
     for (int j = 0; j < n; j++) prompt_rows += s->row_rq[j]->st == RQ_PREFILL;
-    s->step_prompt = prompt_rows > 0;
     pthread_mutex_lock(&s->mu);
     s->stats.spec_cap = s->cap;
     s->stats.steps++;
@@ -666,7 +629,7 @@ int ds_sched_step(ds_sched *s, char *err, size_t errlen) {
      * would misjudge the cap (AUTO then favours the caps it tried first) */
     long n_rec, n_rep;
     ds_engine_graph_counts(s->e, &n_rec, &n_rep);
-    if (n_rec == s->n_recorded) auto_update(s, now_s() - t_step);
+    if (n_rec == s->n_recorded) auto_update(s, (int)s->step_tokens, now_s() - t_step);
     s->n_recorded = n_rec;
     return 1;
 }

@@ -51,13 +51,10 @@ typedef struct {
      *   DS_SPEC_AUTO   measured: a cap on every request's drafts, chosen per
      *                  batch size (the number of generating requests, in
      *                  powers of two) among 0, 1, 2, 3, 4, 6 and the block
-     *                  by a model: the tokens a cap gains per request (from
-     *                  the measured acceptance of each draft position, over
-     *                  every round) over the seconds a step with that cap
-     *                  took at that size (decayed averages; caps timed twice
-     *                  each, narrowest first, while the last came within 10%
-     *                  of the best; then the best, a neighbour re-timed
-     *                  every 16th step).
+     *                  by the tokens per second each cap gave at that size
+     *                  (decayed averages; caps tried twice each, narrowest
+     *                  first, while the last came within 10% of the best;
+     *                  then the best, a neighbour probed every 16th step).
      *                  When verifying costs more than it brings — a batch
      *                  large enough to be compute-bound — the cap goes to 0:
      *                  plain steps (the drafter's context rows still follow,
