@@ -307,6 +307,9 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
         const ds_weight *const w2[2] = {&L->exp_gate[e], &L->exp_up[e]};
         float *const y2[2] = {G + s0 * f, U + s0 * f};
         mm_shared(ex, var, 2, w2, n, X + s0 * d, y2);
+        /* deepseek4's clamp on the SwiGLU inputs (host memory: the loader
+         * runs deepseek4 on host-memory backends only) */
+        if (L->swiglu_limit > 0.0f && b->host_memory) ds_swiglu_limit((int64_t)n * f, L->swiglu_limit, G + s0 * f, U + s0 * f);
         b->swiglu(ex, vsw, n, f, G + s0 * f, U + s0 * f, H + s0 * f);
         b->matmul(ex, (ds_variant)var[ds_matmul_family(L->exp_down[e].type)], &L->exp_down[e], n, H + s0 * f,
                   Y + s0 * d);
@@ -323,6 +326,7 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
         const ds_weight *const w2[2] = {&L->sh_gate, &L->sh_up};
         float *const y2[2] = {SGt, SU};
         mm_shared(ex, var, 2, w2, M, a->xn, y2);
+        if (L->swiglu_limit_sh > 0.0f && b->host_memory) ds_swiglu_limit((int64_t)M * fs, L->swiglu_limit_sh, SGt, SU);
         b->swiglu(ex, vsw, M, fs, SGt, SU, SH);
         b->matmul(ex, (ds_variant)var[ds_matmul_family(L->sh_down.type)], &L->sh_down, M, SH, SO);
         fam_exp |= FAM(ds_matmul_family(L->sh_gate.type)) | FAM(ds_matmul_family(L->sh_up.type)) |

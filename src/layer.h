@@ -52,6 +52,11 @@ typedef struct {
      * instead of selecting them (the weights are still the router's). */
     int ds4, n_groups, moe_func;
     float moe_scale;
+    /* deepseek4: swiglu_clamp_exp / swiglu_clamp_shexp of this layer (0:
+     * none): the experts' (and the shared expert's) SwiGLU inputs clamped
+     * first, gate to at most the limit, up to [-limit, limit]
+     * (ds_swiglu_limit; llama.cpp's ggml_swiglu_clamp) */
+    float swiglu_limit, swiglu_limit_sh;
     /* deepseek4 compressed attention (docs/DS4-COMPRESSED.md): comp_ratio
      * (attention.compress_ratios: 0 raw, 128 HCA), the compressor comp_kv /
      * comp_gate ([c hd][d]), comp_ape [r][c hd] (row p % r added to the

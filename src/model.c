@@ -349,9 +349,42 @@ static int load_qwen35_layer(const gguf_ctx *g, ds_model *m, int l, int *li, flo
  * deepseek4 (DeepSeek V4): llama.cpp's keys and tensor names. dspark runs
  * its raw attention layers (attention.compress_ratios 0) and its
  * hash-routed layers (hash_layer_count: experts from ffn_gate_tid2eid by
- * token id), without the SwiGLU clamp; the rest is refused with one line
- * each.
+ * token id), its compressed layers and the SwiGLU clamp
+ * (swiglu_clamp_exp / _shexp, one value or one per layer); the rest is
+ * refused with one line each.
  * ===================================================================== */
+
+/* Layer l's value of a per-layer f32 key that llama.cpp reads with
+ * get_key_or_arr: one number for every layer, or an array of one per
+ * layer (checked at load: ds4_limits_ok). */
+static float ds4_layer_f32(const gguf_kv *kv, int l) {
+    float f = 0.0f;
+    if (!kv) return 0.0f;
+    if (kv->type != GGUF_T_ARRAY) return kv->type == GGUF_T_F32 || kv->type == GGUF_T_F64 ? (float)kv->v.f : 0.0f;
+    return gguf_arr_f32(kv, (uint64_t)l, &f) ? 0.0f : f;
+}
+
+static int ds4_limits_ok(const gguf_kv *kv, const char *key, int n_all, char *err, size_t errlen) {
+    if (!kv) return 0;
+    if (kv->type == GGUF_T_ARRAY) {
+        float f;
+        if (kv->arr_n != (uint64_t)n_all || (n_all > 0 && gguf_arr_f32(kv, 0, &f))) {
+            ds_errf(err, errlen, "model: '%s' must be one f32 or an array of %d f32 (one per layer)", key, n_all);
+            return -1;
+        }
+    } else if (kv->type != GGUF_T_F32 && kv->type != GGUF_T_F64) {
+        ds_errf(err, errlen, "model: metadata key '%s' has the wrong type (want f32)", key);
+        return -1;
+    }
+    for (int l = 0; l < n_all; l++) {
+        const float f = ds4_layer_f32(kv, l);
+        if (!(f >= 0.0f) || f > 1e30f) {
+            ds_errf(err, errlen, "model: '%s' of layer %d is %g (a SwiGLU limit is >= 0 and finite)", key, l, (double)f);
+            return -1;
+        }
+    }
+    return 0;
+}
 static int get_f32_req(const gguf_ctx *g, const char *arch, const char *suffix, float *out, char *err, size_t errlen) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -406,7 +439,6 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
     ds_hparams *hp = &m->hp;
     char key[128];
     int n_all = 0, n_shared = 0, gating = 0, nextn = 0, n_hash = 0;
-    float clamp = 0.0f;
     if (get_u32_req(g, arch, "block_count", &n_all, err, errlen) ||
         get_u32_req(g, arch, "embedding_length", &hp->n_embd, err, errlen) ||
         get_u32_req(g, arch, "attention.head_count", &hp->n_head, err, errlen) ||
@@ -433,15 +465,16 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
     if (gguf_find_kv(g, key) && get_u32_req(g, arch, "hash_layer_count", &n_hash, err, errlen)) return -1;
     snprintf(key, sizeof key, "%s.nextn_predict_layers", arch);
     if (gguf_find_kv(g, key) && get_u32_req(g, arch, "nextn_predict_layers", &nextn, err, errlen)) return -1;
+    /* the SwiGLU clamp: the shared expert's defaults to the experts' (llama.cpp) */
     snprintf(key, sizeof key, "%s.swiglu_clamp_exp", arch);
     const gguf_kv *ck = gguf_find_kv(g, key);
-    if (ck && ck->type != GGUF_T_ARRAY && get_f32_opt(g, arch, "swiglu_clamp_exp", &clamp, err, errlen)) return -1;
+    if (ds4_limits_ok(ck, key, n_all, err, errlen)) return -1;
+    snprintf(key, sizeof key, "%s.swiglu_clamp_shexp", arch);
+    const gguf_kv *cks = gguf_find_kv(g, key);
+    if (ds4_limits_ok(cks, key, n_all, err, errlen)) return -1;
+    if (!cks) cks = ck;
     if (gating != 4) {
         ds_errf(err, errlen, "model: deepseek4 expects expert_gating_func 4 (sqrtsoftplus), got %d", gating);
-        return -1;
-    }
-    if ((ck && ck->type == GGUF_T_ARRAY) || clamp > 1e-6f) {
-        ds_errf(err, errlen, "model: deepseek4 with a SwiGLU clamp (swiglu_clamp_exp) is not supported yet");
         return -1;
     }
     if (nextn < 0 || nextn >= n_all) {
@@ -613,6 +646,9 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
         int64_t r = 0;
         (void)gguf_arr_i64(cr, (uint64_t)l, &r);   /* read above */
         L->comp_ratio = (int)r;
+        /* llama.cpp clamps only a limit above 1e-6 */
+        L->swiglu_limit = ds4_layer_f32(ck, l) > 1e-6f ? ds4_layer_f32(ck, l) : 0.0f;
+        L->swiglu_limit_sh = ds4_layer_f32(cks, l) > 1e-6f ? ds4_layer_f32(cks, l) : 0.0f;
         const int c = r == 4 ? 2 : 1, ihd = hp->idx_dim;
         if (r && (load_ape(g, NAME("attn_compressor_ape.weight"), c * hd, (int)r, &cur, &L->comp_ape, err, errlen) ||
                   load_weight(g, NAME("attn_compressor_kv.weight"), d, c * hd, &L->comp_kv, err, errlen) ||

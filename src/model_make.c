@@ -231,7 +231,7 @@ static int make_ds4(const ds_make_model_opts *o, const char *out, char *err, siz
     gguf_set_f32(b.w, K4("expert_weights_scale"), 1.5f);
     gguf_set_bool(b.w, K4("expert_weights_norm"), 1);
     gguf_set_u32(b.w, K4("expert_gating_func"), 4);
-    gguf_set_f32(b.w, K4("swiglu_clamp_exp"), 0.0f);
+    gguf_set_f32(b.w, K4("swiglu_clamp_exp"), o->swiglu_clamp);
     gguf_set_u32(b.w, K4("hyper_connection.count"), (uint32_t)hc);
     gguf_set_u32(b.w, K4("hyper_connection.sinkhorn_iterations"), (uint32_t)it);
     gguf_set_f32(b.w, K4("hyper_connection.epsilon"), 1e-6f);

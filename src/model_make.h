@@ -30,6 +30,9 @@ typedef struct {
     /* deepseek4: the first n_hash layers route by token id (hash_layer_count,
      * ffn_gate_tid2eid: each token's n_expert_used distinct experts) */
     long n_hash;
+    /* deepseek4: swiglu_clamp_exp (0: none) — the experts' and the shared
+     * expert's SwiGLU inputs clamped as llama.cpp's ggml_swiglu_clamp */
+    float swiglu_clamp;
     /* deepseek4: attention.compress_ratios, one per layer (0, 4 or 128; NULL:
      * all 0), n_comp entries; the lightning indexer's heads, key length and
      * top-k (0: 4, head_dim, 64 — the keys are written in every file) */

@@ -60,6 +60,24 @@ $D quantize "$T/h.gguf" "$T/hq.gguf" q8_0 >/dev/null 2>&1 && $D generate -m "$T/
     && ok "hash layers: quantize keeps the I32 table, the file runs" || bad "hash layers: quantize"
 expect_err "more hash layers than layers" "hash layers" $D make-model -o "$T/bad.gguf" $MK --n-hash 3
 
+# ---- the SwiGLU clamp (swiglu_clamp_exp / _shexp: llama.cpp's ggml_swiglu_clamp) ---------
+# the limit must act (0.5 clamps this random model's gate/up values) and keep every exactness
+# property: threads, spec == plain, verify(8) == 8 decodes; llama.cpp agrees on the F32 files
+# (bench/results/ds4-swiglu-clamp-llamacpp-s35.txt)
+$D make-model -o "$T/k.gguf" $MK --swiglu-clamp 0.5 2>/dev/null || bad "make-model --swiglu-clamp 0.5"
+$D generate -m "$T/k.gguf" -p "$P" -n 48 -t 2 >"$T/kg" 2>/dev/null && [ -s "$T/kg" ] && ! cmp -s "$T/kg" "$T/g" \
+    && ok "SwiGLU clamp: the limit moves the text" || bad "SwiGLU clamp: no text, or the unclamped model's"
+$D generate -m "$T/k.gguf" -p "$P" -n 48 -t 1 >"$T/kg1" 2>/dev/null && cmp -s "$T/kg" "$T/kg1" \
+    && ok "SwiGLU clamp: greedy text equal with -t 1, 2" || bad "SwiGLU clamp: thread count changes the text"
+$D make-drafter -m "$T/k.gguf" -o "$T/kd.gguf" --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter (SwiGLU clamp)"
+$D generate -m "$T/k.gguf" -md "$T/kd.gguf" -p "$P" -n 48 -t 2 --draft-max 3 >"$T/ks" 2>/dev/null && cmp -s "$T/kg" "$T/ks" \
+    && ok "SwiGLU clamp: spec greedy == plain" || bad "SwiGLU clamp: spec != plain"
+for lv in portable avx512; do
+    env DSPARK_SIMD=$lv $D diverge -m "$T/k.gguf" -p "$P" --block-greedy 8 >"$T/kdv" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/kdv" \
+        && ok "SwiGLU clamp: verify(8) == 8 decodes (DSPARK_SIMD=$lv)" || { bad "SwiGLU clamp diverges (DSPARK_SIMD=$lv)"; grep -a '^FIRST\|rror' "$T/kdv"; }
+done
+expect_err "a negative SwiGLU clamp" "swiglu-clamp" $D make-model -o "$T/bad.gguf" $MK --swiglu-clamp -1
+
 # ---- diagnostics ----------------------------------------------------------------
 $D diverge -m "$T/m.gguf" -p "$P" --block-greedy 8 >"$T/dc" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/dc" \
     && ok "deepseek4 canonical: FIRST_DIVERGENCE NONE" || { bad "deepseek4 canonical diverges"; cat "$T/dc"; }

@@ -53,6 +53,7 @@ int cmd_make_model(int argc, char **argv) {
                    "       deepseek4 (raw attention layers, one KV head; --head-dim 512, --n-rot 64 by default):\n"
                    "       [--q-lora N (n_embd/2)] [--o-groups N (2)] [--o-lora N (64)] [--hc N (4)]\n"
                    "       [--hc-iters N (20)] [--n-swa N (128)] [--n-hash N (0): the first N layers hash-routed]\n"
+                   "       [--swiglu-clamp F (0: none): swiglu_clamp_exp, the experts' SwiGLU input limit]\n"
                    "       [--compress-ratios R0,R1,.. (all 0): per layer 0 (raw), 4 (CSA, indexed) or 128 (HCA)]\n"
                    "       [--n-indexer-head N (4)] [--indexer-dim N (head dim)] [--indexer-top-k N (64)]\n"
                    "       and the qwen3moe expert flags (one shared expert)\n");
@@ -93,6 +94,7 @@ int cmd_make_model(int argc, char **argv) {
         else if (!strcmp(a, "--hc-iters")) o.hc_iters = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 100);
         else if (!strcmp(a, "--n-swa")) o.n_swa = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 20);
         else if (!strcmp(a, "--n-hash")) o.n_hash = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(a, "--swiglu-clamp")) o.swiglu_clamp = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 1e6f);
         else if (!strcmp(a, "--compress-ratios")) {
             o.n_comp = parse_ratios(C, cli_value(C, argc, argv, &i), ratios, 256);
             o.comp_ratios = ratios;

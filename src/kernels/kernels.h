@@ -214,6 +214,11 @@ void ds_rope_cached(int rows, int n_heads, int head_dim, const int *pos, float f
                     ds_pool *pool);
 
 /* ---- SwiGLU: out = silu(gate) * up, elementwise over rows x n ------------ */
+/* deepseek4's SwiGLU clamp (llama.cpp's ggml_swiglu_clamp), before the
+ * SwiGLU: gate[i] = min(gate[i], limit), up[i] = clamp(up[i], -limit,
+ * limit), in place over n floats. Exact (a comparison picks an operand,
+ * nothing is rounded), so no variants; a NaN passes through. */
+void ds_swiglu_limit(int64_t n, float limit, float *gate, float *up);
 void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up, float *out,
                ds_pool *pool);
 

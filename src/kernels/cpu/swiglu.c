@@ -117,3 +117,19 @@ void ds_swiglu(ds_variant v, int rows, int n, const float *gate, const float *up
     ds_pool_for(pool, blocks, 1,
                 v == DS_FAST ? swiglu_fast_range : swiglu_canon_range, &a);
 }
+
+/* ========================================================================
+ * THE CLAMP — deepseek4's limit on the SwiGLU inputs (no variants)
+ * ======================================================================== */
+/* Why it needs no decode / canonical / fast: min and clamp round nothing —
+ * each output is one of its operands — so every order, lane count and row
+ * grouping gives the same floats, and the SwiGLU family after it keeps its
+ * own three variants. The comparisons are llama.cpp's (std::min(g, limit),
+ * std::clamp(u, -limit, limit)), so a NaN stays a NaN as there. */
+void ds_swiglu_limit(int64_t n, float limit, float *gate, float *up) {
+    for (int64_t i = 0; i < n; i++) {
+        const float g = gate[i], u = up[i];
+        gate[i] = limit < g ? limit : g;
+        up[i] = u < -limit ? -limit : limit < u ? limit : u;
+    }
+}
