@@ -113,6 +113,10 @@ expect_err "--draft-min with p-min" "draft-max"     $D generate -m "$M" -md "$DR
 for v in abc 0 17; do
     expect_err "DSPARK_DRAFT_PASS=$v" "DSPARK_DRAFT_PASS" timeout 20 env DSPARK_DRAFT_PASS=$v $D serve -m "$M" -md "$DR" --port 1
 done
+# ... and the engine's recording switch (0, 1 or 2)
+for v in abc 3 -1; do
+    expect_err "DSPARK_ENGINE_GRAPHS=$v" "DSPARK_ENGINE_GRAPHS" timeout 20 env DSPARK_ENGINE_GRAPHS=$v $D serve -m "$M" -md "$DR" --port 1
+done
 
 # ---- 7. perplexity shows progress on a terminal, stays quiet in a pipe --------
 for i in 1 2 3 4 5 6 7 8; do echo "The river ran past the mill and the old house by the hill, and the rain fell."; done >"$T/text.txt"
