@@ -4,10 +4,12 @@
  * the prefix cache. Medians of REPS runs, the ratios side by side.
  *
  *   build/bench/engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N]
- *                      [--decode N] [--prompt N] [--long N]
+ *                      [--decode N] [--prompt N] [--long N] [--chunk N]
  *                      [--drafter D.gguf [--text FILE] [--oracle-accept Q] [--draft-pass N]]
  *                      [--no-graphs | --graphs-verify | --graphs-ab] [--seqs N (with a drafter: only N = 1, 4, 16 or 64)]
  *
+ * --chunk N: the engine's rows per chunk (ds_engine_params.m_max; 64, as
+ * `dspark serve --ubatch`'s default; the long prompt is cut into chunks of N).
  * --no-graphs: the engine records no batch shape (ds_engine_params
  * no_graphs); --graphs-verify: it records verify chunks too; --graphs-ab: the batch decode with and without, interleaved
  * rep by rep on two engines, side by side (a device that records launch
@@ -236,6 +238,7 @@ static void bench_spec(const ds_model *m, const char *dpath, const char *text_pa
 int main(int argc, char **argv) {
     const char *path = NULL, *device = "cpu", *dpath = NULL, *text_path = NULL;
     int threads = 2, reps = 3, D = 32, n_prompt = 32, n_long = 0, draft_pass = 0, no_graphs = 0, graphs_ab = 0, only_n = 0;
+    int chunk = 64;             /* rows per engine chunk (ds_engine_params.m_max) */
     double oracle = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -244,6 +247,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decode") && i + 1 < argc) D = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) n_prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--long") && i + 1 < argc) n_long = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--drafter") && i + 1 < argc) dpath = argv[++i];
         else if (!strcmp(argv[i], "--text") && i + 1 < argc) text_path = argv[++i];
         else if (!strcmp(argv[i], "--oracle-accept") && i + 1 < argc) oracle = atof(argv[++i]);
@@ -256,8 +260,8 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "engine bench: unknown argument '%s'\n", argv[i]); return 2; }
     }
     if (!path || reps < 1 || reps > 99 || D < 1 || D > 4096 || n_prompt < 1 || n_prompt > 4096 || threads < 1 ||
-        oracle < 0 || oracle > 1) {
-        fprintf(stderr, "usage: engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N] [--decode N] [--prompt N] [--long N]\n"
+        oracle < 0 || oracle > 1 || chunk < 1 || chunk > 8192) {
+        fprintf(stderr, "usage: engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N] [--decode N] [--prompt N] [--long N] [--chunk N]\n"
                         "              [--drafter D.gguf [--text FILE] [--oracle-accept Q]]\n");
         return 2;
     }
@@ -273,7 +277,7 @@ int main(int argc, char **argv) {
     const int V = m->hp.n_vocab;
     static const int Ns[] = {1, 2, 4, 8, 16, 32, 64};
     const int n_ctx = n_prompt + D + 1 > n_long + 2 ? n_prompt + D + 1 : n_long + 2;
-    const ds_engine_params ep = {.n_seq_max = 64, .n_ctx = n_ctx, .m_max = 64, .n_threads = threads, .no_graphs = no_graphs};
+    const ds_engine_params ep = {.n_seq_max = 64, .n_ctx = n_ctx, .m_max = chunk, .n_threads = threads, .no_graphs = no_graphs};
     ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
     if (!e) die("engine", err);
     ds_engine *eo = NULL;       /* --graphs-ab: the same engine recording nothing */
@@ -357,8 +361,8 @@ int main(int argc, char **argv) {
             }
         qsort(tm, (size_t)reps, sizeof *tm, cmp_d);
         qsort(th, (size_t)reps, sizeof *th, cmp_d);
-        printf("prefix cache: %d-token prompt, time to first token miss %.2f ms, hit %.2f ms: %.1fx faster, same first token: %s\n",
-               n_long, 1e3 * tm[reps / 2], 1e3 * th[reps / 2], tm[reps / 2] / th[reps / 2], first[0] == first[1] ? "yes" : "NO");
+        printf("prefix cache: %d-token prompt in %d-row chunks, time to first token miss %.2f ms, hit %.2f ms: %.1fx faster, same first token: %s\n",
+               n_long, chunk, 1e3 * tm[reps / 2], 1e3 * th[reps / 2], tm[reps / 2] / th[reps / 2], first[0] == first[1] ? "yes" : "NO");
         free(ids); free(rows); free(sel);
     }
     ds_engine_free(eo);

@@ -62,7 +62,17 @@ typedef struct ds_rows {
     int            page;         /* positions per page (16: kvpool.h)                        */
     int64_t        page_stride;  /* floats between consecutive pages, in every layer        */
     int            vis_max;      /* host: >= every row's n_vis in this call; 0 = not known   */
+    /* The call's sequence runs, where the caller gives them (the engine, for
+     * a chunk with a run of at least DS_ROWS_RUN_MIN rows that it does not
+     * record): run i is rows [runs[2i], runs[2i] + runs[2i + 1]) of one
+     * sequence, the runs in row order covering [0, M). A backend may group a
+     * long run's rows into tiles that share their sequence's K/V (CUDA: the
+     * attention tile path), which moves no bit. NULL / 0: not given. */
+    const int32_t *runs;         /* [n_runs][2], device                                      */
+    const int32_t *runs_host;    /* [n_runs][2], the same in host memory                    */
+    int            n_runs;
 } ds_rows;
+#define DS_ROWS_RUN_MIN 64
 /* A call whose vis_max is at most DS_ROWS_SHORT has only short rows: a
  * backend may leave out work that only long rows need (CUDA: the split-KV
  * pass), which moves no bit — so a recorded graph's key must say which

@@ -275,6 +275,7 @@ static int dsc_sync(ds_exec *ex, char *err, size_t errlen) {
 
 void *ds_exec_cuda_stream(ds_exec *ex) { return (void *)ex->st; }
 unsigned long long ds_exec_cuda_q8x_hits(ds_exec *ex) { return ex->q8x_hits; }
+unsigned long long ds_exec_cuda_tile_runs(ds_exec *ex) { return ex->tile_runs; }
 
 /* ==========================================================================
  * buffers

@@ -18,6 +18,10 @@ void *ds_exec_cuda_stream(ds_exec *ex);
  * of quantizing it themselves. */
 unsigned long long ds_exec_cuda_q8x_hits(ds_exec *ex);
 
+/* How many attention calls of this exec ran rows of several sequences on
+ * the tile path (kernels/cuda/attention.cu att_tile_runs: ds_rows.runs). */
+unsigned long long ds_exec_cuda_tile_runs(ds_exec *ex);
+
 /* That copy of rows x (M x K), while it is valid: device pointers to its
  * quants (int8 [M][K]) and block scales (f32 [M][K / 32]); 0 when there is
  * none. For tests, which compare its bytes with the CPU's quantization. */

@@ -30,8 +30,8 @@ struct ds_engine {
     int        n_used;
     int32_t   *tables;         /* device [n_seq_max][max_pages]                   */
     /* a chunk's rows on the device: positions | ids | sequences, m_max each */
-    int32_t   *rowbuf;         /* device [3 * m_max]                              */
-    int32_t   *rowhost;        /* host staging [3 * m_max]                        */
+    int32_t   *rowbuf;         /* device [5 * m_max]: pos | ids | seq | runs [m_max][2] */
+    int32_t   *rowhost;        /* host staging, the same layout                   */
     ds_rows    rows;
     ds_acts    a;
     float     *logits;         /* backend [m_max][V]                              */
@@ -55,6 +55,7 @@ struct ds_engine {
     ds_dctx   *dx;
     int        gamma, seq_cap; /* seq_cap: positions a sequence's table spans     */
     int        draft_pass;     /* sequences per ds_draft_many pass                */
+    int        run_plan;       /* runs ds_rows carries in this chunk's forward (0: none) */
     size_t     T;              /* floats of one row's taps                        */
     float     *taps;           /* backend [m_max][T]                              */
     int32_t   *dids;           /* backend [n_seq_max][gamma]: a step's drafts     */
@@ -184,11 +185,11 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     e->sel_scratch = DEV(2 * V);
 #undef DEV
     e->tables = be->i->alloc(be, (size_t)e->n_seq_max * e->max_pages * sizeof(int32_t));
-    e->rowbuf = be->i->alloc(be, 3 * M * sizeof(int32_t));
+    e->rowbuf = be->i->alloc(be, 5 * M * sizeof(int32_t));
     /* the selected ids, then (a chunk with DRAFTED rows) the chunk's tokens:
      * one download brings both */
     e->sel_ids = be->i->alloc(be, 2 * M * sizeof(int32_t));
-    e->rowhost = malloc(3 * M * sizeof(int32_t));
+    e->rowhost = malloc(5 * M * sizeof(int32_t));
     e->sel_host = malloc(2 * M * sizeof(int32_t));
     if (!be->i->host_memory) {
         e->hpool = ds_pool_new(p->n_threads);
@@ -712,11 +713,21 @@ static int chunk_device_ops(ds_engine *e, const ds_row *rows, int cn, const uint
                             char *err, size_t errlen) {
     const ds_backend_i *b = e->be->i;
     const size_t V = (size_t)e->m->hp.n_vocab;
+    /* the sequence runs, for this forward only (ds_rows copies made from
+     * e->rows later, the drafter's, describe other rows) */
+    if (e->run_plan) {
+        const size_t M = (size_t)e->m_max;
+        e->rows.runs = e->rowbuf + 3 * M;
+        e->rows.runs_host = e->rowhost + 3 * M;
+        e->rows.n_runs = e->run_plan;
+    }
     if (any_dctx)   /* the taps of every row of the chunk, on the device */
         ds_model_forward(e->m, e->ex, &e->a, e->pool, var, cn, rows[0].pos, ds_drafter_tap_layers(e->d),
                          ds_drafter_n_taps(e->d), e->taps, e->T, NULL);
     else
         ds_model_forward(e->m, e->ex, &e->a, e->pool, var, cn, rows[0].pos, NULL, 0, NULL, 0, NULL);
+    e->rows.runs = e->rows.runs_host = NULL;
+    e->rows.n_runs = 0;
     for (int i = 0; i < cn;) {
         if (!rows[i].want) { i++; continue; }
         int j = i + 1;
@@ -818,13 +829,21 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
         /* positions, ids and sequences of the chunk in one upload */
         int32_t *hp = e->rowhost;
         e->rows.vis_max = 0;                       /* rows attend [0, pos + 1) */
+        /* ... and the chunk's sequence runs (ds_rows.runs), given to the
+         * forward when one is long enough for a backend to tile (a prompt
+         * chunk: never recorded, chunk_key) */
+        int32_t *hr = hp + 3 * M;
+        int n_runs = 0, run_max = 0;
         for (int i = 0; i < cn; i++) {
             if (rows[c0 + i].pos + 1 > e->rows.vis_max) e->rows.vis_max = rows[c0 + i].pos + 1;
             hp[i] = rows[c0 + i].pos;
             hp[M + i] = rows[c0 + i].token;
             hp[2 * M + i] = rows[c0 + i].seq;
+            if (i == 0 || rows[c0 + i].seq != rows[c0 + i - 1].seq) hr[2 * n_runs++] = i, hr[2 * n_runs - 1] = 0;
+            if (++hr[2 * n_runs - 1] > run_max) run_max = hr[2 * n_runs - 1];
         }
-        b->upload(e->ex, e->rowbuf, hp, (2 * M + (size_t)cn) * sizeof(int32_t));
+        const int give_runs = run_max >= DS_ROWS_RUN_MIN;
+        b->upload(e->ex, e->rowbuf, hp, ((give_runs ? 3 * M + 2 * (size_t)n_runs : 2 * M + (size_t)cn)) * sizeof(int32_t));
         /* DRAFTED rows: their tokens from the queued drafts, device to
          * device (one strided copy per sequence's run; no host round trip
          * between drafting and the verify) */
@@ -852,6 +871,7 @@ int ds_engine_forward(ds_engine *e, const ds_row *rows, int n, ds_fwd_out *out, 
         int replayed = 0;
         if (rec && (replayed = b->graph_begin(e->ex, key, err, errlen)) < 0) return -1;
         if (rec) ++*(replayed ? &e->n_replayed : &e->n_recorded);
+        e->run_plan = !rec && give_runs ? n_runs : 0;
         if (!replayed && chunk_device_ops(e, rows + c0, cn, var, any_dctx, err, errlen)) {
             if (rec) (void)b->graph_end(e->ex, NULL, 0);
             return -1;

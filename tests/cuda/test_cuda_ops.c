@@ -777,6 +777,115 @@ static void test_attention_tile(T *t) {
     for (int b = 0; b < NB; b++) { bt[b].i->exec_free(bt[b].ex); bt[b].i->destroy(bt[b].be); }
 }
 
+/* Rows of several sequences in one call with their runs (ds_rows.runs: the
+ * batch engine's prompt chunks): the runs of >= 64 rows take the tile path
+ * (one launch), the short runs around them the split path. Every row ==
+ * the whole call on the split path, == its sequence's run alone (split),
+ * == the CPU's canonical rows where the CPU's exp is ds_expf; the tile
+ * backend must have taken the runs path (ds_exec_cuda_tile_runs) and the
+ * split one not. Each sequence's K/V on pages of its own, shuffled. */
+static void test_attention_tile_runs(T *t) {
+    static const mma_conf confs[2] = {{"tile", NULL, NULL, NULL}, {"split", NULL, "tile", NULL}};
+    static const struct { int hd, nh, nkv; } shapes[] = {{128, 8, 2}, {64, 16, 2}, {128, 8, 8}};
+    static const int lens[] = {5, 600, 8, 300, 1, 64, 130}, p0s[] = {70, 0, 1000, 37, 4, 200, 3000};
+    enum { NS = 7, NB = 2 };
+    char err[DS_ERRLEN];
+    T bt[NB];
+    for (int b = 0; b < NB; b++) {
+        bt[b] = *t;
+        if (mma_backend(&bt[b], &confs[b], err, sizeof err)) {
+            CHECK(0, "attention tile runs: backend %s: %s", confs[b].name, err);
+            for (int k = 0; k < b; k++) { bt[k].i->exec_free(bt[k].ex); bt[k].i->destroy(bt[k].be); }
+            return;
+        }
+    }
+    int M = 0, Lmax = 0;
+    for (int i = 0; i < NS; i++) {
+        M += lens[i];
+        if (p0s[i] + lens[i] > Lmax) Lmax = p0s[i] + lens[i];
+    }
+    const int np = (Lmax + DS_KV_PAGE - 1) / DS_KV_PAGE, npg = NS * np + 3;
+    int32_t *pos = malloc((size_t)M * 4), *seq = malloc((size_t)M * 4), *nv = malloc((size_t)M * 4),
+            *tab = malloc((size_t)NS * np * 4), runs[2 * NS];
+    for (int i = 0; i < NS * np; i++) tab[i] = (int32_t)(((int64_t)i * 7 + 3) % npg);   /* distinct */
+    for (int i = 0, m = 0; i < NS; i++) {
+        runs[2 * i] = m;
+        runs[2 * i + 1] = lens[i];
+        for (int k = 0; k < lens[i]; k++, m++) pos[m] = p0s[i] + k, seq[m] = i, nv[m] = p0s[i] + k + 1;
+    }
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int hd = shapes[si].hd, nh = shapes[si].nh, nkv = shapes[si].nkv, row = nkv * hd;
+        ds_attn_shape s = {nh, nkv, hd, row, 1.0f / sqrtf((float)hd)};
+        const size_t hrow = (size_t)nh * hd, no = (size_t)M * hrow, pst = (size_t)DS_KV_PAGE * row;
+        float *kc = rnd(t, (size_t)npg * pst, 1.0f), *vc = rnd(t, (size_t)npg * pst, 1.0f), *q = rnd(t, no, 3.0f);
+        float *got[NB], *alone = malloc(no * 4), *cpu = malloc(hrow * 4);
+        ds_rows rw[NB];
+        float *dk[NB], *dv[NB], *dq[NB], *dout[NB];
+        int32_t *dpos[NB], *dseq[NB], *dtab[NB], *druns[NB];
+        unsigned long long before[NB];
+        for (int b = 0; b < NB; b++) {
+            got[b] = malloc(no * 4);
+            dk[b] = dput(&bt[b], kc, (size_t)npg * pst * 4);
+            dv[b] = dput(&bt[b], vc, (size_t)npg * pst * 4);
+            dq[b] = dput(&bt[b], q, no * 4);
+            dout[b] = dmem(&bt[b], no * 4);
+            dpos[b] = dput(&bt[b], pos, (size_t)M * 4);
+            dseq[b] = dput(&bt[b], seq, (size_t)M * 4);
+            dtab[b] = dput(&bt[b], tab, (size_t)NS * np * 4);
+            druns[b] = dput(&bt[b], runs, sizeof runs);
+            rw[b] = (ds_rows){.pos = dpos[b], .seq = dseq[b], .tables = dtab[b], .max_pages = np, .page = DS_KV_PAGE,
+                              .page_stride = (int64_t)pst, .vis_max = Lmax, .runs = druns[b], .runs_host = runs,
+                              .n_runs = NS};
+            before[b] = ds_exec_cuda_tile_runs(bt[b].ex);
+            bt[b].i->attention(bt[b].ex, DS_CANONICAL, &s, M, &rw[b], dq[b], dk[b], dv[b], dout[b]);
+            dget(&bt[b], got[b], dout[b], no * 4);
+        }
+        const int took = ds_exec_cuda_tile_runs(bt[0].ex) > before[0], split_took = ds_exec_cuda_tile_runs(bt[1].ex) > before[1];
+        char what[96];
+        snprintf(what, sizeof what, "runs hd=%d %d/%d: tile+split vs split", hd, nh, nkv);
+        const int eq_split = !tile_first_diff(what, got[0], got[1], M, nh, hd, 0);
+        /* each sequence's run alone (split backend, no runs) */
+        int eq_alone = 1, eq_cpu = 1;
+        for (int i = 0; i < NS; i++) {
+            const int m0 = runs[2 * i], n = lens[i];
+            ds_rows r1 = rw[1];
+            r1.pos += m0;
+            r1.seq += m0;
+            r1.runs = r1.runs_host = NULL;
+            r1.n_runs = 0;
+            bt[1].i->attention(bt[1].ex, DS_CANONICAL, &s, n, &r1, dq[1] + (size_t)m0 * hrow, dk[1], dv[1],
+                               dout[1] + (size_t)m0 * hrow);
+            dget(&bt[1], alone + (size_t)m0 * hrow, dout[1] + (size_t)m0 * hrow, (size_t)n * hrow * 4);
+            snprintf(what, sizeof what, "runs hd=%d %d/%d: sequence %d in the call vs alone", hd, nh, nkv, i);
+            if (eq_alone && tile_first_diff(what, got[0] + (size_t)m0 * hrow, alone + (size_t)m0 * hrow, n, nh, hd, m0))
+                eq_alone = 0;
+            /* its last row against the CPU */
+            const int m = m0 + n - 1;
+            const ds_attn_rows ar = {&nv[m], NULL, &seq[m], tab, np, DS_KV_PAGE, (int64_t)pst};
+            ds_attention_rows(DS_CANONICAL, &s, 1, &ar, q + (size_t)m * hrow, kc, vc, cpu, NULL);
+            snprintf(what, sizeof what, "runs hd=%d %d/%d: sequence %d's last row vs CPU", hd, nh, nkv, i);
+            if (t->cpu_dsexp && eq_cpu && tile_first_diff(what, got[0] + (size_t)m * hrow, cpu, 1, nh, hd, m)) eq_cpu = 0;
+        }
+        CHECK(took, "attention tile runs hd=%d %d/%d: the tile backend did not take the runs path", hd, nh, nkv);
+        CHECK(!split_took, "attention tile runs hd=%d %d/%d: DSPARK_CUDA_OFF=tile took the runs path", hd, nh, nkv);
+        CHECK(eq_split, "attention tile runs hd=%d %d/%d: != the split path", hd, nh, nkv);
+        CHECK(eq_alone, "attention tile runs hd=%d %d/%d: a sequence's rows != its run alone", hd, nh, nkv);
+        if (t->cpu_dsexp) CHECK(eq_cpu, "attention tile runs hd=%d %d/%d: != CPU canonical", hd, nh, nkv);
+        printf("attention tile runs hd=%-3d %2d/%d heads, %d rows of %d sequences (runs 1..600): tile path taken: %s"
+               "  == split: %s  == each alone: %s  CPU bits: %s\n", hd, nh, nkv, M, NS, took ? "yes" : "NO",
+               eq_split ? "yes" : "NO", eq_alone ? "yes" : "NO", !t->cpu_dsexp ? "n/a" : eq_cpu ? "same" : "DIFFER");
+        for (int b = 0; b < NB; b++) {
+            sync_ok(&bt[b], "attention tile runs");
+            dfree(&bt[b], dk[b]); dfree(&bt[b], dv[b]); dfree(&bt[b], dq[b]); dfree(&bt[b], dout[b]);
+            dfree(&bt[b], dpos[b]); dfree(&bt[b], dseq[b]); dfree(&bt[b], dtab[b]); dfree(&bt[b], druns[b]);
+            free(got[b]);
+        }
+        free(kc); free(vc); free(q); free(alone); free(cpu);
+    }
+    free(pos); free(seq); free(nv); free(tab);
+    for (int b = 0; b < NB; b++) { bt[b].i->exec_free(bt[b].ex); bt[b].i->destroy(bt[b].be); }
+}
+
 /* A recorded graph (kv_write + attention + argmax) replayed at another
  * position gives the bytes of direct execution there. */
 static void test_graph(T *t) {
@@ -2072,6 +2181,7 @@ int main(int argc, char **argv) {
         test_attention_long_pages(&t, 64, 12, 2);
         test_attention_long_pages(&t, 70, 4, 4);     /* head_dim % 4 != 0: 4-byte copies; % 16 tail */
         test_attention_tile(&t);
+        test_attention_tile_runs(&t);
         test_graph(&t);
         test_copies(&t);
         test_rmsnorm(&t, 384);

@@ -142,9 +142,11 @@ static struct {
     ds_rows rw;
     const float *q, *k, *v;
     float *out;
+    const int32_t *runs;
+    int n_runs;
 } ka;
 template <int HD> static void emu_body(void) {
-    att_tile<HD>(ka.nh, ka.nkv, ka.st, ka.scale, ka.M, ka.rw, ka.q, ka.k, ka.v, ka.out, NULL, NULL);
+    att_tile<HD>(ka.nh, ka.nkv, ka.st, ka.scale, ka.M, ka.rw, ka.q, ka.k, ka.v, ka.out, NULL, NULL, ka.runs, ka.n_runs);
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -186,6 +188,7 @@ static void emu_case(int hd, int nh, int nkv, int M, int p0, int causal, int inf
     ka.rw.page = 16;
     ka.rw.page_stride = pst;
     ka.q = q.data(); ka.k = pool.data(); ka.v = pool.data() + 16 * row; ka.out = out.data();
+    ka.runs = NULL; ka.n_runs = 0;
     emu.body = hd == 64 ? emu_body<64> : emu_body<128>;
     const int tiles = (M * (nh / nkv) + 63) / 64 * nkv;
     int ok = 1;
@@ -211,6 +214,79 @@ static void emu_case(int hd, int nh, int nkv, int M, int p0, int causal, int inf
     }
 }
 
+/* Rows of several sequences in one call (ds_rows.runs, the batch engine's
+ * prompt chunks): runs of the given lengths, sequence i's rows from p0s[i],
+ * each sequence on its own shuffled pages of one pool (its own row of the
+ * tables). The kernel runs the tiles of the runs of >= ATT_TILE_ROWS rows
+ * (the other rows are the split path's: left NaN here and checked to be
+ * untouched); those rows memcmp the CPU's canonical rows of their own
+ * sequence. */
+static void emu_case_runs(int hd, int nh, int nkv, const std::vector<int> &lens, const std::vector<int> &p0s) {
+    const int row = nkv * hd, ns = (int)lens.size(), G = nh / nkv;
+    int M = 0, Lmax = 0;
+    for (int i = 0; i < ns; i++) {
+        M += lens[i];
+        Lmax = std::max(Lmax, p0s[i] + lens[i]);
+    }
+    const int np = (Lmax + 15) / 16 + 1, npg = ns * np + 5;
+    const int64_t pst = (int64_t)2 * 16 * row;
+    std::vector<float> pool((size_t)npg * pst), q((size_t)M * nh * hd), out((size_t)M * nh * hd, NAN),
+        cpu((size_t)M * nh * hd);
+    for (auto &x : pool) x = urand(1.0f);
+    for (auto &x : q) x = urand(3.0f);
+    std::vector<int32_t> tab((size_t)ns * np), pos(M), seq(M), nv(M), runs(2 * ns);
+    for (int i = 0; i < ns * np; i++) tab[i] = (int32_t)((i * 7 + 3) % npg);   /* distinct: 7 and npg coprime */
+    int m = 0;
+    for (int i = 0; i < ns; i++) {
+        runs[2 * i] = m;
+        runs[2 * i + 1] = lens[i];
+        for (int k = 0; k < lens[i]; k++, m++) {
+            pos[m] = p0s[i] + k;
+            seq[m] = i;
+            nv[m] = pos[m] + 1;
+        }
+    }
+    ka.hd = hd; ka.nh = nh; ka.nkv = nkv; ka.M = M; ka.st = row; ka.scale = 1.0f / sqrtf((float)hd);
+    ka.rw = ds_rows{};
+    ka.rw.pos = pos.data();
+    ka.rw.seq = seq.data();
+    ka.rw.tables = tab.data();
+    ka.rw.max_pages = np;
+    ka.rw.page = 16;
+    ka.rw.page_stride = pst;
+    ka.q = q.data(); ka.k = pool.data(); ka.v = pool.data() + 16 * row; ka.out = out.data();
+    ka.runs = runs.data(); ka.n_runs = ns;
+    emu.body = hd == 64 ? emu_body<64> : emu_body<128>;
+    int tiles = 0;
+    for (int i = 0; i < ns; i++)
+        if (lens[i] >= ATT_TILE_ROWS) tiles += (lens[i] * G + 63) / 64;
+    tiles *= nkv;
+    int ok = 1;
+    for (int b = 0; b < tiles && ok; b++) {
+        emu.block = (unsigned)b;
+        if (emu_block()) ok = 0;
+    }
+    const ds_attn_shape s = {nh, nkv, hd, row, ka.scale};
+    const ds_attn_rows ar = {nv.data(), NULL, seq.data(), tab.data(), np, 16, pst};
+    ds_attention_rows(DS_CANONICAL, &s, M, &ar, q.data(), pool.data(), pool.data() + 16 * row, cpu.data(), NULL);
+    for (size_t k = 0; ok && k < out.size(); k++) {
+        const int r = (int)(k / ((size_t)nh * hd)), sq = seq[r];
+        const int tiled = lens[sq] >= ATT_TILE_ROWS;
+        const int bad = tiled ? memcmp(&out[k], &cpu[k], 4) != 0 : out[k] == out[k];
+        if (bad) {
+            printf("  hd=%d %d/%d runs of %d sequences: first mismatch row %d (sequence %d, %s) head %d col %d: tile %.9g vs CPU %.9g\n",
+                   hd, nh, nkv, ns, r, sq, tiled ? "tiled" : "not tiled: must stay untouched", (int)(k / hd % nh),
+                   (int)(k % hd), out[k], cpu[k]);
+            ok = 0;
+        }
+    }
+    if (ok) n_pass++;
+    else {
+        n_fail++;
+        printf("FAIL hd=%d %d/%d heads, runs of %d sequences\n", hd, nh, nkv, ns);
+    }
+}
+
 int main(void) {
     emu.stack.resize((size_t)EMU_T * EMU_STACK);
     static const struct { int hd, nh, nkv; } shapes[] = {{64, 2, 2}, {128, 8, 2}, {128, 8, 1}, {64, 6, 2}};
@@ -222,7 +298,9 @@ int main(void) {
         emu_case(sh.hd, sh.nh, sh.nkv, 65, 100, 0);
         emu_case(sh.hd, sh.nh, sh.nkv, 130, 0, 0);
         emu_case(sh.hd, sh.nh, sh.nkv, 130, 40, 1, 1);
-        printf("test_tile_emu hd=%-3d %d/%d heads: att_tile == CPU canonical on every row: %s\n", sh.hd, sh.nh, sh.nkv,
+        emu_case_runs(sh.hd, sh.nh, sh.nkv, {1, 70, 8, 130, 64}, {40, 0, 100, 17, 200});
+        emu_case_runs(sh.hd, sh.nh, sh.nkv, {64, 3, 65}, {0, 5, 130});
+        printf("test_tile_emu hd=%-3d %d/%d heads: att_tile == CPU canonical on every row (one sequence and runs of several): %s\n", sh.hd, sh.nh, sh.nkv,
                n_fail == f0 ? "yes" : "NO");
     }
     printf("test_tile_emu: %d passed, %d failed\n", n_pass, n_fail);

@@ -29,7 +29,11 @@
  *              staged one chunk ahead (cp.async), each score, max, exp,
  *              sum, p.V and fold by the definition's own sequence in one
  *              thread's registers; nothing parked, one kernel. The same bits
- *              as the paths below (details at att_tile).
+ *              as the paths below (details at att_tile). Rows of several
+ *              sequences (the batch engine's prompt chunks) take it where
+ *              the caller gives the runs (ds_rows.runs): each run of >= 64
+ *              rows in tiles of its own rows, the other rows on the split
+ *              path (att_tile_runs).
  *              DSPARK_CUDA_OFF=tile: never; DSPARK_CUDA_ON=tile: every
  *              one-sequence call (A/B and tests: the same bits).
  *   canonical  the CPU's attn_row_head (kernels/cpu/attention.c) for each
@@ -715,6 +719,17 @@ att_fast(int n_head, int n_kv_head, int hd, int64_t st, float scale, int M,
  * possible, and M >= ATT_TILE_ROWS with enough tiles to fill half the SMs —
  * or DSPARK_CUDA_ON=tile: every such call, M = 1 too (a test aid).
  * DSPARK_CUDA_OFF=tile: never (the split and one-block paths; same bits). */
+static void att_tile_launch(ds_exec *ex, const ds_attn_shape *s, int M, const ds_rows *r, int64_t tiles, const float *q,
+                            const float *kc, const float *vc, float *out, int8_t *oq, float *od, const int32_t *runs,
+                            int n_runs) {
+    if (s->head_dim == 64)
+        dsc_launch(ex, "attention tile", att_tile<64>, dim3((unsigned)tiles), dim3(ATT_TTHREADS), att_tcfg<64>::SMEM,
+                   s->n_head, s->n_kv_head, s->kv_stride, s->scale, M, *r, q, kc, vc, out, oq, od, runs, n_runs);
+    else
+        dsc_launch(ex, "attention tile", att_tile<128>, dim3((unsigned)tiles), dim3(ATT_TTHREADS), att_tcfg<128>::SMEM,
+                   s->n_head, s->n_kv_head, s->kv_stride, s->scale, M, *r, q, kc, vc, out, oq, od, runs, n_runs);
+}
+
 static int att_tile_run(ds_exec *ex, const ds_attn_shape *s, int M, const ds_rows *r, const float *q,
                         const float *kc, const float *vc, float *out, int8_t *oq, float *od) {
     const dsc_backend *b = dsc_be(ex);
@@ -724,12 +739,118 @@ static int att_tile_run(ds_exec *ex, const ds_attn_shape *s, int M, const ds_row
         ((uintptr_t)kc | (uintptr_t)vc) % 16)
         return 0;
     if (!b->tile_all && (M < ATT_TILE_ROWS || 2 * tiles < b->n_sm)) return 0;
-    if (hd == 64)
-        dsc_launch(ex, "attention tile", att_tile<64>, dim3((unsigned)tiles), dim3(ATT_TTHREADS), att_tcfg<64>::SMEM,
-                   s->n_head, s->n_kv_head, s->kv_stride, s->scale, M, *r, q, kc, vc, out, oq, od);
-    else
-        dsc_launch(ex, "attention tile", att_tile<128>, dim3((unsigned)tiles), dim3(ATT_TTHREADS), att_tcfg<128>::SMEM,
-                   s->n_head, s->n_kv_head, s->kv_stride, s->scale, M, *r, q, kc, vc, out, oq, od);
+    att_tile_launch(ex, s, M, r, tiles, q, kc, vc, out, oq, od, NULL, 0);
+    return 1;
+}
+
+/* The split-KV / one-block paths over M rows (r, q, out, oq and od already
+ * at the first of them). */
+static void att_rows_split(ds_exec *ex, const ds_attn_shape *s, int M, const ds_rows *r, const float *q,
+                           const float *kc, const float *vc, float *out, int8_t *oq, float *od) {
+    const int64_t K = (int64_t)s->n_head * s->head_dim;
+    const unsigned grid = (unsigned)M * (unsigned)s->n_head;
+    const int wide = (dsc_be(ex)->off & DSC_OFF_WIDE) ? 0 : ATT_WIDE_MAX;
+    const int hd = s->head_dim, G = s->n_head / s->n_kv_head, nsub = (G + ATS_QG - 1) / ATS_QG;
+    const int nch_max = (int)(((int64_t)r->max_pages * DS_KV_PAGE + ATT_CHUNK - 1) / ATT_CHUNK);
+    /* split-KV only where a row can be long enough; rows are cut into
+     * passes whose parked chunks fit ATS_PART_CAP */
+    const size_t per_row = (size_t)s->n_head * (size_t)nch_max * ((size_t)hd + 2) * sizeof(float);
+    int mp = 0;
+    float *part = NULL;
+    /* head_dim <= 128 only: the kernel is written for up to 256 (a thread
+     * per column, 32 chains), but that instance has not run on a GPU yet */
+    /* ... and not where the host knows every row is short (vis_max: no
+     * row reaches ATS_SPLIT_MIN chunks, so att_split would only launch
+     * and leave — 2.6 us of every layer of a short-context decode step) */
+    const bool all_short = r->vis_max > 0 && r->vis_max <= (ATS_SPLIT_MIN - 1) * ATT_CHUNK;
+    if (!(dsc_be(ex)->off & DSC_OFF_SPLIT) && !all_short && nch_max >= ATS_SPLIT_MIN && hd <= 128) {
+        mp = (int)(ATS_PART_CAP / per_row);
+        mp = mp < 1 ? 1 : mp > M ? M : mp;
+        if (mp > ATS_R) mp -= mp % ATS_R;
+        part = (float *)dsc_scratch(ex, DSC_SLOT_ATT_PART, (size_t)mp * per_row);
+    }
+    if (!part) {
+        dsc_launch(ex, "attention", att_canonical, dim3(grid), dim3(32 * ATT_WARPS), 0, s->n_head, s->n_kv_head,
+                   hd, s->kv_stride, s->scale, M, *r, q, kc, vc, out, wide, oq, od, ats_part{NULL, NULL, NULL, 0});
+        return;
+    }
+    const size_t nrh = (size_t)mp * s->n_head * nch_max;
+    const ats_part pt = {part, part + nrh * hd, part + nrh * (hd + 1), nch_max};
+    const int vec = hd % 4 == 0 && s->kv_stride % 4 == 0 && r->page_stride % 4 == 0 &&
+                    ((uintptr_t)kc | (uintptr_t)vc) % 16 == 0;
+    const dsc_backend *b = dsc_be(ex);
+    for (int m0 = 0; m0 < M; m0 += mp) {
+        const int mn = M - m0 < mp ? M - m0 : mp, R = mn < ATS_R ? mn : ATS_R, ng = (mn + R - 1) / R;
+        const size_t smem = ats_smem(hd, R);
+        /* blocks per SM (registers and shared memory), then S so
+         * that the grid is one wave: a second, mostly empty wave
+         * would double the time of the longest rows */
+        int bps = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, vec ? att_split<4> : att_split<1>, ATS_THREADS,
+                                                          smem) != cudaSuccess || bps < 1) {
+            (void)cudaGetLastError();
+            bps = 1;
+        }
+        const int units = ng * s->n_kv_head * nsub;
+        int S = bps * b->n_sm / units;
+        S = S < 1 ? 1 : S > nch_max ? nch_max : S;
+        ds_rows rp = *r;
+        if (rp.pos) rp.pos += m0;
+        if (rp.seq) rp.seq += m0;
+        if (rp.n_vis) rp.n_vis += m0;
+        const int64_t e0 = (int64_t)m0 * K;
+        dsc_launch(ex, "attention split", vec ? att_split<4> : att_split<1>, dim3((unsigned)(units * S)),
+                   dim3(ATS_THREADS), smem, s->n_head, s->n_kv_head, hd, s->kv_stride, s->scale, mn, rp,
+                   q + e0, kc, vc, pt, R, nsub, S);
+        dsc_launch(ex, "attention", att_canonical, dim3((unsigned)mn * (unsigned)s->n_head),
+                   dim3(32 * ATT_WARPS), 0, s->n_head, s->n_kv_head, hd, s->kv_stride, s->scale, mn, rp,
+                   q + e0, kc, vc, out + e0, wide, oq ? oq + e0 : oq, od ? od + e0 / 32 : od, pt);
+    }
+}
+
+/* The tile path over rows of several sequences (the batch engine's prompt
+ * chunks, ds_rows.runs): every run of at least ATT_TILE_ROWS rows in tiles
+ * of its own rows (one launch for all of them), the rows of the other runs
+ * through att_rows_split, one call per stretch of consecutive short runs.
+ * Which path a row takes moves no bit (each is the definition's sequence
+ * per row, test_attention_tile and test_tile_emu). 1 if it ran. The plan
+ * reads the host copy of the runs, so it is never made inside a recording
+ * (a replay would keep this call's plan for other rows): the engine gives
+ * runs only to chunks it does not record, and a capture here declines. */
+static int att_tile_runs(ds_exec *ex, const ds_attn_shape *s, int M, const ds_rows *r, const float *q,
+                         const float *kc, const float *vc, float *out, int8_t *oq, float *od) {
+    const dsc_backend *b = dsc_be(ex);
+    const int hd = s->head_dim, G = s->n_head / s->n_kv_head, n = r->n_runs;
+    const int32_t *h = r->runs_host;
+    if ((b->off & DSC_OFF_TILE) || !r->seq || !r->runs || !h || n < 1 || ex->capturing || (hd != 64 && hd != 128) ||
+        s->kv_stride % 4 || r->page_stride % 4 || ((uintptr_t)kc | (uintptr_t)vc) % 16)
+        return 0;
+    int64_t tiles = 0, next = 0;
+    for (int i = 0; i < n; i++) {            /* in row order, covering [0, M): else no plan */
+        if (h[2 * i] != next || h[2 * i + 1] < 1) return 0;
+        next += h[2 * i + 1];
+        if (h[2 * i + 1] >= ATT_TILE_ROWS) tiles += ((int64_t)h[2 * i + 1] * G + ATT_TQ - 1) / ATT_TQ;
+    }
+    tiles *= s->n_kv_head;
+    if (next != M || !tiles || (!b->tile_all && 2 * tiles < b->n_sm)) return 0;
+    att_tile_launch(ex, s, M, r, tiles, q, kc, vc, out, oq, od, r->runs, n);
+    ex->tile_runs++;
+    const int64_t K = (int64_t)s->n_head * hd;
+    for (int i = 0; i < n;) {
+        if (h[2 * i + 1] >= ATT_TILE_ROWS) { i++; continue; }
+        int j = i + 1;
+        while (j < n && h[2 * j + 1] < ATT_TILE_ROWS) j++;
+        const int m0 = h[2 * i], mn = h[2 * (j - 1)] + h[2 * (j - 1) + 1] - m0;
+        ds_rows rp = *r;
+        rp.pos += m0;
+        rp.seq += m0;
+        if (rp.n_vis) rp.n_vis += m0;
+        rp.runs = rp.runs_host = NULL;
+        rp.n_runs = 0;
+        const int64_t e0 = (int64_t)m0 * K;
+        att_rows_split(ex, s, mn, &rp, q + e0, kc, vc, out + e0, oq ? oq + e0 : oq, od ? od + e0 / 32 : od);
+        i = j;
+    }
     return 1;
 }
 
@@ -743,82 +864,22 @@ void dsc_attention(ds_exec *ex, ds_variant v, const ds_attn_shape *s, int M, con
         dsc_note(ex, cudaErrorInvalidValue, "attention: head_dim > 256, n_head not a multiple of n_kv_head, or pages of other than 16 positions");
         return;
     }
-    const unsigned grid = (unsigned)M * (unsigned)s->n_head;
-    if (v == DS_FAST)
+    if (v == DS_FAST) {
+        const unsigned grid = (unsigned)M * (unsigned)s->n_head;
         att_fast<<<grid, 32 * ATT_WARPS, 0, ex->st>>>(s->n_head, s->n_kv_head, s->head_dim,
                                                      s->kv_stride, s->scale, M, *r, q,
                                                      kc, vc, out);
-    else {
-        /* the o projection's Q8_0 input, made here (dsc_q8x) */
-        const int64_t K = (int64_t)s->n_head * s->head_dim;
-        int8_t *oq = NULL;
-        float *od = NULL;
-        if (s->head_dim % 32 || !dsc_q8x_reserve(ex, M, K, &oq, &od)) oq = NULL, od = NULL;
-        if (att_tile_run(ex, s, M, r, q, kc, vc, out, oq, od)) {
-            if (oq) dsc_q8x_publish(ex, out, M, K, oq, od);
-            return;
-        }
-        const int wide = (dsc_be(ex)->off & DSC_OFF_WIDE) ? 0 : ATT_WIDE_MAX;
-        const int hd = s->head_dim, G = s->n_head / s->n_kv_head, nsub = (G + ATS_QG - 1) / ATS_QG;
-        const int nch_max = (int)(((int64_t)r->max_pages * DS_KV_PAGE + ATT_CHUNK - 1) / ATT_CHUNK);
-        /* split-KV only where a row can be long enough; rows are cut into
-         * passes whose parked chunks fit ATS_PART_CAP */
-        const size_t per_row = (size_t)s->n_head * (size_t)nch_max * ((size_t)hd + 2) * sizeof(float);
-        int mp = 0;
-        float *part = NULL;
-        /* head_dim <= 128 only: the kernel is written for up to 256 (a thread
-         * per column, 32 chains), but that instance has not run on a GPU yet */
-        /* ... and not where the host knows every row is short (vis_max: no
-         * row reaches ATS_SPLIT_MIN chunks, so att_split would only launch
-         * and leave — 2.6 us of every layer of a short-context decode step) */
-        const bool all_short = r->vis_max > 0 && r->vis_max <= (ATS_SPLIT_MIN - 1) * ATT_CHUNK;
-        if (!(dsc_be(ex)->off & DSC_OFF_SPLIT) && !all_short && nch_max >= ATS_SPLIT_MIN && hd <= 128) {
-            mp = (int)(ATS_PART_CAP / per_row);
-            mp = mp < 1 ? 1 : mp > M ? M : mp;
-            if (mp > ATS_R) mp -= mp % ATS_R;
-            part = (float *)dsc_scratch(ex, DSC_SLOT_ATT_PART, (size_t)mp * per_row);
-        }
-        if (!part) {
-            dsc_launch(ex, "attention", att_canonical, dim3(grid), dim3(32 * ATT_WARPS), 0, s->n_head, s->n_kv_head,
-                       hd, s->kv_stride, s->scale, M, *r, q, kc, vc, out, wide, oq, od, ats_part{NULL, NULL, NULL, 0});
-        } else {
-            const size_t nrh = (size_t)mp * s->n_head * nch_max;
-            const ats_part pt = {part, part + nrh * hd, part + nrh * (hd + 1), nch_max};
-            const int vec = hd % 4 == 0 && s->kv_stride % 4 == 0 && r->page_stride % 4 == 0 &&
-                            ((uintptr_t)kc | (uintptr_t)vc) % 16 == 0;
-            const dsc_backend *b = dsc_be(ex);
-            for (int m0 = 0; m0 < M; m0 += mp) {
-                const int mn = M - m0 < mp ? M - m0 : mp, R = mn < ATS_R ? mn : ATS_R, ng = (mn + R - 1) / R;
-                const size_t smem = ats_smem(hd, R);
-                /* blocks per SM (registers and shared memory), then S so
-                 * that the grid is one wave: a second, mostly empty wave
-                 * would double the time of the longest rows */
-                int bps = 0;
-                if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, vec ? att_split<4> : att_split<1>, ATS_THREADS,
-                                                                  smem) != cudaSuccess || bps < 1) {
-                    (void)cudaGetLastError();
-                    bps = 1;
-                }
-                const int units = ng * s->n_kv_head * nsub;
-                int S = bps * b->n_sm / units;
-                S = S < 1 ? 1 : S > nch_max ? nch_max : S;
-                ds_rows rp = *r;
-                if (rp.pos) rp.pos += m0;
-                if (rp.seq) rp.seq += m0;
-                if (rp.n_vis) rp.n_vis += m0;
-                const int64_t e0 = (int64_t)m0 * K;
-                dsc_launch(ex, "attention split", vec ? att_split<4> : att_split<1>, dim3((unsigned)(units * S)),
-                           dim3(ATS_THREADS), smem, s->n_head, s->n_kv_head, hd, s->kv_stride, s->scale, mn, rp,
-                           q + e0, kc, vc, pt, R, nsub, S);
-                dsc_launch(ex, "attention", att_canonical, dim3((unsigned)mn * (unsigned)s->n_head),
-                           dim3(32 * ATT_WARPS), 0, s->n_head, s->n_kv_head, hd, s->kv_stride, s->scale, mn, rp,
-                           q + e0, kc, vc, out + e0, wide, oq ? oq + e0 : oq, od ? od + e0 / 32 : od, pt);
-            }
-        }
-        if (oq) dsc_q8x_publish(ex, out, M, K, oq, od);
+        DSC_LAUNCHED(ex, "attention");
         return;
     }
-    DSC_LAUNCHED(ex, "attention");
+    /* the o projection's Q8_0 input, made here (dsc_q8x) */
+    const int64_t K = (int64_t)s->n_head * s->head_dim;
+    int8_t *oq = NULL;
+    float *od = NULL;
+    if (s->head_dim % 32 || !dsc_q8x_reserve(ex, M, K, &oq, &od)) oq = NULL, od = NULL;
+    if (!att_tile_run(ex, s, M, r, q, kc, vc, out, oq, od) && !att_tile_runs(ex, s, M, r, q, kc, vc, out, oq, od))
+        att_rows_split(ex, s, M, r, q, kc, vc, out, oq, od);
+    if (oq) dsc_q8x_publish(ex, out, M, K, oq, od);
 }
 
 cudaError_t dsc_attention_init(void) {

@@ -12,7 +12,10 @@
  * TILE — prefill: a block owns 64 queries of one kv head and walks the chunks
  * ========================================================================== */
 /* For calls of many rows of ONE sequence (a prompt chunk; ds_rows.seq ==
- * NULL, so every row reads page table 0): a block owns a tile of ATT_TQ = 64
+ * NULL, so every row reads page table 0) — or, given the call's sequence
+ * runs (ds_rows.runs: the batch engine's chunks), for each run of at least
+ * ATT_TILE_ROWS rows, whose tiles then hold rows of that run alone and read
+ * its sequence's row of the tables: a block owns a tile of ATT_TQ = 64
  * queries of one kv head — the kv head's GQA heads of consecutive rows,
  * query u = row * G + g, so 16 rows x 4 heads at GQA 4, 64 rows x 1 head at
  * GQA 1 — and walks the chunks 0, 1, ... of the tile's longest prefix in
@@ -160,7 +163,7 @@ template <int HD>
 __global__ void __launch_bounds__(ATT_TTHREADS, 1)
 att_tile(int n_head, int n_kv_head, int64_t st, float scale, int M, ds_rows rw, const float *q,
          const float *__restrict__ kc, const float *__restrict__ vc, float *out, int8_t *__restrict__ oq,
-         float *__restrict__ od) {
+         float *__restrict__ od, const int32_t *__restrict__ runs, int n_runs) {
     using C = att_tcfg<HD>;
     extern __shared__ __align__(16) float att_tsm[];
     float *sK = att_tsm, *sV = sK + 2 * C::KV_F, *sQ = sV + 2 * C::KV_F, *sS = sQ + HD * C::QP;
@@ -169,10 +172,32 @@ att_tile(int n_head, int n_kv_head, int64_t st, float scale, int M, ds_rows rw, 
     dsc_pdl_wait();
     dsc_pdl_trigger();
     const int G = n_head / n_kv_head, tid = threadIdx.x, warp = tid / 32, lane = tid & 31;
-    const int ntiles = (M * G + ATT_TQ - 1) / ATT_TQ;
-    const int kvh = blockIdx.x % n_kv_head, tile = ntiles - 1 - (int)(blockIdx.x / n_kv_head);  /* longest first */
-    const int u0 = tile * ATT_TQ, nu = min(ATT_TQ, M * G - u0);
+    const int kvh = blockIdx.x % n_kv_head;
+    int u0, nu;
     const int32_t *tab = rw.tables;                  /* one sequence: table 0 */
+    if (!runs) {
+        const int ntiles = (M * G + ATT_TQ - 1) / ATT_TQ;
+        const int tile = ntiles - 1 - (int)(blockIdx.x / n_kv_head);                  /* longest first */
+        u0 = tile * ATT_TQ;
+        nu = min(ATT_TQ, M * G - u0);
+    } else {
+        /* rows of several sequences (ds_rows.runs): the tiles of each run of
+         * at least ATT_TILE_ROWS rows, in run order, each run's longest
+         * first; a tile's queries are rows of its run alone, so one page
+         * table serves its K/V (the other rows are the split path's) */
+        int t = (int)(blockIdx.x / n_kv_head), r0 = 0, cnt = 0, nt = 0;
+        for (int i = 0; i < n_runs; i++) {
+            r0 = runs[2 * i];
+            cnt = runs[2 * i + 1];
+            if (cnt < ATT_TILE_ROWS) continue;
+            nt = (cnt * G + ATT_TQ - 1) / ATT_TQ;
+            if (t < nt) break;
+            t -= nt;
+        }
+        u0 = r0 * G + (nt - 1 - t) * ATT_TQ;
+        nu = min(ATT_TQ, (r0 + cnt) * G - u0);
+        tab = rw.tables + (int64_t)rw.seq[r0] * rw.max_pages;
+    }
     /* the tile's queries, transposed, and their prefixes */
     for (int i = tid; i < ATT_TQ * HD; i += ATT_TTHREADS) {
         const int u = i / HD, e = i % HD;

@@ -172,6 +172,7 @@ struct ds_exec {
     uint64_t       n_ops;         /* launches, copies and recordings so far (dsc_note) */
     dsc_q8x        q8x;
     unsigned long long q8x_hits;  /* matmuls that used a producer's copy        */
+    unsigned long long tile_runs; /* attention calls of several sequences' runs on the tile path */
     /* a started download (download_start): its pinned slice, the caller's
      * buffer, and the event after the copy */
     cudaEvent_t    dl_ev;
