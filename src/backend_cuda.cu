@@ -765,6 +765,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
         {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL}, {"narrow", DSC_OFF_NARROW}, {"copyk", DSC_OFF_COPYK},
         {"spread", DSC_OFF_SPREAD}, {"mma", DSC_OFF_MMA}, {"stream", DSC_OFF_STREAM},
         {"split", DSC_OFF_SPLIT}, {"chunk", DSC_OFF_CHUNK}, {"gemv", DSC_OFF_GEMV}, {"tile", DSC_OFF_TILE},
+        {"runs", DSC_OFF_RUNS},
     };
     *off = 0;
     const char *v = getenv(var);
@@ -779,7 +780,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
             }
         if (!known) {
             ds_errf(err, errlen,
-                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream split chunk gemv tile)",
+                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream split chunk gemv tile runs)",
                     var, (int)(n > 32 ? 32 : n), p);
             return -1;
         }
@@ -874,7 +875,10 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
      * every M <= 16, not only where it measured faster (dsc_q8_stream_ok) */
     b->stream_all = (on & DSC_OFF_STREAM) != 0;
     b->tile_all = (on & DSC_OFF_TILE) != 0;
-    b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD) & ~on;
+    /* the tile path for several sequences' runs (attention.cu
+     * att_tile_runs) is opt-in (DSPARK_CUDA_ON=runs) until make test-cuda
+     * has run it on a GPU: written and proven on the host emulation only */
+    b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD | DSC_OFF_RUNS) & ~on;
     b->trace = tr && !strcmp(tr, "1");
     b->mma_bm = mma_bm;
     be->i = &dsc_iface;

@@ -58,6 +58,10 @@ for t in test_canonical test_diverge test_models test_spec test_drafter test_eng
 done
 # the engine's recorded verify chunks (DSPARK_ENGINE_GRAPHS=2, off by default): the same bytes
 [ -x "$BUILD/tests/test_spec_batch" ] && one test_spec_batch_graphs2 env DSPARK_DEVICE=cuda DSPARK_ENGINE_GRAPHS=2 "$BUILD/tests/test_spec_batch"
+# the attention tile path over several sequences' runs (opt-in: DSPARK_CUDA_ON=runs)
+# under the engine's schedules: every row == its sequence alone, chunks of 512
+# (runs tiled) against chunks of 1 and 7 (never tiled)
+[ -x "$BUILD/tests/test_engine" ] && one test_engine_runs env DSPARK_DEVICE=cuda DSPARK_CUDA_ON=runs "$BUILD/tests/test_engine"
 one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh
 # the mixture of experts on the GPU: CPU bits, golden_moe.sha256, spec == plain, diverge
 one moe_cli env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/moe_cli.sh

@@ -785,7 +785,7 @@ static void test_attention_tile(T *t) {
  * backend must have taken the runs path (ds_exec_cuda_tile_runs) and the
  * split one not. Each sequence's K/V on pages of its own, shuffled. */
 static void test_attention_tile_runs(T *t) {
-    static const mma_conf confs[2] = {{"tile", NULL, NULL, NULL}, {"split", NULL, "tile", NULL}};
+    static const mma_conf confs[2] = {{"tile", NULL, NULL, "runs"}, {"split", NULL, "tile", "runs"}};
     static const struct { int hd, nh, nkv; } shapes[] = {{128, 8, 2}, {64, 16, 2}, {128, 8, 8}};
     static const int lens[] = {5, 600, 8, 300, 1, 64, 130}, p0s[] = {70, 0, 1000, 37, 4, 200, 3000};
     enum { NS = 7, NB = 2 };
@@ -867,7 +867,7 @@ static void test_attention_tile_runs(T *t) {
             if (t->cpu_dsexp && eq_cpu && tile_first_diff(what, got[0] + (size_t)m * hrow, cpu, 1, nh, hd, m)) eq_cpu = 0;
         }
         CHECK(took, "attention tile runs hd=%d %d/%d: the tile backend did not take the runs path", hd, nh, nkv);
-        CHECK(!split_took, "attention tile runs hd=%d %d/%d: DSPARK_CUDA_OFF=tile took the runs path", hd, nh, nkv);
+        CHECK(!split_took, "attention tile runs hd=%d %d/%d: DSPARK_CUDA_OFF=tile (with ON=runs) took the runs path", hd, nh, nkv);
         CHECK(eq_split, "attention tile runs hd=%d %d/%d: != the split path", hd, nh, nkv);
         CHECK(eq_alone, "attention tile runs hd=%d %d/%d: a sequence's rows != its run alone", hd, nh, nkv);
         if (t->cpu_dsexp) CHECK(eq_cpu, "attention tile runs hd=%d %d/%d: != CPU canonical", hd, nh, nkv);

@@ -33,7 +33,8 @@
  *              sequences (the batch engine's prompt chunks) take it where
  *              the caller gives the runs (ds_rows.runs): each run of >= 64
  *              rows in tiles of its own rows, the other rows on the split
- *              path (att_tile_runs).
+ *              path (att_tile_runs; opt-in, DSPARK_CUDA_ON=runs, until it
+ *              has run on a GPU).
  *              DSPARK_CUDA_OFF=tile: never; DSPARK_CUDA_ON=tile: every
  *              one-sequence call (A/B and tests: the same bits).
  *   canonical  the CPU's attn_row_head (kernels/cpu/attention.c) for each
@@ -822,7 +823,7 @@ static int att_tile_runs(ds_exec *ex, const ds_attn_shape *s, int M, const ds_ro
     const dsc_backend *b = dsc_be(ex);
     const int hd = s->head_dim, G = s->n_head / s->n_kv_head, n = r->n_runs;
     const int32_t *h = r->runs_host;
-    if ((b->off & DSC_OFF_TILE) || !r->seq || !r->runs || !h || n < 1 || ex->capturing || (hd != 64 && hd != 128) ||
+    if ((b->off & (DSC_OFF_TILE | DSC_OFF_RUNS)) || !r->seq || !r->runs || !h || n < 1 || ex->capturing || (hd != 64 && hd != 128) ||
         s->kv_stride % 4 || r->page_stride % 4 || ((uintptr_t)kc | (uintptr_t)vc) % 16)
         return 0;
     int64_t tiles = 0, next = 0;

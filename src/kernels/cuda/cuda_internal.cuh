@@ -101,6 +101,7 @@ enum {
     DSC_OFF_CHUNK = 1u << 17,    /* prompts in 512-row chunks (else 64)          */
     DSC_OFF_GEMV = 1u << 18,     /* Q8_0 canonical M <= 8: the warp-streamed GEMV (else q8v) */
     DSC_OFF_TILE = 1u << 19,     /* attention: the prefill tile path (att_tile)  */
+    DSC_OFF_RUNS = 1u << 20,     /* attention: the tile path for rows of several sequences (opt-in until run on a GPU) */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
