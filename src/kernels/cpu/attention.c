@@ -341,11 +341,12 @@ ATTN_TGT2 static void attn_chunk_pv8(int NQ, int hd, int cl, const float *const 
 /* Ask for the K and V rows of positions [c0, c1) of one kv head (hd floats
  * each, 16 positions a page or a part of one) to be brought into L2. A
  * decode step reads its K/V about one step after they were last touched,
- * with the whole weight stream in between, so they come from L3 or memory;
- * loaded on demand, 16 keys' lines at a time, the misses were served a few
- * at once and a head's attention ran at a fraction of its arithmetic rate.
- * Requested a chunk ahead, they are in flight together. Addresses only: no
- * value read, no bit depends on it. */
+ * with the whole weight stream in between, so they come from L3 or memory,
+ * in rows kv_stride apart that the hardware prefetchers follow poorly.
+ * Requested a chunk ahead, they are in flight together: a cold decode's
+ * attention ~10% faster at avx2 and avx512 (AMD EPYC Zen 4;
+ * bench/results/cpu-s36-verify-m505.txt). Addresses only: no value read,
+ * no bit depends on it. */
 ATTN_INLINE void attn_prefetch_kv(const float *kb, const float *vb, const ds_attn_rows *rw, int seq, int64_t st,
                                   int hd, int c0, int c1) {
     const size_t bytes = sizeof(float) * (size_t)hd;

@@ -103,11 +103,13 @@ static void q8c_portable(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
  * few miss buffers until its line arrives, which caps the stream's
  * concurrency below what the L2's own misses reach. Into L2 the tile ahead
  * waits where there is room (>= 1 MB) and the tile's loads hit L2, whose
- * latency the out-of-order core hides. Measured, interleaved A/B
- * (bench/results/cpu-s36-verify-*.txt): the 8-row verify at avx512 51 -> 34
- * ms, the drafter's 7-row round 6.5 -> 3.9 ms, decode 10-30% faster at
- * avx512 and avx2 (the S8 tile had prefetched into L1 at M = 1 too). Only
- * addresses are prefetched, never a value read: no bit depends on it. */
+ * latency the out-of-order core hides. Measured, interleaved A/B medians
+ * (bench/results/cpu-s36-verify-m505.txt): the 8-row verify at avx512 52 ->
+ * 35 ms, the drafting round (7 rows) 6.7 -> 4.0 ms, decode 33 -> 29 ms at
+ * avx512 and 45 -> 31 ms at avx2 (the S8 tile had prefetched into L1 at
+ * M = 1 too; VNNI16 did not prefetch at M = 1 and now does). T2 measured as
+ * T1, NTA and T0 at 2-4 tiles as T0 at 1. Only addresses are prefetched,
+ * never a value read: no bit depends on it. */
 #if DS_X86
 #define Q8_PF_HINT _MM_HINT_T1
 #endif
