@@ -588,6 +588,11 @@ int main(void) {
         { { 8, 2, 64, 2 * 64, 0.125f }, "gqa8x2_hd64" },
         { { 4, 4, 72, 4 * 72 + 8, 1.0f / sqrtf(72.0f) }, "mha4_hd72_stride" },
         { { 6, 1, 16, 16, 0.25f }, "mqa6_hd16" },
+        /* the AVX2 p.V pass over several rows at once (attention.c: rows of
+         * one chunk length share it while the queries fit ATTN_PV_Q): two
+         * GQA heads per row (two rows a pass), one (four rows a pass) */
+        { { 8, 4, 128, 4 * 128, 0.088388f }, "gqa8x4_hd128" },
+        { { 4, 4, 32, 4 * 32 + 16, 0.176777f }, "mha4_hd32_stride" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_case(&cases[i]);
     int ns[] = { 64, 72, 100, 2048 };

@@ -1004,7 +1004,12 @@ static inline int kq_have_vnni(void) {
     })
 
 /* rows m0 .. m0 + MT - 1 against NT consecutive T8 tiles t[0..NT) (the last
- * nv valid columns); pf: the tiles after these (prefetched a block ahead) */
+ * nv valid columns); pf: the tiles after these, prefetched block by block
+ * into L2 (T1), as matmul_q8_0.c's walkers do and for the same reason: into
+ * L1 (T0, until session 36) the stream did not overlap the compute (a 326 MB
+ * Q5_0 make-model shape on an AMD EPYC Zen 4, one thread, interleaved:
+ * decode 29 -> 19 ms at avx512, 30 -> 22 at avx2; the 8-row verify 75 -> 52
+ * at avx512). Addresses only: no bit depends on it. */
 #define KQ_T8_TILE_BODY(vnni)                                                                 \
     const __m256i m4 = _mm256_set1_epi8(15), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1); \
     const int q5 = t == DS_TYPE_Q5_0, off = q5 ? 16 : 8;                                     \
@@ -1029,12 +1034,12 @@ static inline int kq_have_vnni(void) {
             DS_UNROLL                                                                         \
             for (int j = 0; j < NT; j++) {                                                    \
                 const char *pj = (const char *)pf + (size_t)j * KQ_T8_TILE(t, nb) + (size_t)b * QB; \
-                _mm_prefetch(pj, _MM_HINT_T0);                                                \
-                _mm_prefetch(pj + 64, _MM_HINT_T0);                                           \
-                if (q5) _mm_prefetch(pj + 128, _MM_HINT_T0);                                  \
+                _mm_prefetch(pj, _MM_HINT_T1);                                                \
+                _mm_prefetch(pj + 64, _MM_HINT_T1);                                           \
+                if (q5) _mm_prefetch(pj + 128, _MM_HINT_T1);                                  \
                 if (b % 4 == 0)                                                               \
                     _mm_prefetch((const char *)pf + (size_t)j * KQ_T8_TILE(t, nb) + (size_t)nb * QB + (size_t)b * 16, \
-                                 _MM_HINT_T0);                                                \
+                                 _MM_HINT_T1);                                                \
             }                                                                                 \
         }                                                                                     \
         __m256i D[KQ_T8_MAXNT][KQ_T8_MAXNT];                                                  \

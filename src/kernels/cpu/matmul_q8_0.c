@@ -88,6 +88,32 @@ static void q8c_portable(const ds_mm_ctx *c, int64_t n0, int64_t n1) {
 
 #define Q8C_TGT_AVX2 __attribute__((target("avx2,fma,f16c")))
 
+/* ---- the weight stream: software prefetch into L2, a tile ahead ---------------------
+ * Every packed walker below asks for the tile(s) after the ones it computes,
+ * block by block while it computes, at every M: a whole tile of lead time
+ * (~1 us at decode, more for a batch) against a memory latency of ~0.1-0.2
+ * us. The hint is T1, into L2. Until session 36 it was T0, into L1, and
+ * that is what kept an 8-row verify from overlapping its compute with the
+ * weight stream: on the 505 MB Q8_0 shape at avx512 (AMD EPYC Zen 4, one
+ * thread) the verify's matmuls took decode's stream time PLUS their
+ * hot-weight compute time (52 ms = 31 + 22). The likely reasons: the next
+ * tile (17 KB at K = 1024), the current one and an 8-row batch's
+ * interleaved activations (10 KB) do not fit a 32-48 KB L1, so prefetched
+ * lines evict the ones in use; and each T0 request holds one of the L1's
+ * few miss buffers until its line arrives, which caps the stream's
+ * concurrency below what the L2's own misses reach. Into L2 the tile ahead
+ * waits where there is room (>= 1 MB) and the tile's loads hit L2, whose
+ * latency the out-of-order core hides. Measured, interleaved A/B medians
+ * (bench/results/cpu-s36-verify-m505.txt): the 8-row verify at avx512 52 ->
+ * 35 ms, the drafting round (7 rows) 6.7 -> 4.0 ms, decode 33 -> 29 ms at
+ * avx512 and 45 -> 31 ms at avx2 (the S8 tile had prefetched into L1 at
+ * M = 1 too; VNNI16 did not prefetch at M = 1 and now does). T2 measured as
+ * T1, NTA and T0 at 2-4 tiles as T0 at 1. Only addresses are prefetched,
+ * never a value read: no bit depends on it. */
+#if DS_X86
+#define Q8_PF_HINT _MM_HINT_T1
+#endif
+
 /* ---- AVX-512 VNNI: 16 output columns per vector ---------------------------------
  * Each 16-column tile of weight rows is first repacked (per call, into a small
  * buffer, L1/L2-resident) so that vector s of block b holds dword s (quants
@@ -169,9 +195,9 @@ q8c_rows16(const unsigned char *buf, int64_t nb, const ds_q8_act *a, int m0, int
     const unsigned char *g = a->qi + (size_t)(m0 / 8) * (size_t)nb * DS_Q8_GROUP_BYTES;
     for (int64_t b = 0; b < nb; b++, g += DS_Q8_GROUP_BYTES) {
         const unsigned char *o = buf + b * Q8C_QB;
-        if (pf)   /* the next tile's block b (and its scales' line), a tile ahead */
-            for (int s = 0; s < 8; s++) _mm_prefetch((const char *)pf + b * Q8C_QB + 64 * s, _MM_HINT_T0);
-        if (pf && b % 2 == 0) _mm_prefetch((const char *)pf + (size_t)nb * Q8C_QB + (size_t)b * 32, _MM_HINT_T0);
+        if (pf)   /* the next tile's block b (and its scales' line), a tile ahead, into L2 */
+            for (int s = 0; s < 8; s++) _mm_prefetch((const char *)pf + b * Q8C_QB + 64 * s, Q8_PF_HINT);
+        if (pf && b % 2 == 0) _mm_prefetch((const char *)pf + (size_t)nb * Q8C_QB + (size_t)b * 32, Q8_PF_HINT);
         __m512i T[8];
         for (int s = 0; s < 8; s++) T[s] = _mm512_load_si512(o + 64 * s);
         const __m512 dw = _mm512_cvtph_ps(
@@ -228,11 +254,12 @@ Q8C_TGT_VNNI static void q8c_vnni_repacked(const ds_mm_ctx *c, int64_t n0, int64
         const int nv = (int)(n1 - n < 16 ? n1 - n : 16);
         const unsigned char *tile = q8c_tile(c, pk, wrow, nb, n, nv, buf);
         const __mmask16 km = (__mmask16)((1u << nv) - 1u);
-        /* With several rows a tile's compute is long enough to hide the next
-         * tile's fetch from L3 / memory if it is asked for now (the hardware
-         * prefetcher alone left the 8-row verify paying compute + stalls).
-         * The first register tile of rows issues the prefetches. */
-        const unsigned char *pf = pk && M > 1 && n + 16 < n1 ? tile + Q8C_TILE(nb) : NULL;
+        /* A tile's compute is long enough to hide the next tile's fetch from
+         * L3 / memory if it is asked for now, into L2 (above): the hardware
+         * prefetcher alone left the 8-row verify paying compute + stalls,
+         * and decode's stream runs faster with it too. The first register
+         * tile of rows issues the prefetches. */
+        const unsigned char *pf = pk && n + 16 < n1 ? tile + Q8C_TILE(nb) : NULL;
         /* canonical activations always carry the interleaved copy (matmul.c) */
         int m = 0;
         for (; m + 8 <= M; m += 8, pf = NULL) q8c_rows16(tile, nb, c->xq, m, 8, c->y, N, n, km, pf);
@@ -396,8 +423,8 @@ q8_tiles8_prefetch(const unsigned char *pf, int NT, int64_t nb, int64_t b) {
     DS_UNROLL
     for (int j = 0; j < NT; j++) {
         const char *pj = (const char *)pf + (size_t)j * Q8S_TILE(nb);
-        for (int l = 0; l < 4; l++) _mm_prefetch(pj + b * Q8S_QB + 64 * l, _MM_HINT_T0);
-        if (b % 4 == 0) _mm_prefetch(pj + (size_t)nb * Q8S_QB + (size_t)b * 16, _MM_HINT_T0);
+        for (int l = 0; l < 4; l++) _mm_prefetch(pj + b * Q8S_QB + 64 * l, Q8_PF_HINT);
+        if (b % 4 == 0) _mm_prefetch(pj + (size_t)nb * Q8S_QB + (size_t)b * 16, Q8_PF_HINT);
     }
 }
 static inline __attribute__((always_inline)) Q8C_TGT_AVX2 void

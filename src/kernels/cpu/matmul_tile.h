@@ -305,7 +305,10 @@ DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, int64_t K, const v
          * short interleaved ones, which the hardware prefetchers follow
          * poorly (AMD Zen: a third below llama.cpp's row-at-a-time F16
          * decode). Each step therefore prefetches its share (NT x 16
-         * elements) of the tile DS_PF_TILES tiles ahead; past the weight's
+         * elements) of the tile DS_PF_TILES tiles ahead, into L2 (locality
+         * 2 = T1: into L1, as until session 36, the 1 GB F16 make-model
+         * shape decoded at 59-67 ms a step on an AMD EPYC Zen 4, into L2 at
+         * 49-54, interleaved; matmul_q8_0.c says why); past the weight's
          * end a prefetch is a no-op. A hint only: no value changes. */
         const size_t pf_step = (size_t)NT * 16 * es;
         const char *pf = MT == 1 ? (const char *)wr[0] + DS_PF_TILES * (size_t)K * es * (size_t)NT : NULL;
@@ -313,7 +316,7 @@ DS_INLINE void DS_CAT(ds_tile, DS_W)(uint32_t type, int fast, int64_t K, const v
             if (fast && k == ksplit) DS_TILE_SPLIT();
             if (pf) {
                 const char *a = pf + (size_t)(k / 16) * pf_step;
-                for (size_t o = 0; o < pf_step; o += 64) __builtin_prefetch(a + o, 0, 3);
+                for (size_t o = 0; o < pf_step; o += 64) __builtin_prefetch(a + o, 0, 2);
             }
 #define DS_D_W(j, h) DS_WFN(ds_ld, _w)(type, wr[j], k + (h) * DS_W)
 #define DS_D_X(i) ((const float *)xr[i] + k)
