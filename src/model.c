@@ -9,6 +9,7 @@
  * sequences, and the bits agree by construction rather than by luck. */
 #include "model.h"
 #include "dspark_diag.h"
+#include "tp.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -981,6 +982,9 @@ struct ds_ctx {
     ds_probe    probe;           /* .fn == NULL: none                         */
     float      *stage;           /* host staging for probes: widest row       */
     ds_rstate   rs;              /* hybrid models: the recurrent states (one slot) */
+    ds_tp      *tp;              /* --tp N > 1: the ranks that run the forward (tp.h);
+                                    their pools hold the KV rows, on this
+                                    sequence's page ids, and c->pool stays unused */
 };
 
 /* Rows of a run a context can roll back into (rstate.h): a verify block of
@@ -992,6 +996,7 @@ static void ctx_release(ds_ctx *c) {
     float *bufs[] = {c->a.x, c->a.xn, c->a.q, c->a.k, c->a.v, c->a.att, c->a.o, c->a.gate, c->a.up,
                      c->a.h, c->a.moe, c->a.rec, c->logits, c->taps, c->sel_logits, c->sel_scratch};
     if (c->rs.mem) ds_rstate_free(&c->rs);
+    ds_tp_free(c->tp);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->i->release(be, bufs[i]);
     if (c->pos) be->i->release(be, c->pos);      /* c->ids lies in the same buffer */
@@ -1153,6 +1158,21 @@ int ds_set_taps(ds_ctx *c, const int *layers, int n, char *err, size_t errlen) {
     return 0;
 }
 
+int ds_ctx_set_tp(ds_ctx *c, int n, char *err, size_t errlen) {
+    if (c->n_past > 0) {
+        ds_errf(err, errlen, "--tp: the context already holds %d positions (set it before the first forward)", c->n_past);
+        return -1;
+    }
+    if (ds_tp_check(c->m, n, err, errlen)) return -1;
+    ds_tp *t = NULL;
+    if (n > 1 && !(t = ds_tp_new(c->m, c->ex, n, ds_kvpool_n_pages(c->pool), c->m_max, err, errlen))) return -1;
+    ds_tp_free(c->tp);
+    c->tp = t;
+    return 0;
+}
+
+int ds_ctx_tp(const ds_ctx *c) { return c->tp ? ds_tp_ranks(c->tp) : 1; }
+
 int ds_kv_truncate(ds_ctx *c, int n_pos) {
     if (n_pos < 0 || n_pos > c->n_past) return -1;
     /* a hybrid model rolls its recurrent state back too: to a state it kept */
@@ -1262,6 +1282,10 @@ void ds_model_logits(const ds_model *m, ds_exec *ex, const ds_acts *a, const uin
  * already on the device: the model's forward on the context's buffers. */
 static void forward_chunk(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int M, int pos0, float *taps,
                           size_t taps_stride) {
+    if (c->tp) {   /* the ranks (probes see nothing inside a tensor-parallel pass) */
+        ds_tp_forward(c->tp, &c->a, var, M, pos0, c->tap_layers, c->n_taps, taps, taps_stride);
+        return;
+    }
     ds_model_forward(c->m, c->ex, &c->a, c->pool, var, M, pos0, c->tap_layers, c->n_taps, taps, taps_stride,
                      c->probe.fn ? &c->probe : NULL);
 }
@@ -1431,6 +1455,7 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         if (!replayed) {
             if (tail_rec) tail_copy(c, sel, n);
             forward_chunk(c, var, n, p0, taps_dst, taps_stride);
+            if (c->tp && ds_tp_error(c->tp, err, errlen)) return -1;
             if (rows) logits_rows(c, var, r0, rows, p0, lg_dst);
             if (sel_rec && ds_backend_select(c->ex, NULL, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1, c->sel_scratch,
                                              c->sel_ids, err, errlen)) {
@@ -1565,12 +1590,15 @@ int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logi
 int ds_state_save(ds_ctx *c, ds_state *s) {
     s->n_past = c->n_past;
     memset(&s->rs, 0, sizeof s->rs);
+    memset(&s->snap, 0, sizeof s->snap);
+    if (c->tp) return -1;        /* the ranks' pools have no snapshots (yet) */
     if (c->rs.mem && ds_rstate_save(&c->rs, c->ex, 0, &s->rs)) return -1;
     return ds_seq_snapshot(&c->seq, c->pool, c->ex, c->n_past, &s->snap);
 }
 
 int ds_state_restore(ds_ctx *c, const ds_state *s) {
     char e[DS_ERRLEN];
+    if (c->tp) return -1;
     if (s->n_past > c->n_ctx || ds_seq_restore(&c->seq, c->pool, c->ex, &s->snap) ||
         ctx_prepare(c, 0, 0, e, sizeof e))
         return -1;
@@ -1588,6 +1616,10 @@ void ds_state_free(ds_state *s) {
 }
 
 void ds_ctx_read_kv(ds_ctx *c, int pos0, int n, float *k, float *v) {
+    if (c->tp) {
+        ds_tp_read_kv(c->tp, &c->seq, pos0, n, k, v);
+        return;
+    }
     ds_seq_read(&c->seq, c->pool, c->ex, 0, pos0, n, k, v);
 }
 

@@ -171,6 +171,14 @@ void ds_ctx_set_probe(ds_ctx *c, const ds_probe *p);
  * [n_layer][n][n_head_kv*head_dim] floats. */
 void ds_ctx_read_kv(ds_ctx *c, int pos0, int n, float *k, float *v);
 
+/* Tensor parallelism (tp.h, docs/TP.md): the context's forwards run on n
+ * ranks (n = 1: none, the plain path), before its first forward. Every
+ * output is bitwise the n = 1 output while tp_reduce is canonical. State
+ * snapshots (ds_state_save) are refused and probes see nothing while n > 1.
+ * 0, or -1 with one line (what does not divide, an unsupported model). */
+int ds_ctx_set_tp(ds_ctx *c, int n, char *err, size_t errlen);
+int ds_ctx_tp(const ds_ctx *c);              /* ranks: 1 without --tp        */
+
 /* Drop KV rows at positions >= n_pos (used to discard rejected draft rows). */
 int ds_kv_truncate(ds_ctx *c, int n_pos);
 
