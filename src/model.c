@@ -1282,8 +1282,9 @@ void ds_model_logits(const ds_model *m, ds_exec *ex, const ds_acts *a, const uin
  * already on the device: the model's forward on the context's buffers. */
 static void forward_chunk(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int M, int pos0, float *taps,
                           size_t taps_stride) {
-    if (c->tp) {   /* the ranks (probes see nothing inside a tensor-parallel pass) */
-        ds_tp_forward(c->tp, &c->a, var, M, pos0, c->tap_layers, c->n_taps, taps, taps_stride);
+    if (c->tp) {   /* the ranks */
+        ds_tp_forward(c->tp, &c->a, var, M, pos0, c->tap_layers, c->n_taps, taps, taps_stride,
+                      c->probe.fn ? &c->probe : NULL);
         return;
     }
     ds_model_forward(c->m, c->ex, &c->a, c->pool, var, M, pos0, c->tap_layers, c->n_taps, taps, taps_stride,
@@ -1591,14 +1592,21 @@ int ds_state_save(ds_ctx *c, ds_state *s) {
     s->n_past = c->n_past;
     memset(&s->rs, 0, sizeof s->rs);
     memset(&s->snap, 0, sizeof s->snap);
-    if (c->tp) return -1;        /* the ranks' pools have no snapshots (yet) */
+    memset(s->tp, 0, sizeof s->tp);
     if (c->rs.mem && ds_rstate_save(&c->rs, c->ex, 0, &s->rs)) return -1;
-    return ds_seq_snapshot(&c->seq, c->pool, c->ex, c->n_past, &s->snap);
+    if (ds_seq_snapshot(&c->seq, c->pool, c->ex, c->n_past, &s->snap)) return -1;
+    /* --tp: each rank's rows too (c->pool's snapshot is still taken: it
+     * marks the state as saved, and its restore keeps the table in step) */
+    if (c->tp && ds_tp_snapshot(c->tp, &c->seq, c->n_past, s->tp)) {
+        ds_kv_snap_free(&s->snap);
+        return -1;
+    }
+    return 0;
 }
 
 int ds_state_restore(ds_ctx *c, const ds_state *s) {
     char e[DS_ERRLEN];
-    if (c->tp) return -1;
+    if (c->tp && !s->tp[0].be && s->n_past > 0) return -1;   /* saved without the ranks */
     if (s->n_past > c->n_ctx || ds_seq_restore(&c->seq, c->pool, c->ex, &s->snap) ||
         ctx_prepare(c, 0, 0, e, sizeof e))
         return -1;
@@ -1606,11 +1614,13 @@ int ds_state_restore(ds_ctx *c, const ds_state *s) {
         if (!s->rs.data || s->rs.n != 2 * c->rs.state_n + (size_t)c->rs.n_rec * (size_t)c->rs.cap * c->rs.log_row) return -1;
         ds_rstate_load(&c->rs, c->ex, 0, &s->rs);
     }
+    if (c->tp) ds_tp_restore(c->tp, &c->seq, s->tp);
     c->n_past = c->seq.n_past = s->n_past;
     return 0;
 }
 
 void ds_state_free(ds_state *s) {
+    for (int r = 0; r < DS_STATE_TP_MAX; r++) ds_kv_snap_free(&s->tp[r]);
     ds_kv_snap_free(&s->snap);
     ds_rstate_snap_free(&s->rs);
 }

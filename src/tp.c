@@ -21,6 +21,7 @@
  * the shape a single thread driving N devices needs (comm.h). On the CPU
  * fake the ranks share one execution context and run one after the other. */
 #include "tp.h"
+#include "dspark_diag.h"
 
 #include <math.h>
 #include <stdio.h>   /* snprintf */
@@ -307,51 +308,130 @@ static float *b_o(tp_rank *k) { return k->o; }
  * The forward
  * ===================================================================== */
 
-/* One dense layer over the ranks: the phases between the collectives. */
-static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint8_t var[DS_FAM_COUNT], int M, const int *pos,
-                             int fast) {
+static int wants(const ds_probe *pr, int layer, int cp) {
+    return pr && pr->fn && (!pr->wants || pr->wants(pr->user, layer, cp));
+}
+
+#define FAM(f) (1u << (f))
+
+/* A probe of a rank-sliced activation (w floats a row per rank): gathered
+ * into the ranks' `full` scratch (a copy: nothing the pass computes reads
+ * it before it is next written) and reported from rank 0 as the full rows
+ * ds_layer_forward reports. */
+static void probe_sliced(ds_tp *t, const ds_probe *pr, int M, int pos0, int l, int cp, int sub, unsigned fams,
+                         float *(*src)(tp_rank *), size_t w) {
+    gather_rows(t, M, w, src, b_full);
+    const size_t n = w * (size_t)t->n;
+    ds_probe_rows(t->ex, pr, M, pos0, l, cp, sub, fams, t->rk[0].full, n, n);
+}
+
+static float *b_q(tp_rank *k) { return k->q; }
+static float *b_k(tp_rank *k) { return k->k; }
+static float *b_v(tp_rank *k) { return k->v; }
+static float *b_gate(tp_rank *k) { return k->gate; }
+static float *b_up(tp_rank *k) { return k->up; }
+
+/* One dense layer over the ranks: the phases between the collectives (the
+ * probes at the checkpoints ds_layer_forward reports, in its order). */
+static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint8_t var[DS_FAM_COUNT], int M, int pos0,
+                             const int *pos, int fast, const ds_probe *pr) {
     const ds_model *m = t->m;
     const ds_hparams *hp = &m->hp;
     const ds_layer *L = &m->layers[l];
     ds_exec *ex = t->ex;
     const ds_backend_i *b = ex->be->i;
-    const int d = hp->n_embd, hd = hp->head_dim, n = t->n;
-    const size_t qr = (size_t)t->hr * hd, dr = (size_t)d / n, ffr = (size_t)hp->n_ff / n;
+    const int d = hp->n_embd, hd = hp->head_dim, n = t->n, H = hp->n_head;
+    const size_t qr = (size_t)t->hr * hd, kvr = (size_t)t->hkvr * hd, dr = (size_t)d / n, ffr = (size_t)hp->n_ff / n;
+    const size_t ff = ffr * n;
     const float eps = hp->norm_eps;
     const ds_variant vnorm = (ds_variant)var[DS_FAM_RMSNORM], vrope = (ds_variant)var[DS_FAM_ROPE];
     const ds_variant vres = (ds_variant)var[DS_FAM_RESIDUAL], vsw = (ds_variant)var[DS_FAM_SWIGLU];
     const ds_rope_mode mode = ds_arch_rope(hp->arch);
+    tp_rank *r0 = &t->rk[0];
 #define MM(w, x, y) b->matmul(ex, (ds_variant)var[ds_matmul_family((w)->type)], (w), M, (x), (y))
+#define MMF(w) FAM(ds_matmul_family((w)->type))
+    const unsigned f_qkv = MMF(&L->wq) | MMF(&L->wk) | MMF(&L->wv);
+    const unsigned f_tp = FAM(DS_FAM_TP_REDUCE);
 
+    if (wants(pr, l, DSD_CP_ATTN_NORM))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_NORM, DSD_SUB_ALL, FAM(DS_FAM_RMSNORM) | (l > 0 ? FAM(DS_FAM_RESIDUAL) : 0),
+                      r0->xn, d, d);
     /* --- attention over each rank's heads ------------------------------------ */
     for (int r = 0; r < n; r++) {
         tp_rank *k = &t->rk[r];
-        tp_layer *s = &k->L[l];
-        const ds_weight *const w3[3] = {&s->wq, &s->wk, &s->wv};
+        const ds_weight *const w3[3] = {&k->L[l].wq, &k->L[l].wk, &k->L[l].wv};
         float *const y3[3] = {k->q, k->k, k->v};
         ds_layer_mm_shared(ex, var, 3, w3, M, k->xn, y3);
-        if (L->q_norm) {   /* per-head RMSNorm: a head's rows are the TP = 1 rows */
-            b->rmsnorm(ex, vnorm, M * t->hr, hd, k->q, L->q_norm, eps, k->q);
-            b->rmsnorm(ex, vnorm, M * t->hkvr, hd, k->k, L->k_norm, eps, k->k);
+    }
+    const int p_qkv = wants(pr, l, DSD_CP_QKV);
+    if (p_qkv) {
+        probe_sliced(t, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_PROJ, MMF(&L->wq), b_q, qr);
+        probe_sliced(t, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_PROJ, MMF(&L->wk), b_k, kvr);
+        probe_sliced(t, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_V_PROJ, MMF(&L->wv), b_v, kvr);
+    }
+    if (L->q_norm) {   /* per-head RMSNorm: a head's rows are the TP = 1 rows */
+        for (int r = 0; r < n; r++) {
+            b->rmsnorm(ex, vnorm, M * t->hr, hd, t->rk[r].q, L->q_norm, eps, t->rk[r].q);
+            b->rmsnorm(ex, vnorm, M * t->hkvr, hd, t->rk[r].k, L->k_norm, eps, t->rk[r].k);
         }
-        b->rope(ex, vrope, M, t->hr, hd, pos, hp->rope_base, mode, k->q);
-        b->rope(ex, vrope, M, t->hkvr, hd, pos, hp->rope_base, mode, k->k);
-        float *kc = ds_kvpool_k(k->pool, 0, l), *vc = ds_kvpool_v(k->pool, 0, l);
-        b->kv_write(ex, kc, vc, t->hkvr * hd, M, &k->rows, k->k, k->v);
+        if (p_qkv) {
+            probe_sliced(t, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_NORM, FAM(DS_FAM_RMSNORM), b_q, qr);
+            probe_sliced(t, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_NORM, FAM(DS_FAM_RMSNORM), b_k, kvr);
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        b->rope(ex, vrope, M, t->hr, hd, pos, hp->rope_base, mode, t->rk[r].q);
+        b->rope(ex, vrope, M, t->hkvr, hd, pos, hp->rope_base, mode, t->rk[r].k);
+    }
+    if (p_qkv) {
+        probe_sliced(t, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_ROPE, FAM(DS_FAM_ROPE), b_q, qr);
+        probe_sliced(t, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_ROPE, FAM(DS_FAM_ROPE), b_k, kvr);
+    }
+    for (int r = 0; r < n; r++) {
+        tp_rank *k = &t->rk[r];
+        b->kv_write(ex, ds_kvpool_k(k->pool, 0, l), ds_kvpool_v(k->pool, 0, l), t->hkvr * hd, M, &k->rows, k->k, k->v);
+    }
+    if (wants(pr, l, DSD_CP_KV_WRITE)) {
+        /* the rows just written, every K row then every V row (the rank
+         * slices of the cache rows are these rows, copied) */
+        const unsigned f = FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM) | f_qkv;
+        for (int kv = 0; kv < 2; kv++) {
+            gather_rows(t, M, kvr, kv ? b_v : b_k, b_full);
+            for (int r = 0; r < M; r++)
+                ds_probe_rows(ex, pr, 1, pos0 + r, l, DSD_CP_KV_WRITE, kv ? DSD_SUB_V_CACHE_ROW : DSD_SUB_K_CACHE_ROW, f,
+                              r0->full + (size_t)r * kvr * n, kvr * n, kvr * n);
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        tp_rank *k = &t->rk[r];
         /* the rank's heads only: head h' of the rank is head r * hr + h' of
          * the model, and its KV head h' / (hr / hkvr) the model's matching one */
         ds_attn_shape as = {t->hr, t->hkvr, hd, t->hkvr * hd, 1.0f / sqrtf((float)hd)};
-        b->attention(ex, (ds_variant)var[DS_FAM_ATTENTION], &as, M, &k->rows, k->q, kc, vc, k->att);
+        b->attention(ex, (ds_variant)var[DS_FAM_ATTENTION], &as, M, &k->rows, k->q, ds_kvpool_k(k->pool, 0, l),
+                     ds_kvpool_v(k->pool, 0, l), k->att);
     }
+    const int p_heads = wants(pr, l, DSD_CP_ATTN_HEADS);
+    if (!fast || p_heads) gather_rows(t, M, qr, b_att, b_full);   /* every head's output, head order */
+    if (p_heads)
+        for (int r = 0; r < M; r++)
+            for (int h = 0; h < H; h++)
+                ds_probe_rows(ex, pr, 1, pos0 + r, l, DSD_CP_ATTN_HEADS, (int)DSD_SUB_HEAD(h), FAM(DS_FAM_ATTENTION),
+                              r0->full + ((size_t)r * H + h) * hd, hd, hd);
     if (!fast) {
-        gather_rows(t, M, qr, b_att, b_full);              /* every head's output, head order */
         for (int r = 0; r < n; r++) MM(&t->rk[r].L[l].wo, t->rk[r].full, t->rk[r].part);
         gather_rows(t, M, dr, b_part, b_o);
     } else {
         for (int r = 0; r < n; r++) MM(&t->rk[r].L[l].wo_k, t->rk[r].att, t->rk[r].part);
         reduce_rows(t, M, (size_t)d);
     }
+    if (wants(pr, l, DSD_CP_ATTN_OUT_PROJ))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_OUT_PROJ, DSD_SUB_ALL, MMF(&L->wo) | f_tp, r0->o, d, d);
     for (int r = 0; r < n; r++) b->residual(ex, vres, vnorm, M, d, t->rk[r].x, t->rk[r].o, L->ffn_norm, eps, t->rk[r].xn);
+    if (wants(pr, l, DSD_CP_ATTN_RESIDUAL))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_RESIDUAL, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), r0->x, d, d);
+    if (wants(pr, l, DSD_CP_FFN_NORM))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_NORM, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL) | FAM(DS_FAM_RMSNORM), r0->xn, d,
+                      d);
 
     /* --- SwiGLU FFN over each rank's slice of n_ff --------------------------- */
     for (int r = 0; r < n; r++) {
@@ -359,23 +439,33 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
         const ds_weight *const w2[2] = {&k->L[l].w_gate, &k->L[l].w_up};
         float *const y2[2] = {k->gate, k->up};
         ds_layer_mm_shared(ex, var, 2, w2, M, k->xn, y2);
-        b->swiglu(ex, vsw, M, (int)ffr, k->gate, k->up, k->h);
     }
+    if (wants(pr, l, DSD_CP_FFN_GATE_UP)) {
+        probe_sliced(t, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_GATE, MMF(&L->w_gate), b_gate, ffr);
+        probe_sliced(t, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_UP, MMF(&L->w_up), b_up, ffr);
+    }
+    for (int r = 0; r < n; r++) b->swiglu(ex, vsw, M, (int)ffr, t->rk[r].gate, t->rk[r].up, t->rk[r].h);
+    const int p_act = wants(pr, l, DSD_CP_FFN_ACT);
+    if (!fast || p_act) gather_rows(t, M, ffr, b_h, b_full);
+    if (p_act) ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_ACT, DSD_SUB_ALL, FAM(DS_FAM_SWIGLU), r0->full, ff, ff);
     if (!fast) {
-        gather_rows(t, M, ffr, b_h, b_full);
         for (int r = 0; r < n; r++) MM(&t->rk[r].L[l].w_down, t->rk[r].full, t->rk[r].part);
         gather_rows(t, M, dr, b_part, b_o);
     } else {
         for (int r = 0; r < n; r++) MM(&t->rk[r].L[l].w_down_k, t->rk[r].h, t->rk[r].part);
         reduce_rows(t, M, (size_t)d);
     }
+    if (wants(pr, l, DSD_CP_FFN_DOWN))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_DOWN, DSD_SUB_ALL, MMF(&L->w_down) | f_tp, r0->o, d, d);
     for (int r = 0; r < n; r++) b->residual(ex, vres, vnorm, M, d, t->rk[r].x, t->rk[r].o, next_norm, eps, t->rk[r].xn);
+    if (wants(pr, l, DSD_CP_LAYER_OUT))
+        ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_LAYER_OUT, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), r0->x, d, d);
 #undef MM
+#undef MMF
 }
 
 void ds_tp_forward(ds_tp *t, ds_acts *a, const uint8_t var[DS_FAM_COUNT], int M, int pos0, const int *tap_layers,
-                   int n_taps, float *taps, size_t taps_stride) {
-    (void)pos0;
+                   int n_taps, float *taps, size_t taps_stride, const ds_probe *pr) {
     const ds_model *m = t->m;
     const ds_hparams *hp = &m->hp;
     ds_exec *ex = t->ex;
@@ -401,16 +491,44 @@ void ds_tp_forward(ds_tp *t, ds_acts *a, const uint8_t var[DS_FAM_COUNT], int M,
     int tap_i = 0;
     for (int l = 0; l < hp->n_layer; l++) {
         const float *next_norm = l + 1 < hp->n_layer ? m->layers[l + 1].attn_norm : m->output_norm;
-        tp_layer_forward(t, l, next_norm, var, M, a->pos, fast);
+        tp_layer_forward(t, l, next_norm, var, M, pos0, a->pos, fast, pr);
         if (tap_i < n_taps && tap_layers[tap_i] == l) {
             if (taps)   /* every rank holds the same residual stream: rank 0's */
                 ds_backend_copy2d(ex, taps + (size_t)tap_i * d, taps_stride * sizeof(float), t->rk[0].x,
                                   (size_t)d * sizeof(float), (size_t)d * sizeof(float), (size_t)M);
+            if (wants(pr, l, DSD_CP_TAP))
+                ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_TAP, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), t->rk[0].x, d, d);
             tap_i++;
         }
     }
     /* the final norm's rows for the LM head (replicated: rank 0's) */
     b->copy(ex, a->xn, t->rk[0].xn, (size_t)M * d * sizeof(float));
+    if (wants(pr, DSD_LAYER_POST, DSD_CP_FINAL_NORM))
+        ds_probe_rows(ex, pr, M, pos0, DSD_LAYER_POST, DSD_CP_FINAL_NORM, DSD_SUB_ALL,
+                      FAM(DS_FAM_RESIDUAL) | FAM(DS_FAM_RMSNORM), a->xn, d, d);
+}
+
+_Static_assert(DS_STATE_TP_MAX == DS_TP_MAX, "ds_state holds one snapshot per rank");
+
+int ds_tp_snapshot(ds_tp *t, const ds_seq *seq, int n, ds_kv_snap snaps[]) {
+    for (int r = 0; r < t->n; r++)
+        if (ds_seq_snapshot(seq, t->rk[r].pool, t->ex, n, &snaps[r])) {
+            for (int i = 0; i <= r; i++) ds_kv_snap_free(&snaps[i]);
+            return -1;
+        }
+    return 0;
+}
+
+void ds_tp_restore(ds_tp *t, const ds_seq *seq, const ds_kv_snap snaps[]) {
+    for (int r = 0; r < t->n; r++) {
+        const ds_kv_snap *s = &snaps[r];
+        const int64_t ps = ds_kvpool_page_stride(t->rk[r].pool);
+        /* into the same page ids (the context's one sequence owns its pages
+         * for good: its table does not change) */
+        for (int i = 0; i < s->n_pages; i++)
+            t->ex->be->i->copy(t->ex, ds_kvpool_page_base(t->rk[r].pool, seq->table[i]), s->data + (int64_t)i * ps,
+                               (size_t)ps * sizeof(float));
+    }
 }
 
 void ds_tp_read_kv(ds_tp *t, const ds_seq *seq, int pos0, int n, float *k, float *v) {

@@ -54,15 +54,24 @@ int    ds_tp_ranks(const ds_tp *t);
 /* ds_model_forward over the ranks: the rows of a (positions, ids, page
  * tables; their pool page ids are the ranks' page ids too), taps of the
  * listed layers from rank 0's residual stream, the final norm into a->xn.
+ * pr (or NULL): the checkpoints ds_layer_forward reports, the same objects
+ * with full rows (a rank-sliced one is all-gathered for the probe only; the
+ * o_proj and down outputs carry the tp_reduce family's bit).
  * A failed collective, or var[DS_FAM_TP_REDUCE] fast where the K split is
  * not available, is kept and reported by ds_tp_error. */
 void ds_tp_forward(ds_tp *t, ds_acts *a, const uint8_t var[DS_FAM_COUNT], int M, int pos0, const int *tap_layers,
-                   int n_taps, float *taps, size_t taps_stride);
+                   int n_taps, float *taps, size_t taps_stride, const ds_probe *pr);
 /* 0, or -1 with the kept error (cleared). */
 int  ds_tp_error(ds_tp *t, char *err, size_t errlen);
 
 /* Host copies of the KV rows [pos0, pos0 + n) of every layer, the ranks'
  * heads put back in head order: the layout of ds_ctx_read_kv. */
 void ds_tp_read_kv(ds_tp *t, const ds_seq *seq, int pos0, int n, float *k, float *v);
+
+/* Every rank's rows of the sequence's first n positions (snaps[0..ranks),
+ * ds_state.tp), and their restore into the same pages. The snapshot is 0,
+ * or -1 out of device memory (nothing kept then). */
+int  ds_tp_snapshot(ds_tp *t, const ds_seq *seq, int n, ds_kv_snap snaps[]);
+void ds_tp_restore(ds_tp *t, const ds_seq *seq, const ds_kv_snap snaps[]);
 
 #endif

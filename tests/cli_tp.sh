@@ -8,6 +8,8 @@
 #     identical (memcmp), and --fast tp_reduce (the row-parallel all-reduce
 #     layout) NOT identical at --tp 2 and 4 — the counter-test that shows the
 #     comparison sees a layout that moves bits; the shipped F16 target too;
+#   - dspark diverge --tp N (Pass B on N ranks): NONE while canonical, and
+#     the fast layout's first divergence at layer 0's o_proj;
 #   - refusals, one line each and exit 2: N that does not divide the KV
 #     heads, N out of range, a MoE model, fast tp_reduce where K does not
 #     split into whole blocks.
@@ -56,6 +58,19 @@ done
 "$D" generate -m "$F16" -p "$P" -n 4 -t 2 --tp 2 --fast tp_reduce --dump-logits "$T/sf" >/dev/null 2>&1 || bad "shipped fast"
 "$D" generate -m "$F16" -p "$P" -n 4 -t 2 --dump-logits "$T/s1" >/dev/null 2>&1 || bad "shipped tp 1"
 cmp -s "$T/s1" "$T/sf" && bad "shipped F16: fast tp_reduce at --tp 2 did not move a bit" || ok "shipped F16: --fast tp_reduce at --tp 2 moves logits"
+
+# --- diverge across TP degrees: Pass A at --tp 1, Pass B the same block on N ranks
+"$D" diverge -m "$F16" -p "$PR" --block-greedy 8 -t 2 --tp 2 >"$T/d2" 2>&1 || bad "diverge --tp 2 exit"
+grep -q '^FIRST_DIVERGENCE NONE compared_objects=' "$T/d2" && grep -q 'missing_in_a=0 missing_in_b=0' "$T/d2" \
+    && grep -q '^CHAIN .*first_break=NONE' "$T/d2" && ok "diverge --tp 2 (shipped F16): NONE, every checkpoint object on both sides" \
+    || { bad "diverge --tp 2 canonical"; cat "$T/d2"; }
+"$D" diverge -m "$T/m4.gguf" -p "$PR" --block-greedy 8 -t 2 --tp 4 >"$T/d4" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/d4" \
+    && ok "diverge --tp 4 (4 KV heads): NONE" || { bad "diverge --tp 4 canonical"; cat "$T/d4"; }
+"$D" diverge -m "$F16" -p "$PR" --block-greedy 8 -t 2 --tp 2 --fast tp_reduce >"$T/df" 2>&1 || bad "diverge --fast tp_reduce exit"
+grep -q '^FIRST_DIVERGENCE row=0 layer=0 checkpoint=cp5_attn_out_proj ' "$T/df" \
+    && ok "diverge --tp 2 --fast tp_reduce: $(grep '^FIRST_DIVERGENCE' "$T/df" | cut -d' ' -f1-5)" || { bad "fast tp_reduce not found at o_proj"; cat "$T/df"; }
+expect_err "diverge --tp 3" "KV heads" "$D" diverge -m "$Q8" -p "$PR" --block-greedy 4 --tp 3
+expect_err "families --tp" "diverge flag" "$D" families -m "$Q8" -p "$PR" --block-greedy 4 --tp 2
 
 # --- refusals ------------------------------------------------------------------
 expect_err "--tp 3 on 2 KV heads" "KV heads" "$D" generate -m "$Q8" -p "$P" -n 4 --tp 3

@@ -14,6 +14,7 @@
  *   4. the counter-test: the fast tp_reduce layout (row-parallel all-reduce)
  *      moves logits at TP = 2 and 4 — so the comparisons above can see a
  *      layout that changes bits — and is a no-op without ranks;
+ *   state: ds_state_save / restore at TP = 2 (what diverge's S0 needs);
  *   5. refusals: N that does not divide, N out of range, a MoE model, --tp
  *      after the first forward, the fast layout where K does not split into
  *      whole blocks: one line each. */
@@ -273,6 +274,40 @@ static void test_generate(void) {
 }
 
 /* ========================================================================
+ * state snapshots at TP = 2 (diverge's S0): every rank's rows come back
+ * ===================================================================== */
+static void test_state(void) {
+    char err[DS_ERRLEN];
+    ds_model *m = ds_model_load_on("models/dspark-tiny-f16.gguf", tu_device(), err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (!m) return;
+    ds_ctx *c = ds_ctx_new(m, 64, 2, err, sizeof err);
+    const size_t V = (size_t)m->hp.n_vocab;
+    float *l[3];
+    for (int i = 0; i < 3; i++) l[i] = malloc(4 * V * sizeof(float));
+    const int32_t prompt[6] = {84, 104, 101, 32, 114, 105}, other[6] = {7, 8, 9, 10, 11, 12}, blk[4] = {50, 60, 70, 80};
+    ds_state s0;
+    memset(&s0, 0, sizeof s0);
+    int ok = c && l[0] && l[1] && l[2] && ds_ctx_set_tp(c, 2, err, sizeof err) == 0 &&
+             ds_forward_batch(c, prompt, 6, 0, DS_LOGITS_NONE, NULL, NULL, err, sizeof err) == 0 && ds_state_save(c, &s0) == 0 &&
+             ds_forward_batch(c, blk, 4, 6, DS_LOGITS_ALL, l[0], NULL, err, sizeof err) == 0 &&
+             /* overwrite the prompt's rows on every rank, restore, rerun */
+             ds_forward_batch(c, other, 6, 0, DS_LOGITS_NONE, NULL, NULL, err, sizeof err) == 0 &&
+             ds_forward_batch(c, blk, 4, 6, DS_LOGITS_ALL, l[2], NULL, err, sizeof err) == 0 && ds_state_restore(c, &s0) == 0 &&
+             ds_forward_batch(c, blk, 4, 6, DS_LOGITS_ALL, l[1], NULL, err, sizeof err) == 0;
+    CHECK(ok, "state at tp=2: %s", err);
+    if (ok) {
+        CHECK(!diff_at(l[0], l[1], 4 * V, "logits after restore", "shipped-f16", 2), "tp=2: restored S0 gives other logits");
+        CHECK(memcmp(l[0], l[2], 4 * V * sizeof(float)) != 0, "tp=2: overwritten prompt rows did not change the logits (the restore test is blind)");
+        PASS("state at tp=2: ds_state_restore brings every rank's KV rows back (an overwritten prompt changes the logits until then)");
+    }
+    ds_state_free(&s0);
+    for (int i = 0; i < 3; i++) free(l[i]);
+    ds_ctx_free(c);
+    ds_model_free(m);
+}
+
+/* ========================================================================
  * 5. refusals
  * ===================================================================== */
 static void test_refusals(const char *dir) {
@@ -349,6 +384,7 @@ int main(void) {
     if (make(dir, "llama-f32.gguf", "llama", DS_TYPE_F32, 0, path, sizeof path) == 0)
         tp_identity(path, "random-llama-f32", four, 2);
     test_generate();
+    test_state();
     test_refusals(dir);
     tu_rmdir(dir);
     return tu_finish("test_tp");
