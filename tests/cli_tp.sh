@@ -41,6 +41,11 @@ check spec_t08_f16_p1    "$D" generate -m "$F16" -md "$DR" -p "$P" -n 48 -t 1 --
     || bad "--tp 2 logits_q8_p1 differs from golden"
 "$D" generate -m "$Q8" -p "$P" -n 2 -t 1 --tp 2 -v 2>&1 >/dev/null | grep -q '^tp=2 ' && ok "-v reports tp=2" || bad "-v tp line"
 
+# perplexity: the same mean NLL to the last printed digit (the logits are the same bits)
+xz -dc data/val.txt.xz 2>/dev/null | head -c 40000 >"$T/val.txt"
+for n in 1 2; do "$D" perplexity -m "$Q8" -f "$T/val.txt" -c 128 --chunks 3 -t 2 --tp $n 2>/dev/null | cut -d' ' -f1-5 >"$T/ppl$n"; done
+[ -s "$T/ppl1" ] && cmp -s "$T/ppl1" "$T/ppl2" && ok "perplexity --tp 2 == --tp 1 ($(cat "$T/ppl2"))" || bad "perplexity --tp 2: $(cat "$T/ppl2") vs $(cat "$T/ppl1")"
+
 # --- 4 KV heads: --tp 1, 2, 4 -----------------------------------------------
 "$D" make-model -o "$T/m4.gguf" --type f16 --n-embd 256 --n-layer 3 --n-head 8 --n-head-kv 4 --head-dim 32 --n-ff 512 \
     --n-vocab 400 --seed 5 >/dev/null 2>&1 || { echo "FAIL make-model"; exit 1; }
