@@ -41,6 +41,16 @@ check spec_t08_f16_p1    "$D" generate -m "$F16" -md "$DR" -p "$P" -n 48 -t 1 --
     || bad "--tp 2 logits_q8_p1 differs from golden"
 "$D" generate -m "$Q8" -p "$P" -n 2 -t 1 --tp 2 -v 2>&1 >/dev/null | grep -q '^tp=2 ' && ok "-v reports tp=2" || bad "-v tp line"
 
+# every kernel fast at --tp 2 (tp_reduce included): the bytes move (the counter-test at the
+# byte level: with the fast Q8_0 matmul's unquantized activations the partial sums' last
+# bits are no longer absorbed), and speculative --commit replay still equals plain with the
+# same kernels
+"$D" generate -m "$Q8" -p "$P" -n 48 -t 2 --tp 2 --kernels fast >"$T/pf" 2>/dev/null || bad "plain fast --tp 2"
+"$D" generate -m "$Q8" -md "$DR" -p "$P" -n 48 -t 2 --tp 2 --kernels fast --commit replay >"$T/sf2" 2>/dev/null || bad "spec replay fast --tp 2"
+grep -q "^$(sha256sum <"$T/pf" | cut -c1-64) plain_greedy_q8_p1\$" "$G" && bad "--kernels fast --tp 2 printed the canonical bytes" \
+    || ok "--kernels fast --tp 2: the bytes differ from the one-device canonical ones"
+cmp -s "$T/pf" "$T/sf2" && [ -s "$T/pf" ] && ok "--tp 2 --kernels fast: speculative --commit replay == plain" || bad "spec replay fast --tp 2 != plain"
+
 # perplexity: the same mean NLL to the last printed digit (the logits are the same bits)
 xz -dc data/val.txt.xz 2>/dev/null | head -c 40000 >"$T/val.txt"
 for n in 1 2; do "$D" perplexity -m "$Q8" -f "$T/val.txt" -c 128 --chunks 3 -t 2 --tp $n 2>/dev/null | cut -d' ' -f1-5 >"$T/ppl$n"; done
@@ -63,6 +73,14 @@ done
 "$D" generate -m "$F16" -p "$P" -n 4 -t 2 --tp 2 --fast tp_reduce --dump-logits "$T/sf" >/dev/null 2>&1 || bad "shipped fast"
 "$D" generate -m "$F16" -p "$P" -n 4 -t 2 --dump-logits "$T/s1" >/dev/null 2>&1 || bad "shipped tp 1"
 cmp -s "$T/s1" "$T/sf" && bad "shipped F16: fast tp_reduce at --tp 2 did not move a bit" || ok "shipped F16: --fast tp_reduce at --tp 2 moves logits"
+
+# every other family fast, tp_reduce canonical: today's CPU fast kernels compute an output
+# from its own weight row too, so --tp does not move their bits either (reported, not
+# required: the contract promises it for canonical kernels only)
+"$D" generate -m "$T/m4.gguf" -p "$PR" -n 4 -t 2 --kernels fast --dump-logits "$T/kf1" >/dev/null 2>&1
+"$D" generate -m "$T/m4.gguf" -p "$PR" -n 4 -t 2 --tp 4 --kernels fast --canonical tp_reduce --dump-logits "$T/kf4" >/dev/null 2>&1
+cmp -s "$T/kf1" "$T/kf4" && echo "NOTE --kernels fast --canonical tp_reduce: --tp 4 logits == --tp 1 (4 KV heads, F16)" \
+    || echo "NOTE --kernels fast --canonical tp_reduce: --tp 4 logits differ from --tp 1 (a fast kernel depends on its weight's rows)"
 
 # --- diverge across TP degrees: Pass A at --tp 1, Pass B the same block on N ranks
 "$D" diverge -m "$F16" -p "$PR" --block-greedy 8 -t 2 --tp 2 >"$T/d2" 2>&1 || bad "diverge --tp 2 exit"
