@@ -83,8 +83,13 @@ int ds_tp_check(const ds_model *m, int n, char *err, size_t errlen) {
         return -1;
     }
     if (!m->be->i->host_memory) {
-        ds_errf(err, errlen, "--tp %d on %s: tensor parallelism across GPUs needs the NCCL build (make NCCL=1, docs/TP.md); "
-                "this build runs it on CPU ranks only", n, m->be->i->name);
+#ifdef DS_HAVE_NCCL
+        ds_errf(err, errlen, "--tp %d on %s: the NCCL communicator is built but the multi-GPU forward is not yet "
+                "(docs/TP.md, what remains); CPU ranks only", n, m->be->i->name);
+#else
+        ds_errf(err, errlen, "--tp %d on %s: tensor parallelism across GPUs needs the NCCL build (make CUDA=1 NCCL=1, "
+                "docs/TP.md); this build runs it on CPU ranks only", n, m->be->i->name);
+#endif
         return -1;
     }
     if (hp->n_head_kv % n) {
