@@ -1173,6 +1173,13 @@ int ds_ctx_set_tp(ds_ctx *c, int n, char *err, size_t errlen) {
 
 int ds_ctx_tp(const ds_ctx *c) { return c->tp ? ds_tp_ranks(c->tp) : 1; }
 
+void ds_ctx_tp_stats(const ds_ctx *c, long *gathers, long *reduces, double *bytes) {
+    const ds_tp_stats s = c->tp ? ds_tp_get_stats(c->tp) : (ds_tp_stats){0, 0, 0.0};
+    *gathers = s.gathers;
+    *reduces = s.reduces;
+    *bytes = s.bytes;
+}
+
 int ds_kv_truncate(ds_ctx *c, int n_pos) {
     if (n_pos < 0 || n_pos > c->n_past) return -1;
     /* a hybrid model rolls its recurrent state back too: to a state it kept */

@@ -178,6 +178,8 @@ void ds_ctx_read_kv(ds_ctx *c, int pos0, int n, float *k, float *v);
  * 0, or -1 with one line (what does not divide, an unsupported model). */
 int ds_ctx_set_tp(ds_ctx *c, int n, char *err, size_t errlen);
 int ds_ctx_tp(const ds_ctx *c);              /* ranks: 1 without --tp        */
+/* --tp: collectives issued so far (tp.h ds_tp_stats); zeros without --tp. */
+void ds_ctx_tp_stats(const ds_ctx *c, long *gathers, long *reduces, double *bytes);
 
 /* Drop KV rows at positions >= n_pos (used to discard rejected draft rows). */
 int ds_kv_truncate(ds_ctx *c, int n_pos);

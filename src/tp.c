@@ -58,6 +58,7 @@ struct ds_tp {
     char       fast_why[160];    /* why not                                   */
     tp_rank    rk[DS_TP_MAX];
     float     *kv_tmp;           /* ds_tp_read_kv: one position of one rank  */
+    ds_tp_stats st;              /* collectives issued so far                */
     int        failed;
     char       err[DS_ERRLEN];
 };
@@ -168,6 +169,7 @@ void ds_tp_free(ds_tp *t) {
 }
 
 int ds_tp_ranks(const ds_tp *t) { return t->n; }
+ds_tp_stats ds_tp_get_stats(const ds_tp *t) { return t->st; }
 
 ds_tp *ds_tp_new(const ds_model *m, ds_exec *ex, int n, int n_pages, int m_max, char *err, size_t errlen) {
     if (ds_tp_check(m, n, err, errlen)) return NULL;
@@ -281,6 +283,8 @@ static void gather_rows(ds_tp *t, int M, size_t w, float *(*src)(tp_rank *), flo
         t->failed = 1;
         return;
     }
+    t->st.gathers++;
+    t->st.bytes += (double)M * (double)w * (double)(t->n - 1) * sizeof(float);
     if (M == 1) return;
     const size_t wb = w * sizeof(float);
     for (int r = 0; r < t->n; r++)
@@ -300,7 +304,12 @@ static void reduce_rows(ds_tp *t, int M, size_t n) {
         send[r] = t->rk[r].part;
         recv[r] = t->rk[r].o;
     }
-    if (t->comm->i->all_reduce_sum(t->comm, ex, send, recv, (size_t)M * n, t->err, sizeof t->err)) t->failed = 1;
+    if (t->comm->i->all_reduce_sum(t->comm, ex, send, recv, (size_t)M * n, t->err, sizeof t->err)) {
+        t->failed = 1;
+        return;
+    }
+    t->st.reduces++;
+    t->st.bytes += (double)M * (double)n * sizeof(float);
 }
 
 static float *b_att(tp_rank *k) { return k->att; }

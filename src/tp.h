@@ -51,6 +51,16 @@ ds_tp *ds_tp_new(const ds_model *m, ds_exec *ex, int n, int n_pages, int m_max, 
 void   ds_tp_free(ds_tp *t);
 int    ds_tp_ranks(const ds_tp *t);
 
+/* Collectives issued since the plan was made (probes' gathers included):
+ * all-gathers, all-reduces, and the floats' bytes each rank received from
+ * the others (an all-gather of w a rank: (N - 1) w; an all-reduce of n: n,
+ * the ring's lower bound per rank). What a GPU run's links carry. */
+typedef struct {
+    long   gathers, reduces;
+    double bytes;
+} ds_tp_stats;
+ds_tp_stats ds_tp_get_stats(const ds_tp *t);
+
 /* ds_model_forward over the ranks: the rows of a (positions, ids, page
  * tables; their pool page ids are the ranks' page ids too), taps of the
  * listed layers from rank 0's residual stream, the final norm into a->xn.

@@ -308,6 +308,47 @@ static void test_state(void) {
 }
 
 /* ========================================================================
+ * the collectives a decode step issues: 4 all-gathers a layer (canonical),
+ * 2 all-reduces a layer (fast), and the bytes a rank receives
+ * ===================================================================== */
+static void test_stats(void) {
+    char err[DS_ERRLEN];
+    ds_model *m = ds_model_load_on(tu_shipped_target(), tu_device(), err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (!m) return;
+    const ds_hparams *hp = &m->hp;
+    const double qr = (double)hp->n_head / 2 * hp->head_dim, dr = hp->n_embd / 2.0, ffr = hp->n_ff / 2.0;
+    for (int fast = 0; fast < 2; fast++) {
+        ds_ctx *c = ds_ctx_new(m, 64, 2, err, sizeof err);
+        if (!c) { CHECK(0, "%s", err); continue; }
+        ds_kernel_set ks;
+        ds_kernel_set_all(&ks, DS_CANONICAL);
+        ks.v[DS_FAM_TP_REDUCE] = fast ? DS_FAST : DS_CANONICAL;
+        ds_ctx_set_kernels(c, &ks);
+        long g = -1, r = -1;
+        double by = -1;
+        ds_ctx_tp_stats(c, &g, &r, &by);
+        CHECK(g == 0 && r == 0 && by == 0, "no --tp: no collectives");
+        const int32_t t[3] = {3, 4, 5};
+        CHECK(ds_ctx_set_tp(c, 2, err, sizeof err) == 0 &&
+                  ds_forward_batch(c, t, 3, 0, DS_LOGITS_NONE, NULL, NULL, err, sizeof err) == 0,
+              "%s", err);
+        ds_ctx_tp_stats(c, &g, &r, &by);
+        const double L = hp->n_layer;
+        if (!fast)
+            CHECK(g == 4 * hp->n_layer && r == 0 && by == 3 * L * (qr + dr + ffr + dr) * 4,
+                  "canonical: %ld gathers %ld reduces %.0f bytes (want %d, 0, %.0f)", g, r, by, 4 * hp->n_layer,
+                  3 * L * (qr + dr + ffr + dr) * 4);
+        else
+            CHECK(g == 0 && r == 2 * hp->n_layer && by == 3 * L * 2 * hp->n_embd * 4,
+                  "fast: %ld gathers %ld reduces %.0f bytes (want 0, %d, %.0f)", g, r, by, 2 * hp->n_layer, 3 * L * 2 * hp->n_embd * 4.0);
+        ds_ctx_free(c);
+    }
+    PASS("collectives: 4 all-gathers a layer (canonical), 2 all-reduces a layer (fast tp_reduce), the bytes a rank receives");
+    ds_model_free(m);
+}
+
+/* ========================================================================
  * 5. refusals
  * ===================================================================== */
 static void test_refusals(const char *dir) {
@@ -385,6 +426,7 @@ int main(void) {
         tp_identity(path, "random-llama-f32", four, 2);
     test_generate();
     test_state();
+    test_stats();
     test_refusals(dir);
     tu_rmdir(dir);
     return tu_finish("test_tp");

@@ -74,6 +74,7 @@ int cmd_bench(int argc, char **argv) {
     const char *json = NULL, *drafter_path = NULL;
     int profile = 0;
     long tp = 1;
+    double tp_step_g = 0, tp_step_b = 0;   /* --tp: all-gathers and bytes a rank receives per decode step */
     long reps = 5, prefix = 64, n_decode = 32, prefill_lens[MAX_LIST] = { 128 }, depths[MAX_LIST];
     int n_prefill = 1, n_depth = 0;
     cli_model_flags mf;
@@ -166,8 +167,18 @@ int cmd_bench(int argc, char **argv) {
         ds_ctx_set_kernels(c, &(canon));
         CHECK(ds_kv_truncate(c, (int)prefix));
         double t0 = cli_now();
+        long g0, r0c;
+        double b0;
+        ds_ctx_tp_stats(c, &g0, &r0c, &b0);
         for (long i = 0; i < n_decode; i++) CHECK(ds_decode(c, toks[prefix + i], (int)(prefix + i), logits, NULL, err, sizeof err));
         t_dec[r] = (cli_now() - t0) / (double)n_decode;
+        if (r == 0 && tp > 1) {   /* what one decode step moves between the ranks */
+            long g1, r1c;
+            double b1;
+            ds_ctx_tp_stats(c, &g1, &r1c, &b1);
+            tp_step_g = (double)(g1 - g0) / (double)n_decode;
+            tp_step_b = (b1 - b0) / (double)n_decode;
+        }
         /* verify widths, canonical and fast interleaved */
         for (int w = 0; w < N_WIDTHS; w++)
             for (int v = 0; v < 2; v++) {
@@ -212,7 +223,9 @@ int cmd_bench(int argc, char **argv) {
     printf("model=%s arch=%s weights=%s params=%llu threads=%ld simd=%s reps=%ld prefix=%ld\n", model_path,
            ds_arch_name(m->hp.arch), ds_type_name(m->weight_type), (unsigned long long)m->n_params, n_threads,
            ds_simd_path(), reps, prefix);
-    if (tp > 1) printf("tp=%ld ranks=cpu (one process; the ranks run one after another)\n", tp);
+    if (tp > 1)
+        printf("tp=%ld ranks=cpu (one process; the ranks run one after another) decode_step: %.0f all-gathers, %.0f bytes received a rank\n",
+               tp, tp_step_g, tp_step_b);
     printf("decode: %.3f ms/token  %.1f tok/s\n", dec * 1e3, 1.0 / dec);
     printf("prefill(%ld): %.1f tok/s (canonical)\n", prefill_len, (double)prefill_len / pre);
     for (int k = 1; k < n_prefill; k++)
