@@ -123,6 +123,31 @@ bench-attn: $(BUILD)/tests/cuda/bench_attn
 	@$(BUILD)/tests/cuda/bench_attn
 endif
 
+# ---- NCCL: tensor parallelism across GPUs (issue 25, docs/TP.md) -------------------
+# make CUDA=1 NCCL=1: src/comm_nccl.c (the NCCL communicator: nccl.h and
+# libnccl.so.2 of the toolkit's NCCL package, under NCCL_HOME, by default
+# CUDA_HOME) built into libdspark, which every binary then links with libnccl
+# and the CUDA runtime — why it is not the default (a CPU run of the default
+# build maps no CUDA library). `make CUDA=1 NCCL=1 test-nccl`: the collectives
+# on this host's GPUs against the CPU fake (tests/cuda/test_nccl.c).
+NCCL ?= 0
+ifeq ($(NCCL),1)
+ifneq ($(CUDA),1)
+$(error NCCL=1 needs the CUDA build (CUDA=1 and nvcc))
+endif
+NCCL_HOME ?= $(CUDA_HOME)
+CFLAGS += -DDS_HAVE_NCCL -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
+LDLIBS += -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lnccl \
+          -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+all: $(BUILD)/tests/cuda/test_nccl
+$(BUILD)/tests/cuda/test_nccl: tests/cuda/test_nccl.c $(BUILD)/libdspark.a $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(BUILD)/libdspark.a -o $@ $(LDLIBS)
+test-nccl: $(BUILD)/tests/cuda/test_nccl
+	@$(BUILD)/tests/cuda/test_nccl
+endif
+.PHONY: test-nccl
+
 # the shipped Q8_0 target: the golden outputs and the CLI diagnostics run on it
 test-cuda: all $(CUDA_TESTS)
 	@BUILD=$(BUILD) sh tests/cuda/run.sh

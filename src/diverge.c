@@ -356,6 +356,7 @@ int ds_model_uses_family(const ds_model *m, int fam) {
     if (fam == DS_FAM_ATTN_SINKS || fam == DS_FAM_HC_PRE || fam == DS_FAM_HC_POST) return m->hp.arch == DS_ARCH_DEEPSEEK4;
     if (fam == DS_FAM_DS4_COMPRESS) return m->hp.n_comp > 0;
     if (fam == DS_FAM_DS4_INDEXER) return m->hp.n_csa > 0;
+    if (fam == DS_FAM_TP_REDUCE) return 0;   /* a context without --tp runs no rank layout */
     if (m->hp.arch == DS_ARCH_DEEPSEEK4 && (fam == DS_FAM_ATTENTION || fam == DS_FAM_SWIGLU || fam == DS_FAM_RESIDUAL))
         return fam == DS_FAM_SWIGLU;     /* deepseek4 attends with attn_sinks and adds by hc_post */
     const int t = ds_family_weight_type(fam);
@@ -472,10 +473,49 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
         K = (int)W->n_in;
         N = (int)W->n_out;
     }
+    /* tp_reduce: the layout of an o_proj-shaped F32 matmul [d][K] over two
+     * ranks. ref: the whole weight (decode, = --tp 1); canonical: the two
+     * ranks' row halves (complete dot products) put side by side, as the
+     * all-gather does; fast: the two K halves (row-parallel), the partial
+     * sums added in rank order, as the all-reduce does. */
+    ds_weight tpw[4];                       /* rows 0, rows 1, K half 0, K half 1 */
+    float *tp_data = NULL;
+    int tp_n = 0;
+    memset(tpw, 0, sizeof tpw);
+    if (fam == DS_FAM_TP_REDUCE) {
+        if (!b->add) {
+            ds_errf(err, errlen, "families: the %s device has no add kernel (tp_reduce's rank-order sum)", b->name);
+            return -1;
+        }
+        K = d - d % 64 ? d - d % 64 : 64;
+        N = d - d % 2;
+        const size_t kn = (size_t)K * N, h = (size_t)K / 2;
+        tp_data = malloc(2 * kn * sizeof(float));
+        if (!tp_data) { ds_errf(err, errlen, "families: out of memory"); return -1; }
+        fill(tp_data, kn, 98, 0.1f);
+        float *kh = tp_data + kn;                /* the K halves, each [N][K/2] */
+        for (size_t r = 0; r < (size_t)N; r++)
+            for (size_t i = 0; i < (size_t)K; i++) kh[(i < h ? 0 : kn / 2) + r * h + i % h] = tp_data[r * K + i];
+        synth = (ds_weight){ DS_TYPE_F32, K, N, tp_data, NULL };
+        tpw[0] = (ds_weight){ DS_TYPE_F32, K, N / 2, tp_data, NULL };
+        tpw[1] = (ds_weight){ DS_TYPE_F32, K, N / 2, tp_data + (size_t)(N / 2) * K, NULL };
+        tpw[2] = (ds_weight){ DS_TYPE_F32, K / 2, N, kh, NULL };
+        tpw[3] = (ds_weight){ DS_TYPE_F32, K / 2, N, kh + kn / 2, NULL };
+        if (b->prepare_weight(ex->be, &synth, DS_USE_MATMUL, err, errlen)) { free(tp_data); return -1; }
+        for (; tp_n < 4; tp_n++)
+            if (b->prepare_weight(ex->be, &tpw[tp_n], DS_USE_MATMUL, err, errlen)) {
+                b->release_weight(ex->be, &synth);
+                for (int i = 0; i < tp_n; i++) b->release_weight(ex->be, &tpw[i]);
+                free(tp_data);
+                return -1;
+            }
+        W = &synth;
+        out->synthetic = 1;
+    }
     /* buffer sizes: the largest object any family touches, m_max rows */
     const int n_kv = 160;                     /* cache positions for attention: spans two chunks */
-    size_t row_in = (size_t)(is_mm ? K : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
-    size_t row_out = (size_t)(is_mm ? N : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
+    size_t row_in = (size_t)(is_mm || W ? K : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
+    size_t row_out = (size_t)(is_mm || W ? N : (fam == DS_FAM_SWIGLU ? ff : (fam == DS_FAM_ATTENTION || fam == DS_FAM_ROPE ? H * hd : d)));
     /* moe_route: the model's router shape (a 64-expert, top-8 one for a
      * dense model); in: logits (room for the route's 2k), out: k weights
      * then the k expert ids as floats */
@@ -746,6 +786,24 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
             b->hc_post(ex, v, M, hcn, hdd, f, d_in1, post, comb, d_got);
             break;
         }
+        case DS_FAM_TP_REDUCE: {
+            const size_t hb = (size_t)(K / 2) * sizeof(float), nb = (size_t)(N / 2) * sizeof(float);
+            for (int r = 0; r < M; r++)
+                b->matmul(ex, DS_CANONICAL, W, 1, d_in1 + (size_t)r * K, d_ref + (size_t)r * N);
+            if (v == DS_CANONICAL) {        /* each rank its rows, gathered side by side */
+                for (int k = 0; k < 2; k++) {
+                    b->matmul(ex, DS_CANONICAL, &tpw[k], M, d_in1, d_tmp);
+                    ds_backend_copy2d(ex, d_got + (size_t)k * (N / 2), (size_t)N * sizeof(float), d_tmp, nb, nb, (size_t)M);
+                }
+            } else {                        /* each rank its K half, the partials summed rank 0 + rank 1 */
+                ds_backend_copy2d(ex, d_tmp, hb, d_in1, 2 * hb, hb, (size_t)M);
+                ds_backend_copy2d(ex, d_tmp + (size_t)M * (K / 2), hb, d_in1 + K / 2, 2 * hb, hb, (size_t)M);
+                b->matmul(ex, DS_CANONICAL, &tpw[2], M, d_tmp, d_got);
+                b->matmul(ex, DS_CANONICAL, &tpw[3], M, d_tmp + (size_t)M * (K / 2), d_in2);
+                b->add(ex, (int64_t)M * N, d_got, d_in2, d_got);
+            }
+            break;
+        }
         case DS_FAM_GDN:
             if (gdn_ab(b, ex, &gs, v, M, in1, ref, got, err, errlen)) goto done;
             b->upload(ex, d_ref, ref, (size_t)M * row_out * sizeof(float));
@@ -769,7 +827,9 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
     rc = 0;
 done:
     ab_free(&a);
-    if (synth_data) b->release_weight(ex->be, &synth);
+    if (synth_data || tp_data) b->release_weight(ex->be, &synth);
+    for (int i = 0; i < tp_n; i++) b->release_weight(ex->be, &tpw[i]);
+    free(tp_data);
     free(in1); free(in2); free(ref); free(got); free(w); free(pos); free(synth_data);
     return rc;
 }

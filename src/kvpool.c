@@ -237,6 +237,7 @@ float *ds_kvpool_v(const ds_kvpool *p, int g, int l) {
     return p->base + p->off[g][1] + (int64_t)l * 2 * DS_KV_PAGE * p->shape.row[g];
 }
 int64_t ds_kvpool_page_stride(const ds_kvpool *p) { return p->page_stride; }
+float *ds_kvpool_page_base(const ds_kvpool *p, int page) { return p->base + (int64_t)page * p->page_stride; }
 int ds_kvpool_n_pages(const ds_kvpool *p) { return p->shape.n_pages; }
 int ds_kvpool_n_free(const ds_kvpool *p) { return p->n_heap + p->n_lru; }
 int ds_kvpool_n_cached(const ds_kvpool *p) { return p->n_cached; }

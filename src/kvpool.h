@@ -46,6 +46,7 @@ void       ds_kvpool_free(ds_kvpool *p);
 float  *ds_kvpool_k(const ds_kvpool *p, int group, int layer);
 float  *ds_kvpool_v(const ds_kvpool *p, int group, int layer);
 int64_t ds_kvpool_page_stride(const ds_kvpool *p);   /* floats */
+float  *ds_kvpool_page_base(const ds_kvpool *p, int page);   /* page's first float (device) */
 int     ds_kvpool_n_pages(const ds_kvpool *p);
 int     ds_kvpool_n_free(const ds_kvpool *p);        /* free + evictable cached pages */
 int     ds_kvpool_n_cached(const ds_kvpool *p);      /* pages with a hash (in use or not) */

@@ -9,6 +9,7 @@
  * sequences, and the bits agree by construction rather than by luck. */
 #include "model.h"
 #include "dspark_diag.h"
+#include "tp.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -981,6 +982,9 @@ struct ds_ctx {
     ds_probe    probe;           /* .fn == NULL: none                         */
     float      *stage;           /* host staging for probes: widest row       */
     ds_rstate   rs;              /* hybrid models: the recurrent states (one slot) */
+    ds_tp      *tp;              /* --tp N > 1: the ranks that run the forward (tp.h);
+                                    their pools hold the KV rows, on this
+                                    sequence's page ids, and c->pool stays unused */
 };
 
 /* Rows of a run a context can roll back into (rstate.h): a verify block of
@@ -992,6 +996,7 @@ static void ctx_release(ds_ctx *c) {
     float *bufs[] = {c->a.x, c->a.xn, c->a.q, c->a.k, c->a.v, c->a.att, c->a.o, c->a.gate, c->a.up,
                      c->a.h, c->a.moe, c->a.rec, c->logits, c->taps, c->sel_logits, c->sel_scratch};
     if (c->rs.mem) ds_rstate_free(&c->rs);
+    ds_tp_free(c->tp);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->i->release(be, bufs[i]);
     if (c->pos) be->i->release(be, c->pos);      /* c->ids lies in the same buffer */
@@ -1153,6 +1158,28 @@ int ds_set_taps(ds_ctx *c, const int *layers, int n, char *err, size_t errlen) {
     return 0;
 }
 
+int ds_ctx_set_tp(ds_ctx *c, int n, char *err, size_t errlen) {
+    if (c->n_past > 0) {
+        ds_errf(err, errlen, "--tp: the context already holds %d positions (set it before the first forward)", c->n_past);
+        return -1;
+    }
+    if (ds_tp_check(c->m, n, err, errlen)) return -1;
+    ds_tp *t = NULL;
+    if (n > 1 && !(t = ds_tp_new(c->m, c->ex, n, ds_kvpool_n_pages(c->pool), c->m_max, err, errlen))) return -1;
+    ds_tp_free(c->tp);
+    c->tp = t;
+    return 0;
+}
+
+int ds_ctx_tp(const ds_ctx *c) { return c->tp ? ds_tp_ranks(c->tp) : 1; }
+
+void ds_ctx_tp_stats(const ds_ctx *c, long *gathers, long *reduces, double *bytes) {
+    const ds_tp_stats s = c->tp ? ds_tp_get_stats(c->tp) : (ds_tp_stats){0, 0, 0.0};
+    *gathers = s.gathers;
+    *reduces = s.reduces;
+    *bytes = s.bytes;
+}
+
 int ds_kv_truncate(ds_ctx *c, int n_pos) {
     if (n_pos < 0 || n_pos > c->n_past) return -1;
     /* a hybrid model rolls its recurrent state back too: to a state it kept */
@@ -1262,6 +1289,11 @@ void ds_model_logits(const ds_model *m, ds_exec *ex, const ds_acts *a, const uin
  * already on the device: the model's forward on the context's buffers. */
 static void forward_chunk(ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int M, int pos0, float *taps,
                           size_t taps_stride) {
+    if (c->tp) {   /* the ranks */
+        ds_tp_forward(c->tp, &c->a, var, M, pos0, c->tap_layers, c->n_taps, taps, taps_stride,
+                      c->probe.fn ? &c->probe : NULL);
+        return;
+    }
     ds_model_forward(c->m, c->ex, &c->a, c->pool, var, M, pos0, c->tap_layers, c->n_taps, taps, taps_stride,
                      c->probe.fn ? &c->probe : NULL);
 }
@@ -1431,6 +1463,7 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         if (!replayed) {
             if (tail_rec) tail_copy(c, sel, n);
             forward_chunk(c, var, n, p0, taps_dst, taps_stride);
+            if (c->tp && ds_tp_error(c->tp, err, errlen)) return -1;
             if (rows) logits_rows(c, var, r0, rows, p0, lg_dst);
             if (sel_rec && ds_backend_select(c->ex, NULL, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1, c->sel_scratch,
                                              c->sel_ids, err, errlen)) {
@@ -1565,12 +1598,22 @@ int ds_forward_batch(ds_ctx *c, const int32_t *tokens, int M, int pos0, int logi
 int ds_state_save(ds_ctx *c, ds_state *s) {
     s->n_past = c->n_past;
     memset(&s->rs, 0, sizeof s->rs);
+    memset(&s->snap, 0, sizeof s->snap);
+    memset(s->tp, 0, sizeof s->tp);
     if (c->rs.mem && ds_rstate_save(&c->rs, c->ex, 0, &s->rs)) return -1;
-    return ds_seq_snapshot(&c->seq, c->pool, c->ex, c->n_past, &s->snap);
+    if (ds_seq_snapshot(&c->seq, c->pool, c->ex, c->n_past, &s->snap)) return -1;
+    /* --tp: each rank's rows too (c->pool's snapshot is still taken: it
+     * marks the state as saved, and its restore keeps the table in step) */
+    if (c->tp && ds_tp_snapshot(c->tp, &c->seq, c->n_past, s->tp)) {
+        ds_kv_snap_free(&s->snap);
+        return -1;
+    }
+    return 0;
 }
 
 int ds_state_restore(ds_ctx *c, const ds_state *s) {
     char e[DS_ERRLEN];
+    if (c->tp && !s->tp[0].be && s->n_past > 0) return -1;   /* saved without the ranks */
     if (s->n_past > c->n_ctx || ds_seq_restore(&c->seq, c->pool, c->ex, &s->snap) ||
         ctx_prepare(c, 0, 0, e, sizeof e))
         return -1;
@@ -1578,16 +1621,22 @@ int ds_state_restore(ds_ctx *c, const ds_state *s) {
         if (!s->rs.data || s->rs.n != 2 * c->rs.state_n + (size_t)c->rs.n_rec * (size_t)c->rs.cap * c->rs.log_row) return -1;
         ds_rstate_load(&c->rs, c->ex, 0, &s->rs);
     }
+    if (c->tp) ds_tp_restore(c->tp, &c->seq, s->tp);
     c->n_past = c->seq.n_past = s->n_past;
     return 0;
 }
 
 void ds_state_free(ds_state *s) {
+    for (int r = 0; r < DS_STATE_TP_MAX; r++) ds_kv_snap_free(&s->tp[r]);
     ds_kv_snap_free(&s->snap);
     ds_rstate_snap_free(&s->rs);
 }
 
 void ds_ctx_read_kv(ds_ctx *c, int pos0, int n, float *k, float *v) {
+    if (c->tp) {
+        ds_tp_read_kv(c->tp, &c->seq, pos0, n, k, v);
+        return;
+    }
     ds_seq_read(&c->seq, c->pool, c->ex, 0, pos0, n, k, v);
 }
 

@@ -171,6 +171,16 @@ void ds_ctx_set_probe(ds_ctx *c, const ds_probe *p);
  * [n_layer][n][n_head_kv*head_dim] floats. */
 void ds_ctx_read_kv(ds_ctx *c, int pos0, int n, float *k, float *v);
 
+/* Tensor parallelism (tp.h, docs/TP.md): the context's forwards run on n
+ * ranks (n = 1: none, the plain path), before its first forward. Every
+ * output is bitwise the n = 1 output while tp_reduce is canonical; state
+ * snapshots keep every rank's rows, probes see the full rows (tp.h).
+ * 0, or -1 with one line (what does not divide, an unsupported model). */
+int ds_ctx_set_tp(ds_ctx *c, int n, char *err, size_t errlen);
+int ds_ctx_tp(const ds_ctx *c);              /* ranks: 1 without --tp        */
+/* --tp: collectives issued so far (tp.h ds_tp_stats); zeros without --tp. */
+void ds_ctx_tp_stats(const ds_ctx *c, long *gathers, long *reduces, double *bytes);
+
 /* Drop KV rows at positions >= n_pos (used to discard rejected draft rows). */
 int ds_kv_truncate(ds_ctx *c, int n_pos);
 
@@ -257,10 +267,12 @@ void ds_model_logits(const ds_model *m, ds_exec *ex, const ds_acts *a, const uin
                      int rows, int pos0, float *out, const ds_probe *pr);
 
 /* ---- state snapshot (for diagnostics: restore the true S0) ------------- */
+#define DS_STATE_TP_MAX 8  /* == DS_TP_MAX (comm.h; tp.c checks)                */
 typedef struct {
     int        n_past;
     ds_kv_snap snap;     /* rows [0, n_past) of every layer, on the device  */
     ds_rstate_snap rs;   /* hybrid models: a host copy of the recurrent states */
+    ds_kv_snap tp[DS_STATE_TP_MAX];   /* --tp N: each rank's pool's rows    */
 } ds_state;
 int  ds_state_save(ds_ctx *c, ds_state *s);
 int  ds_state_restore(ds_ctx *c, const ds_state *s);

@@ -27,7 +27,7 @@ $D diverge -m "$T/m.gguf" -p "$P" --tokens 1,x >"$T/e1" 2>&1; [ $? -eq 2 ] && ok
 $D diverge -m "$T/m.gguf" -p "$P" >"$T/e2" 2>&1; [ $? -eq 2 ] && ok "missing block source rejected" || bad "no block source"
 
 $D families -m "$T/m.gguf" -p "$P" --block-greedy 6 >"$T/fam" 2>&1 || bad "families exit"
-[ "$(grep -c '^FAMILY ' "$T/fam")" -eq 23 ] && ok "families: 23 FAMILY lines" || { bad "families lines"; cat "$T/fam"; }
+[ "$(grep -c '^FAMILY ' "$T/fam")" -eq 24 ] && ok "families: 24 FAMILY lines (tp_reduce among them)" || { bad "families lines"; cat "$T/fam"; }
 for f in matmul_f16 matmul_q4_0 matmul_q6_k moe_route gdn attn_sinks hc_pre hc_post; do      # not run by a dense Q8_0 model (its norms are F32 vectors)
     grep -q "^FAMILY name=$f verdict=UNUSED" "$T/fam" || bad "$f not UNUSED"
 done && ok "families the model does not run: verdict=UNUSED (no A/B, no experiment)"
@@ -41,6 +41,10 @@ grep -q '^FAMILY name=gdn verdict=PROVEN_DIFFERENT' "$T/fama" && ok "--all-famil
 for f in ds4_compress ds4_indexer; do
     grep -q "^FAMILY name=$f verdict=PROVEN_DIFFERENT" "$T/fama" && ok "--all-families: $f PROVEN_DIFFERENT (synthetic blocks)" || bad "$f synthetic"
 done
+# tp_reduce: no rank layout runs without --tp (UNUSED); its isolated A/B
+# (two ranks' K halves summed vs complete dot products) proves the fast one
+grep -q '^FAMILY name=tp_reduce verdict=UNUSED' "$T/fam" && ok "tp_reduce UNUSED without --tp" || bad "tp_reduce not UNUSED"
+grep -q '^FAMILY name=tp_reduce verdict=PROVEN_DIFFERENT' "$T/fama" && ok "--all-families: tp_reduce PROVEN_DIFFERENT (row-parallel partial sums)" || bad "tp_reduce synthetic"
 
 # the mixture of experts: the route's fast variant alone is found at the route
 $D make-model -o "$T/moe.gguf" --arch qwen3moe --type q8_0 --n-embd 128 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 \

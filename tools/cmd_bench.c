@@ -73,6 +73,8 @@ int cmd_bench(int argc, char **argv) {
     const char *C = "bench";
     const char *json = NULL, *drafter_path = NULL;
     int profile = 0;
+    long tp = 1;
+    double tp_step_g = 0, tp_step_b = 0;   /* --tp: all-gathers and bytes a rank receives per decode step */
     long reps = 5, prefix = 64, n_decode = 32, prefill_lens[MAX_LIST] = { 128 }, depths[MAX_LIST];
     int n_prefill = 1, n_depth = 0;
     cli_model_flags mf;
@@ -81,10 +83,12 @@ int cmd_bench(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: dspark bench -m MODEL.gguf [-t N] [--reps N] [--prefix N] [--decode N] [--prefill-len N[,N..]]\n"
-                   "       [--decode-at P[,P..]] [--json FILE|-]\n"
+                   "       [--decode-at P[,P..]] [--json FILE|-] [--tp N]\n"
                    "  --prefill-len   batched prefill lengths (the first is the headline figure)\n"
                    "  --decode-at     decode steps after prefixes of P positions (decode at depth),\n"
                    "                  each as a ratio to the first\n"
+                   "  --tp N          the context's forwards on N tensor-parallel ranks (docs/TP.md;\n"
+                   "                  CPU ranks in one process in this build); fast includes tp_reduce\n"
                    "  -c is not used: the context is sized from --prefix/--decode/--prefill-len;\n"
                    "  --kernels does not apply: canonical and fast are both measured.\n"
                    "       dspark bench -m MODEL.gguf --profile [-md DRAFTER.gguf] [-t N] [--reps N] [--prefix N]\n"
@@ -102,6 +106,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--decode-at")) n_depth = parse_list(C, a, cli_value(C, argc, argv, &i), 1, 1 << 20, depths);
         else if (!strcmp(a, "--json")) json = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--tp")) tp = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 8);
         else if (!strcmp(a, "--profile-round")) profile = 2;
         else if (!strcmp(a, "-md")) drafter_path = cli_value(C, argc, argv, &i);
         else cli_die(C, "unknown flag '%s' (see dspark bench --help)", a);
@@ -119,6 +124,7 @@ int cmd_bench(int argc, char **argv) {
     if (profile && (n_depth || n_prefill > 1)) cli_die(C, "--decode-at and a --prefill-len list do not apply to --profile");
     long prefill_len = prefill_lens[0];
     if (profile == 2 && !drafter_path) cli_die(C, "--profile-round needs -md DRAFTER.gguf");
+    if (profile && tp > 1) cli_die(C, "--tp does not apply to --profile (it times the one-device ops)");
     char err[DS_ERRLEN];
     ds_model *m = ds_model_load_on(model_path, mf.device, err, sizeof err);
     if (!m) cli_die(C, "%s: %s", model_path, err);
@@ -128,6 +134,7 @@ int cmd_bench(int argc, char **argv) {
     if (m->hp.n_ctx_train > 0 && need > m->hp.n_ctx_train) { ds_model_free(m); cli_die(C, "--prefix/--decode/--prefill-len/--decode-at need %ld positions, the model has %d", need, m->hp.n_ctx_train); }
     ds_ctx *c = ds_ctx_new(m, (int)need, (int)n_threads, err, sizeof err);
     if (!c) { ds_model_free(m); cli_die(C, "%s", err); }
+    if (tp > 1 && ds_ctx_set_tp(c, (int)tp, err, sizeof err)) { ds_ctx_free(c); ds_model_free(m); cli_die(C, "%s", err); }
     const int V = m->hp.n_vocab;
     int32_t *toks = malloc((size_t)need * sizeof(int32_t));
     float *logits = malloc((size_t)16 * V * sizeof(float));
@@ -160,8 +167,18 @@ int cmd_bench(int argc, char **argv) {
         ds_ctx_set_kernels(c, &(canon));
         CHECK(ds_kv_truncate(c, (int)prefix));
         double t0 = cli_now();
+        long g0, r0c;
+        double b0;
+        ds_ctx_tp_stats(c, &g0, &r0c, &b0);
         for (long i = 0; i < n_decode; i++) CHECK(ds_decode(c, toks[prefix + i], (int)(prefix + i), logits, NULL, err, sizeof err));
         t_dec[r] = (cli_now() - t0) / (double)n_decode;
+        if (r == 0 && tp > 1) {   /* what one decode step moves between the ranks */
+            long g1, r1c;
+            double b1;
+            ds_ctx_tp_stats(c, &g1, &r1c, &b1);
+            tp_step_g = (double)(g1 - g0) / (double)n_decode;
+            tp_step_b = (b1 - b0) / (double)n_decode;
+        }
         /* verify widths, canonical and fast interleaved */
         for (int w = 0; w < N_WIDTHS; w++)
             for (int v = 0; v < 2; v++) {
@@ -206,6 +223,9 @@ int cmd_bench(int argc, char **argv) {
     printf("model=%s arch=%s weights=%s params=%llu threads=%ld simd=%s reps=%ld prefix=%ld\n", model_path,
            ds_arch_name(m->hp.arch), ds_type_name(m->weight_type), (unsigned long long)m->n_params, n_threads,
            ds_simd_path(), reps, prefix);
+    if (tp > 1)
+        printf("tp=%ld ranks=cpu (one process; the ranks run one after another) decode_step: %.0f all-gathers, %.0f bytes received a rank\n",
+               tp, tp_step_g, tp_step_b);
     printf("decode: %.3f ms/token  %.1f tok/s\n", dec * 1e3, 1.0 / dec);
     printf("prefill(%ld): %.1f tok/s (canonical)\n", prefill_len, (double)prefill_len / pre);
     for (int k = 1; k < n_prefill; k++)
@@ -232,6 +252,7 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddStringToObject(root, "device", mf.device);
         cJSON_AddNumberToObject(root, "reps", (double)reps);
         cJSON_AddNumberToObject(root, "prefix", (double)prefix);
+        if (tp > 1) cJSON_AddNumberToObject(root, "tp", (double)tp);
         cJSON_AddNumberToObject(root, "decode_ms", dec * 1e3);
         cJSON_AddNumberToObject(root, "decode_tok_s", 1.0 / dec);
         cJSON_AddNumberToObject(root, "prefill_len", (double)prefill_len);

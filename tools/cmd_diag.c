@@ -30,6 +30,7 @@
 typedef struct {
     const char *model_path, *drafter_path, *prompt, *prompt_file, *tokens, *json, *svg, *table;
     long block_greedy, reps;
+    long tp;                         /* diverge --tp N: Pass B on N ranks (0: none) */
     int all_families;                /* families: also those the model does not use */
     cli_model_flags mf;
 } diag_args;
@@ -47,6 +48,10 @@ static void parse_args(const char *C, int argc, char **argv, diag_args *a, void 
         else if (!strcmp(s, "--tokens")) a->tokens = cli_value(C, argc, argv, &i);
         else if (!strcmp(s, "--block-greedy")) a->block_greedy = cli_int(C, s, cli_value(C, argc, argv, &i), 1, 64);
         else if (!strcmp(s, "--all-families")) a->all_families = 1;
+        else if (!strcmp(s, "--tp")) {
+            if (strcmp(C, "diverge")) cli_die(C, "--tp is a diverge flag (Pass B on N ranks)");
+            a->tp = cli_int(C, s, cli_value(C, argc, argv, &i), 1, 8);
+        }
         else if (!strcmp(s, "--reps")) a->reps = cli_int(C, s, cli_value(C, argc, argv, &i), 1, 1000);
         else if (!strcmp(s, "--json")) a->json = cli_value(C, argc, argv, &i);
         else if (!strcmp(s, "--svg")) a->svg = cli_value(C, argc, argv, &i);
@@ -208,9 +213,11 @@ static void experiment(const char *C, diag_setup *s, const ds_kernel_set *ks, ds
 static void diverge_usage(void) {
     printf("usage: dspark diverge -m MODEL.gguf (-p TEXT | -f FILE) (--tokens ID,... | -md DRAFTER.gguf | --block-greedy N)\n"
            "       [--kernels canonical|fast] [--fast F,..] [--canonical F,..] [--table all|diverged]\n"
-           "       [--json FILE|-] [--svg FILE|-] [-t N] [-c N]\n"
+           "       [--json FILE|-] [--svg FILE|-] [-t N] [-c N] [--tp N]\n"
            "Pass A: batched verify of the forced block with capture; restore S0; Pass B: the same ids\n"
-           "through sequential decode; report the earliest bitwise divergence.\n");
+           "through sequential decode; report the earliest bitwise divergence.\n"
+           "--tp N: Pass B is the same batched block on N tensor-parallel ranks (docs/TP.md), with the\n"
+           "same kernels: NONE while tp_reduce is canonical; --fast tp_reduce is found at o_proj.\n");
 }
 
 int cmd_diverge(int argc, char **argv) {
@@ -230,7 +237,24 @@ int cmd_diverge(int argc, char **argv) {
     printf("DIVERGE model=%s kernels=\"%s\" simd=%s prompt_tokens=%d\n", a.model_path, kbuf, ds_simd_path(), s.n_prompt);
     print_block(&s);
     ds_diverge_result r;
-    experiment(C, &s, &ks, &r, 1);
+    if (a.tp > 0) {
+        /* across TP degrees: Pass B on a second context of the same model,
+         * its forwards on a.tp ranks, the same kernel set */
+        char err[DS_ERRLEN];
+        ds_ctx *cb = ds_ctx_new(s.m, ds_ctx_n_ctx(s.c), (int)a.mf.n_threads, err, sizeof err);
+        if (!cb || ds_ctx_set_tp(cb, (int)a.tp, err, sizeof err)) cli_die(C, "%s", err);
+        printf("TP pass_b_ranks=%ld (the same batched block, kernels as pass A)\n", a.tp);
+        ds_diverge_opts o = { s.prompt, s.n_prompt, s.block, s.M, ks };
+        if (ds_diverge_cross(s.c, cb, &o, &ks, &r, err, sizeof err)) cli_die(C, "%s", err);
+        ds_ctx_free(cb);
+        dsd_gate_print(stdout, r.gate_control, r.gate_probe);
+        if (!(r.gate_control && r.gate_probe)) {
+            fflush(stdout);
+            cli_die(C, "refusing to report: the capture perturbed the batched pass (GATE_RESULT FAIL)");
+        }
+    } else {
+        experiment(C, &s, &ks, &r, 1);
+    }
     dsd_report_print(stdout, &r.report);
     dsd_chain_print(stdout, r.chain);
     printf("TIMING batch_s=%.6f decode_s=%.6f\n", r.t_batch, r.t_decode);

@@ -70,6 +70,10 @@ static void usage(void) {
            "  --prefill MODE        batch (default) or decode\n"
            "  -np, --parallel N     sequences; only 1 is supported\n"
            "  --echo                print the prompt before the generated text\n"
+           "  --tp N                tensor parallelism over N ranks (1..8; CPU ranks in one\n"
+           "                        process in this build): column-parallel weights and\n"
+           "                        all-gathers, the same bytes as --tp 1 (docs/TP.md);\n"
+           "                        --fast tp_reduce: the row-parallel all-reduce layout\n"
            "  --warmup              run the generation once, untimed and unprinted, before the\n"
            "                        one reported (graph recordings and first-touch costs out of\n"
            "                        the figures, as llama-bench's warm-up run; same text)\n");
@@ -164,7 +168,7 @@ int cmd_generate(int argc, char **argv) {
     const char *prompt_file = NULL, *draft_path = NULL;
     const char *sps_path = NULL, *dump_path = NULL, *sched_s = NULL, *logits_path = NULL, *oracle_s = NULL;
     uint64_t seed = 0;
-    long n_predict = 128, top_k = 0, draft_max = 0, draft_min = 0, parallel = 1;
+    long n_predict = 128, top_k = 0, draft_max = 0, draft_min = 0, parallel = 1, tp = 1;
     int draft_wait = 0, warmup = 0;
     int echo = 0, have_pmin = 0;
     float temp = 0.0f, top_p = 1.0f, min_p = 0.0f, p_min = 0.0f;
@@ -240,6 +244,7 @@ int cmd_generate(int argc, char **argv) {
             else cli_die(C, "--prefill must be batch or decode, got '%s'", v);
         }
         else if (!strcmp(a, "--echo")) echo = 1;
+        else if (!strcmp(a, "--tp") || !strcmp(a, "--tensor-parallel")) tp = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 8);
         else cli_die(C, "unknown flag '%s' (see dspark generate --help)", a);
     }
     ds_kernel_set ks;
@@ -325,6 +330,8 @@ int cmd_generate(int argc, char **argv) {
     if (!R.ctx) die_free(&R, "%s", err);
     ds_ctx *ctx = R.ctx;
     ds_ctx_set_kernels(ctx, &(ks));
+    /* tensor parallelism (docs/TP.md): N ranks, the same bytes as one */
+    if (tp > 1 && ds_ctx_set_tp(ctx, (int)tp, err, sizeof err)) die_free(&R, "%s", err);
     char kbuf[256];
     ds_kernel_set_str(&ks, kbuf, sizeof kbuf);
     if (verbose) {
@@ -336,6 +343,7 @@ int cmd_generate(int argc, char **argv) {
                     m->hp.n_expert_used, m->hp.n_ff_exp, m->hp.n_ff_shexp, ds_type_name(m->layers[0].gate_inp.type));
         fprintf(stderr, "kernels=\"%s\" simd=%s threads=%ld n_ctx=%ld n_prompt=%zu\n", kbuf, ds_simd_path(), n_threads, n_ctx, n_toks);
         fprintf(stderr, "device=%s\n", m->be->i->name);
+        if (tp > 1) fprintf(stderr, "tp=%ld ranks=cpu comm=cpu\n", tp);
         if (R.dr) fprintf(stderr, "drafter=%s %s\n", draft_path, ds_drafter_describe(R.dr));
     }
     for (char *s = kbuf; *s; s++) if (*s == ' ') *s = '+';   /* one token in the stats line */

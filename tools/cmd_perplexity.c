@@ -30,7 +30,7 @@ static void progress(long ch, long n, double nll, long scored, double elapsed) {
 int cmd_perplexity(int argc, char **argv) {
     const char *C = "perplexity";
     const char *file = NULL;
-    long n_chunks = 0;
+    long n_chunks = 0, tp = 1;
     int llamacpp = 0;
     cli_model_flags mf;
     cli_model_flags_init(&mf);
@@ -43,6 +43,7 @@ int cmd_perplexity(int argc, char **argv) {
                    "  --llamacpp            llama-perplexity's convention: score only the second half of\n"
                    "                        each window (tokens c/2+1..c-1), so the figure compares with\n"
                    "                        llama.cpp's; default: tokens 1..c-1 of each window\n"
+                   "  --tp N                tensor parallelism over N ranks (docs/TP.md): the same figure\n"
                    "  (-c: an explicit value above the model's context length is an error)\n"
                    "On a terminal a progress line with the running perplexity and an ETA goes to stderr;\n"
                    "-v prints one line per window instead.\n");
@@ -53,6 +54,7 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "--chunks")) n_chunks = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 1 << 24);
         else if (!strcmp(a, "--llamacpp")) llamacpp = 1;
+        else if (!strcmp(a, "--tp")) tp = cli_int(C, a, cli_value(C, argc, argv, &i), 1, 8);
         else cli_die(C, "unknown flag '%s' (see dspark perplexity --help)", a);
     }
     ds_kernel_set ks;
@@ -93,6 +95,10 @@ int cmd_perplexity(int argc, char **argv) {
     float *logits = malloc((size_t)n_ctx * V * sizeof(float));
     if (!ctx || !logits) { free(logits); free(toks); ds_ctx_free(ctx); ds_model_free(m); cli_die(C, "%s", ctx ? "out of memory" : err); }
     ds_ctx_set_kernels(ctx, &(ks));
+    if (tp > 1 && ds_ctx_set_tp(ctx, (int)tp, err, sizeof err)) {
+        free(logits); free(toks); ds_ctx_free(ctx); ds_model_free(m);
+        cli_die(C, "%s", err);
+    }
     double nll = 0.0;
     long scored = 0;
     double t0 = cli_now();

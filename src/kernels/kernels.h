@@ -42,6 +42,8 @@ typedef enum {
     DS_FAM_HC_POST,         /* deepseek4's hyper-connection update (hc_post.c)       */
     DS_FAM_DS4_COMPRESS,    /* deepseek4's compressor pooling (ds4_compress.c)       */
     DS_FAM_DS4_INDEXER,     /* deepseek4's lightning indexer (ds4_indexer.c)         */
+    DS_FAM_TP_REDUCE,       /* tensor parallelism's layout across ranks (tp.c): the
+                               fast one sums partial dot products across ranks     */
     DS_FAM_COUNT
 } ds_family;
 
@@ -51,7 +53,8 @@ typedef struct { uint8_t v[DS_FAM_COUNT]; } ds_kernel_set;
 
 /* "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "matmul_q4_0",
  * ..., "matmul_q6_k", "attention", "rmsnorm", "rope", "swiglu", "residual",
- * "moe_route", "gdn", "attn_sinks", "hc_pre", "hc_post", "ds4_compress", "ds4_indexer" —
+ * "moe_route", "gdn", "attn_sinks", "hc_pre", "hc_post", "ds4_compress", "ds4_indexer",
+ * "tp_reduce" —
  * the one name used in CLI, code and reports. */
 const char *ds_family_name(int fam);
 int  ds_family_from_name(const char *name);          /* -1 if unknown */

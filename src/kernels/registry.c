@@ -25,6 +25,7 @@ static const char *const fam_names[DS_FAM_COUNT] = {
     "matmul_q4_k", "matmul_q5_k", "matmul_q6_k",
     "attention",  "rmsnorm",    "rope",        "swiglu",      "residual",
     "moe_route", "gdn", "attn_sinks", "hc_pre", "hc_post", "ds4_compress", "ds4_indexer",
+    "tp_reduce",
 };
 
 /* What the fast kernel does differently from canonical (= decode). Kept in
@@ -90,6 +91,9 @@ static const char *const fam_desc[DS_FAM_COUNT] = {
     "(= decode): the max first, then ds_expf, sum and weighted sum in position order, IEEE division",
     "fast: 4-partial-sum fmaf dots and an fmaf head sum (near-tied blocks swap at the top-k edge); canonical "
     "(= decode): 16-lane dots, heads summed in order, top-k with ties to the lower block, ascending block order",
+    "fast (--tp N): row-parallel o_proj and down, K split across the N ranks, the N partial dot products summed "
+    "by an all-reduce (bits change with N); canonical (= decode, = --tp 1): column-parallel, every output one "
+    "complete dot product over K, activations all-gathered (a copy)",
 };
 
 const char *ds_family_name(int fam) {
