@@ -430,6 +430,11 @@ typedef struct ds_backend_i {
      * memcpy; on a GPU a prefill chunk's 512 x 8 copies would be 4096
      * stream ops a layer). */
     void (*moe_gather)(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *x, float *X);
+    /* RoPE with rope scaling (kernels.h ds_rope_yarn: deepseek4's
+     * compressed layers under rope.scaling YaRN / linear); NULL where the
+     * backend has none (the loader refuses such files there) */
+    void (*rope_ext)(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
+                     float freq_base, ds_rope_mode mode, const ds_rope_yarn *yarn, float *x);
 } ds_backend_i;
 #define DS_CHUNK_ROWS_DEFAULT 64
 /* The backend's chunk rows (chunk_rows above, or the default). */

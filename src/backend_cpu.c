@@ -146,6 +146,11 @@ static void cpu_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float 
                         float eps, float *y) {
     ds_rmsnorm(v, rows, n, x, w, eps, y, pool_of(ex));
 }
+static void cpu_rope_ext(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
+                         float freq_base, ds_rope_mode mode, const ds_rope_yarn *yarn, float *x) {
+    ds_rope_ext(v, rows, n_heads, head_dim, pos, freq_base, mode, yarn, x, ((cpu_exec *)ex)->pool);
+}
+
 static void cpu_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
                      float freq_base, ds_rope_mode mode, float *x) {
     cpu_exec *c = (cpu_exec *)ex;
@@ -483,6 +488,7 @@ static const ds_backend_i cpu_i = {
     .moe_route_ex = cpu_moe_route_ex,
     .ds4_compress = cpu_ds4_compress,
     .ds4_indexer = cpu_ds4_indexer,
+    .rope_ext = cpu_rope_ext,
 };
 
 ds_backend *ds_backend_cpu_new(char *err, size_t errlen) {

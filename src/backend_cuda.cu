@@ -751,6 +751,7 @@ static const ds_backend_i dsc_iface = {
     dsc_chunk_rows,
     dsc_mem_free,
     dsc_moe_gather,
+    /* rope_ext */ NULL,            /* rope scaling: deepseek4's compressed layers, refused here with them */
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving

@@ -103,6 +103,7 @@ typedef struct {
      * (attention.compress_rope_freq_base) and the KV pool's floats per
      * position (head_dim, wider when a layer keeps compressor state) */
     float comp_rope_base;
+    const ds_rope_yarn *comp_yarn;   /* their rope scaling, or NULL */
     int   kv_row;
     int   idx_heads, idx_dim, idx_top_k;   /* the lightning indexer (CSA layers) */
 } ds_layer_shape;

@@ -126,11 +126,12 @@ static void hc_mix(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], const ds_layer_
 /* RoPE on the last n_rot dims of each of `heads` heads of hw floats
  * (positions pos): gathered into rot, rotated as heads of n_rot, put back. */
 static void rope_tail(ds_exec *ex, ds_variant v, const ds_layer_shape *s, int M, int heads, int hw, const int *pos,
-                      float base, float *x, float *rot) {
+                      float base, const ds_rope_yarn *yarn, float *x, float *rot) {
     const int nope = hw - s->n_rot;
     const size_t hb = (size_t)hw * sizeof(float), rb = (size_t)s->n_rot * sizeof(float);
     ds_backend_copy2d(ex, rot, rb, x + nope, hb, rb, (size_t)M * heads);
-    ex->be->i->rope(ex, v, M, heads, s->n_rot, pos, base, s->rope_mode, rot);
+    if (yarn) ex->be->i->rope_ext(ex, v, M, heads, s->n_rot, pos, base, s->rope_mode, yarn, rot);
+    else ex->be->i->rope(ex, v, M, heads, s->n_rot, pos, base, s->rope_mode, rot);
     ds_backend_copy2d(ex, x + nope, hb, rot, rb, rb, (size_t)M * heads);
 }
 
@@ -175,7 +176,7 @@ static void compress_blocks(ds_exec *ex, const uint8_t var[DS_FAM_COUNT], const 
     }
     b->ds4_compress(ex, (ds_variant)var[DS_FAM_DS4_COMPRESS], nb, n, hw, t->kvp, t->scp, out);
     b->rmsnorm(ex, (ds_variant)var[DS_FAM_RMSNORM], nb, hw, out, norm, s->eps, out);
-    rope_tail(ex, (ds_variant)var[DS_FAM_ROPE], s, nb, 1, hw, t->cpos, s->comp_rope_base, out, t->rot);
+    rope_tail(ex, (ds_variant)var[DS_FAM_ROPE], s, nb, 1, hw, t->cpos, s->comp_rope_base, s->comp_yarn, out, t->rot);
     for (int c = 0; c < nb; c++)
         memcpy(row_at(rw, kc, t->cidx[c], rw->pos[t->cidx[c]], W) + out_off, out + (size_t)c * hw,
                (size_t)hw * sizeof(float));
@@ -250,6 +251,7 @@ void ds_layer_ds4_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *
     const ds4_scratch t = scratch_of(a->rec, M, s);
     const int W = s->kv_row;
     const float base = L->comp_ratio ? s->comp_rope_base : s->rope_base;
+    const ds_rope_yarn *yarn = L->comp_ratio ? s->comp_yarn : NULL;   /* raw layers: plain RoPE */
     const unsigned f_mix = FAM(DS_FAM_RMSNORM) | FAM(DS_FAM_HC_PRE) | (l > 0 ? FAM(DS_FAM_HC_POST) : 0);
 
     /* --- attention sub-block ------------------------------------------------ */
@@ -289,8 +291,8 @@ void ds_layer_ds4_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *
     if (p_qkv) ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_QB, MMF(&L->wq_b), a->q, qd, qd);
     b->rmsnorm(ex, vnorm, M * H, hd, a->q, NULL, s->eps, a->q);
     b->rmsnorm(ex, vnorm, M, hd, a->k, L->kv_norm, s->eps, a->k);
-    rope_tail(ex, vrope, s, M, H, hd, a->pos, base, a->q, t.rot);
-    rope_tail(ex, vrope, s, M, 1, hd, a->pos, base, a->k, t.rot);
+    rope_tail(ex, vrope, s, M, H, hd, a->pos, base, yarn, a->q, t.rot);
+    rope_tail(ex, vrope, s, M, 1, hd, a->pos, base, yarn, a->k, t.rot);
     if (p_qkv) {
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_ROPE, FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM), a->q, qd, qd);
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_ROPE, FAM(DS_FAM_ROPE) | FAM(DS_FAM_RMSNORM), a->k,
@@ -313,7 +315,7 @@ void ds_layer_ds4_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *
     if (L->comp_ratio == 4) {   /* CSA: the lightning indexer picks the blocks */
         const int nih = s->idx_heads, ihd = s->idx_dim;
         mm(ex, var, &L->idx_q_b, M, t.qr, t.iq);
-        rope_tail(ex, vrope, s, M, nih, ihd, a->pos, s->comp_rope_base, t.iq, t.irot);
+        rope_tail(ex, vrope, s, M, nih, ihd, a->pos, s->comp_rope_base, s->comp_yarn, t.iq, t.irot);
         mm(ex, var, &L->idx_proj, M, a->xn, t.iw);
         const float isc = 1.0f / sqrtf((float)ihd * (float)nih);
         for (int i = 0; i < M * nih; i++) t.iw[i] = t.iw[i] * isc;
@@ -335,7 +337,7 @@ void ds_layer_ds4_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *
     /* rotate the output back: the same angles at the negated positions
      * (host-memory backends: the loader refuses deepseek4 elsewhere) */
     for (int r = 0; r < M; r++) t.npos[r] = -a->pos[r];
-    rope_tail(ex, vrope, s, M, H, hd, t.npos, base, a->att, t.rot);
+    rope_tail(ex, vrope, s, M, H, hd, t.npos, base, yarn, a->att, t.rot);
     /* the output groups: heads [g H/G, (g+1) H/G) through wo_a[g], then wo_b */
     unsigned f_o = MMF(&L->wo_b);
     for (int g = 0; g < G; g++) {

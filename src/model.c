@@ -10,6 +10,7 @@
 #include "model.h"
 #include "dspark_diag.h"
 #include "tp.h"
+#include "kernels/dsmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -32,7 +33,8 @@ ds_layer_shape ds_hp_layer_shape(const ds_hparams *hp) {
         .gdn = {.n_k_head = Hk, .n_v_head = Hv, .head_dim = S, .d_conv = hp->ssm_d_conv,
                 .conv_dim = (2 * Hk + Hv) * S, .eps = hp->norm_eps},
         .hc = hp->hc, .hc_iters = hp->hc_iters, .q_lora = hp->q_lora, .o_groups = hp->o_groups, .o_lora = hp->o_lora,
-        .n_swa = hp->n_swa, .hc_eps = hp->hc_eps, .comp_rope_base = hp->comp_rope_base, .kv_row = ds_hp_kv_row(hp),
+        .n_swa = hp->n_swa, .hc_eps = hp->hc_eps, .comp_rope_base = hp->comp_rope_base,
+        .comp_yarn = hp->comp_yarn_on ? &hp->comp_yarn : NULL, .kv_row = ds_hp_kv_row(hp),
         .idx_heads = hp->idx_heads, .idx_dim = hp->idx_dim, .idx_top_k = hp->idx_top_k,
     };
 }
@@ -92,6 +94,40 @@ static int get_f32_opt(const gguf_ctx *g, const char *arch, const char *suffix, 
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     int rc = gguf_get_f32(g, key, out);
     if (rc == -2) { ds_errf(err, errlen, "model: metadata key '%s' has the wrong type (want f32)", key); return -1; }
+    return 0;
+}
+
+/* rope.scaling: type (none / linear / yarn; absent: none), factor (<= 1:
+ * none) and original_context_length (absent: context_length). *type is 0
+ * for none, 1 linear, 2 yarn. */
+static int get_rope_scaling(const gguf_ctx *g, const char *arch, int n_ctx_train, int *type, float *factor,
+                            int *orig, char *err, size_t errlen) {
+    char key[128];
+    *type = 0;
+    *factor = 0.0f;
+    *orig = n_ctx_train;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    gguf_str t = {NULL, 0};
+    const int rc = gguf_find_kv(g, key) ? gguf_get_str(g, key, &t) : -1;
+    if (rc == -2 || (rc == 0 && !t.ptr)) { ds_errf(err, errlen, "model: metadata key '%s' has the wrong type (want a string)", key); return -1; }
+    if (get_f32_opt(g, arch, "rope.scaling.factor", factor, err, errlen)) return -1;
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+    if (gguf_find_kv(g, key) && get_u32_req(g, arch, "rope.scaling.original_context_length", orig, err, errlen)) return -1;
+    if (rc == 0 && !(t.len == 4 && !memcmp(t.ptr, "none", 4))) {
+        if (t.len == 6 && !memcmp(t.ptr, "linear", 6)) *type = 1;
+        else if (t.len == 4 && !memcmp(t.ptr, "yarn", 4)) *type = 2;
+        else {
+            ds_errf(err, errlen, "model: rope.scaling.type '%.*s' is not supported (none, linear, yarn)",
+                    (int)(t.len > 32 ? 32 : t.len), t.ptr);
+            return -1;
+        }
+    }
+    if (*type && !(*factor > 1.0f && *factor < 1e6f)) *type = 0;      /* factor <= 1 or absent: no scaling */
+    if (*type == 2 && (*orig < 1 || *orig > (1 << 26))) {
+        ds_errf(err, errlen, "model: yarn rope scaling needs rope.scaling.original_context_length (or context_length) in 1..%d, got %d",
+                1 << 26, *orig);
+        return -1;
+    }
     return 0;
 }
 
@@ -542,6 +578,37 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
     hp->n_ctx_train = 0;
     snprintf(key, sizeof key, "%s.context_length", arch);
     if (gguf_find_kv(g, key) && get_u32_req(g, arch, "context_length", &hp->n_ctx_train, err, errlen)) return -1;
+    /* rope scaling on the compressed layers, as llama.cpp's deepseek4 graph
+     * applies it (raw layers keep plain RoPE): freq_scale = 1 / factor; YaRN
+     * with ext_factor 1, the ramp over beta_fast 32 .. beta_slow 1 (llama.cpp's
+     * defaults: deepseek4 files carry no beta keys), and the attention factor
+     * 1 / (1 + 0.1 ln factor) that rope_yarn's own magnitude factor cancels */
+    {
+        int st, orig;
+        float factor;
+        if (get_rope_scaling(g, arch, hp->n_ctx_train, &st, &factor, &orig, err, errlen)) return -1;
+        hp->comp_yarn_on = st != 0 && hp->n_comp > 0;
+        if (hp->comp_yarn_on && !m->be->i->rope_ext) {
+            ds_errf(err, errlen, "model: deepseek4 rope scaling needs the rope_ext kernel, which the %s device lacks (use --device cpu)",
+                    m->be->i->name);
+            return -1;
+        }
+        if (hp->comp_yarn_on) {
+            ds_rope_yarn *y = &hp->comp_yarn;
+            y->freq_scale = 1.0f / factor;
+            y->ext_factor = st == 2 ? 1.0f : 0.0f;
+            y->lo = y->hi = 0.0f;
+            y->mscale = 1.0f;
+            if (st == 2) {
+                float dims[2];
+                ds_rope_yarn_dims(hp->n_rot, orig, hp->comp_rope_base, 32.0f, 1.0f, dims);
+                y->lo = dims[0];
+                y->hi = dims[1];
+                const float m = 1.0f + 0.1f * (float)ds_log(1.0 / (double)y->freq_scale);
+                y->mscale = (1.0f / m) * m;
+            }
+        }
+    }
     const int d = hp->n_embd, hd = hp->head_dim, H = hp->n_head, E = hp->n_expert, k = hp->n_expert_used;
     if (d < 1 || hp->n_layer < 1 || H < 1 || hp->n_head_kv != 1 || hd < 2 || hd > DS_ATTN_SINKS_MAX_HD || vlen != hd ||
         hp->n_rot < 2 || hp->n_rot > hd || hp->n_rot % 2 || hp->q_lora < 1 || hp->o_groups < 1 || H % hp->o_groups ||
@@ -774,6 +841,18 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
     if (get_f32_opt(g, arch, "rope.freq_base", &hp->rope_base, err, errlen) ||
         get_f32_opt(g, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps, err, errlen))
         goto fail;
+    {   /* rope scaling is deepseek4's compressed layers' only (above): a
+         * scaled file of another architecture would decode with the wrong
+         * angles, so it is refused rather than run */
+        int st, orig;
+        float factor;
+        if (get_rope_scaling(g, arch, hp->n_ctx_train, &st, &factor, &orig, err, errlen)) goto fail;
+        if (st) {
+            ds_errf(err, errlen, "model: %s file with rope scaling (%s, factor %g): dspark runs rope scaling on deepseek4's compressed layers only",
+                    arch, st == 2 ? "yarn" : "linear", (double)factor);
+            goto fail;
+        }
+    }
 
     if (hp->n_layer < 1 || hp->n_embd < 1 || hp->n_ff < 1 || hp->n_head < 1 || hp->n_head_kv < 1 || hp->head_dim < 2) {
         ds_errf(err, errlen, "model: hyper-parameters must be positive (block_count=%d embedding_length=%d feed_forward_length=%d head_count=%d head_count_kv=%d key_length=%d)",

@@ -67,6 +67,10 @@ typedef struct {
      * pool (0: n_head_kv x head_dim; layer_ds4.c's widened rows) */
     int     n_comp, kv_row;
     float   comp_rope_base;
+    /* rope.scaling on the compressed layers (llama.cpp applies YaRN / linear
+     * scaling there only): comp_yarn_on 0 for none */
+    int          comp_yarn_on;
+    ds_rope_yarn comp_yarn;
     /* of which CSA (ratio 4) layers, and attention.indexer.head_count,
      * .key_length, .top_k */
     int     n_csa, idx_heads, idx_dim, idx_top_k;

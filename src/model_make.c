@@ -232,6 +232,12 @@ static int make_ds4(const ds_make_model_opts *o, const char *out, char *err, siz
     gguf_set_bool(b.w, K4("expert_weights_norm"), 1);
     gguf_set_u32(b.w, K4("expert_gating_func"), 4);
     gguf_set_f32(b.w, K4("swiglu_clamp_exp"), o->swiglu_clamp);
+    if (o->rope_yarn > 0.0f) {
+        gguf_set_str(b.w, K4("rope.scaling.type"), "yarn");
+        gguf_set_f32(b.w, K4("rope.scaling.factor"), o->rope_yarn);
+        gguf_set_u32(b.w, K4("rope.scaling.original_context_length"),
+                     (uint32_t)(o->rope_orig_ctx > 0 ? o->rope_orig_ctx : o->n_ctx));
+    }
     gguf_set_u32(b.w, K4("hyper_connection.count"), (uint32_t)hc);
     gguf_set_u32(b.w, K4("hyper_connection.sinkhorn_iterations"), (uint32_t)it);
     gguf_set_f32(b.w, K4("hyper_connection.epsilon"), 1e-6f);

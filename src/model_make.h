@@ -33,6 +33,11 @@ typedef struct {
     /* deepseek4: swiglu_clamp_exp (0: none) — the experts' and the shared
      * expert's SwiGLU inputs clamped as llama.cpp's ggml_swiglu_clamp */
     float swiglu_clamp;
+    /* deepseek4: rope.scaling yarn with this factor (0: none) and
+     * original_context_length (0: n_ctx) — llama.cpp scales the compressed
+     * layers' RoPE by it */
+    float rope_yarn;
+    long  rope_orig_ctx;
     /* deepseek4: attention.compress_ratios, one per layer (0, 4 or 128; NULL:
      * all 0), n_comp entries; the lightning indexer's heads, key length and
      * top-k (0: 4, head_dim, 64 — the keys are written in every file) */

@@ -78,6 +78,28 @@ for lv in portable avx512; do
 done
 expect_err "a negative SwiGLU clamp" "swiglu-clamp" $D make-model -o "$T/bad.gguf" $MK --swiglu-clamp -1
 
+# ---- rope scaling on the compressed layers (rope.scaling yarn, llama.cpp's rope_yarn) ----
+# the compressed layers' RoPE under YaRN (factor 4, original context 64: pairs past the
+# ramp interpolated, the first extrapolated): it must move the logits and keep threads,
+# spec == plain and verify(8) == 8 decodes; llama.cpp agrees on F32 files
+# (bench/results/ds4-yarn-llamacpp-s36.txt)
+MKC="$MK --compress-ratios 4,128 --n-indexer-head 2 --indexer-top-k 3"
+$D make-model -o "$T/y0.gguf" $MKC 2>/dev/null || bad "make-model (compressed, no rope scaling)"
+$D make-model -o "$T/y.gguf" $MKC --rope-yarn 4 --rope-orig-ctx 64 2>/dev/null || bad "make-model --rope-yarn 4"
+$D generate -m "$T/y0.gguf" -p "$P" -n 4 --dump-logits "$T/yl0" >/dev/null 2>&1 &&
+    $D generate -m "$T/y.gguf" -p "$P" -n 4 --dump-logits "$T/yl" >/dev/null 2>&1 && [ -s "$T/yl" ] && ! cmp -s "$T/yl" "$T/yl0" \
+    && ok "rope scaling: yarn moves the logits" || bad "rope scaling: no logits, or the unscaled model's"
+$D generate -m "$T/y.gguf" -p "$P" -n 48 -t 2 >"$T/yg" 2>/dev/null && $D generate -m "$T/y.gguf" -p "$P" -n 48 -t 1 >"$T/yg1" 2>/dev/null \
+    && [ -s "$T/yg" ] && cmp -s "$T/yg" "$T/yg1" && ok "rope scaling: greedy text equal with -t 1, 2" || bad "rope scaling: thread count changes the text"
+$D make-drafter -m "$T/y.gguf" -o "$T/yd.gguf" --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter (rope scaling)"
+$D generate -m "$T/y.gguf" -md "$T/yd.gguf" -p "$P" -n 48 -t 2 --draft-max 3 >"$T/ys" 2>/dev/null && cmp -s "$T/yg" "$T/ys" \
+    && ok "rope scaling: spec greedy == plain" || bad "rope scaling: spec != plain"
+for lv in portable avx512; do
+    env DSPARK_SIMD=$lv $D diverge -m "$T/y.gguf" -p "$P" --block-greedy 8 >"$T/ydv" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/ydv" \
+        && ok "rope scaling: verify(8) == 8 decodes (DSPARK_SIMD=$lv)" || { bad "rope scaling diverges (DSPARK_SIMD=$lv)"; grep -a '^FIRST\|rror' "$T/ydv"; }
+done
+expect_err "--rope-yarn on a qwen3 model" "deepseek4" $D make-model -o "$T/bad.gguf" --arch qwen3 --rope-yarn 4
+
 # ---- diagnostics ----------------------------------------------------------------
 $D diverge -m "$T/m.gguf" -p "$P" --block-greedy 8 >"$T/dc" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/dc" \
     && ok "deepseek4 canonical: FIRST_DIVERGENCE NONE" || { bad "deepseek4 canonical diverges"; cat "$T/dc"; }

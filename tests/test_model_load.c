@@ -18,6 +18,10 @@ typedef struct {
     uint32_t    set_u32_val2;
     const char *poke_i32;      /* an I32 tensor whose first entry becomes poke_val */
     int32_t     poke_val;
+    const char *set_str_key;   /* set a string key                          */
+    const char *set_str_val;
+    const char *set_f32_key;   /* set an f32 key                            */
+    float       set_f32_val;
 } mutation;
 
 static int derive(const char *src, const char *dst, const mutation *mu) {
@@ -25,13 +29,17 @@ static int derive(const char *src, const char *dst, const mutation *mu) {
     gguf_ctx *g = gguf_open(src, err, sizeof err);
     if (!g) return -1;
     gguf_writer *w = gguf_writer_new();
-    const char *skip[6] = { NULL, NULL, NULL, NULL, NULL, NULL };
+    const char *skip[8] = { NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     int ns = 0;
     if (mu->skip_key) skip[ns++] = mu->skip_key;
     if (mu->set_arch) skip[ns++] = "general.architecture";
     if (mu->set_u32_key) skip[ns++] = mu->set_u32_key;
     if (mu->set_u32_key2) skip[ns++] = mu->set_u32_key2;
+    if (mu->set_str_key) skip[ns++] = mu->set_str_key;
+    if (mu->set_f32_key) skip[ns++] = mu->set_f32_key;
     gguf_copy_kv(w, g, skip);
+    if (mu->set_str_key) gguf_set_str(w, mu->set_str_key, mu->set_str_val);
+    if (mu->set_f32_key) gguf_set_f32(w, mu->set_f32_key, mu->set_f32_val);
     if (mu->set_arch) gguf_set_str(w, "general.architecture", mu->set_arch);
     if (mu->set_u32_key) gguf_set_u32(w, mu->set_u32_key, mu->set_u32_val);
     if (mu->set_u32_key2) gguf_set_u32(w, mu->set_u32_key2, mu->set_u32_val2);
@@ -108,6 +116,17 @@ int main(void) {
     expect_fail(dir, src, "head_product_overflow", MU(.set_u32_key = "qwen3.attention.key_length", .set_u32_val = 1u << 30,
                                                       .set_u32_key2 = "qwen3.attention.value_length", .set_u32_val2 = 1u << 30),
                 "out of range");
+    /* rope scaling: deepseek4's compressed layers only; another
+     * architecture's scaled file is refused (not decoded with plain angles),
+     * and an unknown scaling type is one line */
+    expect_fail(dir, src, "qwen3_yarn", MU(.set_str_key = "qwen3.rope.scaling.type", .set_str_val = "yarn",
+                                           .set_f32_key = "qwen3.rope.scaling.factor", .set_f32_val = 4.0f),
+                "rope scaling on deepseek4");
+    expect_fail(dir, src, "qwen3_linear", MU(.set_str_key = "qwen3.rope.scaling.type", .set_str_val = "linear",
+                                             .set_f32_key = "qwen3.rope.scaling.factor", .set_f32_val = 2.0f),
+                "rope scaling on deepseek4");
+    expect_fail(dir, src, "rope_scaling_unknown", MU(.set_str_key = "qwen3.rope.scaling.type", .set_str_val = "longrope"),
+                "is not supported");
     /* file bytes in an error are sanitised: one line, no escape sequence */
     expect_fail(dir, src, "arch_control_bytes", MU(.set_arch = "qw\n\x1b[31men"), "unknown architecture 'qw??[31men'");
 

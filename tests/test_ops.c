@@ -578,6 +578,79 @@ static void test_argmax(void) {
     result(bad == 0, "argmax_vector_path", "%d of %d random rows differ from the scan", bad, runs);
 }
 
+/* Rope scaling (ds_rope_ext): the identity scaling (freq_scale 1, ext 0,
+ * mscale 1) is ds_rope's exact bits; YaRN against a double-precision
+ * reference of llama.cpp's rope_yarn on small positions; canonical ==
+ * decode for M = 1..16 and every pool; the fast variant differs; the ramp's
+ * ends ds_rope_yarn_dims computes for a known shape (n_rot 32, base 160000,
+ * original context 64: pairs 0 .. 4). */
+static void test_rope_yarn(int n_heads, int hd, ds_rope_mode mode) {
+    char name[128];
+    const char *mn = mode == DS_ROPE_NEOX ? "neox" : "normal";
+    const int row = n_heads * hd;
+    const float base = 160000.0f;
+    float *x = rand_buf((size_t)ROWS * row, 1.0f);
+    float *a = xalloc((size_t)ROWS * row), *b = xalloc((size_t)ROWS * row), *single = xalloc((size_t)ROWS * row);
+    int pos[ROWS];
+    for (int r = 0; r < ROWS; r++) pos[r] = r < 16 ? r * 5 - 20 : (int)((frand() + 1.0f) * 3000.0f);
+    const ds_rope_yarn id = {1.0f, 0.0f, 0.0f, 0.0f, 1.0f};
+    memcpy(a, x, sizeof(float) * ROWS * row);
+    memcpy(b, x, sizeof(float) * ROWS * row);
+    ds_rope(DS_CANONICAL, ROWS, n_heads, hd, pos, base, mode, a, NULL);
+    ds_rope_ext(DS_CANONICAL, ROWS, n_heads, hd, pos, base, mode, &id, b, NULL);
+    snprintf(name, sizeof name, "rope_yarn_identity_eq_rope_%s_hd%d", mn, hd);
+    result(!memcmp(a, b, sizeof(float) * ROWS * row), name, "the identity scaling moved bits");
+    float dims[2];
+    ds_rope_yarn_dims(32, 64, base, 32.0f, 1.0f, dims);
+    snprintf(name, sizeof name, "rope_yarn_dims_%s_hd%d", mn, hd);
+    result(dims[0] == 0.0f && dims[1] == 4.0f, name, "ramp ends %g .. %g, want 0 .. 4", (double)dims[0], (double)dims[1]);
+    const ds_rope_yarn y = {0.25f, 1.0f, 1.0f, 9.0f, 1.0f};
+    /* reference: llama.cpp's rope_yarn in double on the small positions */
+    memcpy(a, x, sizeof(float) * 16 * row);
+    ds_rope_ext(DS_CANONICAL, 16, n_heads, hd, pos, base, mode, &y, a, NULL);
+    double worst = 0;
+    for (int r = 0; r < 16; r++)
+        for (int h = 0; h < n_heads; h++)
+            for (int i = 0; i < hd / 2; i++) {
+                const int ia = mode == DS_ROPE_NEOX ? i : 2 * i, ib = mode == DS_ROPE_NEOX ? i + hd / 2 : 2 * i + 1;
+                const size_t o = (size_t)r * row + (size_t)h * hd;
+                const double te = pos[r] * pow((double)base, -2.0 * i / hd), ti = 0.25 * te;
+                double ramp = (i - 1.0) / 8.0;
+                ramp = 1.0 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
+                const double th = ti * (1 - ramp) + te * ramp;
+                const double x0 = x[o + ia], x1 = x[o + ib];
+                const double e = fmax(fabs(a[o + ia] - (x0 * cos(th) - x1 * sin(th))),
+                                      fabs(a[o + ib] - (x0 * sin(th) + x1 * cos(th))));
+                if (e > worst) worst = e;
+            }
+    snprintf(name, sizeof name, "rope_yarn_ref_%s_hd%d", mn, hd);
+    result(worst < 2e-5, name, "abs error %.3g >= 2e-5 (|x| <= 1)", worst);
+    for (int r = 0; r < ROWS; r++) {
+        memcpy(single + (size_t)r * row, x + (size_t)r * row, sizeof(float) * row);
+        ds_rope_ext(DS_CANONICAL, 1, n_heads, hd, &pos[r], base, mode, &y, single + (size_t)r * row, NULL);
+    }
+    int bad = 0, fast_diff = 0, moved = 0;
+    memcpy(b, x, sizeof(float) * ROWS * row);
+    ds_rope(DS_CANONICAL, ROWS, n_heads, hd, pos, base, mode, b, NULL);
+    moved = memcmp(b, single, sizeof(float) * ROWS * row) != 0;
+    for (int M = 1; M <= 16; M++) {
+        const int start = (M * 7) % (ROWS - M + 1);
+        for (int pi = 0; pi < N_POOLS; pi++) {
+            memcpy(a, x + (size_t)start * row, sizeof(float) * M * row);
+            ds_rope_ext(DS_CANONICAL, M, n_heads, hd, pos + start, base, mode, &y, a, pools[pi]);
+            for (int t = 0; t < M; t++) bad += memcmp(a + (size_t)t * row, single + (size_t)(start + t) * row, sizeof(float) * row) != 0;
+        }
+        memcpy(a, x + (size_t)start * row, sizeof(float) * M * row);
+        ds_rope_ext(DS_FAST, M, n_heads, hd, pos + start, base, mode, &y, a, NULL);
+        for (int t = 0; t < M; t++) fast_diff += memcmp(a + (size_t)t * row, single + (size_t)(start + t) * row, sizeof(float) * row) != 0;
+    }
+    snprintf(name, sizeof name, "rope_yarn_canonical_eq_decode_%s_hd%d", mn, hd);
+    result(!bad && moved, name, "%d rows differ from the single-row call (scaling moved the rows: %s)", bad, moved ? "yes" : "no");
+    snprintf(name, sizeof name, "rope_yarn_fast_differs_%s_hd%d", mn, hd);
+    result(fast_diff > 0, name, "fast matched decode bitwise on every row");
+    free(x); free(a); free(b); free(single);
+}
+
 int main(void) {
     pools[0] = NULL;
     for (int i = 1; i < N_POOLS; i++) {
@@ -601,6 +674,8 @@ int main(void) {
     test_rope(4, 64, DS_ROPE_NORMAL);
     test_rope(2, 128, DS_ROPE_NEOX);
     test_rope(2, 128, DS_ROPE_NORMAL);
+    test_rope_yarn(4, 64, DS_ROPE_NORMAL);
+    test_rope_yarn(2, 32, DS_ROPE_NEOX);
     test_rope_cached(4, 64, DS_ROPE_NEOX);
     test_rope_cached(2, 128, DS_ROPE_NORMAL);
     test_swiglu(100);

@@ -54,6 +54,7 @@ int cmd_make_model(int argc, char **argv) {
                    "       [--q-lora N (n_embd/2)] [--o-groups N (2)] [--o-lora N (64)] [--hc N (4)]\n"
                    "       [--hc-iters N (20)] [--n-swa N (128)] [--n-hash N (0): the first N layers hash-routed]\n"
                    "       [--swiglu-clamp F (0: none): swiglu_clamp_exp, the experts' SwiGLU input limit]\n"
+                   "       [--rope-yarn F (0: none) [--rope-orig-ctx N (n_ctx)]]: rope.scaling yarn (the compressed layers)\n"
                    "       [--compress-ratios R0,R1,.. (all 0): per layer 0 (raw), 4 (CSA, indexed) or 128 (HCA)]\n"
                    "       [--n-indexer-head N (4)] [--indexer-dim N (head dim)] [--indexer-top-k N (64)]\n"
                    "       and the qwen3moe expert flags (one shared expert)\n");
@@ -95,6 +96,8 @@ int cmd_make_model(int argc, char **argv) {
         else if (!strcmp(a, "--n-swa")) o.n_swa = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 20);
         else if (!strcmp(a, "--n-hash")) o.n_hash = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 20);
         else if (!strcmp(a, "--swiglu-clamp")) o.swiglu_clamp = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 1e6f);
+        else if (!strcmp(a, "--rope-yarn")) o.rope_yarn = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 1e6f);
+        else if (!strcmp(a, "--rope-orig-ctx")) o.rope_orig_ctx = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 26);
         else if (!strcmp(a, "--compress-ratios")) {
             o.n_comp = parse_ratios(C, cli_value(C, argc, argv, &i), ratios, 256);
             o.comp_ratios = ratios;
@@ -106,6 +109,8 @@ int cmd_make_model(int argc, char **argv) {
         else cli_die(C, "unknown flag '%s' (see dspark make-model --help)", a);
     }
     if (!out) cli_die(C, "no output file given (-o OUT.gguf)");
+    if ((o.rope_yarn > 0.0f || o.rope_orig_ctx) && strcmp(o.arch, "deepseek4"))
+        cli_die(C, "--rope-yarn / --rope-orig-ctx apply to --arch deepseek4 (its compressed layers) only");
     char err[DS_ERRLEN];
     if (ds_make_model(&o, out, err, sizeof err)) cli_die(C, "%s", err);
     fprintf(stderr, "make-model: wrote %s: arch=%s type=%s n_layer=%d n_embd=%d n_vocab=%d seed=%ld\n", out, o.arch,

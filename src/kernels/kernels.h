@@ -207,6 +207,21 @@ void ds_rmsnorm(ds_variant v, int rows, int n, const float *x, const float *w, f
 typedef enum { DS_ROPE_NORMAL = 0, DS_ROPE_NEOX = 2 } ds_rope_mode;
 void ds_rope(ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
              float freq_base, ds_rope_mode mode, float *x, ds_pool *pool);
+/* YaRN and linear rope scaling (rope.scaling.type; llama.cpp's rope_yarn,
+ * which deepseek4 applies on its compressed layers): pair i's angle mixes
+ * theta_interp = freq_scale * theta and theta itself, by ramp_i * ext_factor
+ * with ramp_i = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1) (ext_factor
+ * 0: linear scaling, theta_interp alone); cos and sin are then multiplied by
+ * mscale. freq_scale 1, ext_factor 0, mscale 1 is ds_rope's exact bits. */
+typedef struct ds_rope_yarn {
+    float freq_scale, ext_factor, lo, hi, mscale;
+} ds_rope_yarn;
+/* The ramp's ends for n_dims rotated dims (ggml_rope_yarn_corr_dims: the
+ * pair indices whose wavelength crosses n_ctx_orig / beta), with the
+ * project's log (kernels/dsmath.h), not the C library's. */
+void ds_rope_yarn_dims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]);
+void ds_rope_ext(ds_variant v, int rows, int n_heads, int head_dim, const int *pos, float freq_base,
+                 ds_rope_mode mode, const ds_rope_yarn *yarn, float *x, ds_pool *pool);
 /* Canonical RoPE with the per-position cos/sin cached: tab holds n_pos rows
  * of head_dim/2 cos then head_dim/2 sin, done[p] != 0 once row p is filled
  * (by the same expressions decode evaluates, on first use of position p;

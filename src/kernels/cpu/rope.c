@@ -30,6 +30,7 @@ typedef struct {
     float freq_base;
     ds_rope_mode mode;
     float *x;
+    const ds_rope_yarn *yarn;   /* NULL: plain RoPE */
 } rope_args;
 
 /* Rotate pairs [i0, i0+nb) of every head of one row by the tabulated angles. */
@@ -65,14 +66,32 @@ static inline float rope_inv_freq(float freq_base, int i, int hd) {
     return ds_powf(freq_base, -2.0f * (float)i / (float)hd);
 }
 
-static void rope_row(int n_heads, int hd, int pos, float freq_base, ds_rope_mode mode, float *x) {
+/* The scaled angle of pair i (ds_rope_yarn; llama.cpp's rope_yarn in its
+ * operation order), and its cos/sin times mscale. */
+static inline void rope_yarn_cs(const ds_rope_yarn *y, float theta, int i, float *sn, float *cs) {
+    const float interp = y->freq_scale * theta;
+    float t = interp;
+    if (y->ext_factor != 0.0f) {
+        float r = ((float)i - y->lo) / (y->hi - y->lo > 0.001f ? y->hi - y->lo : 0.001f);
+        r = 1.0f - (r < 0.0f ? 0.0f : r > 1.0f ? 1.0f : r);
+        const float mix = r * y->ext_factor;
+        t = interp * (1.0f - mix) + theta * mix;
+    }
+    ds_sincosf(t, sn, cs);
+    *sn = *sn * y->mscale;
+    *cs = *cs * y->mscale;
+}
+
+static void rope_row(int n_heads, int hd, int pos, float freq_base, ds_rope_mode mode, const ds_rope_yarn *yarn,
+                     float *x) {
     float c[ROPE_BLOCK], s[ROPE_BLOCK];
     int half = hd / 2;
     for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
         int nb = ds_imin(ROPE_BLOCK, half - i0);
         for (int k = 0; k < nb; k++) {
             float theta = (float)pos * rope_inv_freq(freq_base, i0 + k, hd);
-            ds_sincosf(theta, &s[k], &c[k]);
+            if (yarn) rope_yarn_cs(yarn, theta, i0 + k, &s[k], &c[k]);
+            else ds_sincosf(theta, &s[k], &c[k]);
         }
         rope_apply(n_heads, hd, mode, i0, nb, c, s, x);
     }
@@ -85,7 +104,7 @@ static void rope_canon_range(void *arg, int64_t r0, int64_t r1) {
     const rope_args *a = arg;
     int64_t row = (int64_t)a->n_heads * a->head_dim;
     for (int64_t r = r0; r < r1; r++)
-        rope_row(a->n_heads, a->head_dim, a->pos[r], a->freq_base, a->mode, a->x + r * row);
+        rope_row(a->n_heads, a->head_dim, a->pos[r], a->freq_base, a->mode, a->yarn, a->x + r * row);
 }
 
 /* The same rows with the angles' cos/sin cached per position (a decode
@@ -107,7 +126,7 @@ static void rope_cached_range(void *arg, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const int p = a->pos[r];
         if (p < 0 || p >= c->n_pos || half > ROPE_BLOCK) {
-            rope_row(a->n_heads, hd, p, a->freq_base, a->mode, a->x + r * row);
+            rope_row(a->n_heads, hd, p, a->freq_base, a->mode, NULL, a->x + r * row);
             continue;
         }
         float *cs = c->tab + (int64_t)p * hd;
@@ -126,7 +145,7 @@ void ds_rope_cached(int rows, int n_heads, int head_dim, const int *pos, float f
                     ds_rope_mode mode, float *x, float *tab, unsigned char *done, int64_t n_pos,
                     ds_pool *pool) {
     if (rows <= 0 || n_heads <= 0 || head_dim < 2) return;
-    rope_cached_args c = { { n_heads, head_dim, pos, freq_base, mode, x }, tab, done, n_pos };
+    rope_cached_args c = { { n_heads, head_dim, pos, freq_base, mode, x, NULL }, tab, done, n_pos };
     int64_t grain = ds_grain((int64_t)n_heads * head_dim, 8192);
     ds_pool_for(pool, rows, grain, rope_cached_range, &c);
 }
@@ -139,7 +158,7 @@ void ds_rope_cached(int rows, int n_heads, int head_dim, const int *pos, float f
  * directly; from i = 2 on the float angles generally disagree in the last
  * bits, and sin/cos pass that on. */
 static void rope_fast_row(int n_heads, int hd, int pos, float freq_base, ds_rope_mode mode,
-                          float *x) {
+                          const ds_rope_yarn *yarn, float *x) {
     float c[ROPE_BLOCK], s[ROPE_BLOCK];
     int half = hd / 2;
     float ratio = ds_powf(freq_base, -2.0f / (float)hd);
@@ -147,7 +166,8 @@ static void rope_fast_row(int n_heads, int hd, int pos, float freq_base, ds_rope
     for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
         int nb = ds_imin(ROPE_BLOCK, half - i0);
         for (int k = 0; k < nb; k++) {
-            ds_sincosf(theta, &s[k], &c[k]);
+            if (yarn) rope_yarn_cs(yarn, theta, i0 + k, &s[k], &c[k]);
+            else ds_sincosf(theta, &s[k], &c[k]);
             theta *= ratio;
         }
         rope_apply(n_heads, hd, mode, i0, nb, c, s, x);
@@ -158,16 +178,39 @@ static void rope_fast_range(void *arg, int64_t r0, int64_t r1) {
     const rope_args *a = arg;
     int64_t row = (int64_t)a->n_heads * a->head_dim;
     for (int64_t r = r0; r < r1; r++)
-        rope_fast_row(a->n_heads, a->head_dim, a->pos[r], a->freq_base, a->mode, a->x + r * row);
+        rope_fast_row(a->n_heads, a->head_dim, a->pos[r], a->freq_base, a->mode, a->yarn, a->x + r * row);
 }
 
 /* ========================================================================
  * entry point
  * ======================================================================== */
-void ds_rope(ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
-             float freq_base, ds_rope_mode mode, float *x, ds_pool *pool) {
+void ds_rope_ext(ds_variant v, int rows, int n_heads, int head_dim, const int *pos, float freq_base,
+                 ds_rope_mode mode, const ds_rope_yarn *yarn, float *x, ds_pool *pool) {
     if (rows <= 0 || n_heads <= 0 || head_dim < 2) return;
-    rope_args a = { n_heads, head_dim, pos, freq_base, mode, x };
+    rope_args a = { n_heads, head_dim, pos, freq_base, mode, x, yarn };
     int64_t grain = ds_grain((int64_t)n_heads * head_dim, 8192);
     ds_pool_for(pool, rows, grain, v == DS_FAST ? rope_fast_range : rope_canon_range, &a);
+}
+
+void ds_rope(ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
+             float freq_base, ds_rope_mode mode, float *x, ds_pool *pool) {
+    ds_rope_ext(v, rows, n_heads, head_dim, pos, freq_base, mode, NULL, x, pool);
+}
+
+/* ggml_rope_yarn_corr_dim: the pair index whose wavelength fits n_ctx_orig
+ * / beta times in the original context, in double (a load-time constant;
+ * the ends are floored / ceiled to whole pairs, so the log's last bits only
+ * matter at an exact integer) */
+static double rope_corr_dim(int n_dims, int n_ctx_orig, float beta, float base) {
+    return (double)n_dims * ds_log((double)n_ctx_orig / ((double)beta * 2.0 * 3.14159265358979323846)) /
+           (2.0 * ds_log((double)base));
+}
+
+void ds_rope_yarn_dims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]) {
+    double lo = rope_corr_dim(n_dims, n_ctx_orig, beta_fast, freq_base);
+    double hi = rope_corr_dim(n_dims, n_ctx_orig, beta_slow, freq_base);
+    lo = (double)(int64_t)lo - ((double)(int64_t)lo > lo);            /* floor */
+    hi = (double)(int64_t)hi + ((double)(int64_t)hi < hi);            /* ceil  */
+    dims[0] = lo < 0.0 ? 0.0f : (float)lo;
+    dims[1] = hi > (double)(n_dims - 1) ? (float)(n_dims - 1) : (float)hi;
 }
