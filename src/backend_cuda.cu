@@ -472,6 +472,7 @@ static void dsc_release_weight(ds_backend *be, ds_weight *w) {
     if (!d) return;
     cudaFree(d->data);
     cudaFree(d->scale);
+    cudaFree(d->id_tab);
     free(d);
     w->DSC_WEIGHT_SLOT = NULL;
 }
@@ -750,6 +751,8 @@ static const ds_backend_i dsc_iface = {
     dsc_chunk_rows,
     dsc_mem_free,
     dsc_moe_gather,
+    dsc_moe_id_prepare,             /* moe.cu: the experts by id, no host read of the route */
+    dsc_matmul_id,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving
@@ -764,6 +767,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
         {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL}, {"narrow", DSC_OFF_NARROW}, {"copyk", DSC_OFF_COPYK},
         {"spread", DSC_OFF_SPREAD}, {"mma", DSC_OFF_MMA}, {"stream", DSC_OFF_STREAM},
         {"split", DSC_OFF_SPLIT}, {"chunk", DSC_OFF_CHUNK}, {"gemv", DSC_OFF_GEMV}, {"tile", DSC_OFF_TILE},
+        {"moeid", DSC_OFF_MOEID},
     };
     *off = 0;
     const char *v = getenv(var);
@@ -778,7 +782,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
             }
         if (!known) {
             ds_errf(err, errlen,
-                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream split chunk gemv tile)",
+                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream split chunk gemv tile moeid)",
                     var, (int)(n > 32 ? 32 : n), p);
             return -1;
         }
