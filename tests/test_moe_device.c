@@ -38,6 +38,7 @@
 #include "model.h"
 #include "model_make.h"
 #include "dspark_diag.h"
+#include "engine.h"
 
 #define N_PROMPT 150
 #define N_DEC 8
@@ -418,6 +419,76 @@ static void check_id(const char *dir, const char *name, uint32_t type, int E, in
     ds_model_free(mh);
 }
 
+/* The engine (many sequences a forward) on the posing device: 3 sequences'
+ * prompts, then 6 steps of one row each (a chunk of 3 rows: 3 k <= 64
+ * assignments, the id path), with matmul_id and without it: the logits of
+ * every step == the host engine's (plain CPU), and the repeated step chunks
+ * are recorded with matmul_id (engine.c chunk_key: all but the first, which
+ * is run op by op when first seen), never without it (every MoE layer then
+ * reads the route on the host). */
+#define EN_SEQ 3
+#define EN_STEPS 6
+static int engine_run(const ds_model *m, float *lg, long *rec, long *rep) {
+    char err[DS_ERRLEN];
+    const int V = m->hp.n_vocab;
+    const ds_engine_params ep = {.n_seq_max = EN_SEQ, .n_ctx = 256, .n_threads = 1};
+    ds_engine *e = ds_engine_new(m, &ep, err, sizeof err);
+    if (!e) { printf("FAIL engine: %s\n", err); exit(1); }
+    int sq[EN_SEQ];
+    ds_row rows[64];
+    for (int s = 0; s < EN_SEQ; s++) {
+        sq[s] = ds_engine_seq_new(e, err, sizeof err);
+        if (sq[s] < 0) { printf("FAIL seq_new: %s\n", err); exit(1); }
+        const int np = 9 + 4 * s;
+        for (int p = 0; p < np; p++) rows[p] = (ds_row){sq[s], p, (int32_t)((p * 31 + 7 * s + 3) % V), 0, NULL};
+        ds_fwd_out out = {NULL, NULL, NULL};
+        if (ds_engine_forward(e, rows, np, &out, err, sizeof err)) { printf("FAIL prompt: %s\n", err); exit(1); }
+    }
+    for (int t = 0; t < EN_STEPS; t++) {
+        for (int s = 0; s < EN_SEQ; s++)
+            rows[s] = (ds_row){sq[s], 9 + 4 * s + t, (int32_t)((t * 53 + 11 * s + 1) % V), DS_ROW_LOGITS, NULL};
+        ds_fwd_out out = {lg + (size_t)t * EN_SEQ * V, NULL, NULL};
+        if (ds_engine_forward(e, rows, EN_SEQ, &out, err, sizeof err)) { printf("FAIL step: %s\n", err); exit(1); }
+    }
+    ds_engine_graph_counts(e, rec, rep);
+    ds_engine_free(e);
+    return 0;
+}
+
+static void check_engine(const char *dir) {
+    char err[DS_ERRLEN], path[600];
+    ds_model *mh = make(dir, "en-q8-3of16", "qwen3moe", DS_TYPE_Q8_0, 16, 3, 0, path, sizeof path);
+    const int V = mh->hp.n_vocab;
+    const size_t nl = (size_t)EN_STEPS * EN_SEQ * V;
+    float *ref = malloc(nl * sizeof(float)), *got = malloc(nl * sizeof(float));
+    long rec = 0, rep = 0;
+    engine_run(mh, ref, &rec, &rep);
+    for (int id = 1; id >= 0; id--) {
+        ds_model *md = ds_model_load_on(path, "cpu", err, sizeof err);
+        CHECK(md != NULL, "load: %s", err);
+        pose_dev pd;
+        pose_id(md, &pd, 1, id);
+        memset(got, 0, nl * sizeof(float));
+        engine_run(md, got, &rec, &rep);
+        const long dif = first_diff(got, ref, nl);
+        CHECK(dif < 0, "engine (matmul_id %s): step logits differ first at step %ld sequence %ld column %ld: %.9g, host %.9g",
+              id ? "on" : "off", dif / ((long)EN_SEQ * V), dif / V % EN_SEQ, dif % V, dif < 0 ? 0.0 : (double)got[dif],
+              dif < 0 ? 0.0 : (double)ref[dif]);
+        /* (the posing recorder runs the ops each time: nothing is replayed) */
+        const int rec_ok = id ? rec == EN_STEPS - 1 && pd.id_calls > 0 : rec == 0 && rep == 0 && pd.id_calls == 0;
+        CHECK(rec_ok, "engine (matmul_id %s): %ld recorded, %ld replayed chunks, %ld matmul_id calls", id ? "on" : "off",
+              rec, rep, pd.id_calls);
+        printf("%s moe_engine matmul_id=%s steps=%d sequences=%d identical=%s recorded=%ld replayed=%ld id_calls=%ld\n",
+               dif < 0 && rec_ok ? "PASS" : "FAIL", id ? "on" : "off", EN_STEPS, EN_SEQ, dif < 0 ? "yes" : "no", rec, rep,
+               pd.id_calls);
+        md->be->i = pd.cpu;
+        ds_model_free(md);
+    }
+    free(ref);
+    free(got);
+    ds_model_free(mh);
+}
+
 int main(void) {
     char dir[256], err[DS_ERRLEN], path[600];
     tu_tmpdir(dir, sizeof dir);
@@ -430,6 +501,7 @@ int main(void) {
     check_id(dir, "id-q8-8of64", DS_TYPE_Q8_0, 64, 8, 0);
     check_id(dir, "id-f32-shexp", DS_TYPE_F32, 8, 2, 96);
     check_id(dir, "id-f16-4of16", DS_TYPE_F16, 16, 4, 0);
+    check_engine(dir);
 
     /* a dense model on the same posing device is recorded: the count above can fail */
     ds_model *m = make(dir, "dense", "qwen3", DS_TYPE_Q8_0, 0, 0, 0, path, sizeof path);
