@@ -302,9 +302,10 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
     unsigned fam_exp = FAM(DS_FAM_SWIGLU) | FAM(DS_FAM_MOE_ROUTE);
     const int32_t *slot_dev = slot;
     float *Yc = Y;                    /* the experts' outputs moe_combine reads */
-    if (!wants(pr, l, DSD_CP_FFN_GATE_UP) && ds_layer_moe_on_device(ex->be, L, var, M)) {
+    if (!wants(pr, l, DSD_CP_FFN_GATE_UP) && mk * (size_t)d >= 16 && ds_layer_moe_on_device(ex->be, L, var, M)) {
         /* the device-side path (above): its rows in X's place (unused here),
-         * 16-byte aligned for the kernels; they end before Y's end, so the
+         * 16-byte aligned for the kernels; they end before Y's end (at most
+         * 12 floats of padding against X's mk d, hence the 16), so the
          * shared expert's scratch below is where it always is */
         float *Gi = align16f(X), *Ui = Gi + round4(mk * f), *Hi = Ui + round4(mk * f), *Yi = Hi + round4(mk * f);
         const int one = L->exp_gate[0].type == L->exp_up[0].type;
