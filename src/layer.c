@@ -231,6 +231,9 @@ int ds_layer_moe_on_device(const ds_backend *be, const ds_layer *L, const uint8_
     if (!L->exp_id || !b->matmul_id || b->host_memory || L->moe_func != DS_MOE_SOFTMAX || L->swiglu_limit > 0.0f)
         return 0;
     if (M < 1 || (int64_t)M * L->n_expert_used > DS_MOE_ID_MAX) return 0;
+    /* the path's rows sit in the gather scratch's place, X [M k][d] (d = the
+     * down projection's n_out), with up to 12 floats of alignment padding */
+    if ((int64_t)M * L->n_expert_used * L->exp_down[0].n_out < 16) return 0;
     return var[ds_matmul_family(L->exp_gate[0].type)] == DS_CANONICAL &&
            var[ds_matmul_family(L->exp_up[0].type)] == DS_CANONICAL &&
            var[ds_matmul_family(L->exp_down[0].type)] == DS_CANONICAL && var[DS_FAM_SWIGLU] == DS_CANONICAL;
@@ -302,11 +305,11 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
     unsigned fam_exp = FAM(DS_FAM_SWIGLU) | FAM(DS_FAM_MOE_ROUTE);
     const int32_t *slot_dev = slot;
     float *Yc = Y;                    /* the experts' outputs moe_combine reads */
-    if (!wants(pr, l, DSD_CP_FFN_GATE_UP) && mk * (size_t)d >= 16 && ds_layer_moe_on_device(ex->be, L, var, M)) {
+    if (!wants(pr, l, DSD_CP_FFN_GATE_UP) && ds_layer_moe_on_device(ex->be, L, var, M)) {
         /* the device-side path (above): its rows in X's place (unused here),
          * 16-byte aligned for the kernels; they end before Y's end (at most
-         * 12 floats of padding against X's mk d, hence the 16), so the
-         * shared expert's scratch below is where it always is */
+         * 12 floats of padding against X's mk d >= 16: ds_layer_moe_on_device),
+         * so the shared expert's scratch below is where it always is */
         float *Gi = align16f(X), *Ui = Gi + round4(mk * f), *Hi = Ui + round4(mk * f), *Yi = Hi + round4(mk * f);
         const int one = L->exp_gate[0].type == L->exp_up[0].type;
         if (one) {
