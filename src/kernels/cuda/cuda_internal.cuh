@@ -141,7 +141,8 @@ enum { DSC_SLOT_Q8_ACT = 0, DSC_SLOT_HALF_X, DSC_SLOT_ATT_PART, DSC_SLOT_COUNT }
  * quantization would make: the bits cannot move, only a launch is saved.
  * Valid while nothing else has run on the stream since (seq == n_ops): every
  * launch, copy and recording bumps n_ops, the matmuls that use the copy
- * carry it forward. */
+ * carry it forward, and so does moe_route (it writes neither the rows nor
+ * the copy: moe.cu), for the experts' matmul_id on the router's rows. */
 typedef struct {
     const float  *x;            /* the float rows it was made from [M][K]       */
     int           M;

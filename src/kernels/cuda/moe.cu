@@ -149,12 +149,23 @@ void dsc_moe_route(ds_exec *ex, ds_variant v, int M, int n_expert, int k, int no
                    int32_t *ids, float *w) {
     if (M <= 0 || n_expert < 1 || n_expert > DS_MOE_MAX_EXPERT || k < 1 || k > n_expert) return;
     const size_t smem = ((size_t)n_expert + 1) * sizeof(float) + (size_t)n_expert;   /* p, sum, taken */
+    /* The route writes ids and w only: a producer's Q8_0 copy of the rows
+     * (dsc_q8x: the router's, of the layer's normed input) still stands
+     * after it, unless ids or w overlap those rows, and the experts' first
+     * matmul (matmul_id on the same rows) reuses it instead of quantizing
+     * them again. */
+    const char *qx = (const char *)ex->q8x.x, *qe = qx + (size_t)ex->q8x.M * (size_t)ex->q8x.K * sizeof(float);
+    const char *ib = (const char *)ids, *wb = (const char *)w;
+    const size_t rk = (size_t)M * (size_t)k;
+    const bool keep = ex->q8x.seq == ex->n_ops && qx && (ib + rk * sizeof(int32_t) <= qx || ib >= qe) &&
+                      (wb + rk * sizeof(float) <= qx || wb >= qe);
     if (v == DS_FAST)
         dsc_launch(ex, "moe_route", moe_route_k<true>, dim3((unsigned)M), dim3(32), smem, n_expert, k, norm, logits,
                    ids, w);
     else
         dsc_launch(ex, "moe_route", moe_route_k<false>, dim3((unsigned)M), dim3(32), smem, n_expert, k, norm, logits,
                    ids, w);
+    if (keep) ex->q8x.seq = ex->n_ops;
 }
 
 /* ========================================================================
