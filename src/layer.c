@@ -220,8 +220,9 @@ size_t ds_moe_host_words(int m_max, int k) {
  * decode with 7 drafts, a verify of 8) of independently routed rows hit
  * ~50 distinct experts: ~14 extra expert reads (~70 MB a layer at Q8_0,
  * ~15 us at 4.8 TB/s), about what the grouping's stream synchronisation
- * and the lost graph replay cost a layer; at 16 rows (128 assignments, ~81
- * distinct) the extra reads are ~3x that. Decode (8 assignments of 8
+ * and the lost graph replay cost a layer (an estimate from the bytes, not a
+ * measurement: bench/moe_cuda.sh AB=1 times both paths); at 16 rows (128
+ * assignments, ~81 distinct) the extra reads are ~3x that. Decode (8 assignments of 8
  * distinct experts) re-reads nothing. The rows of a real model's verify
  * block share experts more often than independent routes do, which moves
  * the break-even up, not down. */
