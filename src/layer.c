@@ -215,7 +215,10 @@ size_t ds_moe_host_words(int m_max, int k) {
  * host read of the ids.
  *
  * Why at most DS_MOE_ID_MAX = 64 assignments: the path reads an expert's
- * weights once per assignment, the grouping once per distinct expert. With
+ * weights once per assignment, the grouping once per distinct expert (the
+ * CUDA kernels run one row group of every assignment side by side, so a
+ * repeated expert's rows mostly come from L2 — still reads, instructions and
+ * L2 bandwidth per assignment). With
  * 128 experts and 8 used (the 30B-A3B shape), 64 assignments (8 rows:
  * decode with 7 drafts, a verify of 8) of independently routed rows hit
  * ~50 distinct experts: ~14 extra expert reads (~70 MB a layer at Q8_0,

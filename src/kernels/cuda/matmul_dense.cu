@@ -419,7 +419,8 @@ mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float 
  * its bits, which are row i's bits of the grouped matmul of any M. The
  * weights depend on the ids, so the wait for the previous kernel (the
  * route) comes first here. tab: the array's device table of row pointers
- * (moe.cu dsc_moe_id_prepare). */
+ * (moe.cu dsc_moe_id_prepare). The assignment is the grid's fastest index
+ * (matmul_q8_0.cu q8i_kernel says why: repeated experts from L2). */
 template <int TYPE>
 __global__ void __launch_bounds__(MMS_THREADS)
 mmd_staged_id(const void *const *__restrict__ tab, int n_exp, int xk, int64_t N, int64_t K,

@@ -699,7 +699,7 @@ q8w_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, c
 /* ==========================================================================
  * CANONICAL by expert id (backend.h matmul_id: MoE decode and short verify)
  * ==========================================================================
- * Assignment i (blockIdx.y) reads its expert e = ids[i] on the device and
+ * Assignment i (blockIdx.x) reads its expert e = ids[i] on the device and
  * runs decode's configuration of the warp GEMV (q8w_dispatch at M = 1:
  * MT = 1, R = 1, U = 4, half a block per lane) on activation row i / xk:
  * q8w_rows, the very instructions of the M = 1 matmul, on that expert's
@@ -710,7 +710,13 @@ q8w_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, c
  * (moe.cu dsc_moe_id_prepare: data pointers, then scale pointers); an id
  * outside [0, n_exp) (a device fault upstream) reads expert 0, never past
  * the table. The ids are the route's output, so the wait for the previous
- * kernel comes before the first weight load here, not after it. */
+ * kernel comes before the first weight load here, not after it.
+ * The assignment is the grid's fastest index: the blocks of one row group
+ * of every assignment run side by side, so assignments that chose the same
+ * expert (rows of a verify block often do) read its rows at about the same
+ * time, the later reads from L2 — memory traffic close to the grouping's
+ * one read per distinct expert, without grouping anything. Which block
+ * computes a row never changes its chain. */
 struct q8i_set {
     const void *const *tab[2];          /* device: [n_exp] quants, then [n_exp] scales */
     float  *y[2];                       /* [A][N[w]]                                    */
@@ -725,7 +731,7 @@ q8i_kernel(const q8i_set set, int64_t K, const int32_t *__restrict__ ids, const 
     using C = q8w_cfg<1, 1, 4>;
     __shared__ __align__(16) float q8i_smem[Q8W_WARPS * C::C * C::PC];
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-    const unsigned g = blockIdx.x * Q8W_WARPS + warp;
+    const unsigned g = blockIdx.y * Q8W_WARPS + warp;
     if (g >= set.blk0[2]) return;                             /* whole warps: no barrier below */
     /* the array by selection, not by an index into the arguments (which
      * would copy them to local memory) */
@@ -734,7 +740,7 @@ q8i_kernel(const q8i_set set, int64_t K, const int32_t *__restrict__ ids, const 
     const int64_t N = w1 ? set.N[1] : set.N[0];
     float *y = w1 ? set.y[1] : set.y[0];
     const unsigned g0 = w1 ? set.blk0[1] : 0u;
-    const int i = blockIdx.y;
+    const int i = blockIdx.x;
     dsc_pdl_wait();                                           /* the route's ids */
     int e = __ldg(ids + i);
     if (e < 0 || e >= set.n_exp) e = 0;
@@ -959,7 +965,7 @@ void dsc_matmul_id_q8_0(ds_exec *ex, int n, const dsc_weight *const w0[], int n_
     set.blk0[2] = groups;
     set.n_exp = n_exp;
     set.xk = xk;
-    dsc_launch(ex, "matmul_q8_0 canonical (by expert id)", q8i_kernel, dim3(dsc_blocks(groups, Q8W_WARPS), (unsigned)A),
+    dsc_launch(ex, "matmul_q8_0 canonical (by expert id)", q8i_kernel, dim3((unsigned)A, dsc_blocks(groups, Q8W_WARPS)),
                dim3(32 * Q8W_WARPS), 0, set, K, ids, (const int8_t *)xq, (const float *)xd);
     bool aliased = false;
     for (int i = 0; i < n; i++) aliased = aliased || y[i] == x;
