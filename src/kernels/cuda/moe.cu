@@ -154,11 +154,12 @@ void dsc_moe_route(ds_exec *ex, ds_variant v, int M, int n_expert, int k, int no
      * after it, unless ids or w overlap those rows, and the experts' first
      * matmul (matmul_id on the same rows) reuses it instead of quantizing
      * them again. */
-    const char *qx = (const char *)ex->q8x.x, *qe = qx + (size_t)ex->q8x.M * (size_t)ex->q8x.K * sizeof(float);
-    const char *ib = (const char *)ids, *wb = (const char *)w;
-    const size_t rk = (size_t)M * (size_t)k;
-    const bool keep = ex->q8x.seq == ex->n_ops && qx && (ib + rk * sizeof(int32_t) <= qx || ib >= qe) &&
-                      (wb + rk * sizeof(float) <= qx || wb >= qe);
+    bool keep = ex->q8x.seq == ex->n_ops && ex->q8x.x;
+    if (keep) {
+        const uintptr_t qx = (uintptr_t)ex->q8x.x, qe = qx + (size_t)ex->q8x.M * (size_t)ex->q8x.K * sizeof(float);
+        const uintptr_t ib = (uintptr_t)ids, wb = (uintptr_t)w, rk = (uintptr_t)M * (uintptr_t)k;
+        keep = (ib + rk * sizeof(int32_t) <= qx || ib >= qe) && (wb + rk * sizeof(float) <= qx || wb >= qe);
+    }
     if (v == DS_FAST)
         dsc_launch(ex, "moe_route", moe_route_k<true>, dim3((unsigned)M), dim3(32), smem, n_expert, k, norm, logits,
                    ids, w);
