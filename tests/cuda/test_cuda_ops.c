@@ -1633,6 +1633,10 @@ static void test_matmul_id(T *t, uint32_t type, int E, int n, int64_t N0, int64_
         ygrp[w] = malloc((size_t)A * (size_t)Ns[w] * 4);
     }
     int dec_ok = 1, grp_ok = 1, rep_ok = 1, rep_moved = 0;
+    /* a key of its own per case (a recording under another case's key would
+     * replay that case's buffers), dropped at the end */
+    static uint64_t id_case;
+    const uint64_t key = 0x1d1d0000ull + ++id_case;
     if (prep_ok) {
         const ds_weight *const Wc[2] = {W[0], n > 1 ? W[1] : NULL};
         /* the references, for ids (then for ids2): decode's one-row calls,
@@ -1646,11 +1650,11 @@ static void test_matmul_id(T *t, uint32_t type, int E, int n, int64_t N0, int64_
             } else {
                 /* recorded with the first ids above, replayed with these */
                 t->i->upload(t->ex, dids, ids, (size_t)A * 4);
-                const int g = t->i->graph_begin(t->ex, 0x1d1d, err, sizeof err);
+                const int g = t->i->graph_begin(t->ex, key, err, sizeof err);
                 if (g == 0) t->i->matmul_id(t->ex, n, Wc, E, A, dids, xk, dx, dy);
                 if (g < 0 || t->i->graph_end(t->ex, err, sizeof err)) { printf("FAIL graph: %s\n", err); n_fail++; break; }
                 t->i->upload(t->ex, dids, ids2, (size_t)A * 4);
-                if (t->i->graph_begin(t->ex, 0x1d1d, err, sizeof err) != 1) { rep_ok = 0; }
+                if (t->i->graph_begin(t->ex, key, err, sizeof err) != 1) { rep_ok = 0; }
                 if (t->i->graph_end(t->ex, err, sizeof err)) { printf("FAIL graph: %s\n", err); n_fail++; break; }
             }
             for (int w = 0; w < n; w++) {
@@ -1702,6 +1706,7 @@ static void test_matmul_id(T *t, uint32_t type, int E, int n, int64_t N0, int64_
     printf("matmul_id %-44s == one-row matmuls: %s, == grouped rows: %s, replayed with new ids: %s (moved: %s)\n", lab,
            dec_ok ? "yes" : "NO", grp_ok ? "yes" : "NO", rep_ok ? "yes" : "NO", rep_moved ? "yes" : "NO");
     sync_ok(t, "matmul_id");
+    if (t->i->graph_drop) t->i->graph_drop(t->ex, key);
     for (int w = 0; w < n; w++) {
         for (int e = 0; e < E; e++) t->i->release_weight(t->be, &W[w][e]);
         free(W[w]);
