@@ -1635,8 +1635,8 @@ static void test_matmul_id(T *t, uint32_t type, int E, int n, int64_t N0, int64_
     int dec_ok = 1, grp_ok = 1, rep_ok = 1, rep_moved = 0;
     /* a key of its own per case (a recording under another case's key would
      * replay that case's buffers), dropped at the end */
-    static uint64_t id_case;
-    const uint64_t key = 0x1d1d0000ull + ++id_case;
+    const uint64_t key = 0x1d1d000000000000ull ^ ((uint64_t)type << 40) ^ ((uint64_t)E << 28) ^ ((uint64_t)n << 26) ^
+                         ((uint64_t)(N0 + 3 * N1 + 7 * K) << 8) ^ ((uint64_t)A << 1) ^ (uint64_t)xk;
     if (prep_ok) {
         const ds_weight *const Wc[2] = {W[0], n > 1 ? W[1] : NULL};
         /* the references, for ids (then for ids2): decode's one-row calls,
