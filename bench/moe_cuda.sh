@@ -6,10 +6,17 @@
 # ~6 GB (5.6B parameters), not ~33 GB: per-layer costs scale, the embedding
 # and the head are the full model's), and `dspark bench --device cuda` on it: decode tok/s,
 # the batched forward at M = 1..16 as a ratio to a decode step (verify(8) is
-# the M = 8 row), batched prefill tok/s. A MoE layer downloads the route's
-# ids once (the grouping runs on the host) and no CUDA graph is recorded for
-# a MoE model: both are in these figures.
+# the M = 8 row), batched prefill tok/s. With DSPARK_CUDA_ON=moeid (opt-in
+# until a GPU has run it), calls of at most 64 assignments
+# (M x 8 experts: decode, verify(8)) run the experts by id on the device
+# (matmul_id: no host read of the route, recorded as CUDA graphs); wider
+# ones download the route's ids once per MoE layer and group on the host.
 #   LAYERS=8  REPS=5  PREFILL=512,2048  MODELS_DIR=/tmp/dspark-models
+#   AB=1            an A/B of the two paths, interleaved: bench with the
+#                   experts by id (DSPARK_CUDA_ON=moeid), then with DSPARK_CUDA_OFF=moeid
+#                   (every MoE layer groups on the host, nothing recorded),
+#                   ROUNDS times (default 2); JSON per run in
+#                   bench/results/moe-cuda-L$LAYERS-{id,host}-R.json
 #   CHECK_CPU=1     first: 16 greedy tokens on cuda == on cpu (the exactness
 #                   contract on this shape; 0 skips it)
 #   LLAMA_BIN=DIR   llama.cpp's build/bin (CUDA build): llama-bench -ngl 99
@@ -49,7 +56,18 @@ OUT="$R/moe-cuda-L$LAYERS.txt"
         else echo "FAIL 16 greedy tokens: cuda != cpu"; fi
         echo "generate (cuda): $(tail -1 "$MD/moe-g.cuda.err")"
     fi
-    $D bench --device cuda -m "$F" --reps "$REPS" --prefix 64 --decode 64 --prefill-len "$PREFILL" --json "$R/moe-cuda-L$LAYERS.json"
+    if [ "${AB:-0}" = 1 ]; then
+        for r in $(seq 1 "${ROUNDS:-2}"); do
+            echo "== round $r: experts by id (DSPARK_CUDA_ON=moeid) =="
+            DSPARK_CUDA_ON=moeid $D bench --device cuda -m "$F" --reps "$REPS" --prefix 64 --decode 64 --prefill-len "$PREFILL" \
+                --json "$R/moe-cuda-L$LAYERS-id-$r.json"
+            echo "== round $r: host grouping (DSPARK_CUDA_OFF=moeid) =="
+            DSPARK_CUDA_OFF=moeid $D bench --device cuda -m "$F" --reps "$REPS" --prefix 64 --decode 64 --prefill-len "$PREFILL" \
+                --json "$R/moe-cuda-L$LAYERS-host-$r.json"
+        done
+    else
+        $D bench --device cuda -m "$F" --reps "$REPS" --prefix 64 --decode 64 --prefill-len "$PREFILL" --json "$R/moe-cuda-L$LAYERS.json"
+    fi
     if [ -n "${LLAMA_BIN:-}" ] && [ -x "$LLAMA_BIN/llama-bench" ]; then
         echo "== llama.cpp ($LLAMA_BIN), the same file =="
         "$LLAMA_BIN/llama-bench" -m "$F" -ngl 99 -fa 1 -p "$(echo "$PREFILL" | cut -d, -f1)" -n 64 -r "$REPS" 2>/dev/null \

@@ -359,7 +359,9 @@ typedef struct ds_backend_i {
      *     s = ds_sigmoidf(sh_gate[r]); out[r][i] = out[r][i] + sh[r][i] * s
      *   (sh: [M][n], sh_gate: [M], llama.cpp's order: the gated shared
      *   output added to the experts' sum); sh_gate NULL (deepseek4's
-     *   ungated shared expert): out[r][i] = out[r][i] + sh[r][i]. */
+     *   ungated shared expert): out[r][i] = out[r][i] + sh[r][i].
+     *   slot NULL: the identity, slot[r][j] = r * k + j (the outputs in
+     *   assignment order, as matmul_id below writes them). */
     void (*moe_route)(ds_exec *ex, ds_variant v, int M, int n_expert, int k, int norm, const float *logits,
                       int32_t *ids, float *w);
     void (*moe_combine)(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *w, const float *y,
@@ -430,6 +432,30 @@ typedef struct ds_backend_i {
      * memcpy; on a GPU a prefill chunk's 512 x 8 copies would be 4096
      * stream ops a layer). */
     void (*moe_gather)(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *x, float *X);
+
+    /* ---- optional: a matmul per MoE assignment, its expert read on the device
+     * What lets a MoE layer run without reading the route's ids on the host
+     * (layer.c ds_layer_moe_ffn): no download, so no synchronisation, and the
+     * layer can be recorded (model.c, engine.c). NULL: the layer groups the
+     * assignments on the host.
+     * moe_id_prepare: once at load, after prepare_weight of W[0..n_exp) (one
+     *   layer's experts of one projection: one type, one shape). 0 when
+     *   matmul_id takes this array (a device builds its table of the experts'
+     *   buffers here, released with W[0]'s release_weight), 1 when it
+     *   declines it (no such kernel for the type or shape: the layer keeps the
+     *   host grouping), -1 with err.
+     * matmul_id: for each of n (<= 2) prepared arrays W[w] and each assignment
+     *   i < A (A a multiple of xk):
+     *     e = ids[i] (device int32; one outside [0, n_exp) reads as 0)
+     *     y[w][i] = matmul(DS_CANONICAL, &W[w][e], 1, x + (i / xk) * n_in)
+     *   rows of n_in floats in, n_out out. Bit for bit that one-row canonical
+     *   matmul — which is row i's row of the host path's grouped matmul of any
+     *   M (a canonical row is M-invariant). Canonical only (the layer takes
+     *   it only where the experts' families run canonical); x and y 16-byte
+     *   aligned. */
+    int  (*moe_id_prepare)(ds_backend *be, ds_weight *W, int n_exp, char *err, size_t errlen);
+    void (*matmul_id)(ds_exec *ex, int n, const ds_weight *const W[], int n_exp, int A, const int32_t *ids, int xk,
+                      const float *x, float *const y[]);
     /* RoPE with rope scaling (kernels.h ds_rope_yarn: deepseek4's
      * compressed layers under rope.scaling YaRN / linear); NULL where the
      * backend has none (the loader refuses such files there) */

@@ -388,6 +388,26 @@ static void cpu_moe_combine(ds_exec *ex, int M, int k, int n, const int32_t *slo
     ds_moe_combine(M, k, n, slot, w, y, sh_gate, sh, out);
 }
 
+/* backend.h matmul_id, the reference: every assignment is the one-row
+ * canonical matmul of its expert (decode's call), one after another, each
+ * over the whole pool. Any type: the CPU's matmul takes them all. A host
+ * layer still groups (layer.c: there is no synchronisation to save); this
+ * runs where a test poses as a device (tests/test_moe_device.c). */
+static int cpu_moe_id_prepare(ds_backend *be, ds_weight *W, int n_exp, char *err, size_t errlen) {
+    (void)be; (void)W; (void)n_exp; (void)err; (void)errlen;
+    return 0;
+}
+static void cpu_matmul_id(ds_exec *ex, int n, const ds_weight *const W[], int n_exp, int A, const int32_t *ids, int xk,
+                          const float *x, float *const y[]) {
+    if (n < 1 || n_exp < 1 || A < 1 || xk < 1) return;
+    for (int w = 0; w < n; w++)
+        for (int i = 0; i < A; i++) {
+            const int e = ids[i] >= 0 && ids[i] < n_exp ? ids[i] : 0;
+            const ds_weight *We = &W[w][e];
+            cpu_matmul(ex, DS_CANONICAL, We, 1, x + (size_t)(i / xk) * (size_t)We->n_in, y[w] + (size_t)i * (size_t)We->n_out);
+        }
+}
+
 /* ---- the gated delta net (qwen35) ---------------------------------------- */
 static void cpu_gdn_conv(ds_exec *ex, ds_variant v, const ds_gdn_shape *s, int M, const float *x, const float *w,
                          const float *state_in, float *const *state_out, float *out) {
@@ -488,6 +508,8 @@ static const ds_backend_i cpu_i = {
     .moe_route_ex = cpu_moe_route_ex,
     .ds4_compress = cpu_ds4_compress,
     .ds4_indexer = cpu_ds4_indexer,
+    .moe_id_prepare = cpu_moe_id_prepare,
+    .matmul_id = cpu_matmul_id,
     .rope_ext = cpu_rope_ext,
 };
 

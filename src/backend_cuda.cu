@@ -473,6 +473,7 @@ static void dsc_release_weight(ds_backend *be, ds_weight *w) {
     if (!d) return;
     cudaFree(d->data);
     cudaFree(d->scale);
+    cudaFree(d->id_tab);
     free(d);
     w->DSC_WEIGHT_SLOT = NULL;
 }
@@ -751,6 +752,8 @@ static const ds_backend_i dsc_iface = {
     dsc_chunk_rows,
     dsc_mem_free,
     dsc_moe_gather,
+    dsc_moe_id_prepare,             /* moe.cu: the experts by id, no host read of the route */
+    dsc_matmul_id,
     /* rope_ext */ NULL,            /* rope scaling: deepseek4's compressed layers, refused here with them */
 };
 
@@ -766,7 +769,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
         {"staged", DSC_OFF_STAGED}, {"pdl", DSC_OFF_PDL}, {"narrow", DSC_OFF_NARROW}, {"copyk", DSC_OFF_COPYK},
         {"spread", DSC_OFF_SPREAD}, {"mma", DSC_OFF_MMA}, {"stream", DSC_OFF_STREAM},
         {"split", DSC_OFF_SPLIT}, {"chunk", DSC_OFF_CHUNK}, {"gemv", DSC_OFF_GEMV}, {"tile", DSC_OFF_TILE},
-        {"runs", DSC_OFF_RUNS},
+        {"runs", DSC_OFF_RUNS}, {"moeid", DSC_OFF_MOEID},
     };
     *off = 0;
     const char *v = getenv(var);
@@ -781,7 +784,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
             }
         if (!known) {
             ds_errf(err, errlen,
-                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream split chunk gemv tile runs)",
+                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream split chunk gemv tile runs moeid)",
                     var, (int)(n > 32 ? 32 : n), p);
             return -1;
         }
@@ -877,9 +880,11 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
     b->stream_all = (on & DSC_OFF_STREAM) != 0;
     b->tile_all = (on & DSC_OFF_TILE) != 0;
     /* the tile path for several sequences' runs (attention.cu
-     * att_tile_runs) is opt-in (DSPARK_CUDA_ON=runs) until make test-cuda
-     * has run it on a GPU: written and proven on the host emulation only */
-    b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD | DSC_OFF_RUNS) & ~on;
+     * att_tile_runs, DSPARK_CUDA_ON=runs) and the MoE experts by id (moe.cu,
+     * DSPARK_CUDA_ON=moeid) are opt-in until make test-cuda has run them on
+     * a GPU: written in a session whose GPU never started, proven on the
+     * host (the tile emulation; the CPU table posing as a device) only */
+    b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD | DSC_OFF_RUNS | DSC_OFF_MOEID) & ~on;
     b->trace = tr && !strcmp(tr, "1");
     b->mma_bm = mma_bm;
     be->i = &dsc_iface;

@@ -252,11 +252,10 @@ ds_engine *ds_engine_new(const ds_model *m, const ds_engine_params *p, char *err
     }
     /* recorded batch shapes: where the backend records, unless switched
      * off; not on hybrid models (a chunk's rows roll recurrent states on
-     * the host) nor on mixture-of-experts models (the route is grouped on
-     * the host between the layers' launches) */
-    int moe = 0;
-    for (int l = 0; l < hp->n_layer; l++) moe |= m->layers[l].n_expert > 0;
-    e->graphs = be->i->graph_begin && p->no_graphs != 1 && !e->rs.mem && !moe && hp->arch != DS_ARCH_DEEPSEEK4;
+     * the host); on mixture-of-experts models only the chunks whose every
+     * MoE layer runs its experts on the device (chunk_key: where the route
+     * is grouped on the host, it is read between the layers' launches) */
+    e->graphs = be->i->graph_begin && p->no_graphs != 1 && !e->rs.mem && hp->arch != DS_ARCH_DEEPSEEK4;
     e->graph_dctx = p->no_graphs == -1;
     if (dr) {   /* at most what the shared drafter context's buffers hold */
         const int most = ds_dctx_many_max(e->dx);
@@ -781,6 +780,8 @@ static uint64_t chunk_key(const ds_engine *e, const ds_row *rows, int cn, const 
      * (bench/results/cuda-engine-graphs-h200-s35.txt), while plain decode
      * chunks gain 1.1-1.5x on the shipped target */
     if (cn > ENGINE_GRAPH_ROWS || (any_dctx && !e->graph_dctx)) return 0;
+    /* a MoE layer that groups on the host downloads the route mid-chunk */
+    if (!ds_layers_moe_on_device(e->be, e->m->layers, e->m->hp.n_layer, var, cn)) return 0;
     int any_sel = 0;   /* whether the recording has the argmax (chunk_device_ops) */
     for (int i = 0; i < cn; i++) {
         if (!(rows[i].want & (DS_ROW_SELECT | DS_ROW_LOGITS))) return 0;

@@ -201,6 +201,61 @@ size_t ds_moe_host_words(int m_max, int k) {
     return 5 * (size_t)m_max * (size_t)k;
 }
 
+/* ---- the device-side expert path ---------------------------------------------
+ * Where the backend has matmul_id for all three expert arrays (L->exp_id),
+ * every expert family runs canonical (matmul_id is canonical only; SwiGLU's
+ * canonical rows are the grouped call's rows whatever the row count) and
+ * the route is the softmax one (deepseek4's gating, its hash layers and
+ * its SwiGLU clamp run on host memory only), the assignments are computed
+ * one by one, each reading its expert on the device: gate and up of
+ * assignment i = r k + j from row r of xn, SwiGLU over the M k rows, down
+ * of row i, then moe_combine with the identity slots. Each assignment is
+ * the one-row canonical matmul of its expert, which is exactly its row of
+ * the grouped call (canonical rows are M-invariant): the same bits, no
+ * host read of the ids.
+ *
+ * Why at most DS_MOE_ID_MAX = 64 assignments: the path reads an expert's
+ * weights once per assignment, the grouping once per distinct expert (the
+ * CUDA kernels run one row group of every assignment side by side, so a
+ * repeated expert's rows mostly come from L2 — still reads, instructions and
+ * L2 bandwidth per assignment). With
+ * 128 experts and 8 used (the 30B-A3B shape), 64 assignments (8 rows:
+ * decode with 7 drafts, a verify of 8) of independently routed rows hit
+ * ~50 distinct experts: ~14 extra expert reads (~70 MB a layer at Q8_0,
+ * ~15 us at 4.8 TB/s), about what the grouping's stream synchronisation
+ * and the lost graph replay cost a layer (an estimate from the bytes, not a
+ * measurement: bench/moe_cuda.sh AB=1 times both paths); at 16 rows (128
+ * assignments, ~81 distinct) the extra reads are ~3x that. Decode (8 assignments of 8
+ * distinct experts) re-reads nothing. The rows of a real model's verify
+ * block share experts more often than independent routes do, which moves
+ * the break-even up, not down. */
+int ds_layer_moe_on_device(const ds_backend *be, const ds_layer *L, const uint8_t var[DS_FAM_COUNT], int M) {
+    if (L->n_expert <= 0) return 1;
+    const ds_backend_i *b = be->i;
+    if (!L->exp_id || !b->matmul_id || b->host_memory || L->moe_func != DS_MOE_SOFTMAX || L->swiglu_limit > 0.0f)
+        return 0;
+    if (M < 1 || (int64_t)M * L->n_expert_used > DS_MOE_ID_MAX) return 0;
+    /* the path's rows sit in the gather scratch's place, X [M k][d] (d = the
+     * down projection's n_out), with up to 12 floats of alignment padding */
+    if ((int64_t)M * L->n_expert_used * L->exp_down[0].n_out < 16) return 0;
+    return var[ds_matmul_family(L->exp_gate[0].type)] == DS_CANONICAL &&
+           var[ds_matmul_family(L->exp_up[0].type)] == DS_CANONICAL &&
+           var[ds_matmul_family(L->exp_down[0].type)] == DS_CANONICAL && var[DS_FAM_SWIGLU] == DS_CANONICAL;
+}
+
+int ds_layers_moe_on_device(const ds_backend *be, const ds_layer *layers, int n_layer, const uint8_t var[DS_FAM_COUNT],
+                            int M) {
+    for (int l = 0; l < n_layer; l++)
+        if (!ds_layer_moe_on_device(be, &layers[l], var, M)) return 0;
+    return 1;
+}
+
+/* p rounded up to 16 bytes (the scratch is 64-byte aligned) */
+static float *align16f(float *p) {
+    return (float *)(((uintptr_t)p + 15) & ~(uintptr_t)15);
+}
+static size_t round4(size_t n) { return (n + 3) & ~(size_t)3; }
+
 /* The FFN of a MoE layer over M rows of a->xn, into a->o.
  *
  * Why a row's bits are its own: the router is a matmul (a family: row r's
@@ -218,11 +273,12 @@ size_t ds_moe_host_words(int m_max, int k) {
  * on the host over the route's ids: on a host-memory backend they are read
  * in place; a device backend's are downloaded once per MoE layer (M * k
  * int32, a synchronisation of the stream — which is also why model.c
- * records no CUDA graph for a MoE model: a download cannot be captured),
- * the slots go back up with one upload and the rows are gathered by one
- * moe_gather launch where the backend has it. A device-side grouping
- * (counting sort and per-expert row counts on the GPU) is the next step;
- * it would move no bit, only the sync. */
+ * records no CUDA graph for such a forward: a download cannot be
+ * captured), the slots go back up with one upload and the rows are gathered
+ * by one moe_gather launch where the backend has it. Small calls (decode,
+ * short verify blocks: ds_layer_moe_on_device) skip all of that on a
+ * device: the device-side path above, the same bits, nothing read on the
+ * host. */
 void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT], int M,
                       int pos0, ds_acts *a, const ds_probe *pr, int l) {
     const ds_backend_i *b = ex->be->i;
@@ -249,6 +305,36 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
         b->moe_route_ex(ex, vrt, M, E, k, &gt, logits, ids, w);
     } else {
         b->moe_route(ex, vrt, M, E, k, L->moe_norm, logits, ids, w);
+    }
+    unsigned fam_exp = FAM(DS_FAM_SWIGLU) | FAM(DS_FAM_MOE_ROUTE);
+    const int32_t *slot_dev = slot;
+    float *Yc = Y;                    /* the experts' outputs moe_combine reads */
+    if (!wants(pr, l, DSD_CP_FFN_GATE_UP) && ds_layer_moe_on_device(ex->be, L, var, M)) {
+        /* the device-side path (above): its rows in X's place (unused here),
+         * 16-byte aligned for the kernels; they end before Y's end (at most
+         * 12 floats of padding against X's mk d >= 16: ds_layer_moe_on_device),
+         * so the shared expert's scratch below is where it always is */
+        float *Gi = align16f(X), *Ui = Gi + round4(mk * f), *Hi = Ui + round4(mk * f), *Yi = Hi + round4(mk * f);
+        const int one = L->exp_gate[0].type == L->exp_up[0].type;
+        if (one) {
+            const ds_weight *const w2[2] = {L->exp_gate, L->exp_up};
+            float *const y2[2] = {Gi, Ui};
+            b->matmul_id(ex, 2, w2, E, (int)mk, ids, k, a->xn, y2);
+        } else {
+            const ds_weight *const wg[1] = {L->exp_gate}, *const wu[1] = {L->exp_up};
+            float *const yg[1] = {Gi}, *const yu[1] = {Ui};
+            b->matmul_id(ex, 1, wg, E, (int)mk, ids, k, a->xn, yg);
+            b->matmul_id(ex, 1, wu, E, (int)mk, ids, k, a->xn, yu);
+        }
+        b->swiglu(ex, vsw, (int)mk, f, Gi, Ui, Hi);
+        const ds_weight *const wd[1] = {L->exp_down};
+        float *const yd[1] = {Yi};
+        b->matmul_id(ex, 1, wd, E, (int)mk, ids, 1, Hi, yd);
+        fam_exp |= FAM(ds_matmul_family(L->exp_gate[0].type)) | FAM(ds_matmul_family(L->exp_up[0].type)) |
+                   FAM(ds_matmul_family(L->exp_down[0].type));
+        slot_dev = NULL;              /* moe_combine: the identity */
+        Yc = Yi;
+        goto shared;
     }
     /* the ids (and, for a probe, the weights) where the host reads them:
      * in place, or downloaded into the staging (one synchronisation) */
@@ -299,7 +385,6 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
     if (!host) b->upload(ex, slot, slot_h, mk * sizeof(int32_t));
     if (b->moe_gather) b->moe_gather(ex, M, k, d, slot, a->xn, X);
     /* each used expert once, over its rows */
-    unsigned fam_exp = FAM(DS_FAM_SWIGLU) | FAM(DS_FAM_MOE_ROUTE);
     for (int e = 0; e < E; e++) {
         const int n = start[e + 1] - start[e];
         if (!n) continue;
@@ -316,6 +401,7 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
         fam_exp |= FAM(ds_matmul_family(L->exp_gate[e].type)) | FAM(ds_matmul_family(L->exp_up[e].type)) |
                    FAM(ds_matmul_family(L->exp_down[e].type));
     }
+shared:;
     /* the shared expert (every row, one dense SwiGLU) and its gate logit */
     float *SG = NULL, *SO = NULL;
     if (L->has_shexp) {
@@ -338,7 +424,7 @@ void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, c
             fam_exp |= FAM(ds_matmul_family(L->sh_gate_inp.type));
         }
     }
-    b->moe_combine(ex, M, k, d, slot, w, Y, SG, SO, a->o);
+    b->moe_combine(ex, M, k, d, slot_dev, w, Yc, SG, SO, a->o);
     if (wants(pr, l, DSD_CP_FFN_DOWN))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_DOWN, DSD_SUB_ALL, fam_exp, a->o, d, d);
 }

@@ -20,6 +20,10 @@ typedef struct {
     int n_expert, n_expert_used, moe_norm;
     ds_weight gate_inp;
     ds_weight *exp_gate, *exp_up, *exp_down;
+    /* 1 when the backend's moe_id_prepare took all three expert arrays
+     * (model.c, at load): the layer may then run them with matmul_id,
+     * without the host reading the route (ds_layer_moe_on_device) */
+    int exp_id;
     /* The shared expert (qwen35moe's FFN; has_shexp = 0: none): a SwiGLU
      * every row runs (sh_gate / sh_up: [n_ff_shexp][d], sh_down:
      * [d][n_ff_shexp]) whose output is scaled by sigmoid(sh_gate_inp . x)
@@ -224,6 +228,18 @@ int ds_gdn_rewind(ds_exec *ex, const ds_layer *layers, int n_layer, const ds_lay
  * the shared expert, the combine in rank order. */
 void ds_layer_moe_ffn(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s, const uint8_t var[DS_FAM_COUNT], int M,
                       int pos0, ds_acts *a, const ds_probe *pr, int l);
+
+/* Assignments (rows x experts used) at most for the device-side expert
+ * path (layer.c says why 64). */
+#define DS_MOE_ID_MAX 64
+/* 1 when ds_layer_moe_ffn runs layer L over M rows with var without reading
+ * the route's ids on the host (matmul_id: no download, so no
+ * synchronisation, so the forward can be recorded) — probes aside, which
+ * keep the host path. A dense layer: 1 (nothing to read). */
+int ds_layer_moe_on_device(const ds_backend *be, const ds_layer *L, const uint8_t var[DS_FAM_COUNT], int M);
+/* ... for every layer of a model (n_layer of them) */
+int ds_layers_moe_on_device(const ds_backend *be, const ds_layer *layers, int n_layer,
+                            const uint8_t var[DS_FAM_COUNT], int M);
 
 /* Floats of a deepseek4 layer's scratch (ds_acts.rec) for m_max rows
  * (layer_ds4.c). */

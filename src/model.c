@@ -219,6 +219,21 @@ static int prepare_weights(ds_model *m, char *err, size_t errlen) {
         ds_weight *w;
         for (int i = 0; (w = ds_layer_weight(&m->layers[l], i)); i++)
             if (be->i->prepare_weight(be, w, DS_USE_MATMUL, err, errlen)) return -1;
+        /* a MoE layer's three expert arrays for matmul_id (one array is one
+         * 3-D tensor of the file: one type, one shape), where the backend
+         * takes all three (layer.c ds_layer_moe_on_device) */
+        ds_layer *L = &m->layers[l];
+        L->exp_id = 0;
+        if (L->n_expert > 0 && L->exp_gate && be->i->moe_id_prepare && be->i->matmul_id) {
+            int took = 1;
+            ds_weight *const arr[3] = {L->exp_gate, L->exp_up, L->exp_down};
+            for (int j = 0; j < 3; j++) {
+                const int rc = be->i->moe_id_prepare(be, arr[j], L->n_expert, err, errlen);
+                if (rc < 0) return -1;
+                took = took && rc == 0;
+            }
+            L->exp_id = took;
+        }
     }
     if (be->i->prepare_weight(be, &m->output, DS_USE_MATMUL | (m->output_tied ? DS_USE_LOOKUP : 0), err, errlen))
         return -1;
@@ -1434,14 +1449,16 @@ static uint64_t graph_key(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int 
     return h;
 }
 
-/* Whether this context's forwards may be recorded as launch sequences
- * (CUDA graphs): not when probed (the probes copy and download per row),
- * and not for a mixture-of-experts model, whose layers download the
- * route's ids to group the rows on the host (layer.c ds_layer_moe_ffn): a
- * synchronisation per MoE layer, which no recording may hold. A
- * device-side grouping would let them be recorded; it moves no bit. */
-static int ctx_records(const ds_ctx *c) {
-    return c->be->i->graph_begin && !c->probe.fn && !c->m->hp.n_expert;
+/* Whether this context's forwards of n rows with var may be recorded as
+ * launch sequences (CUDA graphs): not when probed (the probes copy and
+ * download per row), and for a mixture-of-experts model only where every
+ * MoE layer runs its experts on the device (layer.c
+ * ds_layer_moe_on_device: decode, short verify blocks); otherwise its
+ * layers download the route's ids to group the rows on the host, a
+ * synchronisation per MoE layer, which no recording may hold. */
+static int ctx_records(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int n) {
+    if (!c->be->i->graph_begin || c->probe.fn) return 0;
+    return !c->m->hp.n_expert || ds_layers_moe_on_device(c->be, c->m->layers, c->m->hp.n_layer, var, n);
 }
 
 /* A selection downloaded into sel_host (run's pend fields): the ids where
@@ -1505,7 +1522,7 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         }
         /* a queued draft's ids: device to device, inside the recording when
          * there is one (its address is part of the key) */
-        const int tail_rec = tail_dev && ctx_records(c);
+        const int tail_rec = tail_dev && ctx_records(c, var, n);
         if (tail_dev && !tail_rec) tail_copy(c, sel, n);
         /* taps and logits: to the caller's host buffers on host-memory
          * backends; else to the context's device buffers, fixed per context
@@ -1523,10 +1540,10 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         /* A backend that records launch sequences (CUDA graphs) replays the
          * one recorded for this shape: every argument below is the same for
          * every call with the same key (positions and ids are in device
-         * buffers). Probed passes and MoE models are never recorded
-         * (ctx_records). */
+         * buffers). Probed passes and MoE forwards that read the route on
+         * the host are never recorded (ctx_records). */
         int replayed = 0;
-        const int graphs = ctx_records(c);
+        const int graphs = ctx_records(c, var, n);
         /* greedy selection (argmax: no position, no seed) is part of the
          * recording; a seeded one takes the position by value and stays out */
         const int sel_rec = graphs && sel && rows && !sel->lp && (!sel->samp || !(sel->samp->temp > 0.0f));

@@ -270,7 +270,8 @@ int ds_moe_route_ex(ds_variant v, int rows, int n_expert, int k, const ds_moe_ga
 /* The weighted sum of each row's k expert outputs (moe_route.c; backend.h
  * moe_combine has the definition): out[r] = w[r][0] y[slot[r][0]] + ... in
  * rank order, one product and one sum a term, then the shared expert
- * (sh_gate: sh * ds_sigmoidf(gate); NULL: + sh; sh NULL: none). */
+ * (sh_gate: sh * ds_sigmoidf(gate); NULL: + sh; sh NULL: none). slot NULL:
+ * the identity, y's row r * k + j. */
 void ds_moe_combine(int M, int k, int n, const int32_t *slot, const float *w, const float *y, const float *sh_gate,
                     const float *sh, float *out);
 

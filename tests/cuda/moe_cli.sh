@@ -10,6 +10,8 @@
 #     decode steps) is the CPU's file byte for byte;
 #   - tests/data/golden_moe.sha256 reproduced on the device (the CPU's
 #     hashes: CUDA canonical == CPU canonical);
+#   - the experts by id (matmul_id: decode and M k <= 64, recorded) give the
+#     host grouping's logits (DSPARK_CUDA_OFF=moeid) byte for byte;
 #   - the canonical property through the CLI: a 150-token prompt's logits
 #     dump the same in 512-row and 64-row prefill chunks (DSPARK_CUDA_OFF=
 #     chunk) and --prefill decode prints the batched prefill's text;
@@ -80,6 +82,21 @@ $D generate --device cpu -m "$T/e64.gguf" -p "$PL" -n 8 -t 2 --dump-logits "$T/l
 $D generate --device "$DEV" -m "$T/e64.gguf" -p "$PL" -n 32 -t 2 >"$T/pb" 2>/dev/null || bad "prefill batch"
 $D generate --device "$DEV" -m "$T/e64.gguf" -p "$PL" -n 32 -t 2 --prefill decode >"$T/pd" 2>/dev/null || bad "prefill decode"
 [ -s "$T/pb" ] && cmp -s "$T/pb" "$T/pd" && ok "--prefill decode == --prefill batch on $DEV (text)" || bad "--prefill decode != batch on $DEV"
+
+# ---- the experts by id (decode, short verify blocks) == the host grouping -------------
+# DSPARK_CUDA_OFF=moeid: every MoE layer downloads the route and groups on
+# the host (no recording); with DSPARK_CUDA_ON=moeid (opt-in until a GPU has
+# run it) decode and M k <= 64 run matmul_id
+if [ "$DEV" != cpu ]; then
+    for m in q8 f32 sh e64; do
+        DSPARK_CUDA_ON=moeid $D generate --device "$DEV" -m "$T/$m.gguf" -p "$P" -n 12 -t 2 --dump-logits "$T/lid" >/dev/null 2>&1 || bad "dump-logits $m (id)"
+        DSPARK_CUDA_OFF=moeid $D generate --device "$DEV" -m "$T/$m.gguf" -p "$P" -n 12 -t 2 --dump-logits "$T/lho" >/dev/null 2>&1 \
+            || bad "dump-logits $m (moeid off)"
+        [ -s "$T/lid" ] && cmp -s "$T/lid" "$T/lho" \
+            && ok "$m on $DEV: experts by id == host grouping (DSPARK_CUDA_OFF=moeid), logits $(wc -c <"$T/lid") bytes" \
+            || bad "$m on $DEV: the experts by id change the logits (vs DSPARK_CUDA_OFF=moeid)"
+    done
+fi
 
 # ---- speculative == plain on the device ------------------------------------------
 for m in q8 sh e64; do

@@ -62,6 +62,10 @@ done
 # under the engine's schedules: every row == its sequence alone, chunks of 512
 # (runs tiled) against chunks of 1 and 7 (never tiled)
 [ -x "$BUILD/tests/test_engine" ] && one test_engine_runs env DSPARK_DEVICE=cuda DSPARK_CUDA_ON=runs "$BUILD/tests/test_engine"
+# the MoE experts by id (opt-in: DSPARK_CUDA_ON=moeid): MoE chunks recorded and
+# replayed, every row == alone; decode == batch on the id path
+[ -x "$BUILD/tests/test_engine" ] && one test_engine_moeid env DSPARK_DEVICE=cuda DSPARK_CUDA_ON=moeid "$BUILD/tests/test_engine"
+[ -x "$BUILD/tests/test_canonical" ] && one test_canonical_moeid env DSPARK_DEVICE=cuda DSPARK_CUDA_ON=moeid "$BUILD/tests/test_canonical"
 one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh
 # the mixture of experts on the GPU: CPU bits, golden_moe.sha256, spec == plain, diverge
 one moe_cli env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/moe_cli.sh

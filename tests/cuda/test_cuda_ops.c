@@ -21,6 +21,9 @@
  * that changes the kernel (chosen tiles, each tile height forced, the
  * streaming GEMV, the GEMV alone), the K types' malformed blocks too.
  *
+ * The experts by id (test_matmul_id): matmul_id == the one-row canonical
+ * matmuls == the grouped calls' rows, Q8_0 / F16 / F32 / BF16, and replayed
+ * from a graph with new ids; Q4_K declined.
  * The mixture of experts (test_moe): moe_route canonical == the CPU's
  * canonical (ids memcmp, weights memcmp or both NaN) for 8, 64, 128 and 1000
  * experts, k = 1, 2, 8, with and without renormalisation, on rows with
@@ -1669,6 +1672,225 @@ static void test_matmul_multi(T *t, int64_t K) {
 }
 
 /* ==========================================================================
+ * the experts by id (backend.h moe_id_prepare / matmul_id; moe.cu)
+ * ==========================================================================
+ * E experts of one type (two arrays of N0 and N1 rows sharing K, the
+ * gate/up call, or one array), A assignments whose ids are random (one out
+ * of range: it must read expert 0), assignment i reading row i / xk:
+ * matmul_id's rows == each assignment's one-row canonical matmul (decode's
+ * call) == its row of the grouped call (every assignment of an expert in
+ * one canonical matmul of that many rows: the host path), memcmp, the
+ * first differing (assignment, output) with both values when not; then
+ * recorded once in a graph and replayed with other ids uploaded (the ids
+ * are read on the device at replay): the new ids' rows. Counter-check: the
+ * replay's output differs from the first ids' (the ids do matter). A type
+ * without an id kernel (Q4_K) is declined by moe_id_prepare. */
+static int id_first_diff(const char *what, const float *got, const float *want, int A, int64_t N) {
+    for (size_t e = 0; e < (size_t)A * (size_t)N; e++)
+        if (memcmp(&got[e], &want[e], 4)) {
+            printf("INFO matmul_id %s: first mismatch at assignment %zu output %zu: %.9g (0x%08x), want %.9g (0x%08x)\n",
+                   what, e / (size_t)N, e % (size_t)N, got[e], ds_f32_bits(got[e]), want[e], ds_f32_bits(want[e]));
+            return 1;
+        }
+    return 0;
+}
+
+static void test_matmul_id(T *t, uint32_t type, int E, int n, int64_t N0, int64_t N1, int64_t K, int A, int xk) {
+    char err[DS_ERRLEN], lab[96];
+    const char *tn = ds_type_name(type);
+    snprintf(lab, sizeof lab, "%s E=%d n=%d N=%lld/%lld K=%lld A=%d xk=%d", tn, E, n, (long long)N0, (long long)N1,
+             (long long)K, A, xk);
+    const int64_t Ns[2] = {N0, N1};
+    int okr = 0;
+    const uint64_t rb = ds_row_bytes(type, (uint64_t)K, &okr);
+    ds_weight *W[2];
+    void *host[2];
+    int prep_ok = 1;
+    for (int w = 0; w < n; w++) {
+        W[w] = calloc((size_t)E, sizeof(ds_weight));
+        host[w] = malloc((size_t)(rb * (uint64_t)Ns[w]) * (size_t)E);
+        float *wf = rnd(t, (size_t)(Ns[w] * K) * (size_t)E, 1.0f);
+        ds_f32_to_type(type, wf, Ns[w] * K * E, host[w]);
+        free(wf);
+        for (int e = 0; e < E; e++) {
+            W[w][e] = (ds_weight){.type = type, .n_in = K, .n_out = Ns[w],
+                                  .data = (char *)host[w] + (size_t)e * (size_t)(rb * (uint64_t)Ns[w])};
+            prep_ok &= t->i->prepare_weight(t->be, &W[w][e], DS_USE_MATMUL, err, sizeof err) == 0;
+        }
+        const int rc = t->i->moe_id_prepare(t->be, W[w], E, err, sizeof err);
+        prep_ok &= rc == 0;
+        if (rc) printf("INFO matmul_id %s: moe_id_prepare returned %d (%s)\n", lab, rc, rc < 0 ? err : "declined");
+    }
+    CHECK(prep_ok, "matmul_id %s: prepare", lab);
+    const int Mx = A / xk;
+    float *x = rnd(t, (size_t)Mx * (size_t)K, 2.0f);
+    float *dx = dput(t, x, (size_t)Mx * (size_t)K * 4);
+    int32_t *ids = malloc((size_t)A * 4), *ids2 = malloc((size_t)A * 4);
+    for (int i = 0; i < A; i++) {
+        t->rng = t->rng * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((t->rng >> 33) % (uint64_t)E);
+        ids2[i] = (ids[i] + 1 + i % 3) % E;
+    }
+    ids[0] = E + 3;                                   /* out of range: expert 0 */
+    int32_t *dids = dput(t, ids, (size_t)A * 4);
+    float *dy[2], *dref[2], *y[2], *ydec[2], *ygrp[2];
+    for (int w = 0; w < n; w++) {
+        dy[w] = dmem(t, (size_t)A * (size_t)Ns[w] * 4);
+        dref[w] = dmem(t, (size_t)A * (size_t)Ns[w] * 4);
+        y[w] = malloc((size_t)A * (size_t)Ns[w] * 4);
+        ydec[w] = malloc((size_t)A * (size_t)Ns[w] * 4);
+        ygrp[w] = malloc((size_t)A * (size_t)Ns[w] * 4);
+    }
+    int dec_ok = 1, grp_ok = 1, rep_ok = 1, rep_moved = 0;
+    /* a key of its own per case (a recording under another case's key would
+     * replay that case's buffers), dropped at the end */
+    const uint64_t key = 0x1d1d000000000000ull ^ ((uint64_t)type << 40) ^ ((uint64_t)E << 28) ^ ((uint64_t)n << 26) ^
+                         ((uint64_t)(N0 + 3 * N1 + 7 * K) << 8) ^ ((uint64_t)A << 1) ^ (uint64_t)xk;
+    if (prep_ok) {
+        const ds_weight *const Wc[2] = {W[0], n > 1 ? W[1] : NULL};
+        /* the references, for ids (then for ids2): decode's one-row calls,
+         * and the grouped calls (an expert's assignments gathered in order) */
+        float *xg = malloc((size_t)A * (size_t)K * 4);
+        float *dxg = dmem(t, (size_t)A * (size_t)K * 4);
+        for (int pass = 0; pass < 2 && prep_ok; pass++) {
+            const int32_t *id = pass ? ids2 : ids;
+            if (pass == 0) {
+                t->i->matmul_id(t->ex, n, Wc, E, A, dids, xk, dx, dy);
+            } else {
+                /* recorded with the first ids above, replayed with these */
+                t->i->upload(t->ex, dids, ids, (size_t)A * 4);
+                const int g = t->i->graph_begin(t->ex, key, err, sizeof err);
+                if (g == 0) t->i->matmul_id(t->ex, n, Wc, E, A, dids, xk, dx, dy);
+                if (g < 0 || t->i->graph_end(t->ex, err, sizeof err)) { printf("FAIL graph: %s\n", err); n_fail++; break; }
+                t->i->upload(t->ex, dids, ids2, (size_t)A * 4);
+                if (t->i->graph_begin(t->ex, key, err, sizeof err) != 1) { rep_ok = 0; }
+                if (t->i->graph_end(t->ex, err, sizeof err)) { printf("FAIL graph: %s\n", err); n_fail++; break; }
+            }
+            for (int w = 0; w < n; w++) {
+                const int64_t N = Ns[w];
+                for (int i = 0; i < A; i++) {
+                    const int e = id[i] >= 0 && id[i] < E ? id[i] : 0;
+                    t->i->matmul(t->ex, DS_CANONICAL, &W[w][e], 1, dx + (size_t)(i / xk) * K, dref[w] + (size_t)i * N);
+                }
+                dget(t, ydec[w], dref[w], (size_t)A * N * 4);
+                for (int e = 0; e < E; e++) {
+                    int cnt = 0;
+                    for (int i = 0; i < A; i++)
+                        if ((id[i] >= 0 && id[i] < E ? id[i] : 0) == e)
+                            memcpy(xg + (size_t)cnt++ * K, x + (size_t)(i / xk) * K, (size_t)K * 4);
+                    if (!cnt) continue;
+                    t->i->upload(t->ex, dxg, xg, (size_t)cnt * K * 4);
+                    t->i->matmul(t->ex, DS_CANONICAL, &W[w][e], cnt, dxg, dref[w]);
+                    float *yy = malloc((size_t)cnt * N * 4);
+                    dget(t, yy, dref[w], (size_t)cnt * N * 4);
+                    cnt = 0;
+                    for (int i = 0; i < A; i++)
+                        if ((id[i] >= 0 && id[i] < E ? id[i] : 0) == e)
+                            memcpy(ygrp[w] + (size_t)i * N, yy + (size_t)cnt++ * N, (size_t)N * 4);
+                    free(yy);
+                }
+                float *prev = pass ? malloc((size_t)A * N * 4) : NULL;
+                if (prev) memcpy(prev, y[w], (size_t)A * N * 4);
+                dget(t, y[w], dy[w], (size_t)A * N * 4);
+                char what[128];
+                snprintf(what, sizeof what, "%s array %d %s", lab, w, pass ? "(graph replay, new ids)" : "");
+                if (id_first_diff(what, y[w], ydec[w], A, N)) { if (pass) rep_ok = 0; else dec_ok = 0; }
+                if (memcmp(ydec[w], ygrp[w], (size_t)A * N * 4)) {
+                    grp_ok = 0;
+                    (void)id_first_diff("decode vs grouped (the reference itself)", ydec[w], ygrp[w], A, N);
+                }
+                if (prev) {
+                    rep_moved |= memcmp(prev, y[w], (size_t)A * N * 4) != 0;
+                    free(prev);
+                }
+            }
+        }
+        free(xg);
+        dfree(t, dxg);
+    }
+    CHECK(dec_ok, "matmul_id %s: != the one-row canonical matmuls", lab);
+    CHECK(grp_ok, "matmul_id %s: decode rows != the grouped calls' rows", lab);
+    CHECK(rep_ok, "matmul_id %s: a graph replay with new ids != their one-row matmuls", lab);
+    CHECK(rep_moved, "matmul_id %s: new ids gave the old output (counter-check)", lab);
+    printf("matmul_id %-44s == one-row matmuls: %s, == grouped rows: %s, replayed with new ids: %s (moved: %s)\n", lab,
+           dec_ok ? "yes" : "NO", grp_ok ? "yes" : "NO", rep_ok ? "yes" : "NO", rep_moved ? "yes" : "NO");
+    sync_ok(t, "matmul_id");
+    if (t->i->graph_drop) t->i->graph_drop(t->ex, key);
+    for (int w = 0; w < n; w++) {
+        for (int e = 0; e < E; e++) t->i->release_weight(t->be, &W[w][e]);
+        free(W[w]);
+        free(host[w]);
+        dfree(t, dy[w]);
+        dfree(t, dref[w]);
+        free(y[w]); free(ydec[w]); free(ygrp[w]);
+    }
+    dfree(t, dx);
+    dfree(t, dids);
+    free(x); free(ids); free(ids2);
+}
+
+static void test_matmul_id_on(T *t);
+/* the experts by id are opt-in (DSPARK_CUDA_ON=moeid) until a GPU has run
+ * this: a backend of their own, with them on; and the default declines */
+static void test_matmul_id_all(T *t0) {
+    static const mma_conf conf = {"moeid", NULL, NULL, "moeid"};
+    char err[DS_ERRLEN];
+    {   /* the default backend declines every array (the host grouping) */
+        ds_weight w[2];
+        void *h[2];
+        int prep = 1;
+        for (int e = 0; e < 2; e++) {
+            h[e] = calloc(1, (size_t)64 * (128 / 32) * sizeof(ds_block_q8_0));
+            w[e] = (ds_weight){.type = DS_TYPE_Q8_0, .n_in = 128, .n_out = 64, .data = h[e]};
+            prep &= t0->i->prepare_weight(t0->be, &w[e], DS_USE_MATMUL, err, sizeof err) == 0;
+        }
+        const int rc = prep ? t0->i->moe_id_prepare(t0->be, w, 2, err, sizeof err) : -2;
+        CHECK(rc == 1, "matmul_id: the default backend's moe_id_prepare returned %d (want 1: opt-in, declined)", rc);
+        for (int e = 0; e < 2; e++) { t0->i->release_weight(t0->be, &w[e]); free(h[e]); }
+    }
+    T bt = *t0;
+    if (mma_backend(&bt, &conf, err, sizeof err)) {
+        CHECK(0, "matmul_id: backend with DSPARK_CUDA_ON=moeid: %s", err);
+        return;
+    }
+    test_matmul_id_on(&bt);
+    bt.i->exec_free(bt.ex);
+    bt.i->destroy(bt.be);
+}
+
+static void test_matmul_id_on(T *t) {
+    test_matmul_id(t, DS_TYPE_Q8_0, 128, 2, 768, 768, 2048, 8, 8);     /* 30B-A3B gate/up, decode       */
+    test_matmul_id(t, DS_TYPE_Q8_0, 128, 1, 2048, 0, 768, 8, 1);       /* ... its down                  */
+    test_matmul_id(t, DS_TYPE_Q8_0, 32, 2, 768, 768, 2048, 64, 8);     /* a verify of 8 (fewer experts: */
+    test_matmul_id(t, DS_TYPE_Q8_0, 16, 1, 2048, 0, 768, 64, 1);       /* experts of several rows)      */
+    test_matmul_id(t, DS_TYPE_Q8_0, 8, 2, 64, 96, 128, 6, 2);          /* the test models; N differs    */
+    test_matmul_id(t, DS_TYPE_Q8_0, 8, 1, 131, 0, 4160, 5, 1);         /* a partial segment; odd N      */
+    test_matmul_id(t, DS_TYPE_F16, 16, 2, 64, 64, 128, 12, 4);
+    test_matmul_id(t, DS_TYPE_F16, 16, 1, 130, 0, 1000, 7, 1);          /* several stages, a tail step   */
+    test_matmul_id(t, DS_TYPE_F32, 8, 2, 64, 40, 128, 4, 2);
+    test_matmul_id(t, DS_TYPE_BF16, 8, 1, 72, 0, 256, 9, 1);
+    /* a type without an id kernel: declined, the layer groups on the host */
+    ds_weight q4[2];
+    void *qh[2];
+    int okr = 0;
+    const uint64_t rb = ds_row_bytes(DS_TYPE_Q4_K, 256, &okr);
+    char err[DS_ERRLEN];
+    int prep = 1;
+    for (int e = 0; e < 2; e++) {
+        qh[e] = calloc(1, (size_t)(rb * 64));      /* zero blocks: valid, and only uploaded */
+        q4[e] = (ds_weight){.type = DS_TYPE_Q4_K, .n_in = 256, .n_out = 64, .data = qh[e]};
+        prep &= t->i->prepare_weight(t->be, &q4[e], DS_USE_MATMUL, err, sizeof err) == 0;
+    }
+    const int rc = prep ? t->i->moe_id_prepare(t->be, q4, 2, err, sizeof err) : -2;
+    CHECK(rc == 1, "matmul_id: moe_id_prepare on Q4_K returned %d (want 1: declined)", rc);
+    printf("matmul_id Q4_K: moe_id_prepare declines (%d)\n", rc);
+    for (int e = 0; e < 2; e++) {
+        t->i->release_weight(t->be, &q4[e]);
+        free(qh[e]);
+    }
+}
+
+/* ==========================================================================
  * batches on the tensor cores (matmul_q8_0_mma.cu): Q8_0, and Q4_0 / Q5_0 in
  * its layout, past 8 rows
  * ==========================================================================
@@ -2206,6 +2428,7 @@ int main(int argc, char **argv) {
         test_qk_prologue(&t, 64, 0, 6, DS_ROPE_NORMAL);
         test_qk_prologue(&t, 64, 1, 0, DS_ROPE_NEOX);   /* k only: the drafter's context rows */
         test_moe(&t);
+        test_matmul_id_all(&t);
     }
     /* --bench-only mma: the tensor-core batches alone (for a profiler) */
     if (bench_only && argc > 2 && !strcmp(argv[2], "mma")) {

@@ -191,11 +191,11 @@ void ds_moe_combine(int M, int k, int n, const int32_t *slot, const float *w, co
                     const float *sh, float *out) {
     for (int r = 0; r < M; r++) {
         float *o = out + (size_t)r * n;
-        const float *y0 = y + (size_t)slot[(size_t)r * k] * n;
+        const float *y0 = y + (slot ? (size_t)slot[(size_t)r * k] : (size_t)r * k) * n;
         const float w0 = w[(size_t)r * k];
         for (int i = 0; i < n; i++) o[i] = w0 * y0[i];
         for (int j = 1; j < k; j++) {
-            const float *yj = y + (size_t)slot[(size_t)r * k + j] * n;
+            const float *yj = y + (slot ? (size_t)slot[(size_t)r * k + j] : (size_t)r * k + j) * n;
             const float wj = w[(size_t)r * k + j];
             for (int i = 0; i < n; i++) {
                 const float t = wj * yj[i];

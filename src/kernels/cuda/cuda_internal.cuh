@@ -76,7 +76,7 @@ typedef struct {
 
 /* Launch-saving paths that can be switched off for an A/B measurement
  * (bench/cuda_ab.sh): DSPARK_CUDA_OFF=swiglu,fq,pinned,chain,prologue,multi,
- * wide,q8x,staged,pdl,narrow,copyk switch paths off, DSPARK_CUDA_ON=epilogue switches the
+ * wide,q8x,staged,pdl,narrow,copyk,moeid,... switch paths off, DSPARK_CUDA_ON=epilogue switches the
  * one that is off by default on (it measured slower). Read once when the
  * backend starts (an unknown name refuses to start); every path gives the
  * same bits. */
@@ -102,6 +102,7 @@ enum {
     DSC_OFF_GEMV = 1u << 18,     /* Q8_0 canonical M <= 8: the warp-streamed GEMV (else q8v) */
     DSC_OFF_TILE = 1u << 19,     /* attention: the prefill tile path (att_tile)  */
     DSC_OFF_RUNS = 1u << 20,     /* attention: the tile path for rows of several sequences (opt-in until run on a GPU) */
+    DSC_OFF_MOEID = 1u << 21,    /* MoE experts by id on the device (matmul_id; opt-in until run on a GPU): off = the host grouping */
 };
 
 /* A prepared weight (ds_weight.extra): device copies, Q8_0 split into a quant
@@ -113,6 +114,11 @@ typedef struct {
     int64_t  n_in, n_out;
     void    *data;              /* F32/F16/BF16: n_out rows; Q8_0: int8 [n_out][n_in]  */
     float   *scale;             /* Q8_0: [n_out][n_in / 32]                             */
+    /* matmul_id (moe.cu): on the first expert of an array that
+     * moe_id_prepare took, the device table of the array's buffers —
+     * [id_n] data pointers, then (Q8_0) [id_n] scale pointers; else NULL */
+    void   **id_tab;
+    int      id_n;
 } dsc_weight;
 
 /* Where a prepared weight keeps its dsc_weight. backend.h names the slot
@@ -136,7 +142,8 @@ enum { DSC_SLOT_Q8_ACT = 0, DSC_SLOT_HALF_X, DSC_SLOT_ATT_PART, DSC_SLOT_COUNT }
  * quantization would make: the bits cannot move, only a launch is saved.
  * Valid while nothing else has run on the stream since (seq == n_ops): every
  * launch, copy and recording bumps n_ops, the matmuls that use the copy
- * carry it forward. */
+ * carry it forward, and so does moe_route (it writes neither the rows nor
+ * the copy: moe.cu), for the experts' matmul_id on the router's rows. */
 typedef struct {
     const float  *x;            /* the float rows it was made from [M][K]       */
     int           M;
@@ -555,5 +562,14 @@ void dsc_moe_route(ds_exec *ex, ds_variant v, int M, int n_expert, int k, int no
 void dsc_moe_combine(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *w, const float *y,
                      const float *sh_gate, const float *sh, float *out);
 void dsc_moe_gather(ds_exec *ex, int M, int k, int n, const int32_t *slot, const float *x, float *X);
+/* ... and the experts by id (backend.h moe_id_prepare / matmul_id): moe.cu
+ * checks and dispatches, the kernels are the family files' decode GEMVs */
+int dsc_moe_id_prepare(ds_backend *be, ds_weight *W, int n_exp, char *err, size_t errlen);
+void dsc_matmul_id(ds_exec *ex, int n, const ds_weight *const W[], int n_exp, int A, const int32_t *ids, int xk,
+                   const float *x, float *const y[]);
+void dsc_matmul_id_q8_0(ds_exec *ex, int n, const dsc_weight *const w0[], int n_exp, int A, const int32_t *ids, int xk,
+                        const float *x, float *const y[]);
+void dsc_matmul_id_dense(ds_exec *ex, const dsc_weight *w0, int n_exp, int A, const int32_t *ids, int xk,
+                         const float *x, float *y);
 
 #endif

@@ -304,10 +304,12 @@ __device__ __forceinline__ float mms_w(const unsigned char *p) {
     return TYPE == DS_TYPE_F16 ? __half2float(__ushort_as_half(h)) : dsc_bf16_to_f32(h);
 }
 
+/* One block's MMS_ROWS outputs n0 .. of W (N rows of K) for the MT rows m0 ..
+ * of x (M rows): mmd_staged runs it for its row group, mmd_staged_id
+ * (matmul_id, below) for an assignment's expert — the same instructions. */
 template <int TYPE, int MT>
-__global__ void __launch_bounds__(MMS_THREADS)
-mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float *__restrict__ x,
-           float *__restrict__ y) {
+__device__ __forceinline__ void mms_rows(const char *__restrict__ W, int64_t N, int64_t K, int M,
+                                         const float *__restrict__ x, float *__restrict__ y, int64_t n0, int m0) {
     constexpr int ES = mmd_traits<TYPE>::ES;
     constexpr int SE = MMS_SEG / ES;              /* elements per segment (whole steps) */
     constexpr int RB = MMS_SEG + 16 * ES;         /* a staged row, padded: the two rows a
@@ -317,8 +319,7 @@ mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float 
     static_assert(SE % 16 == 0, "segments of whole steps");
     extern __shared__ __align__(16) unsigned char mms_smem[];
     const int t = threadIdx.x, r = t / 16, l = t % 16;
-    const int64_t n0 = (int64_t)blockIdx.y * MMS_ROWS;
-    const int m0 = blockIdx.x * MT, mv = M - m0 < MT ? M - m0 : MT;
+    const int mv = M - m0 < MT ? M - m0 : MT;
     const int64_t rowb = K * ES, nseg = (K + SE - 1) / SE;
 
     /* segment `seg` of the block's rows into stage buffer `st` (padding
@@ -404,6 +405,34 @@ mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float 
     }
 }
 
+template <int TYPE, int MT>
+__global__ void __launch_bounds__(MMS_THREADS)
+mmd_staged(const char *__restrict__ W, int64_t N, int64_t K, int M, const float *__restrict__ x,
+           float *__restrict__ y) {
+    mms_rows<TYPE, MT>(W, N, K, M, x, y, (int64_t)blockIdx.y * MMS_ROWS, blockIdx.x * MT);
+}
+
+/* matmul_id (backend.h) on dense experts: assignment i = blockIdx.x reads
+ * its expert e = ids[i] on the device (outside [0, n_exp): expert 0) and
+ * runs the staged kernel's one-row configuration — decode's, mms_launch at
+ * M = 1 — on activation row i / xk: the M = 1 matmul's instructions, so
+ * its bits, which are row i's bits of the grouped matmul of any M. The
+ * weights depend on the ids, so the wait for the previous kernel (the
+ * route) comes first here. tab: the array's device table of row pointers
+ * (moe.cu dsc_moe_id_prepare). The assignment is the grid's fastest index
+ * (matmul_q8_0.cu q8i_kernel says why: repeated experts from L2). */
+template <int TYPE>
+__global__ void __launch_bounds__(MMS_THREADS)
+mmd_staged_id(const void *const *__restrict__ tab, int n_exp, int xk, int64_t N, int64_t K,
+              const int32_t *__restrict__ ids, const float *__restrict__ x, float *__restrict__ y) {
+    dsc_pdl_wait();
+    const int i = blockIdx.x;
+    int e = __ldg(ids + i);
+    if (e < 0 || e >= n_exp) e = 0;
+    mms_rows<TYPE, 1>((const char *)tab[e], N, K, 1, x + (int64_t)(i / xk) * K, y + (int64_t)i * N,
+                      (int64_t)blockIdx.y * MMS_ROWS, 0);
+}
+
 static size_t mms_smem_bytes(int type, int mt) {
     const int es = type == DS_TYPE_F32 ? 4 : 2;
     return (size_t)MMS_STAGES * ((size_t)MMS_ROWS * (MMS_SEG + 16 * es) + (size_t)mt * (MMS_SEG / es) * 4);
@@ -431,6 +460,7 @@ static cudaError_t mms_init_type(void) {
     if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 2>, a, (int)mms_smem_bytes(TYPE, 2));
     if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 4>, a, (int)mms_smem_bytes(TYPE, 4));
     if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged<TYPE, 8>, a, (int)mms_smem_bytes(TYPE, 8));
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(mmd_staged_id<TYPE>, a, (int)mms_smem_bytes(TYPE, 1));
     return e;
 }
 
@@ -514,6 +544,29 @@ void dsc_matmul_dense(ds_exec *ex, ds_variant v, const dsc_weight *w, int M, con
     case DS_TYPE_F32: staged ? mms_launch<DS_TYPE_F32>(ex, w, M, x, y) : mmd_launch<DS_TYPE_F32>(ex, w, M, x, y); break;
     case DS_TYPE_F16: staged ? mms_launch<DS_TYPE_F16>(ex, w, M, x, y) : mmd_launch<DS_TYPE_F16>(ex, w, M, x, y); break;
     case DS_TYPE_BF16: staged ? mms_launch<DS_TYPE_BF16>(ex, w, M, x, y) : mmd_launch<DS_TYPE_BF16>(ex, w, M, x, y); break;
+    default: break;
+    }
+}
+
+/* matmul_id for one dense expert array (moe.cu checked it: the staged
+ * kernel's rows, x 16-byte aligned): one launch, assignments x row blocks. */
+void dsc_matmul_id_dense(ds_exec *ex, const dsc_weight *w0, int n_exp, int A, const int32_t *ids, int xk,
+                         const float *x, float *y) {
+    const dim3 grid((unsigned)A, dsc_blocks(w0->n_out, MMS_ROWS));
+    const void *const *tab = (const void *const *)w0->id_tab;
+    switch (w0->type) {
+    case DS_TYPE_F32:
+        dsc_launch(ex, "matmul canonical (staged, by expert id)", mmd_staged_id<DS_TYPE_F32>, grid, dim3(MMS_THREADS),
+                   mms_smem_bytes(DS_TYPE_F32, 1), tab, n_exp, xk, w0->n_out, w0->n_in, ids, x, y);
+        break;
+    case DS_TYPE_F16:
+        dsc_launch(ex, "matmul canonical (staged, by expert id)", mmd_staged_id<DS_TYPE_F16>, grid, dim3(MMS_THREADS),
+                   mms_smem_bytes(DS_TYPE_F16, 1), tab, n_exp, xk, w0->n_out, w0->n_in, ids, x, y);
+        break;
+    case DS_TYPE_BF16:
+        dsc_launch(ex, "matmul canonical (staged, by expert id)", mmd_staged_id<DS_TYPE_BF16>, grid, dim3(MMS_THREADS),
+                   mms_smem_bytes(DS_TYPE_BF16, 1), tab, n_exp, xk, w0->n_out, w0->n_in, ids, x, y);
+        break;
     default: break;
     }
 }

@@ -548,24 +548,18 @@ struct q8w_cfg {
     static_assert(SMEM <= 48 * 1024, "static shared memory");
 };
 
-/* MINB: blocks an SM the registers are sized for (8: 32 warps, 64
- * registers, the configurations that fit them without spilling) */
-template <int MT, int R, int U, int MINB, bool FB>
-__global__ void __launch_bounds__(32 * Q8W_WARPS, MINB)
-q8w_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, const float *__restrict__ xd) {
+/* One warp's R weight rows nbase .. nbase + R - 1 of a weight (wq, wd: its
+ * quants and scales, N rows of K) against M <= MT quantized activation rows
+ * (xq, xd), into y [M][N]; S: the warp's C * PC floats of shared memory.
+ * The whole of the warp GEMV's arithmetic: q8w_kernel runs it for a row
+ * group of its weight set, q8i_kernel (matmul_id, below) for an
+ * assignment's expert — the same instructions, so the same bits. */
+template <int MT, int R, int U, bool FB>
+__device__ __forceinline__ void q8w_rows(const int8_t *__restrict__ wq, const float *__restrict__ wd, int64_t N,
+                                         int64_t nbase, int64_t K, int M, const int8_t *__restrict__ xq,
+                                         const float *__restrict__ xd, float *__restrict__ y, float *S, int lane) {
     using C = q8w_cfg<MT, R, U>;
-    __shared__ __align__(16) float q8w_smem[Q8W_WARPS * C::C * C::PC];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-    const unsigned g = blockIdx.x * Q8W_WARPS + warp;          /* this warp's row group */
-    if (g >= set.blk0[Q8V_MAXW]) return;                      /* whole warps: no barrier below */
-    int wi = 0;
-#pragma unroll
-    for (int i = 1; i < Q8V_MAXW; i++) wi += g >= set.blk0[i];
-    const int8_t *__restrict__ wq = set.wq[wi];
-    const float *__restrict__ wd = set.wd[wi];
-    const int64_t N = set.N[wi], nbase = (int64_t)(g - set.blk0[wi]) * R;
     const int64_t nb = K / 32, nseg = (K + 511) / 512;
-    float *S = q8w_smem + warp * (C::C * C::PC);
 
     /* this lane's 16 bytes in each row, its block (2 lanes a block) */
     const int8_t *wrow[R];
@@ -682,7 +676,79 @@ q8w_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, c
         }
         __syncwarp();           /* the rows are read before the next group writes them */
     }
-    if (lane < C::C && cm < M && nbase + cr < N) set.y[wi][(int64_t)cm * N + nbase + cr] = acc;
+    if (lane < C::C && cm < M && nbase + cr < N) y[(int64_t)cm * N + nbase + cr] = acc;
+}
+
+/* MINB: blocks an SM the registers are sized for (8: 32 warps, 64
+ * registers, the configurations that fit them without spilling) */
+template <int MT, int R, int U, int MINB, bool FB>
+__global__ void __launch_bounds__(32 * Q8W_WARPS, MINB)
+q8w_kernel(const q8v_set set, int64_t K, int M, const int8_t *__restrict__ xq, const float *__restrict__ xd) {
+    using C = q8w_cfg<MT, R, U>;
+    __shared__ __align__(16) float q8w_smem[Q8W_WARPS * C::C * C::PC];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    const unsigned g = blockIdx.x * Q8W_WARPS + warp;          /* this warp's row group */
+    if (g >= set.blk0[Q8V_MAXW]) return;                      /* whole warps: no barrier below */
+    int wi = 0;
+#pragma unroll
+    for (int i = 1; i < Q8V_MAXW; i++) wi += g >= set.blk0[i];
+    q8w_rows<MT, R, U, FB>(set.wq[wi], set.wd[wi], set.N[wi], (int64_t)(g - set.blk0[wi]) * R, K, M, xq, xd,
+                           set.y[wi], q8w_smem + warp * (C::C * C::PC), lane);
+}
+
+/* ==========================================================================
+ * CANONICAL by expert id (backend.h matmul_id: MoE decode and short verify)
+ * ==========================================================================
+ * Assignment i (blockIdx.x) reads its expert e = ids[i] on the device and
+ * runs decode's configuration of the warp GEMV (q8w_dispatch at M = 1:
+ * MT = 1, R = 1, U = 4, half a block per lane) on activation row i / xk:
+ * q8w_rows, the very instructions of the M = 1 matmul, on that expert's
+ * quants and scales. So y[i] is the one-row canonical matmul's bits, which
+ * are row i's bits in the host path's grouped matmul of any M (the
+ * canonical rows are M-invariant: every Q8_0 canonical kernel computes the
+ * same chain). The experts' buffers come from the array's device table
+ * (moe.cu dsc_moe_id_prepare: data pointers, then scale pointers); an id
+ * outside [0, n_exp) (a device fault upstream) reads expert 0, never past
+ * the table. The ids are the route's output, so the wait for the previous
+ * kernel comes before the first weight load here, not after it.
+ * The assignment is the grid's fastest index: the blocks of one row group
+ * of every assignment run side by side, so assignments that chose the same
+ * expert (rows of a verify block often do) read its rows at about the same
+ * time, the later reads from L2 — memory traffic close to the grouping's
+ * one read per distinct expert, without grouping anything. Which block
+ * computes a row never changes its chain. */
+struct q8i_set {
+    const void *const *tab[2];          /* device: [n_exp] quants, then [n_exp] scales */
+    float  *y[2];                       /* [A][N[w]]                                    */
+    int64_t N[2];
+    unsigned blk0[3];                   /* array w's row groups: blk0[w] <= g < blk0[w + 1] */
+    int     n_exp, xk;
+};
+
+__global__ void __launch_bounds__(32 * Q8W_WARPS, 8)
+q8i_kernel(const q8i_set set, int64_t K, const int32_t *__restrict__ ids, const int8_t *__restrict__ xq,
+           const float *__restrict__ xd) {
+    using C = q8w_cfg<1, 1, 4>;
+    __shared__ __align__(16) float q8i_smem[Q8W_WARPS * C::C * C::PC];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    const unsigned g = blockIdx.y * Q8W_WARPS + warp;
+    if (g >= set.blk0[2]) return;                             /* whole warps: no barrier below */
+    /* the array by selection, not by an index into the arguments (which
+     * would copy them to local memory) */
+    const bool w1 = g >= set.blk0[1];
+    const void *const *tab = w1 ? set.tab[1] : set.tab[0];
+    const int64_t N = w1 ? set.N[1] : set.N[0];
+    float *y = w1 ? set.y[1] : set.y[0];
+    const unsigned g0 = w1 ? set.blk0[1] : 0u;
+    const int i = blockIdx.x;
+    dsc_pdl_wait();                                           /* the route's ids */
+    int e = __ldg(ids + i);
+    if (e < 0 || e >= set.n_exp) e = 0;
+    const int8_t *wq = (const int8_t *)tab[e];
+    const float *wd = (const float *)tab[set.n_exp + e];
+    const int64_t r = i / set.xk;
+    q8w_rows<1, 1, 4, false>(wq, wd, N, (int64_t)(g - g0), K, 1, xq + r * K, xd + r * (K / 32), y + (int64_t)i * N,
+                             q8i_smem + warp * (C::C * C::PC), lane);
 }
 
 /* One launch for the n weights (one K): a warp per R rows of each. */
@@ -864,6 +930,46 @@ int dsc_matmul_q8_0_fused(ds_exec *ex, const dsc_weight *w, int M, const float *
         q8v_run(ex, 1, &w, M, x, &y, epi);
     }
     return 1;
+}
+
+/* matmul_id for Q8_0 expert arrays (moe.cu checked them: n <= 2 arrays of
+ * one K, each with its device table): the activation rows quantized once
+ * (or their producer's copy, dsc_q8x), then one launch for every
+ * assignment of every array. */
+void dsc_matmul_id_q8_0(ds_exec *ex, int n, const dsc_weight *const w0[], int n_exp, int A, const int32_t *ids, int xk,
+                        const float *x, float *const y[]) {
+    const int64_t K = w0[0]->n_in;
+    const int Mx = A / xk;
+    int8_t *xq = NULL;
+    float *xd = NULL;
+    if (q8x_valid(ex, x, Mx, K)) {
+        ex->q8x_hits++;
+        xq = (int8_t *)ex->q8x.q;
+        xd = (float *)ex->q8x.d;
+    } else {
+        const int64_t nq = (int64_t)Mx * (K / 32);
+        if (!q8x_slot(ex, Mx, K, &xq, &xd)) return;
+        dsc_launch(ex, "q8_0 quantize", q8_quantize, dim3(dsc_blocks(nq, 128)), dim3(128), 0, x, nq, xq, xd);
+    }
+    q8i_set set;
+    memset(&set, 0, sizeof set);
+    unsigned groups = 0;
+    for (int i = 0; i < 2; i++) {
+        set.blk0[i] = groups;
+        if (i >= n) continue;
+        set.tab[i] = (const void *const *)w0[i]->id_tab;
+        set.y[i] = y[i];
+        set.N[i] = w0[i]->n_out;
+        groups += (unsigned)w0[i]->n_out;                 /* R = 1: a warp per row */
+    }
+    set.blk0[2] = groups;
+    set.n_exp = n_exp;
+    set.xk = xk;
+    dsc_launch(ex, "matmul_q8_0 canonical (by expert id)", q8i_kernel, dim3((unsigned)A, dsc_blocks(groups, Q8W_WARPS)),
+               dim3(32 * Q8W_WARPS), 0, set, K, ids, (const int8_t *)xq, (const float *)xd);
+    bool aliased = false;
+    for (int i = 0; i < n; i++) aliased = aliased || y[i] == x;
+    if (!aliased) dsc_q8x_publish(ex, x, Mx, K, xq, xd);
 }
 
 /* The in-kernel quantization stages M x K floats: up to 80 KB of shared

@@ -149,12 +149,24 @@ void dsc_moe_route(ds_exec *ex, ds_variant v, int M, int n_expert, int k, int no
                    int32_t *ids, float *w) {
     if (M <= 0 || n_expert < 1 || n_expert > DS_MOE_MAX_EXPERT || k < 1 || k > n_expert) return;
     const size_t smem = ((size_t)n_expert + 1) * sizeof(float) + (size_t)n_expert;   /* p, sum, taken */
+    /* The route writes ids and w only: a producer's Q8_0 copy of the rows
+     * (dsc_q8x: the router's, of the layer's normed input) still stands
+     * after it, unless ids or w overlap those rows, and the experts' first
+     * matmul (matmul_id on the same rows) reuses it instead of quantizing
+     * them again. */
+    bool keep = ex->q8x.seq == ex->n_ops && ex->q8x.x;
+    if (keep) {
+        const uintptr_t qx = (uintptr_t)ex->q8x.x, qe = qx + (size_t)ex->q8x.M * (size_t)ex->q8x.K * sizeof(float);
+        const uintptr_t ib = (uintptr_t)ids, wb = (uintptr_t)w, rk = (uintptr_t)M * (uintptr_t)k;
+        keep = (ib + rk * sizeof(int32_t) <= qx || ib >= qe) && (wb + rk * sizeof(float) <= qx || wb >= qe);
+    }
     if (v == DS_FAST)
         dsc_launch(ex, "moe_route", moe_route_k<true>, dim3((unsigned)M), dim3(32), smem, n_expert, k, norm, logits,
                    ids, w);
     else
         dsc_launch(ex, "moe_route", moe_route_k<false>, dim3((unsigned)M), dim3(32), smem, n_expert, k, norm, logits,
                    ids, w);
+    if (keep) ex->q8x.seq = ex->n_ops;
 }
 
 /* ========================================================================
@@ -168,10 +180,14 @@ __global__ void moe_combine_k(int M, int k, int n, const int32_t *__restrict__ s
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (int64_t)M * n) return;
     const int64_t r = t / n, i = t % n;
-    const int32_t *sr = slot + r * k;
     const float *wr = w + r * k;
-    float o = __fmul_rn(wr[0], y[(int64_t)sr[0] * n + i]);
-    for (int j = 1; j < k; j++) o = __fadd_rn(o, __fmul_rn(wr[j], y[(int64_t)sr[j] * n + i]));
+    /* slot NULL: the identity (matmul_id's outputs, in assignment order) */
+    const int64_t s0 = slot ? slot[r * k] : r * k;
+    float o = __fmul_rn(wr[0], y[s0 * n + i]);
+    for (int j = 1; j < k; j++) {
+        const int64_t sj = slot ? slot[r * k + j] : r * k + j;
+        o = __fadd_rn(o, __fmul_rn(wr[j], y[sj * n + i]));
+    }
     if (sh && sh_gate) o = __fadd_rn(o, __fmul_rn(sh[r * n + i], ds_sigmoidf(sh_gate[r])));
     else if (sh) o = __fadd_rn(o, sh[r * n + i]);
     out[t] = o;
@@ -209,4 +225,78 @@ void dsc_moe_gather(ds_exec *ex, int M, int k, int n, const int32_t *slot, const
                    (const float4 *)x, (float4 *)X);
     else
         dsc_launch(ex, "moe_gather", moe_gather_k<float>, dim3(grid), dim3(256), 0, total, k, nu, slot, x, X);
+}
+
+/* ========================================================================
+ * the experts by id (backend.h moe_id_prepare / matmul_id)
+ * ========================================================================
+ * A MoE layer whose route stays on the device (layer.c
+ * ds_layer_moe_on_device) runs each assignment's expert as decode's GEMV
+ * of that expert: matmul_q8_0.cu q8i_kernel (Q8_0) and matmul_dense.cu
+ * mmd_staged_id (F32 / F16 / BF16), the M = 1 kernels' own arithmetic with
+ * the weight pointers looked up from the assignment's id. What they need
+ * from here is each array's table of expert buffers on the device, made
+ * once at load: a kernel's arguments cannot hold 2 x 1024 pointers
+ * (DS_MOE_MAX_EXPERT), and a table uploaded per call could not be replayed
+ * by a recording. Other types (the K quants) decline: those layers keep
+ * the host grouping. Opt-in (DSPARK_CUDA_ON=moeid) until it has run on a GPU;
+ * DSPARK_CUDA_OFF=moeid declines every array (an A/B of
+ * the two paths: the same bits). */
+int dsc_moe_id_prepare(ds_backend *be, ds_weight *W, int n_exp, char *err, size_t errlen) {
+    const dsc_backend *b = (const dsc_backend *)be->priv;
+    if ((b->off & DSC_OFF_MOEID) || n_exp < 1 || !W) return 1;
+    dsc_weight *d0 = (dsc_weight *)dsc_w(&W[0]);
+    if (!d0) return 1;                             /* not prepared: nothing to point at */
+    if (d0->id_tab) return d0->id_n == n_exp ? 0 : 1;
+    const uint32_t t = d0->type;
+    const bool q8 = t == DS_TYPE_Q8_0, dense = t == DS_TYPE_F32 || t == DS_TYPE_F16 || t == DS_TYPE_BF16;
+    if ((!q8 && !dense) || d0->n_in <= 0 || d0->n_out <= 0) return 1;
+    /* the staged kernel's rows: whole 16-byte pieces (every model's shapes) */
+    if (dense && ((d0->n_in * (t == DS_TYPE_F32 ? 4 : 2)) % 16 || d0->n_in % 4)) return 1;
+    for (int e = 0; e < n_exp; e++) {
+        const dsc_weight *d = dsc_w(&W[e]);
+        if (!d || d->type != t || d->n_in != d0->n_in || d->n_out != d0->n_out || !d->data || (q8 && !d->scale))
+            return 1;
+    }
+    const size_t n_ptr = (size_t)n_exp * (q8 ? 2 : 1);
+    void **host = (void **)malloc(n_ptr * sizeof(void *));
+    if (!host) { ds_errf(err, errlen, "cuda: out of host memory for an expert table"); return -1; }
+    for (int e = 0; e < n_exp; e++) {
+        const dsc_weight *d = dsc_w(&W[e]);
+        host[e] = d->data;
+        if (q8) host[n_exp + e] = d->scale;
+    }
+    void **tab = NULL;
+    cudaError_t ce = cudaMalloc((void **)&tab, n_ptr * sizeof(void *));
+    if (ce == cudaSuccess) ce = cudaMemcpy(tab, host, n_ptr * sizeof(void *), cudaMemcpyHostToDevice);
+    free(host);
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaFree(tab);
+        ds_errf(err, errlen, "cuda: expert table of %d experts: %s", n_exp, cudaGetErrorString(ce));
+        return -1;
+    }
+    d0->id_tab = tab;
+    d0->id_n = n_exp;
+    return 0;
+}
+
+void dsc_matmul_id(ds_exec *ex, int n, const ds_weight *const W[], int n_exp, int A, const int32_t *ids, int xk,
+                   const float *x, float *const y[]) {
+    if (A <= 0) return;
+    const dsc_weight *w0[2] = {NULL, NULL};
+    bool bad = n < 1 || n > 2 || xk < 1 || A % xk || n_exp < 1 || !ids || !x;
+    for (int i = 0; !bad && i < n; i++) {
+        w0[i] = dsc_w(W[i]);
+        bad = !w0[i] || !w0[i]->id_tab || w0[i]->id_n != n_exp || w0[i]->type != w0[0]->type ||
+              w0[i]->n_in != w0[0]->n_in || !y[i];
+    }
+    if (!bad && w0[0]->type != DS_TYPE_Q8_0) bad = ((uintptr_t)x & 15) != 0;   /* the staged copies */
+    if (bad) {
+        dsc_note(ex, cudaErrorInvalidValue, "matmul_id on experts moe_id_prepare did not take (or a bad shape)");
+        return;
+    }
+    if (w0[0]->type == DS_TYPE_Q8_0) dsc_matmul_id_q8_0(ex, n, w0, n_exp, A, ids, xk, x, y);
+    else
+        for (int i = 0; i < n; i++) dsc_matmul_id_dense(ex, w0[i], n_exp, A, ids, xk, x, y[i]);
 }
