@@ -4,10 +4,14 @@
  * the prefix cache. Medians of REPS runs, the ratios side by side.
  *
  *   build/bench/engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N]
- *                      [--decode N] [--prompt N] [--long N] [--chunk N]
+ *                      [--decode N] [--prompt N] [--long N [--long-seqs K]] [--chunk N]
  *                      [--drafter D.gguf [--text FILE] [--oracle-accept Q] [--draft-pass N]]
  *                      [--no-graphs | --graphs-verify | --graphs-ab] [--seqs N (with a drafter: only N = 1, 4, 16 or 64)]
  *
+ * --long-seqs K: after the prefix-cache line, K different long prompts
+ * prefilled in one engine forward (the batch engine's prompt chunks holding
+ * runs of several sequences), their time and tokens/s, each sequence's
+ * first token checked against it prefilled alone.
  * --chunk N: the engine's rows per chunk (ds_engine_params.m_max; 64, as
  * `dspark serve --ubatch`'s default; the long prompt is cut into chunks of N).
  * --no-graphs: the engine records no batch shape (ds_engine_params
@@ -239,6 +243,7 @@ int main(int argc, char **argv) {
     const char *path = NULL, *device = "cpu", *dpath = NULL, *text_path = NULL;
     int threads = 2, reps = 3, D = 32, n_prompt = 32, n_long = 0, draft_pass = 0, no_graphs = 0, graphs_ab = 0, only_n = 0;
     int chunk = 64;             /* rows per engine chunk (ds_engine_params.m_max) */
+    int long_seqs = 1;          /* --long-seqs K: K long prompts prefilled in one forward */
     double oracle = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -248,6 +253,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) n_prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--long") && i + 1 < argc) n_long = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--long-seqs") && i + 1 < argc) long_seqs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--drafter") && i + 1 < argc) dpath = argv[++i];
         else if (!strcmp(argv[i], "--text") && i + 1 < argc) text_path = argv[++i];
         else if (!strcmp(argv[i], "--oracle-accept") && i + 1 < argc) oracle = atof(argv[++i]);
@@ -260,8 +266,8 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "engine bench: unknown argument '%s'\n", argv[i]); return 2; }
     }
     if (!path || reps < 1 || reps > 99 || D < 1 || D > 4096 || n_prompt < 1 || n_prompt > 4096 || threads < 1 ||
-        oracle < 0 || oracle > 1 || chunk < 1 || chunk > 8192) {
-        fprintf(stderr, "usage: engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N] [--decode N] [--prompt N] [--long N] [--chunk N]\n"
+        oracle < 0 || oracle > 1 || chunk < 1 || chunk > 8192 || long_seqs < 1 || long_seqs > 64) {
+        fprintf(stderr, "usage: engine MODEL.gguf [--device cpu|cuda] [-t N] [--reps N] [--decode N] [--prompt N] [--long N [--long-seqs K]] [--chunk N]\n"
                         "              [--drafter D.gguf [--text FILE] [--oracle-accept Q]]\n");
         return 2;
     }
@@ -364,6 +370,45 @@ int main(int argc, char **argv) {
         printf("prefix cache: %d-token prompt in %d-row chunks, time to first token miss %.2f ms, hit %.2f ms: %.1fx faster, same first token: %s\n",
                n_long, chunk, 1e3 * tm[reps / 2], 1e3 * th[reps / 2], tm[reps / 2] / th[reps / 2], first[0] == first[1] ? "yes" : "NO");
         free(ids); free(rows); free(sel);
+        if (long_seqs > 1) {
+            const int K = long_seqs, NT = K * n_long;
+            ds_row *kr = malloc((size_t)NT * sizeof *kr);
+            int32_t *ks = malloc((size_t)NT * sizeof *ks), *alone = malloc((size_t)K * sizeof *alone);
+            int slot[64];
+            double tk[99];
+            /* sequence q's prompt ids: a function of (q, p); alone first */
+            for (int q = 0; q < K; q++) {
+                const int s1 = ds_engine_seq_new(e, err, sizeof err);
+                if (s1 < 0) die("sequence", err);
+                for (int p = 0; p < n_long; p++)
+                    kr[p] = (ds_row){s1, p, (int32_t)((p * 7919 + 11 + q * 101) % V), p == n_long - 1 ? DS_ROW_SELECT : 0, NULL};
+                ds_fwd_out o1 = {.ids = ks};
+                if (ds_engine_forward(e, kr, n_long, &o1, err, sizeof err)) die("long prompt alone", err);
+                alone[q] = ks[n_long - 1];
+                ds_engine_seq_free(e, s1);
+            }
+            int same = 1;
+            for (int r = 0; r < reps; r++) {
+                for (int q = 0; q < K; q++)
+                    if ((slot[q] = ds_engine_seq_new(e, err, sizeof err)) < 0) die("sequence", err);
+                for (int q = 0; q < K; q++)
+                    for (int p = 0; p < n_long; p++)
+                        kr[q * n_long + p] = (ds_row){slot[q], p, (int32_t)((p * 7919 + 11 + q * 101) % V),
+                                                      p == n_long - 1 ? DS_ROW_SELECT : 0, NULL};
+                ds_fwd_out ok = {.ids = ks};
+                const double t0 = now_s();
+                if (ds_engine_forward(e, kr, NT, &ok, err, sizeof err)) die("long prompts", err);
+                tk[r] = now_s() - t0;
+                for (int q = 0; q < K; q++) {
+                    same &= ks[q * n_long + n_long - 1] == alone[q];
+                    ds_engine_seq_free(e, slot[q]);
+                }
+            }
+            qsort(tk, (size_t)reps, sizeof *tk, cmp_d);
+            printf("long prompts: %d x %d tokens in one forward, %d-row chunks: %.2f ms, %.1f tok/s, first tokens == each alone: %s\n",
+                   K, n_long, chunk, 1e3 * tk[reps / 2], NT / tk[reps / 2], same ? "yes" : "NO");
+            free(kr); free(ks); free(alone);
+        }
     }
     ds_engine_free(eo);
     ds_engine_free(e);
