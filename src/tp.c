@@ -345,6 +345,24 @@ static float *b_v(tp_rank *k) { return k->v; }
 static float *b_gate(tp_rank *k) { return k->gate; }
 static float *b_up(tp_rank *k) { return k->up; }
 
+/* The projection back to n_embd into every rank's o (o_proj: down = 0;
+ * down_proj: 1). Canonical: each rank's rows of the weight over the whole
+ * input (`full`, gathered before), then the all-gather of the slices; fast
+ * (tp_reduce): each rank's K columns over its own slice of the input (att
+ * or h), the partial sums all-reduced. */
+static void project_out(ds_tp *t, const uint8_t var[DS_FAM_COUNT], int M, int l, int down, int fast, size_t dr, int d) {
+    const ds_backend_i *b = t->ex->be->i;
+    for (int r = 0; r < t->n; r++) {
+        tp_rank *k = &t->rk[r];
+        const tp_layer *S = &k->L[l];
+        const ds_weight *w = fast ? (down ? &S->w_down_k : &S->wo_k) : (down ? &S->w_down : &S->wo);
+        const float *x = fast ? (down ? k->h : k->att) : k->full;
+        b->matmul(t->ex, (ds_variant)var[ds_matmul_family(w->type)], w, M, x, k->part);
+    }
+    if (fast) reduce_rows(t, M, (size_t)d);
+    else gather_rows(t, M, dr, b_part, b_o);
+}
+
 /* One dense layer over the ranks: the phases between the collectives (the
  * probes at the checkpoints ds_layer_forward reports, in its order). */
 static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint8_t var[DS_FAM_COUNT], int M, int pos0,
@@ -431,13 +449,7 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
             for (int h = 0; h < H; h++)
                 ds_probe_rows(ex, pr, 1, pos0 + r, l, DSD_CP_ATTN_HEADS, (int)DSD_SUB_HEAD(h), FAM(DS_FAM_ATTENTION),
                               r0->full + ((size_t)r * H + h) * hd, hd, hd);
-    if (!fast) {
-        for (int r = 0; r < n; r++) MM(&t->rk[r].L[l].wo, t->rk[r].full, t->rk[r].part);
-        gather_rows(t, M, dr, b_part, b_o);
-    } else {
-        for (int r = 0; r < n; r++) MM(&t->rk[r].L[l].wo_k, t->rk[r].att, t->rk[r].part);
-        reduce_rows(t, M, (size_t)d);
-    }
+    project_out(t, var, M, l, 0, fast, dr, d);
     if (wants(pr, l, DSD_CP_ATTN_OUT_PROJ))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_OUT_PROJ, DSD_SUB_ALL, MMF(&L->wo) | f_tp, r0->o, d, d);
     for (int r = 0; r < n; r++) b->residual(ex, vres, vnorm, M, d, t->rk[r].x, t->rk[r].o, L->ffn_norm, eps, t->rk[r].xn);
@@ -462,13 +474,7 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
     const int p_act = wants(pr, l, DSD_CP_FFN_ACT);
     if (!fast || p_act) gather_rows(t, M, ffr, b_h, b_full);
     if (p_act) ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_ACT, DSD_SUB_ALL, FAM(DS_FAM_SWIGLU), r0->full, ff, ff);
-    if (!fast) {
-        for (int r = 0; r < n; r++) MM(&t->rk[r].L[l].w_down, t->rk[r].full, t->rk[r].part);
-        gather_rows(t, M, dr, b_part, b_o);
-    } else {
-        for (int r = 0; r < n; r++) MM(&t->rk[r].L[l].w_down_k, t->rk[r].h, t->rk[r].part);
-        reduce_rows(t, M, (size_t)d);
-    }
+    project_out(t, var, M, l, 1, fast, dr, d);
     if (wants(pr, l, DSD_CP_FFN_DOWN))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_DOWN, DSD_SUB_ALL, MMF(&L->w_down) | f_tp, r0->o, d, d);
     for (int r = 0; r < n; r++) b->residual(ex, vres, vnorm, M, d, t->rk[r].x, t->rk[r].o, next_norm, eps, t->rk[r].xn);
