@@ -380,7 +380,6 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
     const ds_variant vres = (ds_variant)var[DS_FAM_RESIDUAL], vsw = (ds_variant)var[DS_FAM_SWIGLU];
     const ds_rope_mode mode = ds_arch_rope(hp->arch);
     tp_rank *r0 = &t->rk[0];
-#define MM(w, x, y) b->matmul(ex, (ds_variant)var[ds_matmul_family((w)->type)], (w), M, (x), (y))
 #define MMF(w) FAM(ds_matmul_family((w)->type))
     const unsigned f_qkv = MMF(&L->wq) | MMF(&L->wk) | MMF(&L->wv);
     const unsigned f_tp = FAM(DS_FAM_TP_REDUCE);
@@ -480,7 +479,6 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
     for (int r = 0; r < n; r++) b->residual(ex, vres, vnorm, M, d, t->rk[r].x, t->rk[r].o, next_norm, eps, t->rk[r].xn);
     if (wants(pr, l, DSD_CP_LAYER_OUT))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_LAYER_OUT, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), r0->x, d, d);
-#undef MM
 #undef MMF
 }
 
