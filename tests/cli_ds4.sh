@@ -60,22 +60,29 @@ $D quantize "$T/h.gguf" "$T/hq.gguf" q8_0 >/dev/null 2>&1 && $D generate -m "$T/
     && ok "hash layers: quantize keeps the I32 table, the file runs" || bad "hash layers: quantize"
 expect_err "more hash layers than layers" "hash layers" $D make-model -o "$T/bad.gguf" $MK --n-hash 3
 
+# exact_under LABEL MODEL STEM: a model variant keeps every exactness property —
+# greedy text equal with -t 1, 2 (into STEM.g), spec greedy == plain with a
+# drafter made for it, verify(8) == 8 decodes at portable and AVX-512
+exact_under() {
+    $D generate -m "$2" -p "$P" -n 48 -t 2 >"$3.g" 2>/dev/null && $D generate -m "$2" -p "$P" -n 48 -t 1 >"$3.g1" 2>/dev/null \
+        && [ -s "$3.g" ] && cmp -s "$3.g" "$3.g1" && ok "$1: greedy text equal with -t 1, 2" || bad "$1: thread count changes the text"
+    $D make-drafter -m "$2" -o "$3.d.gguf" --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter ($1)"
+    $D generate -m "$2" -md "$3.d.gguf" -p "$P" -n 48 -t 2 --draft-max 3 >"$3.s" 2>/dev/null && cmp -s "$3.g" "$3.s" \
+        && ok "$1: spec greedy == plain" || bad "$1: spec != plain"
+    for lv in portable avx512; do
+        env DSPARK_SIMD=$lv $D diverge -m "$2" -p "$P" --block-greedy 8 >"$3.dv" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$3.dv" \
+            && ok "$1: verify(8) == 8 decodes (DSPARK_SIMD=$lv)" || { bad "$1 diverges (DSPARK_SIMD=$lv)"; grep -a '^FIRST\|rror' "$3.dv"; }
+    done
+}
+
 # ---- the SwiGLU clamp (swiglu_clamp_exp / _shexp: llama.cpp's ggml_swiglu_clamp) ---------
 # the limit must act (0.5 clamps this random model's gate/up values) and keep every exactness
 # property: threads, spec == plain, verify(8) == 8 decodes; llama.cpp agrees on the F32 files
 # (bench/results/ds4-swiglu-clamp-llamacpp-s35.txt)
 $D make-model -o "$T/k.gguf" $MK --swiglu-clamp 0.5 2>/dev/null || bad "make-model --swiglu-clamp 0.5"
-$D generate -m "$T/k.gguf" -p "$P" -n 48 -t 2 >"$T/kg" 2>/dev/null && [ -s "$T/kg" ] && ! cmp -s "$T/kg" "$T/g" \
+exact_under "SwiGLU clamp" "$T/k.gguf" "$T/k"
+[ -s "$T/k.g" ] && ! cmp -s "$T/k.g" "$T/g" \
     && ok "SwiGLU clamp: the limit moves the text" || bad "SwiGLU clamp: no text, or the unclamped model's"
-$D generate -m "$T/k.gguf" -p "$P" -n 48 -t 1 >"$T/kg1" 2>/dev/null && cmp -s "$T/kg" "$T/kg1" \
-    && ok "SwiGLU clamp: greedy text equal with -t 1, 2" || bad "SwiGLU clamp: thread count changes the text"
-$D make-drafter -m "$T/k.gguf" -o "$T/kd.gguf" --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter (SwiGLU clamp)"
-$D generate -m "$T/k.gguf" -md "$T/kd.gguf" -p "$P" -n 48 -t 2 --draft-max 3 >"$T/ks" 2>/dev/null && cmp -s "$T/kg" "$T/ks" \
-    && ok "SwiGLU clamp: spec greedy == plain" || bad "SwiGLU clamp: spec != plain"
-for lv in portable avx512; do
-    env DSPARK_SIMD=$lv $D diverge -m "$T/k.gguf" -p "$P" --block-greedy 8 >"$T/kdv" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/kdv" \
-        && ok "SwiGLU clamp: verify(8) == 8 decodes (DSPARK_SIMD=$lv)" || { bad "SwiGLU clamp diverges (DSPARK_SIMD=$lv)"; grep -a '^FIRST\|rror' "$T/kdv"; }
-done
 expect_err "a negative SwiGLU clamp" "swiglu-clamp" $D make-model -o "$T/bad.gguf" $MK --swiglu-clamp -1
 
 # ---- rope scaling on the compressed layers (rope.scaling yarn, llama.cpp's rope_yarn) ----
@@ -89,15 +96,7 @@ $D make-model -o "$T/y.gguf" $MKC --rope-yarn 4 --rope-orig-ctx 64 2>/dev/null |
 $D generate -m "$T/y0.gguf" -p "$P" -n 4 --dump-logits "$T/yl0" >/dev/null 2>&1 &&
     $D generate -m "$T/y.gguf" -p "$P" -n 4 --dump-logits "$T/yl" >/dev/null 2>&1 && [ -s "$T/yl" ] && ! cmp -s "$T/yl" "$T/yl0" \
     && ok "rope scaling: yarn moves the logits" || bad "rope scaling: no logits, or the unscaled model's"
-$D generate -m "$T/y.gguf" -p "$P" -n 48 -t 2 >"$T/yg" 2>/dev/null && $D generate -m "$T/y.gguf" -p "$P" -n 48 -t 1 >"$T/yg1" 2>/dev/null \
-    && [ -s "$T/yg" ] && cmp -s "$T/yg" "$T/yg1" && ok "rope scaling: greedy text equal with -t 1, 2" || bad "rope scaling: thread count changes the text"
-$D make-drafter -m "$T/y.gguf" -o "$T/yd.gguf" --n-layer 1 --block-size 6 --seed 3 2>/dev/null || bad "make-drafter (rope scaling)"
-$D generate -m "$T/y.gguf" -md "$T/yd.gguf" -p "$P" -n 48 -t 2 --draft-max 3 >"$T/ys" 2>/dev/null && cmp -s "$T/yg" "$T/ys" \
-    && ok "rope scaling: spec greedy == plain" || bad "rope scaling: spec != plain"
-for lv in portable avx512; do
-    env DSPARK_SIMD=$lv $D diverge -m "$T/y.gguf" -p "$P" --block-greedy 8 >"$T/ydv" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/ydv" \
-        && ok "rope scaling: verify(8) == 8 decodes (DSPARK_SIMD=$lv)" || { bad "rope scaling diverges (DSPARK_SIMD=$lv)"; grep -a '^FIRST\|rror' "$T/ydv"; }
-done
+exact_under "rope scaling" "$T/y.gguf" "$T/y"
 expect_err "--rope-yarn on a qwen3 model" "deepseek4" $D make-model -o "$T/bad.gguf" --arch qwen3 --rope-yarn 4
 
 # ---- diagnostics ----------------------------------------------------------------
