@@ -58,10 +58,11 @@ for t in test_canonical test_diverge test_models test_spec test_drafter test_eng
 done
 # the engine's recorded verify chunks (DSPARK_ENGINE_GRAPHS=2, off by default): the same bytes
 [ -x "$BUILD/tests/test_spec_batch" ] && one test_spec_batch_graphs2 env DSPARK_DEVICE=cuda DSPARK_ENGINE_GRAPHS=2 "$BUILD/tests/test_spec_batch"
-# the attention tile path over several sequences' runs (opt-in: DSPARK_CUDA_ON=runs)
-# under the engine's schedules: every row == its sequence alone, chunks of 512
-# (runs tiled) against chunks of 1 and 7 (never tiled)
-[ -x "$BUILD/tests/test_engine" ] && one test_engine_runs env DSPARK_DEVICE=cuda DSPARK_CUDA_ON=runs "$BUILD/tests/test_engine"
+# test_engine above runs the attention tile path over several sequences' runs
+# (chunks of 512 tiled against chunks of 1 and 7, never tiled); with
+# DSPARK_CUDA_OFF=runs every multi-sequence chunk takes the split path: the
+# same bytes
+[ -x "$BUILD/tests/test_engine" ] && one test_engine_noruns env DSPARK_DEVICE=cuda DSPARK_CUDA_OFF=runs "$BUILD/tests/test_engine"
 # the MoE experts by id (opt-in: DSPARK_CUDA_ON=moeid): MoE chunks recorded and
 # replayed, every row == alone; decode == batch on the id path
 [ -x "$BUILD/tests/test_engine" ] && one test_engine_moeid env DSPARK_DEVICE=cuda DSPARK_CUDA_ON=moeid "$BUILD/tests/test_engine"

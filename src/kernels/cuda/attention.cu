@@ -33,8 +33,8 @@
  *              sequences (the batch engine's prompt chunks) take it where
  *              the caller gives the runs (ds_rows.runs): each run of >= 64
  *              rows in tiles of its own rows, the other rows on the split
- *              path (att_tile_runs; opt-in, DSPARK_CUDA_ON=runs, until it
- *              has run on a GPU).
+ *              path (att_tile_runs; DSPARK_CUDA_OFF=runs keeps them on
+ *              the split path: an A/B, the same bits).
  *              DSPARK_CUDA_OFF=tile: never; DSPARK_CUDA_ON=tile: every
  *              one-sequence call (A/B and tests: the same bits).
  *   canonical  the CPU's attn_row_head (kernels/cpu/attention.c) for each
