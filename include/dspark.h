@@ -77,6 +77,9 @@ int         dspark_model_n_vocab(const dspark_model *m);
 int         dspark_model_n_ctx_train(const dspark_model *m);   /* 0 when the file does not say  */
 int         dspark_model_has_drafter(const dspark_model *m);
 int         dspark_model_draft_block(const dspark_model *m);   /* drafter block size gamma, 0 if none */
+/* Rows per forward the model's device runs a prompt in (64 on the CPU, 512
+ * on CUDA): the chunk a prefill takes by default; never changes a bit. */
+int         dspark_model_chunk_rows(const dspark_model *m);
 /* tokenizer.chat_template of the target GGUF, or NULL. */
 const char *dspark_model_chat_template(const dspark_model *m);
 int32_t     dspark_model_eos(const dspark_model *m);           /* -1 if none */

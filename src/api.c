@@ -165,6 +165,7 @@ int dspark_model_n_vocab(const dspark_model *dm) { return dm->m->hp.n_vocab; }
 int dspark_model_n_ctx_train(const dspark_model *dm) { return dm->m->hp.n_ctx_train; }
 int dspark_model_has_drafter(const dspark_model *dm) { return dm->d != NULL; }
 int dspark_model_draft_block(const dspark_model *dm) { return dm->d ? ds_drafter_block_size(dm->d) : 0; }
+int dspark_model_chunk_rows(const dspark_model *dm) { return ds_backend_chunk_rows(dm->m->be); }
 const char *dspark_model_chat_template(const dspark_model *dm) { return dm->chat_template; }
 int32_t dspark_model_eos(const dspark_model *dm) { return ds_tokenizer_eos(dm->m->tok); }
 int dspark_model_is_eog(const dspark_model *dm, int32_t t) { return ds_tokenizer_is_eog(dm->m->tok, t); }

@@ -97,6 +97,13 @@ AUTH="Authorization: Bearer $KEY"
 cj() { curl -s -H "$AUTH" -H "Content-Type: application/json" "$@"; }
 
 expect_err "serve on a port in use" "cannot listen" $D serve -m "$TGT" --port "$PA"
+# the prompt chunk defaults to the device's (64 on the CPU) and never exceeds the step
+grep -q " batch=512 ubatch=64 " "$T/A.log" && ok serve_ubatch_default_device_chunk || bad "serve_ubatch_default_device_chunk ($(grep -o 'batch=[0-9]* ubatch=[0-9]*' "$T/A.log"))"
+PA_SAVE=$PORT
+start U -m "$TGT" --parallel 1 -t 1 -b 32
+grep -q " batch=32 ubatch=32 " "$T/U.log" && ok serve_ubatch_within_batch || bad "serve_ubatch_within_batch ($(grep -o 'batch=[0-9]* ubatch=[0-9]*' "$T/U.log"))"
+kill "$PID_U" 2>/dev/null; wait "$PID_U" 2>/dev/null
+PORT=$PA_SAVE
 
 # ---- basics -----------------------------------------------------------------
 [ "$(curl -s "$URL/health")" = '{"status":"ok"}' ] && ok health || bad health

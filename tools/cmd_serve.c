@@ -1103,8 +1103,9 @@ static void usage(void) {
            "  --parallel N, -np N       sequences generated at once, sharing each forward (default: as many full\n"
            "                            -c contexts as half the device's free memory holds, 1..64; --gen ctx: contexts, default 1)\n"
            "  --batch N, -b N           rows per engine step: decode rows, then prompt chunks (default 512)\n"
-           "  --ubatch N, -ub N         prompt rows one generation adds per step (default 64): decode rows and a\n"
-           "                            cancel never wait longer than one such chunk\n"
+           "  --ubatch N, -ub N         prompt rows one generation adds per step (default: the device's chunk,\n"
+           "                            64 on the CPU, 512 on CUDA): decode rows and a cancel never wait\n"
+           "                            longer than one such chunk\n"
            "  --no-cache-prompt         do not reuse cached prompt pages (the prefix cache is on by default; the\n"
            "                            answer never depends on it)\n"
            "  --kv-pages N              KV pool pages of 16 positions (default: --parallel full contexts)\n"
@@ -1156,7 +1157,7 @@ int cmd_serve(int argc, char **argv) {
     const char *tmpl = "auto";
     int jinja = 1, reasoning = 1;
     long port = 8080, parallel = -1, threads = 2, n_ctx = 0, max_tokens = 512, max_body = 1 << 20, queue = 64, max_conn = 1024,
-         per_ip = 128, http_threads = 2, max_n = -1, batch = 512, ubatch = 64, kv_pages = 0;
+         per_ip = 128, http_threads = 2, max_n = -1, batch = 512, ubatch = 0, kv_pages = 0;
     int engine = 1, cache_prompt = 1;
     float request_timeout = 30, idle_timeout = 600, drain_timeout = 30;
     cli_kernel_flags kf = { 0 };
@@ -1247,6 +1248,12 @@ int cmd_serve(int argc, char **argv) {
     s->model = dspark_model_load(&mp, &err);
     if (!s->model) { freeaddrinfo(ai); cli_die(C, "%s", err.message); }
     if (parallel_sized) parallel = dspark_engine_default_seqs(s->model, (int)n_ctx);
+    /* a prompt chunk as wide as the device's own prefill chunk: on CUDA 512
+     * rows (a 64-row chunk of one 8B prompt is 32 attention tiles, under
+     * half the SMs, and takes the split path), on the CPU 64 (a decode row
+     * waits at most one chunk's time); never above the step's rows */
+    if (!ubatch) ubatch = dspark_model_chunk_rows(s->model);
+    if (ubatch > batch) ubatch = batch;
     sgen_params gpar = {.engine = engine, .n_slots = (int)parallel, .max_queue = (int)queue, .step_rows = (int)batch, .prefill_chunk = (int)ubatch,
                         .prefix_cache = cache_prompt, .kv_pages = (int)kv_pages};
     dspark_ctx_params_default(&gpar.cp);
