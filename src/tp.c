@@ -123,7 +123,9 @@ static int slice_rows(ds_backend *be, const ds_weight *W, int64_t r0, int64_t ro
 }
 
 /* Columns [k0, k0 + kn) of every row of W (k0, kn whole blocks of the
- * type) copied into *data and prepared. */
+ * type) copied into *data and prepared. W->data is the loaded file's host
+ * bytes on every backend (a device's prepare_weight uploads from them; the
+ * mapping lives as long as the model), so this copy is host to host. */
 static int slice_cols(ds_backend *be, const ds_weight *W, int64_t k0, int64_t kn, ds_weight *out, void **data,
                       char *err, size_t errlen) {
     int ok;
