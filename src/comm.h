@@ -21,6 +21,15 @@
  *         (((p0 + p1) + p2) + ...: one rounding per add, no fma), the order
  *         NCCL's ring need not keep — which is exactly why the canonical
  *         layout never reduces across ranks.
+ *   dev   (always; comm.c) the ranks share one device and one execution
+ *         context (ex[r] all the same: one stream) of any backend — host
+ *         memory or not: all_gather is the backend's device-to-device copies
+ *         (copy_n) queued on that context, no host round trip; all_reduce
+ *         adds in rank order into a device staging buffer with the
+ *         backend's `add` op (backend.h: y = a + b, one IEEE add per element,
+ *         no fma — the CPU's -ffp-contract=off loop, CUDA's __fadd_rn), so
+ *         its bytes are the cpu fake's on every backend. What `--tp N
+ *         --device cuda` runs: N ranks on one GPU.
  *   nccl  (make NCCL=1; comm_nccl.c) ncclAllGather / ncclAllReduce on each
  *         rank's CUDA stream, issued inside one ncclGroupStart/End.
  *
@@ -39,9 +48,10 @@
 typedef struct ds_comm ds_comm;
 
 typedef struct ds_comm_i {
-    const char *name;            /* "cpu", "nccl"                                */
+    const char *name;            /* "cpu", "dev", "nccl"                         */
     void (*destroy)(ds_comm *c);
-    /* 0, or -1 with one line (a NCCL error; the fake cannot fail) */
+    /* 0, or -1 with one line (a NCCL error, a too wide all_reduce, dev's
+     * ranks on different contexts) */
     int  (*all_gather)(ds_comm *c, ds_exec *const ex[], const float *const send[], float *const recv[],
                        size_t count, char *err, size_t errlen);
     int  (*all_reduce_sum)(ds_comm *c, ds_exec *const ex[], const float *const send[], float *const recv[],
@@ -61,6 +71,14 @@ struct ds_comm {
  * one line. */
 ds_comm *ds_comm_cpu_new(int n, size_t scratch_floats, char *err, size_t errlen);
 void     ds_comm_free(ds_comm *c);
+
+/* n ranks (1..DS_TP_MAX) sharing one device of backend be and one
+ * execution context: every collective's ex[r] must be the same context, on
+ * be (another is refused in one line: ranks on several devices need a
+ * transport that orders their streams, NCCL). scratch_floats: the widest
+ * all_reduce_sum (its staging, be's memory). be needs copy and add (every
+ * backend dspark has). NULL with one line. */
+ds_comm *ds_comm_dev_new(ds_backend *be, int n, size_t scratch_floats, char *err, size_t errlen);
 
 #ifdef DS_HAVE_NCCL
 /* NCCL over n GPUs of this host (devices[r]: rank r's CUDA device), one

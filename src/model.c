@@ -1079,6 +1079,8 @@ struct ds_ctx {
     ds_tp      *tp;              /* --tp N > 1: the ranks that run the forward (tp.h);
                                     their pools hold the KV rows, on this
                                     sequence's page ids, and c->pool stays unused */
+    unsigned    tp_gen;          /* ranks made so far (graph_key: a launch sequence
+                                    recorded on other ranks' buffers never replays) */
 };
 
 /* Rows of a run a context can roll back into (rstate.h): a verify block of
@@ -1258,11 +1260,24 @@ int ds_ctx_set_tp(ds_ctx *c, int n, char *err, size_t errlen) {
         return -1;
     }
     if (ds_tp_check(c->m, n, err, errlen)) return -1;
+    /* DSPARK_TP_COMM=cpu|dev picks the communicator (unset: cpu on host
+     * memory, dev on a device); dev on the CPU runs the GPU's path there */
+    const char *comm = getenv("DSPARK_TP_COMM");
+    if (comm && *comm && strcmp(comm, "cpu") && strcmp(comm, "dev")) {
+        ds_errf(err, errlen, "DSPARK_TP_COMM=%s is neither cpu nor dev", comm);
+        return -1;
+    }
     ds_tp *t = NULL;
-    if (n > 1 && !(t = ds_tp_new(c->m, c->ex, n, ds_kvpool_n_pages(c->pool), c->m_max, err, errlen))) return -1;
+    if (n > 1 && !(t = ds_tp_new(c->m, c->ex, n, comm, ds_kvpool_n_pages(c->pool), c->m_max, err, errlen))) return -1;
     ds_tp_free(c->tp);
     c->tp = t;
+    if (t) c->tp_gen++;
     return 0;
+}
+
+void ds_ctx_tp_describe(const ds_ctx *c, char *buf, size_t n) {
+    if (c->tp) ds_tp_describe(c->tp, buf, n);
+    else snprintf(buf, n, "ranks=%s:0x1 comm=none", c->be->i->name);
 }
 
 int ds_ctx_tp(const ds_ctx *c) { return c->tp ? ds_tp_ranks(c->tp) : 1; }
@@ -1445,6 +1460,7 @@ static uint64_t graph_key(const ds_ctx *c, const uint8_t var[DS_FAM_COUNT], int 
     MIX(n); MIX(r0); MIX(rows); MIX(with_taps); MIX(c->n_taps);
     for (int i = 0; i < c->n_taps; i++) MIX(c->tap_layers[i]);
     for (int f = 0; f < DS_FAM_COUNT; f++) MIX(var[f]);
+    if (c->tp) { MIX(ds_tp_ranks(c->tp)); MIX(c->tp_gen); }   /* the ranks' buffers (plain keys unchanged) */
 #undef MIX
     return h;
 }
@@ -1559,7 +1575,10 @@ static int run(ds_ctx *c, int decode, const int32_t *tokens, int M, int pos0, in
         if (!replayed) {
             if (tail_rec) tail_copy(c, sel, n);
             forward_chunk(c, var, n, p0, taps_dst, taps_stride);
-            if (c->tp && ds_tp_error(c->tp, err, errlen)) return -1;
+            if (c->tp && ds_tp_error(c->tp, err, errlen)) {
+                if (graphs) (void)b->graph_end(c->ex, NULL, 0);   /* close the recording, as below */
+                return -1;
+            }
             if (rows) logits_rows(c, var, r0, rows, p0, lg_dst);
             if (sel_rec && ds_backend_select(c->ex, NULL, rows, (int)V, lg_dst, (int64_t)p0 + r0 + 1, c->sel_scratch,
                                              c->sel_ids, err, errlen)) {

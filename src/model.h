@@ -178,10 +178,15 @@ void ds_ctx_read_kv(ds_ctx *c, int pos0, int n, float *k, float *v);
 /* Tensor parallelism (tp.h, docs/TP.md): the context's forwards run on n
  * ranks (n = 1: none, the plain path), before its first forward. Every
  * output is bitwise the n = 1 output while tp_reduce is canonical; state
- * snapshots keep every rank's rows, probes see the full rows (tp.h).
+ * snapshots keep every rank's rows, probes see the full rows (tp.h). On
+ * any backend: the ranks share the context's device and execution context
+ * (host memory: the `cpu` communicator; a device: `dev`; the environment's
+ * DSPARK_TP_COMM=cpu|dev overrides, so CI runs dev on the CPU).
  * 0, or -1 with one line (what does not divide, an unsupported model). */
 int ds_ctx_set_tp(ds_ctx *c, int n, char *err, size_t errlen);
 int ds_ctx_tp(const ds_ctx *c);              /* ranks: 1 without --tp        */
+/* "ranks=<device>:0x<n> comm=<cpu|dev>" (tp.h ds_tp_describe) for -v. */
+void ds_ctx_tp_describe(const ds_ctx *c, char *buf, size_t n);
 /* --tp: collectives issued so far (tp.h ds_tp_stats); zeros without --tp. */
 void ds_ctx_tp_stats(const ds_ctx *c, long *gathers, long *reduces, double *bytes);
 

@@ -18,8 +18,15 @@
  *
  * Execution: the ranks' ops are issued phase by phase (all ranks' work up
  * to a collective, the collective for all ranks at once, the next phase),
- * the shape a single thread driving N devices needs (comm.h). On the CPU
- * fake the ranks share one execution context and run one after the other. */
+ * the shape a single thread driving N devices needs (comm.h). Each rank
+ * names its own backend and execution context (tp_rank.be / .ex) and every
+ * op, buffer, weight slice and KV pool of a rank goes through them — no
+ * host pointer into an activation, no host read of device memory, so the
+ * same plan runs on host memory (the `cpu` fake) and on a device (the `dev`
+ * communicator: N ranks on one GPU). Today every rank's be / ex is the
+ * model's backend and the context's one execution context: the ranks share
+ * it and run one after the other; one backend and context per GPU is the
+ * multi-GPU step (docs/TP.md). */
 #include "tp.h"
 #include "dspark_diag.h"
 
@@ -38,6 +45,8 @@ typedef struct {
 } tp_layer;
 
 typedef struct {
+    ds_backend *be;              /* the device the rank's memory lives on    */
+    ds_exec    *ex;              /* the context its ops are queued on        */
     tp_layer  *L;                /* [n_layer]                               */
     ds_kvpool *pool;             /* its KV heads' rows                      */
     ds_rows    rows;             /* the call's rows with this pool's stride */
@@ -50,7 +59,7 @@ typedef struct {
 
 struct ds_tp {
     const ds_model *m;
-    ds_exec   *ex;               /* every rank's (the CPU fake)              */
+    ds_exec   *ex;               /* the context's (rank 0's): probes, taps    */
     ds_comm   *comm;
     int        n, m_max;
     int        hr, hkvr;         /* heads, KV heads per rank                 */
@@ -81,16 +90,6 @@ int ds_tp_check(const ds_model *m, int n, char *err, size_t errlen) {
     if (hp->n_expert > 0 || hp->n_rec > 0 || hp->hc > 0) {
         ds_errf(err, errlen, "--tp %d: mixture-of-experts, hybrid and hyper-connection layers have no tensor-parallel layout",
                 n);
-        return -1;
-    }
-    if (!m->be->i->host_memory) {
-#ifdef DS_HAVE_NCCL
-        ds_errf(err, errlen, "--tp %d on %s: the NCCL communicator is built but the multi-GPU forward is not yet "
-                "(docs/TP.md, what remains); CPU ranks only", n, m->be->i->name);
-#else
-        ds_errf(err, errlen, "--tp %d on %s: tensor parallelism across GPUs needs the NCCL build (make CUDA=1 NCCL=1, "
-                "docs/TP.md); this build runs it on CPU ranks only", n, m->be->i->name);
-#endif
         return -1;
     }
     if (hp->n_head_kv % n) {
@@ -124,7 +123,9 @@ static int slice_rows(ds_backend *be, const ds_weight *W, int64_t r0, int64_t ro
 }
 
 /* Columns [k0, k0 + kn) of every row of W (k0, kn whole blocks of the
- * type) copied into *data and prepared. */
+ * type) copied into *data and prepared. W->data is the loaded file's host
+ * bytes on every backend (a device's prepare_weight uploads from them; the
+ * mapping lives as long as the model), so this copy is host to host. */
 static int slice_cols(ds_backend *be, const ds_weight *W, int64_t k0, int64_t kn, ds_weight *out, void **data,
                       char *err, size_t errlen) {
     int ok;
@@ -145,9 +146,10 @@ static ds_weight *layer_w(tp_layer *L, int i) {
 
 void ds_tp_free(ds_tp *t) {
     if (!t) return;
-    ds_backend *be = t->m->be;
     for (int r = 0; r < t->n; r++) {
         tp_rank *k = &t->rk[r];
+        ds_backend *be = k->be;
+        if (!be) continue;
         if (k->L) {
             for (int l = 0; l < t->m->hp.n_layer; l++) {
                 ds_weight *w;
@@ -169,10 +171,32 @@ void ds_tp_free(ds_tp *t) {
 }
 
 int ds_tp_ranks(const ds_tp *t) { return t->n; }
+const char *ds_tp_comm(const ds_tp *t) { return t->comm->i->name; }
+
+void ds_tp_describe(const ds_tp *t, char *buf, size_t n) {
+    /* every rank on the model's device (device 0 of its backend) today */
+    snprintf(buf, n, "ranks=%s:0x%d comm=%s", t->rk[0].be->i->name, t->n, t->comm->i->name);
+}
 ds_tp_stats ds_tp_get_stats(const ds_tp *t) { return t->st; }
 
-ds_tp *ds_tp_new(const ds_model *m, ds_exec *ex, int n, int n_pages, int m_max, char *err, size_t errlen) {
+ds_tp *ds_tp_new(const ds_model *m, ds_exec *ex, int n, const char *comm, int n_pages, int m_max, char *err,
+                 size_t errlen) {
     if (ds_tp_check(m, n, err, errlen)) return NULL;
+    const int host = m->be->i->host_memory;
+    if (!comm || !*comm) comm = host ? "cpu" : "dev";
+    if (strcmp(comm, "cpu") && strcmp(comm, "dev")) {
+        ds_errf(err, errlen, "--tp: unknown communicator '%s' (cpu, dev)", comm);
+        return NULL;
+    }
+    if (!strcmp(comm, "cpu") && !host) {
+        ds_errf(err, errlen, "--tp: the cpu communicator needs host memory; %s buffers are device memory (use dev)",
+                m->be->i->name);
+        return NULL;
+    }
+    if (ex->be != m->be) {
+        ds_errf(err, errlen, "--tp: the execution context is not on the model's %s backend", m->be->i->name);
+        return NULL;
+    }
     const ds_hparams *hp = &m->hp;
     ds_backend *be = m->be;
     ds_tp *t = calloc(1, sizeof *t);
@@ -189,7 +213,8 @@ ds_tp *ds_tp_new(const ds_model *m, ds_exec *ex, int n, int n_pages, int m_max, 
     size_t wide = qd > (size_t)ff ? qd : (size_t)ff;
     const size_t stage = wide > (size_t)d ? wide : (size_t)d;
     char e2[DS_ERRLEN];
-    t->comm = ds_comm_cpu_new(n, M * (size_t)d, e2, sizeof e2);
+    t->comm = !strcmp(comm, "cpu") ? ds_comm_cpu_new(n, M * (size_t)d, e2, sizeof e2)
+                                   : ds_comm_dev_new(be, n, M * (size_t)d, e2, sizeof e2);
     t->kv_tmp = malloc((size_t)ds_hp_kv_layers(hp) * kvr * 2 * sizeof(float));
     if (!t->comm || !t->kv_tmp) {
         ds_errf(err, errlen, "--tp: %s", t->comm ? "out of memory" : e2);
@@ -212,8 +237,12 @@ ds_tp *ds_tp_new(const ds_model *m, ds_exec *ex, int n, int n_pages, int m_max, 
     const ds_kvpool_shape ps = {.n_groups = 1, .n_layer = {ds_hp_kv_layers(hp)}, .row = {(int)kvr}, .n_pages = n_pages};
     for (int r = 0; r < n; r++) {
         tp_rank *k = &t->rk[r];
+        /* the rank's device and context: the model's, shared (one per GPU
+         * is the multi-GPU step); everything below is allocated through it */
+        k->be = be;
+        k->ex = ex;
         k->L = calloc((size_t)hp->n_layer, sizeof *k->L);
-        k->pool = ds_kvpool_new(be, &ps, e2, sizeof e2);
+        k->pool = ds_kvpool_new(k->be, &ps, e2, sizeof e2);
         if (!k->L || !k->pool) {
             ds_errf(err, errlen, "--tp: %s", k->L ? e2 : "out of memory");
             ds_tp_free(t);
@@ -222,23 +251,23 @@ ds_tp *ds_tp_new(const ds_model *m, ds_exec *ex, int n, int n_pages, int m_max, 
         for (int l = 0; l < hp->n_layer; l++) {
             const ds_layer *L = &m->layers[l];
             tp_layer *s = &k->L[l];
-            if (slice_rows(be, &L->wq, (int64_t)(r * qr), (int64_t)qr, &s->wq, e2, sizeof e2) ||
-                slice_rows(be, &L->wk, (int64_t)(r * kvr), (int64_t)kvr, &s->wk, e2, sizeof e2) ||
-                slice_rows(be, &L->wv, (int64_t)(r * kvr), (int64_t)kvr, &s->wv, e2, sizeof e2) ||
-                slice_rows(be, &L->wo, (int64_t)(r * dr), (int64_t)dr, &s->wo, e2, sizeof e2) ||
-                slice_rows(be, &L->w_gate, (int64_t)(r * ffr), (int64_t)ffr, &s->w_gate, e2, sizeof e2) ||
-                slice_rows(be, &L->w_up, (int64_t)(r * ffr), (int64_t)ffr, &s->w_up, e2, sizeof e2) ||
-                slice_rows(be, &L->w_down, (int64_t)(r * dr), (int64_t)dr, &s->w_down, e2, sizeof e2) ||
+            if (slice_rows(k->be, &L->wq, (int64_t)(r * qr), (int64_t)qr, &s->wq, e2, sizeof e2) ||
+                slice_rows(k->be, &L->wk, (int64_t)(r * kvr), (int64_t)kvr, &s->wk, e2, sizeof e2) ||
+                slice_rows(k->be, &L->wv, (int64_t)(r * kvr), (int64_t)kvr, &s->wv, e2, sizeof e2) ||
+                slice_rows(k->be, &L->wo, (int64_t)(r * dr), (int64_t)dr, &s->wo, e2, sizeof e2) ||
+                slice_rows(k->be, &L->w_gate, (int64_t)(r * ffr), (int64_t)ffr, &s->w_gate, e2, sizeof e2) ||
+                slice_rows(k->be, &L->w_up, (int64_t)(r * ffr), (int64_t)ffr, &s->w_up, e2, sizeof e2) ||
+                slice_rows(k->be, &L->w_down, (int64_t)(r * dr), (int64_t)dr, &s->w_down, e2, sizeof e2) ||
                 (t->fast_ok &&
-                 (slice_cols(be, &L->wo, (int64_t)(r * qr), (int64_t)qr, &s->wo_k, &s->wo_k_data, e2, sizeof e2) ||
-                  slice_cols(be, &L->w_down, (int64_t)(r * ffr), (int64_t)ffr, &s->w_down_k, &s->w_down_k_data, e2,
+                 (slice_cols(k->be, &L->wo, (int64_t)(r * qr), (int64_t)qr, &s->wo_k, &s->wo_k_data, e2, sizeof e2) ||
+                  slice_cols(k->be, &L->w_down, (int64_t)(r * ffr), (int64_t)ffr, &s->w_down_k, &s->w_down_k_data, e2,
                              sizeof e2)))) {
                 ds_errf(err, errlen, "--tp: %s", e2);
                 ds_tp_free(t);
                 return NULL;
             }
         }
-#define DEV(nf) be->i->alloc(be, (nf) * sizeof(float))
+#define DEV(nf) k->be->i->alloc(k->be, (nf) * sizeof(float))
         k->x = DEV(M * d); k->xn = DEV(M * d); k->o = DEV(M * d);
         k->q = DEV(M * qr); k->att = DEV(M * qr); k->k = DEV(M * kvr); k->v = DEV(M * kvr);
         k->gate = DEV(M * ffr); k->up = DEV(M * ffr); k->h = DEV(M * ffr);
@@ -246,7 +275,7 @@ ds_tp *ds_tp_new(const ds_model *m, ds_exec *ex, int n, int n_pages, int m_max, 
 #undef DEV
         if (!k->x || !k->xn || !k->o || !k->q || !k->att || !k->k || !k->v || !k->gate || !k->up || !k->h || !k->part ||
             !k->full || !k->stage) {
-            ds_errf(err, errlen, "--tp: out of %s memory for %d ranks", be->i->name, n);
+            ds_errf(err, errlen, "--tp: out of %s memory for %d ranks", k->be->i->name, n);
             ds_tp_free(t);
             return NULL;
         }
@@ -275,7 +304,7 @@ static void gather_rows(ds_tp *t, int M, size_t w, float *(*src)(tp_rank *), flo
     const float *send[DS_TP_MAX];
     float *recv[DS_TP_MAX];
     for (int r = 0; r < t->n; r++) {
-        ex[r] = t->ex;
+        ex[r] = t->rk[r].ex;
         send[r] = src(&t->rk[r]);
         recv[r] = M == 1 ? dst(&t->rk[r]) : t->rk[r].stage;
     }
@@ -289,7 +318,7 @@ static void gather_rows(ds_tp *t, int M, size_t w, float *(*src)(tp_rank *), flo
     const size_t wb = w * sizeof(float);
     for (int r = 0; r < t->n; r++)
         for (int s = 0; s < t->n; s++)
-            ds_backend_copy2d(t->ex, dst(&t->rk[r]) + (size_t)s * w, (size_t)t->n * wb, t->rk[r].stage + (size_t)s * M * w, wb,
+            ds_backend_copy2d(t->rk[r].ex, dst(&t->rk[r]) + (size_t)s * w, (size_t)t->n * wb, t->rk[r].stage + (size_t)s * M * w, wb,
                               wb, (size_t)M);
 }
 
@@ -300,7 +329,7 @@ static void reduce_rows(ds_tp *t, int M, size_t n) {
     const float *send[DS_TP_MAX];
     float *recv[DS_TP_MAX];
     for (int r = 0; r < t->n; r++) {
-        ex[r] = t->ex;
+        ex[r] = t->rk[r].ex;
         send[r] = t->rk[r].part;
         recv[r] = t->rk[r].o;
     }
@@ -351,17 +380,19 @@ static float *b_up(tp_rank *k) { return k->up; }
  * (tp_reduce): each rank's K columns over its own slice of the input (att
  * or h), the partial sums all-reduced. */
 static void project_out(ds_tp *t, const uint8_t var[DS_FAM_COUNT], int M, int l, int down, int fast, size_t dr, int d) {
-    const ds_backend_i *b = t->ex->be->i;
     for (int r = 0; r < t->n; r++) {
         tp_rank *k = &t->rk[r];
         const tp_layer *S = &k->L[l];
         const ds_weight *w = fast ? (down ? &S->w_down_k : &S->wo_k) : (down ? &S->w_down : &S->wo);
         const float *x = fast ? (down ? k->h : k->att) : k->full;
-        b->matmul(t->ex, (ds_variant)var[ds_matmul_family(w->type)], w, M, x, k->part);
+        k->be->i->matmul(k->ex, (ds_variant)var[ds_matmul_family(w->type)], w, M, x, k->part);
     }
     if (fast) reduce_rows(t, M, (size_t)d);
     else gather_rows(t, M, dr, b_part, b_o);
 }
+
+#define RB(r) (t->rk[r].be->i)   /* rank r's backend table */
+#define RX(r) (t->rk[r].ex)      /* rank r's execution context */
 
 /* One dense layer over the ranks: the phases between the collectives (the
  * probes at the checkpoints ds_layer_forward reports, in its order). */
@@ -370,8 +401,7 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
     const ds_model *m = t->m;
     const ds_hparams *hp = &m->hp;
     const ds_layer *L = &m->layers[l];
-    ds_exec *ex = t->ex;
-    const ds_backend_i *b = ex->be->i;
+    ds_exec *ex = t->ex;   /* the probes' (rank 0's); each rank's ops go to RX(r) */
     const int d = hp->n_embd, hd = hp->head_dim, n = t->n, H = hp->n_head;
     const size_t qr = (size_t)t->hr * hd, kvr = (size_t)t->hkvr * hd, dr = (size_t)d / n, ffr = (size_t)hp->n_ff / n;
     const size_t ff = ffr * n;
@@ -392,7 +422,7 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
         tp_rank *k = &t->rk[r];
         const ds_weight *const w3[3] = {&k->L[l].wq, &k->L[l].wk, &k->L[l].wv};
         float *const y3[3] = {k->q, k->k, k->v};
-        ds_layer_mm_shared(ex, var, 3, w3, M, k->xn, y3);
+        ds_layer_mm_shared(k->ex, var, 3, w3, M, k->xn, y3);
     }
     const int p_qkv = wants(pr, l, DSD_CP_QKV);
     if (p_qkv) {
@@ -402,8 +432,8 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
     }
     if (L->q_norm) {   /* per-head RMSNorm: a head's rows are the TP = 1 rows */
         for (int r = 0; r < n; r++) {
-            b->rmsnorm(ex, vnorm, M * t->hr, hd, t->rk[r].q, L->q_norm, eps, t->rk[r].q);
-            b->rmsnorm(ex, vnorm, M * t->hkvr, hd, t->rk[r].k, L->k_norm, eps, t->rk[r].k);
+            RB(r)->rmsnorm(RX(r), vnorm, M * t->hr, hd, t->rk[r].q, L->q_norm, eps, t->rk[r].q);
+            RB(r)->rmsnorm(RX(r), vnorm, M * t->hkvr, hd, t->rk[r].k, L->k_norm, eps, t->rk[r].k);
         }
         if (p_qkv) {
             probe_sliced(t, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_NORM, FAM(DS_FAM_RMSNORM), b_q, qr);
@@ -411,8 +441,8 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
         }
     }
     for (int r = 0; r < n; r++) {
-        b->rope(ex, vrope, M, t->hr, hd, pos, hp->rope_base, mode, t->rk[r].q);
-        b->rope(ex, vrope, M, t->hkvr, hd, pos, hp->rope_base, mode, t->rk[r].k);
+        RB(r)->rope(RX(r), vrope, M, t->hr, hd, pos, hp->rope_base, mode, t->rk[r].q);
+        RB(r)->rope(RX(r), vrope, M, t->hkvr, hd, pos, hp->rope_base, mode, t->rk[r].k);
     }
     if (p_qkv) {
         probe_sliced(t, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_ROPE, FAM(DS_FAM_ROPE), b_q, qr);
@@ -420,7 +450,7 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
     }
     for (int r = 0; r < n; r++) {
         tp_rank *k = &t->rk[r];
-        b->kv_write(ex, ds_kvpool_k(k->pool, 0, l), ds_kvpool_v(k->pool, 0, l), t->hkvr * hd, M, &k->rows, k->k, k->v);
+        RB(r)->kv_write(RX(r), ds_kvpool_k(k->pool, 0, l), ds_kvpool_v(k->pool, 0, l), t->hkvr * hd, M, &k->rows, k->k, k->v);
     }
     if (wants(pr, l, DSD_CP_KV_WRITE)) {
         /* the rows just written, every K row then every V row (the rank
@@ -438,7 +468,7 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
         /* the rank's heads only: head h' of the rank is head r * hr + h' of
          * the model, and its KV head h' / (hr / hkvr) the model's matching one */
         ds_attn_shape as = {t->hr, t->hkvr, hd, t->hkvr * hd, 1.0f / sqrtf((float)hd)};
-        b->attention(ex, (ds_variant)var[DS_FAM_ATTENTION], &as, M, &k->rows, k->q, ds_kvpool_k(k->pool, 0, l),
+        RB(r)->attention(RX(r), (ds_variant)var[DS_FAM_ATTENTION], &as, M, &k->rows, k->q, ds_kvpool_k(k->pool, 0, l),
                      ds_kvpool_v(k->pool, 0, l), k->att);
     }
     const int p_heads = wants(pr, l, DSD_CP_ATTN_HEADS);
@@ -451,7 +481,8 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
     project_out(t, var, M, l, 0, fast, dr, d);
     if (wants(pr, l, DSD_CP_ATTN_OUT_PROJ))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_OUT_PROJ, DSD_SUB_ALL, MMF(&L->wo) | f_tp, r0->o, d, d);
-    for (int r = 0; r < n; r++) b->residual(ex, vres, vnorm, M, d, t->rk[r].x, t->rk[r].o, L->ffn_norm, eps, t->rk[r].xn);
+    for (int r = 0; r < n; r++)
+        RB(r)->residual(RX(r), vres, vnorm, M, d, t->rk[r].x, t->rk[r].o, L->ffn_norm, eps, t->rk[r].xn);
     if (wants(pr, l, DSD_CP_ATTN_RESIDUAL))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_ATTN_RESIDUAL, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), r0->x, d, d);
     if (wants(pr, l, DSD_CP_FFN_NORM))
@@ -463,30 +494,33 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
         tp_rank *k = &t->rk[r];
         const ds_weight *const w2[2] = {&k->L[l].w_gate, &k->L[l].w_up};
         float *const y2[2] = {k->gate, k->up};
-        ds_layer_mm_shared(ex, var, 2, w2, M, k->xn, y2);
+        ds_layer_mm_shared(k->ex, var, 2, w2, M, k->xn, y2);
     }
     if (wants(pr, l, DSD_CP_FFN_GATE_UP)) {
         probe_sliced(t, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_GATE, MMF(&L->w_gate), b_gate, ffr);
         probe_sliced(t, pr, M, pos0, l, DSD_CP_FFN_GATE_UP, DSD_SUB_FFN_UP, MMF(&L->w_up), b_up, ffr);
     }
-    for (int r = 0; r < n; r++) b->swiglu(ex, vsw, M, (int)ffr, t->rk[r].gate, t->rk[r].up, t->rk[r].h);
+    for (int r = 0; r < n; r++) RB(r)->swiglu(RX(r), vsw, M, (int)ffr, t->rk[r].gate, t->rk[r].up, t->rk[r].h);
     const int p_act = wants(pr, l, DSD_CP_FFN_ACT);
     if (!fast || p_act) gather_rows(t, M, ffr, b_h, b_full);
     if (p_act) ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_ACT, DSD_SUB_ALL, FAM(DS_FAM_SWIGLU), r0->full, ff, ff);
     project_out(t, var, M, l, 1, fast, dr, d);
     if (wants(pr, l, DSD_CP_FFN_DOWN))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_FFN_DOWN, DSD_SUB_ALL, MMF(&L->w_down) | f_tp, r0->o, d, d);
-    for (int r = 0; r < n; r++) b->residual(ex, vres, vnorm, M, d, t->rk[r].x, t->rk[r].o, next_norm, eps, t->rk[r].xn);
+    for (int r = 0; r < n; r++)
+        RB(r)->residual(RX(r), vres, vnorm, M, d, t->rk[r].x, t->rk[r].o, next_norm, eps, t->rk[r].xn);
     if (wants(pr, l, DSD_CP_LAYER_OUT))
         ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_LAYER_OUT, DSD_SUB_ALL, FAM(DS_FAM_RESIDUAL), r0->x, d, d);
 #undef MMF
 }
+#undef RB
+#undef RX
 
 void ds_tp_forward(ds_tp *t, ds_acts *a, const uint8_t var[DS_FAM_COUNT], int M, int pos0, const int *tap_layers,
                    int n_taps, float *taps, size_t taps_stride, const ds_probe *pr) {
     const ds_model *m = t->m;
     const ds_hparams *hp = &m->hp;
-    ds_exec *ex = t->ex;
+    ds_exec *ex = t->ex;             /* rank 0's: taps, probes, the head's rows */
     const ds_backend_i *b = ex->be->i;
     const int d = hp->n_embd;
     const int fast = var[DS_FAM_TP_REDUCE] == DS_FAST;
@@ -503,8 +537,8 @@ void ds_tp_forward(ds_tp *t, ds_acts *a, const uint8_t var[DS_FAM_COUNT], int M,
          * rank's pool: the page ids are the context's, the stride its own */
         k->rows = *a->rows;
         k->rows.page_stride = ds_kvpool_page_stride(k->pool);
-        b->embed(ex, &m->tok_embd, M, ids, k->x);
-        b->rmsnorm(ex, (ds_variant)var[DS_FAM_RMSNORM], M, d, k->x, m->layers[0].attn_norm, hp->norm_eps, k->xn);
+        k->be->i->embed(k->ex, &m->tok_embd, M, ids, k->x);
+        k->be->i->rmsnorm(k->ex, (ds_variant)var[DS_FAM_RMSNORM], M, d, k->x, m->layers[0].attn_norm, hp->norm_eps, k->xn);
     }
     int tap_i = 0;
     for (int l = 0; l < hp->n_layer; l++) {
@@ -530,7 +564,7 @@ _Static_assert(DS_STATE_TP_MAX == DS_TP_MAX, "ds_state holds one snapshot per ra
 
 int ds_tp_snapshot(ds_tp *t, const ds_seq *seq, int n, ds_kv_snap snaps[]) {
     for (int r = 0; r < t->n; r++)
-        if (ds_seq_snapshot(seq, t->rk[r].pool, t->ex, n, &snaps[r])) {
+        if (ds_seq_snapshot(seq, t->rk[r].pool, t->rk[r].ex, n, &snaps[r])) {
             for (int i = 0; i <= r; i++) ds_kv_snap_free(&snaps[i]);
             return -1;
         }
@@ -544,7 +578,7 @@ void ds_tp_restore(ds_tp *t, const ds_seq *seq, const ds_kv_snap snaps[]) {
         /* into the same page ids (the context's one sequence owns its pages
          * for good: its table does not change) */
         for (int i = 0; i < s->n_pages; i++)
-            t->ex->be->i->copy(t->ex, ds_kvpool_page_base(t->rk[r].pool, seq->table[i]), s->data + (int64_t)i * ps,
+            t->rk[r].be->i->copy(t->rk[r].ex, ds_kvpool_page_base(t->rk[r].pool, seq->table[i]), s->data + (int64_t)i * ps,
                                (size_t)ps * sizeof(float));
     }
 }
@@ -556,7 +590,7 @@ void ds_tp_read_kv(ds_tp *t, const ds_seq *seq, int pos0, int n, float *k, float
     float *tk = t->kv_tmp, *tv = tk + (size_t)nl * kvr;
     for (int r = 0; r < t->n; r++)
         for (int j = 0; j < n; j++) {   /* one position at a time: kv_tmp holds one */
-            ds_seq_read(seq, t->rk[r].pool, t->ex, 0, pos0 + j, 1, tk, tv);
+            ds_seq_read(seq, t->rk[r].pool, t->rk[r].ex, 0, pos0 + j, 1, tk, tv);
             for (int l = 0; l < nl; l++) {
                 const size_t at = ((size_t)l * n + j) * kvd + (size_t)r * kvr;
                 memcpy(k + at, tk + (size_t)l * kvr, kvr * sizeof(float));

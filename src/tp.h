@@ -38,18 +38,27 @@
 
 typedef struct ds_tp ds_tp;
 
-/* Whether model m can run at n ranks: 0, or -1 with one line naming what
- * does not divide (KV heads, row slices) or what is not supported. */
+/* Whether model m can run at n ranks (on any backend: the ranks share its
+ * one device): 0, or -1 with one line naming what does not divide (KV
+ * heads, row slices) or what is not supported. */
 int ds_tp_check(const ds_model *m, int n, char *err, size_t errlen);
 
-/* n ranks over the model's device (host memory: the CPU fake; ranks share
- * ex and run one after the other), each with its weight slices (views of
- * the loaded weights, prepared for the device: the slices of all ranks
- * together are one more copy of the matmul weights), its KV heads' pool of
- * n_pages pages, and activations for m_max rows. NULL with one line. */
-ds_tp *ds_tp_new(const ds_model *m, ds_exec *ex, int n, int n_pages, int m_max, char *err, size_t errlen);
+/* n ranks on the model's device (host memory or not; every rank on it and
+ * on the context ex, which they share and run on one after the other),
+ * each with its weight slices (views of the loaded weights, prepared for
+ * the device: the slices of all ranks together are one more copy of the
+ * matmul weights), its KV heads' pool of n_pages pages on the device, and
+ * activations for m_max rows on the device. comm (comm.h): "cpu" (host
+ * memory only), "dev" (any backend), or NULL / "" for the default — cpu on
+ * host memory, dev on a device. NULL with one line. */
+ds_tp *ds_tp_new(const ds_model *m, ds_exec *ex, int n, const char *comm, int n_pages, int m_max, char *err,
+                 size_t errlen);
 void   ds_tp_free(ds_tp *t);
 int    ds_tp_ranks(const ds_tp *t);
+const char *ds_tp_comm(const ds_tp *t);      /* the communicator's name      */
+/* One line for -v / bench: "ranks=<device>:0x<n> comm=<name>" (n ranks on
+ * device 0 of the backend, e.g. "ranks=cuda:0x2 comm=dev"). */
+void   ds_tp_describe(const ds_tp *t, char *buf, size_t n);
 
 /* Collectives issued since the plan was made (probes' gathers included):
  * all-gathers, all-reduces, and the floats' bytes each rank received from

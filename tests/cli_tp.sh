@@ -10,9 +10,15 @@
 #     comparison sees a layout that moves bits; the shipped F16 target too;
 #   - dspark diverge --tp N (Pass B on N ranks): NONE while canonical, and
 #     the fast layout's first divergence at layer 0's o_proj;
+#   - the dev communicator (DSPARK_TP_COMM=dev: the collectives as the
+#     backend's copies and add op, what --device cuda --tp N runs) on the
+#     CPU: the golden hashes and logits at --tp 2, -v says comm=dev, the 4-KV
+#     -head logits at --tp 2, 4 == --tp 1 and their --fast tp_reduce logits
+#     == the cpu fake's bit for bit (the same rank-ordered sum), diverge NONE
+#     and the fast layout found at o_proj;
 #   - refusals, one line each and exit 2: N that does not divide the KV
 #     heads, N out of range, a MoE model, fast tp_reduce where K does not
-#     split into whole blocks.
+#     split into whole blocks, an unknown DSPARK_TP_COMM.
 set -u
 BUILD=${BUILD:-build}
 D="$BUILD/dspark"
@@ -95,12 +101,39 @@ grep -q '^FIRST_DIVERGENCE row=0 layer=0 checkpoint=cp5_attn_out_proj ' "$T/df" 
 expect_err "diverge --tp 3" "KV heads" "$D" diverge -m "$Q8" -p "$PR" --block-greedy 4 --tp 3
 expect_err "families --tp" "diverge flag" "$D" families -m "$Q8" -p "$PR" --block-greedy 4 --tp 2
 
+# --- the dev communicator on the CPU (the GPU's code path) ---------------------
+check plain_greedy_q8_p1 env DSPARK_TP_COMM=dev "$D" generate -m "$Q8" -p "$P" -n 48 -t 2 --tp 2
+check spec_t08_f16_p1    env DSPARK_TP_COMM=dev "$D" generate -m "$F16" -md "$DR" -p "$P" -n 48 -t 1 --temp 0.8 --seed 7 --tp 2
+DSPARK_TP_COMM=dev "$D" generate -m "$Q8" -p "$P" -n 4 -t 2 --tp 2 --dump-logits "$T/lqd" >/dev/null 2>&1 && \
+    grep -q "^$(sha256sum <"$T/lqd" | cut -c1-64) logits_q8_p1\$" "$G" && ok "comm=dev --tp 2 logits_q8_p1 == golden" \
+    || bad "comm=dev --tp 2 logits_q8_p1 differs from golden"
+v=$(DSPARK_TP_COMM=dev "$D" generate -m "$Q8" -p "$P" -n 2 -t 1 --tp 2 -v 2>&1 >/dev/null | grep '^tp=')
+[ "$v" = "tp=2 ranks=cpu:0x2 comm=dev" ] && ok "-v: $v" || bad "-v with comm=dev: '$v'"
+v=$("$D" generate -m "$Q8" -p "$P" -n 2 -t 1 --tp 2 -v 2>&1 >/dev/null | grep '^tp=')
+[ "$v" = "tp=2 ranks=cpu:0x2 comm=cpu" ] && ok "-v (default on the CPU): $v" || bad "-v default: '$v'"
+for n in 2 4; do
+    DSPARK_TP_COMM=dev "$D" generate -m "$T/m4.gguf" -p "$PR" -n 6 -t 2 --tp $n --dump-logits "$T/ld$n" >/dev/null 2>&1 || bad "dev dump-logits --tp $n"
+    DSPARK_TP_COMM=dev "$D" generate -m "$T/m4.gguf" -p "$PR" -n 6 -t 2 --tp $n --fast tp_reduce --dump-logits "$T/fd$n" >/dev/null 2>&1 \
+        || bad "dev fast --tp $n"
+    cmp -s "$T/l1" "$T/ld$n" && [ -s "$T/l1" ] && ok "comm=dev 4 KV heads: --tp $n logits == --tp 1" || bad "comm=dev --tp $n logits differ from --tp 1"
+    cmp -s "$T/f$n" "$T/fd$n" && [ -s "$T/f$n" ] && ! cmp -s "$T/l1" "$T/fd$n" \
+        && ok "comm=dev --fast tp_reduce --tp $n: logits == the cpu fake's (the rank-ordered sum), != canonical" \
+        || bad "comm=dev --fast tp_reduce --tp $n: not the cpu fake's logits (or canonical)"
+done
+DSPARK_TP_COMM=dev "$D" diverge -m "$F16" -p "$PR" --block-greedy 8 -t 2 --tp 2 >"$T/dd2" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE compared_objects=' "$T/dd2" \
+    && ok "comm=dev diverge --tp 2: NONE" || { bad "comm=dev diverge --tp 2"; cat "$T/dd2"; }
+DSPARK_TP_COMM=dev "$D" diverge -m "$F16" -p "$PR" --block-greedy 8 -t 2 --tp 2 --fast tp_reduce >"$T/ddf" 2>&1
+grep -q '^FIRST_DIVERGENCE row=0 layer=0 checkpoint=cp5_attn_out_proj ' "$T/ddf" && ok "comm=dev diverge --tp 2 --fast tp_reduce: found at o_proj" \
+    || { bad "comm=dev fast tp_reduce not found at o_proj"; cat "$T/ddf"; }
+expect_err "DSPARK_TP_COMM=bogus" "neither cpu nor dev" env DSPARK_TP_COMM=bogus "$D" generate -m "$Q8" -p "$P" -n 4 --tp 2
+
 # --- refusals ------------------------------------------------------------------
 expect_err "--tp 3 on 2 KV heads" "KV heads" "$D" generate -m "$Q8" -p "$P" -n 4 --tp 3
 expect_err "--tp 4 on 2 KV heads" "KV heads" "$D" generate -m "$Q8" -p "$P" -n 4 --tp 4
 expect_err "--tp 0" "out of range" "$D" generate -m "$Q8" -p "$P" -n 4 --tp 0
 expect_err "--tp 9" "out of range" "$D" generate -m "$Q8" -p "$P" -n 4 --tp 9
 expect_err "--tp x" "integer" "$D" generate -m "$Q8" -p "$P" -n 4 --tp x
+expect_err "serve --tp" "no tensor-parallel plan" "$D" serve -m "$Q8" --tp 2
 "$D" make-model -o "$T/moe.gguf" --arch qwen3moe --type q8_0 --n-embd 128 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 \
     --n-expert 8 --n-expert-used 2 --n-ff-exp 64 --n-vocab 400 --seed 3 >/dev/null 2>&1 || bad "make-model moe"
 expect_err "--tp 2 on a MoE model" "tensor-parallel" "$D" generate -m "$T/moe.gguf" -p "$P" -n 4 --tp 2

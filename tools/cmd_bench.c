@@ -88,7 +88,7 @@ int cmd_bench(int argc, char **argv) {
                    "  --decode-at     decode steps after prefixes of P positions (decode at depth),\n"
                    "                  each as a ratio to the first\n"
                    "  --tp N          the context's forwards on N tensor-parallel ranks (docs/TP.md;\n"
-                   "                  CPU ranks in one process in this build); fast includes tp_reduce\n"
+                   "                  in one process, every rank on the --device); fast includes tp_reduce\n"
                    "  -c is not used: the context is sized from --prefix/--decode/--prefill-len;\n"
                    "  --kernels does not apply: canonical and fast are both measured.\n"
                    "       dspark bench -m MODEL.gguf --profile [-md DRAFTER.gguf] [-t N] [--reps N] [--prefix N]\n"
@@ -135,6 +135,8 @@ int cmd_bench(int argc, char **argv) {
     ds_ctx *c = ds_ctx_new(m, (int)need, (int)n_threads, err, sizeof err);
     if (!c) { ds_model_free(m); cli_die(C, "%s", err); }
     if (tp > 1 && ds_ctx_set_tp(c, (int)tp, err, sizeof err)) { ds_ctx_free(c); ds_model_free(m); cli_die(C, "%s", err); }
+    char tp_desc[128];
+    ds_ctx_tp_describe(c, tp_desc, sizeof tp_desc);
     const int V = m->hp.n_vocab;
     int32_t *toks = malloc((size_t)need * sizeof(int32_t));
     float *logits = malloc((size_t)16 * V * sizeof(float));
@@ -224,8 +226,8 @@ int cmd_bench(int argc, char **argv) {
            ds_arch_name(m->hp.arch), ds_type_name(m->weight_type), (unsigned long long)m->n_params, n_threads,
            ds_simd_path(), reps, prefix);
     if (tp > 1)
-        printf("tp=%ld ranks=cpu (one process; the ranks run one after another) decode_step: %.0f all-gathers, %.0f bytes received a rank\n",
-               tp, tp_step_g, tp_step_b);
+        printf("tp=%ld %s (one process; the ranks run one after another) decode_step: %.0f all-gathers, %.0f bytes received a rank\n",
+               tp, tp_desc, tp_step_g, tp_step_b);
     printf("decode: %.3f ms/token  %.1f tok/s\n", dec * 1e3, 1.0 / dec);
     printf("prefill(%ld): %.1f tok/s (canonical)\n", prefill_len, (double)prefill_len / pre);
     for (int k = 1; k < n_prefill; k++)

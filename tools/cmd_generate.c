@@ -70,8 +70,8 @@ static void usage(void) {
            "  --prefill MODE        batch (default) or decode\n"
            "  -np, --parallel N     sequences; only 1 is supported\n"
            "  --echo                print the prompt before the generated text\n"
-           "  --tp N                tensor parallelism over N ranks (1..8; CPU ranks in one\n"
-           "                        process in this build): column-parallel weights and\n"
+           "  --tp N                tensor parallelism over N ranks (1..8) in one process, all\n"
+           "                        on the --device (CPU or one GPU): column-parallel weights and\n"
            "                        all-gathers, the same bytes as --tp 1 (docs/TP.md);\n"
            "                        --fast tp_reduce: the row-parallel all-reduce layout\n"
            "  --warmup              run the generation once, untimed and unprinted, before the\n"
@@ -343,7 +343,11 @@ int cmd_generate(int argc, char **argv) {
                     m->hp.n_expert_used, m->hp.n_ff_exp, m->hp.n_ff_shexp, ds_type_name(m->layers[0].gate_inp.type));
         fprintf(stderr, "kernels=\"%s\" simd=%s threads=%ld n_ctx=%ld n_prompt=%zu\n", kbuf, ds_simd_path(), n_threads, n_ctx, n_toks);
         fprintf(stderr, "device=%s\n", m->be->i->name);
-        if (tp > 1) fprintf(stderr, "tp=%ld ranks=cpu comm=cpu\n", tp);
+        if (tp > 1) {
+            char tpb[128];
+            ds_ctx_tp_describe(ctx, tpb, sizeof tpb);
+            fprintf(stderr, "tp=%ld %s\n", tp, tpb);
+        }
         if (R.dr) fprintf(stderr, "drafter=%s %s\n", draft_path, ds_drafter_describe(R.dr));
     }
     for (char *s = kbuf; *s; s++) if (*s == ' ') *s = '+';   /* one token in the stats line */

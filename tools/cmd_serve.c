@@ -1205,6 +1205,8 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--device")) device = cli_value(C, argc, argv, &i);
         else if (!strcmp(a, "-v")) verbose = 1;
         else if (cli_kernel_flag(C, argc, argv, &i, &kf)) {}
+        else if (!strcmp(a, "--tp") || !strcmp(a, "--tensor-parallel"))   /* docs/TP.md, what remains */
+            cli_die(C, "%s: the batch engine has no tensor-parallel plan yet (generate, perplexity, bench and diverge take --tp; docs/TP.md)", a);
         else cli_die(C, "unknown option '%s' (try dspark serve --help)", a);
     }
     if (!model_path) cli_die(C, "no model given (-m MODEL.gguf)");

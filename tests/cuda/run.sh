@@ -3,7 +3,7 @@
 # proof. Without a CUDA build or a GPU it says so and exits 0.
 #   1. the CUDA op harness (every family x variant x type vs the CPU
 #      reference; canonical property per op; counter-tests), if built;
-#   2. the model-level suites on the GPU (DSPARK_DEVICE=cuda; test_engine: many sequences per batch == each alone; test_spec_batch: speculative rounds of many sequences == plain alone): the canonical
+#   2. the model-level suites on the GPU (DSPARK_DEVICE=cuda; test_engine: many sequences per batch == each alone; test_spec_batch: speculative rounds of many sequences == plain alone; test_tp: --tp 1 vs 2 vs 4 on the GPU, the dev communicator == the cpu fake): the canonical
 #      property (logits, every layer's K/V, taps; M = 1..16 around the
 #      chunk boundaries; F32/F16/BF16/Q8_0; Qwen3 and Llama), trained
 #      weights, diverge (gate, NONE, each fast family alone found and
@@ -15,7 +15,8 @@
 #   3. the golden outputs on the GPU (bit-identical to the CPU's where the
 #      CUDA canonical kernels match the CPU's bits), and the mixture of
 #      experts through the CLI (tests/cuda/moe_cli.sh: text, logits and
-#      golden_moe.sha256 == the CPU's, spec == plain, diverge);
+#      golden_moe.sha256 == the CPU's, spec == plain, diverge), and tensor
+#      parallelism on the one GPU (tests/cuda/tp_cli.sh: --tp 2 == --tp 1);
 #   4. the diagnostics through the CLI on the shipped pair with --device
 #      cuda (tests/cuda/diag_cli.sh, one line per case): surface canonical =
 #      0 and fast > 0, diverge on the drafter's block, families (each fast
@@ -53,7 +54,7 @@ done
 [ -x "$BUILD/tests/cuda/bench_gemv" ] && one bench_gemv_check "$BUILD/tests/cuda/bench_gemv" --check
 # the prefill attention tile == the split-KV path (outputs and Q8_0 copy) and the CPU on the 8B shape
 [ -x "$BUILD/tests/cuda/bench_attn" ] && one bench_attn_check "$BUILD/tests/cuda/bench_attn" --check
-for t in test_canonical test_diverge test_models test_spec test_drafter test_engine test_spec_batch; do
+for t in test_canonical test_diverge test_models test_spec test_drafter test_engine test_spec_batch test_tp; do
     [ -x "$BUILD/tests/$t" ] && one "$t" env DSPARK_DEVICE=cuda "$BUILD/tests/$t"
 done
 # the engine's recorded verify chunks (DSPARK_ENGINE_GRAPHS=2, off by default): the same bytes
@@ -70,6 +71,9 @@ done
 one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh
 # the mixture of experts on the GPU: CPU bits, golden_moe.sha256, spec == plain, diverge
 one moe_cli env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/moe_cli.sh
+# tensor parallelism on one GPU (--tp N, the dev communicator): --tp 2 == --tp 1 bytes and
+# logits, 4 KV heads at --tp 1/2/4, fast tp_reduce moves bits, diverge --tp 2 NONE
+one tp_cli env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/tp_cli.sh
 for c in surface_canonical surface_fast diverge_drafter families sweep; do
     one "diag_$c" env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/diag_cli.sh "$c"
 done
