@@ -417,7 +417,8 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
      * greedy text follows the context and sampling has choices (a tied head
      * of the O(1) embedding rows gives logits of tens: one token wins
      * everywhere, and a MoE test would see few routes) */
-    if (moe || hyb) add_matrix(&b, "output.weight", n_embd, n_vocab, sqrtf(3.0f / (float)n_embd) * 3.0f, type);
+    if (moe || hyb || o->untied_output)
+        add_matrix(&b, "output.weight", n_embd, n_vocab, sqrtf(3.0f / (float)n_embd) * 3.0f, type);
     for (long l = 0; l < n_layer && !b.failed; l++) {
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%ld." s ".weight", l), n)

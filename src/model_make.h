@@ -43,6 +43,9 @@ typedef struct {
      * llama3 frequency factors, rope_freqs.weight */
     float rope_linear;
     int   rope_freqs;
+    /* qwen3 / llama: an untied output.weight as qwen3moe's (varied greedy
+     * text; a tied head of this random model repeats one token) */
+    int   untied_output;
     /* deepseek4: attention.compress_ratios, one per layer (0, 4 or 128; NULL:
      * all 0), n_comp entries; the lightning indexer's heads, key length and
      * top-k (0: 4, head_dim, 64 — the keys are written in every file) */

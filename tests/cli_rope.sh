@@ -26,14 +26,16 @@ ok()  { echo "PASS $1"; }
 bad() { echo "FAIL $1"; fail=1; }
 P="The river was quiet in the morning, and the boats waited by the old stone bridge."
 P3="$P $P $P"
-ML="--arch llama --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 32 --n-ff 128 --n-vocab 400 --rope-base 500000 --seed 5"
-MQ="--arch qwen3 --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 32 --n-ff 128 --n-vocab 400 --seed 5"
+ML="--arch llama --untied-output --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 32 --n-ff 128 --n-vocab 400 --rope-base 500000 --seed 5"
+MQ="--arch qwen3 --untied-output --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 32 --n-ff 128 --n-vocab 400 --seed 5"
 
-# moves LABEL PLAIN SCALED: the scaled file's logits differ from the plain one's
+# moves LABEL PLAIN SCALED: the scaled file's logits and greedy text differ from the plain one's
 moves() {
     $D generate -m "$2" -p "$P" -n 4 --dump-logits "$T/l0" >/dev/null 2>&1 &&
         $D generate -m "$3" -p "$P" -n 4 --dump-logits "$T/l1" >/dev/null 2>&1 && [ -s "$T/l1" ] && ! cmp -s "$T/l0" "$T/l1" \
         && ok "$1 moves the logits" || bad "$1: no logits, or the unscaled model's"
+    $D generate -m "$2" -p "$P3" -n 48 -t 2 >"$T/t0" 2>/dev/null && $D generate -m "$3" -p "$P3" -n 48 -t 2 >"$T/t1" 2>/dev/null \
+        && [ -s "$T/t1" ] && ! cmp -s "$T/t0" "$T/t1" && ok "$1 moves the greedy text" || bad "$1: no text, or the unscaled model's"
 }
 
 # exact_under LABEL MODEL STEM: threads, spec == plain, verify(8) == 8 decodes

@@ -57,6 +57,7 @@ int cmd_make_model(int argc, char **argv) {
                    "       [--rope-yarn F (0: none) [--rope-orig-ctx N (n_ctx)]]: rope.scaling yarn (the compressed layers)\n"
                    "       qwen3 / llama rope scaling: [--rope-yarn F [--rope-orig-ctx N (n_ctx)]] or [--rope-linear F];\n"
                    "       llama: [--rope-freqs]: Llama 3.1's rope_freqs.weight (llama3 factors: 8, low 1, high 4, 8192)\n"
+                   "       qwen3 / llama: [--untied-output]: an untied output.weight (varied greedy text)\n"
                    "       [--compress-ratios R0,R1,.. (all 0): per layer 0 (raw), 4 (CSA, indexed) or 128 (HCA)]\n"
                    "       [--n-indexer-head N (4)] [--indexer-dim N (head dim)] [--indexer-top-k N (64)]\n"
                    "       and the qwen3moe expert flags (one shared expert)\n");
@@ -102,6 +103,7 @@ int cmd_make_model(int argc, char **argv) {
         else if (!strcmp(a, "--rope-orig-ctx")) o.rope_orig_ctx = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 26);
         else if (!strcmp(a, "--rope-linear")) o.rope_linear = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 1e6f);
         else if (!strcmp(a, "--rope-freqs")) o.rope_freqs = 1;
+        else if (!strcmp(a, "--untied-output")) o.untied_output = 1;
         else if (!strcmp(a, "--compress-ratios")) {
             o.n_comp = parse_ratios(C, cli_value(C, argc, argv, &i), ratios, 256);
             o.comp_ratios = ratios;
