@@ -692,6 +692,7 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
             y->ext_factor = st == 2 ? 1.0f : 0.0f;
             y->lo = y->hi = 0.0f;
             y->mscale = 1.0f;
+            y->freq_factors = NULL;                 /* deepseek4 carries no rope_freqs */
             if (st == 2) {
                 float dims[2];
                 ds_rope_yarn_dims(hp->n_rot, orig, hp->comp_rope_base, 32.0f, 1.0f, dims);
@@ -862,6 +863,11 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
         goto fail;
     }
     if (hp->arch == DS_ARCH_DEEPSEEK4) {
+        if (gguf_find_tensor(g, "rope_freqs.weight")) {   /* not applied there: refused, not ignored */
+            ds_errf(err, errlen, "model: deepseek4 file with a rope_freqs.weight tensor: frequency factors are a llama "
+                    "tensor (llama.cpp does not apply them to deepseek4 either)");
+            goto fail;
+        }
         if (load_ds4(g, m, arch, err, errlen)) goto fail;
         goto loaded;
     }

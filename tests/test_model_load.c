@@ -264,6 +264,8 @@ int main(void) {
         expect_fail(dir, ds4, "hash_table_missing", MU(.drop_tensor = "blk.0.ffn_gate_tid2eid.weight"),
                     "missing tensor 'blk.0.ffn_gate_tid2eid.weight'");
         expect_fail(dir, ds4, "hash_table_shape", MU(.reshape = "blk.0.ffn_gate_tid2eid.weight"), "must be I32 [2, 300]");
+        expect_fail(dir, ds4, "ds4_rope_freqs", MU(.add_ff_n = 16, .add_ff_val = 1.0f, .add_ff_first = 1.0f),
+                    "frequency factors are a llama tensor");
         expect_fail(dir, ds4, "hash_layer_count_high", MU(.set_u32_key = "deepseek4.hash_layer_count", .set_u32_val = 3),
                     "exceeds the 2 trunk layers");
     }

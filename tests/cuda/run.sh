@@ -69,6 +69,7 @@ done
 one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh
 # the mixture of experts on the GPU: CPU bits, golden_moe.sha256, spec == plain, diverge
 one moe_cli env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/moe_cli.sh
+one cli_rope env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_rope.sh   # rope scaling: CUDA logits == CPU, exactness
 for c in surface_canonical surface_fast diverge_drafter families sweep; do
     one "diag_$c" env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/diag_cli.sh "$c"
 done
