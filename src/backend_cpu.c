@@ -15,12 +15,13 @@ typedef struct {
     ds_pool *pool;
     /* canonical RoPE's cos/sin per position (ds_rope_cached), made by
      * reserve for n_pos positions of up to rope_hd_max; claimed by the first
-     * (freq_base, head_dim) that uses it, others compute directly */
+     * (freq_base, head_dim, scaling) that uses it, others compute directly */
     float         *rope_tab;
     unsigned char *rope_done;
     int64_t        rope_npos;
-    int            rope_hd_max, rope_hd, rope_claimed;
+    int            rope_hd_max, rope_hd, rope_claimed, rope_scaled;
     float          rope_base;
+    ds_rope_yarn   rope_yarn;     /* the claimant's scaling (rope_scaled) */
 } cpu_exec;
 
 static ds_pool *pool_of(ds_exec *ex) { return ((cpu_exec *)ex)->pool; }
@@ -146,27 +147,41 @@ static void cpu_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float 
                         float eps, float *y) {
     ds_rmsnorm(v, rows, n, x, w, eps, y, pool_of(ex));
 }
+/* Whether (freq_base, head_dim, scaling) owns the RoPE table: the first
+ * caller claims it; the key compares the values' bits (and the factors'
+ * address: one model's tensor), so a table is never reused across scalings. */
+static int cpu_rope_table(cpu_exec *c, int head_dim, float freq_base, const ds_rope_yarn *y) {
+    if (!c->rope_tab || head_dim > c->rope_hd_max) return 0;
+    if (!c->rope_claimed) {
+        c->rope_claimed = 1;
+        c->rope_hd = head_dim;
+        c->rope_base = freq_base;
+        c->rope_scaled = y != NULL;
+        if (y) c->rope_yarn = *y;
+    }
+    if (c->rope_hd != head_dim || memcmp(&c->rope_base, &freq_base, sizeof freq_base) || c->rope_scaled != (y != NULL))
+        return 0;
+    if (!y) return 1;
+    const ds_rope_yarn *o = &c->rope_yarn;
+    return !memcmp(&o->freq_scale, &y->freq_scale, sizeof(float)) && !memcmp(&o->ext_factor, &y->ext_factor, sizeof(float)) &&
+           !memcmp(&o->lo, &y->lo, sizeof(float)) && !memcmp(&o->hi, &y->hi, sizeof(float)) &&
+           !memcmp(&o->mscale, &y->mscale, sizeof(float)) && o->freq_factors == y->freq_factors;
+}
+
 static void cpu_rope_ext(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
                          float freq_base, ds_rope_mode mode, const ds_rope_yarn *yarn, float *x) {
-    ds_rope_ext(v, rows, n_heads, head_dim, pos, freq_base, mode, yarn, x, ((cpu_exec *)ex)->pool);
+    cpu_exec *c = (cpu_exec *)ex;
+    if (v != DS_FAST && cpu_rope_table(c, head_dim, freq_base, yarn)) {
+        ds_rope_cached_ext(rows, n_heads, head_dim, pos, freq_base, mode, yarn, x, c->rope_tab, c->rope_done,
+                           c->rope_npos, c->pool);
+        return;
+    }
+    ds_rope_ext(v, rows, n_heads, head_dim, pos, freq_base, mode, yarn, x, c->pool);
 }
 
 static void cpu_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
                      float freq_base, ds_rope_mode mode, float *x) {
-    cpu_exec *c = (cpu_exec *)ex;
-    if (v != DS_FAST && c->rope_tab && head_dim <= c->rope_hd_max) {
-        if (!c->rope_claimed) {
-            c->rope_claimed = 1;
-            c->rope_hd = head_dim;
-            c->rope_base = freq_base;
-        }
-        if (c->rope_hd == head_dim && !memcmp(&c->rope_base, &freq_base, sizeof freq_base)) {
-            ds_rope_cached(rows, n_heads, head_dim, pos, freq_base, mode, x, c->rope_tab, c->rope_done,
-                           c->rope_npos, c->pool);
-            return;
-        }
-    }
-    ds_rope(v, rows, n_heads, head_dim, pos, freq_base, mode, x, c->pool);
+    cpu_rope_ext(ex, v, rows, n_heads, head_dim, pos, freq_base, mode, NULL, x);
 }
 static void cpu_swiglu(ds_exec *ex, ds_variant v, int rows, int n, const float *gate, const float *up,
                        float *out) {

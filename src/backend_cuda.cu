@@ -660,6 +660,7 @@ static void dsc_destroy(ds_backend *be) {
         for (int i = 0; i < b->n_rope; i++) {
             cudaFree(b->rope[i].cs);
             cudaFree(b->rope[i].inv_freq);
+            cudaFree(b->rope[i].ff);
         }
         if (b->aux) cudaStreamDestroy(b->aux);
         free(b);
@@ -754,7 +755,7 @@ static const ds_backend_i dsc_iface = {
     dsc_moe_gather,
     dsc_moe_id_prepare,             /* moe.cu: the experts by id, no host read of the route */
     dsc_matmul_id,
-    /* rope_ext */ NULL,            /* rope scaling: deepseek4's compressed layers, refused here with them */
+    dsc_rope_ext,                   /* rope.cu: rope scaling / frequency factors (qwen3, llama) */
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving

@@ -651,8 +651,14 @@ int ds_family_ab_run(const ds_model *m, ds_exec *ex, int fam, ds_variant v, int 
             ds_rope_mode mode = ds_arch_rope(hp->arch);
             b->copy(ex, d_ref, d_in1, (size_t)M * row_in * sizeof(float));
             b->copy(ex, d_got, d_in1, (size_t)M * row_in * sizeof(float));
-            for (int r = 0; r < M; r++) b->rope(ex, DS_CANONICAL, 1, H, hd, a.dpos + r, hp->rope_base, mode, d_ref + (size_t)r * H * hd);
-            b->rope(ex, v, M, H, hd, a.dpos, hp->rope_base, mode, d_got);
+            const ds_rope_yarn *ry = hp->rope_scaled ? &hp->rope_yarn : NULL;   /* the model's rope scaling */
+            for (int r = 0; r < M; r++) {
+                float *dr = d_ref + (size_t)r * H * hd;
+                if (ry) b->rope_ext(ex, DS_CANONICAL, 1, H, hd, a.dpos + r, hp->rope_base, mode, ry, dr);
+                else b->rope(ex, DS_CANONICAL, 1, H, hd, a.dpos + r, hp->rope_base, mode, dr);
+            }
+            if (ry) b->rope_ext(ex, v, M, H, hd, a.dpos, hp->rope_base, mode, ry, d_got);
+            else b->rope(ex, v, M, H, hd, a.dpos, hp->rope_base, mode, d_got);
             break;
         }
         case DS_FAM_SWIGLU:

@@ -432,11 +432,19 @@ shared:;
 /* RoPE on the first n_rot dims of each head (qwen35: a quarter of them):
  * gathered into tmp as heads of n_rot, rotated as such (theta_i = pos *
  * base^(-2i/n_rot), llama.cpp's n_dims), and put back. */
+/* The layer's RoPE: plain, or with the model's scaling / frequency factors
+ * (s->rope_yarn) through rope_ext. */
+static void rope_rows(ds_exec *ex, ds_variant v, const ds_layer_shape *s, int M, int heads, int hd, const int *pos,
+                      float *x) {
+    if (s->rope_yarn) ex->be->i->rope_ext(ex, v, M, heads, hd, pos, s->rope_base, s->rope_mode, s->rope_yarn, x);
+    else ex->be->i->rope(ex, v, M, heads, hd, pos, s->rope_base, s->rope_mode, x);
+}
+
 static void rope_partial(ds_exec *ex, ds_variant v, const ds_layer_shape *s, int M, int heads, int n_rot,
                          const int *pos, float *x, float *tmp) {
     const size_t hb = (size_t)s->head_dim * sizeof(float), rb = (size_t)n_rot * sizeof(float);
     ds_backend_copy2d(ex, tmp, rb, x, hb, rb, (size_t)M * heads);
-    ex->be->i->rope(ex, v, M, heads, n_rot, pos, s->rope_base, s->rope_mode, tmp);
+    rope_rows(ex, v, s, M, heads, n_rot, pos, tmp);
     ds_backend_copy2d(ex, x, hb, tmp, rb, rb, (size_t)M * heads);
 }
 
@@ -499,7 +507,10 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
     /* Canonical norm and RoPE with nothing to observe in between: the
      * backend's one-launch prologue when it has one (same bits). */
     const int n_rot = s->n_rot > 0 && s->n_rot < hd ? s->n_rot : hd;
-    const int fuse = b->qk_norm_rope_kv && vnorm == DS_CANONICAL && vrope == DS_CANONICAL && !p_qkv && n_rot == hd;
+    /* (the fused prologue takes plain RoPE only: a scaled RoPE runs the
+     * separate steps, rope_ext's bits) */
+    const int fuse = b->qk_norm_rope_kv && vnorm == DS_CANONICAL && vrope == DS_CANONICAL && !p_qkv && n_rot == hd &&
+                     !s->rope_yarn;
     const int norm = L->q_norm && !qkv_ready;
     if (fuse) {
         b->qk_norm_rope_kv(ex, M, H, Hkv, hd, a->rows, s->rope_base, s->rope_mode,
@@ -516,8 +527,8 @@ void ds_layer_forward(ds_exec *ex, const ds_layer *L, const ds_layer_shape *s,
             ds_probe_rows(ex, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_K_NORM, FAM(DS_FAM_RMSNORM), a->k, kvd, kvd);
         }
         if (n_rot == hd) {
-            b->rope(ex, vrope, M, H, hd, a->pos, s->rope_base, s->rope_mode, a->q);
-            b->rope(ex, vrope, M, Hkv, hd, a->pos, s->rope_base, s->rope_mode, a->k);
+            rope_rows(ex, vrope, s, M, H, hd, a->pos, a->q);
+            rope_rows(ex, vrope, s, M, Hkv, hd, a->pos, a->k);
         } else {
             rope_partial(ex, vrope, s, M, H, n_rot, a->pos, a->q, a->rec);
             rope_partial(ex, vrope, s, M, Hkv, n_rot, a->pos, a->k, a->rec);

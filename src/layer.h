@@ -98,6 +98,7 @@ typedef struct {
     float eps, rope_base;
     ds_rope_mode rope_mode;
     int   n_rot;                     /* RoPE'd dims per head (0: head_dim; qwen35: partial) */
+    const ds_rope_yarn *rope_yarn;   /* the RoPE's scaling / frequency factors, or NULL (plain) */
     ds_gdn_shape gdn;                /* qwen35's recurrent layers (unused otherwise)        */
     /* deepseek4 (unused otherwise): hyper-connection streams, Sinkhorn
      * iterations and epsilon; q_lora; output groups; sliding window */

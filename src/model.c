@@ -29,7 +29,7 @@ ds_layer_shape ds_hp_layer_shape(const ds_hparams *hp) {
     return (ds_layer_shape){
         .d = hp->n_embd, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
         .n_ff = hp->n_ff, .eps = hp->norm_eps, .rope_base = hp->rope_base, .rope_mode = ds_arch_rope(hp->arch),
-        .n_rot = hp->n_rot,
+        .n_rot = hp->n_rot, .rope_yarn = hp->rope_scaled ? &hp->rope_yarn : NULL,
         .gdn = {.n_k_head = Hk, .n_v_head = Hv, .head_dim = S, .d_conv = hp->ssm_d_conv,
                 .conv_dim = (2 * Hk + Hv) * S, .eps = hp->norm_eps},
         .hc = hp->hc, .hc_iters = hp->hc_iters, .q_lora = hp->q_lora, .o_groups = hp->o_groups, .o_lora = hp->o_lora,
@@ -127,6 +127,84 @@ static int get_rope_scaling(const gguf_ctx *g, const char *arch, int n_ctx_train
         ds_errf(err, errlen, "model: yarn rope scaling needs rope.scaling.original_context_length (or context_length) in 1..%d, got %d",
                 1 << 26, *orig);
         return -1;
+    }
+    return 0;
+}
+
+/* The RoPE scaling of the dense architectures (qwen3, qwen3moe, qwen35,
+ * llama), as llama.cpp's loader and context set it up for them:
+ *   rope.scaling.type none / linear / yarn (absent with a factor: linear,
+ *   llama.cpp's default; anything else, e.g. longrope, refused), factor F:
+ *   freq_scale = 1 / F; yarn: ext_factor 1, the ramp over beta_fast 32 ..
+ *   beta_slow 1 (llama.cpp reads no beta keys for these architectures) on
+ *   original_context_length (or context_length), and rope_yarn's magnitude
+ *   (1 + 0.1 ln F) times the context's yarn_attn_factor, get_mscale(F) /
+ *   (1 + 0.1 ln F); rope.scaling.attn_factor multiplies the magnitude.
+ *   rope_freqs.weight (llama only, as in llama.cpp: Llama 3.1's llama3
+ *   factors): F32, n_rot / 2 values, each finite and > 0, dividing pair i's
+ *   angle before the scaling.
+ * Plain RoPE (no factors, no scaling, attn_factor 1) leaves rope_scaled 0:
+ * the unscaled kernels and their bits. */
+static int load_rope_scaling(const gguf_ctx *g, ds_model *m, const char *arch, char *err, size_t errlen) {
+    ds_hparams *hp = &m->hp;
+    char key[128];
+    int st, orig;
+    float factor;
+    if (get_rope_scaling(g, arch, hp->n_ctx_train, &st, &factor, &orig, err, errlen)) return -1;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (!gguf_find_kv(g, key) && factor > 1.0f && factor < 1e6f) st = 1;      /* llama.cpp: absent type is linear */
+    float attn = 1.0f;
+    if (get_f32_opt(g, arch, "rope.scaling.attn_factor", &attn, err, errlen)) return -1;
+    if (!(attn > 0.0f && attn < 1e6f)) {
+        ds_errf(err, errlen, "model: rope.scaling.attn_factor %g is out of range (0, 1e6)", (double)attn);
+        return -1;
+    }
+    const int n_rot = hp->n_rot > 0 && hp->n_rot < hp->head_dim ? hp->n_rot : hp->head_dim;
+    const gguf_tensor *t = gguf_find_tensor(g, "rope_freqs.weight");
+    if (t && hp->arch != DS_ARCH_LLAMA) {
+        ds_errf(err, errlen, "model: %s file with a rope_freqs.weight tensor: frequency factors are a llama tensor "
+                "(llama.cpp does not apply them to %s either)", arch, arch);
+        return -1;
+    }
+    if (t) {
+        const int n = n_rot / 2;
+        if (t->type != DS_TYPE_F32 || t->n_dims != 1 || (int64_t)t->ne[0] != n || n > DS_ROPE_FF_MAX) {
+            ds_errf(err, errlen, "model: rope_freqs.weight must be F32 of %d values (rope dims / 2), got %s with %llu values in %u dims",
+                    n, ds_type_name(t->type), (unsigned long long)gguf_tensor_nelements(t), t->n_dims);
+            return -1;
+        }
+        memcpy(hp->rope_ff, t->data, (size_t)n * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            const float v = hp->rope_ff[i];
+            if (!(v > 0.0f && v - v == 0.0f)) {
+                ds_errf(err, errlen, "model: rope_freqs.weight[%d] = %g: frequency factors must be finite and > 0", i, (double)v);
+                return -1;
+            }
+        }
+    }
+    hp->rope_scaled = st != 0 || t != NULL || attn != 1.0f;
+    if (!hp->rope_scaled) return 0;
+    if (!m->be->i->rope_ext) {
+        ds_errf(err, errlen, "model: rope scaling needs the rope_ext kernel, which the %s device lacks (use --device cpu)",
+                m->be->i->name);
+        return -1;
+    }
+    ds_rope_yarn *y = &hp->rope_yarn;
+    *y = (ds_rope_yarn){.freq_scale = 1.0f, .mscale = attn, .freq_factors = t ? hp->rope_ff : NULL};
+    if (st) y->freq_scale = 1.0f / factor;
+    if (st == 2) {
+        float dims[2];
+        ds_rope_yarn_dims(n_rot, orig, hp->rope_base, 32.0f, 1.0f, dims);
+        y->ext_factor = 1.0f;
+        y->lo = dims[0];
+        y->hi = dims[1];
+        /* llama.cpp's float sequence: factor back from freq_scale, its log,
+         * get_mscale, the cancellation, attn_factor, then rope_yarn's own */
+        const float f = 1.0f / y->freq_scale, lf = (float)ds_log((double)f), mag = 1.0f + 0.1f * lf;
+        float a = 0.1f * lf + 1.0f;
+        a = a * (1.0f / mag);
+        a = a * attn;
+        y->mscale = a * mag;
     }
     return 0;
 }
@@ -614,6 +692,7 @@ static int load_ds4(const gguf_ctx *g, ds_model *m, const char *arch, char *err,
             y->ext_factor = st == 2 ? 1.0f : 0.0f;
             y->lo = y->hi = 0.0f;
             y->mscale = 1.0f;
+            y->freq_factors = NULL;                 /* deepseek4 carries no rope_freqs */
             if (st == 2) {
                 float dims[2];
                 ds_rope_yarn_dims(hp->n_rot, orig, hp->comp_rope_base, 32.0f, 1.0f, dims);
@@ -784,6 +863,11 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
         goto fail;
     }
     if (hp->arch == DS_ARCH_DEEPSEEK4) {
+        if (gguf_find_tensor(g, "rope_freqs.weight")) {   /* not applied there: refused, not ignored */
+            ds_errf(err, errlen, "model: deepseek4 file with a rope_freqs.weight tensor: frequency factors are a llama "
+                    "tensor (llama.cpp does not apply them to deepseek4 either)");
+            goto fail;
+        }
         if (load_ds4(g, m, arch, err, errlen)) goto fail;
         goto loaded;
     }
@@ -856,18 +940,6 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
     if (get_f32_opt(g, arch, "rope.freq_base", &hp->rope_base, err, errlen) ||
         get_f32_opt(g, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps, err, errlen))
         goto fail;
-    {   /* rope scaling is deepseek4's compressed layers' only (above): a
-         * scaled file of another architecture would decode with the wrong
-         * angles, so it is refused rather than run */
-        int st, orig;
-        float factor;
-        if (get_rope_scaling(g, arch, hp->n_ctx_train, &st, &factor, &orig, err, errlen)) goto fail;
-        if (st) {
-            ds_errf(err, errlen, "model: %s file with rope scaling (%s, factor %g): dspark runs rope scaling on deepseek4's compressed layers only",
-                    arch, st == 2 ? "yarn" : "linear", (double)factor);
-            goto fail;
-        }
-    }
 
     if (hp->n_layer < 1 || hp->n_embd < 1 || hp->n_ff < 1 || hp->n_head < 1 || hp->n_head_kv < 1 || hp->head_dim < 2) {
         ds_errf(err, errlen, "model: hyper-parameters must be positive (block_count=%d embedding_length=%d feed_forward_length=%d head_count=%d head_count_kv=%d key_length=%d)",
@@ -889,6 +961,7 @@ ds_model *ds_model_load_on(const char *path, const char *device, char *err, size
 
     hp->n_rot = hp->head_dim;
     if (hp->arch == DS_ARCH_QWEN35 && load_qwen35_hparams(g, m, arch, err, errlen)) goto fail;
+    if (load_rope_scaling(g, m, arch, err, errlen)) goto fail;
 
     /* counts against the file before anything is sized by them: each layer
      * needs at least 9 tensors, and the head products must fit an int */

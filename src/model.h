@@ -71,6 +71,13 @@ typedef struct {
      * scaling there only): comp_yarn_on 0 for none */
     int          comp_yarn_on;
     ds_rope_yarn comp_yarn;
+    /* rope scaling of the whole RoPE of qwen3 / qwen3moe / qwen35 / llama
+     * (rope.scaling.type none / linear / yarn with llama.cpp's defaults, and
+     * llama's per-pair frequency factors rope_freqs.weight, copied into
+     * rope_ff): rope_scaled 0 for plain RoPE */
+    int          rope_scaled;
+    ds_rope_yarn rope_yarn;
+    float        rope_ff[DS_ROPE_FF_MAX];
     /* of which CSA (ratio 4) layers, and attention.indexer.head_count,
      * .key_length, .top_k */
     int     n_csa, idx_heads, idx_dim, idx_top_k;

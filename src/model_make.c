@@ -6,6 +6,7 @@
 #include "gguf.h"
 #include "tokenizer.h"
 #include "kernels/kernels.h"
+#include "kernels/dsmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -390,6 +391,13 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
         const int32_t sections[4] = {(int32_t)(n_rot / 2 - 2 * (n_rot / 8)), (int32_t)(n_rot / 8), (int32_t)(n_rot / 8), 0};
         gguf_set_arr(b.w, KEY("rope.dimension_sections"), GGUF_T_I32, sections, 4);
     }
+    if (o->rope_yarn > 0.0f || o->rope_linear > 0.0f) {   /* rope.scaling as convert_hf_to_gguf writes it */
+        gguf_set_str(b.w, KEY("rope.scaling.type"), o->rope_yarn > 0.0f ? "yarn" : "linear");
+        gguf_set_f32(b.w, KEY("rope.scaling.factor"), o->rope_yarn > 0.0f ? o->rope_yarn : o->rope_linear);
+        if (o->rope_yarn > 0.0f)
+            gguf_set_u32(b.w, KEY("rope.scaling.original_context_length"),
+                         (uint32_t)(o->rope_orig_ctx > 0 ? o->rope_orig_ctx : o->n_ctx));
+    }
 #undef KEY
     gguf_set_u32(b.w, "general.file_type", gguf_llama_ftype(type));     /* llama.cpp's code */
     gguf_set_u32(b.w, "general.quantization_version", GGUF_QUANTIZATION_VERSION);
@@ -409,7 +417,8 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
      * greedy text follows the context and sampling has choices (a tied head
      * of the O(1) embedding rows gives logits of tens: one token wins
      * everywhere, and a MoE test would see few routes) */
-    if (moe || hyb) add_matrix(&b, "output.weight", n_embd, n_vocab, sqrtf(3.0f / (float)n_embd) * 3.0f, type);
+    if (moe || hyb || o->untied_output)
+        add_matrix(&b, "output.weight", n_embd, n_vocab, sqrtf(3.0f / (float)n_embd) * 3.0f, type);
     for (long l = 0; l < n_layer && !b.failed; l++) {
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%ld." s ".weight", l), n)
@@ -453,6 +462,37 @@ int ds_make_model(const ds_make_model_opts *o, const char *out, char *err, size_
         add_matrix(&b, NAME("ffn_up"), n_embd, n_ff, sqrtf(3.0f / (float)n_embd), type);
         add_matrix(&b, NAME("ffn_down"), n_ff, n_embd, sqrtf(3.0f / (float)n_ff) * 0.5f, type);
 #undef NAME
+    }
+    if (o->rope_freqs && !b.failed) {
+        /* Llama 3.1's rope_freqs.weight as convert_hf_to_gguf computes it for
+         * rope_type llama3 (factor 8, low_freq_factor 1, high_freq_factor 4,
+         * original_max_position_embeddings 8192): a pair whose wavelength
+         * 2 pi / freq is under 8192 / 4 keeps 1, one over 8192 / 1 gets the
+         * factor, the band between a smooth blend; one F32 per pair. No
+         * random draw: the other tensors are those of the same file without
+         * it. */
+        const double factor = 8.0, lo_f = 1.0, hi_f = 4.0, orig = 8192.0, pi2 = 6.283185307179586;
+        float ff[DS_ROPE_FF_MAX];
+        const long n = head_dim / 2;
+        if (n > DS_ROPE_FF_MAX) {
+            ds_errf(err, errlen, "make-model: --rope-freqs needs head dim <= %d", 2 * DS_ROPE_FF_MAX);
+            gguf_writer_free(b.w);
+            return -1;
+        }
+        for (long i = 0; i < n; i++) {
+            const double freq = 1.0 / (double)ds_powf(rope_base, (float)(2 * i) / (float)head_dim);
+            const double wl = pi2 / freq;
+            double v;
+            if (wl < orig / hi_f) v = 1.0;
+            else if (wl > orig / lo_f) v = factor;
+            else {
+                const double sm = (orig / wl - lo_f) / (hi_f - lo_f);
+                v = 1.0 / ((1.0 - sm) / factor + sm);
+            }
+            ff[i] = (float)v;
+        }
+        const uint64_t ne[1] = { (uint64_t)n };
+        if (gguf_add_tensor(b.w, "rope_freqs.weight", DS_TYPE_F32, 1, ne, ff, (uint64_t)n * 4)) b.failed = 1;
     }
     if (b.failed) {
         const char *we = gguf_writer_error(b.w);

@@ -33,11 +33,19 @@ typedef struct {
     /* deepseek4: swiglu_clamp_exp (0: none) — the experts' and the shared
      * expert's SwiGLU inputs clamped as llama.cpp's ggml_swiglu_clamp */
     float swiglu_clamp;
-    /* deepseek4: rope.scaling yarn with this factor (0: none) and
-     * original_context_length (0: n_ctx) — llama.cpp scales the compressed
-     * layers' RoPE by it */
+    /* rope.scaling yarn with this factor (0: none) and
+     * original_context_length (0: n_ctx) — deepseek4: llama.cpp scales the
+     * compressed layers' RoPE by it; qwen3 / llama: the whole RoPE */
     float rope_yarn;
     long  rope_orig_ctx;
+    /* qwen3 / llama: rope.scaling linear with this factor (0: none; --rope-yarn
+     * above gives them yarn); llama: rope_freqs (nonzero) writes Llama 3.1's
+     * llama3 frequency factors, rope_freqs.weight */
+    float rope_linear;
+    int   rope_freqs;
+    /* qwen3 / llama: an untied output.weight as qwen3moe's (varied greedy
+     * text; a tied head of this random model repeats one token) */
+    int   untied_output;
     /* deepseek4: attention.compress_ratios, one per layer (0, 4 or 128; NULL:
      * all 0), n_comp entries; the lightning indexer's heads, key length and
      * top-k (0: 4, head_dim, 64 — the keys are written in every file) */

@@ -441,8 +441,13 @@ static void tp_layer_forward(ds_tp *t, int l, const float *next_norm, const uint
         }
     }
     for (int r = 0; r < n; r++) {
-        RB(r)->rope(RX(r), vrope, M, t->hr, hd, pos, hp->rope_base, mode, t->rk[r].q);
-        RB(r)->rope(RX(r), vrope, M, t->hkvr, hd, pos, hp->rope_base, mode, t->rk[r].k);
+        if (hp->rope_scaled) {   /* the model's rope scaling (layer.c's rope_rows) */
+            RB(r)->rope_ext(RX(r), vrope, M, t->hr, hd, pos, hp->rope_base, mode, &hp->rope_yarn, t->rk[r].q);
+            RB(r)->rope_ext(RX(r), vrope, M, t->hkvr, hd, pos, hp->rope_base, mode, &hp->rope_yarn, t->rk[r].k);
+        } else {
+            RB(r)->rope(RX(r), vrope, M, t->hr, hd, pos, hp->rope_base, mode, t->rk[r].q);
+            RB(r)->rope(RX(r), vrope, M, t->hkvr, hd, pos, hp->rope_base, mode, t->rk[r].k);
+        }
     }
     if (p_qkv) {
         probe_sliced(t, pr, M, pos0, l, DSD_CP_QKV, DSD_SUB_Q_ROPE, FAM(DS_FAM_ROPE), b_q, qr);

@@ -97,7 +97,7 @@ $D generate -m "$T/y0.gguf" -p "$P" -n 4 --dump-logits "$T/yl0" >/dev/null 2>&1 
     $D generate -m "$T/y.gguf" -p "$P" -n 4 --dump-logits "$T/yl" >/dev/null 2>&1 && [ -s "$T/yl" ] && ! cmp -s "$T/yl" "$T/yl0" \
     && ok "rope scaling: yarn moves the logits" || bad "rope scaling: no logits, or the unscaled model's"
 exact_under "rope scaling" "$T/y.gguf" "$T/y"
-expect_err "--rope-yarn on a qwen3 model" "deepseek4" $D make-model -o "$T/bad.gguf" --arch qwen3 --rope-yarn 4
+expect_err "--rope-yarn on a qwen3moe model" "deepseek4" $D make-model -o "$T/bad.gguf" --arch qwen3moe --rope-yarn 4
 
 # ---- diagnostics ----------------------------------------------------------------
 $D diverge -m "$T/m.gguf" -p "$P" --block-greedy 8 >"$T/dc" 2>&1 && grep -q '^FIRST_DIVERGENCE NONE' "$T/dc" \

@@ -22,6 +22,11 @@ typedef struct {
     const char *set_str_val;
     const char *set_f32_key;   /* set an f32 key                            */
     float       set_f32_val;
+    /* add a 1-D rope_freqs.weight: add_ff_n values of add_ff_val (entry 0:
+     * add_ff_first), stored as add_ff_type (0 with add_ff_n 0: none) */
+    int         add_ff_n;
+    uint32_t    add_ff_type;
+    float       add_ff_val, add_ff_first;
 } mutation;
 
 static int derive(const char *src, const char *dst, const mutation *mu) {
@@ -65,6 +70,18 @@ static int derive(const char *src, const char *dst, const mutation *mu) {
             continue;
         }
         gguf_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes);
+    }
+    if (mu->add_ff_n > 0) {
+        float v[1024];
+        uint16_t h[1024];
+        for (int i = 0; i < mu->add_ff_n && i < 1024; i++) v[i] = i ? mu->add_ff_val : mu->add_ff_first;
+        const uint64_t ne[1] = { (uint64_t)mu->add_ff_n };
+        if (mu->add_ff_type == DS_TYPE_F16) {
+            for (int i = 0; i < mu->add_ff_n && i < 1024; i++) h[i] = 0x3c00;   /* 1.0 */
+            gguf_add_tensor(w, "rope_freqs.weight", DS_TYPE_F16, 1, ne, h, (uint64_t)mu->add_ff_n * 2);
+        } else {
+            gguf_add_tensor(w, "rope_freqs.weight", DS_TYPE_F32, 1, ne, v, (uint64_t)mu->add_ff_n * 4);
+        }
     }
     int rc = gguf_writer_write(w, dst, err, sizeof err);
     gguf_writer_free(w);
@@ -116,15 +133,79 @@ int main(void) {
     expect_fail(dir, src, "head_product_overflow", MU(.set_u32_key = "qwen3.attention.key_length", .set_u32_val = 1u << 30,
                                                       .set_u32_key2 = "qwen3.attention.value_length", .set_u32_val2 = 1u << 30),
                 "out of range");
-    /* rope scaling: deepseek4's compressed layers only; another
-     * architecture's scaled file is refused (not decoded with plain angles),
-     * and an unknown scaling type is one line */
-    expect_fail(dir, src, "qwen3_yarn", MU(.set_str_key = "qwen3.rope.scaling.type", .set_str_val = "yarn",
-                                           .set_f32_key = "qwen3.rope.scaling.factor", .set_f32_val = 4.0f),
-                "rope scaling on deepseek4");
-    expect_fail(dir, src, "qwen3_linear", MU(.set_str_key = "qwen3.rope.scaling.type", .set_str_val = "linear",
-                                             .set_f32_key = "qwen3.rope.scaling.factor", .set_f32_val = 2.0f),
-                "rope scaling on deepseek4");
+    /* rope scaling (qwen3 / llama: the whole RoPE): linear and yarn load
+     * with llama.cpp's constants; an unknown type (longrope) is one line;
+     * rope_freqs.weight is llama's, F32 of head_dim/2 finite values > 0 */
+    {
+        char ok_f[512];
+        const float nan = 0.0f / 0.0f, inf = 1.0f / 0.0f;
+        snprintf(ok_f, sizeof ok_f, "%s/yarn_ok.gguf", dir);
+        CHECK(derive(src, ok_f, MU(.set_str_key = "qwen3.rope.scaling.type", .set_str_val = "yarn",
+                                   .set_f32_key = "qwen3.rope.scaling.factor", .set_f32_val = 4.0f)) == 0, "derive yarn");
+        m = ds_model_load(ok_f, err, sizeof err);
+        const ds_rope_yarn *y = m ? &m->hp.rope_yarn : NULL;
+        /* ramp over n_ctx 2048 orig, head_dim 16, base 10000: ggml_rope_yarn_corr_dims */
+        float dims[2];
+        ds_rope_yarn_dims(16, m ? m->hp.n_ctx_train : 0, 10000.0f, 32.0f, 1.0f, dims);
+        CHECK(m && m->hp.rope_scaled && y->freq_scale == 0.25f && y->ext_factor == 1.0f && y->lo == dims[0] &&
+              y->hi == dims[1] && y->mscale > 1.13f && y->mscale < 1.14f && !y->freq_factors,
+              "qwen3 yarn file: %s (scaled %d, freq_scale %g, ext %g, mscale %g)", m ? "loaded" : err, m ? m->hp.rope_scaled : -1,
+              y ? (double)y->freq_scale : 0.0, y ? (double)y->ext_factor : 0.0, y ? (double)y->mscale : 0.0);
+        printf("%s qwen3_yarn loads: freq_scale 0.25, ramp %g..%g, mscale %.6f\n", m ? "PASS" : "FAIL", (double)dims[0],
+               (double)dims[1], y ? (double)y->mscale : 0.0);
+        ds_model_free(m);
+        CHECK(derive(src, ok_f, MU(.set_str_key = "qwen3.rope.scaling.type", .set_str_val = "linear",
+                                   .set_f32_key = "qwen3.rope.scaling.factor", .set_f32_val = 2.0f)) == 0, "derive linear");
+        m = ds_model_load(ok_f, err, sizeof err);
+        y = m ? &m->hp.rope_yarn : NULL;
+        CHECK(m && m->hp.rope_scaled && y->freq_scale == 0.5f && y->ext_factor == 0.0f && y->mscale == 1.0f,
+              "qwen3 linear file: %s", m ? "wrong constants" : err);
+        ds_model_free(m);
+        /* type "none" with a factor, and the plain file: unscaled */
+        CHECK(derive(src, ok_f, MU(.set_str_key = "qwen3.rope.scaling.type", .set_str_val = "none",
+                                   .set_f32_key = "qwen3.rope.scaling.factor", .set_f32_val = 2.0f)) == 0, "derive none");
+        m = ds_model_load(ok_f, err, sizeof err);
+        CHECK(m && !m->hp.rope_scaled, "qwen3 'none' file: %s", m ? "scaled" : err);
+        ds_model_free(m);
+        m = ds_model_load(src, err, sizeof err);
+        CHECK(m && !m->hp.rope_scaled, "the plain file is scaled");
+        ds_model_free(m);
+        printf("PASS qwen3 linear / none / plain rope scaling constants\n");
+        expect_fail(dir, src, "qwen3_rope_freqs", MU(.add_ff_n = 8, .add_ff_val = 2.0f, .add_ff_first = 1.0f),
+                    "frequency factors are a llama tensor");
+
+        char lsrc[512];
+        snprintf(lsrc, sizeof lsrc, "%s/llama.gguf", dir);
+        ds_make_model_opts q = o;
+        q.arch = "llama";
+        CHECK(ds_make_model(&q, lsrc, err, sizeof err) == 0, "make llama: %s", err);
+        CHECK(derive(lsrc, ok_f, MU(.add_ff_n = 8, .add_ff_val = 8.0f, .add_ff_first = 1.0f)) == 0, "derive llama ff");
+        m = ds_model_load(ok_f, err, sizeof err);
+        y = m ? &m->hp.rope_yarn : NULL;
+        CHECK(m && m->hp.rope_scaled && y->freq_factors == m->hp.rope_ff && m->hp.rope_ff[0] == 1.0f &&
+              m->hp.rope_ff[7] == 8.0f && y->freq_scale == 1.0f && y->ext_factor == 0.0f && y->mscale == 1.0f,
+              "llama rope_freqs file: %s", m ? "wrong factors" : err);
+        printf("%s llama rope_freqs loads (8 factors, no scaling)\n", m ? "PASS" : "FAIL");
+        ds_model_free(m);
+        expect_fail(dir, lsrc, "rope_freqs_f16", MU(.add_ff_n = 8, .add_ff_type = DS_TYPE_F16), "must be F32 of 8 values");
+        expect_fail(dir, lsrc, "rope_freqs_short", MU(.add_ff_n = 7, .add_ff_val = 1.0f, .add_ff_first = 1.0f),
+                    "must be F32 of 8 values");
+        expect_fail(dir, lsrc, "rope_freqs_long", MU(.add_ff_n = 16, .add_ff_val = 1.0f, .add_ff_first = 1.0f),
+                    "must be F32 of 8 values");
+        expect_fail(dir, lsrc, "rope_freqs_zero", MU(.add_ff_n = 8, .add_ff_val = 1.0f, .add_ff_first = 0.0f),
+                    "rope_freqs.weight[0] = 0");
+        expect_fail(dir, lsrc, "rope_freqs_negative", MU(.add_ff_n = 8, .add_ff_val = -2.0f, .add_ff_first = 1.0f),
+                    "rope_freqs.weight[1] = -2");
+        expect_fail(dir, lsrc, "rope_freqs_nan", MU(.add_ff_n = 8, .add_ff_val = nan, .add_ff_first = 1.0f),
+                    "must be finite and > 0");
+        expect_fail(dir, lsrc, "rope_freqs_inf", MU(.add_ff_n = 8, .add_ff_val = 1.0f, .add_ff_first = inf),
+                    "must be finite and > 0");
+        expect_fail(dir, lsrc, "llama_longrope", MU(.set_str_key = "llama.rope.scaling.type", .set_str_val = "longrope",
+                                                    .set_f32_key = "llama.rope.scaling.factor", .set_f32_val = 4.0f),
+                    "'longrope' is not supported");
+        expect_fail(dir, lsrc, "attn_factor_negative", MU(.set_f32_key = "llama.rope.scaling.attn_factor", .set_f32_val = -1.0f),
+                    "attn_factor");
+    }
     expect_fail(dir, src, "rope_scaling_unknown", MU(.set_str_key = "qwen3.rope.scaling.type", .set_str_val = "longrope"),
                 "is not supported");
     /* file bytes in an error are sanitised: one line, no escape sequence */
@@ -183,6 +264,8 @@ int main(void) {
         expect_fail(dir, ds4, "hash_table_missing", MU(.drop_tensor = "blk.0.ffn_gate_tid2eid.weight"),
                     "missing tensor 'blk.0.ffn_gate_tid2eid.weight'");
         expect_fail(dir, ds4, "hash_table_shape", MU(.reshape = "blk.0.ffn_gate_tid2eid.weight"), "must be I32 [2, 300]");
+        expect_fail(dir, ds4, "ds4_rope_freqs", MU(.add_ff_n = 16, .add_ff_val = 1.0f, .add_ff_first = 1.0f),
+                    "frequency factors are a llama tensor");
         expect_fail(dir, ds4, "hash_layer_count_high", MU(.set_u32_key = "deepseek4.hash_layer_count", .set_u32_val = 3),
                     "exceeds the 2 trunk layers");
     }

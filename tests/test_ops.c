@@ -593,7 +593,7 @@ static void test_rope_yarn(int n_heads, int hd, ds_rope_mode mode) {
     float *a = xalloc((size_t)ROWS * row), *b = xalloc((size_t)ROWS * row), *single = xalloc((size_t)ROWS * row);
     int pos[ROWS];
     for (int r = 0; r < ROWS; r++) pos[r] = r < 16 ? r * 5 - 20 : (int)((frand() + 1.0f) * 3000.0f);
-    const ds_rope_yarn id = {1.0f, 0.0f, 0.0f, 0.0f, 1.0f};
+    const ds_rope_yarn id = {1.0f, 0.0f, 0.0f, 0.0f, 1.0f, NULL};
     memcpy(a, x, sizeof(float) * ROWS * row);
     memcpy(b, x, sizeof(float) * ROWS * row);
     ds_rope(DS_CANONICAL, ROWS, n_heads, hd, pos, base, mode, a, NULL);
@@ -604,7 +604,7 @@ static void test_rope_yarn(int n_heads, int hd, ds_rope_mode mode) {
     ds_rope_yarn_dims(32, 64, base, 32.0f, 1.0f, dims);
     snprintf(name, sizeof name, "rope_yarn_dims_%s_hd%d", mn, hd);
     result(dims[0] == 0.0f && dims[1] == 4.0f, name, "ramp ends %g .. %g, want 0 .. 4", (double)dims[0], (double)dims[1]);
-    const ds_rope_yarn y = {0.25f, 1.0f, 1.0f, 9.0f, 1.0f};
+    const ds_rope_yarn y = {0.25f, 1.0f, 1.0f, 9.0f, 1.0f, NULL};
     /* reference: llama.cpp's rope_yarn in double on the small positions */
     memcpy(a, x, sizeof(float) * 16 * row);
     ds_rope_ext(DS_CANONICAL, 16, n_heads, hd, pos, base, mode, &y, a, NULL);
@@ -651,6 +651,120 @@ static void test_rope_yarn(int n_heads, int hd, ds_rope_mode mode) {
     free(x); free(a); free(b); free(single);
 }
 
+/* Frequency factors and the dense architectures' rope scaling (qwen3 /
+ * llama files: rope_freqs.weight, rope.scaling linear / yarn): for each
+ * scaling — factors alone, linear, yarn, yarn with factors — against a
+ * double reference of llama.cpp's ggml_rope_cache_init + rope_yarn (theta
+ * / ff, then the ramp mix, cos/sin times mscale); canonical == decode for M =
+ * 1..16 on every pool (threads 0..3); the cached path (the CPU backend's,
+ * ds_rope_cached_ext) == decode; fast differs; the scaling moved the bits
+ * (counter-check); all-ones factors with the identity scaling are plain
+ * ds_rope's bits. hd 528: 264 pairs, past one 256-pair block. */
+static void test_rope_factors(int n_heads, int hd, ds_rope_mode mode) {
+    char name[160];
+    const char *mn = mode == DS_ROPE_NEOX ? "neox" : "normal";
+    const int row = n_heads * hd, half = hd / 2;
+    const float base = 500000.0f;
+    float *x = rand_buf((size_t)ROWS * row, 1.0f);
+    float *a = xalloc((size_t)ROWS * row), *b = xalloc((size_t)ROWS * row), *single = xalloc((size_t)ROWS * row);
+    float *plain = xalloc((size_t)ROWS * row);
+    float *ff = xalloc((size_t)half), *ones = xalloc((size_t)half);
+    int pos[ROWS];
+    for (int r = 0; r < ROWS; r++) pos[r] = r < 16 ? r * 37 : (int)((frand() + 1.0f) * 9000.0f);
+    for (int i = 0; i < half; i++) {        /* llama3-like: 1, a smooth band, then 8 */
+        const float t = (float)i / (float)half;
+        ff[i] = t < 0.3f ? 1.0f : t > 0.6f ? 8.0f : 1.0f + 7.0f * (t - 0.3f) / 0.3f;
+        ones[i] = 1.0f;
+    }
+    memcpy(plain, x, sizeof(float) * ROWS * row);
+    ds_rope(DS_CANONICAL, ROWS, n_heads, hd, pos, base, mode, plain, NULL);
+    /* all-ones factors, identity scaling: plain bits */
+    const ds_rope_yarn id1 = {1.0f, 0.0f, 0.0f, 0.0f, 1.0f, ones};
+    memcpy(a, x, sizeof(float) * ROWS * row);
+    ds_rope_ext(DS_CANONICAL, ROWS, n_heads, hd, pos, base, mode, &id1, a, pools[2]);
+    snprintf(name, sizeof name, "rope_factors_ones_eq_rope_%s_hd%d", mn, hd);
+    result(!memcmp(a, plain, sizeof(float) * ROWS * row), name, "all-ones factors moved bits");
+    float dims[2];
+    ds_rope_yarn_dims(hd, 4096, base, 32.0f, 1.0f, dims);
+    const float fs = 1.0f / 4.0f, mag = 1.0f + 0.1f * 1.3862944f;
+    const ds_rope_yarn cases[4] = {
+        {1.0f, 0.0f, 0.0f, 0.0f, 1.0f, ff},                    /* llama 3.1: factors alone */
+        {0.125f, 0.0f, 0.0f, 0.0f, 1.0f, NULL},                /* linear, factor 8 */
+        {fs, 1.0f, dims[0], dims[1], mag, NULL},               /* qwen3 yarn, factor 4 */
+        {fs, 1.0f, dims[0], dims[1], mag, ff},                 /* yarn with factors */
+    };
+    const char *cn[4] = {"ff", "linear", "yarn", "yarn_ff"};
+    for (int c = 0; c < 4; c++) {
+        const ds_rope_yarn *y = &cases[c];
+        /* the double reference on the small positions */
+        memcpy(a, x, sizeof(float) * 16 * row);
+        ds_rope_ext(DS_CANONICAL, 16, n_heads, hd, pos, base, mode, y, a, NULL);
+        double worst = 0;
+        for (int r = 0; r < 16; r++)
+            for (int h = 0; h < n_heads; h++)
+                for (int i = 0; i < half; i++) {
+                    const int ia = mode == DS_ROPE_NEOX ? i : 2 * i, ib = mode == DS_ROPE_NEOX ? i + half : 2 * i + 1;
+                    const size_t o = (size_t)r * row + (size_t)h * hd;
+                    double te = pos[r] * pow((double)base, -2.0 * i / hd);
+                    if (y->freq_factors) te /= y->freq_factors[i];
+                    const double ti = y->freq_scale * te;
+                    double th = ti;
+                    if (y->ext_factor != 0.0f) {
+                        double rr = (i - (double)y->lo) / fmax(0.001, (double)y->hi - y->lo);
+                        rr = 1.0 - (rr < 0 ? 0 : rr > 1 ? 1 : rr);
+                        th = ti * (1 - rr) + te * rr;
+                    }
+                    const double x0 = x[o + ia], x1 = x[o + ib], m = y->mscale;
+                    const double e = fmax(fabs(a[o + ia] - m * (x0 * cos(th) - x1 * sin(th))),
+                                          fabs(a[o + ib] - m * (x0 * sin(th) + x1 * cos(th))));
+                    if (e > worst) worst = e;
+                }
+        snprintf(name, sizeof name, "rope_%s_ref_%s_hd%d", cn[c], mn, hd);
+        /* angles up to ~555 rad: a float angle's rounding is ~3e-5 there */
+        result(worst < 2e-4, name, "abs error %.3g >= 2e-4 (|x| <= 1)", worst);
+        for (int r = 0; r < ROWS; r++) {
+            memcpy(single + (size_t)r * row, x + (size_t)r * row, sizeof(float) * row);
+            ds_rope_ext(DS_CANONICAL, 1, n_heads, hd, &pos[r], base, mode, y, single + (size_t)r * row, NULL);
+        }
+        const int moved = memcmp(plain, single, sizeof(float) * ROWS * row) != 0;
+        int bad = 0, fast_diff = 0, cbad = 0;
+        for (int M = 1; M <= 16; M++) {
+            const int start = (M * 7) % (ROWS - M + 1);
+            for (int pi = 0; pi < N_POOLS; pi++) {
+                memcpy(a, x + (size_t)start * row, sizeof(float) * M * row);
+                ds_rope_ext(DS_CANONICAL, M, n_heads, hd, pos + start, base, mode, y, a, pools[pi]);
+                for (int t = 0; t < M; t++) bad += memcmp(a + (size_t)t * row, single + (size_t)(start + t) * row, sizeof(float) * row) != 0;
+            }
+            memcpy(a, x + (size_t)start * row, sizeof(float) * M * row);
+            ds_rope_ext(DS_FAST, M, n_heads, hd, pos + start, base, mode, y, a, NULL);
+            for (int t = 0; t < M; t++) fast_diff += memcmp(a + (size_t)t * row, single + (size_t)(start + t) * row, sizeof(float) * row) != 0;
+        }
+        /* the cache: two passes (fill, read), positions inside and past it */
+        enum { NPOS = 4096 };
+        float *tab = xalloc((size_t)NPOS * hd);
+        unsigned char *done = calloc(NPOS, 1);
+        for (int pass = 0; pass < 2; pass++) {
+            memcpy(b, x, sizeof(float) * ROWS * row);
+            ds_rope_cached_ext(ROWS, n_heads, hd, pos, base, mode, y, b, tab, done, NPOS, pools[1 + pass]);
+            cbad += memcmp(b, single, sizeof(float) * ROWS * row) != 0;
+        }
+        free(tab); free(done);
+        snprintf(name, sizeof name, "rope_%s_canonical_eq_decode_%s_hd%d", cn[c], mn, hd);
+        result(!bad && moved, name, "%d rows differ from the single-row call (the scaling moved the rows: %s)", bad,
+               moved ? "yes" : "no");
+        snprintf(name, sizeof name, "rope_%s_cached_eq_decode_%s_hd%d", cn[c], mn, hd);
+        result(!cbad, name, "%d of 2 cache passes differ from decode", cbad);
+        snprintf(name, sizeof name, "rope_%s_fast_differs_%s_hd%d", cn[c], mn, hd);
+        result(fast_diff > 0, name, "fast matched decode bitwise on every row");
+    }
+    /* NULL scaling through ds_rope_ext and the cache: plain ds_rope's bits */
+    memcpy(a, x, sizeof(float) * ROWS * row);
+    ds_rope_ext(DS_CANONICAL, ROWS, n_heads, hd, pos, base, mode, NULL, a, pools[3]);
+    snprintf(name, sizeof name, "rope_ext_null_eq_rope_%s_hd%d", mn, hd);
+    result(!memcmp(a, plain, sizeof(float) * ROWS * row), name, "ds_rope_ext(NULL) moved bits");
+    free(x); free(a); free(b); free(single); free(plain); free(ff); free(ones);
+}
+
 int main(void) {
     pools[0] = NULL;
     for (int i = 1; i < N_POOLS; i++) {
@@ -676,6 +790,9 @@ int main(void) {
     test_rope(2, 128, DS_ROPE_NORMAL);
     test_rope_yarn(4, 64, DS_ROPE_NORMAL);
     test_rope_yarn(2, 32, DS_ROPE_NEOX);
+    test_rope_factors(4, 64, DS_ROPE_NORMAL);
+    test_rope_factors(2, 128, DS_ROPE_NEOX);
+    test_rope_factors(1, 528, DS_ROPE_NEOX);
     test_rope_cached(4, 64, DS_ROPE_NEOX);
     test_rope_cached(2, 128, DS_ROPE_NORMAL);
     test_swiglu(100);

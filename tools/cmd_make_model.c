@@ -55,6 +55,9 @@ int cmd_make_model(int argc, char **argv) {
                    "       [--hc-iters N (20)] [--n-swa N (128)] [--n-hash N (0): the first N layers hash-routed]\n"
                    "       [--swiglu-clamp F (0: none): swiglu_clamp_exp, the experts' SwiGLU input limit]\n"
                    "       [--rope-yarn F (0: none) [--rope-orig-ctx N (n_ctx)]]: rope.scaling yarn (the compressed layers)\n"
+                   "       qwen3 / llama rope scaling: [--rope-yarn F [--rope-orig-ctx N (n_ctx)]] or [--rope-linear F];\n"
+                   "       llama: [--rope-freqs]: Llama 3.1's rope_freqs.weight (llama3 factors: 8, low 1, high 4, 8192)\n"
+                   "       qwen3 / llama: [--untied-output]: an untied output.weight (varied greedy text)\n"
                    "       [--compress-ratios R0,R1,.. (all 0): per layer 0 (raw), 4 (CSA, indexed) or 128 (HCA)]\n"
                    "       [--n-indexer-head N (4)] [--indexer-dim N (head dim)] [--indexer-top-k N (64)]\n"
                    "       and the qwen3moe expert flags (one shared expert)\n");
@@ -98,6 +101,9 @@ int cmd_make_model(int argc, char **argv) {
         else if (!strcmp(a, "--swiglu-clamp")) o.swiglu_clamp = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 1e6f);
         else if (!strcmp(a, "--rope-yarn")) o.rope_yarn = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 1e6f);
         else if (!strcmp(a, "--rope-orig-ctx")) o.rope_orig_ctx = cli_int(C, a, cli_value(C, argc, argv, &i), 0, 1 << 26);
+        else if (!strcmp(a, "--rope-linear")) o.rope_linear = cli_float(C, a, cli_value(C, argc, argv, &i), 0.0f, 1e6f);
+        else if (!strcmp(a, "--rope-freqs")) o.rope_freqs = 1;
+        else if (!strcmp(a, "--untied-output")) o.untied_output = 1;
         else if (!strcmp(a, "--compress-ratios")) {
             o.n_comp = parse_ratios(C, cli_value(C, argc, argv, &i), ratios, 256);
             o.comp_ratios = ratios;
@@ -109,8 +115,12 @@ int cmd_make_model(int argc, char **argv) {
         else cli_die(C, "unknown flag '%s' (see dspark make-model --help)", a);
     }
     if (!out) cli_die(C, "no output file given (-o OUT.gguf)");
-    if ((o.rope_yarn > 0.0f || o.rope_orig_ctx) && strcmp(o.arch, "deepseek4"))
-        cli_die(C, "--rope-yarn / --rope-orig-ctx apply to --arch deepseek4 (its compressed layers) only");
+    if ((o.rope_yarn > 0.0f || o.rope_orig_ctx) && strcmp(o.arch, "deepseek4") && strcmp(o.arch, "qwen3") && strcmp(o.arch, "llama"))
+        cli_die(C, "--rope-yarn / --rope-orig-ctx apply to --arch deepseek4, qwen3 or llama only");
+    if (o.rope_linear > 0.0f && strcmp(o.arch, "qwen3") && strcmp(o.arch, "llama"))
+        cli_die(C, "--rope-linear applies to --arch qwen3 or llama only");
+    if (o.rope_linear > 0.0f && o.rope_yarn > 0.0f) cli_die(C, "--rope-linear and --rope-yarn exclude each other");
+    if (o.rope_freqs && strcmp(o.arch, "llama")) cli_die(C, "--rope-freqs applies to --arch llama only (llama.cpp's other loaders ignore the tensor)");
     char err[DS_ERRLEN];
     if (ds_make_model(&o, out, err, sizeof err)) cli_die(C, "%s", err);
     fprintf(stderr, "make-model: wrote %s: arch=%s type=%s n_layer=%d n_embd=%d n_vocab=%d seed=%ld\n", out, o.arch,

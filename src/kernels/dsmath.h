@@ -6,6 +6,7 @@
  *   ds_sigmoidf  1 / (1 + ds_expf(-t)): the drafter's gates and confidence
  *   ds_tanhf     tanh, float (evaluated in double, rounded once)
  *   ds_sincosf   sin and cos of a float angle: the RoPE table
+ *   ds_rope_yarn_sincos  RoPE's scaled (YaRN / linear) cos and sin
  *   ds_powf      b^e for b > 0: RoPE's inverse frequencies
  *   ds_exp       e^x, double: the sampler's top-p / min-p masses
  *   ds_log       natural log, double: the sampler's Gumbel noise
@@ -376,6 +377,27 @@ DS_MATH_FN void ds_sincosf(float x, float *sn, float *cs) {
     }
     *sn = (float)(x < 0.0f ? -so : so);
     *cs = (float)co;
+}
+
+/* RoPE's scaled cos/sin (kernels.h ds_rope_yarn; llama.cpp's rope_yarn in its
+ * operation order) of pair i whose angle theta already carries any frequency
+ * factor: the interpolated angle freq_scale * theta, mixed back toward theta
+ * by the YaRN ramp when ext_factor != 0, then cos and sin times mscale. The
+ * CPU kernel, the CUDA host table and the CUDA device fallback all call this
+ * one sequence. */
+DS_MATH_FN void ds_rope_yarn_sincos(float theta, int i, float freq_scale, float ext_factor, float lo, float hi,
+                                    float mscale, float *sn, float *cs) {
+    const float interp = freq_scale * theta;
+    float t = interp;
+    if (ext_factor != 0.0f) {
+        float r = ((float)i - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
+        r = 1.0f - (r < 0.0f ? 0.0f : r > 1.0f ? 1.0f : r);
+        const float mix = r * ext_factor;
+        t = interp * (1.0f - mix) + theta * mix;
+    }
+    ds_sincosf(t, sn, cs);
+    *sn = *sn * mscale;
+    *cs = *cs * mscale;
 }
 
 #endif

@@ -212,9 +212,18 @@ void ds_rope(ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
  * theta_interp = freq_scale * theta and theta itself, by ramp_i * ext_factor
  * with ramp_i = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1) (ext_factor
  * 0: linear scaling, theta_interp alone); cos and sin are then multiplied by
- * mscale. freq_scale 1, ext_factor 0, mscale 1 is ds_rope's exact bits. */
+ * mscale. freq_scale 1, ext_factor 0, mscale 1 and no freq_factors is
+ * ds_rope's exact bits. The qwen3 / llama / qwen3moe / qwen35 layers take it
+ * for their whole RoPE (rope.scaling.*, rope_freqs.weight), deepseek4 on its
+ * compressed layers. */
+#define DS_ROPE_FF_MAX 256   /* frequency factors a model may carry (head_dim <= 512) */
 typedef struct ds_rope_yarn {
     float freq_scale, ext_factor, lo, hi, mscale;
+    /* per-pair frequency divisors (rope_freqs.weight, Llama 3.1's llama3
+     * factors; llama.cpp's ggml_rope_ext freq_factors): pair i's angle is
+     * ((float)pos * inv_freq_i) / freq_factors[i] before the scaling above;
+     * NULL for none. head_dim/2 finite values > 0, owned by the caller. */
+    const float *freq_factors;
 } ds_rope_yarn;
 /* The ramp's ends for n_dims rotated dims (ggml_rope_yarn_corr_dims: the
  * pair indices whose wavelength crosses n_ctx_orig / beta), with the
@@ -230,6 +239,12 @@ void ds_rope_ext(ds_variant v, int rows, int n_heads, int head_dim, const int *p
 void ds_rope_cached(int rows, int n_heads, int head_dim, const int *pos, float freq_base,
                     ds_rope_mode mode, float *x, float *tab, unsigned char *done, int64_t n_pos,
                     ds_pool *pool);
+/* The same with rope scaling (yarn may be NULL): same bits as
+ * ds_rope_ext(DS_CANONICAL, ...); a table is valid for one (freq_base,
+ * head_dim, scaling) only. */
+void ds_rope_cached_ext(int rows, int n_heads, int head_dim, const int *pos, float freq_base,
+                        ds_rope_mode mode, const ds_rope_yarn *yarn, float *x, float *tab, unsigned char *done,
+                        int64_t n_pos, ds_pool *pool);
 
 /* ---- SwiGLU: out = silu(gate) * up, elementwise over rows x n ------------ */
 /* deepseek4's SwiGLU clamp (llama.cpp's ggml_swiglu_clamp), before the

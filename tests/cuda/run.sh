@@ -74,6 +74,7 @@ one moe_cli env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/moe_cli.sh
 # tensor parallelism on one GPU (--tp N, the dev communicator): --tp 2 == --tp 1 bytes and
 # logits, 4 KV heads at --tp 1/2/4, fast tp_reduce moves bits, diverge --tp 2 NONE
 one tp_cli env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/tp_cli.sh
+one cli_rope env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_rope.sh   # rope scaling: CUDA logits == CPU, exactness
 for c in surface_canonical surface_fast diverge_drafter families sweep; do
     one "diag_$c" env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/diag_cli.sh "$c"
 done

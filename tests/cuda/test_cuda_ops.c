@@ -2056,6 +2056,80 @@ static void test_matmul_multi_mma(T *t) {
     free(x); free(a); free(b);
 }
 
+/* Rope scaling on the device (rope_ext: rope_freqs factors, linear, yarn,
+ * yarn with factors): canonical rows == decode, == the CPU's ds_rope_ext
+ * canonical bits (the host table built by the CPU's scaled expressions, the
+ * device fallback past it by the same sequence), fast == the CPU's fast and
+ * != canonical; the scaled table is keyed apart from the plain one (plain
+ * RoPE after a scaled call keeps ds_rope's bits, and the scaling moves them). */
+static void test_rope_scaled(T *t, int hd, float base, ds_rope_mode mode) {
+    const int R = 16, nh = 4, half = hd / 2;
+    const size_t n = (size_t)R * nh * hd;
+    float *x = rnd(t, n, 2.0f), *cpu = malloc(n * 4), *g1 = malloc(n * 4), *g2 = malloc(n * 4), *pl = malloc(n * 4);
+    float *ff = malloc((size_t)half * 4);
+    for (int i = 0; i < half; i++) {
+        const float q = (float)i / (float)half;
+        ff[i] = q < 0.3f ? 1.0f : q > 0.6f ? 8.0f : 1.0f + 7.0f * (q - 0.3f) / 0.3f;
+    }
+    int pos[16];
+    for (int r = 0; r < R; r++) pos[r] = r < 12 ? (int)(ds_splitmix64(&t->rng) % DS_CUDA_ROPE_POS) : DS_CUDA_ROPE_POS - 2 + r - 12;
+    pos[15] = DS_CUDA_ROPE_POS + 12345;
+    float dims[2];
+    ds_rope_yarn_dims(hd, 4096, base, 32.0f, 1.0f, dims);
+    const ds_rope_yarn cases[4] = {
+        {1.0f, 0.0f, 0.0f, 0.0f, 1.0f, ff},
+        {0.125f, 0.0f, 0.0f, 0.0f, 1.0f, NULL},
+        {0.25f, 1.0f, dims[0], dims[1], 1.1386294f, NULL},
+        {0.25f, 1.0f, dims[0], dims[1], 1.1386294f, ff},
+    };
+    const char *cn[4] = {"ff", "linear", "yarn", "yarn+ff"};
+    float *dx = dput(t, x, n * 4);
+    int *dpos = dput(t, pos, sizeof pos);
+    memcpy(pl, x, n * 4);
+    ds_rope(DS_CANONICAL, R, nh, hd, pos, base, mode, pl, NULL);
+    for (int c = 0; c < 4; c++) {
+        const ds_rope_yarn *y = &cases[c];
+        memcpy(cpu, x, n * 4);
+        ds_rope_ext(DS_CANONICAL, R, nh, hd, pos, base, mode, y, cpu, NULL);
+        t->i->upload(t->ex, dx, x, n * 4);
+        for (int r = 0; r < R; r++)
+            t->i->rope_ext(t->ex, DS_CANONICAL, 1, nh, hd, dpos + r, base, mode, y, dx + (size_t)r * nh * hd);
+        dget(t, g1, dx, n * 4);
+        t->i->upload(t->ex, dx, x, n * 4);
+        t->i->rope_ext(t->ex, DS_CANONICAL, R, nh, hd, dpos, base, mode, y, dx);
+        dget(t, g2, dx, n * 4);
+        CHECK(!memcmp(g1, g2, n * 4), "rope_ext %s: rows != decode", cn[c]);
+        const int same = !memcmp(g2, cpu, n * 4);
+        if (!same)
+            for (size_t e = 0; e < n; e++)
+                if (memcmp(&g2[e], &cpu[e], 4)) {
+                    const size_t r = e / ((size_t)nh * hd);
+                    printf("INFO rope_ext %s first mismatch: row=%zu pos=%d elem=%zu cuda=%.9g cpu=%.9g\n", cn[c], r, pos[r],
+                           e % hd, g2[e], cpu[e]);
+                    break;
+                }
+        CHECK(same, "rope_ext %s hd=%d base=%g mode=%d: CUDA canonical != CPU canonical", cn[c], hd, base, mode);
+        CHECK(memcmp(cpu, pl, n * 4), "rope_ext %s: the scaling did not move the bits", cn[c]);
+        t->i->upload(t->ex, dx, x, n * 4);
+        t->i->rope_ext(t->ex, DS_FAST, R, nh, hd, dpos, base, mode, y, dx);
+        dget(t, g1, dx, n * 4);
+        CHECK(memcmp(g1, g2, n * 4), "rope_ext %s: fast == canonical (counter-test)", cn[c]);
+        memcpy(cpu, x, n * 4);
+        ds_rope_ext(DS_FAST, R, nh, hd, pos, base, mode, y, cpu, NULL);
+        CHECK(!memcmp(g1, cpu, n * 4), "rope_ext %s hd=%d: CUDA fast != CPU fast", cn[c], hd);
+        printf("rope_ext %-7s hd=%d base=%-7g %s CUDA==CPU canonical bits: %s\n", cn[c], hd, base,
+               mode == DS_ROPE_NEOX ? "neox  " : "normal", same ? "yes" : "NO");
+    }
+    /* plain RoPE after the scaled tables: still ds_rope's bits */
+    t->i->upload(t->ex, dx, x, n * 4);
+    t->i->rope(t->ex, DS_CANONICAL, R, nh, hd, dpos, base, mode, dx);
+    dget(t, g2, dx, n * 4);
+    CHECK(!memcmp(g2, pl, n * 4), "rope after rope_ext hd=%d: plain bits moved (tables not keyed by scaling)", hd);
+    sync_ok(t, "rope_ext");
+    dfree(t, dx); dfree(t, dpos);
+    free(x); free(cpu); free(g1); free(g2); free(pl); free(ff);
+}
+
 static void test_qk_prologue(T *t, int hd, int norm, int n_head, ds_rope_mode mode) {
     const int M = 9, Hkv = 2, H = n_head, P = 64;
     const size_t qn = (size_t)M * H * hd, kn = (size_t)M * Hkv * hd, kvd = (size_t)Hkv * hd;
@@ -2414,6 +2488,8 @@ int main(int argc, char **argv) {
         test_rope(&t, 64, 10000.0f, DS_ROPE_NEOX);
         test_rope(&t, 128, 1000000.0f, DS_ROPE_NEOX);
         test_rope(&t, 64, 10000.0f, DS_ROPE_NORMAL);
+        test_rope_scaled(&t, 64, 500000.0f, DS_ROPE_NORMAL);
+        test_rope_scaled(&t, 128, 1000000.0f, DS_ROPE_NEOX);
         test_small(&t);
         test_matmul_multi(&t, 384);        /* activations quantized inside the kernel */
         test_matmul_multi(&t, 1536);       /* a separate quantization launch first    */

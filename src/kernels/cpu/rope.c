@@ -9,7 +9,10 @@
  *   decode     rope_row(): inv_freq_i = ds_powf(freq_base, -2i/head_dim) by
  *              the one expression rope_inv_freq(), theta = (float)pos *
  *              inv_freq_i, ds_sincosf of that float angle, shared by all heads
- *              of the row. Both are project-owned (kernels/dsmath.h), not the
+ *              of the row (with rope scaling, ds_rope_yarn: theta divided by
+ *              pair i's frequency factor, then ds_rope_yarn_sincos's YaRN /
+ *              linear sequence, llama.cpp's rope_yarn order). All are
+ *              project-owned (kernels/dsmath.h), not the
  *              C library's, so the table — and every output bit downstream —
  *              is the same on every host, and the CUDA backend's host table
  *              and device fallback compute the same values.
@@ -66,20 +69,18 @@ static inline float rope_inv_freq(float freq_base, int i, int hd) {
     return ds_powf(freq_base, -2.0f * (float)i / (float)hd);
 }
 
-/* The scaled angle of pair i (ds_rope_yarn; llama.cpp's rope_yarn in its
- * operation order), and its cos/sin times mscale. */
-static inline void rope_yarn_cs(const ds_rope_yarn *y, float theta, int i, float *sn, float *cs) {
-    const float interp = y->freq_scale * theta;
-    float t = interp;
-    if (y->ext_factor != 0.0f) {
-        float r = ((float)i - y->lo) / (y->hi - y->lo > 0.001f ? y->hi - y->lo : 0.001f);
-        r = 1.0f - (r < 0.0f ? 0.0f : r > 1.0f ? 1.0f : r);
-        const float mix = r * y->ext_factor;
-        t = interp * (1.0f - mix) + theta * mix;
-    }
-    ds_sincosf(t, sn, cs);
-    *sn = *sn * y->mscale;
-    *cs = *cs * y->mscale;
+/* Pair i's angle at position pos: (float)pos * inv_freq_i, divided by its
+ * frequency factor when the scaling carries one (llama.cpp's theta / ff). */
+static inline float rope_theta(int pos, float inv, const ds_rope_yarn *y, int i) {
+    const float theta = (float)pos * inv;
+    return y && y->freq_factors ? theta / y->freq_factors[i] : theta;
+}
+
+/* cos/sin of pair i's angle: plain, or scaled (ds_rope_yarn_sincos: the
+ * CUDA table's and device fallback's same sequence) */
+static inline void rope_cs(const ds_rope_yarn *y, float theta, int i, float *sn, float *cs) {
+    if (y) ds_rope_yarn_sincos(theta, i, y->freq_scale, y->ext_factor, y->lo, y->hi, y->mscale, sn, cs);
+    else ds_sincosf(theta, sn, cs);
 }
 
 static void rope_row(int n_heads, int hd, int pos, float freq_base, ds_rope_mode mode, const ds_rope_yarn *yarn,
@@ -89,9 +90,8 @@ static void rope_row(int n_heads, int hd, int pos, float freq_base, ds_rope_mode
     for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
         int nb = ds_imin(ROPE_BLOCK, half - i0);
         for (int k = 0; k < nb; k++) {
-            float theta = (float)pos * rope_inv_freq(freq_base, i0 + k, hd);
-            if (yarn) rope_yarn_cs(yarn, theta, i0 + k, &s[k], &c[k]);
-            else ds_sincosf(theta, &s[k], &c[k]);
+            const float theta = rope_theta(pos, rope_inv_freq(freq_base, i0 + k, hd), yarn, i0 + k);
+            rope_cs(yarn, theta, i0 + k, &s[k], &c[k]);
         }
         rope_apply(n_heads, hd, mode, i0, nb, c, s, x);
     }
@@ -126,14 +126,14 @@ static void rope_cached_range(void *arg, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const int p = a->pos[r];
         if (p < 0 || p >= c->n_pos || half > ROPE_BLOCK) {
-            rope_row(a->n_heads, hd, p, a->freq_base, a->mode, NULL, a->x + r * row);
+            rope_row(a->n_heads, hd, p, a->freq_base, a->mode, a->yarn, a->x + r * row);
             continue;
         }
         float *cs = c->tab + (int64_t)p * hd;
         if (!c->done[p]) {
             for (int k = 0; k < half; k++) {
-                float theta = (float)p * rope_inv_freq(a->freq_base, k, hd);
-                ds_sincosf(theta, &cs[half + k], &cs[k]);
+                const float theta = rope_theta(p, rope_inv_freq(a->freq_base, k, hd), a->yarn, k);
+                rope_cs(a->yarn, theta, k, &cs[half + k], &cs[k]);
             }
             c->done[p] = 1;
         }
@@ -141,13 +141,19 @@ static void rope_cached_range(void *arg, int64_t r0, int64_t r1) {
     }
 }
 
+void ds_rope_cached_ext(int rows, int n_heads, int head_dim, const int *pos, float freq_base,
+                        ds_rope_mode mode, const ds_rope_yarn *yarn, float *x, float *tab, unsigned char *done,
+                        int64_t n_pos, ds_pool *pool) {
+    if (rows <= 0 || n_heads <= 0 || head_dim < 2) return;
+    rope_cached_args c = { { n_heads, head_dim, pos, freq_base, mode, x, yarn }, tab, done, n_pos };
+    int64_t grain = ds_grain((int64_t)n_heads * head_dim, 8192);
+    ds_pool_for(pool, rows, grain, rope_cached_range, &c);
+}
+
 void ds_rope_cached(int rows, int n_heads, int head_dim, const int *pos, float freq_base,
                     ds_rope_mode mode, float *x, float *tab, unsigned char *done, int64_t n_pos,
                     ds_pool *pool) {
-    if (rows <= 0 || n_heads <= 0 || head_dim < 2) return;
-    rope_cached_args c = { { n_heads, head_dim, pos, freq_base, mode, x, NULL }, tab, done, n_pos };
-    int64_t grain = ds_grain((int64_t)n_heads * head_dim, 8192);
-    ds_pool_for(pool, rows, grain, rope_cached_range, &c);
+    ds_rope_cached_ext(rows, n_heads, head_dim, pos, freq_base, mode, NULL, x, tab, done, n_pos, pool);
 }
 
 /* ========================================================================
@@ -166,8 +172,8 @@ static void rope_fast_row(int n_heads, int hd, int pos, float freq_base, ds_rope
     for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
         int nb = ds_imin(ROPE_BLOCK, half - i0);
         for (int k = 0; k < nb; k++) {
-            if (yarn) rope_yarn_cs(yarn, theta, i0 + k, &s[k], &c[k]);
-            else ds_sincosf(theta, &s[k], &c[k]);
+            const float t = yarn && yarn->freq_factors ? theta / yarn->freq_factors[i0 + k] : theta;
+            rope_cs(yarn, t, i0 + k, &s[k], &c[k]);
             theta *= ratio;
         }
         rope_apply(n_heads, hd, mode, i0, nb, c, s, x);

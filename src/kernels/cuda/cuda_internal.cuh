@@ -36,8 +36,11 @@ extern "C" {
 typedef struct {
     uint32_t fbits;             /* freq_base's bits                                    */
     int      head_dim;
+    int      scaled;            /* built with rope scaling y (else plain RoPE)         */
+    ds_rope_yarn y;             /* the scaling (y.freq_factors: the host's, the key)   */
     float   *cs;                /* device: [DSC_ROPE_POS][head_dim/2] cos, then sin      */
     float   *inv_freq;          /* device: [head_dim/2], for positions past the table  */
+    float   *ff;                /* device: [head_dim/2] frequency factors, or NULL     */
 } dsc_rope_table;
 
 typedef struct {
@@ -205,7 +208,7 @@ void dsc_launched(ds_exec *ex, cudaError_t e, const char *what);
 /* Scratch of at least `bytes` in slot s (NULL + error when out of memory). */
 void *dsc_scratch(ds_exec *ex, int s, size_t bytes);
 /* The RoPE table for (freq_base, head_dim), built on first use (rope.cu). */
-const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim);
+const dsc_rope_table *dsc_rope_get(ds_exec *ex, float freq_base, int head_dim, const ds_rope_yarn *yarn);
 
 /* The Q8_0 weights of one launch (matmul_q8_0.cu, matmul_q8_0_mma.cu): up to
  * 4 sharing K and the quantized input (q/k/v, gate/up: matmul_multi). Row
@@ -545,6 +548,8 @@ void dsc_rmsnorm(ds_exec *ex, ds_variant v, int rows, int n, const float *x, con
                  float eps, float *y);
 void dsc_rope(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
               float freq_base, ds_rope_mode mode, float *x);
+void dsc_rope_ext(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
+                  float freq_base, ds_rope_mode mode, const ds_rope_yarn *yarn, float *x);
 void dsc_swiglu(ds_exec *ex, ds_variant v, int rows, int n, const float *gate, const float *up,
                 float *out);
 int dsc_rmsnorm_staged(ds_exec *ex, int rows, int n, float *x, const float *add, const float *w,
