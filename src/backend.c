@@ -213,6 +213,10 @@ uint64_t ds_host_mem_available(void) {
     return (uint64_t)kb * 1024u;
 }
 
+int ds_backend_path_on(ds_backend *be, const char *name) {
+    return !be->i->path_on || be->i->path_on(be, name);
+}
+
 int ds_backend_chunk_rows(ds_backend *be) {
     const int n = be->i->chunk_rows ? be->i->chunk_rows(be) : DS_CHUNK_ROWS_DEFAULT;
     return n >= 1 && n <= 8192 ? n : DS_CHUNK_ROWS_DEFAULT;

@@ -461,10 +461,16 @@ typedef struct ds_backend_i {
      * backend has none (the loader refuses such files there) */
     void (*rope_ext)(ds_exec *ex, ds_variant v, int rows, int n_heads, int head_dim, const int *pos,
                      float freq_base, ds_rope_mode mode, const ds_rope_yarn *yarn, float *x);
+    /* Whether a path whose kernels exist but have not yet run on this kind
+     * of device is switched on (names: "ropeext" rope scaling, "tp" tensor
+     * parallel ranks); NULL: every path is proven on this backend. */
+    int (*path_on)(ds_backend *be, const char *name);
 } ds_backend_i;
 #define DS_CHUNK_ROWS_DEFAULT 64
 /* The backend's chunk rows (chunk_rows above, or the default). */
 int ds_backend_chunk_rows(ds_backend *be);
+/* path_on above: 1 where the backend has none (the CPU's paths are proven). */
+int ds_backend_path_on(ds_backend *be, const char *name);
 /* mem_free above, or 0 (unknown). */
 uint64_t ds_backend_mem_free(ds_backend *be);
 /* /proc/meminfo's MemAvailable in bytes, 0 when it cannot be read (the CPU

@@ -695,6 +695,14 @@ static int dsc_chunk_rows(ds_backend *be) {
     return (((dsc_backend *)be->priv)->off & DSC_OFF_CHUNK) ? DS_CHUNK_ROWS_DEFAULT : 512;
 }
 
+/* the paths written but not yet run on a GPU, switched on by DSPARK_CUDA_ON */
+static int dsc_path_on(ds_backend *be, const char *name) {
+    const dsc_backend *b = (const dsc_backend *)be->priv;
+    if (!strcmp(name, "ropeext")) return !(b->off & DSC_OFF_ROPEEXT);
+    if (!strcmp(name, "tp")) return !(b->off & DSC_OFF_TP);
+    return 1;
+}
+
 static const ds_backend_i dsc_iface = {
     /* name */ "cuda",
     /* host_memory */ 0,
@@ -756,6 +764,7 @@ static const ds_backend_i dsc_iface = {
     dsc_moe_id_prepare,             /* moe.cu: the experts by id, no host read of the route */
     dsc_matmul_id,
     dsc_rope_ext,                   /* rope.cu: rope scaling / frequency factors (qwen3, llama) */
+    dsc_path_on,
 };
 
 /* $DSPARK_CUDA_OFF / $DSPARK_CUDA_ON: comma-separated names of launch-saving
@@ -771,6 +780,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
         {"spread", DSC_OFF_SPREAD}, {"mma", DSC_OFF_MMA}, {"stream", DSC_OFF_STREAM},
         {"split", DSC_OFF_SPLIT}, {"chunk", DSC_OFF_CHUNK}, {"gemv", DSC_OFF_GEMV}, {"tile", DSC_OFF_TILE},
         {"runs", DSC_OFF_RUNS}, {"moeid", DSC_OFF_MOEID},
+        {"ropeext", DSC_OFF_ROPEEXT}, {"tp", DSC_OFF_TP},
     };
     *off = 0;
     const char *v = getenv(var);
@@ -785,7 +795,7 @@ static int dsc_parse_off(const char *var, unsigned *off, char *err, size_t errle
             }
         if (!known) {
             ds_errf(err, errlen,
-                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream split chunk gemv tile runs moeid)",
+                    "cuda: %s: unknown path '%.*s' (known: swiglu fq pinned chain prologue multi epilogue wide q8x staged pdl narrow copyk spread mma stream split chunk gemv tile runs moeid ropeext tp)",
                     var, (int)(n > 32 ? 32 : n), p);
             return -1;
         }
@@ -886,7 +896,11 @@ extern "C" ds_backend *ds_backend_cuda_new(char *err, size_t errlen) {
      * bench/moe_cuda.sh AB=1 has not yet. The tile path for several
      * sequences' runs (att_tile_runs) is on: the same run, 4 x 2000-token
      * prompts in one forward 1915 -> 919 ms (bench/results/cuda-s37-runs-h100.txt) */
-    b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD | DSC_OFF_MOEID) & ~on;
+    /* rope scaling (rope.cu's scaled tables) and --tp ranks on the device
+     * (tp.c's dev communicator) were written in session 37, whose GPU ran
+     * only before they landed: opt-in (DSPARK_CUDA_ON=ropeext,tp) until make
+     * test-cuda has run cli_rope and tp_cli on one */
+    b->off = (off | DSC_OFF_EPILOGUE | DSC_OFF_SPREAD | DSC_OFF_MOEID | DSC_OFF_ROPEEXT | DSC_OFF_TP) & ~on;
     b->trace = tr && !strcmp(tr, "1");
     b->mma_bm = mma_bm;
     be->i = &dsc_iface;

@@ -189,6 +189,11 @@ static int load_rope_scaling(const gguf_ctx *g, ds_model *m, const char *arch, c
                 m->be->i->name);
         return -1;
     }
+    if (!ds_backend_path_on(m->be, "ropeext")) {
+        ds_errf(err, errlen, "model: rope scaling on %s has not run on a GPU yet (DSPARK_CUDA_ON=ropeext to try it; --device cpu)",
+                m->be->i->name);
+        return -1;
+    }
     ds_rope_yarn *y = &hp->rope_yarn;
     *y = (ds_rope_yarn){.freq_scale = 1.0f, .mscale = attn, .freq_factors = t ? hp->rope_ff : NULL};
     if (st) y->freq_scale = 1.0f / factor;

@@ -82,6 +82,11 @@ int ds_tp_check(const ds_model *m, int n, char *err, size_t errlen) {
         ds_errf(err, errlen, "--tp %d is out of range (1..%d)", n, DS_TP_MAX);
         return -1;
     }
+    if (n > 1 && !ds_backend_path_on(m->be, "tp")) {
+        ds_errf(err, errlen, "--tp %d on %s has not run on a GPU yet (DSPARK_CUDA_ON=tp to try it; --device cpu)", n,
+                m->be->i->name);
+        return -1;
+    }
     if (hp->arch != DS_ARCH_QWEN3 && hp->arch != DS_ARCH_LLAMA) {
         ds_errf(err, errlen, "--tp %d: %s models have no tensor-parallel layout (dense qwen3 / llama only)", n,
                 ds_arch_name(hp->arch));

@@ -54,7 +54,7 @@ done
 [ -x "$BUILD/tests/cuda/bench_gemv" ] && one bench_gemv_check "$BUILD/tests/cuda/bench_gemv" --check
 # the prefill attention tile == the split-KV path (outputs and Q8_0 copy) and the CPU on the 8B shape
 [ -x "$BUILD/tests/cuda/bench_attn" ] && one bench_attn_check "$BUILD/tests/cuda/bench_attn" --check
-for t in test_canonical test_diverge test_models test_spec test_drafter test_engine test_spec_batch test_tp; do
+for t in test_canonical test_diverge test_models test_spec test_drafter test_engine test_spec_batch; do
     [ -x "$BUILD/tests/$t" ] && one "$t" env DSPARK_DEVICE=cuda "$BUILD/tests/$t"
 done
 # the engine's recorded verify chunks (DSPARK_ENGINE_GRAPHS=2, off by default): the same bytes
@@ -73,8 +73,15 @@ one cli_golden env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_golden.sh
 one moe_cli env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/moe_cli.sh
 # tensor parallelism on one GPU (--tp N, the dev communicator): --tp 2 == --tp 1 bytes and
 # logits, 4 KV heads at --tp 1/2/4, fast tp_reduce moves bits, diverge --tp 2 NONE
-one tp_cli env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/tp_cli.sh
-one cli_rope env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cli_rope.sh   # rope scaling: CUDA logits == CPU, exactness
+# (--tp ranks on the GPU and rope scaling there are opt-in, DSPARK_CUDA_ON=tp / ropeext,
+# until these have passed on a GPU; then the default flips and the refusal check goes)
+[ -x "$BUILD/tests/test_tp" ] && one test_tp env DSPARK_DEVICE=cuda DSPARK_CUDA_ON=tp "$BUILD/tests/test_tp"
+one tp_cli env DSPARK_DEVICE=cuda DSPARK_CUDA_ON=tp BUILD="$BUILD" sh tests/cuda/tp_cli.sh
+one cli_rope env DSPARK_DEVICE=cuda DSPARK_CUDA_ON=ropeext BUILD="$BUILD" sh tests/cli_rope.sh   # rope scaling: CUDA logits == CPU, exactness
+one opt_in_default_refused sh -c '"$1" make-model -o "$2" --arch llama --rope-freqs --n-layer 1 >/dev/null 2>&1 &&
+    ! "$1" generate --device cuda -m "$2" -p x -n 1 2>"$3" && grep -q "DSPARK_CUDA_ON=ropeext" "$3" &&
+    ! "$1" generate --device cuda -m models/dspark-tiny-q8_0.gguf -p x -n 1 --tp 2 2>"$3" && grep -q "DSPARK_CUDA_ON=tp" "$3"' \
+    _ "$D" "$BUILD/tests/cuda_ropefreqs.gguf" "$BUILD/tests/cuda_optin.err"
 for c in surface_canonical surface_fast diverge_drafter families sweep; do
     one "diag_$c" env DSPARK_DEVICE=cuda BUILD="$BUILD" sh tests/cuda/diag_cli.sh "$c"
 done

@@ -105,6 +105,8 @@ enum {
     DSC_OFF_GEMV = 1u << 18,     /* Q8_0 canonical M <= 8: the warp-streamed GEMV (else q8v) */
     DSC_OFF_TILE = 1u << 19,     /* attention: the prefill tile path (att_tile)  */
     DSC_OFF_RUNS = 1u << 20,     /* attention: the tile path for rows of several sequences (opt-in until run on a GPU) */
+    DSC_OFF_ROPEEXT = 1u << 22,  /* rope scaling (rope_ext; opt-in until run on a GPU): off = such files refused */
+    DSC_OFF_TP    = 1u << 23,    /* --tp N ranks on the device (opt-in until run on a GPU): off = refused */
     DSC_OFF_MOEID = 1u << 21,    /* MoE experts by id on the device (matmul_id; opt-in until run on a GPU): off = the host grouping */
 };
 
